@@ -1,0 +1,1 @@
+"""Built-in demo servers and the demo config used by `cellblock demo`."""
