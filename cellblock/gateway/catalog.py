@@ -1,0 +1,106 @@
+"""The one catalog the client sees: every server's items under exposed names, and the way back.
+
+Built from each server's `Listing` whenever one changes, never on the per-call path. Lists are
+sorted by exposed name so they come back in a stable order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import mcp.types as types
+
+from cellblock.gateway.downstream import Listing
+from cellblock.gateway.namespacing import assign_names, expose_uri, route_uri
+
+__all__ = ["Catalog", "build_catalog", "expose_content"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    tools: tuple[types.Tool, ...] = ()
+    prompts: tuple[types.Prompt, ...] = ()
+    resources: tuple[types.Resource, ...] = ()
+    templates: tuple[types.ResourceTemplate, ...] = ()
+    # exposed name -> (server, original name)
+    tool_routes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    prompt_routes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+
+    def route_resource(self, uri: str) -> tuple[str, str]:
+        """(server, original URI) for an exposed resource URI.
+
+        Raises:
+            ValueError: the URI is not one the gateway handed out.
+        """
+        return route_uri(uri)
+
+
+def build_catalog(listings: Mapping[str, Listing], *, separator: str, max_length: int) -> Catalog:
+    """Merge the servers' listings; name collisions are resolved deterministically and logged."""
+    tool_names = assign_names(
+        ((server, t.name) for server, lst in listings.items() for t in lst.tools),
+        separator=separator,
+        max_length=max_length,
+    )
+    prompt_names = assign_names(
+        ((server, p.name) for server, lst in listings.items() for p in lst.prompts),
+        separator=separator,
+        max_length=max_length,
+    )
+    for collision in (*tool_names.collisions, *prompt_names.collisions):
+        logger.warning("name collision: %s", collision)
+
+    tools = [
+        t.model_copy(update={"name": tool_names.by_original[(server, t.name)]})
+        for server, lst in listings.items()
+        for t in lst.tools
+    ]
+    prompts = [
+        p.model_copy(update={"name": prompt_names.by_original[(server, p.name)]})
+        for server, lst in listings.items()
+        for p in lst.prompts
+    ]
+    resources = [
+        r.model_copy(update={"uri": expose_uri(server, str(r.uri))})
+        for server, lst in listings.items()
+        for r in lst.resources
+    ]
+    templates = [
+        t.model_copy(update={"uri_template": expose_uri(server, t.uri_template)})
+        for server, lst in listings.items()
+        for t in lst.templates
+    ]
+    return Catalog(
+        tools=tuple(sorted(_unique(tools, "name"), key=lambda t: t.name)),
+        prompts=tuple(sorted(_unique(prompts, "name"), key=lambda p: p.name)),
+        resources=tuple(sorted(_unique(resources, "uri"), key=lambda r: str(r.uri))),
+        templates=tuple(sorted(_unique(templates, "uri_template"), key=lambda t: t.uri_template)),
+        tool_routes=dict(tool_names.by_exposed),
+        prompt_routes=dict(prompt_names.by_exposed),
+    )
+
+
+def _unique(items: list[Any], key: str) -> list[Any]:
+    # a server that lists the same name twice gets it once: a client would reject the duplicate
+    seen: dict[str, Any] = {}
+    for item in items:
+        seen.setdefault(str(getattr(item, key)), item)
+    return list(seen.values())
+
+
+def expose_content(server: str, content: list[Any]) -> list[Any]:
+    """Rewrite resource links and embedded resources in a result so that reading them routes back."""
+    out: list[Any] = []
+    for item in content:
+        if isinstance(item, types.ResourceLink):
+            item = item.model_copy(update={"uri": expose_uri(server, str(item.uri))})
+        elif isinstance(item, types.EmbeddedResource):
+            inner = item.resource.model_copy(update={"uri": expose_uri(server, str(item.resource.uri))})
+            item = item.model_copy(update={"resource": inner})
+        out.append(item)
+    return out

@@ -1,0 +1,89 @@
+"""`cellblock` command line. Data goes to stdout; diagnostics to stderr prefixed `cellblock:`.
+
+Exit codes: 0 ok, 1 a finding or a refused action, 2 bad usage or config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+import anyio
+
+from cellblock import __version__
+from cellblock.policy.errors import CellblockError
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cellblock", description="One MCP server in front of all your MCP servers.")
+    parser.add_argument("--version", action="version", version=f"cellblock {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = sub.add_parser("serve", help="run the gateway on stdio (the entry a client starts)")
+    serve.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
+    serve.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
+    check = sub.add_parser("check", help="validate a config; exit 2 on an error")
+    check.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
+    sub.add_parser("demo", help="run the gateway on built-in demo servers and show what it does")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            return _serve(args.config, args.verbose)
+        if args.command == "check":
+            return _check(args.config)
+        if args.command == "demo":
+            from cellblock.gateway.demo import run_demo
+
+            return anyio.run(run_demo)
+    except CellblockError as exc:
+        for line in str(exc).splitlines():
+            print(f"cellblock: {line}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_FINDING
+    return EXIT_USAGE
+
+
+def _check(config_path: str | None) -> int:
+    from cellblock.gateway.config import load_config
+
+    config, source = load_config(config_path)
+    print(f"cellblock: OK: {source}: {len(config.servers)} server(s)", file=sys.stderr)
+    for name, server in sorted(config.servers.items()):
+        kind = f"stdio: {server.command}" if hasattr(server, "command") else f"http: {server.url}"
+        print(f"{name}\t{config.start_of(name)}\t{kind}")
+    return EXIT_OK
+
+
+def _serve(config_path: str | None, verbose: bool) -> int:
+    from cellblock.gateway.config import load_config
+    from cellblock.gateway.server import Gateway
+    from cellblock.gateway.state import state_dir
+
+    # stdout is the protocol channel: every log line goes to stderr, which clients keep as a log
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="cellblock: %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("mcp", "httpx2", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
+    config, source = load_config(config_path)
+    logging.getLogger("cellblock").info(
+        "serving %d server(s) from %s; servers run UNJAILED in this version", len(config.servers), source
+    )
+    anyio.run(Gateway(config, state_dir()).serve_stdio)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

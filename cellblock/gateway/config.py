@@ -1,0 +1,281 @@
+"""`cellblock.yaml`: typed models, loading, and errors that name file, line and key.
+
+The models forbid unknown keys and default to the safe value. Keys the contract reserves for
+features this version does not enforce yet (jails, policy, the lock, credentials) are refused with
+a message that says so, rather than accepted and silently ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from platformdirs import user_config_path
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from cellblock.policy.errors import CellblockError
+
+__all__ = [
+    "AuditConfig",
+    "Config",
+    "ConfigError",
+    "DefaultsConfig",
+    "LocalServer",
+    "NamesConfig",
+    "RemoteServer",
+    "ServerConfig",
+    "default_config_path",
+    "expand_path",
+    "load_config",
+    "parse_config",
+]
+
+SERVER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+# Keys DESIGN.md reserves that later versions enforce. Accepting them now would promise a jail or
+# a policy that does not exist, so they are an error that says why.
+_NOT_YET = {
+    "jail": "jails are not implemented in this version; servers run unjailed (see README)",
+    "tools": "per-tool policy is not implemented in this version",
+    "lock": "the catalog lock is not implemented in this version",
+    "sampling": "sampling policy is not implemented in this version",
+    "secrets": "keyring secrets are not implemented in this version",
+    "auth": "remote server authentication is not implemented in this version",
+    "approvals": "approvals are not implemented in this version",
+}
+
+
+class ConfigError(CellblockError):
+    """A config file is missing, unreadable or invalid; the message names file, line and key."""
+
+
+def expand_path(value: str) -> str:
+    """Expand `${ENV}` references and a leading `~` in a path-like string.
+
+    Raises:
+        ValueError: a referenced environment variable is not set.
+    """
+
+    def env(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in os.environ:
+            raise ValueError(f"environment variable ${{{name}}} is not set")
+        return os.environ[name]
+
+    return os.path.expanduser(_ENV_REF.sub(env, value))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_reserved(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            for key in data:
+                if key in _NOT_YET and key not in cls.model_fields:
+                    raise ValueError(f"[{key}] {_NOT_YET[key]}; remove the key")
+        return data
+
+
+ServerName = Annotated[str, Field(pattern=SERVER_NAME.pattern)]
+Start = Literal["eager", "lazy"]
+Protocol = Literal["auto", "legacy"]
+Seconds = Annotated[float, Field(gt=0, le=3600)]
+
+
+class DefaultsConfig(_Model):
+    """Values every server gets unless it says otherwise."""
+
+    start: Start = "eager"
+    timeout: Seconds = 60.0
+
+
+class NamesConfig(_Model):
+    separator: str = Field(default="__", pattern=r"^[A-Za-z0-9_-]{1,4}$")
+    max_length: int = Field(default=64, ge=16, le=128)
+
+
+class AuditConfig(_Model):
+    path: str | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _expand(cls, value: str | None) -> str | None:
+        return None if value is None else expand_path(value)
+
+
+class _ServerBase(_Model):
+    @model_validator(mode="before")
+    @classmethod
+    def _one_kind(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and ("command" in data) == ("url" in data):
+            raise ValueError("a server needs exactly one of 'command' (local, stdio) or 'url' (remote, HTTP)")
+        return data
+
+    start: Start | None = None
+    # seconds a single call may take before it is cancelled downstream and answered with an error
+    timeout: Seconds | None = None
+    # auto: probe the 2026-07-28 protocol and fall back to the handshake; legacy: handshake only
+    protocol: Protocol = "auto"
+
+
+class LocalServer(_ServerBase):
+    """A server Cellblock starts as a child process and talks to over stdio."""
+
+    command: str = Field(min_length=1)
+    args: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str | None = None
+
+    @field_validator("command", "cwd")
+    @classmethod
+    def _expand_one(cls, value: str | None) -> str | None:
+        return None if value is None else expand_path(value)
+
+    @field_validator("args")
+    @classmethod
+    def _expand_args(cls, value: list[str]) -> list[str]:
+        return [expand_path(arg) for arg in value]
+
+
+class RemoteServer(_ServerBase):
+    """A server reached over Streamable HTTP."""
+
+    url: str = Field(pattern=r"^https?://")
+    headers: dict[str, str] = {}
+
+
+def _server_kind(body: Any) -> str:
+    keys = body if isinstance(body, Mapping) else vars(body) if isinstance(body, BaseModel) else {}
+    return "local" if "command" in keys else "remote"
+
+
+ServerConfig = Annotated[
+    Annotated[LocalServer, Tag("local")] | Annotated[RemoteServer, Tag("remote")],
+    Discriminator(_server_kind),
+]
+
+
+class Config(_Model):
+    version: Literal[1]
+    defaults: DefaultsConfig = DefaultsConfig()
+    names: NamesConfig = NamesConfig()
+    audit: AuditConfig = AuditConfig()
+    servers: dict[ServerName, ServerConfig] = {}
+
+    def start_of(self, name: str) -> Start:
+        return self.servers[name].start or self.defaults.start
+
+    def timeout_of(self, name: str) -> float:
+        return self.servers[name].timeout or self.defaults.timeout
+
+
+def default_config_path() -> Path:
+    """`$CELLBLOCK_CONFIG`, else `<user config dir>/cellblock/cellblock.yaml`."""
+    env = os.environ.get("CELLBLOCK_CONFIG")
+    if env:
+        return Path(env).expanduser()
+    return user_config_path("cellblock") / "cellblock.yaml"
+
+
+def load_config(path: str | Path | None = None) -> tuple[Config, Path]:
+    """Read and validate the config at `path` (or the default location).
+
+    Raises:
+        ConfigError: the file is missing, unreadable, not YAML, or not a valid config.
+    """
+    source = Path(path).expanduser() if path else default_config_path()
+    try:
+        text = source.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{source}: no such config file; create one (see configs/starter.yaml) or pass --config"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read: {exc.strerror}") from exc
+    return parse_config(text, str(source)), source
+
+
+def parse_config(text: str, source: str = "cellblock.yaml") -> Config:
+    """Validate config text; errors read `source:LINE: key.path: problem`.
+
+    Raises:
+        ConfigError: the text is not YAML or not a valid config.
+    """
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{source}{where}: not valid YAML: {problem}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the config must be a mapping with 'version: 1' and 'servers:'")
+    lines = _key_lines(node)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError("\n".join(_describe(err, lines, source) for err in exc.errors())) from None
+
+
+def _key_lines(node: yaml.Node | None, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
+    """Map each key path of the YAML document to the 1-based line it stands on."""
+    lines: dict[tuple[str, ...], int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            sub = (*path, str(key.value))
+            lines[sub] = key.start_mark.line + 1
+            lines.update(_key_lines(value, sub))
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            sub = (*path, str(index))
+            lines[sub] = item.start_mark.line + 1
+            lines.update(_key_lines(item, sub))
+    return lines
+
+
+def _describe(err: Any, lines: dict[tuple[str, ...], int], source: str) -> str:
+    # pydantic puts union member names ("LocalServer") and validator tags into loc; drop them
+    loc = [str(part) for part in err["loc"] if str(part) not in {"local", "remote"}]
+    line = 0
+    for end in range(len(loc), -1, -1):
+        if tuple(loc[:end]) in lines:
+            line = lines[tuple(loc[:end])]
+            break
+    key = ".".join(loc) or "(top level)"
+    message = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "string_pattern_mismatch" and loc[-1:] == ["[key]"]:
+        key = ".".join(loc[:-1])
+        message = (
+            f"server name {loc[-2]!r} must be lowercase letters, digits and '-', "
+            "start with a letter, at most 24 characters"
+        )
+    elif reserved := re.match(r"\[(\w+)\] ", message):
+        # point at the reserved key itself, not at the server that holds it
+        loc.append(reserved.group(1))
+        line = lines.get(tuple(loc), line)
+        key = ".".join(loc)
+        message = message[reserved.end() :]
+    elif err["type"] == "extra_forbidden":
+        message = "unknown key"
+    elif err["type"] == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "")
+        message = f"{err.get('input')!r} is not one of {expected}"
+    where = f"{source}:{line}" if line else source
+    return f"{where}: {key}: {message}"

@@ -1,0 +1,426 @@
+"""One downstream server: its connection, its catalog, and its supervision.
+
+A `Downstream` owns a supervisor task that connects (stdio through `launch_plan`, or Streamable
+HTTP), reads the server's catalog, and waits for the connection to end. A crash is followed by a
+restart with exponential backoff; after `MAX_RESTARTS` quick failures in a row the server is
+marked failed. Calls in flight when a server dies end with an error that names it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+import httpx2
+import mcp.types as types
+from mcp import Client
+from mcp.client.session import ClientRequestContext
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from pydantic import TypeAdapter
+
+from cellblock.gateway.config import LocalServer, RemoteServer
+from cellblock.gateway.elicitation import Asker
+from cellblock.gateway.launch import launch_plan
+from cellblock.policy.errors import CellblockError
+
+__all__ = ["Downstream", "DownstreamError", "InFlight", "Listing"]
+
+logger = logging.getLogger(__name__)
+
+# A server that takes longer than this to answer its handshake and first lists is treated as
+# failed to start: the client is waiting for a catalog.
+START_SECONDS = 30.0
+# Quick failures in a row before a server is marked failed; a run that lasted HEALTHY_SECONDS
+# resets the count, so a server that crashes once a day is restarted every time.
+MAX_RESTARTS = 5
+HEALTHY_SECONDS = 30.0
+BACKOFF_FIRST, BACKOFF_MAX = 0.5, 10.0
+# Downstream 2026-07-28 servers may ask for input in rounds; bound them like the SDK does.
+MAX_INPUT_ROUNDS = 8
+
+_CALL_RESULT: TypeAdapter[types.CallToolResult | types.InputRequiredResult] = TypeAdapter(
+    types.CallToolResult | types.InputRequiredResult
+)
+_LIST_CHANGED = (
+    types.ToolListChangedNotification,
+    types.PromptListChangedNotification,
+    types.ResourceListChangedNotification,
+)
+
+
+class DownstreamError(CellblockError):
+    """A downstream server could not serve a request; the message names the server."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Everything a server offers, as it listed it."""
+
+    tools: tuple[types.Tool, ...] = ()
+    prompts: tuple[types.Prompt, ...] = ()
+    resources: tuple[types.Resource, ...] = ()
+    templates: tuple[types.ResourceTemplate, ...] = ()
+    instructions: str | None = None
+
+    def dump(self) -> dict[str, Any]:
+        def each(items: tuple[Any, ...]) -> list[Any]:
+            return [i.model_dump(mode="json", by_alias=True, exclude_none=True) for i in items]
+
+        return {
+            "tools": each(self.tools),
+            "prompts": each(self.prompts),
+            "resources": each(self.resources),
+            "templates": each(self.templates),
+            "instructions": self.instructions,
+        }
+
+    @classmethod
+    def load(cls, data: dict[str, Any]) -> Listing:
+        return cls(
+            tools=tuple(types.Tool.model_validate(t) for t in data.get("tools", [])),
+            prompts=tuple(types.Prompt.model_validate(p) for p in data.get("prompts", [])),
+            resources=tuple(types.Resource.model_validate(r) for r in data.get("resources", [])),
+            templates=tuple(types.ResourceTemplate.model_validate(t) for t in data.get("templates", [])),
+            instructions=data.get("instructions"),
+        )
+
+
+@dataclass
+class InFlight:
+    """A call the gateway is forwarding: who to ask if the server wants input, where logs go."""
+
+    asker: Asker | None
+    log: Callable[[types.LoggingMessageNotificationParams], Awaitable[None]] | None = None
+    progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
+
+    async def report(self, value: float, total: float | None, message: str | None) -> None:
+        # read at each report: a 2026-07-28 call that outlives its first request reports to the retry
+        if self.progress is not None:
+            await self.progress(value, total, message)
+
+
+@dataclass
+class Downstream:
+    name: str
+    config: LocalServer | RemoteServer
+    timeout: float
+    protocol: str = "auto"
+    on_listing: Callable[[Downstream], Awaitable[None]] | None = None
+    on_log: Callable[[Downstream, types.LoggingMessageNotificationParams], Awaitable[None]] | None = None
+    listing: Listing | None = None
+    state: str = "stopped"  # stopped | starting | ready | restarting | failed
+    error: str | None = None
+    client: Client | None = None
+    _ready: anyio.Event = field(default_factory=anyio.Event)
+    _settled: anyio.Event = field(default_factory=anyio.Event)
+    _started: bool = False
+    _in_flight: list[InFlight] = field(default_factory=list)
+    _tg: anyio.abc.TaskGroup | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Start the supervisor in `tg` (once)."""
+        if not self._started:
+            self._started = True
+            self._tg = tg
+            self.state = "starting"
+            tg.start_soon(self._supervise)
+
+    async def wait_settled(self, timeout: float) -> None:
+        """Wait until the first start attempt has succeeded or failed, at most `timeout` s."""
+        with anyio.move_on_after(timeout):
+            await self._settled.wait()
+
+    async def ready_client(self) -> Client:
+        """The connected client, waiting for a (re)start in progress.
+
+        Raises:
+            DownstreamError: the server is failed or does not come up in time.
+        """
+        if self.state == "failed":
+            raise DownstreamError(f"server '{self.name}' is not running: {self.error}")
+        with anyio.move_on_after(START_SECONDS):
+            await self._ready.wait()
+        if self.client is None:
+            raise DownstreamError(f"server '{self.name}' is not running: {self.error or 'did not start in time'}")
+        return self.client
+
+    async def _supervise(self) -> None:
+        failures = 0
+        while True:
+            began = anyio.current_time()
+            try:
+                await self._run_once()
+                reason = "the server exited"
+            except Exception as exc:  # the supervisor: any failure means restart, never a crash
+                reason = _describe(exc)
+            self._down(reason)
+            failures = 1 if anyio.current_time() - began > HEALTHY_SECONDS else failures + 1
+            if failures > MAX_RESTARTS:
+                self.state = "failed"
+                self.error = f"{reason} (gave up after {MAX_RESTARTS} restarts)"
+                logger.error("server '%s' failed: %s", self.name, self.error)
+                self._settled.set()
+                return
+            delay = min(BACKOFF_FIRST * 2 ** (failures - 1), BACKOFF_MAX)
+            logger.warning("server '%s' is down (%s); restarting in %.1fs", self.name, reason, delay)
+            self._settled.set()
+            await anyio.sleep(delay)
+
+    def _down(self, reason: str) -> None:
+        self.client = None
+        self.error = reason
+        self.state = "restarting"
+        self._ready = anyio.Event()
+
+    async def _run_once(self) -> None:
+        closed = anyio.Event()
+        client = Client(
+            _watched(self._transport(), closed),
+            mode="legacy" if self.protocol == "legacy" else "auto",
+            elicitation_callback=self._on_elicit,
+            logging_callback=self._on_log,
+            message_handler=self._on_message,
+            # 2026-07-28 servers only log to requests that opt in
+            log_level="debug",
+            cache=None,
+        )
+        # One deadline covers spawn, handshake and first lists; lifted once the server is ready.
+        with anyio.CancelScope(deadline=anyio.current_time() + START_SECONDS) as scope:
+            async with client:
+                listing = await _fetch_listing(client)
+                scope.deadline = math.inf
+                self.client, self.listing = client, listing
+                self.state, self.error = "ready", None
+                self._ready.set()
+                self._settled.set()
+                logger.info(
+                    "server '%s' is ready (%s, %d tools)", self.name, client.protocol_version, len(listing.tools)
+                )
+                try:
+                    if self.on_listing is not None:
+                        await self.on_listing(self)
+                    await closed.wait()
+                finally:
+                    self.client = None
+        if scope.cancelled_caught:
+            raise TimeoutError
+
+    def _transport(self) -> Any:
+        if isinstance(self.config, LocalServer):
+            return stdio_client(launch_plan(self.config), errlog=sys.stderr)
+        http = httpx2.AsyncClient(headers=self.config.headers, timeout=httpx2.Timeout(30.0, read=None))
+        return streamable_http_client(self.config.url, http_client=http)
+
+    # -- what the server sends us ----------------------------------------------------------
+
+    async def _on_elicit(self, ctx: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        # The request carries no link to the call that caused it; the newest call in flight on
+        # this server is the best owner. With none in flight nobody can answer: decline.
+        asker = self._in_flight[-1].asker if self._in_flight else None
+        if asker is None:
+            return types.ElicitResult(action="decline")
+        return await asker.elicit(self.name, params)
+
+    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        logger_name = f"{self.name}.{params.logger}" if params.logger else self.name
+        params = params.model_copy(update={"logger": logger_name})
+        sink = self._in_flight[-1].log if self._in_flight else None
+        if sink is not None:
+            await sink(params)
+        elif self.on_log is not None:
+            await self.on_log(self, params)
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, Exception):
+            logger.warning("server '%s' sent a message that is not valid MCP: %s", self.name, message)
+        elif isinstance(message, _LIST_CHANGED) and self._tg is not None:
+            # refetch outside the dispatcher's receive path, which must not block
+            self._tg.start_soon(self.refresh)
+
+    async def refresh(self) -> None:
+        """Re-read the catalog after the server said it changed, and report it."""
+        client = self.client
+        if client is None:
+            return
+        try:
+            with anyio.fail_after(START_SECONDS):
+                self.listing = await _fetch_listing(client)
+        except (MCPError, TimeoutError, anyio.ClosedResourceError) as exc:
+            logger.warning("server '%s': could not re-read its catalog: %s", self.name, _describe(exc))
+            return
+        if self.on_listing is not None:
+            await self.on_listing(self)
+
+    # -- forwarding ------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def tracking(self, entry: InFlight) -> AsyncIterator[None]:
+        self._in_flight.append(entry)
+        try:
+            yield
+        finally:
+            self._in_flight.remove(entry)
+
+    async def call_tool(
+        self,
+        tool: str,
+        params: types.CallToolRequestParams,
+        entry: InFlight,
+    ) -> types.CallToolResult:
+        """Forward one call and return its result; failures become an error result naming the server."""
+        try:
+            client = await self.ready_client()
+            async with self.tracking(entry):
+                with anyio.fail_after(self.timeout):
+                    return await self._call_rounds(client, tool, params, entry)
+        except TimeoutError:
+            return error_result(
+                f"call to '{tool}' on server '{self.name}' took longer than {self.timeout:g}s and was cancelled"
+            )
+        except DownstreamError as exc:
+            return error_result(str(exc))
+        except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED:
+                return error_result(f"server '{self.name}' closed the connection during the call to '{tool}'")
+            return error_result(f"server '{self.name}' answered '{tool}' with an error: {exc.message}")
+        except ValueError as exc:  # a result that does not validate
+            return error_result(f"server '{self.name}' sent an invalid result for '{tool}': {_first_line(exc)}")
+
+    async def _call_rounds(
+        self,
+        client: Client,
+        tool: str,
+        params: types.CallToolRequestParams,
+        entry: InFlight,
+    ) -> types.CallToolResult:
+        progress = entry.report if entry.progress is not None else None
+        request = types.CallToolRequestParams(name=tool, arguments=params.arguments, _meta=_forwardable(params.meta))
+        for _ in range(MAX_INPUT_ROUNDS):
+            result = await client.session.send_request(
+                types.CallToolRequest(params=request), _CALL_RESULT, progress_callback=progress
+            )
+            if isinstance(result, types.CallToolResult):
+                return result
+            responses = {key: await self._answer(req, entry) for key, req in result.input_requests.items()}
+            request = request.model_copy(update={"input_responses": responses, "request_state": result.request_state})
+        return error_result(f"server '{self.name}' asked for input more than {MAX_INPUT_ROUNDS} times")
+
+    async def _answer(self, request: types.InputRequest, entry: InFlight) -> types.InputResponse:
+        if isinstance(request, types.ElicitRequest):
+            if entry.asker is None:
+                return types.ElicitResult(action="decline")
+            return await entry.asker.elicit(self.name, request.params)
+        if isinstance(request, types.ListRootsRequest):
+            return types.ListRootsResult(roots=[])
+        raise DownstreamError(f"server '{self.name}' asked the client's model for a completion; sampling is denied")
+
+    async def request(self, request: Any, result_type: Any) -> Any:
+        """Forward a non-call request (prompt get, resource read, completion) within the timeout.
+
+        Raises:
+            DownstreamError: the server is down, errs, or times out.
+        """
+        client = await self.ready_client()
+        try:
+            with anyio.fail_after(self.timeout):
+                return await client.session.send_request(request, result_type)
+        except TimeoutError:
+            raise DownstreamError(
+                f"server '{self.name}' did not answer {request.method} in {self.timeout:g}s"
+            ) from None
+        except MCPError as exc:
+            raise DownstreamError(f"server '{self.name}': {exc.message}") from exc
+
+
+def error_result(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+def _forwardable(meta: Any) -> dict[str, Any] | None:
+    """The caller's `_meta` minus what belongs to this hop (progress token, protocol envelope)."""
+    if not meta:
+        return None
+    data = meta if isinstance(meta, dict) else dict(meta)
+    kept = {
+        k: v
+        for k, v in data.items()
+        if k not in ("progressToken", "progress_token") and not k.startswith("io.modelcontextprotocol/")
+    }
+    return kept or None
+
+
+async def _fetch_listing(client: Client) -> Listing:
+    caps = client.server_capabilities
+
+    async def pages(fetch: Callable[[str | None], Awaitable[Any]], attr: str) -> tuple[Any, ...]:
+        items: list[Any] = []
+        cursor: str | None = None
+        for _ in range(1000):  # a server that pages forever is cut off, not followed
+            page = await fetch(cursor)
+            items.extend(getattr(page, attr))
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tuple(items)
+
+    tools = await pages(lambda c: client.list_tools(cursor=c), "tools") if caps.tools else ()
+    prompts = await pages(lambda c: client.list_prompts(cursor=c), "prompts") if caps.prompts else ()
+    resources, templates = (), ()
+    if caps.resources:
+        resources = await pages(lambda c: client.list_resources(cursor=c), "resources")
+        templates = await pages(lambda c: client.list_resource_templates(cursor=c), "resource_templates")
+    return Listing(tools, prompts, resources, templates, client.instructions)
+
+
+@asynccontextmanager
+async def _watched(transport: Any, closed: anyio.Event) -> AsyncIterator[Any]:
+    """The transport's streams, setting `closed` when the server's side ends (exit, crash, EOF)."""
+    async with transport as streams:
+        read, write = streams[0], streams[1]
+        send, receive = anyio.create_memory_object_stream[Any](0)
+
+        async def pump() -> None:
+            try:
+                async with send:
+                    async for item in read:
+                        await send.send(item)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass
+            finally:
+                closed.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pump)
+            try:
+                yield receive, write
+            finally:
+                tg.cancel_scope.cancel()
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return f"command not found: {exc.filename or exc}"
+    if isinstance(exc, PermissionError):
+        return f"command not executable: {exc.filename or exc}"
+    if isinstance(exc, TimeoutError):
+        return f"no answer to the handshake within {START_SECONDS:g}s"
+    if isinstance(exc, MCPError):
+        return f"protocol error: {exc.message}"
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {_first_line(exc)}"

@@ -1,0 +1,192 @@
+"""Carrying a downstream server's request for user input to the human, in either protocol era.
+
+A downstream server may ask the user something in the middle of a tool call. How the question
+reaches the client depends on the client's era:
+
+- handshake era (up to 2025-11-25): the gateway sends `elicitation/create` to the client while
+  the call is still open (`DirectAsker`);
+- 2026-07-28: there is no back channel. The gateway answers the client's call with an
+  `InputRequiredResult` and keeps the downstream call waiting (`ParkedCall`); the client's retry
+  carries the answer and a sealed `request_state` that names the waiting call (`ParkedCalls`).
+
+Either way the question is prefixed with the server's name, so the user knows who is asking.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+import mcp.types as types
+from mcp.server.session import ServerSession
+from mcp.shared.message import ServerMessageMetadata
+
+__all__ = [
+    "Asker",
+    "DirectAsker",
+    "InputNeeded",
+    "ParkedCall",
+    "ParkedCalls",
+    "StateRejected",
+    "args_digest",
+    "prefixed",
+]
+
+# How long a parked call waits for the client's retry before the question counts as cancelled:
+# a human may take a while, but a call must not wait forever.
+PARK_SECONDS = 120.0
+# Parked calls are created by downstream servers; cap them so one cannot grow memory unbounded.
+MAX_PARKED = 256
+
+
+class Asker(Protocol):
+    """Puts one downstream server's question to the human and returns the answer."""
+
+    async def elicit(self, server: str, params: types.ElicitRequestParams) -> types.ElicitResult: ...
+
+
+def prefixed(server: str, params: types.ElicitRequestParams) -> types.ElicitRequestParams:
+    """The same request with the server's name in front of its message."""
+    return params.model_copy(update={"message": f"[{server}] {params.message}"})
+
+
+@dataclass
+class DirectAsker:
+    """Handshake era: ask the client with an `elicitation/create` request tied to the open call."""
+
+    session: ServerSession
+    request_id: types.RequestId | None
+
+    async def elicit(self, server: str, params: types.ElicitRequestParams) -> types.ElicitResult:
+        metadata = ServerMessageMetadata(related_request_id=self.request_id) if self.request_id else None
+        return await self.session.send_request(
+            types.ElicitRequest(params=prefixed(server, params)), types.ElicitResult, metadata=metadata
+        )
+
+
+@dataclass
+class InputNeeded:
+    """A parked call's question, waiting for the client to retry with an answer."""
+
+    params: types.ElicitRequestParams
+    answer: anyio.Event = field(default_factory=anyio.Event)
+    result: types.ElicitResult | None = None
+
+
+class ParkedCall:
+    """2026-07-28: a downstream call running in its own task, talking to the upstream handler.
+
+    The forwarding task calls `elicit` when the downstream server asks something; the upstream
+    handler reads `next_event()` and either returns the call's result or turns the question into
+    an `InputRequiredResult`.
+    """
+
+    def __init__(self, entry: Any) -> None:
+        self.entry = entry  # the InFlight record the downstream call reports through
+        self._send, self._events = anyio.create_memory_object_stream[InputNeeded | types.Result](1)
+        self.scope = anyio.CancelScope()
+        self.pending: InputNeeded | None = None
+
+    async def elicit(self, server: str, params: types.ElicitRequestParams) -> types.ElicitResult:
+        question = InputNeeded(prefixed(server, params))
+        await self._send.send(question)
+        # no retry in time: the human did not answer, which is a cancel, never an accept
+        with anyio.move_on_after(PARK_SECONDS):
+            await question.answer.wait()
+        return question.result or types.ElicitResult(action="cancel")
+
+    def finish(self, result: types.Result) -> None:
+        """Hand the call's final result to whoever reads next (dropped if nobody is left)."""
+        with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self._send.send_nowait(result)
+
+    async def next_event(self) -> InputNeeded | types.Result:
+        event = await self._events.receive()
+        self.pending = event if isinstance(event, InputNeeded) else None
+        return event
+
+    def answer(self, responses: dict[str, Any] | None, key: str) -> None:
+        """Deliver the client's answer to the pending question (missing or malformed: cancel)."""
+        if self.pending is None:
+            return
+        raw = (responses or {}).get(key)
+        try:
+            result = types.ElicitResult.model_validate(raw, by_name=False) if raw is not None else None
+        except ValueError:
+            result = None
+        self.pending.result = result or types.ElicitResult(action="cancel")
+        self.pending.answer.set()
+        self.pending = None
+
+
+class StateRejected(Exception):
+    """A retried call's `request_state` is forged, expired, replayed or bound to another call."""
+
+
+def args_digest(arguments: dict[str, Any] | None) -> str:
+    canonical = json.dumps(arguments or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class ParkedCalls:
+    """Parked calls keyed by a sealed `request_state`.
+
+    The state is `payload.hmac`, HMAC-SHA256 under a key that exists only in this process's
+    memory. It binds the call id, the exposed tool name, a digest of the arguments and an expiry,
+    and each state can be redeemed once.
+    """
+
+    def __init__(self) -> None:
+        self._key = secrets.token_bytes(32)
+        self._calls: dict[str, tuple[ParkedCall, float]] = {}
+
+    def park(self, call: ParkedCall, tool: str, arguments: dict[str, Any] | None) -> str:
+        self._expire()
+        if len(self._calls) >= MAX_PARKED:
+            oldest = min(self._calls, key=lambda k: self._calls[k][1])
+            self._calls.pop(oldest)[0].scope.cancel()
+        call_id = base64.urlsafe_b64encode(os.urandom(12)).decode()
+        expires = time.time() + PARK_SECONDS
+        self._calls[call_id] = (call, expires)
+        payload = json.dumps({"id": call_id, "tool": tool, "args": args_digest(arguments), "exp": expires})
+        body = base64.urlsafe_b64encode(payload.encode()).decode()
+        return f"{body}.{self._mac(body)}"
+
+    def redeem(self, state: str, tool: str, arguments: dict[str, Any] | None) -> ParkedCall:
+        """The parked call `state` names, removed from the table.
+
+        Raises:
+            StateRejected: the state does not verify or does not match this call.
+        """
+        body, _, mac = state.partition(".")
+        if not hmac.compare_digest(mac, self._mac(body)):
+            raise StateRejected("request_state does not verify")
+        try:
+            claim = json.loads(base64.urlsafe_b64decode(body.encode()))
+        except ValueError:
+            raise StateRejected("request_state is malformed") from None
+        if claim.get("tool") != tool or claim.get("args") != args_digest(arguments):
+            raise StateRejected("request_state belongs to a different call")
+        if claim.get("exp", 0) < time.time():
+            raise StateRejected("request_state has expired")
+        entry = self._calls.pop(str(claim.get("id")), None)
+        if entry is None:
+            raise StateRejected("request_state was already used")
+        return entry[0]
+
+    def _mac(self, body: str) -> str:
+        return hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()
+
+    def _expire(self) -> None:
+        now = time.time()
+        for call_id in [k for k, (_, exp) in self._calls.items() if exp < now]:
+            self._calls.pop(call_id)[0].scope.cancel()

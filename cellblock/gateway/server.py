@@ -1,0 +1,342 @@
+"""The gateway's face toward the client: one MCP server that routes to many.
+
+`Gateway` owns the downstream servers, the merged catalog, and the SDK's low-level `Server`
+whose handlers route each call, prompt, resource read and completion to the server it came from.
+It serves both protocol eras; where they differ (notifications, questions to the user) the
+handler picks the era's way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import mcp.types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.session import ServerSession
+from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ToolsListChanged,
+)
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from cellblock import __version__
+from cellblock.gateway.catalog import Catalog, build_catalog, expose_content
+from cellblock.gateway.config import Config
+from cellblock.gateway.downstream import START_SECONDS, Downstream, DownstreamError, InFlight, Listing, error_result
+from cellblock.gateway.elicitation import DirectAsker, InputNeeded, ParkedCall, ParkedCalls, StateRejected
+from cellblock.gateway.namespacing import expose_uri
+from cellblock.gateway.state import atomic_write_json, read_json
+
+__all__ = ["Gateway"]
+
+logger = logging.getLogger(__name__)
+
+Ctx = ServerRequestContext[Any, Any]
+# The key of the one question a parked 2026-07-28 call puts to the client at a time.
+INPUT_KEY = "cellblock"
+_LOG_ORDER = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
+
+INSTRUCTIONS = (
+    "Cellblock gateway. Every tool, prompt and resource here belongs to one downstream server and is "
+    "named '<server>{sep}<name>'."
+)
+
+
+class Gateway:
+    """Downstream servers behind one MCP server."""
+
+    def __init__(self, config: Config, state: Path) -> None:
+        self.config = config
+        self.catalog_dir = state / "catalogs"
+        self.downstreams = {
+            name: Downstream(
+                name,
+                server,
+                timeout=config.timeout_of(name),
+                protocol=server.protocol,
+                on_listing=self._on_listing,
+                on_log=self._on_idle_log,
+            )
+            for name, server in sorted(config.servers.items())
+        }
+        self.catalog = Catalog()
+        self.bus = InMemorySubscriptionBus()
+        self.parked = ParkedCalls()
+        # the handshake-era connection, for notifications sent outside any request
+        self.upstream: ServerSession | None = None
+        self.log_level: str | None = None
+        self._settled = anyio.Event()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.server = self._build_server()
+
+    # -- running ---------------------------------------------------------------------------
+
+    async def serve_stdio(self) -> None:
+        async with stdio_server() as (read, write):
+            await self.run(read, write)
+
+    async def run(self, read: Any, write: Any) -> None:
+        """Start the downstream servers and serve one client connection until it closes."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            eager: list[Downstream] = []
+            for ds in self.downstreams.values():
+                cached = read_json(self.catalog_dir / f"{ds.name}.json")
+                if self.config.start_of(ds.name) == "lazy" and isinstance(cached, dict):
+                    ds.listing = Listing.load(cached)
+                else:
+                    # a lazy server nobody has seen yet is started once to learn its catalog
+                    eager.append(ds)
+                    ds.start(tg)
+            self._rebuild()
+            tg.start_soon(self._settle, eager)
+            options = self.server.create_initialization_options(
+                NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True)
+            )
+            await self.server.run(read, write, options)
+            tg.cancel_scope.cancel()
+
+    async def _settle(self, eager: list[Downstream]) -> None:
+        async with anyio.create_task_group() as tg:
+            for ds in eager:
+                tg.start_soon(ds.wait_settled, START_SECONDS)
+        self._rebuild()
+        self._settled.set()
+
+    async def _catalog(self) -> Catalog:
+        # the first list waits (bounded) for the eager servers, so the client sees them all
+        with anyio.move_on_after(START_SECONDS):
+            await self._settled.wait()
+        return self.catalog
+
+    def _rebuild(self) -> Catalog:
+        listings = {name: ds.listing for name, ds in self.downstreams.items() if ds.listing is not None}
+        old, self.catalog = (
+            self.catalog,
+            build_catalog(listings, separator=self.config.names.separator, max_length=self.config.names.max_length),
+        )
+        return old
+
+    async def _on_listing(self, ds: Downstream) -> None:
+        if ds.listing is not None:
+            try:
+                atomic_write_json(self.catalog_dir / f"{ds.name}.json", ds.listing.dump())
+            except OSError as exc:
+                logger.warning("could not save the catalog of '%s' for lazy start: %s", ds.name, exc)
+        old = self._rebuild()
+        if not self._settled.is_set():
+            return
+        new = self.catalog
+        changes: list[tuple[Any, Callable[[ServerSession], Awaitable[None]]]] = []
+        if old.tools != new.tools:
+            changes.append((ToolsListChanged(), lambda s: s.send_tool_list_changed()))
+        if old.prompts != new.prompts:
+            changes.append((PromptsListChanged(), lambda s: s.send_prompt_list_changed()))
+        if (old.resources, old.templates) != (new.resources, new.templates):
+            changes.append((ResourcesListChanged(), lambda s: s.send_resource_list_changed()))
+        for event, send in changes:
+            await self.bus.publish(event)  # 2026-07-28 clients listening on subscriptions/listen
+            if self.upstream is not None:  # handshake-era clients
+                with contextlib.suppress(Exception):
+                    await send(self.upstream)
+
+    # -- the upstream server ---------------------------------------------------------------
+
+    def _build_server(self) -> Server[Any]:
+        server: Server[Any] = Server(
+            "cellblock",
+            version=__version__,
+            instructions=INSTRUCTIONS.format(sep=self.config.names.separator),
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_list_prompts=self._list_prompts,
+            on_get_prompt=self._get_prompt,
+            on_list_resources=self._list_resources,
+            on_list_resource_templates=self._list_templates,
+            on_read_resource=self._read_resource,
+            on_completion=self._complete,
+            on_subscriptions_listen=ListenHandler(self.bus),
+        )
+        # registered directly: the constructor argument warns that logging is deprecated in 2026
+        server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)
+        server.middleware = []  # no tracing span per message on the hot path
+        return server
+
+    def _remember(self, ctx: Ctx) -> None:
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            self.upstream = ctx.session
+
+    async def _list_tools(self, ctx: Ctx, params: Any) -> types.ListToolsResult:
+        self._remember(ctx)
+        return types.ListToolsResult(tools=list((await self._catalog()).tools))
+
+    async def _list_prompts(self, ctx: Ctx, params: Any) -> types.ListPromptsResult:
+        self._remember(ctx)
+        return types.ListPromptsResult(prompts=list((await self._catalog()).prompts))
+
+    async def _list_resources(self, ctx: Ctx, params: Any) -> types.ListResourcesResult:
+        self._remember(ctx)
+        return types.ListResourcesResult(resources=list((await self._catalog()).resources))
+
+    async def _list_templates(self, ctx: Ctx, params: Any) -> types.ListResourceTemplatesResult:
+        self._remember(ctx)
+        return types.ListResourceTemplatesResult(resource_templates=list((await self._catalog()).templates))
+
+    async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> types.Result:
+        self._remember(ctx)
+        route = self.catalog.tool_routes.get(params.name)
+        if route is None:
+            return error_result(self._unknown(params.name, "tool"))
+        server, tool = route
+        ds = self.downstreams[server]
+        assert self._tg is not None  # handlers only run inside run()
+        ds.start(self._tg)  # lazy servers start on first use
+        entry = self._in_flight(ctx)
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return await self._call_modern(ctx, params, ds, tool, entry)
+        entry.asker = DirectAsker(ctx.session, ctx.request_id)
+        return _exposed(server, await ds.call_tool(tool, params, entry))
+
+    async def _call_modern(
+        self, ctx: Ctx, params: types.CallToolRequestParams, ds: Downstream, tool: str, entry: InFlight
+    ) -> types.Result:
+        """2026-07-28: the call runs in its own task so that it can outlive a question to the user."""
+        if params.request_state:
+            try:
+                call = self.parked.redeem(params.request_state, params.name, params.arguments)
+            except StateRejected as exc:
+                return error_result(f"retry of '{params.name}' refused: {exc}")
+            call.entry.progress, call.entry.log = entry.progress, entry.log
+            call.answer(params.input_responses, INPUT_KEY)
+        else:
+            call = ParkedCall(entry)
+            entry.asker = call
+            assert self._tg is not None
+
+            async def forward() -> None:
+                with call.scope:
+                    call.finish(await ds.call_tool(tool, params, entry))
+
+            self._tg.start_soon(forward)
+        parked = False
+        try:
+            event = await call.next_event()
+            if isinstance(event, InputNeeded):
+                state = self.parked.park(call, params.name, params.arguments)
+                parked = True
+                call.entry.progress = call.entry.log = None  # this request ends here
+                return types.InputRequiredResult(
+                    input_requests={INPUT_KEY: types.ElicitRequest(params=event.params)}, request_state=state
+                )
+            return _exposed(ds.name, event)
+        finally:
+            if not parked:
+                call.scope.cancel()  # a cancelled request takes its downstream call with it
+
+    def _in_flight(self, ctx: Ctx) -> InFlight:
+        session = ctx.session
+        token = (ctx.meta or {}).get("progress_token")
+
+        async def progress(value: float, total: float | None, message: str | None) -> None:
+            with contextlib.suppress(Exception):  # the client may be gone; progress is best effort
+                await session.report_progress(value, total, message)
+
+        async def log(params: types.LoggingMessageNotificationParams) -> None:
+            await self._send_log(session, params)
+
+        return InFlight(asker=None, log=log, progress=progress if token is not None else None)
+
+    async def _get_prompt(self, ctx: Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        self._remember(ctx)
+        route = self.catalog.prompt_routes.get(params.name)
+        if route is None:
+            raise MCPError(types.INVALID_PARAMS, self._unknown(params.name, "prompt"))
+        server, name = route
+        request = types.GetPromptRequest(params=types.GetPromptRequestParams(name=name, arguments=params.arguments))
+        return await self._forward(server, request, types.GetPromptResult)
+
+    async def _read_resource(self, ctx: Ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        self._remember(ctx)
+        server, uri = self._route_uri(str(params.uri))
+        request = types.ReadResourceRequest(params=types.ReadResourceRequestParams(uri=uri))
+        result = await self._forward(server, request, types.ReadResourceResult)
+        contents = [c.model_copy(update={"uri": expose_uri(server, str(c.uri))}) for c in result.contents]
+        return result.model_copy(update={"contents": contents})
+
+    async def _complete(self, ctx: Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
+        self._remember(ctx)
+        ref = params.ref
+        if isinstance(ref, types.PromptReference):
+            route = self.catalog.prompt_routes.get(ref.name)
+            if route is None:
+                raise MCPError(types.INVALID_PARAMS, self._unknown(ref.name, "prompt"))
+            server, name = route
+            ref = ref.model_copy(update={"name": name})
+        else:
+            server, uri = self._route_uri(ref.uri)
+            ref = ref.model_copy(update={"uri": uri})
+        request = types.CompleteRequest(params=params.model_copy(update={"ref": ref, "meta": None}))
+        return await self._forward(server, request, types.CompleteResult)
+
+    async def _set_level(self, ctx: Ctx, params: types.SetLevelRequestParams) -> types.EmptyResult:
+        self._remember(ctx)
+        self.log_level = params.level
+        return types.EmptyResult()
+
+    async def _forward(self, server: str, request: Any, result_type: Any) -> Any:
+        ds = self.downstreams[server]
+        assert self._tg is not None
+        ds.start(self._tg)
+        try:
+            return await ds.request(request, result_type)
+        except DownstreamError as exc:
+            raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
+
+    def _route_uri(self, uri: str) -> tuple[str, str]:
+        try:
+            server, original = self.catalog.route_resource(uri)
+        except ValueError as exc:
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from None
+        if server not in self.downstreams:
+            raise MCPError(types.INVALID_PARAMS, f"no server named '{server}' for resource {uri}")
+        return server, original
+
+    def _unknown(self, name: str, kind: str) -> str:
+        prefix, sep, _ = name.partition(self.config.names.separator)
+        ds = self.downstreams.get(prefix) if sep else None
+        if ds is not None and ds.state in ("failed", "restarting", "starting"):
+            return f"server '{ds.name}' is not available ({ds.state}): {ds.error or 'starting'}"
+        return f"unknown {kind} '{name}': it is not in Cellblock's catalog; list the {kind}s again"
+
+    # -- logs ------------------------------------------------------------------------------
+
+    async def _send_log(self, session: ServerSession, params: types.LoggingMessageNotificationParams) -> None:
+        if self.log_level and _LOG_ORDER.index(params.level) < _LOG_ORDER.index(self.log_level):
+            return
+        with contextlib.suppress(Exception):  # logs are best effort; a gone client must not fail a call
+            await session.send_log_message(params.level, params.data, logger=params.logger)
+
+    async def _on_idle_log(self, ds: Downstream, params: types.LoggingMessageNotificationParams) -> None:
+        if self.upstream is not None:
+            await self._send_log(self.upstream, params)
+
+
+def _exposed(server: str, result: types.Result) -> types.Result:
+    """A downstream result with resource URIs rewritten; most results pass untouched."""
+    if isinstance(result, types.CallToolResult) and any(
+        isinstance(c, types.ResourceLink | types.EmbeddedResource) for c in result.content
+    ):
+        return result.model_copy(update={"content": expose_content(server, result.content)})
+    return result

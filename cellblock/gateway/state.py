@@ -1,0 +1,48 @@
+"""Where Cellblock keeps its files, and how it writes them without losing any.
+
+State files are written atomically (temp file, fsync, rename) and created 0600, so a crash
+mid-write leaves the old file, never half of a new one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from platformdirs import user_state_path
+
+__all__ = ["atomic_write_json", "read_json", "state_dir"]
+
+
+def state_dir() -> Path:
+    """`$CELLBLOCK_STATE_DIR`, else the per-user state directory; created 0700."""
+    env = os.environ.get("CELLBLOCK_STATE_DIR")
+    path = Path(env).expanduser() if env else user_state_path("cellblock")
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    """Replace `path` with `data` as JSON in one step; the file is 0600."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=1, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path) -> Any | None:
+    """The JSON in `path`, or None when it is missing or unreadable (callers treat that as 'no state')."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
