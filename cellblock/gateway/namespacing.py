@@ -1,0 +1,197 @@
+"""Exposed names for tools and prompts, and routable resource URIs.
+
+Every tool (and prompt) a backend server offers is shown to the client as
+`<server><separator><name>`. Clients are strict about names (Claude Desktop drops a whole server
+over one dot; several clients cap the length at 64 or less), so names are sanitized and shortened
+here, and any two names that end up equal are told apart deterministically and reported.
+
+Resource URIs are wrapped as `cellblock://<server>/<original uri>` so a read can be routed back.
+
+Pure Python on purpose: the rules are unit-tested without a running gateway or the MCP SDK.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+__all__ = [
+    "MAX_LENGTH_DEFAULT",
+    "SEPARATOR_DEFAULT",
+    "URI_SCHEME",
+    "Collision",
+    "NameTable",
+    "assign_names",
+    "expose_uri",
+    "route_uri",
+]
+
+SEPARATOR_DEFAULT = "__"
+# 64 is the tightest common cap (Claude API/Desktop, OpenAI, VS Code); `cellblock wrap` lowers it
+# further for clients that add their own prefix.
+MAX_LENGTH_DEFAULT = 64
+URI_SCHEME = "cellblock"
+
+# Mirrors `cellblock.gateway.config.SERVER_NAME` (a test keeps them equal); redefined here so this
+# module does not import pydantic and yaml. Used with fullmatch: `$` alone would accept "name\n".
+_SERVER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
+_SEPARATOR = re.compile(r"^[A-Za-z0-9_-]{1,4}$")
+# Explicit ASCII ranges: `\w` would let non-ASCII letters through, which clients reject.
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_MIN_LENGTH = 16
+_HASH_HEX = 8  # 32 bits: enough to separate the few names that collide, short enough to read
+_URI_PREFIX = re.compile(rf"^{URI_SCHEME}://([^/]*)/", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class Collision:
+    """One name that could not get its plain form because another name already had it."""
+
+    exposed: str  # the name it got instead
+    server: str
+    original: str
+    wanted: str  # the plain name it collided on
+
+    def __str__(self) -> str:
+        return (
+            f"server {self.server!r}: name {self.original!r} wanted {self.wanted!r}, which another name "
+            f"of the catalog already has; it is exposed as {self.exposed!r} instead"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NameTable:
+    """Both directions of the name mapping, plus what had to be renamed.
+
+    The mappings are read-only views, iterated in sorted order so that tool lists built from them
+    come out identical every time (clients cache prompts on that).
+    """
+
+    by_exposed: Mapping[str, tuple[str, str]]  # exposed -> (server, original)
+    by_original: Mapping[tuple[str, str], str]  # (server, original) -> exposed
+    collisions: tuple[Collision, ...]
+
+
+def _digest(server: str, original: str, salt: int = 0) -> str:
+    # The hash covers the original name (not the sanitized one), so `a.b` and `a_b`, or two long
+    # names that share their first 55 characters, get different suffixes. A server name has no NUL
+    # and starts with a letter, so neither key form can equal another (salted keys start with a
+    # digit). `surrogatepass` keeps odd JSON strings (lone surrogates) from raising.
+    key = f"{server}\x00{original}" if salt == 0 else f"{salt}\x00{server}\x00{original}"
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _hashed(plain: str, digest: str, hex_chars: int, max_length: int) -> str:
+    # Cut the plain name so that "<prefix>_<hex>" fits exactly in max_length; the prefix keeps at
+    # least the server's first letter, so the name still starts with a letter.
+    return f"{plain[: max_length - 1 - hex_chars]}_{digest[:hex_chars]}"
+
+
+def _candidates(server: str, original: str, plain: str, max_length: int) -> Iterator[str]:
+    """Hash forms to try, in order, for a name that lost its plain form."""
+    digest = _digest(server, original)
+    # Longer and longer suffixes of the same hash (shortening the prefix to keep the length)...
+    for hex_chars in range(_HASH_HEX, min(len(digest), max_length - 2) + 1):
+        yield _hashed(plain, digest, hex_chars, max_length)
+    # ...and if a server went out of its way to occupy all of those, salted hashes: an endless,
+    # deterministic supply, so assignment always terminates instead of failing the whole catalog.
+    salt = 1
+    while True:
+        yield _hashed(plain, _digest(server, original, salt), _HASH_HEX, max_length)
+        salt += 1
+
+
+def _check_server(server: str) -> None:
+    if not _SERVER_NAME.fullmatch(server):
+        raise ValueError(f"invalid server name {server!r}: expected {_SERVER_NAME.pattern}")
+
+
+def assign_names(
+    items: Iterable[tuple[str, str]],
+    *,
+    separator: str = SEPARATOR_DEFAULT,
+    max_length: int = MAX_LENGTH_DEFAULT,
+) -> NameTable:
+    """Give every (server, original name) pair a unique, client-safe exposed name.
+
+    Call once per kind (tools, prompts) with the whole catalog: the result depends only on the set
+    of pairs, never on their order, so the same servers always produce the same names.
+    """
+    if not _SEPARATOR.fullmatch(separator):
+        raise ValueError(f"invalid separator {separator!r}: expected 1-4 characters of [A-Za-z0-9_-]")
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < _MIN_LENGTH:
+        raise ValueError(f"max_length must be an integer >= {_MIN_LENGTH}, got {max_length!r}")
+
+    # Sorting the de-duplicated pairs up front is what makes everything below order-independent.
+    pairs = sorted(set(items))
+    wanted: dict[tuple[str, str], str] = {}
+    plain_of: dict[tuple[str, str], str] = {}
+    clean: set[tuple[str, str]] = set()
+    for server, original in pairs:
+        _check_server(server)
+        raw = f"{server}{separator}{original}"
+        plain = _UNSAFE.sub("_", raw)
+        plain_of[(server, original)] = plain
+        if len(plain) > max_length:
+            wanted[(server, original)] = _hashed(plain, _digest(server, original), _HASH_HEX, max_length)
+        else:
+            wanted[(server, original)] = plain
+            if plain == raw:
+                clean.add((server, original))
+
+    # Pass 1: every wanted name goes to exactly one claimant. A name used verbatim beats one that
+    # only looks like it after sanitizing (the server author meant `a_b`, not `a.b`); ties go to
+    # the smallest (server, original).
+    claimants: dict[str, list[tuple[str, str]]] = {}
+    for pair in pairs:
+        claimants.setdefault(wanted[pair], []).append(pair)
+    by_original: dict[tuple[str, str], str] = {}
+    losers: list[tuple[str, str]] = []
+    for name, group in claimants.items():
+        winner = min(group, key=lambda p: (p not in clean, p))
+        by_original[winner] = name
+        losers.extend(p for p in group if p != winner)
+
+    # Pass 2: the others take the first free hash form, in sorted order, after all wanted names
+    # are settled, so a loser can never take a name that some other pair wanted as its plain form.
+    taken = set(by_original.values())
+    collisions: list[Collision] = []
+    for pair in sorted(losers):
+        server, original = pair
+        name = next(c for c in _candidates(server, original, plain_of[pair], max_length) if c not in taken)
+        taken.add(name)
+        by_original[pair] = name
+        collisions.append(Collision(exposed=name, server=server, original=original, wanted=wanted[pair]))
+
+    exposed_sorted = sorted((name, pair) for pair, name in by_original.items())
+    return NameTable(
+        by_exposed=MappingProxyType(dict(exposed_sorted)),
+        by_original=MappingProxyType({pair: by_original[pair] for pair in pairs}),
+        collisions=tuple(collisions),
+    )
+
+
+def expose_uri(server: str, uri: str) -> str:
+    """Wrap a backend resource URI (or URI template) so a read can be routed back to its server.
+
+    The original is appended verbatim, not escaped: a template such as `file:///{path}` keeps its
+    variables, and whatever the client expands them to still starts with our prefix.
+    """
+    _check_server(server)
+    return f"{URI_SCHEME}://{server}/{uri}"
+
+
+def route_uri(exposed_uri: str) -> tuple[str, str]:
+    """Split an exposed resource URI back into (server, original URI).
+
+    Raises ValueError if the URI was not produced by `expose_uri`.
+    """
+    # The scheme is matched case-insensitively (RFC 3986 says schemes are); server names are
+    # lower-case already, so a client that normalizes the host changes nothing.
+    match = _URI_PREFIX.match(exposed_uri)
+    if match is None or not _SERVER_NAME.fullmatch(match.group(1)):
+        raise ValueError(f"not a Cellblock resource URI: {exposed_uri!r} (expected {URI_SCHEME}://<server>/<uri>)")
+    return match.group(1), exposed_uri[match.end() :]

@@ -1,0 +1,416 @@
+"""Exposed names and resource URIs (cellblock.gateway.namespacing)."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cellblock.gateway.namespacing import (
+    MAX_LENGTH_DEFAULT,
+    SEPARATOR_DEFAULT,
+    Collision,
+    NameTable,
+    assign_names,
+    expose_uri,
+    route_uri,
+)
+
+VALID_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+
+def h(server: str, original: str) -> str:
+    """The spec's hash, computed independently of the module."""
+    return hashlib.sha256(f"{server}\x00{original}".encode()).hexdigest()
+
+
+def plain(server: str, original: str, separator: str = SEPARATOR_DEFAULT) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", f"{server}{separator}{original}")
+
+
+def hashed(server: str, original: str, max_length: int, separator: str = SEPARATOR_DEFAULT) -> str:
+    return f"{plain(server, original, separator)[: max_length - 9]}_{h(server, original)[:8]}"
+
+
+def exposed(table: NameTable, server: str, original: str) -> str:
+    return table.by_original[(server, original)]
+
+
+def check_table(table: NameTable, pairs: set[tuple[str, str]], max_length: int) -> None:
+    """The invariants every table must satisfy."""
+    assert set(table.by_original) == pairs
+    assert len(table.by_exposed) == len(pairs)  # unique: no two pairs share an exposed name
+    for name, pair in table.by_exposed.items():
+        assert VALID_NAME.fullmatch(name), name
+        assert len(name) <= max_length, name
+        assert table.by_original[pair] == name
+    for pair, name in table.by_original.items():
+        assert table.by_exposed[name] == pair
+    assert list(table.by_exposed) == sorted(table.by_exposed)
+
+
+# --- defaults and plain names -----------------------------------------------------------------
+
+
+def test_defaults_match_the_design() -> None:
+    assert SEPARATOR_DEFAULT == "__"
+    assert MAX_LENGTH_DEFAULT == 64
+
+
+def test_plain_name_is_server_then_separator_then_tool() -> None:
+    table = assign_names([("files", "read_file")])
+    assert dict(table.by_exposed) == {"files__read_file": ("files", "read_file")}
+    assert table.collisions == ()
+
+
+def test_custom_separator_is_used() -> None:
+    table = assign_names([("files", "read")], separator="-x-")
+    assert exposed(table, "files", "read") == "files-x-read"
+
+
+def test_dotted_tool_name_is_sanitized() -> None:
+    table = assign_names([("git", "repo.status")])
+    assert exposed(table, "git", "repo.status") == "git__repo_status"
+
+
+def test_every_character_outside_the_safe_set_becomes_an_underscore() -> None:
+    table = assign_names([("web", "a b:c/d.e@fé€😀\x00")])
+    assert exposed(table, "web", "a b:c/d.e@fé€😀\x00") == "web__a_b_c_d_e_f____"
+
+
+def test_letters_digits_underscore_and_hyphen_are_kept() -> None:
+    table = assign_names([("web", "Fetch-URL_2")])
+    assert exposed(table, "web", "Fetch-URL_2") == "web__Fetch-URL_2"
+
+
+def test_empty_tool_name_still_gets_a_valid_name() -> None:
+    table = assign_names([("web", "")])
+    assert exposed(table, "web", "") == "web__"
+
+
+def test_duplicate_pairs_are_ignored() -> None:
+    table = assign_names([("web", "fetch"), ("web", "fetch"), ("web", "fetch")])
+    assert dict(table.by_original) == {("web", "fetch"): "web__fetch"}
+    assert table.collisions == ()
+
+
+def test_same_tool_name_on_two_servers_gets_two_names() -> None:
+    table = assign_names([("a", "search"), ("b", "search")])
+    assert set(table.by_exposed) == {"a__search", "b__search"}
+    assert table.collisions == ()
+
+
+def test_no_items_give_an_empty_table() -> None:
+    table = assign_names([])
+    assert dict(table.by_exposed) == {}
+    assert dict(table.by_original) == {}
+    assert table.collisions == ()
+
+
+# --- shortening -------------------------------------------------------------------------------
+
+
+def test_name_at_max_length_is_not_shortened() -> None:
+    original = "x" * (64 - len("files__"))
+    table = assign_names([("files", original)])
+    assert exposed(table, "files", original) == f"files__{original}"
+
+
+def test_long_name_is_shortened_to_exactly_max_length_with_a_hash_suffix() -> None:
+    original = "x" * 100
+    name = exposed(assign_names([("files", original)]), "files", original)
+    assert len(name) == 64
+    assert name == f"files__{'x' * 48}_{h('files', original)[:8]}"
+
+
+def test_shortened_name_is_a_fixed_value_across_releases() -> None:
+    # Clients store permissions by name; a change here silently revokes them. Update only on purpose.
+    original = "get_the_current_weather_forecast_for_a_given_city_and_country_code"
+    table = assign_names([("weather", original)])
+    assert exposed(table, "weather", original) == "weather__get_the_current_weather_forecast_for_a_given_c_8ecbd7c7"
+
+
+def test_shortening_is_deterministic() -> None:
+    original = "very_long_" * 20
+    first = assign_names([("files", original)])
+    second = assign_names([("other", "x"), ("files", original)])
+    assert exposed(first, "files", original) == exposed(second, "files", original)
+
+
+def test_long_names_sharing_a_prefix_get_different_names() -> None:
+    a, b = "p" * 80 + "_alpha", "p" * 80 + "_beta"
+    table = assign_names([("files", a), ("files", b)])
+    assert exposed(table, "files", a) != exposed(table, "files", b)
+    assert table.collisions == ()  # the hash tells them apart; nothing was renamed twice
+
+
+def test_shortening_respects_a_small_max_length() -> None:
+    original = "read_file_with_options"
+    name = exposed(assign_names([("files", original)], max_length=16), "files", original)
+    assert name == f"files___{h('files', original)[:8]}"
+    assert len(name) == 16
+
+
+def test_shortened_names_still_start_with_a_letter_at_the_minimum_length() -> None:
+    server = "a" + "-" * 23
+    table = assign_names([(server, "tool"), (server, "tool.x"), (server, "tool_x")], max_length=16)
+    check_table(table, {(server, "tool"), (server, "tool.x"), (server, "tool_x")}, 16)
+
+
+def test_a_shortened_name_is_not_reported_as_a_collision() -> None:
+    assert assign_names([("files", "x" * 200)]).collisions == ()
+
+
+# --- collisions -------------------------------------------------------------------------------
+
+
+def test_verbatim_name_keeps_the_plain_form_over_a_sanitized_one() -> None:
+    # "a.b" sorts before "a_b", but "a_b" is what its author actually wrote.
+    table = assign_names([("s", "a.b"), ("s", "a_b")])
+    assert exposed(table, "s", "a_b") == "s__a_b"
+    assert exposed(table, "s", "a.b") == hashed("s", "a.b", 64)
+
+
+def test_when_no_name_is_verbatim_the_smallest_pair_keeps_the_plain_form() -> None:
+    table = assign_names([("s", "a:b"), ("s", "a.b"), ("s", "a b")])
+    assert exposed(table, "s", "a b") == "s__a_b"  # " " < "." < ":"
+    assert exposed(table, "s", "a.b") == hashed("s", "a.b", 64)
+    assert exposed(table, "s", "a:b") == hashed("s", "a:b", 64)
+
+
+def test_when_several_names_are_verbatim_the_smallest_pair_keeps_the_plain_form() -> None:
+    # With "-" as separator, server "a-b" + tool "c" and server "a" + tool "b-c" are both "a-b-c".
+    table = assign_names([("a-b", "c"), ("a", "b-c")], separator="-")
+    assert exposed(table, "a", "b-c") == "a-b-c"
+    assert exposed(table, "a-b", "c") == hashed("a-b", "c", 64, "-")
+
+
+def test_a_verbatim_name_beats_a_long_name_whose_shortened_form_it_equals() -> None:
+    long = "x" * 100
+    squatter = hashed("files", long, 64).removeprefix("files__")
+    table = assign_names([("files", long), ("files", squatter)])
+    assert exposed(table, "files", squatter) == hashed("files", long, 64)
+    assert exposed(table, "files", long) == f"files__{'x' * 47}_{h('files', long)[:9]}"
+    assert [c.original for c in table.collisions] == [long]
+
+
+def test_each_renamed_name_is_reported_once() -> None:
+    table = assign_names([("s", "a.b"), ("s", "a_b"), ("s", "a:b"), ("s", "ok")])
+    assert table.collisions == (
+        Collision(exposed=hashed("s", "a.b", 64), server="s", original="a.b", wanted="s__a_b"),
+        Collision(exposed=hashed("s", "a:b", 64), server="s", original="a:b", wanted="s__a_b"),
+    )
+
+
+def test_collision_report_reads_as_a_sentence_naming_everything() -> None:
+    (collision,) = assign_names([("s", "a.b"), ("s", "a_b")]).collisions
+    text = str(collision)
+    for part in ("'s'", "'a.b'", "'s__a_b'", repr(collision.exposed)):
+        assert part in text
+    assert "\n" not in text
+
+
+def test_hash_form_grows_when_it_is_already_taken() -> None:
+    # A tool literally named like the loser's hash form keeps it; the loser takes a longer hash.
+    squatter = hashed("s", "a.b", 64).removeprefix("s__")
+    table = assign_names([("s", "a.b"), ("s", "a_b"), ("s", squatter)])
+    assert exposed(table, "s", squatter) == hashed("s", "a.b", 64)
+    assert exposed(table, "s", "a.b") == f"s__a_b_{h('s', 'a.b')[:9]}"
+    check_table(table, {("s", "a.b"), ("s", "a_b"), ("s", squatter)}, 64)
+
+
+def test_assignment_terminates_when_every_hash_form_is_occupied() -> None:
+    # At max_length 16 a loser has hash forms with 8..14 hex digits; occupy all of them.
+    max_length, digest, base = 16, h("s", "a.b"), plain("s", "a.b", "_")
+    forms = [f"{base[: max_length - 1 - k]}_{digest[:k]}" for k in range(8, 15)]
+    squatters = [form.removeprefix("s_") for form in forms]
+    pairs = {("s", "a.b"), ("s", "a_b"), *(("s", sq) for sq in squatters)}
+    table = assign_names(pairs, separator="_", max_length=max_length)
+    check_table(table, pairs, max_length)
+    assert exposed(table, "s", "a.b") not in forms
+    assert [c.original for c in table.collisions] == ["a.b"]
+
+
+@settings(max_examples=50)
+@given(st.permutations([("s", "a.b"), ("s", "a_b"), ("s", "a:b"), ("t", "x"), ("s", "a b"), ("t", "x")]))
+def test_collision_resolution_does_not_depend_on_input_order(items: list[tuple[str, str]]) -> None:
+    reference = assign_names(sorted(items))
+    table = assign_names(items)
+    assert dict(table.by_exposed) == dict(reference.by_exposed)
+    assert table.collisions == reference.collisions
+
+
+# --- ordering and immutability ----------------------------------------------------------------
+
+
+def test_by_exposed_iterates_in_sorted_order() -> None:
+    table = assign_names([("zeta", "b"), ("alpha", "z"), ("alpha", "a"), ("mid", "Q")])
+    assert list(table.by_exposed) == ["alpha__a", "alpha__z", "mid__Q", "zeta__b"]
+
+
+def test_by_original_iterates_in_sorted_order() -> None:
+    table = assign_names([("zeta", "b"), ("alpha", "z"), ("alpha", "a")])
+    assert list(table.by_original) == [("alpha", "a"), ("alpha", "z"), ("zeta", "b")]
+
+
+def test_table_mappings_are_read_only() -> None:
+    table = assign_names([("web", "fetch")])
+    with pytest.raises(TypeError):
+        table.by_exposed["x"] = ("web", "x")  # type: ignore[index]
+    with pytest.raises(TypeError):
+        table.by_original[("web", "x")] = "x"  # type: ignore[index]
+
+
+# --- validation -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("separator", ["", "_____", ".", "a b", "::", "__\n"])
+def test_invalid_separator_is_rejected(separator: str) -> None:
+    with pytest.raises(ValueError, match="separator"):
+        assign_names([("web", "fetch")], separator=separator)
+
+
+@pytest.mark.parametrize("max_length", [15, 0, -1, True])
+def test_max_length_below_sixteen_is_rejected(max_length: int) -> None:
+    with pytest.raises(ValueError, match="max_length"):
+        assign_names([("web", "fetch")], max_length=max_length)
+
+
+def test_max_length_of_sixteen_is_accepted() -> None:
+    assert exposed(assign_names([("web", "fetch")], max_length=16), "web", "fetch") == "web__fetch"
+
+
+@pytest.mark.parametrize("server", ["", "Web", "1web", "we_b", "w" * 25, "web\n", "web.x"])
+def test_invalid_server_name_is_rejected(server: str) -> None:
+    with pytest.raises(ValueError, match="server name"):
+        assign_names([(server, "fetch")])
+
+
+def test_server_name_rule_matches_the_config_rule() -> None:
+    from cellblock.gateway import config, namespacing
+
+    assert namespacing._SERVER_NAME.pattern == config.SERVER_NAME.pattern
+
+
+# --- properties -------------------------------------------------------------------------------
+
+SERVERS = st.sampled_from(["a", "a-b", "ab", "b", "files", "z" + "-9" * 11 + "x"])
+# A small alphabet so collisions are frequent; lengths reach past every max_length tried.
+NAMES = st.one_of(
+    st.text(alphabet="ab._- :é", max_size=6),
+    st.text(alphabet="ab._-", min_size=40, max_size=90),
+    st.text(max_size=12),
+)
+PAIRS = st.sets(st.tuples(SERVERS, NAMES), max_size=30)
+SEPARATORS = st.sampled_from(["__", "_", "-", "--", "x", "_9-Z"])
+
+
+@settings(max_examples=300)
+@given(PAIRS, SEPARATORS, st.integers(min_value=16, max_value=80))
+def test_any_set_of_pairs_gets_unique_valid_bounded_inverse_names(
+    pairs: set[tuple[str, str]], separator: str, max_length: int
+) -> None:
+    table = assign_names(pairs, separator=separator, max_length=max_length)
+    check_table(table, pairs, max_length)
+    renamed = {(c.server, c.original) for c in table.collisions}
+    assert len(renamed) == len(table.collisions)
+    for c in table.collisions:
+        assert table.by_original[(c.server, c.original)] == c.exposed != c.wanted
+        assert c.wanted in table.by_exposed  # somebody else holds the name it wanted
+    for (server, original), name in table.by_original.items():
+        if (server, original) not in renamed:
+            want = plain(server, original, separator)
+            if len(want) > max_length:
+                want = hashed(server, original, max_length, separator)
+            assert name == want
+
+
+@settings(max_examples=100)
+@given(PAIRS.map(sorted), st.randoms(use_true_random=False), SEPARATORS)
+def test_any_input_order_gives_the_same_table(pairs: list[tuple[str, str]], rnd: random.Random, separator: str) -> None:
+    shuffled = list(pairs) * 2
+    rnd.shuffle(shuffled)
+    expected = assign_names(pairs, separator=separator, max_length=20)
+    actual = assign_names(shuffled, separator=separator, max_length=20)
+    assert list(actual.by_exposed.items()) == list(expected.by_exposed.items())
+    assert list(actual.by_original.items()) == list(expected.by_original.items())
+    assert actual.collisions == expected.collisions
+
+
+# --- resource URIs ----------------------------------------------------------------------------
+
+
+def test_resource_uri_is_prefixed_with_scheme_and_server() -> None:
+    assert expose_uri("files", "file:///home/a.txt") == "cellblock://files/file:///home/a.txt"
+
+
+def test_exposed_resource_uri_routes_back() -> None:
+    assert route_uri("cellblock://files/file:///home/a.txt") == ("files", "file:///home/a.txt")
+
+
+def test_uri_template_keeps_its_variables() -> None:
+    assert expose_uri("files", "file:///{path}") == "cellblock://files/file:///{path}"
+
+
+def test_client_expanded_template_routes_back() -> None:
+    template = expose_uri("gh", "repo://{owner}/{repo}/issues{?state}")
+    expanded = template.replace("{owner}", "me").replace("{repo}", "x").replace("{?state}", "?state=open")
+    assert route_uri(expanded) == ("gh", "repo://me/x/issues?state=open")
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "",
+        "/",
+        "relative/path",
+        "file:///tmp/a b.txt",
+        "https://example.com/a?b=c#frag",
+        "cellblock://other/nested",
+        "x:ünïcødé/😀",
+        "data:text/plain;base64,SGk=",
+        "a\nb",
+        "%2F%7Bpath%7D",
+    ],
+)
+def test_odd_resource_uris_round_trip(uri: str) -> None:
+    assert route_uri(expose_uri("files", uri)) == ("files", uri)
+
+
+def test_uri_scheme_is_matched_case_insensitively() -> None:
+    assert route_uri("CellBlock://files/x") == ("files", "x")
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "file:///home/a.txt",
+        "cellblock://files",
+        "cellblock:/files/x",
+        "cellblock:///x",
+        "cellblock://Files/x",
+        "cellblock://1files/x",
+        "cellblock://fi_les/x",
+        "cellblock://" + "f" * 25 + "/x",
+        "cellblock://files\n/x",
+        " cellblock://files/x",
+        "",
+    ],
+)
+def test_uri_not_made_by_cellblock_is_rejected_clearly(uri: str) -> None:
+    with pytest.raises(ValueError, match="not a Cellblock resource URI"):
+        route_uri(uri)
+
+
+def test_exposing_a_uri_for_an_invalid_server_is_rejected() -> None:
+    with pytest.raises(ValueError, match="server name"):
+        expose_uri("Files", "x")
+
+
+@given(SERVERS, st.text())
+def test_any_uri_round_trips(server: str, uri: str) -> None:
+    assert route_uri(expose_uri(server, uri)) == (server, uri)
