@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import warnings
 from collections.abc import Sequence
 
 import anyio
@@ -65,6 +66,8 @@ def _check(config_path: str | None) -> int:
 
 
 def _serve(config_path: str | None, verbose: bool) -> int:
+    from mcp.shared.exceptions import MCPDeprecationWarning
+
     from cellblock.gateway.config import load_config
     from cellblock.gateway.server import Gateway
     from cellblock.gateway.state import state_dir
@@ -75,6 +78,8 @@ def _serve(config_path: str | None, verbose: bool) -> int:
         format="cellblock: %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # the gateway forwards downstream logs on purpose, whatever the 2026 spec thinks of logging
+    warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
     for noisy in ("mcp", "httpx2", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
     config, source = load_config(config_path)

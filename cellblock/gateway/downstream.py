@@ -24,7 +24,9 @@ from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter
 
 from cellblock.gateway.config import LocalServer, RemoteServer
@@ -171,6 +173,7 @@ class Downstream:
                 self.error = f"{reason} (gave up after {MAX_RESTARTS} restarts)"
                 logger.error("server '%s' failed: %s", self.name, self.error)
                 self._settled.set()
+                self._ready.set()  # wake waiting calls: they see the failure
                 return
             delay = min(BACKOFF_FIRST * 2 ** (failures - 1), BACKOFF_MAX)
             logger.warning("server '%s' is down (%s); restarting in %.1fs", self.name, reason, delay)
@@ -181,7 +184,8 @@ class Downstream:
         self.client = None
         self.error = reason
         self.state = "restarting"
-        self._ready = anyio.Event()
+        if self._ready.is_set():
+            self._ready = anyio.Event()
 
     async def _run_once(self) -> None:
         closed = anyio.Event()
@@ -210,9 +214,14 @@ class Downstream:
                 try:
                     if self.on_listing is not None:
                         await self.on_listing(self)
-                    await closed.wait()
+                    async with anyio.create_task_group() as tg:
+                        if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                            tg.start_soon(self._listen, client)
+                        await closed.wait()
+                        tg.cancel_scope.cancel()
                 finally:
-                    self.client = None
+                    # calls arriving from now on wait for the restart instead of failing at once
+                    self._down("the server exited")
         if scope.cancelled_caught:
             raise TimeoutError
 
@@ -247,6 +256,23 @@ class Downstream:
         elif isinstance(message, _LIST_CHANGED) and self._tg is not None:
             # refetch outside the dispatcher's receive path, which must not block
             self._tg.start_soon(self.refresh)
+
+    async def _listen(self, client: Client) -> None:
+        """2026-07-28 servers announce catalog changes only on a `subscriptions/listen` stream."""
+        caps = client.server_capabilities
+        wanted = {
+            "tools_list_changed": bool(caps.tools and caps.tools.list_changed),
+            "prompts_list_changed": bool(caps.prompts and caps.prompts.list_changed),
+            "resources_list_changed": bool(caps.resources and caps.resources.list_changed),
+        }
+        if not any(wanted.values()):
+            return
+        try:
+            async with client.listen(**wanted) as events:
+                async for _ in events:
+                    await self.refresh()
+        except (MCPError, SubscriptionLost, ListenNotSupportedError) as exc:
+            logger.info("server '%s': no change notifications (%s)", self.name, _describe(exc))
 
     async def refresh(self) -> None:
         """Re-read the catalog after the server said it changed, and report it."""
