@@ -268,6 +268,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.garbage_at_start:
         sys.stdout.write("probe garbage at start, not json\n")
         sys.stdout.flush()
+    if log_path := os.environ.get("PROBE_LOG"):
+        with open(log_path, "a") as log:
+            log.write(f"started {args.name}\n")
     warnings.simplefilter("ignore", MCPDeprecationWarning)
     anyio.run(serve, build_server(args.name, args.extra_tools))
 

@@ -1,0 +1,54 @@
+"""Shared pieces for driving `cellblock serve` as a real subprocess over stdio with the SDK client."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = ROOT / "tests" / "servers" / "probe.py"
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def probe_server(*args: str, **extra: Any) -> dict[str, Any]:
+    """A config entry that runs the probe test server."""
+    return {"command": sys.executable, "args": [str(PROBE), *args], **extra}
+
+
+def write_config(directory: Path, servers: dict[str, Any], **top: Any) -> Path:
+    path = directory / "cellblock.yaml"
+    path.write_text(yaml.safe_dump({"version": 1, "servers": servers, **top}))
+    return path
+
+
+@asynccontextmanager
+async def gateway(
+    config: Path,
+    state: Path,
+    *,
+    mode: str = "auto",
+    elicitation_callback: Callable[..., Awaitable[Any]] | None = None,
+    **client_args: Any,
+) -> AsyncIterator[Client]:
+    """`cellblock serve` on `config`, connected with the SDK client in `mode` (legacy or auto)."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "cellblock.gateway.cli", "serve", "--config", str(config)],
+        env={"CELLBLOCK_STATE_DIR": str(state)},
+    )
+    async with Client(
+        params, mode=mode, cache=None, elicitation_callback=elicitation_callback, **client_args
+    ) as client:
+        yield client
