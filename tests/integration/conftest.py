@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import yaml
 from mcp import Client
@@ -52,3 +53,10 @@ async def gateway(
         params, mode=mode, cache=None, elicitation_callback=elicitation_callback, **client_args
     ) as client:
         yield client
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 10) -> None:
+    """Wait until `check()` holds; for effects seen only in files or other processes, no event exists."""
+    with anyio.fail_after(timeout):
+        while not check():  # noqa: ASYNC110 - the effect happens in another process; polling is the only way
+            await anyio.sleep(0.02)

@@ -15,7 +15,7 @@ import anyio
 import mcp.types as types
 import pytest
 
-from tests.integration.conftest import gateway, probe_server, write_config
+from tests.integration.conftest import eventually, gateway, probe_server, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -132,9 +132,7 @@ async def test_cancelling_a_call_cancels_it_downstream(session: Any, server: str
     before = probe_log.read_text().count("cancelled hang") if probe_log.exists() else 0
     with anyio.move_on_after(1):
         await client.call_tool(f"{server}__hang", {})
-    with anyio.fail_after(10):
-        while (probe_log.read_text().count("cancelled hang") if probe_log.exists() else 0) <= before:
-            await anyio.sleep(0.05)
+    await eventually(lambda: probe_log.exists() and probe_log.read_text().count("cancelled hang") > before)
     # the server is still usable afterwards
     assert text(await client.call_tool(f"{server}__echo", {"message": "still here"})) == "still here"
 
@@ -152,9 +150,7 @@ async def test_downstream_elicitation_is_forwarded_with_the_server_name(session:
 async def test_downstream_logs_arrive_with_the_server_prefix(session: Any, server: str) -> None:
     client, seen, *_ = session
     await client.call_tool(f"{server}__log", {"level": "warning", "message": f"note from {server}"})
-    with anyio.fail_after(5):
-        while not any(f"note from {server}" in str(p.data) for p in seen.logs):
-            await anyio.sleep(0.02)
+    await eventually(lambda: any(f"note from {server}" in str(p.data) for p in seen.logs))
     entry = next(p for p in seen.logs if f"note from {server}" in str(p.data))
     assert entry.logger is not None and entry.logger.startswith(f"{server}.")
 
@@ -176,9 +172,9 @@ async def test_list_changed_downstream_updates_the_catalog_and_tells_the_client(
     else:
         before = sum(isinstance(n, types.ToolListChangedNotification) for n in seen.notifications)
         await client.call_tool(f"{server}__add_tool", {"name": f"fresh_{mode}"})
-        with anyio.fail_after(10):
-            while sum(isinstance(n, types.ToolListChangedNotification) for n in seen.notifications) <= before:
-                await anyio.sleep(0.02)
+        await eventually(
+            lambda: sum(isinstance(n, types.ToolListChangedNotification) for n in seen.notifications) > before
+        )
     assert await listed()
     result = await client.call_tool(new_tool, {})
     assert not result.is_error

@@ -1,0 +1,144 @@
+"""Real third-party MCP servers behind the gateway, and a second real client in front of it.
+
+Peers (pinned, installed by `./dev peers`): npm server-everything and server-filesystem, PyPI
+mcp-server-time and mcp-server-git; the MCP Inspector CLI as a client built on another SDK.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as types
+import pytest
+
+from tests import peers
+from tests.integration.conftest import gateway, write_config
+
+pytestmark = [pytest.mark.anyio, pytest.mark.peers]
+
+
+def entry(argv: list[str], **extra: Any) -> dict[str, Any]:
+    return {"command": argv[0], "args": argv[1:], **extra}
+
+
+@pytest.fixture(scope="module")
+def peer_config(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
+    tmp = tmp_path_factory.mktemp("peers")
+    shared = tmp / "shared"
+    shared.mkdir()
+    (shared / "hello.txt").write_text("hello from the filesystem server\n")
+    repo = tmp / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "a.txt").write_text("a\n")
+    subprocess.run([*git, "add", "a.txt"], check=True)
+    subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    (repo / "b.txt").write_text("untracked\n")
+    node_path = {"PATH": str(Path(peers.node()).parent) + ":/usr/bin:/bin"}
+    config = write_config(
+        tmp,
+        {
+            "everything": entry(peers.everything(), env=node_path, timeout=30),
+            "files": entry(peers.filesystem(shared), env=node_path),
+            "time": entry(peers.time_server("--local-timezone", "UTC")),
+            "git": entry(peers.git_server(repo)),
+        },
+    )
+    return config, tmp / "state", shared, repo
+
+
+class Asked:
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    async def __call__(self, ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        self.messages.append(params.message)
+        return types.ElicitResult(action="accept", content={"name": "Ada", "check": True, "integer": 7})
+
+
+@pytest.fixture(scope="module")
+async def client(peer_config: tuple[Path, Path, Path, Path]) -> Any:
+    config, state, *_ = peer_config
+    asked = Asked()
+    async with gateway(config, state, mode="auto", elicitation_callback=asked) as c:
+        yield c, asked
+
+
+def text(result: types.CallToolResult) -> str:
+    return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+async def test_one_catalog_holds_every_real_server(client: Any) -> None:
+    c, _ = client
+    names = {t.name for t in (await c.list_tools()).tools}
+    for expected in ("everything__echo", "files__read_text_file", "time__get_current_time", "git__git_status"):
+        assert expected in names
+
+
+async def test_calls_reach_each_real_server(client: Any, peer_config: Any) -> None:
+    c, _ = client
+    _, _, shared, repo = peer_config
+    assert "Echo: hi" in text(await c.call_tool("everything__echo", {"message": "hi"}))
+    read = await c.call_tool("files__read_text_file", {"path": str(shared / "hello.txt")})
+    assert "hello from the filesystem server" in text(read)
+    now = await c.call_tool("time__get_current_time", {"timezone": "UTC"})
+    assert not now.is_error and "UTC" in text(now)
+    status = await c.call_tool("git__git_status", {"repo_path": str(repo)})
+    assert "b.txt" in text(status)
+
+
+async def test_filesystem_server_refuses_paths_outside_its_directory(client: Any, tmp_path: Path) -> None:
+    c, _ = client
+    outside = tmp_path / "secret.txt"
+    outside.write_text("secret")
+    result = await c.call_tool("files__read_text_file", {"path": str(outside)})
+    assert result.is_error and "secret" not in text(result).replace(str(outside), "")
+
+
+async def test_real_server_progress_is_forwarded(client: Any) -> None:
+    c, _ = client
+    seen: list[float] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        seen.append(value)
+
+    result = await c.call_tool(
+        "everything__trigger-long-running-operation", {"duration": 1, "steps": 2}, progress_callback=progress
+    )
+    assert not result.is_error
+    assert seen == [1, 2]
+
+
+async def test_real_server_elicitation_is_forwarded_and_answered(client: Any) -> None:
+    c, asked = client
+    result = await c.call_tool("everything__trigger-elicitation-request", {})
+    assert asked.messages and asked.messages[-1].startswith("[everything] ")
+    assert "Ada" in text(result)
+
+
+async def test_inspector_cli_lists_and_calls_through_the_gateway(peer_config: Any) -> None:
+    config, state, *_ = peer_config
+    # the Inspector reads --config itself, so the gateway gets its config from the environment
+    env = ["-e", f"CELLBLOCK_STATE_DIR={state}", "-e", f"CELLBLOCK_CONFIG={config}"]
+    base = [*peers.inspector_cli(), *env, sys.executable, "-m", "cellblock.gateway.cli", "serve"]
+
+    def run(*args: str) -> dict[str, Any]:
+        done = subprocess.run(
+            [*base, *args], capture_output=True, text=True, timeout=120, env=peers.peer_env(), check=False
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout)
+
+    listed = await anyio.to_thread.run_sync(run, "--method", "tools/list")
+    names = {t["name"] for t in listed["tools"]}
+    assert {"everything__echo", "time__get_current_time"} <= names
+    called = await anyio.to_thread.run_sync(
+        run, "--method", "tools/call", "--tool-name", "everything__echo", "--tool-arg", "message=inspected"
+    )
+    assert "inspected" in json.dumps(called)
