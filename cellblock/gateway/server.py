@@ -102,11 +102,22 @@ class Gateway:
                     ds.start(tg)
             self._rebuild()
             tg.start_soon(self._settle, eager)
+            # The handshake carries the servers' instructions, so it waits (bounded) for them.
+            with anyio.move_on_after(START_SECONDS):
+                await self._settled.wait()
+            self.server.instructions = self._instructions()
             options = self.server.create_initialization_options(
                 NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True)
             )
             await self.server.run(read, write, options)
             tg.cancel_scope.cancel()
+
+    def _instructions(self) -> str:
+        parts = [INSTRUCTIONS.format(sep=self.config.names.separator)]
+        for name, ds in self.downstreams.items():
+            if ds.listing is not None and ds.listing.instructions:
+                parts.append(f"[{name}] {ds.listing.instructions.strip()}")
+        return "\n\n".join(parts)
 
     async def _settle(self, eager: list[Downstream]) -> None:
         async with anyio.create_task_group() as tg:
@@ -158,7 +169,6 @@ class Gateway:
         server: Server[Any] = Server(
             "cellblock",
             version=__version__,
-            instructions=INSTRUCTIONS.format(sep=self.config.names.separator),
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             on_list_prompts=self._list_prompts,

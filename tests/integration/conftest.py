@@ -41,13 +41,14 @@ async def gateway(
     *,
     mode: str = "auto",
     elicitation_callback: Callable[..., Awaitable[Any]] | None = None,
+    env: dict[str, str] | None = None,
     **client_args: Any,
 ) -> AsyncIterator[Client]:
     """`cellblock serve` on `config`, connected with the SDK client in `mode` (legacy or auto)."""
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "cellblock.gateway.cli", "serve", "--config", str(config)],
-        env={"CELLBLOCK_STATE_DIR": str(state)},
+        env={"CELLBLOCK_STATE_DIR": str(state), **(env or {})},
     )
     async with Client(
         params, mode=mode, cache=None, elicitation_callback=elicitation_callback, **client_args

@@ -66,7 +66,9 @@ class Asked:
 async def client(peer_config: tuple[Path, Path, Path, Path]) -> Any:
     config, state, *_ = peer_config
     asked = Asked()
-    async with gateway(config, state, mode="auto", elicitation_callback=asked) as c:
+    # a token in the gateway's own environment, which no downstream server may see
+    secret = {"CELLBLOCK_TEST_TOKEN": "tok-do-not-leak"}
+    async with gateway(config, state, mode="auto", elicitation_callback=asked, env=secret) as c:
         yield c, asked
 
 
@@ -91,6 +93,13 @@ async def test_calls_reach_each_real_server(client: Any, peer_config: Any) -> No
     assert not now.is_error and "UTC" in text(now)
     status = await c.call_tool("git__git_status", {"repo_path": str(repo)})
     assert "b.txt" in text(status)
+
+
+async def test_the_gateways_environment_does_not_leak_into_a_server(client: Any) -> None:
+    c, _ = client
+    seen = text(await c.call_tool("everything__get-env", {}))
+    assert "PATH" in seen  # the control: the tool does show the environment it got
+    assert "CELLBLOCK_TEST_TOKEN" not in seen and "tok-do-not-leak" not in seen
 
 
 async def test_filesystem_server_refuses_paths_outside_its_directory(client: Any, tmp_path: Path) -> None:
