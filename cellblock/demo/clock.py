@@ -17,6 +17,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 MAX_COUNTDOWN = 3600
 
+__all__ = ["main", "server"]
+
 server = MCPServer("clock", version="0.1.0", instructions="Tells the time and counts down.")
 
 

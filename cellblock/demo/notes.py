@@ -20,6 +20,8 @@ from mcp_types import ToolAnnotations
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
+__all__ = ["main", "server"]
+
 server = MCPServer(
     "notes",
     version="0.1.0",

@@ -1,0 +1,160 @@
+"""Config loading: strict models, errors that name file, line and key, expansion, `cellblock check`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cellblock.gateway.config import ConfigError, LocalServer, RemoteServer, load_config, parse_config
+
+GOOD = """\
+version: 1
+defaults:
+  start: lazy
+  timeout: 5
+names: {separator: "-", max_length: 40}
+servers:
+  files:
+    command: ~/bin/fs
+    args: ["${CB_TEST_DIR}/a", "plain"]
+    env: {LOG: "${NOT_EXPANDED}"}
+    cwd: ~/work
+    start: eager
+  web:
+    url: https://example.com/mcp
+    headers: {X-A: b}
+    timeout: 9
+    protocol: legacy
+"""
+
+
+def error_of(text: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, "c.yaml")
+    return str(caught.value)
+
+
+def test_a_full_config_loads_with_expansion_and_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CB_TEST_DIR", "/data")
+    monkeypatch.setenv("HOME", "/home/u")
+    config = parse_config(GOOD)
+    files, web = config.servers["files"], config.servers["web"]
+    assert isinstance(files, LocalServer) and isinstance(web, RemoteServer)
+    assert files.command == "/home/u/bin/fs" and files.cwd == "/home/u/work"
+    assert files.args == ["/data/a", "plain"]
+    assert files.env == {"LOG": "${NOT_EXPANDED}"}  # env values are literal
+    assert config.start_of("files") == "eager" and config.start_of("web") == "lazy"
+    assert config.timeout_of("files") == 5 and config.timeout_of("web") == 9
+    assert web.protocol == "legacy" and files.protocol == "auto"
+    assert config.names.separator == "-"
+
+
+def test_an_empty_config_gets_the_safe_defaults() -> None:
+    config = parse_config("version: 1\n")
+    assert config.servers == {}
+    assert config.defaults.start == "eager" and config.names.max_length == 64
+
+
+def test_unknown_key_names_file_line_and_key() -> None:
+    message = error_of("version: 1\nservers:\n  a:\n    command: x\n    comand: y\n")
+    assert message == "c.yaml:5: servers.a.comand: unknown key"
+
+
+def test_bad_enum_value_says_what_is_allowed() -> None:
+    message = error_of("version: 1\nservers:\n  a:\n    command: x\n    start: soon\n")
+    assert message == "c.yaml:5: servers.a.start: 'soon' is not one of 'eager' or 'lazy'"
+
+
+@pytest.mark.parametrize("key", ["jail", "tools", "lock", "sampling", "secrets", "auth"])
+def test_keys_of_features_not_built_yet_are_refused_not_ignored(key: str) -> None:
+    message = error_of(f"version: 1\nservers:\n  a:\n    command: x\n    {key}: {{}}\n")
+    assert message.startswith(f"c.yaml:5: servers.a.{key}: ")
+    assert "not implemented" in message
+
+
+def test_top_level_approvals_is_refused() -> None:
+    assert "not implemented" in error_of("version: 1\napprovals: {timeout: 5}\n")
+
+
+@pytest.mark.parametrize("name", ["Files", "1files", "fi_les", "f" * 25, "fi.les", "-a"])
+def test_bad_server_names_are_refused(name: str) -> None:
+    message = error_of(f"version: 1\nservers:\n  '{name}':\n    command: x\n")
+    assert f"servers.{name}: server name" in message and "c.yaml:3" in message
+
+
+def test_a_server_needs_exactly_one_of_command_and_url() -> None:
+    both = error_of("version: 1\nservers:\n  a:\n    command: x\n    url: http://h/\n")
+    neither = error_of("version: 1\nservers:\n  a:\n    env: {}\n")
+    for message in (both, neither):
+        assert "servers.a: a server needs exactly one of 'command'" in message
+
+
+def test_every_error_is_reported_at_once() -> None:
+    message = error_of("version: 1\nservers:\n  a:\n    command: x\n    x: 1\n  b:\n    url: ftp://h\n")
+    assert len(message.splitlines()) == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("version: 2\n", "c.yaml:1: version: 2 is not one of 1"),
+        ("servers: {}\n", "c.yaml: version: Field required"),
+        ("- a\n", "c.yaml: the config must be a mapping"),
+        ("version: 1\n  x: :\n", "c.yaml:2: not valid YAML"),
+        ("version: 1\ndefaults: {timeout: 0}\n", "c.yaml:2: defaults.timeout:"),
+        ("version: 1\nnames: {max_length: 8}\n", "c.yaml:2: names.max_length:"),
+    ],
+)
+def test_malformed_configs_are_named(text: str, expected: str) -> None:
+    assert error_of(text).startswith(expected)
+
+
+def test_an_unset_variable_is_named() -> None:
+    message = error_of("version: 1\nservers:\n  a:\n    command: x\n    args: ['${CB_SURELY_UNSET_VAR}']\n")
+    assert "${CB_SURELY_UNSET_VAR} is not set" in message and "servers.a.args" in message
+
+
+def test_missing_file_says_how_to_fix(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_config_location_comes_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "from-env.yaml"
+    path.write_text("version: 1\n")
+    monkeypatch.setenv("CELLBLOCK_CONFIG", str(path))
+    assert load_config()[1] == path
+
+
+def cellblock(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cellblock.gateway.cli", *args], capture_output=True, text=True, check=False
+    )
+
+
+def test_check_exits_0_and_lists_servers_for_a_good_config(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("version: 1\nservers:\n  a:\n    command: x\n")
+    done = cellblock("check", "--config", str(path))
+    assert done.returncode == 0
+    assert done.stdout.split() == ["a", "eager", "stdio:", "x"]
+    assert done.stderr.startswith("cellblock: OK:")
+
+
+def test_check_exits_2_with_the_error_on_stderr(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("version: 1\nservers:\n  a:\n    command: x\n    bogus: 1\n")
+    done = cellblock("check", "--config", str(path))
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr == f"cellblock: {path}:5: servers.a.bogus: unknown key\n"
+
+
+def test_shipped_configs_are_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CELLBLOCK_PYTHON", sys.executable)
+    root = Path(__file__).resolve().parents[2]
+    for path in [*root.glob("configs/*.yaml"), root / "cellblock" / "demo" / "demo.yaml"]:
+        load_config(path)
