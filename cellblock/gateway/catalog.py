@@ -19,6 +19,7 @@ from cellblock.gateway.namespacing import assign_names, expose_uri, route_uri
 __all__ = ["Catalog", "build_catalog", "expose_content"]
 
 logger = logging.getLogger(__name__)
+_reported: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,9 @@ def build_catalog(listings: Mapping[str, Listing], *, separator: str, max_length
         max_length=max_length,
     )
     for collision in (*tool_names.collisions, *prompt_names.collisions):
-        logger.warning("name collision: %s", collision)
+        if str(collision) not in _reported:  # the catalog is rebuilt often; say each once
+            _reported.add(str(collision))
+            logger.warning("name collision: %s", collision)
 
     tools = [
         t.model_copy(update={"name": tool_names.by_original[(server, t.name)]})

@@ -83,6 +83,13 @@ class Gateway:
 
     # -- running ---------------------------------------------------------------------------
 
+    @property
+    def tasks(self) -> anyio.abc.TaskGroup:
+        """The task group of the running gateway, where downstream supervisors and calls live."""
+        if self._tg is None:
+            raise RuntimeError("the gateway is not running; call run() first")
+        return self._tg
+
     async def serve_stdio(self) -> None:
         async with stdio_server() as (read, write):
             await self.run(read, write)
@@ -211,8 +218,7 @@ class Gateway:
             return error_result(self._unknown(params.name, "tool"))
         server, tool = route
         ds = self.downstreams[server]
-        assert self._tg is not None  # handlers only run inside run()
-        ds.start(self._tg)  # lazy servers start on first use
+        ds.start(self.tasks)  # lazy servers start on first use
         entry = self._in_flight(ctx)
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             return await self._call_modern(ctx, params, ds, tool, entry)
@@ -233,13 +239,12 @@ class Gateway:
         else:
             call = ParkedCall(entry)
             entry.asker = call
-            assert self._tg is not None
 
             async def forward() -> None:
                 with call.scope:
                     call.finish(await ds.call_tool(tool, params, entry))
 
-            self._tg.start_soon(forward)
+            self.tasks.start_soon(forward)
         parked = False
         try:
             event = await call.next_event()
@@ -307,8 +312,7 @@ class Gateway:
 
     async def _forward(self, server: str, request: Any, result_type: Any) -> Any:
         ds = self.downstreams[server]
-        assert self._tg is not None
-        ds.start(self._tg)
+        ds.start(self.tasks)
         try:
             return await ds.request(request, result_type)
         except DownstreamError as exc:

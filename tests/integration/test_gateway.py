@@ -52,7 +52,7 @@ async def session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         {
             "new": probe_server("--name", "new", env=env, timeout=20),
             "old": probe_server("--name", "old", env=env, protocol="legacy", timeout=20),
-            "slow": probe_server("--name", "slow", timeout=1),
+            "slow": probe_server("--name", "slow", env=env, timeout=1),
             "crashy": probe_server("--name", "crashy"),
             "broken": {"command": str(tmp / "no-such-command")},
         },
@@ -201,16 +201,21 @@ async def test_resources_prompts_and_completions_route_back(session: Any, server
 
 
 async def test_a_call_over_the_timeout_is_cancelled_and_answered_with_an_error(session: Any) -> None:
-    client, *_ = session
+    client, _, probe_log, _ = session
+    before = probe_log.read_text().count("cancelled hang") if probe_log.exists() else 0
     result = await client.call_tool("slow__hang", {})
     assert result.is_error
-    assert "slow" in text(result) and "1s" in text(result)
+    assert "'slow'" in text(result) and "1s" in text(result)
+    # the gateway told the server to stop, not just the client to give up
+    await eventually(lambda: probe_log.read_text().count("cancelled hang") > before)
 
 
-async def test_garbage_on_stdout_does_not_break_the_server(session: Any) -> None:
+@pytest.mark.parametrize("tool", ["garbage", "malformed"])
+@pytest.mark.parametrize("server", SERVERS)
+async def test_garbage_or_malformed_messages_do_not_break_the_server(session: Any, server: str, tool: str) -> None:
     client, *_ = session
-    assert not (await client.call_tool("new__garbage", {})).is_error
-    assert text(await client.call_tool("new__echo", {"message": "after"})) == "after"
+    assert not (await client.call_tool(f"{server}__{tool}", {})).is_error
+    assert text(await client.call_tool(f"{server}__echo", {"message": "after"})) == "after"
 
 
 async def test_a_server_that_cannot_start_is_named_in_the_error(session: Any) -> None:

@@ -124,6 +124,15 @@ def garbage() -> str:
     return "wrote garbage"
 
 
+def malformed() -> str:
+    """Write JSON that is not valid MCP: a bad request, a response to no request, an unknown notification."""
+    os.write(_WIRE, b'{"jsonrpc": "2.0", "method": 42}\n')
+    os.write(_WIRE, b'{"jsonrpc": "2.0", "id": 987654, "result": {"surprise": true}}\n')
+    os.write(_WIRE, b'{"jsonrpc": "2.0", "method": "notifications/made_up", "params": {"x": [1]}}\n')
+    os.write(_WIRE, b"[1, 2, 3]\n")
+    return "wrote malformed messages"
+
+
 class AskAnswer(BaseModel):
     answer: str
 
@@ -225,7 +234,7 @@ def build_server(name: str = "probe", extra_tools: int = 0) -> MCPServer:
         icons=[ECHO_ICON],
         meta=dict(ECHO_META),
     )
-    for fn in (slow, hang, crash, garbage, ask, add_tool, log):
+    for fn in (slow, hang, crash, garbage, malformed, ask, add_tool, log):
         server.add_tool(fn)
     server.add_tool(files_read_dotted, name="files.read")
     server.add_tool(files_read_underscore, name="files_read")
