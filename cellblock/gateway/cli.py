@@ -83,9 +83,11 @@ def _serve(config_path: str | None, verbose: bool) -> int:
     for noisy in ("mcp", "httpx2", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
     config, source = load_config(config_path)
-    logging.getLogger("cellblock").info(
-        "serving %d server(s) from %s; servers run UNJAILED in this version", len(config.servers), source
-    )
+    log = logging.getLogger("cellblock")
+    log.info("serving %d server(s) from %s", len(config.servers), source)
+    for name, server in sorted(config.servers.items()):
+        if getattr(server, "jail", None) is False:
+            log.warning("server '%s' runs UNJAILED (jail: false in the config)", name)
     anyio.run(Gateway(config, state_dir()).serve_stdio)
     return EXIT_OK
 

@@ -33,6 +33,8 @@ __all__ = [
     "Config",
     "ConfigError",
     "DefaultsConfig",
+    "ExecConfig",
+    "JailConfig",
     "LocalServer",
     "NamesConfig",
     "RemoteServer",
@@ -49,7 +51,6 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # Keys DESIGN.md reserves that later versions enforce. Accepting them now would promise a jail or
 # a policy that does not exist, so they are an error that says why.
 _NOT_YET = {
-    "jail": "jails are not implemented in this version; servers run unjailed (see README)",
     "tools": "per-tool policy is not implemented in this version",
     "lock": "the catalog lock is not implemented in this version",
     "sampling": "sampling policy is not implemented in this version",
@@ -134,6 +135,58 @@ class _ServerBase(_Model):
     protocol: Protocol = "auto"
 
 
+class ExecConfig(_Model):
+    """Which executables may run in the jail; empty `allow` means no restriction beyond the mounts."""
+
+    allow: list[str] = []
+    # path -> sha256 hex digest, checked before start; the verified bytes are what runs
+    sha256: dict[str, Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")]] = {}
+
+    @field_validator("allow")
+    @classmethod
+    def _expand_allow(cls, value: list[str]) -> list[str]:
+        return [expand_path(p) for p in value]
+
+    @field_validator("sha256")
+    @classmethod
+    def _expand_pins(cls, value: dict[str, str]) -> dict[str, str]:
+        return {expand_path(p): digest.lower() for p, digest in value.items()}
+
+
+class JailConfig(_Model):
+    """What a local server may reach. The defaults share nothing and allow no network."""
+
+    network: Literal["none", "allowlist", "open"] = "none"
+    allow_hosts: list[Annotated[str, Field(min_length=1)]] = []
+    read_only: list[str] = []
+    read_write: list[str] = []
+    tmp: bool = True
+    exec: ExecConfig = ExecConfig()
+
+    @field_validator("read_only", "read_write")
+    @classmethod
+    def _expand_dirs(cls, value: list[str]) -> list[str]:
+        return [expand_path(p) for p in value]
+
+    @model_validator(mode="after")
+    def _hosts_need_allowlist(self) -> JailConfig:
+        if self.allow_hosts and self.network != "allowlist":
+            raise ValueError(f"allow_hosts is only used with network: allowlist (network is {self.network!r})")
+        if self.network == "allowlist" and not self.allow_hosts:
+            raise ValueError("network: allowlist needs at least one entry in allow_hosts")
+        return self
+
+
+def _jail_kind(value: Any) -> str:
+    return "off" if value is False else "on"
+
+
+Jail = Annotated[
+    Annotated[JailConfig, Tag("on")] | Annotated[Literal[False], Tag("off")],
+    Discriminator(_jail_kind),
+]
+
+
 class LocalServer(_ServerBase):
     """A server Cellblock starts as a child process and talks to over stdio."""
 
@@ -141,6 +194,8 @@ class LocalServer(_ServerBase):
     args: list[str] = []
     env: dict[str, str] = {}
     cwd: str | None = None
+    # `false` (YAML `off` too) is the only way to run a server unjailed, and it is shown as such
+    jail: Jail = JailConfig()
 
     @field_validator("command", "cwd")
     @classmethod
@@ -250,9 +305,12 @@ def _key_lines(node: yaml.Node | None, path: tuple[str, ...] = ()) -> dict[tuple
     return lines
 
 
+_TAGS = {"local", "remote", "on", "off"}  # union tags pydantic puts into error locations
+
+
 def _describe(err: Any, lines: dict[tuple[str, ...], int], source: str) -> str:
     # pydantic puts union member names ("LocalServer") and validator tags into loc; drop them
-    loc = [str(part) for part in err["loc"] if str(part) not in {"local", "remote"}]
+    loc = [str(part) for part in err["loc"] if str(part) not in _TAGS]
     line = 0
     for end in range(len(loc), -1, -1):
         if tuple(loc[:end]) in lines:
@@ -272,6 +330,8 @@ def _describe(err: Any, lines: dict[tuple[str, ...], int], source: str) -> str:
         line = lines.get(tuple(loc), line)
         key = ".".join(loc)
         message = message[reserved.end() :]
+    elif err["type"] in ("model_type", "dict_type") and loc[-1:] == ["jail"]:
+        message = "expected jail settings (a mapping), or false to run the server unjailed"
     elif err["type"] == "extra_forbidden":
         message = "unknown key"
     elif err["type"] == "literal_error":

@@ -32,12 +32,17 @@ async def run_demo() -> int:
         params = StdioServerParameters(
             command=sys.executable,
             args=["-m", "cellblock.gateway.cli", "serve", "--config", str(config)],
-            env={"CELLBLOCK_PYTHON": sys.executable, "CELLBLOCK_STATE_DIR": state, "PYTHONUNBUFFERED": "1"},
+            env={
+                "CELLBLOCK_PYTHON": sys.executable,
+                "CELLBLOCK_DEMO": str(config.parent),
+                "CELLBLOCK_STATE_DIR": state,
+                "PYTHONUNBUFFERED": "1",
+            },
         )
         _say("Cellblock demo: one MCP server in front of two (notes, clock).")
         _say(f"  client -> cellblock serve --config {config}")
-        _say("             ├── notes  (python -m cellblock.demo.notes)")
-        _say("             └── clock  (python -m cellblock.demo.clock, started on first use)")
+        _say("             ├── [jail] notes  (python notes.py)")
+        _say("             └── [jail] clock  (python clock.py, started on first use)")
         _say()
         async with Client(params, mode="auto", cache=None) as client:
             _say(f"Connected over stdio, protocol {client.protocol_version}.")

@@ -31,8 +31,9 @@ from pydantic import TypeAdapter
 
 from cellblock.gateway.config import LocalServer, RemoteServer
 from cellblock.gateway.elicitation import Asker
-from cellblock.gateway.launch import launch_plan
+from cellblock.gateway.launch import launch_plan, stdio_parameters
 from cellblock.policy.errors import CellblockError
+from cellblock.sandbox.types import JailError
 
 __all__ = ["Downstream", "DownstreamError", "InFlight", "Listing"]
 
@@ -164,21 +165,27 @@ class Downstream:
             try:
                 await self._run_once()
                 reason = "the server exited"
+            except JailError as exc:
+                # no jail, no start: retrying cannot help and running unjailed is not an option
+                self._fail(str(exc))
+                return
             except Exception as exc:  # the supervisor: any failure means restart, never a crash
                 reason = _describe(exc)
             self._down(reason)
             failures = 1 if anyio.current_time() - began > HEALTHY_SECONDS else failures + 1
             if failures > MAX_RESTARTS:
-                self.state = "failed"
-                self.error = f"{reason} (gave up after {MAX_RESTARTS} restarts)"
-                logger.error("server '%s' failed: %s", self.name, self.error)
-                self._settled.set()
-                self._ready.set()  # wake waiting calls: they see the failure
+                self._fail(f"{reason} (gave up after {MAX_RESTARTS} restarts)")
                 return
             delay = min(BACKOFF_FIRST * 2 ** (failures - 1), BACKOFF_MAX)
             logger.warning("server '%s' is down (%s); restarting in %.1fs", self.name, reason, delay)
             self._settled.set()
             await anyio.sleep(delay)
+
+    def _fail(self, reason: str) -> None:
+        self.state, self.error, self.client = "failed", reason, None
+        logger.error("server '%s' failed: %s", self.name, reason)
+        self._settled.set()
+        self._ready.set()  # wake waiting calls: they see the failure
 
     def _down(self, reason: str) -> None:
         self.client = None
@@ -227,7 +234,7 @@ class Downstream:
 
     def _transport(self) -> Any:
         if isinstance(self.config, LocalServer):
-            return stdio_client(launch_plan(self.config), errlog=sys.stderr)
+            return stdio_client(stdio_parameters(launch_plan(self.name, self.config)), errlog=sys.stderr)
         http = httpx2.AsyncClient(headers=self.config.headers, timeout=httpx2.Timeout(30.0, read=None))
         return streamable_http_client(self.config.url, http_client=http)
 

@@ -1,26 +1,88 @@
-"""How a local downstream server is started: the one place a jail will plug in.
+"""How a local downstream server is started: the one place where the jail is applied.
 
-Every local server is launched from the plan this module returns. Today the plan runs the
-server's command directly, unjailed; the sandbox package will turn the same config into a
-bubblewrap (Linux) or sandbox-exec (macOS) command line here, and nowhere else.
+Every local server is launched from the plan this module returns: in a bubblewrap jail on Linux,
+unless its config says `jail: false`. If the jail cannot be built the server does not start;
+there is no fallback to running it unjailed.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 from mcp.client.stdio import StdioServerParameters
 
-from cellblock.gateway.config import LocalServer
+from cellblock.gateway.config import JailConfig, LocalServer
+from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap
+from cellblock.sandbox.launchers import launcher_mounts, resolve_command
+from cellblock.sandbox.types import JailError, JailSpec, LaunchPlan, Mount, Network
 
-__all__ = ["launch_plan"]
+__all__ = ["JAIL_PATH", "jail_spec", "launch_plan", "stdio_parameters"]
+
+# PATH inside a jail: the launchers' own bin directories come first, then the system's.
+JAIL_PATH = "/usr/local/bin:/usr/bin:/bin"
+# Passed through from the gateway when set: locale only, never anything that can hold a secret.
+PASSED_ENV = ("LANG", "LC_ALL", "TZ")
 
 
-def launch_plan(server: LocalServer) -> StdioServerParameters:
-    """The command line, environment and working directory that start `server`."""
-    return StdioServerParameters(
-        command=server.command,
-        args=list(server.args),
-        # merged by the SDK over its allow-listed default environment (PATH, HOME, ...), so the
-        # gateway's own variables (tokens in the user's shell) do not reach the server
-        env=dict(server.env),
+def jail_spec(name: str, server: LocalServer, jail: JailConfig) -> tuple[JailSpec, list[Mount]]:
+    """The jail `server` asks for, and the launcher installations it needs shared.
+
+    Raises:
+        JailError: the command cannot be found.
+    """
+    home = os.path.expanduser("~")
+    host_path = os.environ.get("PATH", JAIL_PATH)
+    command = resolve_command(server.command, host_path)
+    launchers = launcher_mounts(command, home, host_path)
+    bins = [os.path.join(m.path, "bin") for m in launchers if os.path.isdir(os.path.join(m.path, "bin"))]
+    env = {key: os.environ[key] for key in PASSED_ENV if key in os.environ}
+    env |= {"PATH": ":".join([*bins, JAIL_PATH]), "HOME": home, "TMPDIR": "/tmp"}
+    env |= server.env
+    spec = JailSpec(
+        name=name,
+        argv=(command, *server.args),
+        env=env,
         cwd=server.cwd,
+        read_only=tuple(jail.read_only),
+        read_write=tuple(jail.read_write),
+        network=Network(jail.network),
+        allow_hosts=tuple(jail.allow_hosts),
+        tmp=jail.tmp,
+        home=home,
+        exec_allow=tuple(jail.exec.allow),
+        exec_sha256=dict(jail.exec.sha256),
+    )
+    return spec, launchers
+
+
+def launch_plan(name: str, server: LocalServer) -> LaunchPlan:
+    """How to start `server`: jailed per its config, or plainly when it says `jail: false`.
+
+    Raises:
+        JailError: the jail cannot be built here (no bwrap, no user namespaces, a missing path,
+            a feature this OS has no jail for).
+    """
+    if server.jail is False:
+        env = {key: os.environ[key] for key in PASSED_ENV if key in os.environ} | server.env
+        command = (server.command, *server.args)
+        return LaunchPlan(argv=command, env=env, cwd=server.cwd, mounts=(), network=Network.OPEN, jailed=False)
+    jail = server.jail
+    if jail.network == "allowlist":
+        raise JailError(f"server '{name}': network: allowlist is not available yet; use none or open")
+    if jail.exec.allow or jail.exec.sha256:
+        raise JailError(f"server '{name}': jail.exec pinning is not available yet; remove jail.exec")
+    if not sys.platform.startswith("linux"):
+        raise JailError(
+            f"server '{name}': Cellblock has no jail for {sys.platform} yet; set 'jail: false' to run it unjailed"
+        )
+    spec, launchers = jail_spec(name, server, jail)
+    return bwrap_plan(spec, launchers, check_bwrap())
+
+
+def stdio_parameters(plan: LaunchPlan) -> StdioServerParameters:
+    """The SDK's spawn parameters for a plan."""
+    return StdioServerParameters(
+        command=plan.argv[0], args=list(plan.argv[1:]), env=dict(plan.env), cwd=Path(plan.cwd) if plan.cwd else None
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cellblock.gateway.config import ConfigError, LocalServer, RemoteServer, load_config, parse_config
+from cellblock.gateway.config import ConfigError, JailConfig, LocalServer, RemoteServer, load_config, parse_config
 
 GOOD = """\
 version: 1
@@ -68,11 +68,48 @@ def test_bad_enum_value_says_what_is_allowed() -> None:
     assert message == "c.yaml:5: servers.a.start: 'soon' is not one of 'eager' or 'lazy'"
 
 
-@pytest.mark.parametrize("key", ["jail", "tools", "lock", "sampling", "secrets", "auth"])
+@pytest.mark.parametrize("key", ["tools", "lock", "sampling", "secrets", "auth"])
 def test_keys_of_features_not_built_yet_are_refused_not_ignored(key: str) -> None:
     message = error_of(f"version: 1\nservers:\n  a:\n    command: x\n    {key}: {{}}\n")
     assert message.startswith(f"c.yaml:5: servers.a.{key}: ")
     assert "not implemented" in message
+
+
+def test_a_server_is_jailed_with_nothing_shared_unless_it_says_otherwise() -> None:
+    jail = parse_config("version: 1\nservers:\n  a:\n    command: x\n").servers["a"].jail
+    assert isinstance(jail, JailConfig)
+    assert (jail.network, jail.read_only, jail.read_write, jail.tmp) == ("none", [], [], True)
+
+
+@pytest.mark.parametrize("off", ["false", "off", "no"])
+def test_jail_false_is_the_explicit_way_to_run_unjailed(off: str) -> None:
+    assert parse_config(f"version: 1\nservers:\n  a:\n    command: x\n    jail: {off}\n").servers["a"].jail is False
+
+
+@pytest.mark.parametrize(
+    ("jail", "expected"),
+    [
+        (
+            "jail:\n      network: nne",
+            "c.yaml:6: servers.a.jail.network: 'nne' is not one of 'none', 'allowlist' or 'open'",
+        ),
+        ("jail: true", "c.yaml:5: servers.a.jail: expected jail settings (a mapping), or false"),
+        ("jail: {allow_hosts: [a.com]}", "c.yaml:5: servers.a.jail: allow_hosts is only used with network: allowlist"),
+        ("jail: {network: allowlist}", "c.yaml:5: servers.a.jail: network: allowlist needs at least one entry"),
+        ("jail: {exec: {sha256: {/bin/x: abc}}}", "c.yaml:5: servers.a.jail.exec.sha256./bin/x:"),
+        ("jail: {mounts: []}", "c.yaml:5: servers.a.jail.mounts: unknown key"),
+    ],
+)
+def test_bad_jail_settings_are_named(jail: str, expected: str) -> None:
+    assert error_of(f"version: 1\nservers:\n  a:\n    command: x\n    {jail}\n").startswith(expected)
+
+
+def test_jail_paths_are_expanded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", "/home/u")
+    text = "version: 1\nservers:\n  a:\n    command: x\n    jail: {read_only: [~/p], read_write: ['${HOME}/w']}\n"
+    jail = parse_config(text).servers["a"].jail
+    assert isinstance(jail, JailConfig)
+    assert (jail.read_only, jail.read_write) == (["/home/u/p"], ["/home/u/w"])
 
 
 def test_top_level_approvals_is_refused() -> None:
@@ -154,7 +191,8 @@ def test_check_exits_2_with_the_error_on_stderr(tmp_path: Path) -> None:
 
 
 def test_shipped_configs_are_valid(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CELLBLOCK_PYTHON", sys.executable)
     root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("CELLBLOCK_PYTHON", sys.executable)
+    monkeypatch.setenv("CELLBLOCK_DEMO", str(root / "cellblock" / "demo"))
     for path in [*root.glob("configs/*.yaml"), root / "cellblock" / "demo" / "demo.yaml"]:
         load_config(path)

@@ -23,9 +23,12 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def probe_server(*args: str, **extra: Any) -> dict[str, Any]:
-    """A config entry that runs the probe test server."""
-    return {"command": sys.executable, "args": [str(PROBE), *args], **extra}
+def probe_server(*args: str, writable: Path | None = None, **extra: Any) -> dict[str, Any]:
+    """A config entry that runs the probe test server in a jail that shares its folder (and `writable`)."""
+    jail: dict[str, Any] = {"read_only": [str(PROBE.parent)]}
+    if writable is not None:
+        jail["read_write"] = [str(writable)]
+    return {"command": sys.executable, "args": [str(PROBE), *args], "jail": jail, **extra}
 
 
 def write_config(directory: Path, servers: dict[str, Any], **top: Any) -> Path:

@@ -50,9 +50,9 @@ async def session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     config = write_config(
         tmp,
         {
-            "new": probe_server("--name", "new", env=env, timeout=20),
-            "old": probe_server("--name", "old", env=env, protocol="legacy", timeout=20),
-            "slow": probe_server("--name", "slow", env=env, timeout=1),
+            "new": probe_server("--name", "new", env=env, writable=tmp, timeout=20),
+            "old": probe_server("--name", "old", env=env, writable=tmp, protocol="legacy", timeout=20),
+            "slow": probe_server("--name", "slow", env=env, writable=tmp, timeout=1),
             "crashy": probe_server("--name", "crashy"),
             "broken": {"command": str(tmp / "no-such-command")},
         },
@@ -243,7 +243,7 @@ async def test_a_crashed_server_is_restarted_and_others_keep_working(session: An
 
 async def test_lazy_server_starts_on_first_use_and_lists_from_its_saved_catalog(tmp_path: Path) -> None:
     marker = tmp_path / "started.log"
-    servers = {"lazy": probe_server("--name", "lazy", start="lazy", env={"PROBE_LOG": str(marker)})}
+    servers = {"lazy": probe_server("--name", "lazy", start="lazy", env={"PROBE_LOG": str(marker)}, writable=tmp_path)}
     config = write_config(tmp_path, servers)
     state = tmp_path / "state"
     # first run learns the catalog (nothing saved yet) and saves it

@@ -40,14 +40,14 @@ def peer_config(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, P
     subprocess.run([*git, "add", "a.txt"], check=True)
     subprocess.run([*git, "commit", "-qm", "first"], check=True)
     (repo / "b.txt").write_text("untracked\n")
-    node_path = {"PATH": str(Path(peers.node()).parent) + ":/usr/bin:/bin"}
+    node_modules = str(peers.NODE_MODULES)
     config = write_config(
         tmp,
         {
-            "everything": entry(peers.everything(), env=node_path, timeout=30),
-            "files": entry(peers.filesystem(shared), env=node_path),
+            "everything": entry(peers.everything(), timeout=30, jail={"read_only": [node_modules]}),
+            "files": entry(peers.filesystem(shared), jail={"read_only": [node_modules], "read_write": [str(shared)]}),
             "time": entry(peers.time_server("--local-timezone", "UTC")),
-            "git": entry(peers.git_server(repo)),
+            "git": entry(peers.git_server(repo), jail={"read_only": [str(repo)]}),
         },
     )
     return config, tmp / "state", shared, repo

@@ -1,0 +1,159 @@
+"""Linux jails: a `JailSpec` becomes a bubblewrap command line.
+
+Every jail gets new user, mount, pid, ipc, uts and cgroup namespaces, and a new network namespace
+unless the network is `open`; all capabilities dropped (the gateway may run as root, and root
+with capabilities can remount a read-only share writable); no nested user namespaces; a cleared
+environment; read-only `/usr` and a few `/etc` files; an empty private home and `/tmp`; the
+granted directories at their own paths; and a read-only root over all of it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+
+from cellblock.sandbox.types import JailError, JailSpec, LaunchPlan, Mount, MountMode, Network
+
+__all__ = ["EGRESS_SOCKET", "ETC_FILES", "bwrap_plan", "check_bwrap", "find_bwrap"]
+
+# What programs read from /etc: users and groups, name resolution, the loader cache, TLS roots,
+# the alternatives symlinks /usr/bin points through, the time zone.
+ETC_FILES = (
+    "passwd",
+    "group",
+    "hosts",
+    "resolv.conf",
+    "nsswitch.conf",
+    "host.conf",
+    "gai.conf",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "ssl",
+    "ca-certificates",
+    "alternatives",
+    "localtime",
+    "mime.types",
+)
+# Where the egress proxy's socket appears inside a jail.
+EGRESS_SOCKET = "/run/cellblock/egress.sock"
+# A trial jail must come up in well under this; a hung bwrap means something is badly wrong.
+CHECK_SECONDS = 10
+
+
+def find_bwrap() -> str:
+    """The bwrap binary.
+
+    Raises:
+        JailError: bubblewrap is not installed.
+    """
+    found = shutil.which("bwrap")
+    if found is None:
+        raise JailError(
+            "bubblewrap is not installed, so the server cannot be jailed; install it "
+            "(Debian/Ubuntu: apt-get install bubblewrap, Fedora: dnf install bubblewrap), "
+            "or set 'jail: false' on the server to run it unjailed"
+        )
+    return found
+
+
+@functools.cache
+def check_bwrap() -> str:
+    """Start one trial jail; return the bwrap path if jails can be built on this machine.
+
+    Raises:
+        JailError: bwrap is missing, or the kernel refuses the namespaces it needs.
+    """
+    bwrap = find_bwrap()
+    base = ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--die-with-parent"]
+    trial = [bwrap, *base, *_system_mounts(), "--proc", "/proc", "--dev", "/dev", "--", "true"]
+    try:
+        done = subprocess.run(trial, capture_output=True, text=True, timeout=CHECK_SECONDS, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise JailError(f"bubblewrap could not be run: {exc}") from exc
+    if done.returncode != 0:
+        reason = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
+        hint = (
+            "unprivileged user namespaces seem disabled; enable them "
+            "(sysctl kernel.unprivileged_userns_clone=1, or on Ubuntu "
+            "kernel.apparmor_restrict_unprivileged_userns=0)"
+            if "namespace" in reason or "uid map" in reason or "Operation not permitted" in reason
+            else "see 'cellblock doctor'"
+        )
+        raise JailError(f"bubblewrap cannot build a jail on this machine: {reason}; {hint}")
+    return bwrap
+
+
+def _system_mounts() -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        path = f"/{name}"
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for name in ETC_FILES:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    return args
+
+
+def bwrap_plan(spec: JailSpec, launchers: Sequence[Mount], bwrap: str = "bwrap") -> LaunchPlan:
+    """The bwrap command that runs `spec.argv` in its jail.
+
+    Raises:
+        JailError: a granted path or the working directory does not exist or is not shared.
+    """
+    grants = [Mount(p, MountMode.READ_ONLY, "read_only") for p in spec.read_only]
+    grants += [Mount(p, MountMode.READ_WRITE, "read_write") for p in spec.read_write]
+    for grant in grants:
+        if not os.path.exists(grant.path):
+            raise JailError(
+                f"server '{spec.name}': jail.{grant.why} path {grant.path} does not exist; "
+                "create it or remove it from the config"
+            )
+    # shallow paths first, so a grant inside another grant (read_only inside read_write) wins
+    shared = sorted([*launchers, *grants], key=lambda m: (m.path.count("/"), m.path))
+
+    args = [bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup"]
+    if spec.network is not Network.OPEN:
+        args.append("--unshare-net")  # only loopback inside
+    args += ["--disable-userns", "--cap-drop", "ALL", "--die-with-parent", "--new-session"]
+    args += ["--hostname", "cellblock", "--clearenv"]
+    for key, value in sorted(spec.env.items()):
+        args += ["--setenv", key, value]
+    args += _system_mounts()
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    if spec.tmp:
+        args += ["--tmpfs", "/tmp"]
+    args += ["--tmpfs", spec.home]  # an empty, private, throw-away home
+    for mount in shared:
+        args += ["--ro-bind" if mount.mode is MountMode.READ_ONLY else "--bind", mount.path, mount.path]
+    if spec.egress_socket is not None:
+        args += ["--ro-bind", spec.egress_socket, EGRESS_SOCKET]
+    cwd = spec.cwd or spec.home
+    if spec.cwd is not None and not _inside(spec.cwd, [m.path for m in shared]):
+        raise JailError(
+            f"server '{spec.name}': its cwd {spec.cwd} is not shared with the jail; "
+            "add it (or a parent) to jail.read_only or jail.read_write"
+        )
+    args += ["--chdir", cwd, "--remount-ro", "/", "--", *spec.argv]
+
+    system = [Mount(p, MountMode.READ_ONLY, "system") for p in ("/usr", *(f"/etc/{n}" for n in ETC_FILES))]
+    private = [Mount(spec.home, MountMode.READ_WRITE, "private empty home (tmpfs)")]
+    if spec.tmp:
+        private.append(Mount("/tmp", MountMode.READ_WRITE, "private /tmp (tmpfs)"))
+    return LaunchPlan(
+        argv=tuple(args),
+        env=dict(spec.env),
+        cwd=None,
+        mounts=tuple([*system, *private, *shared]),
+        network=spec.network,
+        jailed=True,
+    )
+
+
+def _inside(path: str, roots: Sequence[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)

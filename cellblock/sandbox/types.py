@@ -1,0 +1,71 @@
+"""What a jail is made of, independent of the OS that builds it.
+
+`JailSpec` is what the gateway asks for (from a server's `jail:` config); a `LaunchPlan` is how
+one OS layer carries it out (the argv to run, and every mount it makes, for `cellblock show`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from cellblock.policy.errors import CellblockError
+
+__all__ = ["JailError", "JailSpec", "LaunchPlan", "Mount", "MountMode", "Network"]
+
+
+class JailError(CellblockError):
+    """A jail cannot be built; the message says what to install or change. The server does not start."""
+
+
+class Network(StrEnum):
+    NONE = "none"
+    ALLOWLIST = "allowlist"
+    OPEN = "open"
+
+
+class MountMode(StrEnum):
+    READ_ONLY = "ro"
+    READ_WRITE = "rw"
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """One host path made visible inside the jail, at the same path."""
+
+    path: str
+    mode: MountMode
+    why: str  # "read_only", "read_write", "system", "launcher", ... shown by `cellblock show`
+
+
+@dataclass(frozen=True, slots=True)
+class JailSpec:
+    """Everything a jail needs to know about one server. Paths are absolute and already expanded."""
+
+    name: str
+    argv: tuple[str, ...]  # the server's command (absolute) and its arguments
+    env: Mapping[str, str]  # exactly the environment the server gets
+    cwd: str | None = None
+    read_only: tuple[str, ...] = ()
+    read_write: tuple[str, ...] = ()
+    network: Network = Network.NONE
+    allow_hosts: tuple[str, ...] = ()
+    tmp: bool = True
+    home: str = "/root"  # the user's home: replaced by an empty private directory in the jail
+    exec_allow: tuple[str, ...] = ()
+    exec_sha256: Mapping[str, str] = field(default_factory=dict)
+    # host-side Unix socket of the egress proxy, for network: allowlist
+    egress_socket: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    """The command that starts a server, and what it will be able to see."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: str | None
+    mounts: tuple[Mount, ...]
+    network: Network
+    jailed: bool

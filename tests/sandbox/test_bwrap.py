@@ -1,0 +1,97 @@
+"""The bwrap command line: what every jail always has, and what a config adds. (No bwrap needed.)"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cellblock.sandbox.bwrap import EGRESS_SOCKET, bwrap_plan
+from cellblock.sandbox.types import JailError, JailSpec, Mount, MountMode, Network
+
+
+def spec(tmp_path: Path, **extra: Any) -> JailSpec:
+    return replace(JailSpec(name="s", argv=("/usr/bin/true",), env={"PATH": "/usr/bin"}, home="/root"), **extra)
+
+
+def pairs(argv: tuple[str, ...], flag: str) -> list[tuple[str, str]]:
+    return [(argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a == flag]
+
+
+def test_every_jail_drops_all_capabilities_and_namespaces(tmp_path: Path) -> None:
+    argv = bwrap_plan(spec(tmp_path), []).argv
+    for flag in ("--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup"):
+        assert flag in argv
+    assert argv[argv.index("--cap-drop") : argv.index("--cap-drop") + 2] == ("--cap-drop", "ALL")
+    for flag in ("--disable-userns", "--die-with-parent", "--new-session", "--clearenv", "--unshare-net"):
+        assert flag in argv
+
+
+def test_the_root_is_remounted_read_only_last_before_the_command(tmp_path: Path) -> None:
+    argv = bwrap_plan(spec(tmp_path), []).argv
+    sep = argv.index("--")
+    assert argv[sep - 2 : sep] == ("--remount-ro", "/")
+    assert argv[sep + 1 :] == ("/usr/bin/true",)
+
+
+def test_home_is_an_empty_private_tmpfs_and_nothing_of_it_is_bound(tmp_path: Path) -> None:
+    argv = bwrap_plan(spec(tmp_path), []).argv
+    assert ("--tmpfs", "/root") in [(argv[i], argv[i + 1]) for i in range(len(argv) - 1)]
+    bound = [src for src, _ in pairs(argv, "--bind") + pairs(argv, "--ro-bind")]
+    assert not any(b == "/root" or b.startswith("/root/") for b in bound)
+    assert not any(b.startswith(("/run", "/var/run", "/home")) for b in bound)
+
+
+def test_only_the_environment_given_is_set(tmp_path: Path) -> None:
+    argv = bwrap_plan(spec(tmp_path, env={"PATH": "/usr/bin", "A": "1"}), []).argv
+    assert pairs(argv, "--setenv") == [("A", "1"), ("PATH", "/usr/bin")]
+
+
+def test_grants_are_mounted_at_their_own_paths_with_their_modes(tmp_path: Path) -> None:
+    ro, rw = tmp_path / "ro", tmp_path / "rw"
+    ro.mkdir()
+    rw.mkdir()
+    plan = bwrap_plan(spec(tmp_path, read_only=(str(ro),), read_write=(str(rw),)), [])
+    assert (str(ro), str(ro)) in pairs(plan.argv, "--ro-bind")
+    assert (str(rw), str(rw)) in pairs(plan.argv, "--bind")
+    shown = {(m.path, m.mode, m.why) for m in plan.mounts}
+    assert (str(ro), MountMode.READ_ONLY, "read_only") in shown
+    assert (str(rw), MountMode.READ_WRITE, "read_write") in shown
+
+
+def test_a_read_only_grant_inside_a_writable_one_is_mounted_after_it(tmp_path: Path) -> None:
+    inner = tmp_path / "w" / "keep"
+    inner.mkdir(parents=True)
+    argv = bwrap_plan(spec(tmp_path, read_only=(str(inner),), read_write=(str(tmp_path / "w"),)), []).argv
+    assert argv.index(str(tmp_path / "w")) < argv.index(str(inner))
+
+
+def test_a_missing_grant_refuses_to_build_the_jail(tmp_path: Path) -> None:
+    with pytest.raises(JailError, match=r"jail.read_only path .*nope does not exist"):
+        bwrap_plan(spec(tmp_path, read_only=(str(tmp_path / "nope"),)), [])
+
+
+def test_a_cwd_outside_the_grants_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(JailError, match=r"cwd .* is not shared"):
+        bwrap_plan(spec(tmp_path, cwd=str(tmp_path)), [])
+
+
+def test_open_network_keeps_the_host_network_and_says_so(tmp_path: Path) -> None:
+    plan = bwrap_plan(spec(tmp_path, network=Network.OPEN), [])
+    assert "--unshare-net" not in plan.argv and plan.network is Network.OPEN
+
+
+def test_launchers_are_read_only_and_the_egress_socket_has_a_fixed_place(tmp_path: Path) -> None:
+    sock = tmp_path / "egress.sock"
+    sock.touch()
+    launcher = Mount(str(tmp_path), MountMode.READ_ONLY, "launcher")
+    argv = bwrap_plan(spec(tmp_path, egress_socket=str(sock)), [launcher]).argv
+    assert (str(tmp_path), str(tmp_path)) in pairs(argv, "--ro-bind")
+    assert (str(sock), EGRESS_SOCKET) in pairs(argv, "--ro-bind")
+
+
+def test_no_private_tmp_when_tmp_is_off(tmp_path: Path) -> None:
+    argv = bwrap_plan(spec(tmp_path, tmp=False), []).argv
+    assert ("--tmpfs", "/tmp") not in [(argv[i], argv[i + 1]) for i in range(len(argv) - 1)]
