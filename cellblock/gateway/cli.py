@@ -30,6 +30,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
     check = sub.add_parser("check", help="validate a config; exit 2 on an error")
     check.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
+    show = sub.add_parser("show", help="show each server's effective jail: mounts, network, environment")
+    show.add_argument("server", nargs="?", help="only this server")
+    show.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    sub.add_parser("doctor", help="check that this machine can build jails; exit 1 on a gap")
     sub.add_parser("demo", help="run the gateway on built-in demo servers and show what it does")
     return parser
 
@@ -41,6 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args.config, args.verbose)
         if args.command == "check":
             return _check(args.config)
+        if args.command == "show":
+            return _show(args.config, args.server, args.json)
+        if args.command == "doctor":
+            from cellblock.gateway.doctor import doctor
+
+            return doctor()
         if args.command == "demo":
             from cellblock.gateway.demo import run_demo
 
@@ -63,6 +74,17 @@ def _check(config_path: str | None) -> int:
         kind = f"stdio: {server.command}" if hasattr(server, "command") else f"http: {server.url}"
         print(f"{name}\t{config.start_of(name)}\t{kind}")
     return EXIT_OK
+
+
+def _show(config_path: str | None, server: str | None, as_json: bool) -> int:
+    from cellblock.gateway.config import load_config
+    from cellblock.gateway.show import show
+
+    config, _ = load_config(config_path)
+    if server is not None and server not in config.servers:
+        print(f"cellblock: no server named '{server}' in the config", file=sys.stderr)
+        return EXIT_USAGE
+    return show(config, server, as_json)
 
 
 def _serve(config_path: str | None, verbose: bool) -> int:

@@ -141,7 +141,8 @@ def bwrap_plan(spec: JailSpec, launchers: Sequence[Mount], bwrap: str = "bwrap")
         )
     args += ["--chdir", cwd, "--remount-ro", "/", "--", *spec.argv]
 
-    system = [Mount(p, MountMode.READ_ONLY, "system") for p in ("/usr", *(f"/etc/{n}" for n in ETC_FILES))]
+    etc = [f"/etc/{n}" for n in ETC_FILES if os.path.exists(f"/etc/{n}")]
+    system = [Mount(p, MountMode.READ_ONLY, "system") for p in ("/usr", *etc)]
     private = [Mount(spec.home, MountMode.READ_WRITE, "private empty home (tmpfs)")]
     if spec.tmp:
         private.append(Mount("/tmp", MountMode.READ_WRITE, "private /tmp (tmpfs)"))

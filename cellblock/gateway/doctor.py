@@ -1,0 +1,52 @@
+"""`cellblock doctor`: can this machine build jails, and what to do about each gap."""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from cellblock import __version__
+from cellblock.sandbox.bwrap import check_bwrap
+from cellblock.sandbox.types import JailError
+
+__all__ = ["doctor"]
+
+
+def _line(ok: bool, what: str, detail: str) -> bool:
+    print(f"{'OK  ' if ok else 'FAIL'}  {what}: {detail}")
+    return ok
+
+
+def doctor() -> int:
+    """Print one line per check; return 1 if any check failed."""
+    results = [_line(True, "cellblock", f"{__version__} on Python {platform.python_version()}, {sys.platform}")]
+    if sys.platform.startswith("linux"):
+        results.append(_linux())
+    elif sys.platform == "darwin":
+        found = shutil.which("sandbox-exec")
+        results.append(_line(found is not None, "sandbox-exec", found or "not found: macOS jails need it"))
+    else:
+        results.append(
+            _line(False, "jail", f"Cellblock has no jail for {sys.platform}: only 'jail: false' servers can run")
+        )
+    results.append(_line(True, "keyring", "not used by this version"))
+    return 0 if all(results) else 1
+
+
+def _linux() -> bool:
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return _line(False, "bubblewrap", "not installed: apt-get install bubblewrap (or dnf install bubblewrap)")
+    version = subprocess.run([bwrap, "--version"], capture_output=True, text=True, check=False).stdout.strip()
+    _line(True, "bubblewrap", f"{bwrap} ({version})")
+    userns = Path("/proc/sys/user/max_user_namespaces")
+    if userns.exists() and userns.read_text().strip() == "0":
+        return _line(False, "user namespaces", "disabled (user.max_user_namespaces = 0); raise it with sysctl")
+    try:
+        check_bwrap()
+    except JailError as exc:
+        return _line(False, "trial jail", str(exc))
+    return _line(True, "trial jail", "a jail with new namespaces and no capabilities started and exited")

@@ -1,0 +1,67 @@
+"""`cellblock show`: what each server will be able to reach, exactly as the gateway would start it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from cellblock.gateway.config import Config, LocalServer
+from cellblock.gateway.launch import jail_spec
+from cellblock.sandbox.bwrap import bwrap_plan
+from cellblock.sandbox.types import JailError
+
+__all__ = ["describe_server", "show"]
+
+
+def describe_server(config: Config, name: str) -> dict[str, Any]:
+    """The effective settings of one server, as data (env values are never included)."""
+    server = config.servers[name]
+    info: dict[str, Any] = {"name": name, "start": config.start_of(name), "timeout": config.timeout_of(name)}
+    if not isinstance(server, LocalServer):
+        return info | {"kind": "remote", "url": server.url, "jail": "none (remote server: nothing runs here)"}
+    info |= {"kind": "local", "command": [server.command, *server.args], "env": sorted(server.env)}
+    if server.jail is False:
+        return info | {"jail": "OFF (jail: false): runs as you, with your files and network"}
+    try:
+        spec, launchers = jail_spec(name, server, server.jail)
+        plan = bwrap_plan(spec, launchers)
+    except JailError as exc:
+        return info | {"jail": "cannot be built", "error": str(exc)}
+    return info | {
+        "jail": "bubblewrap" if sys.platform.startswith("linux") else f"none on {sys.platform}",
+        "network": plan.network.value,
+        "allow_hosts": list(spec.allow_hosts),
+        "mounts": [{"path": m.path, "mode": m.mode.value, "why": m.why} for m in plan.mounts],
+        "jail_env": sorted(spec.env),
+        "exec_allow": list(spec.exec_allow),
+        "exec_sha256": dict(spec.exec_sha256),
+    }
+
+
+def show(config: Config, only: str | None, as_json: bool) -> int:
+    names = [only] if only else sorted(config.servers)
+    described = [describe_server(config, n) for n in names]
+    if as_json:
+        print(json.dumps(described, indent=2))
+        return 0
+    for item in described:
+        print(f"{item['name']}  ({item['kind']}, start: {item['start']}, timeout: {item['timeout']:g}s)")
+        if item["kind"] == "local":
+            print(f"  command  {' '.join(item['command'])}")
+        else:
+            print(f"  url      {item['url']}")
+        print(f"  jail     {item['jail']}")
+        if "error" in item:
+            print(f"  error    {item['error']}")
+        if "network" in item:
+            hosts = f" ({', '.join(item['allow_hosts'])})" if item["allow_hosts"] else ""
+            print(
+                f"  network  {item['network']}{' (host network, unrestricted)' if item['network'] == 'open' else ''}"
+                f"{hosts}"
+            )
+            for mount in item["mounts"]:
+                print(f"  mount    {mount['mode']}  {mount['path']}  [{mount['why']}]")
+            print(f"  env      {', '.join(item['jail_env'])}")
+        print()
+    return 0

@@ -1,0 +1,90 @@
+"""`cellblock show` and `cellblock doctor`: what they report, and what they must never print."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HOME = os.path.expanduser("~")
+
+
+def cellblock(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cellblock.gateway.cli", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        f"""version: 1
+servers:
+  jailed:
+    command: {sys.executable}
+    env: {{API_TOKEN: "tok-never-shown"}}
+    jail: {{read_only: ["{shared}"]}}
+  loose:
+    command: {sys.executable}
+    jail: false
+  missing:
+    command: {sys.executable}
+    jail: {{read_write: ["{tmp_path / "nope"}"]}}
+  web:
+    url: https://example.com/mcp
+"""
+    )
+    return path
+
+
+def test_show_lists_every_mount_and_never_an_env_value(config: Path) -> None:
+    done = cellblock("show", "--config", str(config), "--json")
+    assert done.returncode == 0, done.stderr
+    servers = {s["name"]: s for s in json.loads(done.stdout)}
+    jailed = servers["jailed"]
+    assert jailed["network"] == "none"
+    mounts = {(m["path"], m["mode"], m["why"]) for m in jailed["mounts"]}
+    assert (str(config.parent / "shared"), "ro", "read_only") in mounts
+    assert (HOME, "rw", "private empty home (tmpfs)") in mounts
+    # of the home directory only launcher installations are shared, never the home itself
+    assert not any(p == HOME and why != "private empty home (tmpfs)" for p, _, why in mounts)
+    assert "API_TOKEN" in jailed["env"] and "tok-never-shown" not in done.stdout
+    assert servers["loose"]["jail"].startswith("OFF")
+    assert "does not exist" in servers["missing"]["error"]
+    assert servers["web"]["kind"] == "remote"
+
+
+def test_show_text_marks_the_unjailed_server(config: Path) -> None:
+    done = cellblock("show", "--config", str(config), "loose")
+    assert done.returncode == 0
+    assert "jail     OFF (jail: false)" in done.stdout
+
+
+def test_show_of_an_unknown_server_is_a_usage_error(config: Path) -> None:
+    done = cellblock("show", "--config", str(config), "ghost")
+    assert done.returncode == 2 and "no server named 'ghost'" in done.stderr
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+def test_doctor_passes_where_jails_work() -> None:
+    done = cellblock("doctor")
+    assert done.returncode == 0, done.stdout
+    assert "OK    trial jail" in done.stdout
+
+
+def test_doctor_fails_and_says_what_to_install_without_bwrap(tmp_path: Path) -> None:
+    done = cellblock("doctor", env={"PATH": str(tmp_path)})
+    assert done.returncode == 1
+    assert "apt-get install bubblewrap" in done.stdout
