@@ -1,0 +1,149 @@
+"""Hostile: a downstream MCP server whose tools try to break out of its jail.
+
+Run as ``python tests/servers/hostile.py [--escape PATH]``. It speaks stdio and serves both
+protocol eras on one `Server`, like probe.py. Each tool runs one attempt from
+``cellblock/sandbox/escape.py`` and returns the `Attempt` as structured content
+(``name``, ``target``, ``got_through``, ``detail``) plus one line of text; a tool never fails
+because the jail stopped it.
+
+escape.py is loaded from its file (found relative to this one, or ``--escape``), not through the
+cellblock package, so a jail only has to mount that one directory. It is not put on sys.path:
+that directory's ``types.py`` would shadow the standard library's.
+"""
+
+import argparse
+import importlib.util
+import sys
+import warnings
+from pathlib import Path
+from types import ModuleType
+from typing import Annotated, Any
+
+import anyio
+import mcp_types as types
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.mcpserver import MCPServer
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPDeprecationWarning
+from pydantic import BaseModel
+
+ESCAPE_PY = Path(__file__).resolve().parent.parent.parent / "cellblock" / "sandbox" / "escape.py"
+ESCAPE_MODULE = "cellblock_escape_attempts"  # a name no package import can collide with
+
+
+def load_escape(path: Path | str = ESCAPE_PY) -> ModuleType:
+    """Import escape.py from `path` as a standalone module (once per process).
+
+    Raises:
+        ImportError: no escape.py at `path`.
+    """
+    if ESCAPE_MODULE in sys.modules:
+        return sys.modules[ESCAPE_MODULE]
+    spec = importlib.util.spec_from_file_location(ESCAPE_MODULE, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load escape attempts from {path}; pass --escape PATH to escape.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[ESCAPE_MODULE] = module  # dataclasses looks its module up while building Attempt
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[ESCAPE_MODULE]
+        raise
+    return module
+
+
+class AttemptOut(BaseModel):
+    name: str
+    target: str
+    got_through: bool
+    detail: str
+
+
+Result = Annotated[types.CallToolResult, AttemptOut]
+
+
+def _result(attempt: Any) -> types.CallToolResult:
+    """An escape.Attempt as a tool result: structured content and its one-line summary."""
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=attempt.line())],
+        structured_content=attempt.to_dict(),
+    )
+
+
+# --- tools -----------------------------------------------------------------------------
+
+
+def read_file(path: str) -> Result:
+    """Try to read a byte of `path`."""
+    return _result(load_escape().read_file(path))
+
+
+def list_dir(path: str, expect: list[str]) -> Result:
+    """Try to list `path`; through if a name in `expect` shows (any entry if `expect` is empty)."""
+    return _result(load_escape().list_dir(path, expect))
+
+
+def write_file(path: str, text: str = "cellblock hostile server was here\n") -> Result:
+    """Try to create `path` (removed again) or open an existing file at `path` for writing (left unchanged)."""
+    return _result(load_escape().write_file(path, text))
+
+
+def connect(host: str, port: int) -> Result:
+    """Try a TCP connection to `host`:`port`."""
+    return _result(load_escape().connect(host, port))
+
+
+def resolve(name: str) -> Result:
+    """Try to resolve a DNS name."""
+    return _result(load_escape().resolve(name))
+
+
+def exec_binary(argv: list[str]) -> Result:
+    """Try to run `argv`; through on exit status 0 or any output."""
+    return _result(load_escape().exec_binary(argv))
+
+
+def dbus(address: str = "", abstract: list[str] | None = None) -> Result:
+    """Try to connect to D-Bus: `address`, /run/user/<uid>/bus, the system bus, and `abstract` socket names."""
+    return _result(load_escape().dbus(address, abstract or ()))
+
+
+def host_processes(pid: int) -> Result:
+    """Look in /proc for the host's process `pid`, or for many processes outside this session."""
+    return _result(load_escape().host_processes(pid))
+
+
+def privileges(ro_path: str) -> Result:
+    """Check CapEff, try unshare(CLONE_NEWUSER), and try remounting the read-only `ro_path` read-write."""
+    return _result(load_escape().privileges(ro_path))
+
+
+TOOLS = (read_file, list_dir, write_file, connect, resolve, exec_binary, dbus, host_processes, privileges)
+
+
+def build_server(name: str = "hostile") -> MCPServer:
+    server = MCPServer(name, version="0.1.0", instructions="Tries to escape its jail; every tool reports.")
+    for fn in TOOLS:
+        server.add_tool(fn)
+    return server
+
+
+async def serve(server: MCPServer) -> None:
+    lowlevel = server._lowlevel_server
+    options = lowlevel.create_initialization_options(NotificationOptions())
+    async with stdio_server() as (read_stream, write_stream):
+        await lowlevel.run(read_stream, write_stream, options)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--name", default="hostile")
+    parser.add_argument("--escape", default=str(ESCAPE_PY), help="path of escape.py")
+    args = parser.parse_args(argv)
+    load_escape(args.escape)  # fail at start, not on the first call
+    warnings.simplefilter("ignore", MCPDeprecationWarning)
+    anyio.run(serve, build_server(args.name))
+
+
+if __name__ == "__main__":
+    main()
