@@ -95,3 +95,8 @@ def inspector_cli() -> list[str]:
     a tool call that returns `isError: true`.
     """
     return [*_npm_bin("@modelcontextprotocol/inspector", "mcp-inspector"), "--cli"]
+
+
+def fetch_server(*args: str) -> list[str]:
+    """PyPI mcp-server-fetch (e.g. args `--ignore-robots-txt --allow-private-ips` for a loopback test host)."""
+    return [_py_bin("mcp-server-fetch"), *args]

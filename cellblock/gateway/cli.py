@@ -92,7 +92,7 @@ def _serve(config_path: str | None, verbose: bool) -> int:
 
     from cellblock.gateway.config import load_config
     from cellblock.gateway.server import Gateway
-    from cellblock.gateway.state import state_dir
+    from cellblock.gateway.state import runtime_dir, state_dir
 
     # stdout is the protocol channel: every log line goes to stderr, which clients keep as a log
     logging.basicConfig(
@@ -110,7 +110,7 @@ def _serve(config_path: str | None, verbose: bool) -> int:
     for name, server in sorted(config.servers.items()):
         if getattr(server, "jail", None) is False:
             log.warning("server '%s' runs UNJAILED (jail: false in the config)", name)
-    anyio.run(Gateway(config, state_dir()).serve_stdio)
+    anyio.run(Gateway(config, state_dir(), runtime_dir()).serve_stdio)
     return EXIT_OK
 
 

@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from cellblock.policy.errors import CellblockError
+from cellblock.policy.hosts import parse_rule
 
 __all__ = [
     "AuditConfig",
@@ -167,6 +168,13 @@ class JailConfig(_Model):
     @classmethod
     def _expand_dirs(cls, value: list[str]) -> list[str]:
         return [expand_path(p) for p in value]
+
+    @field_validator("allow_hosts")
+    @classmethod
+    def _parse_hosts(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            parse_rule(entry)  # raises ValueError naming the entry and the fix
+        return value
 
     @model_validator(mode="after")
     def _hosts_need_allowlist(self) -> JailConfig:

@@ -14,6 +14,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -29,10 +30,13 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter
 
+from cellblock.gateway.audit import Audit
 from cellblock.gateway.config import LocalServer, RemoteServer
 from cellblock.gateway.elicitation import Asker
 from cellblock.gateway.launch import launch_plan, stdio_parameters
 from cellblock.policy.errors import CellblockError
+from cellblock.policy.hosts import parse_rule
+from cellblock.sandbox.egress import Decision, EgressProxy
 from cellblock.sandbox.types import JailError
 
 __all__ = ["Downstream", "DownstreamError", "InFlight", "Listing"]
@@ -119,6 +123,8 @@ class Downstream:
     protocol: str = "auto"
     on_listing: Callable[[Downstream], Awaitable[None]] | None = None
     on_log: Callable[[Downstream, types.LoggingMessageNotificationParams], Awaitable[None]] | None = None
+    audit: Audit | None = None
+    runtime: Path = field(default_factory=lambda: Path("/nonexistent"))
     listing: Listing | None = None
     state: str = "stopped"  # stopped | starting | ready | restarting | failed
     error: str | None = None
@@ -181,13 +187,20 @@ class Downstream:
             self._settled.set()
             await anyio.sleep(delay)
 
+    def _event(self, event: str, **fields: Any) -> None:
+        if self.audit is not None:
+            self.audit.write(event, self.name, **fields)
+
     def _fail(self, reason: str) -> None:
+        self._event("server_failed", reason=reason)
         self.state, self.error, self.client = "failed", reason, None
         logger.error("server '%s' failed: %s", self.name, reason)
         self._settled.set()
         self._ready.set()  # wake waiting calls: they see the failure
 
     def _down(self, reason: str) -> None:
+        if self.state == "ready":
+            self._event("server_exit", reason=reason)
         self.client = None
         self.error = reason
         self.state = "restarting"
@@ -195,9 +208,39 @@ class Downstream:
             self._ready = anyio.Event()
 
     async def _run_once(self) -> None:
+        jail = getattr(self.config, "jail", False)
+        if not jail or jail.network != "allowlist":
+            await self._connect(None)
+            return
+        # the server reaches the network only through this proxy, which lives as long as it does
+        socket = str(self.runtime / f"egress-{self.name}.sock")
+        proxy = EgressProxy(self.name, [parse_rule(h) for h in jail.allow_hosts], socket, self._on_egress)
+        async with anyio.create_task_group() as tg:
+            await tg.start(proxy.serve)
+            try:
+                await self._connect(socket)
+            finally:
+                tg.cancel_scope.cancel()
+
+    def _on_egress(self, decision: Decision) -> None:
+        outcome = "allowed" if decision.allowed else "refused"
+        logger.info("egress: '%s' -> %s:%s %s (%s)", self.name, decision.host, decision.port, outcome, decision.reason)
+        if self.audit is not None:
+            self.audit.write(
+                "egress",
+                self.name,
+                host=decision.host,
+                port=decision.port,
+                decision="allow" if decision.allowed else "deny",
+                reason=decision.reason,
+                address=decision.address,
+                rule=decision.rule,
+            )
+
+    async def _connect(self, egress_socket: str | None) -> None:
         closed = anyio.Event()
         client = Client(
-            _watched(self._transport(), closed),
+            _watched(self._transport(egress_socket), closed),
             mode="legacy" if self.protocol == "legacy" else "auto",
             elicitation_callback=self._on_elicit,
             logging_callback=self._on_log,
@@ -215,6 +258,13 @@ class Downstream:
                 self.state, self.error = "ready", None
                 self._ready.set()
                 self._settled.set()
+                jail = getattr(self.config, "jail", None)
+                self._event(
+                    "server_ready",
+                    protocol=client.protocol_version,
+                    jail="remote" if jail is None else "off" if jail is False else jail.network,
+                    tools=len(listing.tools),
+                )
                 logger.info(
                     "server '%s' is ready (%s, %d tools)", self.name, client.protocol_version, len(listing.tools)
                 )
@@ -232,9 +282,10 @@ class Downstream:
         if scope.cancelled_caught:
             raise TimeoutError
 
-    def _transport(self) -> Any:
+    def _transport(self, egress_socket: str | None) -> Any:
         if isinstance(self.config, LocalServer):
-            return stdio_client(stdio_parameters(launch_plan(self.name, self.config)), errlog=sys.stderr)
+            plan = launch_plan(self.name, self.config, egress_socket)
+            return stdio_client(stdio_parameters(plan), errlog=sys.stderr)
         http = httpx2.AsyncClient(headers=self.config.headers, timeout=httpx2.Timeout(30.0, read=None))
         return streamable_http_client(self.config.url, http_client=http)
 

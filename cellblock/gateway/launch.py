@@ -14,20 +14,29 @@ from pathlib import Path
 from mcp.client.stdio import StdioServerParameters
 
 from cellblock.gateway.config import JailConfig, LocalServer
-from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap
+from cellblock.sandbox.bwrap import EGRESS_SOCKET, bwrap_plan, check_bwrap
 from cellblock.sandbox.launchers import launcher_mounts, resolve_command
-from cellblock.sandbox.types import JailError, JailSpec, LaunchPlan, Mount, Network
+from cellblock.sandbox.types import JailError, JailSpec, LaunchPlan, Mount, MountMode, Network
 
 __all__ = ["JAIL_PATH", "jail_spec", "launch_plan", "stdio_parameters"]
 
 # PATH inside a jail: the launchers' own bin directories come first, then the system's.
 JAIL_PATH = "/usr/local/bin:/usr/bin:/bin"
+# The in-jail end of the egress path: a stdlib script, and the loopback port it listens on (the
+# jail has its own network namespace, so a fixed port collides with nothing).
+RELAY = Path(__file__).resolve().parent.parent / "sandbox" / "relay.py"
+RELAY_PORT = 3128
 # Passed through from the gateway when set: locale only, never anything that can hold a secret.
 PASSED_ENV = ("LANG", "LC_ALL", "TZ")
 
 
-def jail_spec(name: str, server: LocalServer, jail: JailConfig) -> tuple[JailSpec, list[Mount]]:
+def jail_spec(
+    name: str, server: LocalServer, jail: JailConfig, egress_socket: str | None = None
+) -> tuple[JailSpec, list[Mount]]:
     """The jail `server` asks for, and the launcher installations it needs shared.
+
+    With `network: allowlist` the server runs as the child of the egress relay, which listens on
+    loopback inside the jail and carries each connection to the gateway's proxy at `egress_socket`.
 
     Raises:
         JailError: the command cannot be found.
@@ -40,9 +49,17 @@ def jail_spec(name: str, server: LocalServer, jail: JailConfig) -> tuple[JailSpe
     env = {key: os.environ[key] for key in PASSED_ENV if key in os.environ}
     env |= {"PATH": ":".join([*bins, JAIL_PATH]), "HOME": home, "TMPDIR": "/tmp"}
     env |= server.env
+    argv: tuple[str, ...] = (command, *server.args)
+    if jail.network == "allowlist":
+        # the relay is stdlib-only; run it by the base interpreter, isolated from site and home
+        python = os.path.realpath(sys.executable)
+        launchers += [*launcher_mounts(python, home, host_path), Mount(str(RELAY), MountMode.READ_ONLY, "egress relay")]
+        relay = (python, "-I", "-S", str(RELAY), "--listen", f"127.0.0.1:{RELAY_PORT}", "--socket", EGRESS_SOCKET)
+        argv = (*relay, "--set-proxy-env", "--", *argv)
+        env["NODE_USE_ENV_PROXY"] = "1"  # Node 24's fetch uses the proxy variables only when asked
     spec = JailSpec(
         name=name,
-        argv=(command, *server.args),
+        argv=argv,
         env=env,
         cwd=server.cwd,
         read_only=tuple(jail.read_only),
@@ -53,11 +70,12 @@ def jail_spec(name: str, server: LocalServer, jail: JailConfig) -> tuple[JailSpe
         home=home,
         exec_allow=tuple(jail.exec.allow),
         exec_sha256=dict(jail.exec.sha256),
+        egress_socket=egress_socket,
     )
     return spec, launchers
 
 
-def launch_plan(name: str, server: LocalServer) -> LaunchPlan:
+def launch_plan(name: str, server: LocalServer, egress_socket: str | None = None) -> LaunchPlan:
     """How to start `server`: jailed per its config, or plainly when it says `jail: false`.
 
     Raises:
@@ -69,15 +87,15 @@ def launch_plan(name: str, server: LocalServer) -> LaunchPlan:
         command = (server.command, *server.args)
         return LaunchPlan(argv=command, env=env, cwd=server.cwd, mounts=(), network=Network.OPEN, jailed=False)
     jail = server.jail
-    if jail.network == "allowlist":
-        raise JailError(f"server '{name}': network: allowlist is not available yet; use none or open")
+    if jail.network == "allowlist" and egress_socket is None:
+        raise JailError(f"server '{name}': network: allowlist needs the gateway's egress proxy, which is not running")
     if jail.exec.allow or jail.exec.sha256:
         raise JailError(f"server '{name}': jail.exec pinning is not available yet; remove jail.exec")
     if not sys.platform.startswith("linux"):
         raise JailError(
             f"server '{name}': Cellblock has no jail for {sys.platform} yet; set 'jail: false' to run it unjailed"
         )
-    spec, launchers = jail_spec(name, server, jail)
+    spec, launchers = jail_spec(name, server, jail, egress_socket)
     return bwrap_plan(spec, launchers, check_bwrap())
 
 

@@ -32,6 +32,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from cellblock import __version__
+from cellblock.gateway.audit import Audit
 from cellblock.gateway.catalog import Catalog, build_catalog, expose_content
 from cellblock.gateway.config import Config
 from cellblock.gateway.downstream import START_SECONDS, Downstream, DownstreamError, InFlight, Listing, error_result
@@ -57,9 +58,10 @@ INSTRUCTIONS = (
 class Gateway:
     """Downstream servers behind one MCP server."""
 
-    def __init__(self, config: Config, state: Path) -> None:
+    def __init__(self, config: Config, state: Path, runtime: Path) -> None:
         self.config = config
         self.catalog_dir = state / "catalogs"
+        self.audit = Audit(Path(config.audit.path) if config.audit.path else state / "audit.jsonl")
         self.downstreams = {
             name: Downstream(
                 name,
@@ -68,6 +70,8 @@ class Gateway:
                 protocol=server.protocol,
                 on_listing=self._on_listing,
                 on_log=self._on_idle_log,
+                audit=self.audit,
+                runtime=runtime,
             )
             for name, server in sorted(config.servers.items())
         }

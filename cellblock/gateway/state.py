@@ -14,7 +14,7 @@ from typing import Any
 
 from platformdirs import user_state_path
 
-__all__ = ["atomic_write_json", "read_json", "state_dir"]
+__all__ = ["atomic_write_json", "read_json", "runtime_dir", "state_dir"]
 
 
 def state_dir() -> Path:
@@ -22,6 +22,22 @@ def state_dir() -> Path:
     env = os.environ.get("CELLBLOCK_STATE_DIR")
     path = Path(env).expanduser() if env else user_state_path("cellblock")
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def runtime_dir() -> Path:
+    """A 0700 directory for sockets, owned by this user: `$XDG_RUNTIME_DIR/cellblock`, else under /tmp.
+
+    Raises:
+        OSError: the directory exists but belongs to someone else or is open to others.
+    """
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    path = Path(base) / "cellblock" if base and Path(base).is_dir() else Path(f"/tmp/cellblock-{os.getuid()}")
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.lstat()
+    # a directory in /tmp may have been made by another user first, to catch our sockets
+    if info.st_uid != os.getuid() or info.st_mode & 0o077 or path.is_symlink():
+        raise OSError(f"{path} is not a private directory of this user; remove it and try again")
     return path
 
 
