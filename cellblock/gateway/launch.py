@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from mcp.client.stdio import StdioServerParameters
@@ -16,6 +17,7 @@ from mcp.client.stdio import StdioServerParameters
 from cellblock.gateway.config import JailConfig, LocalServer
 from cellblock.sandbox.bwrap import EGRESS_SOCKET, bwrap_plan, check_bwrap
 from cellblock.sandbox.launchers import launcher_mounts, resolve_command
+from cellblock.sandbox.pins import verify_pins
 from cellblock.sandbox.types import JailError, JailSpec, LaunchPlan, Mount, MountMode, Network
 
 __all__ = ["JAIL_PATH", "jail_spec", "launch_plan", "stdio_parameters"]
@@ -26,20 +28,27 @@ JAIL_PATH = "/usr/local/bin:/usr/bin:/bin"
 # jail has its own network namespace, so a fixed port collides with nothing).
 RELAY = Path(__file__).resolve().parent.parent / "sandbox" / "relay.py"
 RELAY_PORT = 3128
+PIN = Path(__file__).resolve().parent.parent / "sandbox" / "pin.py"
 # Passed through from the gateway when set: locale only, never anything that can hold a secret.
 PASSED_ENV = ("LANG", "LC_ALL", "TZ")
 
 
 def jail_spec(
-    name: str, server: LocalServer, jail: JailConfig, egress_socket: str | None = None
+    name: str,
+    server: LocalServer,
+    jail: JailConfig,
+    egress_socket: str | None = None,
+    pinned: Mapping[str, str] | None = None,
 ) -> tuple[JailSpec, list[Mount]]:
     """The jail `server` asks for, and the launcher installations it needs shared.
 
-    With `network: allowlist` the server runs as the child of the egress relay, which listens on
-    loopback inside the jail and carries each connection to the gateway's proxy at `egress_socket`.
+    Wrappers run inside the jail, outermost first, each by the gateway's own interpreter:
+    with `network: allowlist` the egress relay (a loopback listener carrying each connection to
+    the gateway's proxy at `egress_socket`); with `exec.allow` the pin launcher, which lets only
+    the listed executables (and the server's own command) be executed, then starts the server.
 
     Raises:
-        JailError: the command cannot be found.
+        JailError: the command or an allowed executable cannot be found.
     """
     home = os.path.expanduser("~")
     host_path = os.environ.get("PATH", JAIL_PATH)
@@ -50,9 +59,13 @@ def jail_spec(
     env |= {"PATH": ":".join([*bins, JAIL_PATH]), "HOME": home, "TMPDIR": "/tmp"}
     env |= server.env
     argv: tuple[str, ...] = (command, *server.args)
+    # the wrappers are stdlib-only scripts, run by the base interpreter isolated from site and home
+    python = os.path.realpath(sys.executable)
+    if jail.exec.allow:
+        allowed = [command, *(resolve_command(p, host_path) for p in jail.exec.allow)]
+        launchers += [*launcher_mounts(python, home, host_path), Mount(str(PIN), MountMode.READ_ONLY, "exec pinning")]
+        argv = (python, "-I", "-S", str(PIN), *(w for p in allowed for w in ("--allow", p)), "--", *argv)
     if jail.network == "allowlist":
-        # the relay is stdlib-only; run it by the base interpreter, isolated from site and home
-        python = os.path.realpath(sys.executable)
         launchers += [*launcher_mounts(python, home, host_path), Mount(str(RELAY), MountMode.READ_ONLY, "egress relay")]
         relay = (python, "-I", "-S", str(RELAY), "--listen", f"127.0.0.1:{RELAY_PORT}", "--socket", EGRESS_SOCKET)
         argv = (*relay, "--set-proxy-env", "--", *argv)
@@ -71,11 +84,14 @@ def jail_spec(
         exec_allow=tuple(jail.exec.allow),
         exec_sha256=dict(jail.exec.sha256),
         egress_socket=egress_socket,
+        pinned=dict(pinned or {}),
     )
     return spec, launchers
 
 
-def launch_plan(name: str, server: LocalServer, egress_socket: str | None = None) -> LaunchPlan:
+def launch_plan(
+    name: str, server: LocalServer, egress_socket: str | None = None, pin_store: Path | None = None
+) -> LaunchPlan:
     """How to start `server`: jailed per its config, or plainly when it says `jail: false`.
 
     Raises:
@@ -89,13 +105,16 @@ def launch_plan(name: str, server: LocalServer, egress_socket: str | None = None
     jail = server.jail
     if jail.network == "allowlist" and egress_socket is None:
         raise JailError(f"server '{name}': network: allowlist needs the gateway's egress proxy, which is not running")
-    if jail.exec.allow or jail.exec.sha256:
-        raise JailError(f"server '{name}': jail.exec pinning is not available yet; remove jail.exec")
     if not sys.platform.startswith("linux"):
         raise JailError(
             f"server '{name}': Cellblock has no jail for {sys.platform} yet; set 'jail: false' to run it unjailed"
         )
-    spec, launchers = jail_spec(name, server, jail, egress_socket)
+    pinned: dict[str, str] = {}
+    if jail.exec.sha256:
+        if pin_store is None:
+            raise JailError(f"server '{name}': jail.exec.sha256 needs a private directory for verified copies")
+        pinned = verify_pins(name, jail.exec.sha256, pin_store)
+    spec, launchers = jail_spec(name, server, jail, egress_socket, pinned)
     return bwrap_plan(spec, launchers, check_bwrap())
 
 

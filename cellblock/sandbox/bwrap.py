@@ -129,8 +129,13 @@ def bwrap_plan(spec: JailSpec, launchers: Sequence[Mount], bwrap: str = "bwrap")
     if spec.tmp:
         args += ["--tmpfs", "/tmp"]
     args += ["--tmpfs", spec.home]  # an empty, private, throw-away home
-    for mount in shared:
-        args += ["--ro-bind" if mount.mode is MountMode.READ_ONLY else "--bind", mount.path, mount.path]
+    # verified copies of pinned executables go last, over whatever else is at their paths
+    pinned = [
+        Mount(p, MountMode.READ_ONLY, "pinned (sha256 verified)", copy) for p, copy in sorted(spec.pinned.items())
+    ]
+    for mount in [*shared, *pinned]:
+        flag = "--ro-bind" if mount.mode is MountMode.READ_ONLY else "--bind"
+        args += [flag, mount.source or mount.path, mount.path]
     if spec.egress_socket is not None:
         args += ["--ro-bind", spec.egress_socket, EGRESS_SOCKET]
     cwd = spec.cwd or spec.home
@@ -150,7 +155,7 @@ def bwrap_plan(spec: JailSpec, launchers: Sequence[Mount], bwrap: str = "bwrap")
         argv=tuple(args),
         env=dict(spec.env),
         cwd=None,
-        mounts=tuple([*system, *private, *shared]),
+        mounts=tuple([*system, *private, *shared, *pinned]),
         network=spec.network,
         jailed=True,
     )

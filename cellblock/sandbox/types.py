@@ -37,6 +37,7 @@ class Mount:
     path: str
     mode: MountMode
     why: str  # "read_only", "read_write", "system", "launcher", ... shown by `cellblock show`
+    source: str | None = None  # the host file shown at `path`, when it is not `path` itself
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,8 @@ class JailSpec:
     home: str = "/root"  # the user's home: replaced by an empty private directory in the jail
     exec_allow: tuple[str, ...] = ()
     exec_sha256: Mapping[str, str] = field(default_factory=dict)
+    # in-jail path -> the verified copy of its bytes that is mounted there (see sandbox/pins.py)
+    pinned: Mapping[str, str] = field(default_factory=dict)
     # host-side Unix socket of the egress proxy, for network: allowlist
     egress_socket: str | None = None
 

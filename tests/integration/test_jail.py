@@ -194,3 +194,68 @@ async def test_an_npx_server_runs_offline_from_its_own_cache(tmp_path: Path) -> 
     }
     async with gateway(write_config(tmp_path, {"every": server}), tmp_path / "state") as client:
         assert text(await client.call_tool("every__echo", {"message": "offline"})) == "Echo: offline"
+
+
+def sha256_of(path: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+async def pinned(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    import shutil
+    import sys
+
+    tmp = tmp_path_factory.mktemp("pinned")
+    true, echo = shutil.which("true"), shutil.which("echo")
+    assert true and echo
+    grants = {"read_only": [str(HOSTILE.parent), str(ROOT / "cellblock" / "sandbox")]}
+    base: dict[str, Any] = {"command": sys.executable, "args": [str(HOSTILE)]}
+    servers = {
+        # only `true` (and the server's own command) may be executed; `echo` is pinned by digest
+        "locked": base | {"jail": grants | {"exec": {"allow": [true, echo], "sha256": {echo: sha256_of(echo)}}}},
+        "open": base | {"jail": grants},
+        "tampered": base | {"jail": grants | {"exec": {"sha256": {true: "0" * 64}}}},
+    }
+    async with gateway(write_config(tmp, servers), tmp / "state") as client:
+        yield client, true, echo
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["/bin/sh", "-c", "echo escaped"],
+        ["/usr/bin/env", "true"],
+        ["/usr/bin/python3", "-c", "print(1)"],
+    ],
+)
+async def test_an_unlisted_binary_cannot_be_executed(pinned: Any, argv: list[str]) -> None:
+    client, *_ = pinned
+    control = await attempt(client, "open", "exec_binary", {"argv": argv})
+    assert control["got_through"], control["detail"]  # the same jail without exec.allow runs it
+    outcome = await attempt(client, "locked", "exec_binary", {"argv": argv})
+    assert not outcome["got_through"], outcome["detail"]
+
+
+async def test_a_listed_binary_runs(pinned: Any) -> None:
+    client, true, echo = pinned
+    assert (await attempt(client, "locked", "exec_binary", {"argv": [true]}))["got_through"]
+    assert (await attempt(client, "locked", "exec_binary", {"argv": [echo, "pinned"]}))["got_through"]
+
+
+async def test_a_program_the_server_writes_itself_cannot_be_executed(pinned: Any) -> None:
+    client, *_ = pinned
+    # /tmp is writable, so a server can drop a program there; running it needs the exec right
+    dropped = {"path": "/tmp/mine", "text": "#!/bin/true\n"}
+    assert (await attempt(client, "open", "drop_and_run", dropped))["got_through"]
+    ran = await attempt(client, "locked", "drop_and_run", dropped)
+    assert not ran["got_through"], ran["detail"]
+
+
+async def test_a_pin_mismatch_refuses_to_start_with_both_digests(pinned: Any) -> None:
+    client, true, _ = pinned
+    refused = await client.call_tool("tampered__read_file", {"path": "/etc/hostname"})
+    assert refused.is_error
+    message = text(refused)
+    assert "'tampered'" in message and f"got sha256 {sha256_of(true)}" in message and "expected " + "0" * 64 in message

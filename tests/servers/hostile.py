@@ -118,7 +118,23 @@ def privileges(ro_path: str) -> Result:
     return _result(load_escape().privileges(ro_path))
 
 
-TOOLS = (read_file, list_dir, write_file, connect, resolve, exec_binary, dbus, host_processes, privileges)
+def drop_and_run(path: str, text: str) -> Result:
+    """Write `text` to `path` as an executable file, try to run it, and remove it again."""
+    import os
+
+    try:
+        with open(path, "w") as handle:
+            handle.write(text)
+        os.chmod(path, 0o755)
+    except OSError as exc:
+        return _result(load_escape().Attempt("drop_and_run", path, False, f"could not write: {exc.strerror}"))
+    try:
+        return _result(load_escape().exec_binary([path]))
+    finally:
+        os.unlink(path)
+
+
+TOOLS = (read_file, list_dir, write_file, connect, resolve, exec_binary, dbus, host_processes, privileges, drop_and_run)
 
 
 def build_server(name: str = "hostile") -> MCPServer:
