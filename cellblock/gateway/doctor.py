@@ -10,6 +10,7 @@ from pathlib import Path
 
 from cellblock import __version__
 from cellblock.sandbox.bwrap import check_bwrap
+from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.types import JailError
 
 __all__ = ["doctor"]
@@ -45,6 +46,11 @@ def _linux() -> bool:
     userns = Path("/proc/sys/user/max_user_namespaces")
     if userns.exists() and userns.read_text().strip() == "0":
         return _line(False, "user namespaces", "disabled (user.max_user_namespaces = 0); raise it with sysctl")
+    abi = landlock_abi()
+    if abi:
+        _line(True, "landlock", f"ABI {abi}: jail.exec.allow can be enforced")
+    else:
+        _line(True, "landlock", "missing: servers with jail.exec.allow will not start (the rest work)")
     try:
         check_bwrap()
     except JailError as exc:

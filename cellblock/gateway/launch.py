@@ -17,7 +17,7 @@ from mcp.client.stdio import StdioServerParameters
 from cellblock.gateway.config import JailConfig, LocalServer
 from cellblock.sandbox.bwrap import EGRESS_SOCKET, bwrap_plan, check_bwrap
 from cellblock.sandbox.launchers import launcher_mounts, resolve_command
-from cellblock.sandbox.pins import verify_pins
+from cellblock.sandbox.pins import landlock_abi, verify_pins
 from cellblock.sandbox.types import JailError, JailSpec, LaunchPlan, Mount, MountMode, Network
 
 __all__ = ["JAIL_PATH", "jail_spec", "launch_plan", "stdio_parameters"]
@@ -108,6 +108,11 @@ def launch_plan(
     if not sys.platform.startswith("linux"):
         raise JailError(
             f"server '{name}': Cellblock has no jail for {sys.platform} yet; set 'jail: false' to run it unjailed"
+        )
+    if jail.exec.allow and landlock_abi() < 1:
+        raise JailError(
+            f"server '{name}': jail.exec.allow needs Landlock, which this kernel lacks or has disabled "
+            "(Linux 5.13 or newer, with 'landlock' in the lsm= boot list); remove exec.allow to run it without"
         )
     pinned: dict[str, str] = {}
     if jail.exec.sha256:

@@ -7,14 +7,16 @@ changed on disk after the check is therefore never what runs.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from cellblock.sandbox.types import JailError
 
-__all__ = ["verify_pins"]
+__all__ = ["landlock_abi", "verify_pins"]
 
 # Pinned files are programs; refuse absurd sizes rather than read them into memory.
 MAX_PINNED_BYTES = 512 * 1024 * 1024
@@ -50,3 +52,13 @@ def verify_pins(server: str, pins: Mapping[str, str], store: Path) -> dict[str, 
             temporary.replace(copy)
         verified[path] = str(copy)
     return verified
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version, or 0 where Landlock is missing (which exec.allow needs)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION); 444 on x86-64 and aarch64
+    version = libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    return max(int(version), 0)
