@@ -35,6 +35,10 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
     show.add_argument("--json", action="store_true", help="print JSON")
     sub.add_parser("doctor", help="check that this machine can build jails; exit 1 on a gap")
+    probe = sub.add_parser("probe", help="attack each server's jail from inside; exit 1 if anything got through")
+    probe.add_argument("server", nargs="?", help="only this server")
+    probe.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
+    probe.add_argument("--json", action="store_true", help="print JSON")
     sub.add_parser("demo", help="run the gateway on built-in demo servers and show what it does")
     return parser
 
@@ -48,6 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(args.config)
         if args.command == "show":
             return _show(args.config, args.server, args.json)
+        if args.command == "probe":
+            return _probe(args.config, args.server, args.json)
         if args.command == "doctor":
             from cellblock.gateway.doctor import doctor
 
@@ -85,6 +91,18 @@ def _show(config_path: str | None, server: str | None, as_json: bool) -> int:
         print(f"cellblock: no server named '{server}' in the config", file=sys.stderr)
         return EXIT_USAGE
     return show(config, server, as_json)
+
+
+def _probe(config_path: str | None, server: str | None, as_json: bool) -> int:
+    from cellblock.gateway.config import load_config
+    from cellblock.gateway.probe import probe
+    from cellblock.gateway.state import runtime_dir, state_dir
+
+    config, source = load_config(config_path)
+    if server is not None and server not in config.servers:
+        print(f"cellblock: no server named '{server}' in the config", file=sys.stderr)
+        return EXIT_USAGE
+    return probe(config, source, state_dir(), runtime_dir(), server, as_json)
 
 
 def _serve(config_path: str | None, verbose: bool) -> int:

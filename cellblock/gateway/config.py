@@ -262,7 +262,7 @@ def load_config(path: str | Path | None = None) -> tuple[Config, Path]:
     Raises:
         ConfigError: the file is missing, unreadable, not YAML, or not a valid config.
     """
-    source = Path(path).expanduser() if path else default_config_path()
+    source = (Path(path).expanduser() if path else default_config_path()).absolute()
     try:
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError:

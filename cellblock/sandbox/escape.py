@@ -179,11 +179,12 @@ def list_dir(path: str, expect: Sequence[str] = ()) -> Attempt:
 
 
 @_never_raises("write")
-def write_file(path: str, text: str = WRITE_TEXT) -> Attempt:
+def write_file(path: str, text: str = WRITE_TEXT, keep: bool = False) -> Attempt:
     """Try to write at `path`. Through if a new file was created or an existing one opened for writing.
 
-    A file this creates is removed again. An existing file is never changed: opening it for writing
-    is the proof (a read-only mount, Landlock and permissions all refuse at open).
+    A file this creates is removed again, unless `keep` (so a caller outside can look for it on
+    the host). An existing file is never changed: opening it for writing is the proof (a read-only
+    mount, Landlock and permissions all refuse at open).
     """
     if os.path.lexists(path):
         try:
@@ -203,6 +204,8 @@ def write_file(path: str, text: str = WRITE_TEXT) -> Attempt:
         detail = f"created, write: {_err(exc)}"
     finally:
         os.close(fd)
+    if keep:
+        return Attempt("write", path, True, detail + "; kept")
     try:
         os.unlink(path)
         detail += "; removed"
@@ -550,8 +553,8 @@ def _bind(kind: str, entry: dict[str, Any]) -> Callable[[], Attempt]:
         expect = _strs(entry, "expect")
         return lambda: list_dir(target, expect)
     if kind == "write":
-        text = _text(entry)
-        return lambda: write_file(target, text)
+        text, keep = _text(entry), entry.get("keep") is True
+        return lambda: write_file(target, text, keep)
     if kind == "connect":
         host, port = _host_port(target)
         return lambda: connect(host, port)

@@ -130,6 +130,12 @@ def test_writing_an_existing_file_gets_through_and_leaves_it_unchanged(tmp_path:
     assert target.read_text() == "original\n"
 
 
+def test_a_kept_write_leaves_the_file_for_the_caller_to_find(tmp_path: Path) -> None:
+    target = tmp_path / "canary"
+    result = escape.run_spec([{"kind": "write", "target": str(target), "keep": True}])[0]
+    assert result.got_through and target.exists()
+
+
 def test_writing_into_a_missing_directory_is_blocked(tmp_path: Path) -> None:
     assert not escape.write_file(str(tmp_path / "nope" / "x")).got_through
 

@@ -1,0 +1,62 @@
+"""`cellblock probe`: a sound jail reports nothing; a weak or absent one is caught and exits 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.jail
+
+
+def probe(tmp_path: Path, servers: str, *args: str) -> subprocess.CompletedProcess[str]:
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True, exist_ok=True)
+    (home / ".ssh" / "id_ed25519").write_text("FAKE KEY\n")
+    config = tmp_path / "cellblock.yaml"
+    config.write_text(f"version: 1\nservers:\n{servers}")
+    env = {**os.environ, "HOME": str(home), "CELLBLOCK_STATE_DIR": str(tmp_path / "state")}
+    return subprocess.run(
+        [sys.executable, "-m", "cellblock.gateway.cli", "probe", "--config", str(config), "--json", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_a_sound_jail_lets_nothing_through(tmp_path: Path) -> None:
+    done = probe(tmp_path, f"  tight:\n    command: {sys.executable}\n")
+    assert done.returncode == 0, done.stdout + done.stderr
+    attempts = json.loads(done.stdout)["tight"]["attempts"]
+    kinds = {a["name"] for a in attempts}
+    # the planted key and the config were really attempted, not skipped
+    assert {"read", "list", "write", "connect", "resolve", "capabilities", "userns", "remount"} <= kinds
+    assert any(a["name"] == "read" and a["target"].endswith("id_ed25519") for a in attempts)
+    assert not [a for a in attempts if a["got_through"]]
+
+
+def test_a_jail_that_shares_the_keys_is_caught(tmp_path: Path) -> None:
+    ssh = tmp_path / "home" / ".ssh"
+    done = probe(tmp_path, f"  leaky:\n    command: {sys.executable}\n    jail: {{read_only: ['{ssh}']}}\n")
+    assert done.returncode == 1
+    through = [a for a in json.loads(done.stdout)["leaky"]["attempts"] if a["got_through"]]
+    assert [a["target"] for a in through] == [str(ssh / "id_ed25519")]
+
+
+def test_an_unjailed_server_is_reported(tmp_path: Path) -> None:
+    done = probe(tmp_path, f"  loose:\n    command: {sys.executable}\n    jail: false\n")
+    assert done.returncode == 1
+    assert "jail: false" in json.loads(done.stdout)["loose"]["attempts"][0]["detail"]
+
+
+def test_exec_rules_are_probed_when_set(tmp_path: Path) -> None:
+    done = probe(tmp_path, f"  pinned:\n    command: {sys.executable}\n    jail: {{exec: {{allow: [/bin/true]}}}}\n")
+    assert done.returncode == 0, done.stdout + done.stderr
+    attempts = json.loads(done.stdout)["pinned"]["attempts"]
+    assert any(a["name"] == "exec" and not a["got_through"] for a in attempts)
