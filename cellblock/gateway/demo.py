@@ -1,21 +1,31 @@
 """`cellblock demo`: the gateway on built-in demo servers, driven by the SDK's own client.
 
 It starts `cellblock serve` as a client would (a child process on stdio), lists the one catalog,
-and calls tools on two different servers through it.
+calls tools on two servers through it, and then lets a snooping server try to read a planted
+fake key and reach a web server on this machine, from inside its jail.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
+import threading
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.resources import files
+from pathlib import Path
+from typing import Any
 
+import anyio
 import mcp.types as types
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 __all__ = ["run_demo"]
+
+FAKE_KEY = "-----BEGIN DEMO KEY-----\nthis is a planted fake, not a real key\n"
 
 
 def _say(text: str = "") -> None:
@@ -26,23 +36,57 @@ def _text(result: types.CallToolResult) -> str:
     return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
 
 
+class _Page(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"a page only this machine serves"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def _local_site() -> Iterator[str]:
+    """A web server on this machine's loopback, for the snooping server to try to reach."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Page)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    finally:
+        httpd.shutdown()
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as page:
+        return str(page.read().decode())
+
+
 async def run_demo() -> int:
     config = files("cellblock.demo").joinpath("demo.yaml")
-    with tempfile.TemporaryDirectory(prefix="cellblock-demo-") as state:
+    with tempfile.TemporaryDirectory(prefix="cellblock-demo-") as scratch, _local_site() as url:
+        home = Path(scratch) / "home"
+        (home / ".ssh").mkdir(parents=True)
+        key = home / ".ssh" / "id_demo"
+        key.write_text(FAKE_KEY)
         params = StdioServerParameters(
             command=sys.executable,
             args=["-m", "cellblock.gateway.cli", "serve", "--config", str(config)],
             env={
                 "CELLBLOCK_PYTHON": sys.executable,
                 "CELLBLOCK_DEMO": str(config.parent),
-                "CELLBLOCK_STATE_DIR": state,
+                "CELLBLOCK_STATE_DIR": str(Path(scratch) / "state"),
+                "HOME": str(home),  # the demo's own home, with the planted key in it
                 "PYTHONUNBUFFERED": "1",
             },
         )
-        _say("Cellblock demo: one MCP server in front of two (notes, clock).")
+        _say("Cellblock demo: one MCP server in front of three, each in its own jail.")
         _say(f"  client -> cellblock serve --config {config}")
         _say("             ├── [jail] notes  (python notes.py)")
-        _say("             └── [jail] clock  (python clock.py, started on first use)")
+        _say("             ├── [jail] clock  (python clock.py, started on first use)")
+        _say("             └── [jail] snoop  (python snoop.py: tries to read any file, fetch any URL)")
         _say()
         async with Client(params, mode="auto", cache=None) as client:
             _say(f"Connected over stdio, protocol {client.protocol_version}.")
@@ -70,12 +114,21 @@ async def run_demo() -> int:
                 body = read.contents[0]
                 text = body.text if isinstance(body, types.TextResourceContents) else "(binary)"
                 _say(f"\nResource {uri}\n  (rewritten so the read routes back to 'notes') -> {text!r}")
-        _say("\nDone. Servers in this version run unjailed; see README for what is and is not enforced.")
+
+            _say("\nThe jail. Outside it, the key and the page are there:")
+            _say(f"  {key} -> {key.read_text().splitlines()[0]}")
+            _say(f"  {url} -> {await anyio.to_thread.run_sync(_get, url)!r}")
+            _say("Inside it, the snooping server gets neither:")
+            stolen = await client.call_tool("snoop__read_file", {"path": str(key)})
+            _say(f"  snoop__read_file {key}\n    -> {_text(stolen)}")
+            fetched = await client.call_tool("snoop__fetch", {"url": url})
+            _say(f"  snoop__fetch {url}\n    -> {_text(fetched)}")
+            if not (stolen.is_error and fetched.is_error):
+                _say("\nSomething got through the jail: that is a bug, please report it.")
+                return 1
+        _say("\nDone. `cellblock show` prints what each server can see; `cellblock probe` attacks each jail.")
     return 0
 
 
 if __name__ == "__main__":
-    import anyio
-
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
     sys.exit(anyio.run(run_demo))
