@@ -46,6 +46,8 @@ def peer_config(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, P
         {
             "everything": entry(peers.everything(), timeout=30, jail={"read_only": [node_modules]}),
             "files": entry(peers.filesystem(shared), jail={"read_only": [node_modules], "read_write": [str(shared)]}),
+            # told it may use all of tmp, but its jail shares only tmp/shared: the jail decides
+            "wide": entry(peers.filesystem(tmp), jail={"read_only": [node_modules], "read_write": [str(shared)]}),
             "time": entry(peers.time_server("--local-timezone", "UTC")),
             "git": entry(peers.git_server(repo), jail={"read_only": [str(repo)]}),
         },
@@ -108,6 +110,28 @@ async def test_filesystem_server_refuses_paths_outside_its_directory(client: Any
     outside.write_text("secret")
     result = await c.call_tool("files__read_text_file", {"path": str(outside)})
     assert result.is_error and "secret" not in text(result).replace(str(outside), "")
+
+
+async def test_a_real_filesystem_server_reads_and_writes_only_where_its_jail_allows(
+    client: Any, peer_config: Any
+) -> None:
+    c, _ = client
+    shared = peer_config[2]
+    tmp = shared.parent
+    (tmp / "beside.txt").write_text("not shared with the jail")
+    # the server's own rules allow all of tmp; the kernel shows it only tmp/shared
+    inside = await c.call_tool("wide__read_text_file", {"path": str(shared / "hello.txt")})
+    assert "hello from the filesystem server" in text(inside)
+    beside = await c.call_tool("wide__read_text_file", {"path": str(tmp / "beside.txt")})
+    assert beside.is_error and "not shared with the jail" not in text(beside)
+    listing = await c.call_tool("wide__list_directory", {"path": str(tmp)})
+    assert "beside.txt" not in text(listing) and "cellblock.yaml" not in text(listing)
+    wrote = await c.call_tool("wide__write_file", {"path": str(shared / "new.txt"), "content": "written"})
+    assert not wrote.is_error and (shared / "new.txt").read_text() == "written"
+    # outside the share the write lands in the jail's private /tmp (these paths are under /tmp)
+    # and is gone with it; the host never sees it
+    await c.call_tool("wide__write_file", {"path": str(tmp / "planted.txt"), "content": "x"})
+    assert not (tmp / "planted.txt").exists()
 
 
 async def test_real_server_progress_is_forwarded(client: Any) -> None:
