@@ -284,7 +284,7 @@ class Downstream:
 
     def _transport(self, egress_socket: str | None) -> Any:
         if isinstance(self.config, LocalServer):
-            plan = launch_plan(self.name, self.config, egress_socket, self.runtime / "pinned" / self.name)
+            plan = launch_plan(self.name, self.config, egress_socket, self.runtime / "servers" / self.name)
             return stdio_client(stdio_parameters(plan), errlog=sys.stderr)
         http = httpx2.AsyncClient(headers=self.config.headers, timeout=httpx2.Timeout(30.0, read=None))
         return streamable_http_client(self.config.url, http_client=http)

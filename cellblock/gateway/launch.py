@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from mcp.client.stdio import StdioServerParameters
@@ -18,6 +19,7 @@ from cellblock.gateway.config import JailConfig, LocalServer
 from cellblock.sandbox.bwrap import EGRESS_SOCKET, bwrap_plan, check_bwrap
 from cellblock.sandbox.launchers import launcher_mounts, resolve_command
 from cellblock.sandbox.pins import landlock_abi, verify_pins
+from cellblock.sandbox.seatbelt import seatbelt_plan
 from cellblock.sandbox.types import JailError, JailSpec, LaunchPlan, Mount, MountMode, Network
 
 __all__ = ["JAIL_PATH", "jail_spec", "launch_plan", "stdio_parameters"]
@@ -61,7 +63,7 @@ def jail_spec(
     argv: tuple[str, ...] = (command, *server.args)
     # the wrappers are stdlib-only scripts, run by the base interpreter isolated from site and home
     python = os.path.realpath(sys.executable)
-    if jail.exec.allow:
+    if jail.exec.allow and sys.platform.startswith("linux"):  # macOS: the profile itself limits exec
         allowed = [command, *(resolve_command(p, host_path) for p in jail.exec.allow)]
         launchers += [*launcher_mounts(python, home, host_path), Mount(str(PIN), MountMode.READ_ONLY, "exec pinning")]
         argv = (python, "-I", "-S", str(PIN), *(w for p in allowed for w in ("--allow", p)), "--", *argv)
@@ -81,7 +83,8 @@ def jail_spec(
         allow_hosts=tuple(jail.allow_hosts),
         tmp=jail.tmp,
         home=home,
-        exec_allow=tuple(jail.exec.allow),
+        # the server's own command is always allowed when anything is
+        exec_allow=(command, *jail.exec.allow) if jail.exec.allow else (),
         exec_sha256=dict(jail.exec.sha256),
         egress_socket=egress_socket,
         pinned=dict(pinned or {}),
@@ -90,9 +93,12 @@ def jail_spec(
 
 
 def launch_plan(
-    name: str, server: LocalServer, egress_socket: str | None = None, pin_store: Path | None = None
+    name: str, server: LocalServer, egress_socket: str | None = None, private: Path | None = None
 ) -> LaunchPlan:
     """How to start `server`: jailed per its config, or plainly when it says `jail: false`.
+
+    `private` is a directory only the gateway uses for this server (verified copies of pinned
+    executables; the private temp dir on macOS).
 
     Raises:
         JailError: the jail cannot be built here (no bwrap, no user namespaces, a missing path,
@@ -105,9 +111,12 @@ def launch_plan(
     jail = server.jail
     if jail.network == "allowlist" and egress_socket is None:
         raise JailError(f"server '{name}': network: allowlist needs the gateway's egress proxy, which is not running")
+    if sys.platform == "darwin":
+        return _macos_plan(name, server, jail, private)
     if not sys.platform.startswith("linux"):
         raise JailError(
-            f"server '{name}': Cellblock has no jail for {sys.platform} yet; set 'jail: false' to run it unjailed"
+            f"server '{name}': Cellblock has no jail for {sys.platform}; set 'jail: false' to run it unjailed "
+            "(it then runs as you, with your files and network)"
         )
     if jail.exec.allow and landlock_abi() < 1:
         raise JailError(
@@ -116,11 +125,30 @@ def launch_plan(
         )
     pinned: dict[str, str] = {}
     if jail.exec.sha256:
-        if pin_store is None:
+        if private is None:
             raise JailError(f"server '{name}': jail.exec.sha256 needs a private directory for verified copies")
-        pinned = verify_pins(name, jail.exec.sha256, pin_store)
+        pinned = verify_pins(name, jail.exec.sha256, private / "pinned")
     spec, launchers = jail_spec(name, server, jail, egress_socket, pinned)
     return bwrap_plan(spec, launchers, check_bwrap())
+
+
+def _macos_plan(name: str, server: LocalServer, jail: JailConfig, private: Path | None) -> LaunchPlan:
+    """sandbox-exec with a generated profile. Not yet run on a Mac: see docs/jail.md."""
+    if jail.network == "allowlist":
+        raise JailError(f"server '{name}': network: allowlist is not available on macOS yet; use none or open")
+    if jail.exec.sha256:
+        raise JailError(f"server '{name}': jail.exec.sha256 is not available on macOS yet")
+    spec, launchers = jail_spec(name, server, jail)
+    tmp = None
+    if jail.tmp:
+        if private is None:
+            raise JailError(f"server '{name}': a private /tmp needs a private directory")
+        (private / "tmp").mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = str(private / "tmp")
+        spec = replace(spec, env={**spec.env, "TMPDIR": tmp})
+    grants = [Mount(p, MountMode.READ_ONLY, "read_only") for p in jail.read_only]
+    grants += [Mount(p, MountMode.READ_WRITE, "read_write") for p in jail.read_write]
+    return seatbelt_plan(spec, [*launchers, *grants], tmp_dir=tmp)
 
 
 def stdio_parameters(plan: LaunchPlan) -> StdioServerParameters:

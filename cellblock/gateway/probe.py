@@ -79,11 +79,11 @@ def _probe_one(
         if egress is not None:
             Path(egress).touch(mode=0o600)
         try:
-            mounts = launch_plan(name, stand_in([]), egress, runtime / "pinned" / name).mounts
+            mounts = launch_plan(name, stand_in([]), egress, runtime / "servers" / name).mounts
             home = str(Path.home())
             shared = {m.path[len(home) + 1 :].split("/")[0] for m in mounts if m.path.startswith(home + "/")}
             attempts = _attempts(config_path, state, jail, listener.getsockname()[1], shared)
-            plan = launch_plan(name, stand_in(attempts), egress, runtime / "pinned" / name)
+            plan = launch_plan(name, stand_in(attempts), egress, runtime / "servers" / name)
             done = subprocess.run(list(plan.argv), capture_output=True, text=True, timeout=PROBE_SECONDS, check=False)
         finally:
             if egress is not None:

@@ -247,7 +247,7 @@ def _exec_targets(spec: JailSpec, is_dir: Callable[[str], bool]) -> list[_Target
     targets: list[_Target] = []
     for raw in spec.exec_allow:
         path = _resolve(raw, "exec.allow")
-        targets.append(_Target(path, is_dir(path)))
+        targets.append(_Target(path, is_dir(raw)))  # ask about the path as given: /tmp is a link
     if targets:
         command = spec.argv[0]
         resolved = _resolve(command, "command")
@@ -261,11 +261,14 @@ def _exec_targets(spec: JailSpec, is_dir: Callable[[str], bool]) -> list[_Target
 def _merge(mounts: Iterable[Mount], is_dir: Callable[[str], bool]) -> list[tuple[_Target, MountMode]]:
     """Resolve the mounts, first occurrence fixing the order; a path mounted twice is read-write if either is."""
     modes: dict[str, MountMode] = {}
+    given: dict[str, str] = {}
     for mount in mounts:
         path = _resolve(mount.path, f"mount ({mount.why})")
+        given.setdefault(path, mount.path)
         if modes.get(path) is not MountMode.READ_WRITE:
             modes[path] = mount.mode
-    return [(_Target(path, is_dir(path)), mode) for path, mode in modes.items()]
+    # ask about the path as given: its /private form exists only on macOS
+    return [(_Target(path, is_dir(given[path])), mode) for path, mode in modes.items()]
 
 
 def _ancestors(*groups: Iterable[_Target]) -> list[str]:

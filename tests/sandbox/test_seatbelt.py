@@ -25,7 +25,7 @@ FILES = frozenset(
     {
         "/usr/local/bin/fs-server",
         "/usr/bin/git",
-        "/private/etc/fs.conf",
+        "/etc/fs.conf",  # is_dir is asked about paths as written in the config
         "/Users/alice/notes.txt",
     }
 )

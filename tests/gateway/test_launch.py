@@ -1,0 +1,65 @@
+"""launch_plan: the one place a server's jail is chosen, per platform and config."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from cellblock.gateway.config import LocalServer, parse_config
+from cellblock.gateway.launch import launch_plan
+from cellblock.sandbox.types import JailError
+
+
+def server(jail: str = "") -> LocalServer:
+    text = f"version: 1\nservers:\n  s:\n    command: {sys.executable}\n    env: {{A: b}}\n{jail}"
+    config = parse_config(text)
+    local = config.servers["s"]
+    assert isinstance(local, LocalServer)
+    return local
+
+
+def test_jail_false_runs_the_command_itself_and_says_so() -> None:
+    plan = launch_plan("s", server("    jail: false\n"))
+    assert not plan.jailed and plan.argv == (sys.executable,)
+    assert plan.env["A"] == "b" and "PATH" not in plan.env  # the SDK adds only its allow-listed basics
+
+
+def test_on_macos_the_plan_is_sandbox_exec_with_the_grants(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(sys, "platform", "darwin")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    plan = launch_plan("s", server(f"    jail: {{read_only: ['{shared}']}}\n"), private=tmp_path / "private")
+    assert plan.argv[:2] == ("/usr/bin/sandbox-exec", "-p") and plan.argv[3] == sys.executable
+    # macOS reaches /tmp through a symlink; the profile names the real /private/tmp path
+    real = f"/private{shared}" if str(shared).startswith("/tmp/") else str(shared)
+    assert f'(subpath "{real}")' in plan.argv[2]
+    assert plan.env["TMPDIR"] == str(tmp_path / "private" / "tmp")
+
+
+@pytest.mark.parametrize(
+    ("jail", "refusal"),
+    [
+        ("    jail: {network: allowlist, allow_hosts: [a.example]}\n", "allowlist is not available on macOS"),
+        ("    jail: {exec: {sha256: {/bin/ls: " + "a" * 64 + "}}}\n", "sha256 is not available on macOS"),
+    ],
+)
+def test_on_macos_what_has_no_seatbelt_form_yet_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, jail: str, refusal: str
+) -> None:
+    monkeypatch.setattr(sys, "platform", "darwin")
+    with pytest.raises(JailError, match=refusal):
+        launch_plan("s", server(jail), egress_socket=str(tmp_path / "e.sock"), private=tmp_path)
+
+
+def test_on_windows_only_jail_false_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "platform", "win32")
+    with pytest.raises(JailError, match="set 'jail: false'"):
+        launch_plan("s", server())
+    assert not launch_plan("s", server("    jail: false\n")).jailed
+
+
+def test_an_allowlist_server_without_its_proxy_is_refused() -> None:
+    with pytest.raises(JailError, match="egress proxy"):
+        launch_plan("s", server("    jail: {network: allowlist, allow_hosts: [a.example]}\n"))
