@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -213,7 +214,8 @@ class Downstream:
             await self._connect(None)
             return
         # the server reaches the network only through this proxy, which lives as long as it does
-        socket = str(self.runtime / f"egress-{self.name}.sock")
+        # per gateway process: two clients may each run a gateway with a server of this name
+        socket = str(self.runtime / f"egress-{os.getpid()}-{self.name}.sock")
         proxy = EgressProxy(self.name, [parse_rule(h) for h in jail.allow_hosts], socket, self._on_egress)
         async with anyio.create_task_group() as tg:
             await tg.start(proxy.serve)
@@ -225,17 +227,15 @@ class Downstream:
     def _on_egress(self, decision: Decision) -> None:
         outcome = "allowed" if decision.allowed else "refused"
         logger.info("egress: '%s' -> %s:%s %s (%s)", self.name, decision.host, decision.port, outcome, decision.reason)
-        if self.audit is not None:
-            self.audit.write(
-                "egress",
-                self.name,
-                host=decision.host,
-                port=decision.port,
-                decision="allow" if decision.allowed else "deny",
-                reason=decision.reason,
-                address=decision.address,
-                rule=decision.rule,
-            )
+        self._event(
+            "egress",
+            host=decision.host,
+            port=decision.port,
+            decision="allow" if decision.allowed else "deny",
+            reason=decision.reason,
+            address=decision.address,
+            rule=decision.rule,
+        )
 
     async def _connect(self, egress_socket: str | None) -> None:
         closed = anyio.Event()
