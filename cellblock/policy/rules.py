@@ -1,0 +1,575 @@
+"""Per-tool policy: which rule applies to a tool, and whether a call's arguments meet its constraints.
+
+Precedence (DESIGN.md, "Rules"): an exact tool name beats a glob; among globs the one with the most
+literal (non-wildcard) characters wins; equally specific globs are ordered strictest decision first
+(deny, ask, allow) and then by the lexicographically smallest pattern; then `default`.
+
+Argument constraints fail closed: a constrained argument that is missing, null, of the wrong type,
+an empty array, or an array with any element outside the constraint denies the call. Argument paths
+are dot-separated ("options.path"); a list met along the path or at its end is checked element by
+element ("files.path" checks every `files[i].path`).
+
+Pure: the only I/O is `os.path.realpath` (reading symlinks) for path constraints. A path is checked
+as it resolves at the moment of the call; a symlink swapped in afterwards is the jail's business.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cellblock.policy.hosts import HostRule, host_allowed, normalize_host, parse_rule
+from cellblock.policy.types import Constraint, ConstraintKind, Decision, ToolRule, Verdict
+
+__all__ = ["DEFAULT_RULE", "Policy", "parse_rule_entry"]
+
+DEFAULT_RULE = "default"  # Verdict.rule when no rule matches the tool
+
+_MAX_SHOWN = 200  # characters of an argument value quoted in a reason
+# Tool names are attacker-chosen on a call; the lookup cache is cleared rather than grown past this.
+_CACHE_MAX = 4096
+_STRICTNESS = {Decision.DENY: 0, Decision.ASK: 1, Decision.ALLOW: 2}
+_SCHEME_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)(.*)", re.DOTALL)
+_URL_UNSAFE = re.compile(r"[\x00-\x20\x7f\\]")
+_PORT = re.compile(r"[0-9]{1,5}")
+_INT = re.compile(r"-?[0-9]+")
+_FLOAT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_GLOB_CHARS = frozenset("*?[")
+_SCALARS = frozenset({str, int, float, bool})
+_KINDS = frozenset(k.value for k in ConstraintKind)
+
+
+class _Reject(Exception):
+    """Internal: a value fails a constraint; the message completes "argument 'x' ..."."""
+
+
+# -- the policy ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The tool policy of one server.
+
+    `cwd` is the server's working directory (relative path arguments resolve against it; with None
+    they are denied); `home` expands a leading `~` (with None such paths are denied).
+
+    Raises:
+        ValueError: a bad default, two rules with the same pattern, a relative `cwd` or `home`, a
+            path root that cannot be resolved, a host rule `hosts.parse_rule` refuses, or an
+            invalid regular expression; the message names the rule and the argument.
+        TypeError: a rule that is not a ToolRule.
+    """
+
+    default: Decision
+    rules: tuple[ToolRule, ...] = ()
+    cwd: str | None = None
+    home: str | None = None
+    _exact: dict[str, _Compiled] = field(init=False, repr=False, compare=False)
+    _globs: tuple[tuple[re.Pattern[str], _Compiled], ...] = field(init=False, repr=False, compare=False)
+    _cache: dict[str, tuple[_Compiled | None, Verdict]] = field(init=False, repr=False, compare=False)
+    _cwd_real: str | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        try:
+            default = Decision(self.default)
+        except ValueError:
+            raise ValueError(f"tools.default {self.default!r} is not one of allow, deny, ask") from None
+        object.__setattr__(self, "default", default)
+        object.__setattr__(self, "rules", tuple(self.rules))
+        if self.home is not None and not os.path.isabs(self.home):
+            raise ValueError(f"home must be an absolute path (got {self.home!r})")
+        cwd_real = None
+        if self.cwd is not None:
+            cwd = _expand_home(self.cwd, self.home)
+            if cwd is None or not os.path.isabs(cwd):
+                raise ValueError(f"cwd must be an absolute path (got {self.cwd!r})")
+            cwd_real = os.path.realpath(cwd)
+        object.__setattr__(self, "_cwd_real", cwd_real)
+
+        exact: dict[str, _Compiled] = {}
+        globs: list[tuple[tuple[int, int, str], re.Pattern[str], _Compiled]] = []
+        seen: set[str] = set()
+        for rule in self.rules:
+            if not isinstance(rule, ToolRule):
+                raise TypeError(f"policy rules must be ToolRule values (got {type(rule).__name__})")
+            if rule.pattern in seen:
+                raise ValueError(f"tool rule {rule.pattern!r} appears twice; keep one")
+            seen.add(rule.pattern)
+            compiled = self._compile(rule)
+            if _GLOB_CHARS.isdisjoint(rule.pattern):
+                exact[rule.pattern] = compiled
+            else:
+                key = (-_literal_count(rule.pattern), _STRICTNESS[rule.decision], rule.pattern)
+                globs.append((key, re.compile(fnmatch.translate(rule.pattern)), compiled))
+        globs.sort(key=lambda g: g[0])
+        object.__setattr__(self, "_exact", exact)
+        object.__setattr__(self, "_globs", tuple((regex, compiled) for _, regex, compiled in globs))
+        object.__setattr__(self, "_cache", {})
+
+    def decide(self, tool: str, arguments: Mapping[str, Any] | None) -> Verdict:
+        """Decide one call of `tool` with `arguments` (the call's JSON object, or None)."""
+        compiled, verdict = self._lookup(tool)
+        if compiled is None or not compiled.args or verdict.decision is Decision.DENY:
+            return verdict
+        failure = compiled.check(arguments)
+        if failure is not None:
+            return Verdict(Decision.DENY, compiled.rule.pattern, failure)
+        return verdict
+
+    def rule_for(self, tool: str) -> tuple[str, ToolRule | None]:
+        """The name of the rule that applies to `tool` (its pattern, or "default") and the rule."""
+        compiled, verdict = self._lookup(tool)
+        return verdict.rule, (None if compiled is None else compiled.rule)
+
+    def hidden(self, tool: str) -> bool:
+        """Whether `tool` is denied whatever its arguments (by its rule or the default): not listed."""
+        return self._lookup(tool)[1].decision is Decision.DENY
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _lookup(self, tool: str) -> tuple[_Compiled | None, Verdict]:
+        hit = self._cache.get(tool) if isinstance(tool, str) else None
+        if hit is None:
+            hit = self._match(tool)
+            if isinstance(tool, str):
+                if len(self._cache) >= _CACHE_MAX:
+                    self._cache.clear()
+                self._cache[tool] = hit
+        return hit
+
+    def _match(self, tool: str) -> tuple[_Compiled | None, Verdict]:
+        if not isinstance(tool, str):
+            return None, Verdict(Decision.DENY, DEFAULT_RULE, f"tool name {_show(tool)} is not text")
+        compiled = self._exact.get(tool)
+        if compiled is None:
+            compiled = next((c for regex, c in self._globs if regex.match(tool)), None)
+        shown = _show(tool)
+        if compiled is None:
+            reasons = {
+                Decision.ALLOW: f"tool {shown} matches no rule and the default allows it",
+                Decision.ASK: f"tool {shown} matches no rule and the default asks for approval",
+                Decision.DENY: f"tool {shown} matches no rule and the default denies it",
+            }
+            return None, Verdict(self.default, DEFAULT_RULE, reasons[self.default])
+        pattern = compiled.rule.pattern
+        reasons = {
+            Decision.ALLOW: f"tool {shown} is allowed by rule {pattern!r}",
+            Decision.ASK: f"tool {shown} needs approval by rule {pattern!r}",
+            Decision.DENY: f"tool {shown} is denied by rule {pattern!r}",
+        }
+        return compiled, Verdict(compiled.rule.decision, pattern, reasons[compiled.rule.decision])
+
+    def _compile(self, rule: ToolRule) -> _Compiled:
+        args: list[tuple[str, tuple[str, ...], tuple[_Check, ...]]] = []
+        for name, constraints in rule.args.items():
+            checks: list[_Check] = []
+            for constraint in constraints:
+                try:
+                    checks.append(_compile_constraint(constraint, self._cwd_real, self.home))
+                except ValueError as exc:
+                    raise ValueError(f"tool rule {rule.pattern!r}: argument {name!r}: {exc}") from exc
+            args.append((name, tuple(name.split(".")), tuple(checks)))
+        return _Compiled(rule, tuple(args))
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    rule: ToolRule
+    args: tuple[tuple[str, tuple[str, ...], tuple[_Check, ...]], ...]
+
+    def check(self, arguments: Mapping[str, Any] | None) -> str | None:
+        """None when every constrained argument passes, else the reason for the first failure."""
+        root: object = {} if arguments is None else arguments
+        if not isinstance(root, Mapping):
+            return f"the arguments are not an object (got {_type_name(root)})"
+        for name, parts, checks in self.args:
+            value = root.get(name) if len(parts) == 1 and type(root) is dict else None
+            if value is not None and type(value) in _SCALARS:
+                leaves = [(name, value)]  # the common case, without the walk
+            else:
+                leaves = []
+                try:
+                    _collect(root, parts, 0, "", leaves)
+                except _Reject as exc:
+                    return str(exc)
+            for shown_name, value in leaves:
+                for check in checks:
+                    try:
+                        check.check(value)
+                    except _Reject as exc:
+                        return f"argument {shown_name!r} {exc}"
+        return None
+
+
+def _collect(value: object, parts: tuple[str, ...], index: int, shown: str, out: list[tuple[str, object]]) -> None:
+    """Append every (display name, value) that the argument path `parts[index:]` reaches."""
+    if index == len(parts):
+        if value is None:
+            raise _Reject(f"argument {shown!r} is null; the rule requires a value")
+        if isinstance(value, list | tuple):
+            if not value:
+                raise _Reject(f"argument {shown!r} is an empty array; the rule requires at least one value")
+            out.extend((f"{shown}[{i}]", item) for i, item in enumerate(value))
+        else:
+            out.append((shown, value))
+        return
+    if type(value) is dict or isinstance(value, Mapping):
+        key = parts[index]
+        here = f"{shown}.{key}" if shown else key
+        if key not in value:
+            raise _Reject(f"argument {here!r} is missing; the rule requires it")
+        _collect(value[key], parts, index + 1, here, out)
+    elif isinstance(value, list | tuple):
+        if not value:
+            raise _Reject(f"argument {shown!r} is an empty array; the rule requires at least one value")
+        for i, item in enumerate(value):
+            if isinstance(item, list | tuple):
+                raise _Reject(f"argument '{shown}[{i}]' is an array inside an array, which the rule does not walk")
+            _collect(item, parts, index, f"{shown}[{i}]", out)
+    else:
+        raise _Reject(f"argument {shown!r} is not an object (got {_type_name(value)}), so {parts[index]!r} is missing")
+
+
+# -- constraints -----------------------------------------------------------------------------
+
+
+class _Check:
+    """One compiled constraint; `check` returns None or raises `_Reject`."""
+
+    __slots__ = ()
+
+    def check(self, value: object) -> None:
+        raise NotImplementedError
+
+
+class _PathCheck(_Check):
+    __slots__ = ("cwd", "folded", "home", "inside", "roots")
+
+    def __init__(self, roots: tuple[str, ...], inside: bool, cwd: str | None, home: str | None) -> None:
+        self.roots = roots
+        self.folded = tuple(r.casefold() for r in roots)
+        self.inside = inside
+        self.cwd = cwd
+        self.home = home
+
+    def check(self, value: object) -> None:
+        resolved = _resolve(value, self.cwd, self.home)
+        if self.inside:
+            if not any(_is_within(resolved, root) for root in self.roots):
+                raise _Reject(f"{_show_path(value, resolved)} is not under {' or '.join(self.roots)}")
+            return
+        # Compared case-insensitively as well: on a case-insensitive file system (macOS, Windows)
+        # '/ETC/passwd' is '/etc/passwd'. On Linux this only ever denies more.
+        folded = resolved.casefold()
+        for root, root_folded in zip(self.roots, self.folded, strict=True):
+            if _is_within(resolved, root) or _is_within(folded, root_folded):
+                raise _Reject(f"{_show_path(value, resolved)} is under {root}, which this rule excludes")
+
+
+class _HostsCheck(_Check):
+    __slots__ = ("rules", "shown")
+
+    def __init__(self, rules: tuple[HostRule, ...]) -> None:
+        self.rules = rules
+        self.shown = ", ".join(rule.text for rule in rules)
+
+    def check(self, value: object) -> None:
+        host, port = _url_host_port(value)
+        if host_allowed(self.rules, host, port) is None:  # normalises the host first
+            try:
+                host = normalize_host(host)
+            except ValueError as exc:
+                raise _Reject(f"{_show(value)} has a host that is not valid ({exc})") from None
+            raise _Reject(f"{_show(value)} goes to {host} port {port}, which is not an allowed host ({self.shown})")
+
+
+class _OneOfCheck(_Check):
+    __slots__ = ("bools", "numbers", "shown", "texts")
+
+    def __init__(self, values: tuple[str, ...]) -> None:
+        self.texts = frozenset(values)
+        self.bools = frozenset(v == "true" for v in values if v in ("true", "false"))
+        numbers: set[int | float] = set()
+        for v in values:
+            if _INT.fullmatch(v):
+                numbers.add(int(v))
+            elif _FLOAT.fullmatch(v) and math.isfinite(float(v)):
+                numbers.add(float(v))
+        self.numbers = frozenset(numbers)
+        self.shown = ", ".join(repr(v) for v in values)
+
+    def check(self, value: object) -> None:
+        if isinstance(value, bool):  # before int: True == 1 must not pass a "1"
+            ok = value in self.bools
+        elif isinstance(value, int | float):
+            ok = (not isinstance(value, float) or math.isfinite(value)) and value in self.numbers
+        elif isinstance(value, str):
+            ok = value in self.texts
+        else:
+            raise _Reject(f"is not text, a number or a boolean (got {_type_name(value)})")
+        if not ok:
+            raise _Reject(f"{_show(value)} is not one of {self.shown}")
+
+
+class _MatchesCheck(_Check):
+    __slots__ = ("patterns", "shown")
+
+    def __init__(self, patterns: tuple[re.Pattern[str], ...]) -> None:
+        self.patterns = patterns
+        self.shown = ", ".join(repr(p.pattern) for p in patterns)
+
+    def check(self, value: object) -> None:
+        if not isinstance(value, str):
+            raise _Reject(f"is not text (got {_type_name(value)})")
+        if not any(p.fullmatch(value) for p in self.patterns):
+            raise _Reject(f"{_show(value)} does not fully match {self.shown}")
+
+
+def _compile_constraint(constraint: Constraint, cwd: str | None, home: str | None) -> _Check:
+    kind = constraint.kind
+    if kind in (ConstraintKind.UNDER, ConstraintKind.NOT_UNDER):
+        roots: list[str] = []
+        for value in constraint.values:
+            try:
+                roots.append(_resolve(value, cwd, home))
+            except _Reject as exc:
+                raise ValueError(f"{kind.value}: root {exc}") from None
+        return _PathCheck(tuple(dict.fromkeys(roots)), kind is ConstraintKind.UNDER, cwd, home)
+    if kind is ConstraintKind.HOSTS:
+        return _HostsCheck(_host_rules(constraint.values))
+    if kind is ConstraintKind.ONE_OF:
+        return _OneOfCheck(constraint.values)
+    return _MatchesCheck(_regexes(constraint.values))
+
+
+def _host_rules(values: Iterable[str]) -> tuple[HostRule, ...]:
+    rules: list[HostRule] = []
+    for value in values:
+        try:
+            rules.append(parse_rule(value))
+        except ValueError as exc:
+            raise ValueError(f"hosts: {exc}") from exc
+    return tuple(rules)
+
+
+def _regexes(values: Iterable[str]) -> tuple[re.Pattern[str], ...]:
+    compiled: list[re.Pattern[str]] = []
+    for value in values:
+        try:
+            compiled.append(re.compile(value))
+        except re.error as exc:
+            raise ValueError(f"matches: {value!r} is not a valid regular expression ({exc})") from exc
+    return tuple(compiled)
+
+
+def _expand_home(path: str, home: str | None) -> str | None:
+    """`path` with a leading `~` replaced by `home`; None when it needs a home that is not known."""
+    if path == "~" or path.startswith("~/"):
+        return None if home is None else home + path[1:]
+    return path
+
+
+def _resolve(value: object, cwd: str | None, home: str | None) -> str:
+    """The real absolute path `value` names: `~`, relative, `..` and symlinks resolved."""
+    if not isinstance(value, str):
+        raise _Reject(f"is not a path (got {_type_name(value)})")
+    if not value:
+        raise _Reject("is an empty path")
+    if "\x00" in value:
+        raise _Reject(f"{_show(value)} contains a NUL character")
+    if value.startswith("~") and not (value == "~" or value.startswith("~/")):
+        raise _Reject(f"{_show(value)} names another user's home ('~user'); write the full path")
+    path = _expand_home(value, home)
+    if path is None:
+        raise _Reject(f"{_show(value)} starts with '~' but no home directory is known")
+    if not os.path.isabs(path):
+        if cwd is None:
+            raise _Reject(f"{_show(value)} is a relative path and the server has no working directory")
+        path = os.path.join(cwd, path)
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError) as exc:
+        raise _Reject(f"{_show(value)} cannot be resolved ({exc})") from None
+
+
+def _is_within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root if root.endswith(os.sep) else root + os.sep)
+
+
+def _url_host_port(value: object) -> tuple[str, int]:
+    """The host (not yet normalised) and the port (explicit or the scheme's) of an http(s)/ws(s) URL.
+
+    Only syntax that WHATWG and RFC 3986 parsers read the same way is accepted.
+    """
+    if not isinstance(value, str):
+        raise _Reject(f"is not a URL (got {_type_name(value)})")
+    shown = _show(value)
+    if _URL_UNSAFE.search(value):
+        # WHATWG reads '\' as '/' and drops tabs and newlines; Python's urlsplit does neither.
+        raise _Reject(f"{shown} contains whitespace, a control character or a backslash")
+    match = _URL.fullmatch(value)
+    if match is None:
+        raise _Reject(f"{shown} is not an absolute URL (scheme://host/...)")
+    scheme, authority = match[1].lower(), match[2]
+    if scheme not in _SCHEME_PORTS:
+        raise _Reject(f"{shown} has scheme {scheme!r}; only http, https, ws and wss URLs can be checked")
+    if authority.count("@") > 1:
+        # 'https://a@evil@good': parsers disagree on which '@' ends the userinfo
+        raise _Reject(f"{shown} has more than one '@' before the host")
+    hostport = authority.rpartition("@")[2]
+    if hostport.startswith("["):
+        close = hostport.find("]")
+        if close < 0:
+            raise _Reject(f"{shown} has an unclosed '[' in its host")
+        host, rest = hostport[: close + 1], hostport[close + 1 :]
+        if rest and not rest.startswith(":"):
+            raise _Reject(f"{shown} has text after ']' in its host")
+        has_port, port_text = bool(rest), rest[1:]
+    else:
+        if hostport.count(":") > 1:
+            raise _Reject(f"{shown} has more than one ':' in its host")
+        host, sep, port_text = hostport.partition(":")
+        has_port = bool(sep)
+    if not host:
+        raise _Reject(f"{shown} has no host")
+    port = _SCHEME_PORTS[scheme]
+    if has_port:
+        if not _PORT.fullmatch(port_text) or not 1 <= int(port_text) <= 65535:
+            raise _Reject(f"{shown} has port {port_text!r}, not a number from 1 to 65535")
+        port = int(port_text)
+    return host, port
+
+
+# -- config-shaped rules ---------------------------------------------------------------------
+
+
+def parse_rule_entry(pattern: str, body: str | Mapping[str, Any]) -> ToolRule:
+    """Build a ToolRule from one `tools.rules` entry.
+
+    `body` is a decision (`"allow"`) or `{decision: ..., args: {<argument path>: {<kind>: value
+    or [values]}}}`. Regular expressions and host rules are checked here; path roots are checked
+    when the Policy (which knows the cwd and home) is built.
+
+    Raises:
+        ValueError: an unknown key, decision or constraint kind, `args` that is not a mapping, an
+            argument without constraints, a constraint without values, a value that is not text,
+            an invalid host rule or regular expression, or `args` on a `deny` rule.
+    """
+    where = f"tool rule {pattern!r}"
+    if isinstance(body, str):
+        return ToolRule(pattern, _decision(where, body))
+    if not isinstance(body, Mapping):
+        raise ValueError(f"{where}: expected allow, deny, ask or a mapping with 'decision' (got {_type_name(body)})")
+    unknown = sorted(str(k) for k in body if k not in ("decision", "args"))
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; a rule has 'decision' and 'args'")
+    if "decision" not in body:
+        raise ValueError(f"{where}: 'decision' is missing; add 'decision: allow', 'ask' or 'deny'")
+    decision = _decision(where, body["decision"])
+    raw_args = body.get("args", {})
+    if not isinstance(raw_args, Mapping):  # an empty mapping is no constraints, as a dumped model gives
+        raise ValueError(f"{where}: 'args' must map argument names to constraints (got {raw_args!r})")
+    args: dict[str, tuple[Constraint, ...]] = {}
+    for name, spec in raw_args.items():
+        if not isinstance(spec, Mapping) or not spec:
+            raise ValueError(f"{where}: argument {name!r} needs constraints, e.g. {{under: [~/projects]}}")
+        unknown = sorted(str(k) for k in spec if k not in _KINDS)
+        if unknown:
+            known = ", ".join(k.value for k in ConstraintKind)
+            raise ValueError(f"{where}: argument {name!r}: unknown constraint(s) {', '.join(unknown)}; use {known}")
+        constraints: list[Constraint] = []
+        for kind_text, raw in spec.items():
+            kind = ConstraintKind(kind_text)
+            try:
+                constraint = Constraint(kind, _constraint_values(kind, raw))
+                if kind is ConstraintKind.HOSTS:
+                    _host_rules(constraint.values)
+                elif kind is ConstraintKind.MATCHES:
+                    _regexes(constraint.values)
+            except ValueError as exc:
+                raise ValueError(f"{where}: argument {name!r}: {exc}") from exc
+            constraints.append(constraint)
+        args[str(name)] = tuple(constraints)
+    return ToolRule(pattern, decision, args)
+
+
+def _decision(where: str, value: object) -> Decision:
+    try:
+        return Decision(value)
+    except ValueError:
+        raise ValueError(f"{where}: decision {value!r} is not one of allow, deny, ask") from None
+
+
+def _constraint_values(kind: ConstraintKind, raw: object) -> tuple[str, ...]:
+    items = [raw] if isinstance(raw, str) or not isinstance(raw, list | tuple) else list(raw)
+    values: list[str] = []
+    for item in items:
+        if isinstance(item, str):
+            values.append(item)
+        elif kind is ConstraintKind.ONE_OF and isinstance(item, bool):
+            values.append("true" if item else "false")
+        elif kind is ConstraintKind.ONE_OF and isinstance(item, int | float) and math.isfinite(item):
+            values.append(str(item))
+        else:
+            raise ValueError(f"{kind.value}: value {item!r} is not text; write a string or a list of strings")
+    return tuple(values)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _literal_count(pattern: str) -> int:
+    """Characters of `pattern` that match only themselves (fnmatch syntax: `*`, `?`, `[...]`)."""
+    count, i, n = 0, 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        i += 1
+        if c in "*?":
+            continue
+        if c == "[":
+            j = i
+            if j < n and pattern[j] == "!":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 1
+            if j < n:
+                i = j + 1  # a class matches one of several characters: not a literal
+                continue
+        count += 1  # an unclosed '[' is a literal, as in fnmatch
+    return count
+
+
+def _show_path(value: object, resolved: str) -> str:
+    shown = _show(value)
+    return shown if resolved == value else f"{shown} (resolved to {_show(resolved)})"
+
+
+def _show(value: object) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) > _MAX_SHOWN:
+        text = text[:_MAX_SHOWN] + "…"
+    return repr(text) if isinstance(value, str) else text
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list | tuple):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__
