@@ -1,39 +1,349 @@
-"""The audit log: one JSON object per line, appended and flushed per event, file mode 0600.
+"""The audit log: one JSON object per line, one `os.write` per event, file mode 0600, rotated by size.
 
-This version records server lifecycle and egress decisions; tool calls, policy decisions and
-lock events join it with the policy layer.
+Every value is redacted (secret-looking keys, registered secret values) and shortened (long strings,
+long lists, deep nesting) before it is written, so an event line stays small and never carries a
+secret. A write that fails is logged and flagged on `Audit.failed`, never raised into the caller:
+the caller decides what a lost record means (for a tool call: deny). `docs/audit.md` is the schema.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import math
 import os
+import re
+import threading
 import time
+from collections.abc import Iterable, Mapping
+from enum import Enum
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Audit"]
+try:  # POSIX: rotation by two gateway processes sharing one state dir is serialised on a lock file
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: rotation is guarded within the process only
+    fcntl = None  # type: ignore[assignment]  # reason: the module is optional on Windows
+
+__all__ = [
+    "DEFAULT_KEEP",
+    "DEFAULT_MAX_BYTES",
+    "MAX_DEPTH",
+    "MAX_ITEMS",
+    "MAX_STRING",
+    "REDACTED",
+    "SECRET_KEY_PARTS",
+    "Audit",
+    "is_secret_key",
+    "redact",
+    "rotated_paths",
+    "shorten",
+]
 
 logger = logging.getLogger(__name__)
 
+MAX_STRING = 256  # characters of a string value kept; the rest becomes "…(+N chars)"
+MAX_ITEMS = 50  # items of a list (or keys of a mapping) kept
+MAX_DEPTH = 6  # containers nested deeper than this become a one-line summary
+# `redact` alone does not shorten, but it must still end: anything deeper is hidden, not inspected
+_REDACT_DEPTH = 64
+REDACTED = "[redacted]"
+SECRET_KEY_PARTS = (
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "api_key",
+    "apikey",
+    "authorization",
+    "cookie",
+    "credential",
+    "private_key",
+)
+DEFAULT_MAX_BYTES = 10 * 1024 * 1024
+# one encoder for every event: json.dumps builds a new one per call when given any option
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+DEFAULT_KEEP = 5
+
+
+_SECRET_KEY = re.compile("|".join(SECRET_KEY_PARTS))
+
+
+@functools.lru_cache(maxsize=4096)  # the same few keys recur on every call; bounded, as keys are the model's
+def is_secret_key(key: str) -> bool:
+    """Whether a mapping key names something secret (`Authorization`, `x-api-key`, `db_password`…)."""
+    return _SECRET_KEY.search(key.lower().replace("-", "_").replace(" ", "_")) is not None
+
+
+def shorten(value: Any) -> Any:
+    """A JSON-ready copy of `value` with long strings, long lists and deep nesting cut, each cut marked."""
+    return _walk(value, 0, cut=True, hide=False, secrets=None)
+
+
+def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
+    """A copy of `value` where secret-keyed values and strings containing any of `secrets` are `[redacted]`."""
+    return _walk(value, 0, cut=False, hide=True, secrets=_pattern(secrets))
+
+
+def _pattern(secrets: Iterable[str]) -> re.Pattern[str] | None:
+    """One pattern matching any of `secrets` (a single search per string, however many secrets)."""
+    alternatives = sorted({re.escape(s) for s in secrets if s})
+    return re.compile("|".join(alternatives)) if alternatives else None
+
+
+def _clean(value: Any, secrets: re.Pattern[str] | None) -> Any:
+    """`shorten(redact(value))` in one bounded pass; strings are checked for secrets before they are cut."""
+    return _walk(value, 0, cut=True, hide=True, secrets=secrets)
+
+
+def _cut(text: str) -> str:
+    extra = len(text) - MAX_STRING
+    return text if extra <= 0 else f"{text[:MAX_STRING]}…(+{extra} chars)"
+
+
+def _walk(value: Any, depth: int, *, cut: bool, hide: bool, secrets: re.Pattern[str] | None) -> Any:
+    if isinstance(value, str):
+        if secrets is not None and secrets.search(value):
+            return REDACTED
+        return _cut(value) if cut else value
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        # str() of a huge integer is slow and, past 4300 digits, refused by Python
+        return value if value.bit_length() <= 256 else f"<integer of {value.bit_length()} bits>"
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)  # NaN and Infinity are not JSON
+    if isinstance(value, bytes | bytearray | memoryview):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, Mapping):
+        if depth >= (MAX_DEPTH if cut else _REDACT_DEPTH):
+            return f"…(nested object, {len(value)} keys)" if cut else REDACTED
+        out: dict[str, Any] = {}
+        for index, (raw_key, item) in enumerate(islice(value.items(), MAX_ITEMS if cut else None)):
+            key = raw_key if isinstance(raw_key, str) else str(raw_key)
+            if secrets is not None and secrets.search(key):
+                out[f"{REDACTED}#{index}"] = REDACTED
+            elif hide and is_secret_key(key):
+                out[_cut(key) if cut else key] = REDACTED
+            else:
+                out[_cut(key) if cut else key] = _walk(item, depth + 1, cut=cut, hide=hide, secrets=secrets)
+        if cut and len(value) > MAX_ITEMS:
+            out["…"] = f"(+{len(value) - MAX_ITEMS} keys)"
+        return out
+    if isinstance(value, list | tuple | set | frozenset):
+        if depth >= (MAX_DEPTH if cut else _REDACT_DEPTH):
+            return f"…(nested list, {len(value)} items)" if cut else REDACTED
+        items = [
+            _walk(item, depth + 1, cut=cut, hide=hide, secrets=secrets)
+            for item in islice(value, MAX_ITEMS if cut else None)
+        ]
+        if cut and len(value) > MAX_ITEMS:
+            items.append(f"…(+{len(value) - MAX_ITEMS} items)")
+        return items
+    if isinstance(value, Enum):
+        return _walk(value.value, depth, cut=cut, hide=hide, secrets=secrets)
+    # anything else is recorded as its text, which gets the same checks as any string
+    return _walk(str(value), depth, cut=cut, hide=hide, secrets=secrets)
+
+
+def rotated_paths(path: Path) -> list[Path]:
+    """The audit file and its rotated predecessors that exist, oldest first (`.N` … `.1`, then `path`)."""
+    numbered: list[tuple[int, Path]] = []
+    for candidate in path.parent.glob(f"{path.name}.*"):
+        suffix = candidate.name[len(path.name) + 1 :]
+        if suffix.isdigit():
+            numbered.append((int(suffix), candidate))
+    found = [p for _, p in sorted(numbered, reverse=True)]
+    return [*found, path] if path.exists() else found
+
 
 class Audit:
-    """Appends events to a JSONL file; a failed write is logged, never raised into the caller."""
+    """Appends events to a JSONL file; a failed write is logged and sets `failed`, never raised.
+
+    `failed` describes the most recent `write()`; `failures` counts every failed write. The file
+    is opened with O_APPEND and each event is one `os.write` of the whole line, so lines from
+    several writers (threads, or two gateway processes on one state dir) never interleave. When
+    the next line would take the file past `max_bytes`, it is renamed to `<name>.1` (older ones
+    shift up to `<name>.<keep>`, the oldest is dropped) and a new 0600 file is started.
+
+    Raises:
+        OSError: (constructor) the file or its directory cannot be created or opened.
+        ValueError: (constructor) `max_bytes` or `keep` is not positive.
+    """
+
+    def __init__(self, path: Path, max_bytes: int = DEFAULT_MAX_BYTES, keep: int = DEFAULT_KEEP) -> None:
+        if max_bytes <= 0 or keep <= 0:
+            raise ValueError(f"audit rotation needs max_bytes > 0 and keep > 0, got {max_bytes} and {keep}")
+        self.path = path
+        self.max_bytes = max_bytes
+        self.keep = keep
+        self.failed = False
+        self.failures = 0
+        self._secrets: set[str] = set()
+        self._secret_pattern: re.Pattern[str] | None = None
+        self._lock = threading.Lock()
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._fd: int | None = self._open()
+        self._identity = self._stat_identity(os.fstat(self._fd))
+
+    def add_secret(self, value: str) -> None:
+        """Redact `value` wherever it appears in a string of a later event (keyring values, tokens)."""
+        if value:
+            with self._lock:
+                self._secrets.add(value)
+                self._secret_pattern = _pattern(self._secrets)
+
+    def write(self, event: str, server: str, **fields: Any) -> None:
+        """Append one event; on failure log it and set `failed` (the event's fields are never logged)."""
+        record: dict[str, Any] = {"ts": round(time.time(), 3), "event": event, "server": server}
+        for key, value in fields.items():
+            record.setdefault(key, value)  # ts, event and server are the gateway's, not a caller's
+        with self._lock:
+            try:
+                data = self._encode(record)
+                self._append(data)
+            except (OSError, ValueError, TypeError, RecursionError) as exc:
+                self.failures += 1
+                if not self.failed:
+                    logger.error(
+                        "audit: could not write a '%s' event for '%s' to %s: %s", event, server, self.path, exc
+                    )
+                else:
+                    logger.debug("audit: still failing (%d failures): %s", self.failures, exc)
+                self.failed = True
+                return
+            if self.failed:
+                logger.warning("audit: writing to %s works again after %d failure(s)", self.path, self.failures)
+            self.failed = False
+
+    def write_call(
+        self,
+        server: str,
+        tool: str,
+        *,
+        decision: Any,
+        rule: str | None = None,
+        reason: str = "",
+        duration_ms: float | None = None,
+        is_error: bool | None = None,
+        arguments: Any = None,
+        **fields: Any,
+    ) -> None:
+        """Append a `call` event: the decision (allow|deny|ask), the rule and why, and how the call went."""
+        self.write(
+            "call",
+            server,
+            tool=tool,
+            decision=decision,
+            rule=rule,
+            reason=reason,
+            duration_ms=None if duration_ms is None else round(duration_ms, 3),
+            is_error=is_error,
+            arguments=arguments,
+            **fields,
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    # -- internals (called with self._lock held) --------------------------------------------------
+
+    def _encode(self, record: dict[str, Any]) -> bytes:
+        secrets = self._secret_pattern
+        clean: dict[str, Any] = {}
+        for key, value in record.items():
+            if key in ("ts", "event", "server"):
+                clean[key] = value
+            elif is_secret_key(key):
+                clean[key] = REDACTED
+            else:
+                clean[key] = _clean(value, secrets)
+        line = _ENCODER.encode(clean) + "\n"
+        return line.encode("utf-8", errors="backslashreplace")
+
+    def _append(self, data: bytes) -> None:
+        if self._fd is None:
+            raise ValueError("the audit log is closed")
+        size = self._current_size()
+        if size > 0 and size + len(data) > self.max_bytes:
+            self._rotate()
+        written = os.write(self._fd, data)
+        if written != len(data):
+            raise OSError(f"short write: {written} of {len(data)} bytes (disk full?)")
+
+    def _current_size(self) -> int:
+        """The size of the file at `path`; reopens it first if someone rotated or removed it."""
+        try:
+            info = os.stat(self.path)
+        except FileNotFoundError:
+            info = None
+        if info is None or self._stat_identity(info) != self._identity:
+            info = self._reopen()
+        return info.st_size
+
+    def _rotate(self) -> None:
+        with self._rotation_lock():
+            try:
+                info = os.stat(self.path)
+            except FileNotFoundError:
+                info = None
+            # another process may have rotated while we waited for its lock: then just follow it
+            if info is not None and self._stat_identity(info) == self._identity:
+                try:
+                    for n in range(self.keep - 1, 0, -1):
+                        older = self._numbered(n)
+                        if older.exists():
+                            os.replace(older, self._numbered(n + 1))
+                    os.replace(self.path, self._numbered(1))
+                except OSError as exc:
+                    # the event still goes into the current file: a bigger file beats a lost record
+                    logger.warning("audit: could not rotate %s: %s", self.path, exc)
+                    return
+            self._reopen()
+
+    def _rotation_lock(self) -> Any:
+        return _FileLock(self.path.with_name(f"{self.path.name}.lock"))
+
+    def _numbered(self, n: int) -> Path:
+        return self.path.with_name(f"{self.path.name}.{n}")
+
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def _reopen(self) -> os.stat_result:
+        fd = self._open()
+        old, self._fd = self._fd, fd
+        info = os.fstat(fd)
+        self._identity = self._stat_identity(info)
+        if old is not None:
+            os.close(old)
+        return info
+
+    @staticmethod
+    def _stat_identity(info: os.stat_result) -> tuple[int, int]:
+        return info.st_dev, info.st_ino
+
+
+class _FileLock:
+    """An exclusive `flock` on a 0600 side file, held for a rotation; a no-op where flock does not exist."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        self._file = os.fdopen(fd, "a", encoding="utf-8", buffering=1)
+        self._fd: int | None = None
 
-    def write(self, event: str, server: str, **fields: Any) -> None:
-        record = {"ts": round(time.time(), 3), "event": event, "server": server, **fields}
-        try:
-            # line-buffered: each event reaches the file as one write, no fsync on the hot path
-            self._file.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
-        except (OSError, ValueError) as exc:
-            logger.error("audit: could not write %s event for '%s': %s", event, server, exc)
+    def __enter__(self) -> _FileLock:
+        if fcntl is not None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        return self
 
-    def close(self) -> None:
-        self._file.close()
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
