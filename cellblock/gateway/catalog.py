@@ -7,7 +7,7 @@ sorted by exposed name so they come back in a stable order.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,8 @@ class Catalog:
     # exposed name -> (server, original name)
     tool_routes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     prompt_routes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # tools and prompts a server offers that the lock holds back, by the name they will get
+    held: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     def route_resource(self, uri: str) -> tuple[str, str]:
         """(server, original URI) for an exposed resource URI.
@@ -41,15 +43,28 @@ class Catalog:
         return route_uri(uri)
 
 
-def build_catalog(listings: Mapping[str, Listing], *, separator: str, max_length: int) -> Catalog:
-    """Merge the servers' listings; name collisions are resolved deterministically and logged."""
+def build_catalog(
+    listings: Mapping[str, Listing],
+    *,
+    separator: str,
+    max_length: int,
+    offered: Mapping[str, Listing] | None = None,
+    hidden: Callable[[str, str], bool] = lambda server, tool: False,
+) -> Catalog:
+    """Merge the servers' listings; name collisions are resolved deterministically and logged.
+
+    `listings` is what may be shown (after the lock); `offered` is everything the servers offer,
+    so names stay the same when a held item is approved. `hidden(server, tool)` keeps a tool out of
+    the list (a policy `deny`) while it stays routable, so a call to it is refused by the policy.
+    """
+    offered = offered if offered is not None else listings
     tool_names = assign_names(
-        ((server, t.name) for server, lst in listings.items() for t in lst.tools),
+        ((server, t.name) for server, lst in offered.items() for t in lst.tools),
         separator=separator,
         max_length=max_length,
     )
     prompt_names = assign_names(
-        ((server, p.name) for server, lst in listings.items() for p in lst.prompts),
+        ((server, p.name) for server, lst in offered.items() for p in lst.prompts),
         separator=separator,
         max_length=max_length,
     )
@@ -78,14 +93,25 @@ def build_catalog(listings: Mapping[str, Listing], *, separator: str, max_length
         for server, lst in listings.items()
         for t in lst.templates
     ]
+    shown_tools, shown_prompts = _pairs(listings, "tools"), _pairs(listings, "prompts")
+    tool_routes = {name: route for name, route in tool_names.by_exposed.items() if route in shown_tools}
+    prompt_routes = {name: route for name, route in prompt_names.by_exposed.items() if route in shown_prompts}
+    held = {n: r for n, r in tool_names.by_exposed.items() if n not in tool_routes}
+    held |= {n: r for n, r in prompt_names.by_exposed.items() if n not in prompt_routes}
+    listed = [t for t in tools if not hidden(*tool_routes[t.name])]
     return Catalog(
-        tools=tuple(sorted(_unique(tools, "name"), key=lambda t: t.name)),
+        tools=tuple(sorted(_unique(listed, "name"), key=lambda t: t.name)),
         prompts=tuple(sorted(_unique(prompts, "name"), key=lambda p: p.name)),
         resources=tuple(sorted(_unique(resources, "uri"), key=lambda r: str(r.uri))),
         templates=tuple(sorted(_unique(templates, "uri_template"), key=lambda t: t.uri_template)),
-        tool_routes=dict(tool_names.by_exposed),
-        prompt_routes=dict(prompt_names.by_exposed),
+        tool_routes=tool_routes,
+        prompt_routes=prompt_routes,
+        held=held,
     )
+
+
+def _pairs(listings: Mapping[str, Listing], kind: str) -> set[tuple[str, str]]:
+    return {(server, item.name) for server, lst in listings.items() for item in getattr(lst, kind)}
 
 
 def _unique(items: list[Any], key: str) -> list[Any]:

@@ -34,12 +34,23 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("server", nargs="?", help="only this server")
     show.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
     show.add_argument("--json", action="store_true", help="print JSON")
+    diff = sub.add_parser("diff", help="show what a server's held catalog changes; exit 1 if anything is held")
+    diff.add_argument("server")
+    diff.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
+    approve = sub.add_parser("approve", help="accept a server's held catalog (a running gateway picks it up)")
+    approve.add_argument("server")
+    approve.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
     sub.add_parser("doctor", help="check that this machine can build jails; exit 1 on a gap")
     probe = sub.add_parser("probe", help="attack each server's jail from inside; exit 1 if anything got through")
     probe.add_argument("server", nargs="?", help="only this server")
     probe.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
     probe.add_argument("--json", action="store_true", help="print JSON")
     sub.add_parser("demo", help="run the gateway on built-in demo servers and show what it does")
+    audit = sub.add_parser("audit", help="summarise the audit log: calls by decision, lock and egress events")
+    audit.add_argument("--since", help="only events newer than this: 30m, 12h, 7d, or an ISO date")
+    audit.add_argument("--server", help="only this server")
+    audit.add_argument("--json", action="store_true", help="print JSON")
+    audit.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
     return parser
 
 
@@ -52,12 +63,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(args.config)
         if args.command == "show":
             return _show(args.config, args.server, args.json)
+        if args.command in ("diff", "approve"):
+            return _lock_command(args.command, args.config, args.server)
         if args.command == "probe":
             return _probe(args.config, args.server, args.json)
         if args.command == "doctor":
             from cellblock.gateway.doctor import doctor
 
             return doctor()
+        if args.command == "audit":
+            from cellblock.gateway.audit_report import audit_path, run
+
+            return run(audit_path(args.config), args.since, args.server, args.json)
         if args.command == "demo":
             from cellblock.gateway.demo import run_demo
 
@@ -91,6 +108,25 @@ def _show(config_path: str | None, server: str | None, as_json: bool) -> int:
         print(f"cellblock: no server named '{server}' in the config", file=sys.stderr)
         return EXIT_USAGE
     return show(config, server, as_json)
+
+
+def _lock_command(command: str, config_path: str | None, server: str) -> int:
+    from pathlib import Path
+
+    from cellblock.gateway.audit import Audit
+    from cellblock.gateway.config import load_config
+    from cellblock.gateway.lock_cli import approve_server, diff_server
+    from cellblock.gateway.state import state_dir
+
+    config, _ = load_config(config_path)
+    if server not in config.servers:
+        print(f"cellblock: no server named '{server}' in the config", file=sys.stderr)
+        return EXIT_USAGE
+    state = state_dir()
+    if command == "diff":
+        return diff_server(config, state, server)
+    audit = Audit(Path(config.audit.path) if config.audit.path else state / "audit.jsonl")
+    return approve_server(config, state, audit, server)
 
 
 def _probe(config_path: str | None, server: str | None, as_json: bool) -> int:

@@ -28,6 +28,8 @@ from pydantic import (
 
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.hosts import parse_rule
+from cellblock.policy.rules import Policy, parse_rule_entry
+from cellblock.policy.types import Decision
 
 __all__ = [
     "AuditConfig",
@@ -37,9 +39,12 @@ __all__ = [
     "ExecConfig",
     "JailConfig",
     "LocalServer",
+    "LockConfig",
     "NamesConfig",
     "RemoteServer",
+    "RuleConfig",
     "ServerConfig",
+    "ToolsConfig",
     "default_config_path",
     "expand_path",
     "load_config",
@@ -52,8 +57,6 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # Keys DESIGN.md reserves that later versions enforce. Accepting them now would promise a jail or
 # a policy that does not exist, so they are an error that says why.
 _NOT_YET = {
-    "tools": "per-tool policy is not implemented in this version",
-    "lock": "the catalog lock is not implemented in this version",
     "sampling": "sampling policy is not implemented in this version",
     "secrets": "keyring secrets are not implemented in this version",
     "auth": "remote server authentication is not implemented in this version",
@@ -63,6 +66,11 @@ _NOT_YET = {
 
 class ConfigError(CellblockError):
     """A config file is missing, unreadable or invalid; the message names file, line and key."""
+
+
+def _expand_keep_tilde(value: str) -> str:
+    """`${ENV}` expanded, `~` left for the policy to resolve against the user's home."""
+    return value if value.startswith("~") and "${" not in value else expand_path(value)
 
 
 def expand_path(value: str) -> str:
@@ -100,11 +108,74 @@ Protocol = Literal["auto", "legacy"]
 Seconds = Annotated[float, Field(gt=0, le=3600)]
 
 
+DecisionName = Literal["allow", "deny", "ask"]
+ConstraintName = Literal["under", "not_under", "hosts", "one_of", "matches"]
+
+
+class RuleConfig(_Model):
+    """One tool rule with argument constraints: `{decision: allow, args: {path: {under: [~/x]}}}`."""
+
+    decision: DecisionName
+    args: dict[str, dict[ConstraintName, str | list[str]]] = {}
+
+    @field_validator("args")
+    @classmethod
+    def _expand_paths(cls, value: dict[str, dict[str, str | list[str]]]) -> dict[str, dict[str, str | list[str]]]:
+        out: dict[str, dict[str, str | list[str]]] = {}
+        for arg, constraints in value.items():
+            if not constraints:
+                raise ValueError(f"argument {arg!r} has no constraint (under, not_under, hosts, one_of, matches)")
+            out[arg] = {
+                kind: ([_expand_keep_tilde(v) for v in ([values] if isinstance(values, str) else values)])
+                if kind in ("under", "not_under")
+                else values
+                for kind, values in constraints.items()
+            }
+        return out
+
+
+def _rule_kind(value: Any) -> str:
+    return "full" if isinstance(value, Mapping | BaseModel) else "short"
+
+
+# a rule is either just a decision ("read_*": allow) or a mapping with argument constraints
+Rule = Annotated[
+    Annotated[DecisionName, Tag("short")] | Annotated[RuleConfig, Tag("full")],
+    Discriminator(_rule_kind),
+]
+
+
+class ToolsConfig(_Model):
+    """Per-tool policy: a default, and rules by exact name or glob."""
+
+    default: DecisionName = "ask"
+    rules: dict[Annotated[str, Field(min_length=1)], Rule] = {}
+
+    @model_validator(mode="after")
+    def _compiles(self) -> ToolsConfig:
+        # regexes and host patterns are compiled now, so a bad one is a config error with a line
+        rules = [
+            parse_rule_entry(pattern, body.model_dump() if isinstance(body, RuleConfig) else body)
+            for pattern, body in self.rules.items()
+        ]
+        Policy(default=Decision(self.default), rules=tuple(rules), cwd=None, home="/")
+        return self
+
+
+class LockConfig(_Model):
+    """The rug-pull lock: `first: review` holds a new server's catalog until approved."""
+
+    enabled: bool = True
+    first: Literal["review", "trust"] = "review"
+
+
 class DefaultsConfig(_Model):
-    """Values every server gets unless it says otherwise."""
+    """Values every server gets unless it says otherwise (a server's own `tools` replaces these whole)."""
 
     start: Start = "eager"
     timeout: Seconds = 60.0
+    tools: ToolsConfig = ToolsConfig()
+    lock: LockConfig = LockConfig()
 
 
 class NamesConfig(_Model):
@@ -132,6 +203,8 @@ class _ServerBase(_Model):
     start: Start | None = None
     # seconds a single call may take before it is cancelled downstream and answered with an error
     timeout: Seconds | None = None
+    tools: ToolsConfig | None = None
+    lock: LockConfig | None = None
     # auto: probe the 2026-07-28 protocol and fall back to the handshake; legacy: handshake only
     protocol: Protocol = "auto"
 
@@ -247,6 +320,12 @@ class Config(_Model):
     def timeout_of(self, name: str) -> float:
         return self.servers[name].timeout or self.defaults.timeout
 
+    def tools_of(self, name: str) -> ToolsConfig:
+        return self.servers[name].tools or self.defaults.tools
+
+    def lock_of(self, name: str) -> LockConfig:
+        return self.servers[name].lock or self.defaults.lock
+
 
 def default_config_path() -> Path:
     """`$CELLBLOCK_CONFIG`, else `<user config dir>/cellblock/cellblock.yaml`."""
@@ -313,7 +392,7 @@ def _key_lines(node: yaml.Node | None, path: tuple[str, ...] = ()) -> dict[tuple
     return lines
 
 
-_TAGS = {"local", "remote", "on", "off"}  # union tags pydantic puts into error locations
+_TAGS = {"local", "remote", "on", "off", "short", "full"}  # union tags pydantic puts into error locations
 
 
 def _describe(err: Any, lines: dict[tuple[str, ...], int], source: str) -> str:

@@ -22,6 +22,7 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -90,8 +91,10 @@ class ParkedCall:
     an `InputRequiredResult`.
     """
 
-    def __init__(self, entry: Any) -> None:
+    def __init__(self, entry: Any, server: str, done: Callable[[Any], None] | None = None) -> None:
         self.entry = entry  # the InFlight record the downstream call reports through
+        self.server = server
+        self.done = done  # called with the final result, by whichever request receives it
         self._send, self._events = anyio.create_memory_object_stream[InputNeeded | types.Result](1)
         self.scope = anyio.CancelScope()
         self.pending: InputNeeded | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,10 @@ from cellblock.gateway.catalog import Catalog, build_catalog, expose_content
 from cellblock.gateway.config import Config
 from cellblock.gateway.downstream import START_SECONDS, Downstream, DownstreamError, InFlight, Listing, error_result
 from cellblock.gateway.elicitation import DirectAsker, InputNeeded, ParkedCall, ParkedCalls, StateRejected
+from cellblock.gateway.locking import POLL_SECONDS, Locks
 from cellblock.gateway.namespacing import expose_uri
+from cellblock.gateway.pipeline import Call, Pipeline
+from cellblock.gateway.policies import policy_for
 from cellblock.gateway.state import atomic_write_json, read_json
 
 __all__ = ["Gateway"]
@@ -76,6 +80,11 @@ class Gateway:
             for name, server in sorted(config.servers.items())
         }
         self.catalog = Catalog()
+        self.locks = Locks(config, state, self.audit)
+        # what each server offers, and what the lock lets the client see of it
+        self.shown: dict[str, Listing] = {}
+        self.policies = {name: policy_for(config, name) for name in config.servers}
+        self.pipeline = Pipeline(lambda: self.catalog, self._unavailable, self.policies, self.audit)
         self.bus = InMemorySubscriptionBus()
         self.parked = ParkedCalls()
         # the handshake-era connection, for notifications sent outside any request
@@ -104,15 +113,17 @@ class Gateway:
             self._tg = tg
             eager: list[Downstream] = []
             for ds in self.downstreams.values():
-                cached = read_json(self.catalog_dir / f"{ds.name}.json")
-                if self.config.start_of(ds.name) == "lazy" and isinstance(cached, dict):
-                    ds.listing = Listing.load(cached)
+                saved = self._saved_listing(ds.name)
+                if self.config.start_of(ds.name) == "lazy" and saved is not None:
+                    ds.listing = saved
+                    self.shown[ds.name] = saved
                 else:
                     # a lazy server nobody has seen yet is started once to learn its catalog
                     eager.append(ds)
                     ds.start(tg)
             self._rebuild()
             tg.start_soon(self._settle, eager)
+            tg.start_soon(self._watch_locks)
             # The handshake carries the servers' instructions, so it waits (bounded) for them.
             with anyio.move_on_after(START_SECONDS):
                 await self._settled.wait()
@@ -123,11 +134,27 @@ class Gateway:
             await self.server.run(read, write, options)
             tg.cancel_scope.cancel()
 
+    def _saved_listing(self, server: str) -> Listing | None:
+        """The catalog to show for a lazy server before it starts: its lock, else the last one seen."""
+        if self.locks.enabled(server):
+            return self.locks.approved_listing(server)
+        cached = read_json(self.catalog_dir / f"{server}.json")
+        return Listing.load(cached) if isinstance(cached, dict) else None
+
+    async def _watch_locks(self) -> None:
+        """Pick up approvals made with `cellblock approve` while the gateway runs."""
+        while True:
+            await anyio.sleep(POLL_SECONDS)
+            for server in self.locks.changed_on_disk():
+                ds = self.downstreams[server]
+                if ds.listing is not None:
+                    await self._on_listing(ds)
+
     def _instructions(self) -> str:
         parts = [INSTRUCTIONS.format(sep=self.config.names.separator)]
-        for name, ds in self.downstreams.items():
-            if ds.listing is not None and ds.listing.instructions:
-                parts.append(f"[{name}] {ds.listing.instructions.strip()}")
+        for name, listing in self.shown.items():
+            if listing.instructions:
+                parts.append(f"[{name}] {listing.instructions.strip()}")
         return "\n\n".join(parts)
 
     async def _settle(self, eager: list[Downstream]) -> None:
@@ -144,15 +171,22 @@ class Gateway:
         return self.catalog
 
     def _rebuild(self) -> Catalog:
-        listings = {name: ds.listing for name, ds in self.downstreams.items() if ds.listing is not None}
-        old, self.catalog = (
-            self.catalog,
-            build_catalog(listings, separator=self.config.names.separator, max_length=self.config.names.max_length),
+        offered = {name: ds.listing for name, ds in self.downstreams.items() if ds.listing is not None}
+        catalog = build_catalog(
+            self.shown,
+            separator=self.config.names.separator,
+            max_length=self.config.names.max_length,
+            offered=offered,
+            hidden=lambda server, tool: self.policies[server].hidden(tool),
         )
+        old, self.catalog = self.catalog, catalog
         return old
 
     async def _on_listing(self, ds: Downstream) -> None:
-        if ds.listing is not None:
+        if ds.listing is None:
+            return
+        self.shown[ds.name] = self.locks.review(ds.name, ds.listing)
+        if not self.locks.enabled(ds.name):
             try:
                 atomic_write_json(self.catalog_dir / f"{ds.name}.json", ds.listing.dump())
             except OSError as exc:
@@ -217,22 +251,42 @@ class Gateway:
 
     async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> types.Result:
         self._remember(ctx)
-        route = self.catalog.tool_routes.get(params.name)
-        if route is None:
-            return error_result(self._unknown(params.name, "tool"))
-        server, tool = route
-        ds = self.downstreams[server]
+        if params.request_state and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            # the retry of a parked call: it was admitted (and audited) when it first came
+            return await self._call_modern(ctx, params, self._in_flight(ctx))
+        call = Call(params.name, params.arguments)
+        refusal = await self.pipeline.admit(call)
+        if refusal is not None:
+            return refusal
+        ds = self.downstreams[call.server]
         ds.start(self.tasks)  # lazy servers start on first use
         entry = self._in_flight(ctx)
+        began = time.perf_counter()
+
+        def done(result: types.CallToolResult) -> None:
+            self.pipeline.finished(call, result, (time.perf_counter() - began) * 1000)
+
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            return await self._call_modern(ctx, params, ds, tool, entry)
+            return await self._call_modern(ctx, params, entry, ds, call.tool, done)
         entry.asker = DirectAsker(ctx.session, ctx.request_id)
-        return _exposed(server, await ds.call_tool(tool, params, entry))
+        result = _exposed(call.server, await ds.call_tool(call.tool, params, entry))
+        done(result)
+        return result
 
     async def _call_modern(
-        self, ctx: Ctx, params: types.CallToolRequestParams, ds: Downstream, tool: str, entry: InFlight
+        self,
+        ctx: Ctx,
+        params: types.CallToolRequestParams,
+        entry: InFlight,
+        ds: Downstream | None = None,
+        tool: str = "",
+        done: Callable[[types.CallToolResult], None] | None = None,
     ) -> types.Result:
-        """2026-07-28: the call runs in its own task so that it can outlive a question to the user."""
+        """2026-07-28: the call runs in its own task so that it can outlive a question to the user.
+
+        A first request brings `ds`, `tool` and `done` (the audit of the outcome); a retry brings
+        only the sealed state, which names the parked call that already has them.
+        """
         if params.request_state:
             try:
                 call = self.parked.redeem(params.request_state, params.name, params.arguments)
@@ -240,8 +294,8 @@ class Gateway:
                 return error_result(f"retry of '{params.name}' refused: {exc}")
             call.entry.progress, call.entry.log = entry.progress, entry.log
             call.answer(params.input_responses, INPUT_KEY)
-        else:
-            call = ParkedCall(entry)
+        elif ds is not None:
+            call = ParkedCall(entry, ds.name, done)
             entry.asker = call
 
             async def forward() -> None:
@@ -249,6 +303,8 @@ class Gateway:
                     call.finish(await ds.call_tool(tool, params, entry))
 
             self.tasks.start_soon(forward)
+        else:
+            return error_result(f"call to '{params.name}' has no server")
         parked = False
         try:
             event = await call.next_event()
@@ -259,7 +315,10 @@ class Gateway:
                 return types.InputRequiredResult(
                     input_requests={INPUT_KEY: types.ElicitRequest(params=event.params)}, request_state=state
                 )
-            return _exposed(ds.name, event)
+            result = _exposed(call.server, event)
+            if call.done is not None and isinstance(result, types.CallToolResult):
+                call.done(result)
+            return result
         finally:
             if not parked:
                 call.scope.cancel()  # a cancelled request takes its downstream call with it
@@ -329,14 +388,27 @@ class Gateway:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
         if server not in self.downstreams:
             raise MCPError(types.INVALID_PARAMS, f"no server named '{server}' for resource {uri}")
+        if self.locks.approved.get(server) == frozenset():
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"the catalog of '{server}' is held for review; see 'cellblock diff {server}', "
+                f"accept with 'cellblock approve {server}'",
+            )
         return server, original
 
-    def _unknown(self, name: str, kind: str) -> str:
+    def _unavailable(self, name: str) -> str | None:
+        """Why a name that is not in the catalog may belong to a server that is down, if it does."""
         prefix, sep, _ = name.partition(self.config.names.separator)
         ds = self.downstreams.get(prefix) if sep else None
         if ds is not None and ds.state in ("failed", "restarting", "starting"):
             return f"server '{ds.name}' is not available ({ds.state}): {ds.error or 'starting'}"
-        return f"unknown {kind} '{name}': it is not in Cellblock's catalog; list the {kind}s again"
+        return None
+
+    def _unknown(self, name: str, kind: str) -> str:
+        return (
+            self._unavailable(name)
+            or f"unknown {kind} '{name}': it is not in Cellblock's catalog; list the {kind}s again"
+        )
 
     # -- logs ------------------------------------------------------------------------------
 

@@ -31,9 +31,14 @@ def probe_server(*args: str, writable: Path | None = None, **extra: Any) -> dict
     return {"command": sys.executable, "args": [str(PROBE), *args], "jail": jail, **extra}
 
 
+# Tests about routing, jails and protocols open the policy and trust first contact; the policy
+# and lock tests set their own.
+OPEN_DEFAULTS = {"tools": {"default": "allow"}, "lock": {"enabled": False}}
+
+
 def write_config(directory: Path, servers: dict[str, Any], **top: Any) -> Path:
     path = directory / "cellblock.yaml"
-    path.write_text(yaml.safe_dump({"version": 1, "servers": servers, **top}))
+    path.write_text(yaml.safe_dump({"version": 1, "defaults": OPEN_DEFAULTS, "servers": servers, **top}))
     return path
 
 

@@ -1,0 +1,126 @@
+"""The call path, in one place: route -> lock -> policy -> approval -> (forward) -> audit.
+
+Each stage can only refuse or pass a call on; none can widen what an earlier one decided. A
+refusal is a tool error the model can read, and every decision is written to the audit log
+before anything is forwarded: if that write fails, the call is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import mcp.types as types
+
+from cellblock.gateway.audit import Audit
+from cellblock.gateway.catalog import Catalog
+from cellblock.gateway.downstream import error_result
+from cellblock.policy.rules import Policy
+from cellblock.policy.types import Decision, Verdict
+
+__all__ = ["STAGES", "Call", "Pipeline", "ask_not_available"]
+
+STAGES = ("route", "lock", "policy", "approval")
+
+
+@dataclass
+class Call:
+    """One tools/call as it moves through the stages."""
+
+    name: str  # the exposed name the client used
+    arguments: dict[str, Any] | None
+    server: str = ""
+    tool: str = ""
+    verdict: Verdict | None = None
+
+
+Approver = Callable[[Call], Awaitable[Verdict]]
+
+
+async def ask_not_available(call: Call) -> Verdict:
+    """Until approvals exist, `ask` is a refusal that says what it would need."""
+    rule = call.verdict.rule if call.verdict is not None else "default"
+    return Verdict(
+        Decision.DENY,
+        rule,
+        f"tool '{call.name}' needs a human's approval (rule '{rule}'), and this version of "
+        "Cellblock cannot ask yet; allow it in cellblock.yaml (tools.rules) if you trust it",
+    )
+
+
+class Pipeline:
+    """Runs the stages for a call against the current catalog, lock holds and policies."""
+
+    def __init__(
+        self,
+        catalog: Callable[[], Catalog],
+        unavailable: Callable[[str], str | None],
+        policies: Mapping[str, Policy],
+        audit: Audit,
+        approver: Approver = ask_not_available,
+    ) -> None:
+        self._catalog = catalog
+        self._unavailable = unavailable
+        self._policies = policies
+        self._audit = audit
+        self._approver = approver
+
+    async def admit(self, call: Call) -> types.CallToolResult | None:
+        """None when the call may be forwarded (its allow already audited), else the refusal to return."""
+        catalog = self._catalog()
+        route = catalog.tool_routes.get(call.name)
+        if route is None:
+            held = catalog.held.get(call.name)
+            if held is not None:  # lock: new or changed since approval
+                call.server, call.tool = held
+                reason = (
+                    f"tool '{call.name}' of server '{held[0]}' is new or changed since the server was approved; "
+                    f"see 'cellblock diff {held[0]}', accept with 'cellblock approve {held[0]}'"
+                )
+                return self._refuse(call, Verdict(Decision.DENY, "lock", reason))
+            reason = self._unavailable(call.name) or (
+                f"unknown tool '{call.name}': it is not in Cellblock's catalog; list the tools again"
+            )
+            return self._refuse(call, Verdict(Decision.DENY, "route", reason))
+        call.server, call.tool = route
+        verdict = self._policies[call.server].decide(call.tool, call.arguments)
+        call.verdict = verdict
+        if verdict.decision is Decision.ASK:
+            verdict = await self._approver(call)
+            call.verdict = verdict
+        if verdict.decision is not Decision.ALLOW:
+            return self._refuse(call, verdict)
+        self._audit.write(
+            "call",
+            call.server,
+            tool=call.tool,
+            decision="allow",
+            rule=verdict.rule,
+            reason=verdict.reason,
+            arguments=call.arguments,
+        )
+        if self._audit.failed:
+            return error_result(
+                f"refused: the audit log {self._audit.path} cannot be written, and no call runs unrecorded"
+            )
+        return None
+
+    def finished(self, call: Call, result: types.CallToolResult, duration_ms: float) -> None:
+        self._audit.write(
+            "call_end", call.server, tool=call.tool, duration_ms=round(duration_ms, 3), is_error=bool(result.is_error)
+        )
+
+    def _refuse(self, call: Call, verdict: Verdict) -> types.CallToolResult:
+        call.verdict = verdict
+        self._audit.write(
+            "call",
+            call.server,
+            tool=call.tool or call.name,
+            decision="deny",
+            rule=verdict.rule,
+            reason=verdict.reason,
+            arguments=call.arguments,
+        )
+        prefix = "denied by policy" if verdict.rule not in ("route", "lock") else "refused"
+        return error_result(f"{prefix}: {verdict.rule}: {verdict.reason}")
