@@ -90,12 +90,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _check(config_path: str | None) -> int:
     from cellblock.gateway.config import load_config
+    from cellblock.gateway.policies import lint_config
+    from cellblock.gateway.state import state_dir
 
     config, source = load_config(config_path)
-    print(f"cellblock: OK: {source}: {len(config.servers)} server(s)", file=sys.stderr)
     for name, server in sorted(config.servers.items()):
         kind = f"stdio: {server.command}" if hasattr(server, "command") else f"http: {server.url}"
         print(f"{name}\t{config.start_of(name)}\t{kind}")
+    findings = lint_config(config, state_dir())
+    for finding in findings:
+        print(f"cellblock: lint: {finding}", file=sys.stderr)
+    if findings:
+        print(f"cellblock: {source}: valid, with {len(findings)} lint finding(s)", file=sys.stderr)
+        return EXIT_FINDING
+    print(f"cellblock: OK: {source}: {len(config.servers)} server(s)", file=sys.stderr)
     return EXIT_OK
 
 
@@ -161,6 +169,10 @@ def _serve(config_path: str | None, verbose: bool) -> int:
     config, source = load_config(config_path)
     log = logging.getLogger("cellblock")
     log.info("serving %d server(s) from %s", len(config.servers), source)
+    from cellblock.gateway.policies import lint_config
+
+    for finding in lint_config(config, state_dir()):
+        log.warning("lint: %s", finding)
     for name, server in sorted(config.servers.items()):
         if getattr(server, "jail", None) is False:
             log.warning("server '%s' runs UNJAILED (jail: false in the config)", name)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from cellblock.gateway.config import Config, LocalServer, RuleConfig
+from cellblock.gateway.locking import lock_path
+from cellblock.policy.lint import JailView, lint_policy
+from cellblock.policy.lock import LockError, load_lock
 from cellblock.policy.rules import Policy, parse_rule_entry
 from cellblock.policy.types import Decision
 
-__all__ = ["policy_for"]
+__all__ = ["lint_config", "policy_for"]
 
 
 def policy_for(config: Config, server: str) -> Policy:
@@ -25,3 +29,30 @@ def policy_for(config: Config, server: str) -> Policy:
     entry = config.servers[server]
     cwd = entry.cwd if isinstance(entry, LocalServer) else None
     return Policy(default=Decision(tools.default), rules=rules, cwd=cwd, home=os.path.expanduser("~"))
+
+
+def lint_config(config: Config, state: Path) -> list[str]:
+    """Lint findings for every server, against its jail and the catalog its lock approved."""
+    findings: list[str] = []
+    home = os.path.expanduser("~")
+    for name, entry in sorted(config.servers.items()):
+        jail = entry.jail if isinstance(entry, LocalServer) else False
+        view = (
+            JailView(tuple(jail.read_only), tuple(jail.read_write), jail.network, tuple(jail.allow_hosts))
+            if jail
+            else None
+        )
+        catalog = None
+        try:
+            lock = load_lock(lock_path(state, name))
+        except LockError as exc:
+            findings.append(str(exc))
+            lock = None
+        if lock is not None:
+            catalog = {
+                key.removeprefix("tool:"): (item.get("annotations") or {}).get("readOnlyHint")
+                for key, item in lock.snapshot.items()
+                if key.startswith("tool:")
+            }
+        findings += lint_policy(name, policy_for(config, name).rules, view, home, catalog)
+    return findings

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -196,3 +197,20 @@ def test_shipped_configs_are_valid(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CELLBLOCK_DEMO", str(root / "cellblock" / "demo"))
     for path in [*root.glob("configs/*.yaml"), root / "cellblock" / "demo" / "demo.yaml"]:
         load_config(path)
+
+
+def test_check_exits_1_with_lint_findings_and_names_them(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "version: 1\nservers:\n  a:\n    command: x\n    tools:\n      rules:\n"
+        "        read_file: {decision: allow, args: {path: {under: [/etc]}}}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "cellblock.gateway.cli", "check", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CELLBLOCK_STATE_DIR": str(tmp_path / "state")},
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "lint: server 'a': tools.rules.read_file.args.path: under /etc is not shared" in done.stderr

@@ -1,0 +1,116 @@
+"""Lint: policy rules that cannot do what they seem to say, given the jail and the catalog.
+
+Each finding is a sentence that names the server, the rule and the fix. Lint never changes what
+is enforced: a rule that lint doubts is still applied exactly as written.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from cellblock.policy.hosts import HostKind, parse_rule
+from cellblock.policy.types import ConstraintKind, Decision, ToolRule
+
+__all__ = ["WRITING_WORDS", "JailView", "lint_policy"]
+
+# Without a catalog to read annotations from, a tool whose name has one of these writes.
+WRITING_WORDS = ("write", "edit", "create", "move", "delete", "remove", "put", "save", "append", "rename", "mkdir")
+
+
+@dataclass(frozen=True)
+class JailView:
+    """What lint needs to know of a server's jail (`None` for a remote or unjailed server)."""
+
+    read_only: tuple[str, ...]
+    read_write: tuple[str, ...]
+    network: str
+    allow_hosts: tuple[str, ...]
+
+
+def _real(path: str, home: str) -> str:
+    expanded = home + path[1:] if path == "~" or path.startswith("~/") else path
+    return os.path.realpath(expanded)
+
+
+def _inside(path: str, roots: Iterable[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _writes(tool: str, read_only_hint: bool | None) -> bool:
+    if read_only_hint is not None:
+        return not read_only_hint
+    return any(word in tool.lower() for word in WRITING_WORDS)
+
+
+def _tools_for(pattern: str, tools: Iterable[str]) -> list[str]:
+    return [t for t in tools if t == pattern or fnmatch.fnmatchcase(t, pattern)]
+
+
+def _host_covered(pattern: str, allow: list[str]) -> bool:
+    wanted = parse_rule(pattern)
+    for entry in allow:
+        rule = parse_rule(entry)
+        if wanted.port is not None and rule.port is not None and wanted.port != rule.port:
+            continue
+        if wanted.port is None and rule.port is not None:
+            continue  # the constraint allows 80 and 443, the allowlist one port only
+        if rule.host == wanted.host and rule.kind == wanted.kind:
+            return True
+        if rule.kind is HostKind.SUFFIX and wanted.host.endswith("." + rule.host):
+            return True
+    return False
+
+
+def lint_policy(
+    server: str,
+    rules: Iterable[ToolRule],
+    jail: JailView | None,
+    home: str,
+    catalog: Mapping[str, bool | None] | None = None,
+) -> list[str]:
+    """Findings for one server's rules. `catalog`: locked tool name -> its readOnlyHint, if known."""
+    findings: list[str] = []
+    for rule in rules:
+        where = f"server '{server}': tools.rules.{rule.pattern}"
+        matched = _tools_for(rule.pattern, catalog) if catalog is not None else [rule.pattern]
+        if catalog is not None and not matched:
+            findings.append(
+                f"{where} matches no tool of the locked catalog; check the name (rules use the server's own tool names)"
+            )
+        if rule.decision is Decision.DENY or jail is None:
+            continue
+        shared_rw = [_real(p, home) for p in jail.read_write]
+        shared = [_real(p, home) for p in (*jail.read_only, *jail.read_write)]
+        for arg, constraints in rule.args.items():
+            for constraint in constraints:
+                if constraint.kind in (ConstraintKind.UNDER, ConstraintKind.NOT_UNDER):
+                    for root in constraint.values:
+                        real = _real(root, home)
+                        if constraint.kind is ConstraintKind.UNDER and not _inside(real, shared):
+                            findings.append(
+                                f"{where}.args.{arg}: under {root} is not shared with the jail, so the server "
+                                "cannot reach it; add it to jail.read_only or jail.read_write"
+                            )
+                        elif (
+                            constraint.kind is ConstraintKind.UNDER
+                            and any(_writes(t, catalog.get(t) if catalog else None) for t in matched)
+                            and not _inside(real, shared_rw)
+                        ):
+                            findings.append(
+                                f"{where}.args.{arg}: under {root} is for a tool that writes, but the jail shares it "
+                                "read-only; add it to jail.read_write, or the writes will fail"
+                            )
+                if constraint.kind is ConstraintKind.HOSTS:
+                    if jail.network == "none":
+                        findings.append(f"{where}.args.{arg}: hosts rule, but the jail has no network (network: none)")
+                    elif jail.network == "allowlist":
+                        for pattern in constraint.values:
+                            if not _host_covered(pattern, list(jail.allow_hosts)):
+                                findings.append(
+                                    f"{where}.args.{arg}: hosts {pattern} is wider than the jail's allow_hosts "
+                                    f"({', '.join(jail.allow_hosts)}); the egress proxy refuses what it adds"
+                                )
+    return findings

@@ -1,0 +1,63 @@
+"""Lint: rules the jail or the catalog make pointless are named; sound rules produce nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cellblock.policy.lint import JailView, lint_policy
+from cellblock.policy.rules import parse_rule_entry
+from cellblock.policy.types import ToolRule
+
+
+def rules(**entries: str | dict[str, Any]) -> list[ToolRule]:
+    return [parse_rule_entry(pattern, body) for pattern, body in entries.items()]
+
+
+def jail(tmp_path: Path, network: str = "none", hosts: tuple[str, ...] = ()) -> JailView:
+    return JailView((str(tmp_path / "ro"),), (str(tmp_path / "rw"),), network, hosts)
+
+
+def test_a_sound_policy_has_no_findings(tmp_path: Path) -> None:
+    found = lint_policy(
+        "fs",
+        rules(
+            write_file={"decision": "allow", "args": {"path": {"under": [str(tmp_path / "rw")]}}},
+            read_file={"decision": "allow", "args": {"path": {"under": [str(tmp_path / "ro")]}}},
+        ),
+        jail(tmp_path),
+        "/home/u",
+        {"write_file": False, "read_file": True},
+    )
+    assert found == []
+
+
+def test_a_writing_tool_constrained_to_a_read_only_share_is_named(tmp_path: Path) -> None:
+    found = lint_policy(
+        "fs",
+        rules(write_file={"decision": "allow", "args": {"path": {"under": [str(tmp_path / "ro")]}}}),
+        jail(tmp_path),
+        "/home/u",
+    )
+    assert len(found) == 1 and "write_file" in found[0] and "read-only" in found[0]
+
+
+def test_a_policy_path_the_jail_does_not_share_is_named(tmp_path: Path) -> None:
+    found = lint_policy(
+        "fs", rules(read_file={"decision": "allow", "args": {"path": {"under": ["/etc"]}}}), jail(tmp_path), "/h"
+    )
+    assert len(found) == 1 and "under /etc is not shared" in found[0]
+
+
+def test_a_host_rule_wider_than_the_allowlist_is_named(tmp_path: Path) -> None:
+    body = {"decision": "allow", "args": {"url": {"hosts": ["*.github.com", "api.github.com"]}}}
+    found = lint_policy("web", rules(fetch=body), jail(tmp_path, "allowlist", ("api.github.com",)), "/h")
+    assert len(found) == 1 and "*.github.com is wider" in found[0]
+    no_net = lint_policy("web", rules(fetch=body), jail(tmp_path), "/h")
+    assert no_net and "no network" in no_net[0]
+
+
+def test_a_rule_that_matches_no_locked_tool_is_named(tmp_path: Path) -> None:
+    found = lint_policy("fs", rules(**{"read_fil": "allow", "list_*": "allow"}), None, "/h", {"read_file": True})
+    assert len(found) == 2 and all("matches no tool of the locked catalog" in f for f in found)
+    assert "read_fil " in found[0] and "list_*" in found[1]
