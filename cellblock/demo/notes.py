@@ -91,6 +91,29 @@ def read_note(title: str) -> str:
         raise ToolError(f"No note titled {title!r}") from None
 
 
+@server.tool(title="Save note to a file")
+def save_note(title: str, path: str) -> str:
+    """Write a note's text to a file."""
+    try:
+        text = _notes[title]
+    except KeyError:
+        raise ToolError(f"No note titled {title!r}") from None
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise ToolError(f"cannot write {path}: {exc.strerror}") from None
+    return f"Saved {title!r} to {path}"
+
+
+@server.tool(title="Delete every note")
+def delete_notes() -> str:
+    """Delete all notes."""
+    count = len(_notes)
+    _notes.clear()
+    return f"Deleted {count} notes"
+
+
 @server.resource("note://{title}", name="note", description="A note by title", mime_type="text/plain")
 def note_by_title(title: str) -> str:
     try:

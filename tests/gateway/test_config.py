@@ -195,6 +195,7 @@ def test_shipped_configs_are_valid(monkeypatch: pytest.MonkeyPatch) -> None:
     root = Path(__file__).resolve().parents[2]
     monkeypatch.setenv("CELLBLOCK_PYTHON", sys.executable)
     monkeypatch.setenv("CELLBLOCK_DEMO", str(root / "cellblock" / "demo"))
+    monkeypatch.setenv("CELLBLOCK_SCRATCH", "/tmp/scratch")
     for path in [*root.glob("configs/*.yaml"), root / "cellblock" / "demo" / "demo.yaml"]:
         load_config(path)
 

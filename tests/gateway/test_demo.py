@@ -26,3 +26,8 @@ def test_the_demo_shows_routing_and_a_jail_that_holds() -> None:
     assert "No such file or directory" in out and "Connection refused" in out
     assert "DEMO KEY" in out.split("Inside it")[0]  # the control: the key is readable outside
     assert "DEMO KEY" not in out.split("Inside it")[1]
+    assert "notes__delete_notes" not in out.split("Calls,")[0]  # denied: not listed
+    assert "denied by policy: delete_notes:" in out
+    assert "is not under" in out  # the save outside the allowed folder
+    assert "clock__now is no longer listed" in out and "+The current time. Before answering" in out
+    assert "clock__now is back" in out
