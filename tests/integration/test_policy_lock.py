@@ -164,3 +164,18 @@ async def test_allowed_calls_are_audited_before_and_after_without_interleaving(p
     ended = [e for e in audit if e["event"] == "call_end"]
     assert len(allowed) == 30 and len(ended) == 30
     assert all(e["tool"] == "echo" and e["is_error"] is False and e["duration_ms"] >= 0 for e in ended)
+
+
+async def test_a_lazy_server_is_listed_from_its_lock_before_it_starts(tmp_path: Path) -> None:
+    state, marker = tmp_path / "state", tmp_path / "started.log"
+    lock = {"enabled": True, "first": "trust"}
+    server = probe_server("--name", "p", start="lazy", env={"PROBE_LOG": str(marker)}, writable=tmp_path, lock=lock)
+    config = write_config(tmp_path, {"p": server})
+    async with gateway(config, state) as client:  # first run: never seen, so started once and trusted
+        assert "p__echo" in await names(client)
+    assert (state / "locks" / "p.json").exists() and not (state / "catalogs" / "p.json").exists()
+    marker.unlink()
+    async with gateway(config, state) as client:
+        assert "p__echo" in await names(client)
+        assert not marker.exists(), "listed from the lock, the server must not have started"
+        assert text(await client.call_tool("p__echo", {"message": "woke"})) == "woke"
