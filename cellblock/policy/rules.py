@@ -19,6 +19,7 @@ import fnmatch
 import math
 import os
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -393,9 +394,40 @@ def _resolve(value: object, cwd: str | None, home: str | None) -> str:
             raise _Reject(f"{_show(value)} is a relative path and the server has no working directory")
         path = os.path.join(cwd, path)
     try:
-        return os.path.realpath(path)
+        return _with_twins(os.path.realpath(path))
     except (OSError, ValueError) as exc:
         raise _Reject(f"{_show(value)} cannot be resolved ({exc})") from None
+
+
+def _with_twins(real: str) -> str:
+    """`real`, with each missing part replaced by an existing name that is the same in Unicode NFC.
+
+    Some servers (server-filesystem among them) look a missing name up again by Unicode
+    equivalence, so `café` (composed) reaches a symlink named `cafe\u0301` (decomposed). The
+    policy must resolve the path the way such a server will, or the symlink leads out unchecked.
+    """
+    if real.isascii() or os.path.lexists(real):
+        return real
+    current = os.sep
+    parts = [p for p in real.split(os.sep) if p]
+    for index, part in enumerate(parts):
+        candidate = os.path.join(current, part)
+        if not os.path.lexists(candidate):
+            twin = _twin(current, part)
+            if twin is None:
+                return os.path.join(current, *parts[index:])
+            candidate = os.path.join(current, twin)
+        current = os.path.realpath(candidate)
+    return current
+
+
+def _twin(directory: str, name: str) -> str | None:
+    wanted = unicodedata.normalize("NFC", name)
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return None
+    return next((e for e in sorted(entries) if unicodedata.normalize("NFC", e) == wanted), None)
 
 
 def _is_within(path: str, root: str) -> bool:

@@ -627,3 +627,15 @@ def test_every_path_built_inside_the_root_is_allowed(plain_root: str, segments: 
     assert p.decide("tool", {"path": f"{plain_root}/{inside}"}).decision is ALLOW
     assert p.decide("tool", {"path": inside or "."}).decision is ALLOW
     assert p.decide("tool", {"path": f"{plain_root}-evil/{inside}"}).decision is DENY
+
+
+def test_a_missing_name_is_resolved_through_its_unicode_twin(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "cafe\u0301").symlink_to(outside)  # decomposed name, a link out of the root
+    p = constrained("path", {"under": str(root)})
+    composed = p.decide("tool", {"path": f"{root}/caf\u00e9/secret"})
+    assert composed.decision is Decision.DENY and str(outside) in composed.reason
+    plain = p.decide("tool", {"path": f"{root}/new-file"})
+    assert plain.decision is Decision.ALLOW  # the control: a new file inside is fine
