@@ -17,7 +17,7 @@ import anyio
 import mcp.types as types
 import pytest
 
-from tests.integration.conftest import gateway, probe_server, write_config
+from tests.integration.conftest import eventually, gateway, probe_server, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -179,3 +179,16 @@ async def test_a_lazy_server_is_listed_from_its_lock_before_it_starts(tmp_path: 
         assert "p__echo" in await names(client)
         assert not marker.exists(), "listed from the lock, the server must not have started"
         assert text(await client.call_tool("p__echo", {"message": "woke"})) == "woke"
+
+
+async def test_a_tool_added_after_approval_is_held(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    server = probe_server("--name", "p", lock={"enabled": True, "first": "trust"})
+    async with gateway(write_config(tmp_path, {"p": server}), state, mode="legacy") as client:
+        await client.call_tool("p__add_tool", {"name": "sneaky"})
+        # the gateway has re-read the catalog once the lock has judged the new tool
+        await eventually(lambda: any(e["event"] == "lock_changed" for e in events(state)))
+        assert "p__sneaky" not in await names(client)
+        refused = await client.call_tool("p__sneaky", {})
+        assert refused.is_error and "cellblock approve p" in text(refused)
+    assert any(e["event"] == "lock_changed" and e["items"] == ["tool:sneaky"] for e in events(state))
