@@ -206,7 +206,13 @@ async def test_demo_servers() -> None:
 
     async def check_notes(mode: str) -> None:
         async with Recorder().client(module_params("cellblock.demo.notes"), mode) as notes:
-            assert {t.name for t in (await notes.list_tools()).tools} == {"add_note", "list_notes", "read_note"}
+            assert {t.name for t in (await notes.list_tools()).tools} == {
+                "add_note",
+                "list_notes",
+                "read_note",
+                "save_note",
+                "delete_notes",
+            }
             await notes.call_tool("add_note", {"title": "groceries", "text": "milk, eggs"})
             listed = await notes.call_tool("list_notes", {})
             assert listed.structured_content == {
@@ -225,7 +231,7 @@ async def test_demo_servers() -> None:
     async def check_clock(mode: str) -> None:
         rec = Recorder()
         async with rec.client(module_params("cellblock.demo.clock"), mode) as clock:
-            assert {t.name for t in (await clock.list_tools()).tools} == {"now", "countdown"}
+            assert {t.name for t in (await clock.list_tools()).tools} == {"now", "countdown", "restart"}
             paris = text_of(await clock.call_tool("now", {"timezone": "Europe/Paris"}))
             assert paris[-6:] in {"+01:00", "+02:00"}
             assert (await clock.call_tool("now", {"timezone": "Mars/Olympus"})).is_error
