@@ -6,10 +6,14 @@ Exit codes: 0 ok, 1 a finding or a refused action, 2 bad usage or config.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
+import time
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -37,9 +41,24 @@ def _parser() -> argparse.ArgumentParser:
     diff = sub.add_parser("diff", help="show what a server's held catalog changes; exit 1 if anything is held")
     diff.add_argument("server")
     diff.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
-    approve = sub.add_parser("approve", help="accept a server's held catalog (a running gateway picks it up)")
-    approve.add_argument("server")
+    approve = sub.add_parser(
+        "approve",
+        help="allow a pending call (ID), or accept a server's held catalog (SERVER; a running gateway picks it up)",
+    )
+    approve.add_argument("target", metavar="ID_OR_SERVER", help="a pending call's id (see 'pending'), or a server")
+    scope = approve.add_mutually_exclusive_group()
+    scope.add_argument("--session", action="store_true", help="allow this tool with these arguments for the session")
+    scope.add_argument("--always", action="store_true", help="always allow this tool with these arguments (revocable)")
     approve.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
+    deny = sub.add_parser("deny", help="refuse a pending call")
+    deny.add_argument("id", metavar="ID", help="the pending call's id (see 'pending')")
+    pending = sub.add_parser("pending", help="list the calls waiting for approval in every running gateway")
+    pending.add_argument("--json", action="store_true", help="print JSON")
+    ps = sub.add_parser("ps", help="list the running gateways, their servers and pending approvals")
+    ps.add_argument("--json", action="store_true", help="print JSON")
+    revoke = sub.add_parser("revoke", help="forget 'always' approvals: SERVER or SERVER:TOOL")
+    revoke.add_argument("target", metavar="SERVER[:TOOL]")
+    revoke.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
     sub.add_parser("doctor", help="check that this machine can build jails; exit 1 on a gap")
     probe = sub.add_parser("probe", help="attack each server's jail from inside; exit 1 if anything got through")
     probe.add_argument("server", nargs="?", help="only this server")
@@ -63,8 +82,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(args.config)
         if args.command == "show":
             return _show(args.config, args.server, args.json)
-        if args.command in ("diff", "approve"):
+        if args.command == "diff":
             return _lock_command(args.command, args.config, args.server)
+        if args.command == "approve":
+            return _approve(args.config, args.target, "session" if args.session else "always" if args.always else None)
+        if args.command == "deny":
+            return _answer_pending({"op": "deny", "id": args.id}, f"denied '{_printable(args.id)}'")
+        if args.command == "pending":
+            return _pending(args.json)
+        if args.command == "ps":
+            return _ps(args.json)
+        if args.command == "revoke":
+            return _revoke(args.config, args.target)
         if args.command == "probe":
             return _probe(args.config, args.server, args.json)
         if args.command == "doctor":
@@ -115,7 +144,9 @@ def _show(config_path: str | None, server: str | None, as_json: bool) -> int:
     if server is not None and server not in config.servers:
         print(f"cellblock: no server named '{server}' in the config", file=sys.stderr)
         return EXIT_USAGE
-    return show(config, server, as_json)
+    from cellblock.gateway.state import state_dir
+
+    return show(config, server, as_json, state_dir())
 
 
 def _lock_command(command: str, config_path: str | None, server: str) -> int:
@@ -135,6 +166,177 @@ def _lock_command(command: str, config_path: str | None, server: str) -> int:
         return diff_server(config, state, server)
     audit = Audit(Path(config.audit.path) if config.audit.path else state / "audit.jsonl")
     return approve_server(config, state, audit, server)
+
+
+# -- pending approvals, through the control sockets of the running gateways ----------------------------
+
+_SCOPE_TEXT = {"once": "once", "session": "for this session", "always": "always"}
+
+
+def _running() -> list[Path]:
+    from cellblock.gateway.control import ControlError, gateways
+    from cellblock.gateway.state import runtime_dir
+
+    try:
+        return gateways(runtime_dir())
+    except OSError as exc:
+        raise ControlError(f"runtime dir: {exc}") from exc
+
+
+def _ask_all(message: dict[str, Any]) -> list[tuple[Path, dict[str, Any]]]:
+    """Each running gateway's reply to `message`; one that fails to answer is named on stderr."""
+    from cellblock.gateway.control import ControlError, request
+
+    replies = []
+    for path in _running():
+        try:
+            replies.append((path, request(path, message)))
+        except ControlError as exc:
+            print(f"cellblock: {exc}", file=sys.stderr)
+    return replies
+
+
+def _approve(config_path: str | None, target: str, scope: str | None) -> int:
+    from cellblock.gateway.config import ConfigError, load_config
+
+    try:
+        servers = set(load_config(config_path)[0].servers)
+    except ConfigError:
+        if config_path is not None:
+            raise  # a config named on the command line must load
+        servers = set()  # approving a pending call needs no config, only a gateway
+    if target in servers:
+        if scope is not None:
+            print(
+                f"cellblock: --{scope} applies to a pending call's ID; '{target}' is a server, "
+                f"whose held catalog is approved as a whole: run 'cellblock approve {target}'",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        return _lock_command("approve", config_path, target)
+    scope = scope or "once"
+    return _answer_pending(
+        {"op": "approve", "id": target, "scope": scope}, f"approved '{_printable(target)}' {_SCOPE_TEXT[scope]}"
+    )
+
+
+def _answer_pending(message: dict[str, Any], done: str) -> int:
+    """Send an approve/deny to each gateway until one holds the id."""
+    from cellblock.gateway.control import NOT_FOUND, ControlError, request
+
+    refusals = []
+    paths = _running()
+    if not paths:
+        print("cellblock: no running gateway", file=sys.stderr)
+    for path in paths:
+        try:
+            reply = request(path, message)
+        except ControlError as exc:
+            print(f"cellblock: {exc}", file=sys.stderr)
+            continue
+        if reply["ok"]:
+            print(f"cellblock: OK: {done}", file=sys.stderr)
+            return EXIT_OK
+        if reply.get("code") != NOT_FOUND:
+            refusals.append(f"{_pid_of(path)}: {_printable(str(reply.get('error', 'refused')))}")
+    for refusal in refusals:
+        print(f"cellblock: gateway {refusal}", file=sys.stderr)
+    print(f"cellblock: no pending approval '{_printable(message['id'])}' (see 'cellblock pending')", file=sys.stderr)
+    return EXIT_FINDING
+
+
+def _pending(as_json: bool) -> int:
+    replies = _ask_all({"op": "pending"})
+    items = [item for _, reply in replies if reply["ok"] for item in reply.get("pending", []) if isinstance(item, dict)]
+    for path, reply in replies:
+        if not reply["ok"]:
+            print(f"cellblock: gateway {_pid_of(path)}: {_printable(str(reply.get('error')))}", file=sys.stderr)
+    if as_json:
+        print(json.dumps(items, indent=1))
+    elif items:
+        now = time.time()
+        print("id\tserver\ttool\tage\tleft\targuments")
+        for item in items:
+            left = _number(item.get("expires"), now) - now
+            fields = [_printable(str(item.get(key, "?"))) for key in ("id", "server", "tool")]
+            age = _duration(now - _number(item.get("created"), now))
+            # ensure_ascii: the arguments come from the model; escape anything a terminal would act on
+            arguments = json.dumps(item.get("arguments", {}), sort_keys=True)
+            print("\t".join([*fields, age, _duration(left) if left > 0 else "expired", arguments]))
+        print(
+            "cellblock: allow with 'cellblock approve ID' (--session, --always); refuse with 'cellblock deny ID'",
+            file=sys.stderr,
+        )
+    if not items:
+        if not replies:
+            print("cellblock: no running gateway", file=sys.stderr)
+        print("cellblock: no pending approvals", file=sys.stderr)
+    return EXIT_OK
+
+
+def _ps(as_json: bool) -> int:
+    replies = _ask_all({"op": "ps"})
+    if as_json:
+        listed = [{key: value for key, value in reply.items() if key != "ok"} for _, reply in replies if reply["ok"]]
+        print(json.dumps(listed, indent=1))
+    for path, reply in replies:
+        if not reply["ok"]:
+            print(f"cellblock: gateway {_pid_of(path)}: {_printable(str(reply.get('error')))}", file=sys.stderr)
+        elif not as_json:
+            pid, config = reply.get("pid", _pid_of(path)), _printable(str(reply.get("config", "?")))
+            print(f"gateway {pid}\tconfig {config}\tpending {reply.get('pending', 0)}")
+            for server in reply.get("servers", []):
+                jail = server.get("jail")
+                # jail: false is the one way to run unjailed, and ps must say so plainly
+                jail_text = "UNJAILED" if jail is False else _printable(str(jail))
+                name, state = _printable(str(server.get("name", "?"))), _printable(str(server.get("state", "?")))
+                print(f"  {name}\t{state}\tjail {jail_text}\t{server.get('tools', 0)} tools")
+    if not replies:
+        print("cellblock: no running gateway", file=sys.stderr)
+    return EXIT_OK
+
+
+def _pid_of(path: Path) -> str:
+    return path.name.removeprefix("control-").removesuffix(".sock")
+
+
+def _printable(text: str) -> str:
+    """`text` as is, or JSON-quoted when it holds characters a terminal would act on."""
+    return text if text.isprintable() else json.dumps(text)
+
+
+def _number(value: Any, default: float) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def _revoke(config_path: str | None, target: str) -> int:
+    from pathlib import Path
+
+    from cellblock.gateway.approvals import Approvals
+    from cellblock.gateway.audit import Audit
+    from cellblock.gateway.config import load_config
+    from cellblock.gateway.state import state_dir
+
+    config, _ = load_config(config_path)
+    server, _, tool = target.partition(":")
+    state = state_dir()
+    audit = Audit(Path(config.audit.path) if config.audit.path else state / "audit.jsonl")
+    gone = Approvals(state, audit, config.approvals.timeout).revoke(server, tool or None)
+    if not gone:
+        print(f"cellblock: no 'always' approval for {target}", file=sys.stderr)
+        return EXIT_FINDING
+    # a running gateway re-reads approvals.json before its next question; no restart needed
+    print(f"cellblock: OK: revoked {', '.join(f'{server}:{t}' for t in gone)}", file=sys.stderr)
+    return EXIT_OK
 
 
 def _probe(config_path: str | None, server: str | None, as_json: bool) -> int:
@@ -176,7 +378,7 @@ def _serve(config_path: str | None, verbose: bool) -> int:
     for name, server in sorted(config.servers.items()):
         if getattr(server, "jail", None) is False:
             log.warning("server '%s' runs UNJAILED (jail: false in the config)", name)
-    anyio.run(Gateway(config, state_dir(), runtime_dir()).serve_stdio)
+    anyio.run(Gateway(config, state_dir(), runtime_dir(), source).serve_stdio)
     return EXIT_OK
 
 

@@ -32,6 +32,7 @@ from cellblock.policy.rules import Policy, parse_rule_entry
 from cellblock.policy.types import Decision
 
 __all__ = [
+    "ApprovalsConfig",
     "AuditConfig",
     "Config",
     "ConfigError",
@@ -60,7 +61,6 @@ _NOT_YET = {
     "sampling": "sampling policy is not implemented in this version",
     "secrets": "keyring secrets are not implemented in this version",
     "auth": "remote server authentication is not implemented in this version",
-    "approvals": "approvals are not implemented in this version",
 }
 
 
@@ -181,6 +181,11 @@ class DefaultsConfig(_Model):
 class NamesConfig(_Model):
     separator: str = Field(default="__", pattern=r"^[A-Za-z0-9_-]{1,4}$")
     max_length: int = Field(default=64, ge=16, le=128)
+
+
+class ApprovalsConfig(_Model):
+    # seconds a call waits for a human's answer before it is refused
+    timeout: Annotated[float, Field(gt=0, le=3600)] = 120.0
 
 
 class AuditConfig(_Model):
@@ -311,6 +316,7 @@ class Config(_Model):
     version: Literal[1]
     defaults: DefaultsConfig = DefaultsConfig()
     names: NamesConfig = NamesConfig()
+    approvals: ApprovalsConfig = ApprovalsConfig()
     audit: AuditConfig = AuditConfig()
     servers: dict[ServerName, ServerConfig] = {}
 

@@ -19,7 +19,7 @@ from cellblock.gateway.downstream import error_result
 from cellblock.policy.rules import Policy
 from cellblock.policy.types import Decision, Verdict
 
-__all__ = ["STAGES", "Call", "Pipeline", "ask_not_available"]
+__all__ = ["STAGES", "Approver", "Asking", "Call", "Pipeline"]
 
 STAGES = ("route", "lock", "policy", "approval")
 
@@ -33,20 +33,20 @@ class Call:
     server: str = ""
     tool: str = ""
     verdict: Verdict | None = None
+    ctx: Asking | None = None  # how to reach the human who may approve it
+    human: types.ElicitResult | None = None  # their answer, when a 2026-07-28 retry carries it
+
+
+@dataclass(frozen=True)
+class Asking:
+    """The upstream request a call came in on: where an approval question can be sent."""
+
+    session: Any
+    request_id: Any
+    modern: bool
 
 
 Approver = Callable[[Call], Awaitable[Verdict]]
-
-
-async def ask_not_available(call: Call) -> Verdict:
-    """Until approvals exist, `ask` is a refusal that says what it would need."""
-    rule = call.verdict.rule if call.verdict is not None else "default"
-    return Verdict(
-        Decision.DENY,
-        rule,
-        f"tool '{call.name}' needs a human's approval (rule '{rule}'), and this version of "
-        "Cellblock cannot ask yet; allow it in cellblock.yaml (tools.rules) if you trust it",
-    )
 
 
 class Pipeline:
@@ -58,7 +58,7 @@ class Pipeline:
         unavailable: Callable[[str], str | None],
         policies: Mapping[str, Policy],
         audit: Audit,
-        approver: Approver = ask_not_available,
+        approver: Approver,
     ) -> None:
         self._catalog = catalog
         self._unavailable = unavailable

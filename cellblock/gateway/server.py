@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -33,16 +34,20 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from cellblock import __version__
+from cellblock.gateway.approvals import APPROVAL_KEY, Approvals, NeedsInput
+from cellblock.gateway.approvals import STATE_PREFIX as APPROVAL_STATE
 from cellblock.gateway.audit import Audit
 from cellblock.gateway.catalog import Catalog, build_catalog, expose_content
 from cellblock.gateway.config import Config
+from cellblock.gateway.control import NOT_FOUND, ControlServer, socket_path
 from cellblock.gateway.downstream import START_SECONDS, Downstream, DownstreamError, InFlight, Listing, error_result
 from cellblock.gateway.elicitation import DirectAsker, InputNeeded, ParkedCall, ParkedCalls, StateRejected
 from cellblock.gateway.locking import POLL_SECONDS, Locks
 from cellblock.gateway.namespacing import expose_uri
-from cellblock.gateway.pipeline import Call, Pipeline
+from cellblock.gateway.pipeline import Asking, Call, Pipeline
 from cellblock.gateway.policies import policy_for
 from cellblock.gateway.state import atomic_write_json, read_json
+from cellblock.policy.types import Decision, Verdict
 
 __all__ = ["Gateway"]
 
@@ -62,8 +67,10 @@ INSTRUCTIONS = (
 class Gateway:
     """Downstream servers behind one MCP server."""
 
-    def __init__(self, config: Config, state: Path, runtime: Path) -> None:
+    def __init__(self, config: Config, state: Path, runtime: Path | None, source: Path | None = None) -> None:
         self.config = config
+        self.runtime = runtime
+        self.source = source
         self.catalog_dir = state / "catalogs"
         self.audit = Audit(Path(config.audit.path) if config.audit.path else state / "audit.jsonl")
         self.downstreams = {
@@ -84,7 +91,10 @@ class Gateway:
         # what each server offers, and what the lock lets the client see of it
         self.shown: dict[str, Listing] = {}
         self.policies = {name: policy_for(config, name) for name in config.servers}
-        self.pipeline = Pipeline(lambda: self.catalog, self._unavailable, self.policies, self.audit)
+        self.approvals = Approvals(state, self.audit, config.approvals.timeout)
+        self.pipeline = Pipeline(
+            lambda: self.catalog, self._unavailable, self.policies, self.audit, approver=self._approve
+        )
         self.bus = InMemorySubscriptionBus()
         self.parked = ParkedCalls()
         # the handshake-era connection, for notifications sent outside any request
@@ -124,6 +134,9 @@ class Gateway:
             self._rebuild()
             tg.start_soon(self._settle, eager)
             tg.start_soon(self._watch_locks)
+            if self.runtime is not None:
+                # answers to pending approvals, and `cellblock ps`, arrive on this socket
+                await tg.start(ControlServer(socket_path(self.runtime), self._control).serve)
             # The handshake carries the servers' instructions, so it waits (bounded) for them.
             with anyio.move_on_after(START_SECONDS):
                 await self._settled.wait()
@@ -251,11 +264,27 @@ class Gateway:
 
     async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> types.Result:
         self._remember(ctx)
-        if params.request_state and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            # the retry of a parked call: it was admitted (and audited) when it first came
-            return await self._call_modern(ctx, params, self._in_flight(ctx))
-        call = Call(params.name, params.arguments)
-        refusal = await self.pipeline.admit(call)
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        call = Call(params.name, params.arguments, ctx=Asking(ctx.session, ctx.request_id, modern))
+        if params.request_state and modern:
+            if not params.request_state.startswith(APPROVAL_STATE):
+                # the retry of a parked call: it was admitted (and audited) when it first came
+                return await self._call_modern(ctx, params, self._in_flight(ctx))
+            # the retry that carries the human's answer to an approval question
+            why = self.approvals.redeem(params.request_state, params.name, params.arguments)
+            if why is not None:
+                return error_result(f"retry of '{params.name}' refused: {why}")
+            raw = (params.input_responses or {}).get(APPROVAL_KEY)
+            try:
+                call.human = types.ElicitResult.model_validate(raw, by_name=False)
+            except ValueError:
+                call.human = types.ElicitResult(action="cancel")
+            # the approval round is over: from here on this is a first call to the server
+            params = params.model_copy(update={"request_state": None, "input_responses": None})
+        try:
+            refusal = await self.pipeline.admit(call)
+        except NeedsInput as needed:
+            return needed.result
         if refusal is not None:
             return refusal
         ds = self.downstreams[call.server]
@@ -395,6 +424,37 @@ class Gateway:
                 f"accept with 'cellblock approve {server}'",
             )
         return server, original
+
+    async def _control(self, message: dict[str, Any]) -> dict[str, Any]:
+        """One request from the control socket (the CLI of the same user)."""
+        op = message.get("op")
+        if op == "pending":
+            return {"ok": True, "pending": self.approvals.listing()}
+        if op in ("approve", "deny"):
+            ident = str(message.get("id", ""))
+            scope = str(message.get("scope", "once")) if op == "approve" else None
+            if scope not in (None, "once", "session", "always"):
+                return {"ok": False, "error": f"unknown scope {scope!r}"}
+            if not self.approvals.answer(ident, scope):
+                return {"ok": False, "error": f"no pending approval '{ident}'", "code": NOT_FOUND}
+            return {"ok": True}
+        if op == "ps":
+            servers = [
+                {
+                    "name": name,
+                    "state": ds.state,
+                    "jail": "remote" if not hasattr(ds.config, "jail") else getattr(ds.config.jail, "network", False),
+                    "tools": len(ds.listing.tools) if ds.listing else 0,
+                }
+                for name, ds in self.downstreams.items()
+            ]
+            pending = len(self.approvals.listing())
+            return {"ok": True, "pid": os.getpid(), "config": str(self.source), "servers": servers, "pending": pending}
+        return {"ok": False, "error": f"unknown op {op!r}"}
+
+    async def _approve(self, call: Call) -> Verdict:
+        verdict = call.verdict or Verdict(Decision.ASK, "default", "")
+        return await self.approvals.decide(call.server, call.tool, call.name, verdict, call)
 
     def _unavailable(self, name: str) -> str | None:
         """Why a name that is not in the catalog may belong to a server that is down, if it does."""

@@ -4,20 +4,33 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from cellblock.gateway.config import Config, LocalServer
 from cellblock.gateway.launch import jail_spec
+from cellblock.gateway.state import read_json
 from cellblock.sandbox.bwrap import bwrap_plan
 from cellblock.sandbox.types import JailError
 
 __all__ = ["describe_server", "show"]
 
 
-def describe_server(config: Config, name: str) -> dict[str, Any]:
+def describe_server(config: Config, name: str, always: dict[str, list[str]] | None = None) -> dict[str, Any]:
     """The effective settings of one server, as data (env values are never included)."""
     server = config.servers[name]
-    info: dict[str, Any] = {"name": name, "start": config.start_of(name), "timeout": config.timeout_of(name)}
+    tools = config.tools_of(name)
+    info: dict[str, Any] = {
+        "name": name,
+        "start": config.start_of(name),
+        "timeout": config.timeout_of(name),
+        "policy": {
+            "default": tools.default,
+            "rules": {p: (r if isinstance(r, str) else r.model_dump()) for p, r in tools.rules.items()},
+        },
+        "lock": config.lock_of(name).model_dump(),
+        "always_allowed": sorted((always or {}).get(name, [])),
+    }
     if not isinstance(server, LocalServer):
         return info | {"kind": "remote", "url": server.url, "jail": "none (remote server: nothing runs here)"}
     info |= {"kind": "local", "command": [server.command, *server.args], "env": sorted(server.env)}
@@ -39,9 +52,11 @@ def describe_server(config: Config, name: str) -> dict[str, Any]:
     }
 
 
-def show(config: Config, only: str | None, as_json: bool) -> int:
+def show(config: Config, only: str | None, as_json: bool, state: Path | None = None) -> int:
     names = [only] if only else sorted(config.servers)
-    described = [describe_server(config, n) for n in names]
+    stored = read_json(state / "approvals.json") if state is not None else None
+    always = stored.get("always", {}) if isinstance(stored, dict) else {}
+    described = [describe_server(config, n, always) for n in names]
     if as_json:
         print(json.dumps(described, indent=2))
         return 0
@@ -63,5 +78,12 @@ def show(config: Config, only: str | None, as_json: bool) -> int:
             for mount in item["mounts"]:
                 print(f"  mount    {mount['mode']}  {mount['path']}  [{mount['why']}]")
             print(f"  env      {', '.join(item['jail_env'])}")
+        policy = item["policy"]
+        print(f"  policy   default {policy['default']}")
+        for pattern, rule in policy["rules"].items():
+            print(f"  rule     {pattern}: {rule if isinstance(rule, str) else json.dumps(rule)}")
+        print(f"  lock     {'first ' + item['lock']['first'] if item['lock']['enabled'] else 'off'}")
+        if item["always_allowed"]:
+            print(f"  always   {', '.join(item['always_allowed'])}  (revoke with 'cellblock revoke {item['name']}')")
         print()
     return 0

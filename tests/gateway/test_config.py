@@ -113,8 +113,9 @@ def test_jail_paths_are_expanded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (jail.read_only, jail.read_write) == (["/home/u/p"], ["/home/u/w"])
 
 
-def test_top_level_approvals_is_refused() -> None:
-    assert "not implemented" in error_of("version: 1\napprovals: {timeout: 5}\n")
+def test_approvals_timeout_is_validated() -> None:
+    assert parse_config("version: 1\napprovals: {timeout: 30}\n").approvals.timeout == 30
+    assert "approvals.timeout" in error_of("version: 1\napprovals: {timeout: 0}\n")
 
 
 @pytest.mark.parametrize("name", ["Files", "1files", "fi_les", "f" * 25, "fi.les", "-a"])

@@ -120,7 +120,8 @@ def anyio_backend() -> str:
 async def policed(tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("policed")
     server = probe_server("--name", "p", tools=POLICY)
-    async with gateway(write_config(tmp, {"p": server}), tmp / "state") as client:
+    config = write_config(tmp, {"p": server}, approvals={"timeout": 1})
+    async with gateway(config, tmp / "state") as client:
         yield client, tmp / "state"
 
 
@@ -134,10 +135,11 @@ async def test_a_denied_tool_is_not_listed_and_refused_when_called(policed: Any)
     assert "p__echo" in await names(client)  # and the server did not crash: it was never called
 
 
-async def test_ask_refuses_until_approvals_exist_and_says_so(policed: Any) -> None:
-    client, _ = policed
+async def test_ask_without_an_answer_is_refused_with_the_command_to_approve(policed: Any) -> None:
+    client, _ = policed  # this client cannot elicit, and nobody answers on the CLI within 1 s
     refused = await client.call_tool("p__slow", {"steps": 1, "delay": 0})
-    assert refused.is_error and "needs a human's approval" in text(refused)
+    assert refused.is_error and "needs the user's approval" in text(refused)
+    assert "cellblock approve " in text(refused)
 
 
 @pytest.mark.parametrize("message", ["Hi!", "rm -rf /", "abc\n", ""])

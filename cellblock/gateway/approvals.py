@@ -1,0 +1,341 @@
+"""`ask`, answered by a human: through the client's elicitation UI, or from a terminal.
+
+For a call whose policy verdict is `ask`, in order:
+
+1. an approval remembered for the session or for good (`approvals.json`) allows it;
+2. a client that can elicit is asked with a form (handshake era: `elicitation/create` while the
+   call waits; 2026-07-28: an `InputRequiredResult` whose `request_state` is sealed and bound to the
+   server, the tool, a digest of the arguments and an expiry, redeemable once);
+3. otherwise the call waits as a pending approval that `cellblock approve ID` / `cellblock deny ID`
+   answer through the control socket; on timeout it is refused with the ID and the command.
+
+Nothing the model sends can approve anything: answers come from the client's UI or the CLI, and
+a retried call's state is checked against a key that exists only in this process. Remembered
+approvals only turn `ask` into `allow`: the policy's `deny` rules and argument constraints are
+applied before this module is consulted, so an approval cannot widen them.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as types
+from mcp.server.session import ServerSession
+
+from cellblock.gateway.audit import Audit, redact, shorten
+from cellblock.gateway.state import atomic_write_json, read_json
+from cellblock.policy.types import Decision, Verdict
+
+__all__ = ["APPROVAL_KEY", "Approvals", "NeedsInput", "approval_form"]
+
+logger = logging.getLogger(__name__)
+
+# The input key of an approval question inside an InputRequiredResult.
+APPROVAL_KEY = "cellblock_approval"
+CHOICES = ("allow_once", "allow_session", "allow_always", "deny")
+LABELS = ("Allow once", "Allow for this session", "Always allow", "Deny")
+# A pending approval answered after its call timed out still lets the same call through once,
+# for this long (the model is told to retry after the user approves).
+PENDING_TTL = 600.0
+MAX_PENDING = 64  # pending approvals are created by the model's calls: keep them bounded
+STATE_PREFIX = "ap1."
+
+
+class NeedsInput(Exception):
+    """The call must be answered with this InputRequiredResult (2026-07-28 elicitation)."""
+
+    def __init__(self, result: types.InputRequiredResult) -> None:
+        super().__init__("input required")
+        self.result = result
+
+
+def _digest(arguments: dict[str, Any] | None) -> str:
+    canonical = json.dumps(arguments or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def approval_form(server: str, tool: str, rule: str, arguments: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """The question and the flat form schema shown to the human."""
+    shown = json.dumps(shorten(redact(arguments or {})), indent=1, ensure_ascii=False)
+    message = (
+        f"Cellblock: may server '{server}' run its tool '{tool}'? (policy rule '{rule}' says ask)\nArguments:\n{shown}"
+    )
+    schema = {
+        "type": "object",
+        "properties": {
+            "decision": {
+                "type": "string",
+                "title": "Decision",
+                "enum": list(CHOICES),
+                "enumNames": list(LABELS),
+            }
+        },
+        "required": ["decision"],
+    }
+    return message, schema
+
+
+@dataclass
+class Pending:
+    id: str
+    server: str
+    tool: str
+    arguments: dict[str, Any] | None
+    digest: str
+    created: float
+    expires: float
+    answer: anyio.Event = field(default_factory=anyio.Event)
+    scope: str | None = None  # "once", "session", "always"; None = denied or unanswered
+    waiting: bool = True  # False once the call gave up waiting (timed out)
+
+
+class Approvals:
+    """Remembered approvals, pending ones, and the ways of asking."""
+
+    def __init__(self, state: Path, audit: Audit, timeout: float) -> None:
+        self.path = state / "approvals.json"
+        self.audit = audit
+        self.timeout = timeout
+        self.session: set[tuple[str, str]] = set()
+        self.pending: dict[str, Pending] = {}
+        self._once: dict[tuple[str, str, str], float] = {}  # granted after the call timed out
+        self._key = secrets.token_bytes(32)
+        self._used: dict[str, float] = {}
+        self._always: dict[str, set[str]] = {}
+        self._mtime = -1.0
+
+    # -- remembered ------------------------------------------------------------------------
+
+    def always(self) -> dict[str, set[str]]:
+        """server -> tools always allowed; re-read when the file changed (a revoke elsewhere)."""
+        try:
+            mtime = os.stat(self.path).st_mtime_ns / 1e9
+        except OSError:
+            mtime = 0.0
+        if mtime != self._mtime:
+            data = read_json(self.path)
+            raw = data.get("always", {}) if isinstance(data, dict) else {}
+            self._always = {
+                s: {t for t in tools if isinstance(t, str)}
+                for s, tools in raw.items()
+                if isinstance(s, str) and isinstance(tools, list)
+            }
+            self._mtime = mtime
+        return self._always
+
+    def _save_always(self, table: dict[str, set[str]]) -> None:
+        atomic_write_json(self.path, {"version": 1, "always": {s: sorted(t) for s, t in sorted(table.items()) if t}})
+        self._mtime = -1.0
+
+    def remember(self, server: str, tool: str) -> None:
+        table = {s: set(t) for s, t in self.always().items()}
+        table.setdefault(server, set()).add(tool)
+        self._save_always(table)
+
+    def revoke(self, server: str, tool: str | None) -> list[str]:
+        """Forget always- and session-approvals of `server` (one tool, or all); what was removed."""
+        table = {s: set(t) for s, t in self.always().items()}
+        gone = sorted(table.get(server, set()) if tool is None else table.get(server, set()) & {tool})
+        if tool is None:
+            table.pop(server, None)
+        else:
+            table.get(server, set()).discard(tool)
+        self._save_always(table)
+        self.session = {(s, t) for s, t in self.session if not (s == server and (tool is None or t == tool))}
+        for name in gone:
+            self.audit.write("approval_revoked", server, tool=name)
+        return gone
+
+    # -- asking ----------------------------------------------------------------------------
+
+    async def decide(self, server: str, tool: str, exposed: str, verdict: Verdict, call: Any) -> Verdict:
+        """Turn an `ask` verdict into allow or deny, asking a human if nothing remembered answers.
+
+        Raises:
+            NeedsInput: a 2026-07-28 client must be asked through an InputRequiredResult.
+        """
+        arguments = call.arguments
+        if tool in self.always().get(server, set()):
+            return Verdict(Decision.ALLOW, "approval:always", f"always allowed by the user ({verdict.rule})")
+        if (server, tool) in self.session:
+            return Verdict(Decision.ALLOW, "approval:session", f"allowed for this session ({verdict.rule})")
+        key = (server, tool, _digest(arguments))
+        if self._once.pop(key, 0.0) > time.time():
+            return Verdict(Decision.ALLOW, "approval:once", f"approved by the user from the CLI ({verdict.rule})")
+        human = getattr(call, "human", None)
+        if human is not None:  # the answer a 2026-07-28 client sent back with the retried call
+            return self._granted(server, tool, verdict, human, "elicitation")
+        ctx = call.ctx
+        if ctx is not None and _can_elicit(ctx.session):
+            if ctx.modern:
+                message, schema = approval_form(server, tool, verdict.rule, arguments)
+                request = types.ElicitRequest(
+                    params=types.ElicitRequestFormParams(message=message, requested_schema=schema)
+                )
+                self.audit.write("approval_asked", server, tool=tool, via="elicitation")
+                raise NeedsInput(
+                    types.InputRequiredResult(
+                        input_requests={APPROVAL_KEY: request}, request_state=self.seal(exposed, arguments)
+                    )
+                )
+            return await self._elicit(ctx.session, ctx.request_id, server, tool, verdict, arguments)
+        return await self._wait_for_cli(server, tool, exposed, verdict, arguments)
+
+    async def _elicit(
+        self, session: ServerSession, request_id: Any, server: str, tool: str, verdict: Verdict, arguments: Any
+    ) -> Verdict:
+        message, schema = approval_form(server, tool, verdict.rule, arguments)
+        self.audit.write("approval_asked", server, tool=tool, via="elicitation")
+        try:
+            # the human has approvals.timeout to answer; silence is a refusal
+            with anyio.fail_after(self.timeout):
+                result = await session.elicit_form(message, schema, related_request_id=request_id)
+        except TimeoutError:
+            return self._refused(server, tool, verdict, "approval_timeout", f"no answer within {self.timeout:g}s")
+        except Exception as exc:  # the client failed the request: no answer is a refusal
+            return self._refused(server, tool, verdict, "approval_denied", f"the client could not ask ({exc})")
+        return self._granted(server, tool, verdict, result, "elicitation")
+
+    def _granted(self, server: str, tool: str, verdict: Verdict, result: types.ElicitResult, via: str) -> Verdict:
+        choice = (result.content or {}).get("decision") if result.action == "accept" else None
+        if choice not in ("allow_once", "allow_session", "allow_always"):
+            why = "the user denied it" if choice == "deny" else f"the user answered '{result.action}'"
+            return self._refused(server, tool, verdict, "approval_denied", why)
+        scope = str(choice).removeprefix("allow_")
+        if scope == "session":
+            self.session.add((server, tool))
+        elif scope == "always":
+            self.remember(server, tool)
+        self.audit.write("approval_granted", server, tool=tool, scope=scope, via=via)
+        return Verdict(Decision.ALLOW, f"approval:{scope}", f"approved by the user ({verdict.rule})")
+
+    def _refused(self, server: str, tool: str, verdict: Verdict, event: str, why: str) -> Verdict:
+        self.audit.write(event, server, tool=tool, reason=why)
+        return Verdict(
+            Decision.DENY, verdict.rule, f"tool '{tool}' needs the user's approval and did not get it: {why}"
+        )
+
+    async def _wait_for_cli(
+        self, server: str, tool: str, exposed: str, verdict: Verdict, arguments: dict[str, Any] | None
+    ) -> Verdict:
+        self._expire()
+        if len(self.pending) >= MAX_PENDING:
+            return self._refused(server, tool, verdict, "approval_denied", "too many approvals are pending")
+        now = time.time()
+        ident = base64.b32encode(os.urandom(5)).decode().lower()
+        item = Pending(ident, server, tool, arguments, _digest(arguments), now, now + PENDING_TTL)
+        self.pending[ident] = item
+        self.audit.write("approval_asked", server, tool=tool, via="cli", id=ident)
+        logger.warning(
+            "approval %s: server '%s' wants to run '%s'; run 'cellblock approve %s' or 'cellblock deny %s'",
+            ident,
+            server,
+            tool,
+            ident,
+            ident,
+        )
+        with anyio.move_on_after(self.timeout):
+            await item.answer.wait()
+        if item.answer.is_set():
+            if item.scope is None:
+                return self._refused(server, tool, verdict, "approval_denied", f"denied from the CLI ({ident})")
+            return Verdict(Decision.ALLOW, f"approval:{item.scope}", f"approved from the CLI ({verdict.rule})")
+        item.waiting = False
+        self.audit.write("approval_timeout", server, tool=tool, id=ident)
+        return Verdict(
+            Decision.DENY,
+            verdict.rule,
+            f"tool '{exposed}' needs the user's approval. Ask the user to run 'cellblock approve {ident}' "
+            f"(or 'cellblock approve {ident} --always') in a terminal, then call it again with the same "
+            "arguments; or 'cellblock deny " + ident + "'.",
+        )
+
+    def answer(self, ident: str, scope: str | None) -> bool:
+        """The CLI's answer to pending approval `ident` (scope None: deny). False if there is none."""
+        self._expire()
+        item = self.pending.get(ident)
+        if item is None:
+            return False
+        if scope == "session":
+            self.session.add((item.server, item.tool))
+        elif scope == "always":
+            self.remember(item.server, item.tool)
+        if scope is not None and not item.waiting:
+            # the call already timed out: let the same call through once when the model retries
+            self._once[(item.server, item.tool, item.digest)] = item.expires
+        item.scope = scope
+        item.answer.set()
+        self.pending.pop(ident, None)
+        event = "approval_granted" if scope is not None else "approval_denied"
+        self.audit.write(event, item.server, tool=item.tool, scope=scope, via="cli", id=ident)
+        return True
+
+    def _expire(self) -> None:
+        now = time.time()
+        for ident in [i for i, p in self.pending.items() if p.expires < now]:
+            self.pending.pop(ident)
+        for key in [k for k, exp in self._once.items() if exp < now]:
+            self._once.pop(key)
+
+    # -- sealed request_state (2026-07-28) ---------------------------------------------------
+
+    def seal(self, exposed: str, arguments: dict[str, Any] | None) -> str:
+        claim = {
+            "tool": exposed,
+            "args": _digest(arguments),
+            "exp": time.time() + self.timeout,
+            "nonce": secrets.token_hex(8),
+        }
+        body = base64.urlsafe_b64encode(json.dumps(claim).encode()).decode()
+        return f"{STATE_PREFIX}{body}.{hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()}"
+
+    def redeem(self, state: str, exposed: str, arguments: dict[str, Any] | None) -> str | None:
+        """None if `state` is a valid, unused approval state for exactly this call; else why not."""
+        body, _, mac = state.removeprefix(STATE_PREFIX).partition(".")
+        if not hmac.compare_digest(mac, hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()):
+            return "the approval state does not verify"
+        try:
+            claim = json.loads(base64.urlsafe_b64decode(body.encode()))
+        except ValueError:
+            return "the approval state is malformed"
+        if claim.get("tool") != exposed or claim.get("args") != _digest(arguments):
+            return "the approval state belongs to a different call"
+        if claim.get("exp", 0) < time.time():
+            return "the approval state has expired"
+        nonce = str(claim.get("nonce"))
+        if nonce in self._used:
+            return "the approval state was already used"
+        self._used = {n: e for n, e in self._used.items() if e > time.time()}
+        self._used[nonce] = float(claim["exp"])
+        return None
+
+    # -- what the control socket shows -----------------------------------------------------
+
+    def listing(self) -> list[dict[str, Any]]:
+        self._expire()
+        return [
+            {
+                "id": p.id,
+                "server": p.server,
+                "tool": p.tool,
+                "arguments": shorten(redact(p.arguments or {})),
+                "created": p.created,
+                "expires": p.expires,
+            }
+            for p in self.pending.values()
+        ]
+
+
+def _can_elicit(session: ServerSession) -> bool:
+    return session.check_client_capability(types.ClientCapabilities(elicitation=types.ElicitationCapability()))

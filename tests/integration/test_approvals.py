@@ -1,0 +1,187 @@
+"""`ask` answered by a human, through the client's elicitation, in both protocol eras."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as types
+import pytest
+
+from tests.integration.conftest import gateway, probe_server, write_config
+
+pytestmark = pytest.mark.anyio
+
+ASK_ECHO = {"default": "deny", "rules": {"echo": "ask", "slow": "allow"}}
+
+
+def text(result: types.CallToolResult) -> str:
+    return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+class Human:
+    """Answers approval questions as told, and remembers what it was asked."""
+
+    def __init__(self, decision: str = "allow_once", action: str = "accept", delay: float = 0) -> None:
+        self.decision, self.action, self.delay = decision, action, delay
+        self.asked: list[str] = []
+
+    async def __call__(self, ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        self.asked.append(params.message)
+        if self.delay:
+            await anyio.sleep(self.delay)
+        content = {"decision": self.decision} if self.action == "accept" else None
+        return types.ElicitResult(action=self.action, content=content)
+
+
+def config(tmp_path: Path, timeout: float = 5) -> Path:
+    return write_config(tmp_path, {"p": probe_server("--name", "p", tools=ASK_ECHO)}, approvals={"timeout": timeout})
+
+
+def events(state: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (state / "audit.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_allow_once_forwards_the_call_and_asks_again_next_time(tmp_path: Path, mode: str) -> None:
+    human = Human("allow_once")
+    async with gateway(config(tmp_path), tmp_path / "state", mode=mode, elicitation_callback=human) as client:
+        assert text(await client.call_tool("p__echo", {"message": "first"})) == "first"
+        assert text(await client.call_tool("p__echo", {"message": "second"})) == "second"
+    assert len(human.asked) == 2
+    assert "'p'" in human.asked[0] and "'echo'" in human.asked[0] and '"first"' in human.asked[0]
+    granted = [e for e in events(tmp_path / "state") if e["event"] == "approval_granted"]
+    assert [e["scope"] for e in granted] == ["once", "once"]
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_allow_for_the_session_is_not_asked_again(tmp_path: Path, mode: str) -> None:
+    human = Human("allow_session")
+    async with gateway(config(tmp_path), tmp_path / "state", mode=mode, elicitation_callback=human) as client:
+        for message in ("a", "b", "c"):
+            assert text(await client.call_tool("p__echo", {"message": message})) == message
+    assert len(human.asked) == 1
+    assert not (tmp_path / "state" / "approvals.json").exists()  # session only: nothing stored
+
+
+@pytest.mark.parametrize(("decision", "action"), [("deny", "accept"), ("allow_once", "decline"), ("x", "cancel")])
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_deny_decline_and_cancel_refuse_the_call(tmp_path: Path, mode: str, decision: str, action: str) -> None:
+    human = Human(decision, action)
+    async with gateway(config(tmp_path), tmp_path / "state", mode=mode, elicitation_callback=human) as client:
+        refused = await client.call_tool("p__echo", {"message": "no"})
+    assert refused.is_error and "did not get it" in text(refused)
+    assert not [e for e in events(tmp_path / "state") if e["event"] == "call_end"]  # never forwarded
+
+
+async def test_no_answer_in_time_refuses(tmp_path: Path) -> None:
+    human = Human("allow_once", delay=3)
+    async with gateway(config(tmp_path, timeout=1), tmp_path / "state", mode="legacy", elicitation_callback=human) as c:
+        refused = await c.call_tool("p__echo", {"message": "late"})
+    assert refused.is_error and "no answer within 1s" in text(refused)
+    assert any(e["event"] == "approval_timeout" for e in events(tmp_path / "state"))
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_always_survives_a_restart_and_revoke_takes_it_back(tmp_path: Path, mode: str) -> None:
+    state = tmp_path / "state"
+    human = Human("allow_always")
+    async with gateway(config(tmp_path), state, mode=mode, elicitation_callback=human) as client:
+        assert text(await client.call_tool("p__echo", {"message": "x"})) == "x"
+    stored = json.loads((state / "approvals.json").read_text())
+    assert stored["always"] == {"p": ["echo"]} and oct((state / "approvals.json").stat().st_mode & 0o777) == "0o600"
+    async with gateway(config(tmp_path), state, mode=mode, elicitation_callback=human) as client:
+        assert text(await client.call_tool("p__echo", {"message": "y"})) == "y"
+        assert len(human.asked) == 1  # remembered across the restart
+        target = str(config(tmp_path))
+        revoked = await anyio.to_thread.run_sync(lambda: cli(tmp_path, "revoke", "p:echo", "--config", target))
+        assert revoked.returncode == 0, revoked.stderr
+        # the running gateway sees the revoke without a restart
+        assert text(await client.call_tool("p__echo", {"message": "z"})) == "z"
+        assert len(human.asked) == 2
+    assert any(e["event"] == "approval_revoked" for e in events(state))
+
+
+async def test_a_deny_rule_is_never_asked_and_never_remembered_into_allow(tmp_path: Path) -> None:
+    human = Human("allow_always")
+    async with gateway(config(tmp_path), tmp_path / "state", mode="legacy", elicitation_callback=human) as client:
+        refused = await client.call_tool("p__crash", {})
+    assert refused.is_error and text(refused).startswith("denied by policy:") and human.asked == []
+
+
+async def test_a_2026_approval_state_cannot_be_forged_replayed_or_moved_to_other_arguments(tmp_path: Path) -> None:
+    human = Human("allow_once")
+    async with gateway(config(tmp_path), tmp_path / "state", mode="auto", elicitation_callback=human) as client:
+        session = client.session
+        first = await session.call_tool("p__echo", {"message": "a"}, allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult)
+        state = first.request_state
+        assert state
+        yes = {
+            key: types.ElicitResult(action="accept", content={"decision": "allow_once"}) for key in first.input_requests
+        }
+
+        async def retry(arguments: dict[str, Any], request_state: str) -> Any:
+            return await session.call_tool(
+                "p__echo", arguments, input_responses=yes, request_state=request_state, allow_input_required=True
+            )
+
+        other = await retry({"message": "b"}, state)
+        assert other.is_error and "different call" in text(other)
+        forged = await retry({"message": "a"}, state[:-4] + "0000")
+        assert forged.is_error and "does not verify" in text(forged)
+        good = await retry({"message": "a"}, state)
+        assert text(good) == "a"
+        replayed = await retry({"message": "a"}, state)
+        assert replayed.is_error and "already used" in text(replayed)
+
+
+def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CELLBLOCK_STATE_DIR": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(tmp_path / "run")}
+    argv = [sys.executable, "-m", "cellblock.gateway.cli", *args]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
+
+
+async def pending_ids(tmp_path: Path, count: int) -> list[str]:
+    """The ids `cellblock pending` shows, once there are `count` (another process; polling is all there is)."""
+    with anyio.fail_after(20):
+        while True:
+            done = await anyio.to_thread.run_sync(lambda: cli(tmp_path, "pending", "--json"))
+            items = json.loads(done.stdout or "[]")
+            if len(items) >= count:
+                return [item["id"] for item in sorted(items, key=lambda i: i["server"])]
+            await anyio.sleep(0.2)
+
+
+async def test_a_client_that_cannot_elicit_is_answered_from_the_cli(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir(mode=0o700)
+    servers = {
+        "a": probe_server("--name", "a", tools=ASK_ECHO),
+        "b": probe_server("--name", "b", tools=ASK_ECHO),
+    }
+    config = write_config(tmp_path, servers, approvals={"timeout": 30})
+    results: dict[str, types.CallToolResult] = {}
+    async with gateway(config, tmp_path / "state", env={"XDG_RUNTIME_DIR": str(tmp_path / "run")}) as client:
+
+        async def call(server: str) -> None:
+            results[server] = await client.call_tool(f"{server}__echo", {"message": f"from {server}"})
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call, "a")
+            tg.start_soon(call, "b")  # two questions waiting at once, on different servers
+            first, second = await pending_ids(tmp_path, 2)
+            shown = json.loads((await anyio.to_thread.run_sync(lambda: cli(tmp_path, "pending", "--json"))).stdout)
+            assert {item["arguments"]["message"] for item in shown} == {"from a", "from b"}
+            approved = await anyio.to_thread.run_sync(lambda: cli(tmp_path, "approve", first, "--config", str(config)))
+            assert approved.returncode == 0, approved.stderr
+            denied = await anyio.to_thread.run_sync(lambda: cli(tmp_path, "deny", second))
+            assert denied.returncode == 0, denied.stderr
+    assert text(results["a"]) == "from a"
+    assert results["b"].is_error and "denied from the CLI" in text(results["b"])
+    unknown = cli(tmp_path, "approve", "nosuchid", "--config", str(config))
+    assert unknown.returncode == 1 and "no pending approval" in unknown.stderr
