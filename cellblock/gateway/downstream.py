@@ -243,6 +243,7 @@ class Downstream:
             _watched(self._transport(egress_socket), closed),
             mode="legacy" if self.protocol == "legacy" else "auto",
             elicitation_callback=self._on_elicit,
+            list_roots_callback=self._on_roots,
             logging_callback=self._on_log,
             message_handler=self._on_message,
             # 2026-07-28 servers only log to requests that opt in
@@ -298,6 +299,19 @@ class Downstream:
         if asker is None:
             return types.ElicitResult(action="decline")
         return await asker.elicit(self.name, params)
+
+    async def _on_roots(self, ctx: ClientRequestContext) -> types.ListRootsResult:
+        return self.roots()
+
+    def roots(self) -> types.ListRootsResult:
+        """The directories the server's jail shares, and never more (none for unjailed or remote)."""
+        jail = getattr(self.config, "jail", False)
+        if not jail:
+            return types.ListRootsResult(roots=[])
+        paths = sorted({*jail.read_only, *jail.read_write})
+        return types.ListRootsResult(
+            roots=[types.Root(uri=Path(p).resolve().as_uri(), name=Path(p).name or p) for p in paths]
+        )
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
         logger_name = f"{self.name}.{params.logger}" if params.logger else self.name
@@ -406,7 +420,7 @@ class Downstream:
                 return types.ElicitResult(action="decline")
             return await entry.asker.elicit(self.name, request.params)
         if isinstance(request, types.ListRootsRequest):
-            return types.ListRootsResult(roots=[])
+            return self.roots()
         raise DownstreamError(f"server '{self.name}' asked the client's model for a completion; sampling is denied")
 
     async def request(self, request: Any, result_type: Any) -> Any:

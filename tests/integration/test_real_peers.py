@@ -7,6 +7,7 @@ mcp-server-time and mcp-server-git; the MCP Inspector CLI as a client built on a
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -175,3 +176,11 @@ async def test_inspector_cli_lists_and_calls_through_the_gateway(peer_config: An
         run, "--method", "tools/call", "--tool-name", "everything__echo", "--tool-arg", "message=inspected"
     )
     assert "inspected" in json.dumps(called)
+
+
+async def test_roots_are_the_directories_the_jail_shares_and_no_more(client: Any) -> None:
+    c, _ = client
+    listed = text(await c.call_tool("everything__get-roots-list", {}))
+    shared = await anyio.to_thread.run_sync(os.path.realpath, peers.NODE_MODULES)
+    assert Path(shared).as_uri() in listed  # the one directory its jail shares
+    assert listed.count("file://") == 1
