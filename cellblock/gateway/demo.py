@@ -8,6 +8,7 @@ on this machine from inside its jail, and catches a server that changes a tool's
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -67,8 +68,8 @@ def _get(url: str) -> str:
         return str(page.read().decode())
 
 
-def _cellblock(env: dict[str, str], *args: str) -> str:
-    """Run a `cellblock` command as a user would in another terminal; its output, stdout then stderr."""
+def _cellblock(env: dict[str, str], *args: str, data: bool = False) -> str:
+    """Run a `cellblock` command as a user would in another terminal; its output (`data`: stdout only)."""
     done = subprocess.run(
         [sys.executable, "-m", "cellblock.gateway.cli", *args],
         capture_output=True,
@@ -77,7 +78,21 @@ def _cellblock(env: dict[str, str], *args: str) -> str:
         timeout=60,
         check=False,
     )
-    return (done.stdout + done.stderr).rstrip()
+    return done.stdout if data else (done.stdout + done.stderr).rstrip()
+
+
+async def _pending_id(env: dict[str, str]) -> str:
+    """The id of the approval the demo's own call is waiting on (it lives in another process)."""
+    with anyio.fail_after(30):
+        while True:
+            out = await anyio.to_thread.run_sync(lambda: _cellblock(env, "pending", "--json", data=True))
+            try:
+                items = json.loads(out)
+            except ValueError:
+                items = []
+            if items:
+                return str(items[0]["id"])
+            await anyio.sleep(0.2)
 
 
 def _indent(text: str) -> str:
@@ -94,12 +109,14 @@ async def run_demo() -> int:
         key.write_text(FAKE_KEY)
         (scratch / "out").mkdir()
         (scratch / "clock").mkdir()
+        (scratch / "run").mkdir(mode=0o700)
         env = {
             "CELLBLOCK_PYTHON": sys.executable,
             "CELLBLOCK_DEMO": str(config.parent),
             "CELLBLOCK_SCRATCH": str(scratch),
             "CELLBLOCK_STATE_DIR": str(scratch / "state"),
             "CELLBLOCK_CONFIG": str(config),
+            "XDG_RUNTIME_DIR": str(scratch / "run"),  # the demo's control socket, apart from yours
             "HOME": str(home),  # the demo's own home, with the planted key in it
             "PYTHONUNBUFFERED": "1",
         }
@@ -149,6 +166,21 @@ async def run_demo() -> int:
             refused = await client.call_tool("notes__save_note", {"title": "hello", "path": outside})
             _say(f"  notes__save_note path={outside}\n    -> {_text(refused)}")
 
+            _say("\nAsking you. notes__read_note is 'ask'. This client cannot show a form, so the call waits:")
+
+            async def read(into: list[types.CallToolResult]) -> None:
+                into.append(await client.call_tool("notes__read_note", {"title": "hello"}))
+
+            answered: list[types.CallToolResult] = []
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read, answered)
+                ident = await _pending_id(env)
+                _say("  $ cellblock pending")
+                _say(_indent(_cellblock(env, "pending")))
+                _say(f"  $ cellblock approve {ident}")
+                _say(_indent(_cellblock(env, "approve", ident)))
+            _say(f"  notes__read_note -> {_text(answered[0])}")
+
             _say("\nThe jail. Outside it, the key and the page are there:")
             _say(f"  {key} -> {key.read_text().splitlines()[0]}")
             _say(f"  {url} -> {await anyio.to_thread.run_sync(_get, url)!r}")
@@ -186,6 +218,19 @@ async def run_demo() -> int:
             if not (stolen.is_error and fetched.is_error and deleted.is_error and refused.is_error and held.is_error):
                 _say("\nSomething got through that should not have: that is a bug, please report it.")
                 return 1
+        _say("\nA client that can elicit (Claude Code, VS Code) gets a form instead; answering it here:")
+        asked: list[str] = []
+
+        async def human(ctx: Any, question: types.ElicitRequestParams) -> types.ElicitResult:
+            asked.append(question.message)
+            return types.ElicitResult(action="accept", content={"decision": "allow_once"})
+
+        async with Client(params, mode="auto", cache=None, elicitation_callback=human) as client:
+            await client.call_tool("notes__add_note", {"title": "again", "text": "asked through a form"})
+            read = await client.call_tool("notes__read_note", {"title": "again"})
+        _say(_indent(asked[0] if asked else "(no question arrived)"))
+        _say("    [Allow once]")
+        _say(f"  notes__read_note -> {_text(read)}")
         _say("\nDone. `cellblock show` prints what each server can see; `cellblock probe` attacks each jail.")
     return 0
 

@@ -31,3 +31,6 @@ def test_the_demo_shows_routing_and_a_jail_that_holds() -> None:
     assert "is not under" in out  # the save outside the allowed folder
     assert "clock__now is no longer listed" in out and "+The current time. Before answering" in out
     assert "clock__now is back" in out
+    assert "cellblock: OK: approved" in out and "notes__read_note -> Cellblock routes me." in out  # from the CLI
+    assert "may server 'notes' run its tool 'read_note'?" in out  # through a form
+    assert "notes__read_note -> asked through a form" in out
