@@ -35,6 +35,7 @@ import anyio
 import anyio.abc
 
 from cellblock.policy.errors import CellblockError
+from cellblock.sandbox.unix import bind_private
 
 __all__ = [
     "MAX_CONNECTIONS",
@@ -117,7 +118,7 @@ class ControlServer:
             OSError: the socket cannot be bound (its directory is missing, the path is too long,
                 or a non-socket file is in the way).
         """
-        listener = _bind_unix(self.path)
+        listener = bind_private(self.path, MAX_CONNECTIONS)
         bound = os.lstat(self.path).st_ino
         slots = anyio.Semaphore(MAX_CONNECTIONS)
         try:
@@ -174,24 +175,6 @@ class ControlServer:
             # top-level supervisor of one request: the peer learns nothing of the failure's detail
             logger.exception("control socket: handler failed for op %r", message.get("op"))
             return _encode(_INTERNAL)
-
-
-def _bind_unix(path: Path) -> socket.socket:
-    """Bind and listen on `path` with mode 0600; a stale socket file there is replaced."""
-    with suppress(FileNotFoundError):
-        if stat.S_ISSOCK(os.lstat(path).st_mode):
-            os.unlink(path)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        listener.bind(str(path))
-        # before listen(): until then nobody can connect, whatever the umask allowed
-        os.chmod(path, 0o600)
-        listener.listen(MAX_CONNECTIONS)
-        listener.setblocking(False)
-    except OSError:
-        listener.close()
-        raise
-    return listener
 
 
 async def _accept(listener: socket.socket) -> socket.socket:

@@ -22,7 +22,6 @@ import logging
 import os
 import re
 import socket
-import stat
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ import anyio.lowlevel
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from cellblock.policy.hosts import HostRule, address_allowed, host_allowed, normalize_host
+from cellblock.sandbox.unix import bind_private
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -183,7 +183,7 @@ class EgressProxy:
             OSError: the socket cannot be bound (its directory is missing, or a non-socket file
                 is in the way).
         """
-        listener = _bind_unix(self.socket_path)
+        listener = bind_private(self.socket_path, MAX_CONNECTIONS)
         try:
             async with anyio.create_task_group() as tg:
                 task_status.started()
@@ -490,24 +490,6 @@ async def _pipe(reader: BufferedByteReceiveStream, client: _UnixStream, upstream
 
 
 # -- the Unix socket ------------------------------------------------------------------------
-
-
-def _bind_unix(path: str) -> socket.socket:
-    """Bind and listen on `path` with mode 0600; a stale socket file there is replaced."""
-    with suppress(FileNotFoundError):
-        if stat.S_ISSOCK(os.lstat(path).st_mode):
-            os.unlink(path)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        listener.bind(path)
-        # before listen(): until then nobody can connect, whatever the umask allowed
-        os.chmod(path, 0o600)
-        listener.listen(MAX_CONNECTIONS)
-        listener.setblocking(False)
-    except OSError:
-        listener.close()
-        raise
-    return listener
 
 
 class _UnixStream(anyio.abc.ByteStream):
