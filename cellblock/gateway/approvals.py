@@ -37,7 +37,7 @@ from cellblock.gateway.audit import Audit, redact, shorten
 from cellblock.gateway.state import atomic_write_json, read_json
 from cellblock.policy.types import Decision, Verdict
 
-__all__ = ["APPROVAL_KEY", "Approvals", "NeedsInput", "approval_form"]
+__all__ = ["APPROVAL_KEY", "Approvals", "NeedsInput", "approval_form", "can_elicit"]
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class Approvals:
         if human is not None:  # the answer a 2026-07-28 client sent back with the retried call
             return self._granted(server, tool, verdict, human, "elicitation")
         ctx = call.ctx
-        if ctx is not None and _can_elicit(ctx.session):
+        if ctx is not None and can_elicit(ctx.session):
             if ctx.modern:
                 message, schema = approval_form(server, tool, verdict.rule, arguments)
                 request = types.ElicitRequest(
@@ -288,6 +288,30 @@ class Approvals:
         for key in [k for k, exp in self._once.items() if exp < now]:
             self._once.pop(key)
 
+    async def sampling(self, server: str, params: types.CreateMessageRequestParams, entry: Any) -> str | None:
+        """Ask whether `server` may use the client's model for this request; None if allowed, else why not."""
+        verdict = Verdict(Decision.ASK, "sampling", "")
+        summary = {
+            "messages": len(params.messages),
+            "max_tokens": params.max_tokens,
+            "system_prompt": params.system_prompt,
+            "last_message": params.messages[-1].model_dump(mode="json") if params.messages else None,
+        }
+        if entry.can_elicit and entry.asker is not None:
+            message, schema = approval_form(server, "sampling (use your model)", "sampling: ask", summary)
+            schema["properties"]["decision"]["enum"] = ["allow_once", "deny"]
+            schema["properties"]["decision"]["enumNames"] = ["Allow once", "Deny"]
+            self.audit.write("approval_asked", server, tool="sampling", via="elicitation")
+            with anyio.move_on_after(self.timeout):
+                answer = await entry.asker.elicit(
+                    server, types.ElicitRequestFormParams(message=message, requested_schema=schema)
+                )
+                decided = self._granted(server, "sampling", verdict, answer, "elicitation")
+                return None if decided.decision is Decision.ALLOW else decided.reason
+            return self._refused(server, "sampling", verdict, "approval_timeout", "no answer in time").reason
+        decided = await self._wait_for_cli(server, "sampling", f"{server} sampling", verdict, summary)
+        return None if decided.decision is Decision.ALLOW else decided.reason
+
     # -- sealed request_state (2026-07-28) ---------------------------------------------------
 
     def seal(self, exposed: str, arguments: dict[str, Any] | None) -> str:
@@ -337,5 +361,5 @@ class Approvals:
         ]
 
 
-def _can_elicit(session: ServerSession) -> bool:
+def can_elicit(session: ServerSession) -> bool:
     return session.check_client_capability(types.ClientCapabilities(elicitation=types.ElicitationCapability()))

@@ -58,7 +58,6 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # Keys DESIGN.md reserves that later versions enforce. Accepting them now would promise a jail or
 # a policy that does not exist, so they are an error that says why.
 _NOT_YET = {
-    "sampling": "sampling policy is not implemented in this version",
     "secrets": "keyring secrets are not implemented in this version",
     "auth": "remote server authentication is not implemented in this version",
 }
@@ -176,6 +175,8 @@ class DefaultsConfig(_Model):
     timeout: Seconds = 60.0
     tools: ToolsConfig = ToolsConfig()
     lock: LockConfig = LockConfig()
+    # a server asking the client's model for a completion: refused, asked about, or passed on
+    sampling: DecisionName = "deny"
 
 
 class NamesConfig(_Model):
@@ -210,6 +211,7 @@ class _ServerBase(_Model):
     timeout: Seconds | None = None
     tools: ToolsConfig | None = None
     lock: LockConfig | None = None
+    sampling: DecisionName | None = None
     # auto: probe the 2026-07-28 protocol and fall back to the handshake; legacy: handshake only
     protocol: Protocol = "auto"
 
@@ -331,6 +333,9 @@ class Config(_Model):
 
     def lock_of(self, name: str) -> LockConfig:
         return self.servers[name].lock or self.defaults.lock
+
+    def sampling_of(self, name: str) -> str:
+        return self.servers[name].sampling or self.defaults.sampling
 
 
 def default_config_path() -> Path:

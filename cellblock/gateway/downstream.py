@@ -108,12 +108,17 @@ class InFlight:
 
     asker: Asker | None
     log: Callable[[types.LoggingMessageNotificationParams], Awaitable[None]] | None = None
+    can_elicit: bool = False
     progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
 
     async def report(self, value: float, total: float | None, message: str | None) -> None:
         # read at each report: a 2026-07-28 call that outlives its first request reports to the retry
         if self.progress is not None:
             await self.progress(value, total, message)
+
+
+# None when the human allowed it, else why not
+SamplingApprover = Callable[["Downstream", types.CreateMessageRequestParams, InFlight], Awaitable[str | None]]
 
 
 @dataclass
@@ -126,6 +131,11 @@ class Downstream:
     on_log: Callable[[Downstream, types.LoggingMessageNotificationParams], Awaitable[None]] | None = None
     audit: Audit | None = None
     runtime: Path = field(default_factory=lambda: Path("/nonexistent"))
+    sampling: str = "deny"
+    # asks the human whether this server may use the client's model (for `sampling: ask`)
+    approve_sampling: (
+        Callable[[Downstream, types.CreateMessageRequestParams, InFlight], Awaitable[str | None]] | None
+    ) = None
     listing: Listing | None = None
     state: str = "stopped"  # stopped | starting | ready | restarting | failed
     error: str | None = None
@@ -244,6 +254,7 @@ class Downstream:
             mode="legacy" if self.protocol == "legacy" else "auto",
             elicitation_callback=self._on_elicit,
             list_roots_callback=self._on_roots,
+            sampling_callback=self._on_sampling,
             logging_callback=self._on_log,
             message_handler=self._on_message,
             # 2026-07-28 servers only log to requests that opt in
@@ -299,6 +310,41 @@ class Downstream:
         if asker is None:
             return types.ElicitResult(action="decline")
         return await asker.elicit(self.name, params)
+
+    async def _on_sampling(
+        self, ctx: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.ErrorData:
+        entry = self._in_flight[-1] if self._in_flight else None
+        try:
+            return await self.sample(params, entry)
+        except DownstreamError as exc:
+            return types.ErrorData(code=types.INVALID_REQUEST, message=str(exc))
+
+    async def sample(
+        self, params: types.CreateMessageRequestParams, entry: InFlight | None
+    ) -> types.CreateMessageResult:
+        """Pass a request for the client's model on, as `sampling:` allows.
+
+        Raises:
+            DownstreamError: refused by the config or the user, or the client could not answer.
+        """
+        if self.sampling == "deny":
+            self._event("sampling", decision="deny", reason="sampling: deny")
+            raise DownstreamError(
+                f"server '{self.name}' may not use the client's model (sampling: deny in cellblock.yaml)"
+            )
+        if entry is None or entry.asker is None:
+            raise DownstreamError(f"server '{self.name}' asked for sampling outside any call; refused")
+        if self.sampling == "ask" and self.approve_sampling is not None:
+            refusal = await self.approve_sampling(self, params, entry)
+            if refusal is not None:
+                self._event("sampling", decision="deny", reason=refusal)
+                raise DownstreamError(f"server '{self.name}' may not use the client's model: {refusal}")
+        self._event("sampling", decision="allow", max_tokens=params.max_tokens)
+        try:
+            return await entry.asker.sample(params)
+        except (MCPError, ValueError) as exc:
+            raise DownstreamError(f"the client did not complete the sampling request of '{self.name}': {exc}") from exc
 
     async def _on_roots(self, ctx: ClientRequestContext) -> types.ListRootsResult:
         return self.roots()
@@ -421,7 +467,7 @@ class Downstream:
             return await entry.asker.elicit(self.name, request.params)
         if isinstance(request, types.ListRootsRequest):
             return self.roots()
-        raise DownstreamError(f"server '{self.name}' asked the client's model for a completion; sampling is denied")
+        return await self.sample(request.params, entry)
 
     async def request(self, request: Any, result_type: Any) -> Any:
         """Forward a non-call request (prompt get, resource read, completion) within the timeout.

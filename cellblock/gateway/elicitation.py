@@ -50,9 +50,12 @@ MAX_PARKED = 256
 
 
 class Asker(Protocol):
-    """Puts one downstream server's question to the human and returns the answer."""
+    """Carries one downstream server's request to the client: a question for the human, or a
+    request to sample the client's model."""
 
     async def elicit(self, server: str, params: types.ElicitRequestParams) -> types.ElicitResult: ...
+
+    async def sample(self, params: types.CreateMessageRequestParams) -> types.CreateMessageResult: ...
 
 
 def prefixed(server: str, params: types.ElicitRequestParams) -> types.ElicitRequestParams:
@@ -73,14 +76,20 @@ class DirectAsker:
             types.ElicitRequest(params=prefixed(server, params)), types.ElicitResult, metadata=metadata
         )
 
+    async def sample(self, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        metadata = ServerMessageMetadata(related_request_id=self.request_id) if self.request_id else None
+        return await self.session.send_request(
+            types.CreateMessageRequest(params=params), types.CreateMessageResult, metadata=metadata
+        )
+
 
 @dataclass
 class InputNeeded:
     """A parked call's question, waiting for the client to retry with an answer."""
 
-    params: types.ElicitRequestParams
+    request: types.ElicitRequest | types.CreateMessageRequest
     answer: anyio.Event = field(default_factory=anyio.Event)
-    result: types.ElicitResult | None = None
+    raw: Any = None  # the client's answer, parsed by whoever asked
 
 
 class ParkedCall:
@@ -99,13 +108,32 @@ class ParkedCall:
         self.scope = anyio.CancelScope()
         self.pending: InputNeeded | None = None
 
-    async def elicit(self, server: str, params: types.ElicitRequestParams) -> types.ElicitResult:
-        question = InputNeeded(prefixed(server, params))
+    async def _ask(self, request: types.ElicitRequest | types.CreateMessageRequest) -> Any:
+        question = InputNeeded(request)
         await self._send.send(question)
-        # no retry in time: the human did not answer, which is a cancel, never an accept
+        # no retry in time: nobody answered, which is a cancel, never an accept
         with anyio.move_on_after(PARK_SECONDS):
             await question.answer.wait()
-        return question.result or types.ElicitResult(action="cancel")
+        return question.raw
+
+    async def elicit(self, server: str, params: types.ElicitRequestParams) -> types.ElicitResult:
+        raw = await self._ask(types.ElicitRequest(params=prefixed(server, params)))
+        try:
+            return types.ElicitResult.model_validate(raw, by_name=False) if raw is not None else _CANCEL
+        except ValueError:
+            return _CANCEL
+
+    async def sample(self, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        """The client's completion.
+
+        Raises:
+            ValueError: the client sent no usable answer.
+        """
+        raw = await self._ask(types.CreateMessageRequest(params=params))
+        try:
+            return types.CreateMessageResult.model_validate(raw, by_name=False)
+        except ValueError:
+            raise ValueError("the client did not answer the sampling request") from None
 
     def finish(self, result: types.Result) -> None:
         """Hand the call's final result to whoever reads next (dropped if nobody is left)."""
@@ -118,17 +146,16 @@ class ParkedCall:
         return event
 
     def answer(self, responses: dict[str, Any] | None, key: str) -> None:
-        """Deliver the client's answer to the pending question (missing or malformed: cancel)."""
+        """Deliver the client's answer to the pending question (the asker parses it)."""
         if self.pending is None:
             return
         raw = (responses or {}).get(key)
-        try:
-            result = types.ElicitResult.model_validate(raw, by_name=False) if raw is not None else None
-        except ValueError:
-            result = None
-        self.pending.result = result or types.ElicitResult(action="cancel")
+        self.pending.raw = raw.model_dump(by_alias=True, mode="json") if hasattr(raw, "model_dump") else raw
         self.pending.answer.set()
         self.pending = None
+
+
+_CANCEL = types.ElicitResult(action="cancel")
 
 
 class StateRejected(Exception):

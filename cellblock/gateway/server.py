@@ -36,6 +36,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from cellblock import __version__
 from cellblock.gateway.approvals import APPROVAL_KEY, Approvals, NeedsInput
 from cellblock.gateway.approvals import STATE_PREFIX as APPROVAL_STATE
+from cellblock.gateway.approvals import can_elicit as _can_elicit
 from cellblock.gateway.audit import Audit
 from cellblock.gateway.catalog import Catalog, build_catalog, expose_content
 from cellblock.gateway.config import Config
@@ -82,7 +83,9 @@ class Gateway:
                 on_listing=self._on_listing,
                 on_log=self._on_idle_log,
                 audit=self.audit,
-                runtime=runtime,
+                runtime=runtime or Path("/nonexistent"),
+                sampling=config.sampling_of(name),
+                approve_sampling=self._approve_sampling,
             )
             for name, server in sorted(config.servers.items())
         }
@@ -341,9 +344,7 @@ class Gateway:
                 state = self.parked.park(call, params.name, params.arguments)
                 parked = True
                 call.entry.progress = call.entry.log = None  # this request ends here
-                return types.InputRequiredResult(
-                    input_requests={INPUT_KEY: types.ElicitRequest(params=event.params)}, request_state=state
-                )
+                return types.InputRequiredResult(input_requests={INPUT_KEY: event.request}, request_state=state)
             result = _exposed(call.server, event)
             if call.done is not None and isinstance(result, types.CallToolResult):
                 call.done(result)
@@ -363,7 +364,9 @@ class Gateway:
         async def log(params: types.LoggingMessageNotificationParams) -> None:
             await self._send_log(session, params)
 
-        return InFlight(asker=None, log=log, progress=progress if token is not None else None)
+        return InFlight(
+            asker=None, log=log, progress=progress if token is not None else None, can_elicit=_can_elicit(session)
+        )
 
     async def _get_prompt(self, ctx: Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
         self._remember(ctx)
@@ -451,6 +454,11 @@ class Gateway:
             pending = len(self.approvals.listing())
             return {"ok": True, "pid": os.getpid(), "config": str(self.source), "servers": servers, "pending": pending}
         return {"ok": False, "error": f"unknown op {op!r}"}
+
+    async def _approve_sampling(
+        self, ds: Downstream, params: types.CreateMessageRequestParams, entry: InFlight
+    ) -> str | None:
+        return await self.approvals.sampling(ds.name, params, entry)
 
     async def _approve(self, call: Call) -> Verdict:
         verdict = call.verdict or Verdict(Decision.ASK, "default", "")

@@ -1,0 +1,96 @@
+"""A downstream server asking the client's model (sampling): refused, asked about, or passed on.
+
+Against server-everything's trigger-sampling-request, in both client eras.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import mcp.types as types
+import pytest
+
+from tests import peers
+from tests.integration.conftest import gateway, write_config
+
+pytestmark = [pytest.mark.anyio, pytest.mark.peers]
+
+
+class Client:
+    """The upstream client's side: a model that answers, and a human who allows once."""
+
+    def __init__(self) -> None:
+        self.sampled: list[types.CreateMessageRequestParams] = []
+        self.asked: list[str] = []
+
+    async def sample(self, ctx: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        self.sampled.append(params)
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text="the model says hi"), model="test-model"
+        )
+
+    async def elicit(self, ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        self.asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"decision": "allow_once"})
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module", params=["legacy", "auto"])
+async def session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tmp = tmp_path_factory.mktemp("sampling")
+    argv = peers.everything()
+    base = {"command": argv[0], "args": argv[1:], "jail": {"read_only": [str(peers.NODE_MODULES)]}}
+    servers = {"closed": base, "asked": base | {"sampling": "ask"}, "open": base | {"sampling": "allow"}}
+    client_side = Client()
+    async with gateway(
+        write_config(tmp, servers),
+        tmp / "state",
+        mode=request.param,
+        sampling_callback=client_side.sample,
+        elicitation_callback=client_side.elicit,
+    ) as client:
+        yield client, client_side, tmp / "state"
+
+
+def events(state: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (state / "audit.jsonl").read_text().splitlines()]
+
+
+def text(result: types.CallToolResult) -> str:
+    return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+ARGS = {"prompt": "say hi", "maxTokens": 20}
+
+
+async def test_sampling_is_refused_by_default(session: Any) -> None:
+    client, side, _ = session
+    before = len(side.sampled)
+    result = await client.call_tool("closed__trigger-sampling-request", ARGS)
+    assert "sampling: deny" in text(result)
+    assert len(side.sampled) == before  # the client's model was never asked
+
+
+async def test_sampling_ask_asks_the_human_first(session: Any) -> None:
+    client, side, _ = session
+    asked, sampled = len(side.asked), len(side.sampled)
+    result = await client.call_tool("asked__trigger-sampling-request", ARGS)
+    assert "the model says hi" in text(result)
+    assert len(side.asked) == asked + 1 and "use your model" in side.asked[-1]
+    assert len(side.sampled) == sampled + 1
+
+
+async def test_sampling_allow_passes_the_request_on(session: Any) -> None:
+    client, side, state = session
+    sampled = len(side.sampled)
+    result = await client.call_tool("open__trigger-sampling-request", ARGS)
+    assert "the model says hi" in text(result)
+    assert len(side.sampled) == sampled + 1 and "say hi" in json.dumps(side.sampled[-1].model_dump(mode="json"))
+    decisions = {(e["server"], e["decision"]) for e in events(state) if e["event"] == "sampling"}
+    assert {("closed", "deny"), ("open", "allow")} <= decisions
