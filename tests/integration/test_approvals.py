@@ -185,3 +185,21 @@ async def test_a_client_that_cannot_elicit_is_answered_from_the_cli(tmp_path: Pa
     assert results["b"].is_error and "denied from the CLI" in text(results["b"])
     unknown = cli(tmp_path, "approve", "nosuchid", "--config", str(config))
     assert unknown.returncode == 1 and "no pending approval" in unknown.stderr
+
+
+async def test_an_expired_2026_approval_state_is_refused(tmp_path: Path) -> None:
+    async with gateway(config(tmp_path, timeout=1), tmp_path / "state", mode="auto", elicitation_callback=Human()) as c:
+        first = await c.session.call_tool("p__echo", {"message": "a"}, allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult) and first.request_state
+        yes = {
+            key: types.ElicitResult(action="accept", content={"decision": "allow_once"}) for key in first.input_requests
+        }
+        await anyio.sleep(1.5)  # the state's lifetime is approvals.timeout; let it pass
+        late = await c.session.call_tool(
+            "p__echo",
+            {"message": "a"},
+            input_responses=yes,
+            request_state=first.request_state,
+            allow_input_required=True,
+        )
+        assert late.is_error and "expired" in text(late)
