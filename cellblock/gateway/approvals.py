@@ -37,7 +37,7 @@ from cellblock.gateway.audit import Audit, redact, shorten
 from cellblock.gateway.state import atomic_write_json, read_json
 from cellblock.policy.types import Decision, Verdict
 
-__all__ = ["APPROVAL_KEY", "Approvals", "NeedsInput", "approval_form", "can_elicit"]
+__all__ = ["APPROVAL_KEY", "Approvals", "NeedsInput", "approval_form", "can_elicit", "review_form"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +79,24 @@ def approval_form(server: str, tool: str, rule: str, arguments: dict[str, Any] |
                 "title": "Decision",
                 "enum": list(CHOICES),
                 "enumNames": list(LABELS),
+            }
+        },
+        "required": ["decision"],
+    }
+    return message, schema
+
+
+def review_form(server: str, diff: str) -> tuple[str, dict[str, Any]]:
+    """The question for a held catalog: the per-item change, and approve or keep it held."""
+    message = f"Cellblock: the catalog of server '{server}' changed since you approved it.\n\n{diff}"
+    schema = {
+        "type": "object",
+        "properties": {
+            "decision": {
+                "type": "string",
+                "title": "Decision",
+                "enum": ["approve", "keep_held"],
+                "enumNames": ["Approve the new catalog", "Keep it held"],
             }
         },
         "required": ["decision"],

@@ -11,7 +11,7 @@ from cellblock.gateway.config import Config
 from cellblock.gateway.locking import lock_path, pending_path
 from cellblock.policy.lock import approve, check, describe, load_lock, load_pending, save_lock
 
-__all__ = ["approve_server", "diff_server"]
+__all__ = ["approve_pending", "approve_server", "diff_server"]
 
 
 def _pending(state: Path, server: str) -> dict[str, dict] | None:
@@ -29,15 +29,23 @@ def diff_server(config: Config, state: Path, server: str) -> int:
     return 1
 
 
-def approve_server(config: Config, state: Path, audit: Audit, server: str) -> int:
-    """Accept the held catalog of `server`; a running gateway picks it up within a second."""
+def approve_pending(state: Path, audit: Audit, server: str, via: str) -> int | None:
+    """Accept the held catalog of `server`; how many items it has, or None when nothing is held."""
     current = _pending(state, server)
     if current is None:
-        print(f"cellblock: nothing held for '{server}'; nothing to approve", file=sys.stderr)
-        return 1
+        return None
     result = check(load_lock(lock_path(state, server)), current)
     save_lock(lock_path(state, server), approve(server, current, time.time()))
     pending_path(state, server).unlink(missing_ok=True)
-    audit.write("lock_approved", server, items=sorted(result.held), removed=sorted(result.removed))
-    print(f"cellblock: OK: approved the catalog of '{server}' ({len(current)} items)", file=sys.stderr)
+    audit.write("lock_approved", server, items=sorted(result.held), removed=sorted(result.removed), via=via)
+    return len(current)
+
+
+def approve_server(config: Config, state: Path, audit: Audit, server: str) -> int:
+    """Accept the held catalog of `server`; a running gateway picks it up within a second."""
+    count = approve_pending(state, audit, server, via="cli")
+    if count is None:
+        print(f"cellblock: nothing held for '{server}'; nothing to approve", file=sys.stderr)
+        return 1
+    print(f"cellblock: OK: approved the catalog of '{server}' ({count} items)", file=sys.stderr)
     return 0

@@ -19,7 +19,7 @@ from cellblock.gateway.downstream import error_result
 from cellblock.policy.rules import Policy
 from cellblock.policy.types import Decision, Verdict
 
-__all__ = ["STAGES", "Approver", "Asking", "Call", "Pipeline"]
+__all__ = ["STAGES", "Approver", "Asking", "Call", "Pipeline", "Reviewer"]
 
 STAGES = ("route", "lock", "policy", "approval")
 
@@ -47,6 +47,8 @@ class Asking:
 
 
 Approver = Callable[[Call], Awaitable[Verdict]]
+# True when the human accepted the held catalog of the call's server (the lock then lets it through)
+Reviewer = Callable[[Call], Awaitable[bool]]
 
 
 class Pipeline:
@@ -59,19 +61,28 @@ class Pipeline:
         policies: Mapping[str, Policy],
         audit: Audit,
         approver: Approver,
+        reviewer: Reviewer | None = None,
     ) -> None:
         self._catalog = catalog
         self._unavailable = unavailable
         self._policies = policies
         self._audit = audit
         self._approver = approver
+        self._reviewer = reviewer
 
     async def admit(self, call: Call) -> types.CallToolResult | None:
         """None when the call may be forwarded (its allow already audited), else the refusal to return."""
         catalog = self._catalog()
         route = catalog.tool_routes.get(call.name)
+        held = catalog.held.get(call.name) if route is None else None
+        if held is not None and self._reviewer is not None:
+            call.server, call.tool = held
+            # a human may accept the changed catalog right here (through elicitation)
+            if await self._reviewer(call):
+                catalog = self._catalog()
+                route = catalog.tool_routes.get(call.name)
+                held = catalog.held.get(call.name) if route is None else None
         if route is None:
-            held = catalog.held.get(call.name)
             if held is not None:  # lock: new or changed since approval
                 call.server, call.tool = held
                 reason = (

@@ -34,20 +34,21 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from cellblock import __version__
-from cellblock.gateway.approvals import APPROVAL_KEY, Approvals, NeedsInput
+from cellblock.gateway.approvals import APPROVAL_KEY, Approvals, NeedsInput, can_elicit, review_form
 from cellblock.gateway.approvals import STATE_PREFIX as APPROVAL_STATE
-from cellblock.gateway.approvals import can_elicit as _can_elicit
 from cellblock.gateway.audit import Audit
 from cellblock.gateway.catalog import Catalog, build_catalog, expose_content
 from cellblock.gateway.config import Config
 from cellblock.gateway.control import NOT_FOUND, ControlServer, socket_path
 from cellblock.gateway.downstream import START_SECONDS, Downstream, DownstreamError, InFlight, Listing, error_result
 from cellblock.gateway.elicitation import DirectAsker, InputNeeded, ParkedCall, ParkedCalls, StateRejected
-from cellblock.gateway.locking import POLL_SECONDS, Locks
+from cellblock.gateway.lock_cli import approve_pending
+from cellblock.gateway.locking import POLL_SECONDS, Locks, lock_path, pending_path
 from cellblock.gateway.namespacing import expose_uri
 from cellblock.gateway.pipeline import Asking, Call, Pipeline
 from cellblock.gateway.policies import policy_for
 from cellblock.gateway.state import atomic_write_json, read_json
+from cellblock.policy.lock import check, describe, load_lock, load_pending
 from cellblock.policy.types import Decision, Verdict
 
 __all__ = ["Gateway"]
@@ -95,8 +96,14 @@ class Gateway:
         self.shown: dict[str, Listing] = {}
         self.policies = {name: policy_for(config, name) for name in config.servers}
         self.approvals = Approvals(state, self.audit, config.approvals.timeout)
+        self.state = state
         self.pipeline = Pipeline(
-            lambda: self.catalog, self._unavailable, self.policies, self.audit, approver=self._approve
+            lambda: self.catalog,
+            self._unavailable,
+            self.policies,
+            self.audit,
+            approver=self._approve,
+            reviewer=self._review_lock,
         )
         self.bus = InMemorySubscriptionBus()
         self.parked = ParkedCalls()
@@ -365,7 +372,7 @@ class Gateway:
             await self._send_log(session, params)
 
         return InFlight(
-            asker=None, log=log, progress=progress if token is not None else None, can_elicit=_can_elicit(session)
+            asker=None, log=log, progress=progress if token is not None else None, can_elicit=can_elicit(session)
         )
 
     async def _get_prompt(self, ctx: Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
@@ -454,6 +461,43 @@ class Gateway:
             pending = len(self.approvals.listing())
             return {"ok": True, "pid": os.getpid(), "config": str(self.source), "servers": servers, "pending": pending}
         return {"ok": False, "error": f"unknown op {op!r}"}
+
+    async def _review_lock(self, call: Call) -> bool:
+        """Offer the held catalog of the call's server for approval through the client's form."""
+        answer, call.human = call.human, None  # the retry's answer belongs to this question, if any
+        pending = load_pending(pending_path(self.state, call.server))
+        if pending is None:
+            return False
+        if answer is None:
+            if call.ctx is None or not can_elicit(call.ctx.session):
+                return False
+            message, schema = review_form(
+                call.server,
+                describe(check(load_lock(lock_path(self.state, call.server)), dict(pending.items)), call.server),
+            )
+            if call.ctx.modern:
+                request = types.ElicitRequest(
+                    params=types.ElicitRequestFormParams(message=message, requested_schema=schema)
+                )
+                raise NeedsInput(
+                    types.InputRequiredResult(
+                        input_requests={APPROVAL_KEY: request},
+                        request_state=self.approvals.seal(call.name, call.arguments),
+                    )
+                )
+            try:
+                # the human has approvals.timeout to decide; silence keeps the catalog held
+                with anyio.fail_after(self.config.approvals.timeout):
+                    ask = call.ctx.session.elicit_form
+                    answer = await ask(message, schema, related_request_id=call.ctx.request_id)
+            except Exception:  # no answer (timeout, a client that failed the request): stays held
+                return False
+        if answer.action != "accept" or (answer.content or {}).get("decision") != "approve":
+            self.audit.write("lock_kept", call.server, via="elicitation")
+            return False
+        approve_pending(self.state, self.audit, call.server, via="elicitation")
+        await self._on_listing(self.downstreams[call.server])
+        return True
 
     async def _approve_sampling(
         self, ds: Downstream, params: types.CreateMessageRequestParams, entry: InFlight

@@ -203,3 +203,19 @@ async def test_an_expired_2026_approval_state_is_refused(tmp_path: Path) -> None
             allow_input_required=True,
         )
         assert late.is_error and "expired" in text(late)
+
+
+@pytest.mark.parametrize(("answer", "mode"), [("approve", "legacy"), ("approve", "auto"), ("keep_held", "legacy")])
+async def test_a_held_catalog_can_be_approved_through_the_form(tmp_path: Path, answer: str, mode: str) -> None:
+    human = Human(answer)
+    server = probe_server("--name", "p", tools={"default": "allow"}, lock={"enabled": True, "first": "review"})
+    state = tmp_path / "state"
+    async with gateway(write_config(tmp_path, {"p": server}), state, mode=mode, elicitation_callback=human) as client:
+        result = await client.call_tool("p__echo", {"message": "after review"})
+        listed = {t.name for t in (await client.list_tools()).tools}
+    assert len(human.asked) == 1 and "catalog of server 'p'" in human.asked[0] and "tool:echo" in human.asked[0]
+    if answer == "approve":
+        assert text(result) == "after review" and "p__echo" in listed
+        assert (state / "locks" / "p.json").exists()
+    else:
+        assert result.is_error and "cellblock approve p" in text(result) and "p__echo" not in listed
