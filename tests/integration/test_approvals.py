@@ -175,6 +175,12 @@ async def test_a_client_that_cannot_elicit_is_answered_from_the_cli(tmp_path: Pa
             tg.start_soon(call, "a")
             tg.start_soon(call, "b")  # two questions waiting at once, on different servers
             first, second = await pending_ids(tmp_path, 2)
+            ps = json.loads((await anyio.to_thread.run_sync(lambda: cli(tmp_path, "ps", "--json"))).stdout)
+            assert len(ps) == 1 and ps[0]["pending"] == 2
+            assert {(s["name"], s["state"], s["jail"]) for s in ps[0]["servers"]} == {
+                ("a", "ready", "none"),
+                ("b", "ready", "none"),
+            }
             shown = json.loads((await anyio.to_thread.run_sync(lambda: cli(tmp_path, "pending", "--json"))).stdout)
             assert {item["arguments"]["message"] for item in shown} == {"from a", "from b"}
             approved = await anyio.to_thread.run_sync(lambda: cli(tmp_path, "approve", first, "--config", str(config)))
