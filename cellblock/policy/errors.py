@@ -1,8 +1,12 @@
 """The root of Cellblock's error tree.
 
     CellblockError
-    ├── ConfigError            (gateway.config)   a config file is missing or invalid
-    └── DownstreamError        (gateway.downstream) a downstream server failed, named in the message
+    ├── ConfigError        (gateway.config)      a config file is missing or invalid
+    ├── DownstreamError    (gateway.downstream)  a downstream server failed; the message names it
+    ├── ControlError       (gateway.control)     no gateway at a control socket, or a bad answer
+    ├── JailError          (sandbox.types)       a jail cannot be built; the server does not start
+    ├── LockError          (policy.lock)         a lock or pending file cannot be read or written
+    └── CatalogError       (policy.lock)         a server's catalog cannot be locked
 
 Each package subclasses `CellblockError` for its own failures; the CLI maps any of them to a
 `cellblock:` line on stderr and an exit code.
