@@ -74,7 +74,7 @@ def audit_path(config_path: str | None) -> Path:
     if config_path is None and not default_config_path().expanduser().exists():
         return state_dir() / "audit.jsonl"
     config, _ = load_config(config_path)
-    return Path(config.audit.path) if config.audit.path else state_dir() / "audit.jsonl"
+    return config.audit_file(state_dir())
 
 
 def _counts() -> dict[str, int]:

@@ -150,7 +150,6 @@ def _show(config_path: str | None, server: str | None, as_json: bool) -> int:
 
 
 def _lock_command(command: str, config_path: str | None, server: str) -> int:
-    from pathlib import Path
 
     from cellblock.gateway.audit import Audit
     from cellblock.gateway.config import load_config
@@ -164,7 +163,7 @@ def _lock_command(command: str, config_path: str | None, server: str) -> int:
     state = state_dir()
     if command == "diff":
         return diff_server(config, state, server)
-    audit = Audit(Path(config.audit.path) if config.audit.path else state / "audit.jsonl")
+    audit = Audit(config.audit_file(state))
     return approve_server(config, state, audit, server)
 
 
@@ -319,7 +318,6 @@ def _duration(seconds: float) -> str:
 
 
 def _revoke(config_path: str | None, target: str) -> int:
-    from pathlib import Path
 
     from cellblock.gateway.approvals import Approvals
     from cellblock.gateway.audit import Audit
@@ -329,7 +327,7 @@ def _revoke(config_path: str | None, target: str) -> int:
     config, _ = load_config(config_path)
     server, _, tool = target.partition(":")
     state = state_dir()
-    audit = Audit(Path(config.audit.path) if config.audit.path else state / "audit.jsonl")
+    audit = Audit(config.audit_file(state))
     gone = Approvals(state, audit, config.approvals.timeout).revoke(server, tool or None)
     if not gone:
         print(f"cellblock: no 'always' approval for {target}", file=sys.stderr)

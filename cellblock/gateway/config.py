@@ -325,6 +325,10 @@ class Config(_Model):
     def start_of(self, name: str) -> Start:
         return self.servers[name].start or self.defaults.start
 
+    def audit_file(self, state: Path) -> Path:
+        """Where the audit log goes: `audit.path`, else `<state dir>/audit.jsonl`."""
+        return Path(self.audit.path) if self.audit.path else state / "audit.jsonl"
+
     def timeout_of(self, name: str) -> float:
         return self.servers[name].timeout or self.defaults.timeout
 

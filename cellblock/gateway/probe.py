@@ -30,10 +30,10 @@ SECRETS = (".ssh/id_ed25519", ".ssh/id_rsa", ".ssh/config", ".aws/credentials", 
 
 
 def _attempts(
-    config_path: Path, state: Path, jail: JailConfig, listener: int, shared: set[str]
+    config_path: Path, state: Path, audit: Path, jail: JailConfig, listener: int, shared: set[str]
 ) -> list[dict[str, Any]]:
     home = Path.home()
-    reads = [str(home / s) for s in SECRETS] + ["/etc/shadow", str(config_path), str(state / "audit.jsonl")]
+    reads = [str(home / s) for s in SECRETS] + ["/etc/shadow", str(config_path), str(audit)]
     attempts: list[dict[str, Any]] = [{"kind": "read", "target": t} for t in reads if os.path.exists(t)]
     # names in the home that the jail shows on purpose (the way down to a shared path) do not count
     names = sorted(set(os.listdir(home)) - shared)[:20] if home.is_dir() else []
@@ -82,7 +82,7 @@ def _probe_one(
             mounts = launch_plan(name, stand_in([]), egress, runtime / "servers" / name).mounts
             home = str(Path.home())
             shared = {m.path[len(home) + 1 :].split("/")[0] for m in mounts if m.path.startswith(home + "/")}
-            attempts = _attempts(config_path, state, jail, listener.getsockname()[1], shared)
+            attempts = _attempts(config_path, state, config.audit_file(state), jail, listener.getsockname()[1], shared)
             plan = launch_plan(name, stand_in(attempts), egress, runtime / "servers" / name)
             done = subprocess.run(list(plan.argv), capture_output=True, text=True, timeout=PROBE_SECONDS, check=False)
         finally:

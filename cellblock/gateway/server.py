@@ -74,7 +74,7 @@ class Gateway:
         self.runtime = runtime
         self.source = source
         self.catalog_dir = state / "catalogs"
-        self.audit = Audit(Path(config.audit.path) if config.audit.path else state / "audit.jsonl")
+        self.audit = Audit(config.audit_file(state))
         self.downstreams = {
             name: Downstream(
                 name,
