@@ -37,7 +37,7 @@ from cellblock.gateway.audit import Audit, redact, shorten
 from cellblock.gateway.state import atomic_write_json, read_json
 from cellblock.policy.types import Decision, Verdict
 
-__all__ = ["APPROVAL_KEY", "Approvals", "NeedsInput", "approval_form", "can_elicit", "review_form"]
+__all__ = ["APPROVAL_KEY", "Approvals", "NeedsInput", "approval_form", "can_elicit", "choice_schema", "review_form"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,43 +65,30 @@ def _digest(arguments: dict[str, Any] | None) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def choice_schema(choices: tuple[str, ...], labels: tuple[str, ...]) -> dict[str, Any]:
+    """A flat form with one required choice, the only shape every eliciting client renders."""
+    return {
+        "type": "object",
+        "properties": {
+            "decision": {"type": "string", "title": "Decision", "enum": list(choices), "enumNames": list(labels)}
+        },
+        "required": ["decision"],
+    }
+
+
 def approval_form(server: str, tool: str, rule: str, arguments: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
     """The question and the flat form schema shown to the human."""
     shown = json.dumps(shorten(redact(arguments or {})), indent=1, ensure_ascii=False)
     message = (
         f"Cellblock: may server '{server}' run its tool '{tool}'? (policy rule '{rule}' says ask)\nArguments:\n{shown}"
     )
-    schema = {
-        "type": "object",
-        "properties": {
-            "decision": {
-                "type": "string",
-                "title": "Decision",
-                "enum": list(CHOICES),
-                "enumNames": list(LABELS),
-            }
-        },
-        "required": ["decision"],
-    }
-    return message, schema
+    return message, choice_schema(CHOICES, LABELS)
 
 
 def review_form(server: str, diff: str) -> tuple[str, dict[str, Any]]:
     """The question for a held catalog: the per-item change, and approve or keep it held."""
     message = f"Cellblock: the catalog of server '{server}' changed since you approved it.\n\n{diff}"
-    schema = {
-        "type": "object",
-        "properties": {
-            "decision": {
-                "type": "string",
-                "title": "Decision",
-                "enum": ["approve", "keep_held"],
-                "enumNames": ["Approve the new catalog", "Keep it held"],
-            }
-        },
-        "required": ["decision"],
-    }
-    return message, schema
+    return message, choice_schema(("approve", "keep_held"), ("Approve the new catalog", "Keep it held"))
 
 
 @dataclass
@@ -316,9 +303,8 @@ class Approvals:
             "last_message": params.messages[-1].model_dump(mode="json") if params.messages else None,
         }
         if entry.can_elicit and entry.asker is not None:
-            message, schema = approval_form(server, "sampling (use your model)", "sampling: ask", summary)
-            schema["properties"]["decision"]["enum"] = ["allow_once", "deny"]
-            schema["properties"]["decision"]["enumNames"] = ["Allow once", "Deny"]
+            message, _ = approval_form(server, "sampling (use your model)", "sampling: ask", summary)
+            schema = choice_schema(("allow_once", "deny"), ("Allow once", "Deny"))
             self.audit.write("approval_asked", server, tool="sampling", via="elicitation")
             with anyio.move_on_after(self.timeout):
                 answer = await entry.asker.elicit(
