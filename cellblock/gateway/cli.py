@@ -13,12 +13,15 @@ import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from cellblock import __version__
 from cellblock.policy.errors import CellblockError
+
+if TYPE_CHECKING:
+    from cellblock.gateway.config import Config
 
 __all__ = ["main"]
 
@@ -137,29 +140,35 @@ def _check(config_path: str | None) -> int:
 
 
 def _show(config_path: str | None, server: str | None, as_json: bool) -> int:
-    from cellblock.gateway.config import load_config
     from cellblock.gateway.show import show
 
-    config, _ = load_config(config_path)
-    if server is not None and server not in config.servers:
-        print(f"cellblock: no server named '{server}' in the config", file=sys.stderr)
-        return EXIT_USAGE
+    config, _ = _load(config_path, server)
     from cellblock.gateway.state import state_dir
 
     return show(config, server, as_json, state_dir())
 
 
+def _load(config_path: str | None, server: str | None) -> tuple[Config, Path]:
+    """The config, checked to have `server` when one is named.
+
+    Raises:
+        ConfigError: the config is invalid, or has no such server (exit 2, like any bad usage).
+    """
+    from cellblock.gateway.config import ConfigError, load_config
+
+    config, source = load_config(config_path)
+    if server is not None and server not in config.servers:
+        raise ConfigError(f"no server named '{server}' in {source}; see 'cellblock check' for the list")
+    return config, source
+
+
 def _lock_command(command: str, config_path: str | None, server: str) -> int:
 
     from cellblock.gateway.audit import Audit
-    from cellblock.gateway.config import load_config
     from cellblock.gateway.lock_cli import approve_server, diff_server
     from cellblock.gateway.state import state_dir
 
-    config, _ = load_config(config_path)
-    if server not in config.servers:
-        print(f"cellblock: no server named '{server}' in the config", file=sys.stderr)
-        return EXIT_USAGE
+    config, _ = _load(config_path, server)
     state = state_dir()
     if command == "diff":
         return diff_server(config, state, server)
@@ -338,14 +347,10 @@ def _revoke(config_path: str | None, target: str) -> int:
 
 
 def _probe(config_path: str | None, server: str | None, as_json: bool) -> int:
-    from cellblock.gateway.config import load_config
     from cellblock.gateway.probe import probe
     from cellblock.gateway.state import runtime_dir, state_dir
 
-    config, source = load_config(config_path)
-    if server is not None and server not in config.servers:
-        print(f"cellblock: no server named '{server}' in the config", file=sys.stderr)
-        return EXIT_USAGE
+    config, source = _load(config_path, server)
     return probe(config, source, state_dir(), runtime_dir(), server, as_json)
 
 
