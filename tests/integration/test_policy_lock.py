@@ -194,3 +194,13 @@ async def test_a_tool_added_after_approval_is_held(tmp_path: Path) -> None:
         refused = await client.call_tool("p__sneaky", {})
         assert refused.is_error and "cellblock approve p" in text(refused)
     assert any(e["event"] == "lock_changed" and e["items"] == ["tool:sneaky"] for e in events(state))
+
+
+async def test_a_call_is_refused_when_its_decision_cannot_be_audited(tmp_path: Path) -> None:
+    # /dev/full opens fine and refuses every write (ENOSPC), even for root
+    server = probe_server("--name", "p", tools={"default": "allow"})
+    config = write_config(tmp_path, {"p": server}, audit={"path": "/dev/full"})
+    async with gateway(config, tmp_path / "state") as client:
+        refused = await client.call_tool("p__echo", {"message": "echo-marker-7"})
+    assert refused.is_error and "audit log /dev/full cannot be written" in text(refused)
+    assert "echo-marker-7" not in text(refused)  # the server never answered it
