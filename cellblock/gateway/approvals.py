@@ -34,6 +34,7 @@ import mcp.types as types
 from mcp.server.session import ServerSession
 
 from cellblock.gateway.audit import Audit, redact, shorten
+from cellblock.gateway.elicitation import args_digest
 from cellblock.gateway.state import atomic_write_json, read_json
 from cellblock.policy.types import Decision, Verdict
 
@@ -58,11 +59,6 @@ class NeedsInput(Exception):
     def __init__(self, result: types.InputRequiredResult) -> None:
         super().__init__("input required")
         self.result = result
-
-
-def _digest(arguments: dict[str, Any] | None) -> str:
-    canonical = json.dumps(arguments or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def choice_schema(choices: tuple[str, ...], labels: tuple[str, ...]) -> dict[str, Any]:
@@ -175,7 +171,7 @@ class Approvals:
             return Verdict(Decision.ALLOW, "approval:always", f"always allowed by the user ({verdict.rule})")
         if (server, tool) in self.session:
             return Verdict(Decision.ALLOW, "approval:session", f"allowed for this session ({verdict.rule})")
-        key = (server, tool, _digest(arguments))
+        key = (server, tool, args_digest(arguments))
         if self._once.pop(key, 0.0) > time.time():
             return Verdict(Decision.ALLOW, "approval:once", f"approved by the user from the CLI ({verdict.rule})")
         human = getattr(call, "human", None)
@@ -239,7 +235,7 @@ class Approvals:
             return self._refused(server, tool, verdict, "approval_denied", "too many approvals are pending")
         now = time.time()
         ident = base64.b32encode(os.urandom(5)).decode().lower()
-        item = Pending(ident, server, tool, arguments, _digest(arguments), now, now + PENDING_TTL)
+        item = Pending(ident, server, tool, arguments, args_digest(arguments), now, now + PENDING_TTL)
         self.pending[ident] = item
         self.audit.write("approval_asked", server, tool=tool, via="cli", id=ident)
         logger.warning(
@@ -321,7 +317,7 @@ class Approvals:
     def seal(self, exposed: str, arguments: dict[str, Any] | None) -> str:
         claim = {
             "tool": exposed,
-            "args": _digest(arguments),
+            "args": args_digest(arguments),
             "exp": time.time() + self.timeout,
             "nonce": secrets.token_hex(8),
         }
@@ -337,7 +333,7 @@ class Approvals:
             claim = json.loads(base64.urlsafe_b64decode(body.encode()))
         except ValueError:
             return "the approval state is malformed"
-        if claim.get("tool") != exposed or claim.get("args") != _digest(arguments):
+        if claim.get("tool") != exposed or claim.get("args") != args_digest(arguments):
             return "the approval state belongs to a different call"
         if claim.get("exp", 0) < time.time():
             return "the approval state has expired"
