@@ -18,8 +18,6 @@ applied before this module is consulted, so an approval cannot widen them.
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 import logging
 import os
@@ -34,7 +32,7 @@ import mcp.types as types
 from mcp.server.session import ServerSession
 
 from cellblock.gateway.audit import Audit, redact, shorten
-from cellblock.gateway.elicitation import args_digest
+from cellblock.gateway.elicitation import Sealer, StateRejected, args_digest
 from cellblock.gateway.state import atomic_write_json, read_json
 from cellblock.policy.types import Decision, Verdict
 
@@ -111,7 +109,7 @@ class Approvals:
         self.session: set[tuple[str, str]] = set()
         self.pending: dict[str, Pending] = {}
         self._once: dict[tuple[str, str, str], float] = {}  # granted after the call timed out
-        self._key = secrets.token_bytes(32)
+        self._sealer = Sealer(STATE_PREFIX)
         self._used: dict[str, float] = {}
         self._always: dict[str, set[str]] = {}
         self._mtime = -1.0
@@ -315,28 +313,14 @@ class Approvals:
     # -- sealed request_state (2026-07-28) ---------------------------------------------------
 
     def seal(self, exposed: str, arguments: dict[str, Any] | None) -> str:
-        claim = {
-            "tool": exposed,
-            "args": args_digest(arguments),
-            "exp": time.time() + self.timeout,
-            "nonce": secrets.token_hex(8),
-        }
-        body = base64.urlsafe_b64encode(json.dumps(claim).encode()).decode()
-        return f"{STATE_PREFIX}{body}.{hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()}"
+        return self._sealer.seal(exposed, arguments, self.timeout, nonce=secrets.token_hex(8))
 
     def redeem(self, state: str, exposed: str, arguments: dict[str, Any] | None) -> str | None:
         """None if `state` is a valid, unused approval state for exactly this call; else why not."""
-        body, _, mac = state.removeprefix(STATE_PREFIX).partition(".")
-        if not hmac.compare_digest(mac, hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()):
-            return "the approval state does not verify"
         try:
-            claim = json.loads(base64.urlsafe_b64decode(body.encode()))
-        except ValueError:
-            return "the approval state is malformed"
-        if claim.get("tool") != exposed or claim.get("args") != args_digest(arguments):
-            return "the approval state belongs to a different call"
-        if claim.get("exp", 0) < time.time():
-            return "the approval state has expired"
+            claim = self._sealer.open(state, exposed, arguments)
+        except StateRejected as exc:
+            return f"the approval state {exc}"
         nonce = str(claim.get("nonce"))
         if nonce in self._used:
             return "the approval state was already used"

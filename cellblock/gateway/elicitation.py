@@ -37,6 +37,7 @@ __all__ = [
     "InputNeeded",
     "ParkedCall",
     "ParkedCalls",
+    "Sealer",
     "StateRejected",
     "args_digest",
     "prefixed",
@@ -167,16 +168,52 @@ def args_digest(arguments: dict[str, Any] | None) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-class ParkedCalls:
-    """Parked calls keyed by a sealed `request_state`.
+class Sealer:
+    """Seals a claim about a call into a `request_state` only this process can have made.
 
     The state is `payload.hmac`, HMAC-SHA256 under a key that exists only in this process's
-    memory. It binds the call id, the exposed tool name, a digest of the arguments and an expiry,
-    and each state can be redeemed once.
+    memory; the claim binds the exposed tool name, a digest of the arguments and an expiry.
+    What else it carries (a parked call's id, a nonce) and whether it can be redeemed twice is
+    the caller's business.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str = "") -> None:
         self._key = secrets.token_bytes(32)
+        self._prefix = prefix
+
+    def seal(self, tool: str, arguments: dict[str, Any] | None, seconds: float, **extra: Any) -> str:
+        claim = {"tool": tool, "args": args_digest(arguments), "exp": time.time() + seconds, **extra}
+        body = base64.urlsafe_b64encode(json.dumps(claim).encode()).decode()
+        return f"{self._prefix}{body}.{self._mac(body)}"
+
+    def open(self, state: str, tool: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
+        """The claim in `state`, checked against this call.
+
+        Raises:
+            StateRejected: forged, malformed, bound to another call, or expired.
+        """
+        body, _, mac = state.removeprefix(self._prefix).partition(".")
+        if not hmac.compare_digest(mac, self._mac(body)):
+            raise StateRejected("does not verify")
+        try:
+            claim: dict[str, Any] = json.loads(base64.urlsafe_b64decode(body.encode()))
+        except ValueError:
+            raise StateRejected("is malformed") from None
+        if claim.get("tool") != tool or claim.get("args") != args_digest(arguments):
+            raise StateRejected("belongs to a different call")
+        if claim.get("exp", 0) < time.time():
+            raise StateRejected("has expired")
+        return claim
+
+    def _mac(self, body: str) -> str:
+        return hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()
+
+
+class ParkedCalls:
+    """Parked calls keyed by a sealed `request_state` naming them; each can be redeemed once."""
+
+    def __init__(self) -> None:
+        self._sealer = Sealer()
         self._calls: dict[str, tuple[ParkedCall, float]] = {}
 
     def park(self, call: ParkedCall, tool: str, arguments: dict[str, Any] | None) -> str:
@@ -185,11 +222,8 @@ class ParkedCalls:
             oldest = min(self._calls, key=lambda k: self._calls[k][1])
             self._calls.pop(oldest)[0].scope.cancel()
         call_id = base64.urlsafe_b64encode(os.urandom(12)).decode()
-        expires = time.time() + PARK_SECONDS
-        self._calls[call_id] = (call, expires)
-        payload = json.dumps({"id": call_id, "tool": tool, "args": args_digest(arguments), "exp": expires})
-        body = base64.urlsafe_b64encode(payload.encode()).decode()
-        return f"{body}.{self._mac(body)}"
+        self._calls[call_id] = (call, time.time() + PARK_SECONDS)
+        return self._sealer.seal(tool, arguments, PARK_SECONDS, id=call_id)
 
     def redeem(self, state: str, tool: str, arguments: dict[str, Any] | None) -> ParkedCall:
         """The parked call `state` names, removed from the table.
@@ -197,24 +231,14 @@ class ParkedCalls:
         Raises:
             StateRejected: the state does not verify or does not match this call.
         """
-        body, _, mac = state.partition(".")
-        if not hmac.compare_digest(mac, self._mac(body)):
-            raise StateRejected("request_state does not verify")
         try:
-            claim = json.loads(base64.urlsafe_b64decode(body.encode()))
-        except ValueError:
-            raise StateRejected("request_state is malformed") from None
-        if claim.get("tool") != tool or claim.get("args") != args_digest(arguments):
-            raise StateRejected("request_state belongs to a different call")
-        if claim.get("exp", 0) < time.time():
-            raise StateRejected("request_state has expired")
+            claim = self._sealer.open(state, tool, arguments)
+        except StateRejected as exc:
+            raise StateRejected(f"request_state {exc}") from None
         entry = self._calls.pop(str(claim.get("id")), None)
         if entry is None:
             raise StateRejected("request_state was already used")
         return entry[0]
-
-    def _mac(self, body: str) -> str:
-        return hmac.new(self._key, body.encode(), hashlib.sha256).hexdigest()
 
     def _expire(self) -> None:
         now = time.time()
