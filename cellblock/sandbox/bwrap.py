@@ -13,7 +13,7 @@ import functools
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from cellblock.sandbox.types import JailError, JailSpec, LaunchPlan, Mount, MountMode, Network
 
@@ -100,8 +100,18 @@ def _system_mounts() -> list[str]:
     return args
 
 
-def bwrap_plan(spec: JailSpec, launchers: Sequence[Mount], bwrap: str = "bwrap") -> LaunchPlan:
+def bwrap_plan(
+    spec: JailSpec,
+    launchers: Sequence[Mount],
+    bwrap: str = "bwrap",
+    secrets: Mapping[str, str] | None = None,
+    spawner_env: Sequence[str] = (),
+) -> LaunchPlan:
     """The bwrap command that runs `spec.argv` in its jail.
+
+    `secrets` (variable -> value) reach the server through bwrap's own environment, never its
+    argv (which `ps` shows to every user); `spawner_env` names the variables whatever spawns
+    bwrap adds to that environment, which are then removed inside.
 
     Raises:
         JailError: a granted path or the working directory does not exist or is not shared.
@@ -121,7 +131,12 @@ def bwrap_plan(spec: JailSpec, launchers: Sequence[Mount], bwrap: str = "bwrap")
     if spec.network is not Network.OPEN:
         args.append("--unshare-net")  # only loopback inside
     args += ["--disable-userns", "--cap-drop", "ALL", "--die-with-parent", "--new-session"]
-    args += ["--hostname", "cellblock", "--clearenv"]
+    args += ["--hostname", "cellblock"]
+    if secrets:
+        # --clearenv would drop the secrets too; remove by name what the spawner added instead
+        args += [a for key in sorted(set(spawner_env) - set(secrets)) for a in ("--unsetenv", key)]
+    else:
+        args.append("--clearenv")
     for key, value in sorted(spec.env.items()):
         args += ["--setenv", key, value]
     args += _system_mounts()
@@ -153,7 +168,7 @@ def bwrap_plan(spec: JailSpec, launchers: Sequence[Mount], bwrap: str = "bwrap")
         private.append(Mount("/tmp", MountMode.READ_WRITE, "private /tmp (tmpfs)"))
     return LaunchPlan(
         argv=tuple(args),
-        env=dict(spec.env),
+        env={**spec.env, **(secrets or {})},
         cwd=None,
         mounts=tuple([*system, *private, *shared, *pinned]),
         network=spec.network,

@@ -95,3 +95,41 @@ def test_launchers_are_read_only_and_the_egress_socket_has_a_fixed_place(tmp_pat
 def test_no_private_tmp_when_tmp_is_off(tmp_path: Path) -> None:
     argv = bwrap_plan(spec(tmp_path, tmp=False), []).argv
     assert ("--tmpfs", "/tmp") not in [(argv[i], argv[i + 1]) for i in range(len(argv) - 1)]
+
+
+SPAWNER_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")  # what the SDK's stdio spawner adds on POSIX
+
+
+def flags(argv: tuple[str, ...], flag: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv) if a == flag]
+
+
+def test_a_secret_reaches_the_environment_and_never_the_command_line(tmp_path: Path) -> None:
+    secrets = {"API_TOKEN": "s3cret-value-41", "DB_PASSWORD": "pw-77"}
+    plan = bwrap_plan(spec(tmp_path, env={"PATH": "/usr/bin", "A": "1"}), [], "bwrap", secrets, SPAWNER_ENV)
+    assert not any(value in arg for arg in plan.argv for value in secrets.values())
+    assert plan.env == {"PATH": "/usr/bin", "A": "1", **secrets}
+    assert pairs(plan.argv, "--setenv") == [("A", "1"), ("PATH", "/usr/bin")]
+
+
+def test_with_secrets_the_spawners_variables_are_unset_instead_of_clearing_all(tmp_path: Path) -> None:
+    # --clearenv would drop the secrets, which reach bwrap only through its own environment
+    argv = bwrap_plan(spec(tmp_path), [], "bwrap", {"TOKEN": "v"}, SPAWNER_ENV).argv
+    assert "--clearenv" not in argv
+    assert flags(argv, "--unsetenv") == sorted(SPAWNER_ENV)
+    # unset first, then set: PATH is both the spawner's and the jail's own
+    assert max(i for i, a in enumerate(argv) if a == "--unsetenv") < argv.index("--setenv")
+    assert ("PATH", "/usr/bin") in pairs(argv, "--setenv")
+
+
+def test_a_secret_named_like_a_spawner_variable_is_not_unset(tmp_path: Path) -> None:
+    argv = bwrap_plan(spec(tmp_path), [], "bwrap", {"TERM": "v", "TOKEN": "w"}, SPAWNER_ENV).argv
+    assert flags(argv, "--unsetenv") == sorted(set(SPAWNER_ENV) - {"TERM"})
+
+
+@pytest.mark.parametrize("secrets", [None, {}])
+def test_without_secrets_the_environment_is_cleared(tmp_path: Path, secrets: dict[str, str] | None) -> None:
+    plan = bwrap_plan(spec(tmp_path), [], "bwrap", secrets, SPAWNER_ENV)
+    assert "--clearenv" in plan.argv and "--unsetenv" not in plan.argv
+    assert plan.env == {"PATH": "/usr/bin"}
+    assert plan.argv.index("--clearenv") < plan.argv.index("--setenv")
