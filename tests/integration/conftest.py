@@ -50,13 +50,19 @@ async def gateway(
     mode: str = "auto",
     elicitation_callback: Callable[..., Awaitable[Any]] | None = None,
     env: dict[str, str] | None = None,
+    stderr: Path | None = None,
+    serve_args: tuple[str, ...] = (),
     **client_args: Any,
 ) -> AsyncIterator[Client]:
-    """`cellblock serve` on `config`, connected with the SDK client in `mode` (legacy or auto)."""
+    """`cellblock serve` on `config`, connected with the SDK client in `mode` (legacy or auto).
+
+    `stderr`: a file that collects the gateway's log (else it goes to the test's stderr).
+    """
+    command = [sys.executable, "-m", "cellblock.gateway.cli", "serve", "--config", str(config), *serve_args]
+    if stderr is not None:
+        command = ["/bin/sh", "-c", f'exec "$@" 2>>"{stderr}"', "sh", *command]
     params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "cellblock.gateway.cli", "serve", "--config", str(config)],
-        env={"CELLBLOCK_STATE_DIR": str(state), **(env or {})},
+        command=command[0], args=command[1:], env={"CELLBLOCK_STATE_DIR": str(state), **(env or {})}
     )
     async with Client(
         params, mode=mode, cache=None, elicitation_callback=elicitation_callback, **client_args

@@ -29,6 +29,8 @@ if __name__ == "__main__" and "--exit-at-start" in sys.argv[1:]:
     sys.exit(1)
 
 import argparse
+import hashlib
+import json
 import os
 import warnings
 from pathlib import Path
@@ -241,6 +243,11 @@ async def set_logging_level(ctx: Any, params: types.SetLevelRequestParams) -> ty
     return types.EmptyResult()
 
 
+def environment() -> str:
+    """Names of this process's environment variables, each with the sha256 of its value (never the value)."""
+    return json.dumps({k: hashlib.sha256(v.encode()).hexdigest() for k, v in sorted(os.environ.items())})
+
+
 def _trivial(i: int) -> Any:
     def trivial() -> str:
         return f"t{i}"
@@ -253,7 +260,7 @@ def build_server(name: str = "probe", extra_tools: int = 0) -> MCPServer:
     # the file named by $PROBE_ECHO_DESCRIPTION: a server whose tool says something else after a restart
     described = os.environ.get("PROBE_ECHO_DESCRIPTION", "")
     _add_echo(server, Path(described).read_text() if described and os.path.exists(described) else None)
-    for fn in (slow, hang, crash, garbage, malformed, ask, add_tool, rug_pull, log):
+    for fn in (slow, hang, crash, garbage, malformed, ask, add_tool, rug_pull, log, environment):
         server.add_tool(fn)
     server.add_tool(files_read_dotted, name="files.read")
     server.add_tool(files_read_underscore, name="files_read")
