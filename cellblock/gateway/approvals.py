@@ -347,3 +347,9 @@ class Approvals:
 
 def can_elicit(session: ServerSession) -> bool:
     return session.check_client_capability(types.ClientCapabilities(elicitation=types.ElicitationCapability()))
+
+
+def can_elicit_url(session: ServerSession) -> bool:
+    """The client can open a URL for the user (URL-mode elicitation, 2025-11-25 and later)."""
+    caps = session.client_capabilities
+    return bool(caps and caps.elicitation and caps.elicitation.url is not None)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from cellblock import __version__
+from cellblock.gateway.credentials import CredentialError
 from cellblock.policy.errors import CellblockError
 
 if TYPE_CHECKING:
@@ -62,12 +63,25 @@ def _parser() -> argparse.ArgumentParser:
     revoke = sub.add_parser("revoke", help="forget 'always' approvals: SERVER or SERVER:TOOL")
     revoke.add_argument("target", metavar="SERVER[:TOOL]")
     revoke.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
-    sub.add_parser("doctor", help="check that this machine can build jails; exit 1 on a gap")
+    doctor = sub.add_parser("doctor", help="check that this machine can build jails and keep secrets; exit 1 on a gap")
+    doctor.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
     probe = sub.add_parser("probe", help="attack each server's jail from inside; exit 1 if anything got through")
     probe.add_argument("server", nargs="?", help="only this server")
     probe.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
     probe.add_argument("--json", action="store_true", help="print JSON")
     sub.add_parser("demo", help="run the gateway on built-in demo servers and show what it does")
+    auth = sub.add_parser("auth", help="credentials in the OS keyring: set, login, logout, list")
+    auth_sub = auth.add_subparsers(dest="auth_command", required=True, metavar="ACTION")
+    auth_set = auth_sub.add_parser("set", help="store a bearer token or secret (read from a hidden prompt or stdin)")
+    auth_set.add_argument("name", metavar="NAME", help="a bearer server's name, or an entry named in secrets:")
+    auth_login = auth_sub.add_parser("login", help="OAuth login to a remote server (opens the browser)")
+    auth_login.add_argument("name", metavar="SERVER")
+    auth_login.add_argument("--no-browser", action="store_true", help="only print the URL to open")
+    auth_logout = auth_sub.add_parser("logout", help="remove a server's or entry's credentials from the keyring")
+    auth_logout.add_argument("name", metavar="NAME")
+    auth_sub.add_parser("list", help="which configured credentials are in the keyring (never their values)")
+    for action in (auth_set, auth_login, auth_logout, auth_sub.choices["list"]):
+        action.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
     audit = sub.add_parser("audit", help="summarise the audit log: calls by decision, lock and egress events")
     audit.add_argument("--since", help="only events newer than this: 30m, 12h, 7d, or an ISO date")
     audit.add_argument("--server", help="only this server")
@@ -100,17 +114,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "probe":
             return _probe(args.config, args.server, args.json)
         if args.command == "doctor":
-            from cellblock.gateway.doctor import doctor
-
-            return doctor()
+            return _doctor(args.config)
         if args.command == "audit":
             from cellblock.gateway.audit_report import audit_path, run
 
             return run(audit_path(args.config), args.since, args.server, args.json)
+        if args.command == "auth":
+            return _auth(args)
         if args.command == "demo":
             from cellblock.gateway.demo import run_demo
 
             return anyio.run(run_demo)
+    except CredentialError as exc:
+        # a refused action (no safe keyring, a failed login), not bad usage
+        for line in str(exc).splitlines():
+            print(f"cellblock: {line}", file=sys.stderr)
+        return EXIT_FINDING
     except CellblockError as exc:
         for line in str(exc).splitlines():
             print(f"cellblock: {line}", file=sys.stderr)
@@ -326,6 +345,41 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+def _doctor(config_path: str | None) -> int:
+    from cellblock.gateway.config import ConfigError, load_config
+    from cellblock.gateway.doctor import doctor
+
+    try:
+        config = load_config(config_path)[0]
+    except ConfigError as exc:
+        if config_path is not None:
+            raise  # a config named on the command line must load
+        print(f"cellblock: no usable config ({str(exc).splitlines()[0]}); checking the machine only", file=sys.stderr)
+        config = None
+    return doctor(config)
+
+
+def _auth(args: argparse.Namespace) -> int:
+    from cellblock.gateway import auth_cli
+
+    action = args.auth_command
+    config, _ = _load(args.config, args.name if action == "login" else None)
+
+    def notify(server: str) -> None:
+        # running gateways start the server again (or reconnect it) so it reads the keyring anew
+        for path, reply in _ask_all({"op": "reconnect", "server": server}):
+            if reply.get("ok") and reply.get("restarted"):
+                print(f"cellblock: gateway {_pid_of(path)} is reconnecting '{server}'", file=sys.stderr)
+
+    if action == "set":
+        return auth_cli.auth_set(config, args.name, notify)
+    if action == "login":
+        return auth_cli.auth_login(config, args.name, notify, open_browser=not args.no_browser)
+    if action == "logout":
+        return auth_cli.auth_logout(config, args.name, notify)
+    return auth_cli.auth_list(config)
+
+
 def _revoke(config_path: str | None, target: str) -> int:
 
     from cellblock.gateway.approvals import Approvals
@@ -369,8 +423,13 @@ def _serve(config_path: str | None, verbose: bool) -> int:
     )
     # the gateway forwards downstream logs on purpose, whatever the 2026 spec thinks of logging
     warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
-    for noisy in ("mcp", "httpx2", "httpcore"):
+    for noisy in ("mcp", "httpx2"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
+    # quiet even with -v: these handle credentials, and their debug detail is not ours to vouch for
+    for careful in ("httpcore", "keyring"):
+        logging.getLogger(careful).setLevel(logging.WARNING)
+    # the SDK logs each OAuth flow failure with a traceback; the gateway reports it in one line
+    logging.getLogger("mcp.client.auth").setLevel(logging.CRITICAL)
     config, source = load_config(config_path)
     log = logging.getLogger("cellblock")
     log.info("serving %d server(s) from %s", len(config.servers), source)

@@ -1,8 +1,7 @@
 """`cellblock.yaml`: typed models, loading, and errors that name file, line and key.
 
-The models forbid unknown keys and default to the safe value. Keys the contract reserves for
-features this version does not enforce yet (jails, policy, the lock, credentials) are refused with
-a message that says so, rather than accepted and silently ignored.
+The models forbid unknown keys and default to the safe value. The config never holds a secret:
+tokens and `secrets:` values are keyring entries it names (see gateway/credentials.py).
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from cellblock.gateway.credentials import ENTRY_NAME
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.hosts import parse_rule
 from cellblock.policy.rules import Policy, parse_rule_entry
@@ -34,8 +34,10 @@ from cellblock.policy.types import Decision
 __all__ = [
     "ApprovalsConfig",
     "AuditConfig",
+    "AuthConfig",
     "Config",
     "ConfigError",
+    "CredentialsConfig",
     "DefaultsConfig",
     "ExecConfig",
     "JailConfig",
@@ -53,14 +55,14 @@ __all__ = [
 ]
 
 SERVER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-# Keys DESIGN.md reserves that later versions enforce. Accepting them now would promise a jail or
-# a policy that does not exist, so they are an error that says why.
-_NOT_YET = {
-    "secrets": "keyring secrets are not implemented in this version",
-    "auth": "remote server authentication is not implemented in this version",
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# Set by the launcher itself (and the variables the SDK's spawner adds, which the jail removes):
+# a secret of one of these names would be overwritten or dropped, so it is refused.
+_LAUNCHER_ENV = {
+    *("PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ", "LOGNAME", "SHELL", "TERM", "USER"),
+    "NODE_USE_ENV_PROXY",
 }
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class ConfigError(CellblockError):
@@ -90,15 +92,6 @@ def expand_path(value: str) -> str:
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _refuse_reserved(cls, data: Any) -> Any:
-        if isinstance(data, Mapping):
-            for key in data:
-                if key in _NOT_YET and key not in cls.model_fields:
-                    raise ValueError(f"[{key}] {_NOT_YET[key]}; remove the key")
-        return data
 
 
 ServerName = Annotated[str, Field(pattern=SERVER_NAME.pattern)]
@@ -281,6 +274,8 @@ class LocalServer(_ServerBase):
     command: str = Field(min_length=1)
     args: list[str] = []
     env: dict[str, str] = {}
+    # environment variable -> keyring entry, read when the server starts; never written to disk
+    secrets: dict[Annotated[str, Field(pattern=ENV_NAME)], Annotated[str, Field(pattern=ENTRY_NAME.pattern)]] = {}
     cwd: str | None = None
     # `false` (YAML `off` too) is the only way to run a server unjailed, and it is shown as such
     jail: Jail = JailConfig()
@@ -295,12 +290,47 @@ class LocalServer(_ServerBase):
     def _expand_args(cls, value: list[str]) -> list[str]:
         return [expand_path(arg) for arg in value]
 
+    @model_validator(mode="after")
+    def _secrets_own_their_names(self) -> LocalServer:
+        for name in self.secrets:
+            if name in self.env:
+                raise ValueError(f"secrets.{name} is also set in env; keep it in one place (secrets, for a secret)")
+            if name in _LAUNCHER_ENV or name.upper().endswith("_PROXY"):
+                raise ValueError(f"secrets.{name}: the launcher sets {name} itself; pick another variable name")
+        return self
+
+
+class AuthConfig(_Model):
+    """How a remote server is authenticated; the credential itself is in the keyring."""
+
+    type: Literal["none", "bearer", "oauth"] = "none"
+    # OAuth scopes to request, space-separated; None asks for what the server advertises
+    scope: str | None = None
+
+    @model_validator(mode="after")
+    def _scope_is_oauth(self) -> AuthConfig:
+        if self.scope is not None and self.type != "oauth":
+            raise ValueError(f"scope is only used with type: oauth (type is {self.type!r})")
+        return self
+
 
 class RemoteServer(_ServerBase):
     """A server reached over Streamable HTTP."""
 
     url: str = Field(pattern=r"^https?://")
     headers: dict[str, str] = {}
+    auth: AuthConfig = AuthConfig()
+
+    @field_validator("headers")
+    @classmethod
+    def _no_credentials(cls, value: dict[str, str]) -> dict[str, str]:
+        for header in value:
+            if header.lower() in ("authorization", "proxy-authorization", "cookie"):
+                raise ValueError(
+                    f"headers.{header} would keep a credential in this file; use auth: {{type: bearer}} "
+                    "and store the token with `cellblock auth set NAME`"
+                )
+        return value
 
 
 def _server_kind(body: Any) -> str:
@@ -314,13 +344,29 @@ ServerConfig = Annotated[
 ]
 
 
+class CredentialsConfig(_Model):
+    # a keyring backend that keeps secrets in plain files (or nowhere) is refused unless this is set
+    allow_insecure: bool = False
+
+
 class Config(_Model):
     version: Literal[1]
     defaults: DefaultsConfig = DefaultsConfig()
     names: NamesConfig = NamesConfig()
     approvals: ApprovalsConfig = ApprovalsConfig()
     audit: AuditConfig = AuditConfig()
+    credentials: CredentialsConfig = CredentialsConfig()
     servers: dict[ServerName, ServerConfig] = {}
+
+    def credential_entries(self) -> list[tuple[str, str, str]]:
+        """Every keyring entry the config refers to: (entry, server, what), in config order."""
+        entries: list[tuple[str, str, str]] = []
+        for name, server in self.servers.items():
+            if isinstance(server, RemoteServer) and server.auth.type != "none":
+                entries.append((name, name, f"{server.auth.type} token"))
+            elif isinstance(server, LocalServer):
+                entries += [(entry, name, f"secret {var}") for var, entry in server.secrets.items()]
+        return entries
 
     def start_of(self, name: str) -> Start:
         return self.servers[name].start or self.defaults.start
@@ -420,18 +466,22 @@ def _describe(err: Any, lines: dict[tuple[str, ...], int], source: str) -> str:
             break
     key = ".".join(loc) or "(top level)"
     message = str(err["msg"]).removeprefix("Value error, ")
-    if err["type"] == "string_pattern_mismatch" and loc[-1:] == ["[key]"]:
+    if err["type"] == "string_pattern_mismatch" and loc[-3:-2] == ["secrets"] and loc[-1:] == ["[key]"]:
+        key = ".".join(loc[:-1])
+        message = (
+            f"{loc[-2]!r} is not an environment variable name (letters, digits and '_', not starting with a digit)"
+        )
+    elif err["type"] == "string_pattern_mismatch" and loc[-2:-1] == ["secrets"]:
+        message = (
+            f"keyring entry name {err.get('input')!r} must be letters, digits, '.', '_' and '-', "
+            "start with a letter or digit, at most 64 characters"
+        )
+    elif err["type"] == "string_pattern_mismatch" and loc[-1:] == ["[key]"]:
         key = ".".join(loc[:-1])
         message = (
             f"server name {loc[-2]!r} must be lowercase letters, digits and '-', "
             "start with a letter, at most 24 characters"
         )
-    elif reserved := re.match(r"\[(\w+)\] ", message):
-        # point at the reserved key itself, not at the server that holds it
-        loc.append(reserved.group(1))
-        line = lines.get(tuple(loc), line)
-        key = ".".join(loc)
-        message = message[reserved.end() :]
     elif err["type"] in ("model_type", "dict_type") and loc[-1:] == ["jail"]:
         message = "expected jail settings (a mapping), or false to run the server unjailed"
     elif err["type"] == "extra_forbidden":

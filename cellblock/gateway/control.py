@@ -7,6 +7,7 @@ runtime dir. The protocol is one JSON object per line, one exchange per connecti
     -> {"op": "approve", "id": ..., "scope": "once"|"session"|"always"}
     -> {"op": "deny", "id": ...}              <- {"ok": true} | {"ok": false, "error": "..."}
     -> {"op": "ps"}                           <- {"ok": true, "pid": ..., "config": ..., ...}
+    -> {"op": "reconnect", "server": ...}     <- {"ok": true, "restarted": bool, "state": ...}
 
 A reply refusing an unknown id should carry `"code": NOT_FOUND`, so the CLI can tell "not this
 gateway" from a real refusal when several gateways run. The server side checks the frame (one

@@ -1,4 +1,4 @@
-"""`cellblock doctor`: can this machine build jails, and what to do about each gap."""
+"""`cellblock doctor`: can this machine build jails and keep credentials, and what to do about each gap."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 from cellblock import __version__
+from cellblock.gateway.config import Config
+from cellblock.gateway.credentials import CredentialError, Keyring, active_backend
 from cellblock.sandbox.bwrap import check_bwrap
 from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.types import JailError
@@ -21,8 +23,8 @@ def _line(ok: bool, what: str, detail: str) -> bool:
     return ok
 
 
-def doctor() -> int:
-    """Print one line per check; return 1 if any check failed."""
+def doctor(config: Config | None = None) -> int:
+    """Print one line per check; return 1 if any check failed. `config`: the user's, when it loads."""
     results = [_line(True, "cellblock", f"{__version__} on Python {platform.python_version()}, {sys.platform}")]
     if sys.platform.startswith("linux"):
         results.append(_linux())
@@ -33,8 +35,25 @@ def doctor() -> int:
         results.append(
             _line(False, "jail", f"Cellblock has no jail for {sys.platform}: only 'jail: false' servers can run")
         )
-    results.append(_line(True, "keyring", "not used by this version"))
+    results.append(_keyring(config))
     return 0 if all(results) else 1
+
+
+def _keyring(config: Config | None) -> bool:
+    """The active keyring backend; a failure only when the config needs credentials it cannot keep."""
+    backend = active_backend()
+    if backend.secure:
+        return _line(True, "keyring", backend.describe())
+    if config is not None and config.credentials.allow_insecure and backend.usable:
+        return _line(True, "keyring", f"{backend.describe()}: allowed by credentials.allow_insecure")
+    try:
+        Keyring()
+        refusal = ""
+    except CredentialError as exc:
+        refusal = str(exc)
+    if config is None or not config.credential_entries():
+        return _line(True, "keyring", f"{backend.describe()}: unused, no auth: or secrets: configured. {refusal}")
+    return _line(False, "keyring", refusal)
 
 
 def _linux() -> bool:

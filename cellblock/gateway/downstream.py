@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import secrets
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -20,7 +21,6 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import httpx2
 import mcp.types as types
 from mcp import Client
 from mcp.client.session import ClientRequestContext
@@ -33,8 +33,10 @@ from pydantic import TypeAdapter
 
 from cellblock.gateway.audit import Audit
 from cellblock.gateway.config import LocalServer, RemoteServer
+from cellblock.gateway.credentials import CredentialError, Keyring
 from cellblock.gateway.elicitation import Asker
 from cellblock.gateway.launch import launch_plan, stdio_parameters
+from cellblock.gateway.remote import HttpWatch, explain, login, remote_client
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.hosts import parse_rule
 from cellblock.sandbox.egress import Decision, EgressProxy
@@ -109,6 +111,7 @@ class InFlight:
     asker: Asker | None
     log: Callable[[types.LoggingMessageNotificationParams], Awaitable[None]] | None = None
     can_elicit: bool = False
+    can_elicit_url: bool = False  # the client can open a URL for the user (an OAuth login)
     progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
 
     async def report(self, value: float, total: float | None, message: str | None) -> None:
@@ -132,6 +135,8 @@ class Downstream:
     audit: Audit | None = None
     runtime: Path = field(default_factory=lambda: Path("/nonexistent"))
     sampling: str = "deny"
+    # `credentials.allow_insecure`: accept a keyring backend that keeps secrets in plain files
+    allow_insecure: bool = False
     # asks the human whether this server may use the client's model (for `sampling: ask`)
     approve_sampling: (
         Callable[[Downstream, types.CreateMessageRequestParams, InFlight], Awaitable[str | None]] | None
@@ -143,8 +148,15 @@ class Downstream:
     _ready: anyio.Event = field(default_factory=anyio.Event)
     _settled: anyio.Event = field(default_factory=anyio.Event)
     _started: bool = False
+    # failed for a reason the user can fix while the gateway runs (a credential, a remote server
+    # that was down): the next use starts it again
+    _retry_on_use: bool = False
     _in_flight: list[InFlight] = field(default_factory=list)
     _tg: anyio.abc.TaskGroup | None = None
+    _store: Keyring | None = None
+    _closed: anyio.Event | None = None  # set to end the current connection
+    _login_lock: anyio.Lock = field(default_factory=anyio.Lock)
+    _watch: HttpWatch = field(default_factory=HttpWatch)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -167,6 +179,7 @@ class Downstream:
         Raises:
             DownstreamError: the server is failed or does not come up in time.
         """
+        self.retry()
         if self.state == "failed":
             raise DownstreamError(f"server '{self.name}' is not running: {self.error}")
         with anyio.move_on_after(START_SECONDS):
@@ -174,6 +187,32 @@ class Downstream:
         if self.client is None:
             raise DownstreamError(f"server '{self.name}' is not running: {self.error or 'did not start in time'}")
         return self.client
+
+    @property
+    def retryable(self) -> bool:
+        """Failed for a reason the user can fix while the gateway runs; see `retry`."""
+        return self.state == "failed" and self._retry_on_use
+
+    def retry(self) -> bool:
+        """Start again a server that failed for a reason the user may have fixed since (a missing
+        credential, a login, a remote server that was down). True when a new attempt began."""
+        if not self.retryable or self._tg is None:
+            return False
+        self._retry_on_use = False
+        self.state, self._ready, self._settled = "starting", anyio.Event(), anyio.Event()
+        self._tg.start_soon(self._supervise)
+        return True
+
+    def reconnect(self) -> bool:
+        """After a credential changed: start a failed server again, or reconnect a running one so
+        it reads the keyring anew (a token set, replaced or logged out). True when something began."""
+        if self.retry():
+            return True
+        if self.state == "ready" and self._closed is not None:
+            self._event("server_reconnect", reason="its credentials changed")
+            self._closed.set()
+            return True
+        return False
 
     async def _supervise(self) -> None:
         failures = 0
@@ -186,12 +225,19 @@ class Downstream:
                 # no jail, no start: retrying cannot help and running unjailed is not an option
                 self._fail(str(exc))
                 return
+            except CredentialError as exc:
+                # restarting cannot conjure a token; the user adds it, and the next call retries
+                self._fail(str(exc), retry_on_use=True)
+                return
             except Exception as exc:  # the supervisor: any failure means restart, never a crash
-                reason = _describe(exc)
+                reason = self._explain(exc)
+                if self._watch.login is not None or self._watch.unauthorized:
+                    self._fail(reason, retry_on_use=True)
+                    return
             self._down(reason)
             failures = 1 if anyio.current_time() - began > HEALTHY_SECONDS else failures + 1
             if failures > MAX_RESTARTS:
-                self._fail(f"{reason} (gave up after {MAX_RESTARTS} restarts)")
+                self._fail(f"{reason} (gave up after {MAX_RESTARTS} restarts)", retry_on_use=self.is_remote)
                 return
             delay = min(BACKOFF_FIRST * 2 ** (failures - 1), BACKOFF_MAX)
             logger.warning("server '%s' is down (%s); restarting in %.1fs", self.name, reason, delay)
@@ -202,8 +248,28 @@ class Downstream:
         if self.audit is not None:
             self.audit.write(event, self.name, **fields)
 
-    def _fail(self, reason: str) -> None:
+    @property
+    def is_remote(self) -> bool:
+        return isinstance(self.config, RemoteServer)
+
+    def _explain(self, exc: BaseException) -> str:
+        if isinstance(self.config, RemoteServer):
+            return explain(self.name, self.config, self._watch, exc) or _describe(exc)
+        return _describe(exc)
+
+    def _secret(self, value: str) -> None:
+        # a credential the gateway handed out: redacted wherever it turns up in the audit log
+        if self.audit is not None:
+            self.audit.add_secret(value)
+
+    def _keyring(self) -> Keyring:
+        if self._store is None:
+            self._store = Keyring(self.allow_insecure)
+        return self._store
+
+    def _fail(self, reason: str, retry_on_use: bool = False) -> None:
         self._event("server_failed", reason=reason)
+        self._retry_on_use = retry_on_use
         self.state, self.error, self.client = "failed", reason, None
         logger.error("server '%s' failed: %s", self.name, reason)
         self._settled.set()
@@ -248,9 +314,9 @@ class Downstream:
         )
 
     async def _connect(self, egress_socket: str | None) -> None:
-        closed = anyio.Event()
+        closed = self._closed = anyio.Event()
         client = Client(
-            _watched(self._transport(egress_socket), closed),
+            _watched(await self._transport(egress_socket), closed),
             mode="legacy" if self.protocol == "legacy" else "auto",
             elicitation_callback=self._on_elicit,
             list_roots_callback=self._on_roots,
@@ -294,11 +360,30 @@ class Downstream:
         if scope.cancelled_caught:
             raise TimeoutError
 
-    def _transport(self, egress_socket: str | None) -> Any:
+    async def _transport(self, egress_socket: str | None) -> Any:
+        """The connection for one run.
+
+        Raises:
+            CredentialError: a secret or token is not in the keyring, or the keyring is refused.
+            JailError: the jail cannot be built.
+        """
         if isinstance(self.config, LocalServer):
-            plan = launch_plan(self.name, self.config, egress_socket, self.runtime / "servers" / self.name)
+            values = {}
+            for variable, entry in self.config.secrets.items():
+                value = await self._keyring().aget(entry)
+                if value is None:
+                    raise CredentialError(
+                        f"server '{self.name}' needs the secret {variable} from keyring entry '{entry}', "
+                        f"which is not set: run `cellblock auth set {entry}`"
+                    )
+                values[variable] = value
+                self._secret(value)
+            private = self.runtime / "servers" / self.name
+            plan = launch_plan(self.name, self.config, egress_socket, private, values)
             return stdio_client(stdio_parameters(plan), errlog=sys.stderr)
-        http = httpx2.AsyncClient(headers=self.config.headers, timeout=httpx2.Timeout(30.0, read=None))
+        self._watch = HttpWatch()
+        keyring = self._keyring() if self.config.auth.type != "none" else None
+        http = await remote_client(self.name, self.config, keyring, self._watch, self._secret)
         return streamable_http_client(self.config.url, http_client=http)
 
     # -- what the server sends us ----------------------------------------------------------
@@ -408,6 +493,54 @@ class Downstream:
 
     # -- forwarding ------------------------------------------------------------------------
 
+    @property
+    def needs_login(self) -> bool:
+        """Failed because its OAuth tokens are missing or no longer accepted."""
+        return self.retryable and self._watch.login is not None
+
+    async def _login_through_client(self, asker: Asker) -> None:
+        """The OAuth login of `cellblock auth login`, with the client's URL elicitation as the
+        browser: the user opens the authorization URL from the client, the redirect comes back to
+        the gateway's loopback listener, and the server starts with the new tokens.
+
+        Raises:
+            CredentialError: the user declined, or the login failed or timed out.
+        """
+        assert isinstance(self.config, RemoteServer)
+        async with self._login_lock:
+            if not self.needs_login:
+                return  # another call logged in meanwhile
+
+            async def show(url: str) -> None:
+                params = types.ElicitRequestURLParams(
+                    message=f"Log in to '{self.name}' ({self.config.url}) so Cellblock can call its tools",
+                    url=url,
+                    elicitation_id=secrets.token_urlsafe(12),
+                )
+                answer = await asker.elicit(self.name, params)
+                if answer.action != "accept":
+                    raise CredentialError(
+                        f"the login to '{self.name}' was not completed ({answer.action}); "
+                        f"log in with `cellblock auth login {self.name}`"
+                    )
+
+            tools = await login(self.name, self.config, self._keyring(), show, self._secret)
+            self._event("login", tools=tools)
+            logger.info("server '%s': logged in through the client", self.name)
+            self.retry()
+
+    def _lost_session(self) -> bool:
+        """True (and a reconnect begun) when a remote server answered 404 to our session: it
+        restarted and forgot it. The spec has the client start a new session; the refused request
+        was never processed, so it is safe to send again."""
+        if not self._watch.session_lost:
+            return False
+        self._watch.session_lost = False
+        self._down("the remote server no longer knows our session (it restarted)")
+        if self._closed is not None:
+            self._closed.set()
+        return True
+
     @asynccontextmanager
     async def tracking(self, entry: InFlight) -> AsyncIterator[None]:
         self._in_flight.append(entry)
@@ -424,15 +557,24 @@ class Downstream:
     ) -> types.CallToolResult:
         """Forward one call and return its result; failures become an error result naming the server."""
         try:
-            client = await self.ready_client()
-            async with self.tracking(entry):
-                with anyio.fail_after(self.timeout):
-                    return await self._call_rounds(client, tool, params, entry)
+            if self.needs_login and entry.can_elicit_url and entry.asker is not None:
+                await self._login_through_client(entry.asker)
+            for attempt in (1, 2):
+                client = await self.ready_client()
+                try:
+                    async with self.tracking(entry):
+                        with anyio.fail_after(self.timeout):
+                            return await self._call_rounds(client, tool, params, entry)
+                except MCPError:
+                    if attempt == 1 and self._lost_session():
+                        continue  # the server never saw the call; send it again on a new session
+                    raise
+            raise AssertionError("unreachable")
         except TimeoutError:
             return error_result(
                 f"call to '{tool}' on server '{self.name}' took longer than {self.timeout:g}s and was cancelled"
             )
-        except DownstreamError as exc:
+        except (DownstreamError, CredentialError) as exc:
             return error_result(str(exc))
         except MCPError as exc:
             if exc.code == types.CONNECTION_CLOSED:
@@ -475,10 +617,17 @@ class Downstream:
         Raises:
             DownstreamError: the server is down, errs, or times out.
         """
-        client = await self.ready_client()
         try:
-            with anyio.fail_after(self.timeout):
-                return await client.session.send_request(request, result_type)
+            for attempt in (1, 2):
+                client = await self.ready_client()
+                try:
+                    with anyio.fail_after(self.timeout):
+                        return await client.session.send_request(request, result_type)
+                except MCPError:
+                    if attempt == 1 and self._lost_session():
+                        continue
+                    raise
+            raise AssertionError("unreachable")
         except TimeoutError:
             raise DownstreamError(
                 f"server '{self.name}' did not answer {request.method} in {self.timeout:g}s"

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from mcp.client.stdio import StdioServerParameters
+from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, StdioServerParameters
 
 from cellblock.gateway.config import JailConfig, LocalServer
 from cellblock.sandbox.bwrap import EGRESS_SOCKET, bwrap_plan, check_bwrap
@@ -93,26 +93,32 @@ def jail_spec(
 
 
 def launch_plan(
-    name: str, server: LocalServer, egress_socket: str | None = None, private: Path | None = None
+    name: str,
+    server: LocalServer,
+    egress_socket: str | None = None,
+    private: Path | None = None,
+    secrets: Mapping[str, str] | None = None,
 ) -> LaunchPlan:
     """How to start `server`: jailed per its config, or plainly when it says `jail: false`.
 
     `private` is a directory only the gateway uses for this server (verified copies of pinned
-    executables; the private temp dir on macOS).
+    executables; the private temp dir on macOS). `secrets` are the values of its `secrets:`
+    variables, read from the keyring; they go into the environment, never the command line.
 
     Raises:
         JailError: the jail cannot be built here (no bwrap, no user namespaces, a missing path,
             a feature this OS has no jail for).
     """
     if server.jail is False:
-        env = {key: os.environ[key] for key in PASSED_ENV if key in os.environ} | server.env
+        env = {key: os.environ[key] for key in PASSED_ENV if key in os.environ} | server.env | dict(secrets or {})
         command = (server.command, *server.args)
         return LaunchPlan(argv=command, env=env, cwd=server.cwd, mounts=(), network=Network.OPEN, jailed=False)
     jail = server.jail
     if jail.network == "allowlist" and egress_socket is None:
         raise JailError(f"server '{name}': network: allowlist needs the gateway's egress proxy, which is not running")
     if sys.platform == "darwin":
-        return _macos_plan(name, server, jail, private)
+        plan = _macos_plan(name, server, jail, private)
+        return replace(plan, env={**plan.env, **(secrets or {})})
     if not sys.platform.startswith("linux"):
         raise JailError(
             f"server '{name}': Cellblock has no jail for {sys.platform}; set 'jail: false' to run it unjailed "
@@ -129,7 +135,7 @@ def launch_plan(
             raise JailError(f"server '{name}': jail.exec.sha256 needs a private directory for verified copies")
         pinned = verify_pins(name, jail.exec.sha256, private / "pinned")
     spec, launchers = jail_spec(name, server, jail, egress_socket, pinned)
-    return bwrap_plan(spec, launchers, check_bwrap())
+    return bwrap_plan(spec, launchers, check_bwrap(), secrets, DEFAULT_INHERITED_ENV_VARS)
 
 
 def _macos_plan(name: str, server: LocalServer, jail: JailConfig, private: Path | None) -> LaunchPlan:

@@ -34,7 +34,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from cellblock import __version__
-from cellblock.gateway.approvals import APPROVAL_KEY, Approvals, NeedsInput, can_elicit, review_form
+from cellblock.gateway.approvals import APPROVAL_KEY, Approvals, NeedsInput, can_elicit, can_elicit_url, review_form
 from cellblock.gateway.approvals import STATE_PREFIX as APPROVAL_STATE
 from cellblock.gateway.audit import Audit
 from cellblock.gateway.catalog import Catalog, build_catalog, expose_content
@@ -87,6 +87,7 @@ class Gateway:
                 runtime=runtime or Path("/nonexistent"),
                 sampling=config.sampling_of(name),
                 approve_sampling=self._approve_sampling,
+                allow_insecure=config.credentials.allow_insecure,
             )
             for name, server in sorted(config.servers.items())
         }
@@ -184,6 +185,12 @@ class Gateway:
         async with anyio.create_task_group() as tg:
             for ds in eager:
                 tg.start_soon(ds.wait_settled, START_SECONDS)
+        for ds in eager:
+            # a server waiting for a credential or a login keeps its known tools on offer, so a
+            # call to one gets the error that says which command to run
+            saved = self._saved_listing(ds.name) if ds.retryable and ds.listing is None else None
+            if saved is not None:
+                ds.listing = self.shown[ds.name] = saved
         self._rebuild()
         self._settled.set()
 
@@ -191,6 +198,9 @@ class Gateway:
         # the first list waits (bounded) for the eager servers, so the client sees them all
         with anyio.move_on_after(START_SECONDS):
             await self._settled.wait()
+        # a server that failed for want of a credential may have it now; it announces its tools
+        for ds in self.downstreams.values():
+            ds.retry()
         return self.catalog
 
     def _rebuild(self) -> Catalog:
@@ -372,7 +382,11 @@ class Gateway:
             await self._send_log(session, params)
 
         return InFlight(
-            asker=None, log=log, progress=progress if token is not None else None, can_elicit=can_elicit(session)
+            asker=None,
+            log=log,
+            progress=progress if token is not None else None,
+            can_elicit=can_elicit(session),
+            can_elicit_url=can_elicit_url(session),
         )
 
     async def _get_prompt(self, ctx: Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
@@ -448,6 +462,12 @@ class Gateway:
             if not self.approvals.answer(ident, scope):
                 return {"ok": False, "error": f"no pending approval '{ident}'", "code": NOT_FOUND}
             return {"ok": True}
+        if op == "reconnect":
+            # `cellblock auth set|login|logout` changed a credential this server uses
+            ds = self.downstreams.get(str(message.get("server", "")))
+            if ds is None:
+                return {"ok": False, "error": f"no server '{message.get('server')}'", "code": NOT_FOUND}
+            return {"ok": True, "restarted": ds.reconnect(), "state": ds.state}
         if op == "ps":
             servers = [
                 {
@@ -512,6 +532,8 @@ class Gateway:
         """Why a name that is not in the catalog may belong to a server that is down, if it does."""
         prefix, sep, _ = name.partition(self.config.names.separator)
         ds = self.downstreams.get(prefix) if sep else None
+        if ds is not None and ds.retry():
+            return f"server '{ds.name}' is starting again (it had failed: {ds.error}); list the tools in a moment"
         if ds is not None and ds.state in ("failed", "restarting", "starting"):
             return f"server '{ds.name}' is not available ({ds.state}): {ds.error or 'starting'}"
         return None

@@ -32,8 +32,21 @@ def describe_server(config: Config, name: str, always: dict[str, list[str]] | No
         "always_allowed": sorted((always or {}).get(name, [])),
     }
     if not isinstance(server, LocalServer):
-        return info | {"kind": "remote", "url": server.url, "jail": "none (remote server: nothing runs here)"}
-    info |= {"kind": "local", "command": [server.command, *server.args], "env": sorted(server.env)}
+        auth = {"none": "none", "bearer": f"bearer token from keyring entry '{name}'", "oauth": "OAuth (keyring)"}
+        return info | {
+            "kind": "remote",
+            "url": server.url,
+            "jail": "none: a remote server runs elsewhere; Cellblock applies policy, lock and audit only",
+            "auth": auth[server.auth.type],
+            "headers": sorted(server.headers),
+        }
+    info |= {
+        "kind": "local",
+        "command": [server.command, *server.args],
+        "env": sorted(server.env),
+        # variable -> keyring entry; the values are read only when the server starts
+        "secrets": dict(server.secrets),
+    }
     if server.jail is False:
         return info | {"jail": "OFF (jail: false): runs as you, with your files and network"}
     try:
@@ -66,7 +79,10 @@ def show(config: Config, only: str | None, as_json: bool, state: Path | None = N
             print(f"  command  {' '.join(item['command'])}")
         else:
             print(f"  url      {item['url']}")
+            print(f"  auth     {item['auth']}")
         print(f"  jail     {item['jail']}")
+        for variable, entry in item.get("secrets", {}).items():
+            print(f"  secret   {variable} <- keyring entry '{entry}'")
         if "error" in item:
             print(f"  error    {item['error']}")
         if "network" in item:

@@ -69,11 +69,188 @@ def test_bad_enum_value_says_what_is_allowed() -> None:
     assert message == "c.yaml:5: servers.a.start: 'soon' is not one of 'eager' or 'lazy'"
 
 
-@pytest.mark.parametrize("key", ["secrets", "auth"])
-def test_keys_of_features_not_built_yet_are_refused_not_ignored(key: str) -> None:
-    message = error_of(f"version: 1\nservers:\n  a:\n    command: x\n    {key}: {{}}\n")
-    assert message.startswith(f"c.yaml:5: servers.a.{key}: ")
-    assert "not implemented" in message
+CREDENTIALS = """\
+version: 1
+credentials: {allow_insecure: true}
+servers:
+  files:
+    command: x
+    env: {LOG: debug}
+    secrets: {API_TOKEN: files-token, DB_PASSWORD: db.pw_2}
+  plain:
+    url: https://plain.example/mcp
+  tok:
+    url: https://tok.example/mcp
+    auth: {type: bearer}
+  sso:
+    url: https://sso.example/mcp
+    auth: {type: oauth, scope: "read write"}
+"""
+
+
+def test_secrets_and_auth_name_keyring_entries_never_values() -> None:
+    config = parse_config(CREDENTIALS)
+    files, plain, tok, sso = (config.servers[n] for n in ("files", "plain", "tok", "sso"))
+    assert isinstance(files, LocalServer)
+    assert files.secrets == {"API_TOKEN": "files-token", "DB_PASSWORD": "db.pw_2"}
+    assert files.env == {"LOG": "debug"}
+    assert isinstance(plain, RemoteServer) and isinstance(tok, RemoteServer) and isinstance(sso, RemoteServer)
+    assert (plain.auth.type, tok.auth.type, sso.auth.type) == ("none", "bearer", "oauth")
+    assert (tok.auth.scope, sso.auth.scope) == (None, "read write")
+    assert config.credentials.allow_insecure is True
+    assert config.credential_entries() == [
+        ("files-token", "files", "secret API_TOKEN"),
+        ("db.pw_2", "files", "secret DB_PASSWORD"),
+        ("tok", "tok", "bearer token"),
+        ("sso", "sso", "oauth token"),
+    ]
+
+
+def test_credentials_default_to_no_auth_no_secrets_and_a_secure_keyring_only() -> None:
+    config = parse_config("version: 1\nservers:\n  a:\n    command: x\n  b:\n    url: https://h/\n")
+    a, b = config.servers["a"], config.servers["b"]
+    assert isinstance(a, LocalServer) and isinstance(b, RemoteServer)
+    assert a.secrets == {} and b.auth.type == "none" and b.auth.scope is None
+    assert config.credentials.allow_insecure is False
+    assert config.credential_entries() == []
+
+
+LOCAL = "version: 1\nservers:\n  a:\n    command: x\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            "    env: {TOKEN: a}\n    secrets: {TOKEN: tok}\n",
+            "c.yaml:3: servers.a: secrets.TOKEN is also set in env; keep it in one place (secrets, for a secret)",
+        ),
+        *[
+            (
+                f"    secrets:\n      {name}: tok\n",
+                f"c.yaml:3: servers.a: secrets.{name}: the launcher sets {name} itself; pick another variable name",
+            )
+            for name in ("PATH", "HOME", "TMPDIR", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LC_ALL", "TZ")
+        ],
+        *[
+            (
+                f"    secrets:\n      {name}: tok\n",
+                f"c.yaml:3: servers.a: secrets.{name}: the launcher sets {name} itself; pick another variable name",
+            )
+            for name in ("HTTP_PROXY", "https_proxy", "ALL_PROXY", "No_Proxy")
+        ],
+    ],
+)
+def test_a_secret_may_not_take_a_variable_the_config_or_launcher_sets(body: str, expected: str) -> None:
+    assert error_of(LOCAL + body) == expected
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "a/oauth-tokens",  # the OAuth records' names: no secret may read them
+        "''",
+        "-lead",
+        ".hidden",
+        "has space",
+        "e" * 65,
+        "[x]",
+        "{x: y}",
+    ],
+)
+def test_a_bad_keyring_entry_name_is_refused_at_its_line(entry: str) -> None:
+    message = error_of(f"{LOCAL}    secrets:\n      TOKEN: {entry}\n")
+    assert message.startswith("c.yaml:6: servers.a.secrets.TOKEN: ")
+    assert len(message.splitlines()) == 1
+
+
+@pytest.mark.parametrize("entry", ["a", "A1", "files-token", "db.pw_2", "e" * 64])
+def test_good_keyring_entry_names_are_kept(entry: str) -> None:
+    server = parse_config(f"{LOCAL}    secrets:\n      TOKEN: {entry}\n").servers["a"]
+    assert isinstance(server, LocalServer) and server.secrets == {"TOKEN": entry}
+
+
+@pytest.mark.parametrize("name", ["1BAD", "BAD-NAME", "A.B", "'A B'", "''"])
+def test_a_secret_variable_must_be_an_identifier(name: str) -> None:
+    message = error_of(f"{LOCAL}    secrets:\n      {name}: tok\n")
+    unquoted = name.strip("'")
+    assert message.startswith(f"c.yaml:6: servers.a.secrets.{unquoted}: ")
+    assert len(message.splitlines()) == 1
+
+
+def test_a_bad_secret_variable_is_described_as_an_environment_variable() -> None:
+    message = error_of(f"{LOCAL}    secrets:\n      1BAD: tok\n")
+    assert message == (
+        "c.yaml:6: servers.a.secrets.1BAD: '1BAD' is not an environment variable name "
+        "(letters, digits and '_', not starting with a digit)"
+    )
+
+
+def test_a_bad_keyring_entry_name_says_the_rule() -> None:
+    message = error_of(f"{LOCAL}    secrets:\n      KEY: 'a b'\n")
+    assert message == (
+        "c.yaml:6: servers.a.secrets.KEY: keyring entry name 'a b' must be letters, digits, '.', '_' and '-', "
+        "start with a letter or digit, at most 64 characters"
+    )
+
+
+REMOTE = "version: 1\nservers:\n  a:\n    url: https://h/\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            "    auth: {type: bearer, scope: read}\n",
+            "c.yaml:5: servers.a.auth: scope is only used with type: oauth (type is 'bearer')",
+        ),
+        (
+            "    auth: {scope: read}\n",
+            "c.yaml:5: servers.a.auth: scope is only used with type: oauth (type is 'none')",
+        ),
+        (
+            "    auth:\n      type: basic\n",
+            "c.yaml:6: servers.a.auth.type: 'basic' is not one of 'none', 'bearer' or 'oauth'",
+        ),
+        ("    auth:\n      type: oauth\n      scopes: x\n", "c.yaml:7: servers.a.auth.scopes: unknown key"),
+        ("    auth:\n      type: bearer\n      token: abc\n", "c.yaml:7: servers.a.auth.token: unknown key"),
+        ("    secrets: {A: b}\n", "c.yaml:5: servers.a.secrets: unknown key"),
+    ],
+)
+def test_bad_auth_settings_are_named(body: str, expected: str) -> None:
+    assert error_of(REMOTE + body) == expected
+
+
+def test_auth_belongs_to_remote_servers_only() -> None:
+    assert error_of(LOCAL + "    auth: {type: bearer}\n") == "c.yaml:5: servers.a.auth: unknown key"
+
+
+@pytest.mark.parametrize("header", ["Authorization", "authorization", "AUTHORIZATION", "Proxy-Authorization", "Cookie"])
+def test_a_credential_header_is_refused_with_the_fix(header: str) -> None:
+    message = error_of(f"{REMOTE}    headers:\n      X-A: b\n      {header}: Bearer abc\n")
+    assert message == (
+        f"c.yaml:5: servers.a.headers: headers.{header} would keep a credential in this file; "
+        "use auth: {type: bearer} and store the token with `cellblock auth set NAME`"
+    )
+    assert "abc" not in message
+
+
+def test_ordinary_headers_are_kept() -> None:
+    server = parse_config(f"{REMOTE}    headers:\n      X-Api-Version: '2'\n      Accept-Language: en\n").servers["a"]
+    assert isinstance(server, RemoteServer)
+    assert server.headers == {"X-Api-Version": "2", "Accept-Language": "en"}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("version: 1\ncredentials:\n  allow_insecure: maybe\n", "c.yaml:3: credentials.allow_insecure: "),
+        ("version: 1\ncredentials:\n  allow: true\n", "c.yaml:3: credentials.allow: unknown key"),
+        ("version: 1\ncredentials: true\n", "c.yaml:2: credentials: "),
+    ],
+)
+def test_bad_credentials_settings_are_named(text: str, expected: str) -> None:
+    assert error_of(text).startswith(expected)
 
 
 def test_a_server_is_jailed_with_nothing_shared_unless_it_says_otherwise() -> None:

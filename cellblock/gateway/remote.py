@@ -1,0 +1,218 @@
+"""The HTTP side of a remote server: its client, the credential its config names, and plain errors.
+
+A bearer token is read from the keyring at each connect (so `cellblock auth set` takes effect at
+the next reconnect) and sent only to the server's own origin: a redirect elsewhere does not carry
+it. OAuth goes through gateway/oauth.py. The SDK reports HTTP failures without the status, so a
+response hook notes a 401 and `explain` turns what happened into an error that says what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import anyio
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import AuthorizationCodeResult
+
+from cellblock.gateway.config import RemoteServer
+from cellblock.gateway.credentials import CredentialError, Keyring
+from cellblock.gateway.oauth import (
+    CALLBACK_PATH,
+    LOGIN_PORT,
+    LOGIN_SECONDS,
+    KeyringTokenStorage,
+    LoginNeeded,
+    LoopbackCatcher,
+    oauth_provider,
+    redirect_uri_of,
+)
+
+__all__ = ["BearerAuth", "HttpWatch", "explain", "login", "remote_client"]
+
+# No read timeout: a call's own deadline (the server's `timeout:`) bounds it, and the stream of
+# a long call may be quiet for minutes.
+_TIMEOUT = httpx2.Timeout(30.0, read=None)
+
+
+def _origin(url: str | httpx2.URL) -> tuple[str, str, int | None]:
+    parts = urlsplit(str(url))
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme, (parts.hostname or "").lower(), port
+
+
+class BearerAuth(httpx2.Auth):
+    """`Authorization: Bearer …` on requests to the server's own origin, and nowhere else."""
+
+    def __init__(self, token: str, url: str) -> None:
+        self._token, self._origin = token, _origin(url)
+
+    def __repr__(self) -> str:  # the default repr would show the token in any debug dump
+        return f"BearerAuth(origin={self._origin!r})"
+
+    def auth_flow(self, request: httpx2.Request) -> Generator[httpx2.Request, httpx2.Response, None]:
+        if _origin(request.url) == self._origin:
+            request.headers["Authorization"] = f"Bearer {self._token}"
+        yield request
+
+
+@dataclass
+class HttpWatch:
+    """What the HTTP layer saw during one connection; the SDK's own errors do not carry it."""
+
+    unauthorized: bool = False
+    login: LoginNeeded | None = None
+    # a 404 to a request that carried a session id: the server restarted and forgot the session
+    session_lost: bool = False
+
+    async def on_response(self, response: httpx2.Response) -> None:
+        if response.status_code == 401:
+            self.unauthorized = True
+        elif response.status_code == 404 and "mcp-session-id" in response.request.headers:
+            self.session_lost = True
+
+
+async def remote_client(
+    name: str,
+    server: RemoteServer,
+    keyring: Keyring | None,
+    watch: HttpWatch,
+    on_secret: Callable[[str], None] | None = None,
+) -> httpx2.AsyncClient:
+    """The HTTP client for `server`, authenticated as its `auth:` says; `on_secret` is told each token.
+
+    Raises:
+        CredentialError: the credential is not in the keyring, or no keyring is usable.
+    """
+    auth: httpx2.Auth | None = None
+    if server.auth.type != "none":
+        if keyring is None:
+            raise CredentialError(f"server '{name}' uses auth: {server.auth.type}, which needs the keyring")
+        if server.auth.type == "bearer":
+            token = await keyring.aget(name)
+            if not token:
+                raise CredentialError(f"server '{name}' has no token in the keyring: run `cellblock auth set {name}`")
+            if on_secret is not None:
+                on_secret(token)
+            auth = BearerAuth(token, server.url)
+        else:
+            auth = await _serving_oauth(name, server, keyring, watch, on_secret)
+    return httpx2.AsyncClient(
+        headers=server.headers, auth=auth, timeout=_TIMEOUT, event_hooks={"response": [watch.on_response]}
+    )
+
+
+async def _serving_oauth(
+    name: str, server: RemoteServer, keyring: Keyring, watch: HttpWatch, on_secret: Callable[[str], None] | None
+) -> httpx2.Auth:
+    """OAuth while serving: tokens are used and refreshed; a needed login is reported, not started."""
+    storage = KeyringTokenStorage(keyring, name, on_secret)
+    redirect = redirect_uri_of(await storage.get_client_info()) or f"http://127.0.0.1:{LOGIN_PORT}{CALLBACK_PATH}"
+
+    async def no_browser(url: str) -> None:
+        watch.login = LoginNeeded(name, url)
+        raise watch.login
+
+    async def no_callback() -> AuthorizationCodeResult:
+        raise LoginNeeded(name, server.url)
+
+    return oauth_provider(name, server.url, storage, redirect, server.auth.scope, no_browser, no_callback)
+
+
+def explain(name: str, server: RemoteServer, watch: HttpWatch, exc: BaseException) -> str | None:
+    """A plain reason for a failed connection to `server`, or None when it is not an HTTP matter."""
+    if watch.login is not None:
+        return str(watch.login)
+    if watch.unauthorized:
+        if server.auth.type == "bearer":
+            return f"{server.url} refused the token (HTTP 401): run `cellblock auth set {name}` with a valid one"
+        if server.auth.type == "oauth":
+            return f"{server.url} refused the login (HTTP 401): run `cellblock auth login {name}`"
+        return f"{server.url} requires authentication (HTTP 401): set auth: {{type: bearer}} or {{type: oauth}}"
+    for error in _leaves(exc):
+        if isinstance(error, httpx2.ConnectError | httpx2.ConnectTimeout):
+            return f"cannot reach {server.url}: {_first_line(error) or 'connection failed'}"
+        if isinstance(error, httpx2.HTTPStatusError):
+            return f"{server.url} answered HTTP {error.response.status_code}"
+        if isinstance(error, httpx2.TransportError):
+            return f"lost the connection to {server.url}: {_first_line(error) or type(error).__name__}"
+    return None
+
+
+def _leaves(exc: BaseException, depth: int = 0) -> list[BaseException]:
+    """Every exception inside `exc`: group members and causes, at any depth (bounded)."""
+    if depth > 16:
+        return []
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub, depth + 1)]
+    behind = exc.__cause__ or exc.__context__
+    return [exc, *(_leaves(behind, depth + 1) if behind is not None else [])]
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else ""
+
+
+async def login(
+    name: str,
+    server: RemoteServer,
+    store: Keyring,
+    show: Callable[[str], Awaitable[None]],
+    on_secret: Callable[[str], None] | None = None,
+) -> int:
+    """An interactive OAuth login: `show` puts the authorization URL before the user (a browser,
+    a printed line, the client's URL elicitation); the redirect is caught on loopback. The tokens
+    land in the keyring. Returns how many tools the server lists with them.
+
+    Raises:
+        CredentialError: the login was refused, declined, timed out or failed.
+    """
+    storage = KeyringTokenStorage(store, name, on_secret)
+    registered = redirect_uri_of(await storage.get_client_info())
+    async with LoopbackCatcher(name, (urlsplit(registered).port if registered else None) or LOGIN_PORT) as catcher:
+        if registered != catcher.redirect_uri:
+            await storage.forget_client()  # registered for another port: register anew
+        # a login asks again, even when tokens are stored (another account, new scopes)
+        await storage.forget_tokens()
+
+        # listening from now on: a browser may come back before `show` returns
+        outcome: list[AuthorizationCodeResult | CredentialError] = []
+        came_back = anyio.Event()
+
+        async def catch() -> None:
+            try:
+                outcome.append(await catcher.wait())
+            except CredentialError as exc:
+                outcome.append(exc)
+            came_back.set()
+
+        async def caught() -> AuthorizationCodeResult:
+            with anyio.fail_after(LOGIN_SECONDS):
+                await came_back.wait()
+            if isinstance(outcome[0], CredentialError):
+                raise outcome[0]
+            return outcome[0]
+
+        auth = oauth_provider(name, server.url, storage, catcher.redirect_uri, server.auth.scope, show, caught)
+        http = httpx2.AsyncClient(headers=server.headers, auth=auth, timeout=_TIMEOUT)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(catch)
+                async with http, Client(streamable_http_client(server.url, http_client=http)) as client:
+                    tools = len((await client.list_tools()).tools)
+                tg.cancel_scope.cancel()
+            return tools
+        except Exception as exc:  # the SDK's flow errors, HTTP failures, ours: one plain message
+            leaves = _leaves(exc)
+            ours = next((e for e in leaves if isinstance(e, CredentialError)), None)
+            if ours is not None:
+                raise ours from None
+            if any(isinstance(e, TimeoutError) for e in leaves):
+                raise CredentialError(f"no login for '{name}' arrived within {LOGIN_SECONDS / 60:g} minutes") from None
+            # every login starts with a 401, so only connection failures are explained from HTTP
+            first = next((e for e in leaves if not isinstance(e, BaseExceptionGroup)), exc)
+            reason = explain(name, server, HttpWatch(), exc) or f"{type(first).__name__}: {_first_line(first)}"
+            raise CredentialError(f"login to '{name}' failed: {reason}") from None

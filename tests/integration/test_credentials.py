@@ -1,0 +1,295 @@
+"""Credentials from a real Secret Service (gnome-keyring on a private D-Bus), end to end.
+
+Bearer tokens, OAuth (login through `cellblock auth login`, refresh while serving) and `secrets:`
+for jailed local servers, each through the real gateway and the real CLI. Every test ends by
+looking for the secret where it must never be: every file under the test's directory (config,
+state, audit, runtime), the gateway's log, and the command line of every process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import anyio
+import keyring
+import mcp.types as types
+import pytest
+
+from tests.integration.conftest import PROBE, gateway, write_config
+from tests.servers.remote_run import run_remote
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parents[2]
+BROWSER = ROOT / "tests" / "servers" / "browser.py"
+
+
+def _text(result: object) -> str:
+    return "".join(getattr(c, "text", "") for c in getattr(result, "content", []))
+
+
+@pytest.fixture
+def env(keyring_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """What the gateway and the CLI share: the test keyring, a private runtime dir (control sockets), state."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    return {**keyring_env, "XDG_RUNTIME_DIR": str(run), "CELLBLOCK_STATE_DIR": str(tmp_path / "state")}
+
+
+def cli(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cellblock.gateway.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=60,
+        check=False,
+    )
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:
+    with anyio.fail_after(timeout):
+        while not await check():  # noqa: ASYNC110 - the effect is in another process; polling it is the way
+            await anyio.sleep(0.3)
+
+
+def assert_nowhere(secrets: list[str], root: Path, *outputs: str) -> None:
+    """No secret in any file under `root`, in `outputs`, or in any process's command line."""
+    assert all(len(s) >= 8 for s in secrets)  # a short "secret" would match by accident
+    found: list[str] = []
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+            found += [f"{path}" for s in secrets if s.encode() in data]
+    for index, text in enumerate(outputs):
+        found += [f"output #{index}" for s in secrets if s in text]
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            data = cmdline.read_bytes()
+        except OSError:
+            continue  # the process ended
+        found += [f"argv of pid {cmdline.parent.name}" for s in secrets if s.encode() in data]
+    assert not found, f"a secret leaked into: {found}"
+
+
+@pytest.fixture
+def forget() -> Iterator[Callable[[str], None]]:
+    """Remove keyring entries a test made, so tests do not see each other's credentials."""
+    made: list[str] = []
+    yield made.append
+    for entry in made:
+        for name in (entry, f"{entry}/oauth-tokens", f"{entry}/oauth-client"):
+            with contextlib.suppress(keyring.errors.PasswordDeleteError):
+                keyring.delete_password("cellblock", name)
+
+
+async def test_bearer_token_from_the_keyring(
+    tmp_path: Path, env: dict[str, str], forget: Callable[[str], None]
+) -> None:
+    token = "bearer-" + os.urandom(12).hex()
+    forget("api")
+    log = tmp_path / "gateway.log"
+    with run_remote("bearer", env={"REMOTE_TOKEN": token}) as url:
+        config = write_config(tmp_path, {"api": {"url": url, "auth": {"type": "bearer"}}})
+        async with gateway(config, tmp_path / "state", env=env, stderr=log, serve_args=("-v",)) as client:
+            missing = await client.call_tool("api__echo", {"text": "x"})
+            assert missing.is_error and "cellblock auth set api" in _text(missing)
+
+            wrong = cli(env, "auth", "set", "api", "--config", str(config), stdin="not-the-token\n")
+            assert wrong.returncode == 0, wrong.stderr
+
+            async def refused() -> bool:
+                text = _text(await client.call_tool("api__echo", {"text": "x"}))
+                return "HTTP 401" in text and "cellblock auth set api" in text
+
+            await until(refused)
+
+            right = cli(env, "auth", "set", "api", "--config", str(config), stdin=token + "\n")
+            assert right.returncode == 0, right.stderr
+            assert "reconnecting 'api'" in right.stderr  # the running gateway was told
+
+            async def through() -> bool:
+                return _text(await client.call_tool("api__echo", {"text": "with token"})) == "with token"
+
+            await until(through)
+            assert "api__echo" in {t.name for t in (await client.list_tools()).tools}
+            listed = cli(env, "auth", "list", "--config", str(config))
+            assert "api\tapi\tbearer token\tset" in listed.stdout
+            assert_nowhere([token], tmp_path, wrong.stderr, right.stdout, right.stderr, listed.stdout, listed.stderr)
+        assert_nowhere([token], tmp_path)
+
+        # a token the model itself sends (say, pasted from somewhere) is still redacted in the audit log
+        async with gateway(config, tmp_path / "state", env=env) as client:
+            assert _text(await client.call_tool("api__echo", {"text": f"leak {token}"})) == f"leak {token}"
+        audit = (tmp_path / "state" / "audit.jsonl").read_text()
+        assert token not in audit and "[redacted]" in audit
+
+    logout = cli(env, "auth", "logout", "api", "--config", str(config))
+    assert logout.returncode == 0 and keyring.get_password("cellblock", "api") is None
+
+
+def test_auth_set_never_takes_the_value_from_argv(tmp_path: Path, env: dict[str, str]) -> None:
+    config = write_config(tmp_path, {"api": {"url": "http://127.0.0.1:9/mcp", "auth": {"type": "bearer"}}})
+    done = cli(env, "auth", "set", "api", "some-token-value", "--config", str(config))
+    assert done.returncode == 2 and "unrecognized arguments" in done.stderr
+    unknown = cli(env, "auth", "set", "nobody", "--config", str(config), stdin="x" * 10)
+    assert unknown.returncode == 2 and "nothing in the config uses keyring entry 'nobody'" in unknown.stderr
+    empty = cli(env, "auth", "set", "api", "--config", str(config), stdin="")
+    assert empty.returncode == 1 and "nothing stored" in empty.stderr
+
+
+async def test_oauth_login_then_silent_refresh(
+    tmp_path: Path, env: dict[str, str], forget: Callable[[str], None]
+) -> None:
+    forget("cloud")
+    log = tmp_path / "gateway.log"
+    with run_remote("oauth", lifetime=2) as url:
+        config = write_config(tmp_path, {"cloud": {"url": url, "auth": {"type": "oauth"}}})
+        async with gateway(config, tmp_path / "state", env=env, stderr=log, serve_args=("-v",)) as client:
+            before = await client.call_tool("cloud__whoami", {})
+            assert before.is_error and "cellblock auth login cloud" in _text(before)
+
+            login = cli(
+                env | {"BROWSER": f"{sys.executable} {BROWSER} %s"}, "auth", "login", "cloud", "--config", str(config)
+            )
+            assert login.returncode == 0, login.stderr
+            assert "logged in to 'cloud'" in login.stderr
+
+            async def first_token() -> bool:
+                return "token=1" in _text(await client.call_tool("cloud__whoami", {}))
+
+            await until(first_token)
+            await anyio.sleep(2.5)  # past the access token's lifetime: the gateway refreshes it, no browser
+            assert "token=2" in _text(await client.call_tool("cloud__whoami", {}))
+
+        record = json.loads(keyring.get_password("cellblock", "cloud/oauth-tokens") or "{}")
+        tokens = [record["token"]["access_token"], record["token"]["refresh_token"]]
+        assert keyring.get_password("cellblock", "cloud/oauth-client")  # registered once, kept
+
+        # a new gateway starts from the stored (now expired) token and refreshes it
+        await anyio.sleep(2.1)
+        async with gateway(config, tmp_path / "state", env=env, stderr=log) as client:
+            assert "token=3" in _text(await client.call_tool("cloud__whoami", {}))
+        assert_nowhere(tokens, tmp_path, login.stdout, login.stderr)
+
+
+async def test_secrets_reach_only_their_server_and_never_argv(
+    tmp_path: Path, env: dict[str, str], forget: Callable[[str], None]
+) -> None:
+    secret = "secret-" + os.urandom(12).hex()
+    forget("probe-key")
+    jail = {"read_only": [str(PROBE.parent)]}
+    servers = {
+        "holder": {
+            "command": sys.executable,
+            "args": [str(PROBE)],
+            "jail": jail,
+            "secrets": {"PROBE_KEY": "probe-key"},
+        },
+        "other": {"command": sys.executable, "args": [str(PROBE)], "jail": jail},
+    }
+    config = write_config(tmp_path, servers)
+    log = tmp_path / "gateway.log"
+    async with gateway(config, tmp_path / "state", env=env, stderr=log, serve_args=("-v",)) as client:
+        missing = await client.call_tool("holder__environment", {})
+        assert missing.is_error and "cellblock auth set probe-key" in _text(missing)
+        stored = cli(env, "auth", "set", "probe-key", "--config", str(config), stdin=secret)
+        assert stored.returncode == 0, stored.stderr
+        seen: dict[str, str] = {}
+
+        async def holder_started() -> bool:
+            result = await client.call_tool("holder__environment", {})
+            if result.is_error:
+                return False
+            seen.update(json.loads(_text(result)))
+            return True
+
+        await until(holder_started)
+        assert seen["PROBE_KEY"] == hashlib.sha256(secret.encode()).hexdigest()
+        # exactly what the launcher sets, plus the secret: nothing else of the gateway's environment
+        # (bwrap sets PWD on --chdir; Python itself sets LC_CTYPE when it coerces a C locale)
+        assert set(seen) - {"LANG", "LC_ALL", "TZ", "PWD", "LC_CTYPE"} == {"HOME", "PATH", "TMPDIR", "PROBE_KEY"}
+        other = json.loads(_text(await client.call_tool("other__environment", {})))
+        assert "PROBE_KEY" not in other
+        assert not any(hashlib.sha256(secret.encode()).hexdigest() == v for v in other.values())
+        assert_nowhere([secret], tmp_path, stored.stdout, stored.stderr)  # both servers are running now
+
+
+def test_a_plaintext_keyring_is_refused_unless_allowed(tmp_path: Path, env: dict[str, str]) -> None:
+    data = tmp_path / "data"
+    plaintext = env | {"PYTHON_KEYRING_BACKEND": "keyrings.alt.file.PlaintextKeyring", "XDG_DATA_HOME": str(data)}
+    servers = {"api": {"url": "http://127.0.0.1:9/mcp", "auth": {"type": "bearer"}}}
+    config = write_config(tmp_path, servers)
+    refused = cli(plaintext, "auth", "set", "api", "--config", str(config), stdin="plain-text-token")
+    assert refused.returncode == 1
+    assert "refusing the keyring backend keyrings.alt.file.PlaintextKeyring" in refused.stderr
+    assert "gnome-keyring" in refused.stderr and "allow_insecure" in refused.stderr
+    assert not data.exists() or not any(p.is_file() for p in data.rglob("*"))  # nothing was written
+    doctor = cli(plaintext, "doctor", "--config", str(config))
+    assert doctor.returncode == 1 and "FAIL  keyring" in doctor.stdout
+
+    allowed = write_config(tmp_path, servers, credentials={"allow_insecure": True})
+    stored = cli(plaintext, "auth", "set", "api", "--config", str(allowed), stdin="plain-text-token")
+    assert stored.returncode == 0, stored.stderr
+    doctor = cli(plaintext, "doctor", "--config", str(allowed))
+    assert "INSECURE" in doctor.stdout and "allowed by credentials.allow_insecure" in doctor.stdout
+
+
+def test_no_keyring_at_all_says_what_to_install(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"api": {"url": "http://127.0.0.1:9/mcp", "auth": {"type": "bearer"}}})
+    done = cli(
+        {"PYTHON_KEYRING_BACKEND": "keyring.backends.fail.Keyring"},
+        "auth",
+        "set",
+        "api",
+        "--config",
+        str(config),
+        stdin="token-value",
+    )
+    assert done.returncode == 1
+    assert "no keyring that can store anything" in done.stderr and "gnome-keyring" in done.stderr
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_login_needed_while_serving_goes_through_the_clients_url_elicitation(
+    tmp_path: Path, env: dict[str, str], forget: Callable[[str], None], mode: str
+) -> None:
+    forget("cloud")
+    asked: list[types.ElicitRequestURLParams] = []
+    browsers: list[subprocess.Popen[bytes]] = []
+
+    async def person(ctx: object, params: types.ElicitRequestParams) -> types.ElicitResult:
+        # the client opens the URL for the person, who logs in there (the stand-in browser does)
+        assert isinstance(params, types.ElicitRequestURLParams), params
+        asked.append(params)
+        browsers.append(subprocess.Popen([sys.executable, str(BROWSER), params.url]))  # noqa: ASYNC220 - returns at once
+        return types.ElicitResult(action="accept")
+
+    with run_remote("oauth") as url:
+        config = write_config(tmp_path, {"cloud": {"url": url, "auth": {"type": "oauth"}}})
+        browser = env | {"BROWSER": f"{sys.executable} {BROWSER} %s"}
+        assert cli(browser, "auth", "login", "cloud", "--config", str(config)).returncode == 0
+        async with gateway(config, tmp_path / "state", env=env) as client:  # the catalog is seen once
+            assert "token=1" in _text(await client.call_tool("cloud__whoami", {}))
+        assert cli(env, "auth", "logout", "cloud", "--config", str(config)).returncode == 0
+
+        # no elicitation: the tool error says which command to run
+        async with gateway(config, tmp_path / "state", env=env, mode=mode) as client:
+            refused = await client.call_tool("cloud__whoami", {})
+            assert refused.is_error and "cellblock auth login cloud" in _text(refused)
+        # a client that can open URLs: the login happens through it, and the call goes through
+        async with gateway(config, tmp_path / "state", env=env, mode=mode, elicitation_callback=person) as client:
+            result = await client.call_tool("cloud__whoami", {})
+            assert not result.is_error, _text(result)
+            assert "token=" in _text(result)
+    assert [b.wait(30) for b in browsers] == [0]
+    assert len(asked) == 1 and asked[0].message.startswith("[cloud] Log in to 'cloud'")
+    assert keyring.get_password("cellblock", "cloud/oauth-tokens")
