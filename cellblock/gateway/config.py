@@ -56,6 +56,7 @@ __all__ = [
 
 SERVER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+HEADER_NAME = r"^[A-Za-z0-9][A-Za-z0-9-]*$"
 # Set by the launcher itself (and the variables the SDK's spawner adds, which the jail removes):
 # a secret of one of these names would be overwritten or dropped, so it is refused.
 _LAUNCHER_ENV = {
@@ -320,6 +321,8 @@ class RemoteServer(_ServerBase):
     url: str = Field(pattern=r"^https?://")
     headers: dict[str, str] = {}
     auth: AuthConfig = AuthConfig()
+    # header -> keyring entry: an API key sent as a header (X-API-Key), never written to disk
+    secrets: dict[Annotated[str, Field(pattern=HEADER_NAME)], Annotated[str, Field(pattern=ENTRY_NAME.pattern)]] = {}
 
     @field_validator("headers")
     @classmethod
@@ -331,6 +334,16 @@ class RemoteServer(_ServerBase):
                     "and store the token with `cellblock auth set NAME`"
                 )
         return value
+
+    @model_validator(mode="after")
+    def _secret_headers_own_their_names(self) -> RemoteServer:
+        plain = {h.lower() for h in self.headers}
+        for header in self.secrets:
+            if header.lower() in plain:
+                raise ValueError(f"secrets.{header} is also set in headers; keep it in one place (secrets)")
+            if header.lower() == "authorization" and self.auth.type != "none":
+                raise ValueError(f"secrets.{header} would replace the token of auth: {self.auth.type}")
+        return self
 
 
 def _server_kind(body: Any) -> str:
@@ -364,7 +377,9 @@ class Config(_Model):
         for name, server in self.servers.items():
             if isinstance(server, RemoteServer) and server.auth.type != "none":
                 entries.append((name, name, f"{server.auth.type} token"))
-            elif isinstance(server, LocalServer):
+            if isinstance(server, RemoteServer):
+                entries += [(entry, name, f"secret header {h}") for h, entry in server.secrets.items()]
+            else:
                 entries += [(entry, name, f"secret {var}") for var, entry in server.secrets.items()]
         return entries
 
@@ -468,9 +483,12 @@ def _describe(err: Any, lines: dict[tuple[str, ...], int], source: str) -> str:
     message = str(err["msg"]).removeprefix("Value error, ")
     if err["type"] == "string_pattern_mismatch" and loc[-3:-2] == ["secrets"] and loc[-1:] == ["[key]"]:
         key = ".".join(loc[:-1])
-        message = (
-            f"{loc[-2]!r} is not an environment variable name (letters, digits and '_', not starting with a digit)"
-        )
+        if err.get("ctx", {}).get("pattern") == HEADER_NAME:
+            message = f"{loc[-2]!r} is not an HTTP header name (letters, digits and '-')"
+        else:
+            message = (
+                f"{loc[-2]!r} is not an environment variable name (letters, digits and '_', not starting with a digit)"
+            )
     elif err["type"] == "string_pattern_mismatch" and loc[-2:-1] == ["secrets"]:
         message = (
             f"keyring entry name {err.get('input')!r} must be letters, digits, '.', '_' and '-', "

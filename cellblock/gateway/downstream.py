@@ -382,7 +382,7 @@ class Downstream:
             plan = launch_plan(self.name, self.config, egress_socket, private, values)
             return stdio_client(stdio_parameters(plan), errlog=sys.stderr)
         self._watch = HttpWatch()
-        keyring = self._keyring() if self.config.auth.type != "none" else None
+        keyring = self._keyring() if self.config.auth.type != "none" or self.config.secrets else None
         http = await remote_client(self.name, self.config, keyring, self._watch, self._secret)
         return streamable_http_client(self.config.url, http_client=http)
 

@@ -8,8 +8,9 @@ response hook notes a 401 and `explain` turns what happened into an error that s
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
@@ -88,9 +89,22 @@ async def remote_client(
         CredentialError: the credential is not in the keyring, or no keyring is usable.
     """
     auth: httpx2.Auth | None = None
+    if (server.auth.type != "none" or server.secrets) and keyring is None:
+        raise CredentialError(f"server '{name}' has credentials in the keyring, which is not available")
+    secret_headers = {}
+    for header, entry in server.secrets.items():
+        assert keyring is not None
+        value = await keyring.aget(entry)
+        if value is None:
+            raise CredentialError(
+                f"server '{name}' needs the header {header} from keyring entry '{entry}', "
+                f"which is not set: run `cellblock auth set {entry}`"
+            )
+        if on_secret is not None:
+            on_secret(value)
+        secret_headers[header] = value
     if server.auth.type != "none":
-        if keyring is None:
-            raise CredentialError(f"server '{name}' uses auth: {server.auth.type}, which needs the keyring")
+        assert keyring is not None
         if server.auth.type == "bearer":
             token = await keyring.aget(name)
             if not token:
@@ -100,9 +114,26 @@ async def remote_client(
             auth = BearerAuth(token, server.url)
         else:
             auth = await _serving_oauth(name, server, keyring, watch, on_secret)
-    return httpx2.AsyncClient(
-        headers=server.headers, auth=auth, timeout=_TIMEOUT, event_hooks={"response": [watch.on_response]}
-    )
+    hooks: dict[str, list[Any]] = {"response": [watch.on_response]}
+    if secret_headers:
+        hooks["request"] = [_origin_headers(secret_headers, server.url)]
+    return httpx2.AsyncClient(headers=server.headers, auth=auth, timeout=_TIMEOUT, event_hooks=hooks)
+
+
+def _origin_headers(headers: Mapping[str, str], url: str) -> Callable[[httpx2.Request], Awaitable[None]]:
+    """A request hook adding `headers` to requests for the server's own origin only (not to an
+    authorization server, not after a redirect elsewhere). A redirect copies the previous
+    request's headers, so for any other origin they are removed, not just left out."""
+    origin = _origin(url)
+
+    async def add(request: httpx2.Request) -> None:
+        if _origin(request.url) == origin:
+            request.headers.update(headers)
+        else:
+            for header in headers:
+                request.headers.pop(header, None)
+
+    return add
 
 
 async def _serving_oauth(

@@ -214,7 +214,10 @@ REMOTE = "version: 1\nservers:\n  a:\n    url: https://h/\n"
         ),
         ("    auth:\n      type: oauth\n      scopes: x\n", "c.yaml:7: servers.a.auth.scopes: unknown key"),
         ("    auth:\n      type: bearer\n      token: abc\n", "c.yaml:7: servers.a.auth.token: unknown key"),
-        ("    secrets: {A: b}\n", "c.yaml:5: servers.a.secrets: unknown key"),
+        (
+            "    secrets: {A B: b}\n",
+            "c.yaml:5: servers.a.secrets.A B: 'A B' is not an HTTP header name (letters, digits and '-')",
+        ),
     ],
 )
 def test_bad_auth_settings_are_named(body: str, expected: str) -> None:

@@ -38,8 +38,11 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def remote(url: str = URL, auth: str = "none", headers: str = "{}") -> RemoteServer:
-    text = f"version: 1\nservers:\n  notes:\n    url: {url}\n    headers: {headers}\n    auth: {{type: {auth}}}\n"
+def remote(url: str = URL, auth: str = "none", headers: str = "{}", secrets: str = "{}") -> RemoteServer:
+    text = (
+        f"version: 1\nservers:\n  notes:\n    url: {url}\n    headers: {headers}\n    auth: {{type: {auth}}}\n"
+        f"    secrets: {secrets}\n"
+    )
     server = parse_config(text).servers["notes"]
     assert isinstance(server, RemoteServer)
     return server
@@ -334,10 +337,35 @@ async def test_remote_client_without_a_stored_token_says_how_to_set_one(name: st
     assert str(caught.value) == f"server '{name}' has no token in the keyring: run `cellblock auth set {name}`"
 
 
-@pytest.mark.parametrize("auth", ["bearer", "oauth"])
-async def test_remote_client_with_auth_but_no_keyring_is_refused(auth: str) -> None:
-    with pytest.raises(CredentialError, match=rf"server 'notes' uses auth: {auth}, which needs the keyring"):
-        await remote_client("notes", remote(auth=auth), None, HttpWatch())
+@pytest.mark.parametrize(("auth", "secrets"), [("bearer", "{}"), ("oauth", "{}"), ("none", "{X-Key: k}")])
+async def test_remote_client_with_credentials_but_no_keyring_is_refused(auth: str, secrets: str) -> None:
+    with pytest.raises(CredentialError, match=r"server 'notes' has credentials in the keyring, which is not available"):
+        await remote_client("notes", remote(auth=auth, secrets=secrets), None, HttpWatch())
+
+
+async def test_a_secret_header_goes_to_the_servers_own_origin_only(name: str) -> None:
+    entry = f"{name}-extra"
+    Keyring().set(entry, TOKEN)
+    try:
+        with origin() as home, origin() as other:
+            server = remote(url=f"{home.url}/mcp", secrets=f"{{X-Extra: {entry}}}")
+            with anyio.fail_after(DEADLINE):
+                async with await remote_client(name, server, Keyring(), HttpWatch()) as client:
+                    await client.get(f"{home.url}/mcp")
+                    await client.get(f"{home.url}/away?to={other.url}/landing", follow_redirects=True)
+        assert [seen[2] for seen in home.seen] == [TOKEN, TOKEN]
+        assert other.seen == [("/landing", None, None)]
+    finally:
+        Keyring().delete(entry)
+
+
+async def test_a_secret_header_missing_from_the_keyring_says_how_to_set_it(name: str) -> None:
+    with pytest.raises(CredentialError) as caught:
+        await remote_client(name, remote(secrets="{X-Key: nowhere-set}"), Keyring(), HttpWatch())
+    assert str(caught.value) == (
+        f"server '{name}' needs the header X-Key from keyring entry 'nowhere-set', which is not set: "
+        "run `cellblock auth set nowhere-set`"
+    )
 
 
 async def test_remote_client_without_auth_sends_no_authorization() -> None:
