@@ -1,0 +1,545 @@
+"""starter: one client entry -> a strict but working Cellblock server config, secrets moved out."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cellblock.gateway.config import SERVER_NAME, parse_config
+from cellblock.gateway.credentials import ENTRY_NAME
+from cellblock.gateway.starter import REDACTED, Secret, Starter, looks_secret, server_name, starter
+
+GH_TOKEN = "ghp_" + "Ab3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI2kL4"
+BEARER = "mcp-tok-" + "Zq8Wx2Vb6Nm4Lk0Jh5Gf3Ds1Ap9Oi7Uy"
+API_KEY = "k-" + "9f86d081884c7d659a2feaa0c55ad015"
+SLACK = "xoxb-" + "1234567890-0987654321-AbCdEfGhIjKlMnOpQrStUv"
+EVERY_SECRET = (GH_TOKEN, BEARER, API_KEY, SLACK, "hunter2-correct-horse")
+FS_PACKAGE = "@modelcontextprotocol/server-filesystem@2025.8.21"
+ASK_AND_REVIEW = {"tools": {"default": "ask"}, "lock": {"first": "review"}}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """The shape of clients.ClientEntry, as starter() reads it."""
+
+    name: str = "x"
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    transport: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """A home with two project folders, a node package and a Python project with a virtualenv."""
+    for folder in ("projects", "notes", "srv/dist", "weather/.venv/bin"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "srv/package.json").write_text('{"name": "my-srv"}')
+    (tmp_path / "srv/dist/index.js").write_text("")
+    (tmp_path / "weather/pyproject.toml").write_text('[project]\nname = "weather"\n')
+    (tmp_path / "weather/server.py").write_text("")
+    return tmp_path
+
+
+# A Claude Desktop config's servers, as realistic as they come; each built from the home fixture.
+CLIENT: dict[str, Callable[[Path], Entry]] = {
+    "filesystem": lambda h: Entry(command="npx", args=("-y", FS_PACKAGE, "~/projects", f"{h}/notes")),
+    "github": lambda h: Entry(
+        command="npx",
+        args=("-y", "@modelcontextprotocol/server-github"),
+        env={"GITHUB_PERSONAL_ACCESS_TOKEN": GH_TOKEN},
+    ),
+    "time": lambda h: Entry(command="uvx", args=("mcp-server-time==2025.9.25", "--local-timezone=Europe/Paris")),
+    "my-srv": lambda h: Entry(command="node", args=(f"{h}/srv/dist/index.js",), env={"LOG_LEVEL": "debug"}),
+    "weather": lambda h: Entry(command=f"{h}/weather/.venv/bin/python", args=(f"{h}/weather/server.py",)),
+    "github-docker": lambda h: Entry(
+        command="docker",
+        args=("run", "-i", "--rm", "-e", "GITHUB_PERSONAL_ACCESS_TOKEN", "ghcr.io/github/github-mcp-server"),
+        env={"GITHUB_PERSONAL_ACCESS_TOKEN": GH_TOKEN},
+    ),
+    "Linear Remote": lambda h: Entry(
+        url="https://mcp.example.com/mcp",
+        headers={"Authorization": f"Bearer {BEARER}", "X-API-Key": API_KEY, "X-Client": "claude"},
+    ),
+    "old-sse": lambda h: Entry(url="https://sse.example.com/sse", transport="sse"),
+    "vscode-refs": lambda h: Entry(
+        command="npx",
+        args=("-y", "@modelcontextprotocol/server-github@2025.4.8"),
+        env={"GITHUB_PERSONAL_ACCESS_TOKEN": "${input:tok}", "LOG": "${env:LOG_LEVEL}"},
+    ),
+    "slack": lambda h: Entry(
+        command="npx",
+        args=("-y", "@modelcontextprotocol/server-slack@2025.4.25"),
+        env={"SLACK_BOT_TOKEN": SLACK, "SLACK_TEAM_ID": "T01234567", "DB_PASSWORD": "hunter2-correct-horse"},
+        extra={"autoApprove": ["list_channels"], "disabled": False},
+    ),
+    "My Server!": lambda h: Entry(command="my-server", args=("--port", "0")),
+    "42things": lambda h: Entry(command="42things"),
+    "ÜberTool": lambda h: Entry(command="ubertool"),
+    "a-very-long-server-name-from-some-client-config": lambda h: Entry(command="x-server"),
+}
+
+
+def derive(home: Path) -> list[Starter]:
+    taken: set[str] = set()
+    out = []
+    for key, make in CLIENT.items():
+        result = starter(key, make(home), taken=taken, home=str(home))
+        taken.add(result.name)
+        out.append(result)
+    return out
+
+
+def one(key: str, home: Path) -> Starter:
+    return starter(key, CLIENT[key](home), taken=set(), home=str(home))
+
+
+def validate(result: Starter) -> None:
+    parse_config(yaml.safe_dump({"version": 1, "servers": {result.name: result.config}}, sort_keys=False))
+
+
+# --- names --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "taken", "expected"),
+    [
+        ("filesystem", set(), "filesystem"),
+        ("My Server!", set(), "my-server"),
+        ("42things", set(), "s-42things"),
+        ("ÜberTool", set(), "ubertool"),
+        ("__init__", set(), "init"),
+        ("!!!", set(), "s"),
+        ("", set(), "s"),
+        ("a-very-long-server-name-from-some-client-config", set(), "a-very-long-server-name"),
+        ("github", {"github"}, "github-2"),
+        ("GitHub", {"github", "github-2"}, "github-3"),
+        ("x" * 30, {"x" * 24}, "x" * 22 + "-2"),
+        ("abcdefghijklmnopqrstu-wxyz", {"abcdefghijklmnopqrstu-wx"}, "abcdefghijklmnopqrstu-2"),
+    ],
+)
+def test_server_names_are_valid_unused_and_deterministic(key: str, taken: set[str], expected: str) -> None:
+    assert server_name(key, taken) == expected
+    assert server_name(key, taken) == expected
+    assert SERVER_NAME.fullmatch(expected)
+
+
+@pytest.mark.parametrize("key", ["-", "9", "ü", "日本語", "A" * 100, "a--b", "a b\tc", "-a-", "z" * 23 + "!x"])
+def test_any_key_gives_a_valid_name_even_when_many_are_taken(key: str) -> None:
+    taken: set[str] = set()
+    for _ in range(12):
+        name = server_name(key, taken)
+        assert SERVER_NAME.fullmatch(name), name
+        assert name not in taken
+        taken.add(name)
+
+
+# --- what is a secret ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("GITHUB_PERSONAL_ACCESS_TOKEN", "x"),
+        ("GITHUB_PAT", "x"),
+        ("API_KEY", "x"),
+        ("OPENAI_API_KEY", "x"),
+        ("apiKey", "x"),
+        ("APIKEY", "x"),
+        ("CLIENT_SECRET", "x"),
+        ("DB_PASSWORD", "x"),
+        ("MYSQL_PASSWD", "x"),
+        ("GOOGLE_APPLICATION_CREDENTIALS_JSON", "{}"),
+        ("BASIC_AUTH", "u:p"),
+        ("SESSION_ID", "x"),
+        ("Authorization", "Basic dXNlcjpwYXNz"),
+        ("Proxy-Authorization", "x"),
+        ("Cookie", "sid=1"),
+        ("X-API-Key", "x"),
+        ("X-Auth-Token", "x"),
+        ("SOME_VALUE", GH_TOKEN),
+        ("SOME_VALUE", "gho_" + "a1" * 10),
+        ("SOME_VALUE", "github_pat_" + "A1b2" * 5),
+        ("SOME_VALUE", "glpat-" + "x1Y2z3" * 3),
+        ("SOME_VALUE", "sk-ant-api03-" + "Q" * 20),
+        ("SOME_VALUE", "sk-proj-" + "q1" * 10),
+        ("SOME_VALUE", SLACK),
+        ("SOME_VALUE", "xoxp-" + "1" * 20),
+        ("SOME_VALUE", "AKIAIOSFODNN7EXAMPLE"),
+        ("SOME_VALUE", "AIzaSyA-1234567890abcdefghij"),
+        ("SOME_VALUE", "Bearer abc123def456"),
+        ("SOME_VALUE", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"),
+        ("SOME_VALUE", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"),
+        ("SOME_VALUE", "aB3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI"),
+        ("PASSWORD", "pa$word123"),  # a `$` inside a value is not a reference
+    ],
+)
+def test_secrets_are_recognised_by_name_or_by_shape(name: str, value: str) -> None:
+    assert looks_secret(name, value)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("KEYBOARD_LAYOUT", "us"),
+        ("MONKEY", "x"),
+        ("PATH", "/usr/bin"),
+        ("LOG_LEVEL", "debug"),
+        ("AUTHOR", "Ada"),
+        ("MAX_TOKENS", "4096"),
+        ("TOKENIZERS_PARALLELISM", "false"),
+        ("TOKEN_FILE", "/run/secrets/token"),
+        ("SESSION_TIMEOUT", "30"),
+        ("ENABLE_AUTH", "true"),
+        ("SLACK_TEAM_ID", "T01234567"),
+        ("LANG", "sk-SK"),  # a prefix alone is not a token
+        ("DATA_DIR", "/home/user/projects/my-app-2024/data"),
+        ("CONFIG", "my_very_long_configuration_value_name_2"),
+        ("GITHUB_TOKEN", ""),
+        ("GITHUB_TOKEN", "${input:tok}"),
+        ("GITHUB_TOKEN", "${env:GITHUB_TOKEN}"),
+        ("GITHUB_TOKEN", "${GITHUB_TOKEN}"),
+        ("GITHUB_TOKEN", "$GITHUB_TOKEN"),
+        ("Authorization", "Bearer ${input:tok}"),
+    ],
+)
+def test_names_values_and_references_that_are_not_secrets(name: str, value: str) -> None:
+    assert not looks_secret(name, value)
+
+
+# --- local servers ------------------------------------------------------------------------------
+
+
+def test_filesystem_server_gets_its_directories_writable_and_an_offline_npx_cache(home: Path) -> None:
+    result = one("filesystem", home)
+    assert result.name == "filesystem"
+    assert result.config == {
+        "command": "npx",
+        "args": ["--offline", "-y", FS_PACKAGE, "~/projects", f"{home}/notes"],
+        "env": {"npm_config_cache": f"{home}/.cache/cellblock/npm-filesystem"},
+        "jail": {"network": "none", "read_write": ["~/projects", f"{home}/notes", "~/.cache/cellblock/npm-filesystem"]},
+        **ASK_AND_REVIEW,
+    }
+    assert result.secrets == ()
+    cache = f"{home}/.cache/cellblock/npm-filesystem"
+    fill = f"fill the npx cache once: npm_config_cache={cache} npx -y {FS_PACKAGE} </dev/null"
+    assert fill in result.notes
+    assert "no network: if it needs one, set jail.network" in result.notes
+
+
+def test_an_inline_token_moves_to_the_keyring_and_a_known_api_gets_its_host(home: Path) -> None:
+    result = one("github", home)
+    assert result.config == {
+        "command": "npx",
+        "args": ["--offline", "-y", "@modelcontextprotocol/server-github"],
+        "env": {"npm_config_cache": f"{home}/.cache/cellblock/npm-github"},
+        "secrets": {"GITHUB_PERSONAL_ACCESS_TOKEN": "github-github-personal-access-token"},
+        "jail": {
+            "network": "allowlist",
+            "allow_hosts": ["api.github.com"],
+            "read_write": ["~/.cache/cellblock/npm-github"],
+        },
+        **ASK_AND_REVIEW,
+    }
+    assert result.secrets == (
+        Secret(
+            key="GITHUB_PERSONAL_ACCESS_TOKEN", entry="github-github-personal-access-token", value=GH_TOKEN, kind="env"
+        ),
+    )
+    assert any(n.startswith("network: allowlist api.github.com (inferred: ") for n in result.notes)
+    assert any("has no version" in n for n in result.notes)  # unpinned: the cache decides what runs
+
+
+def test_uvx_gets_its_own_offline_cache(home: Path) -> None:
+    result = one("time", home)
+    assert result.config == {
+        "command": "uvx",
+        "args": ["mcp-server-time==2025.9.25", "--local-timezone=Europe/Paris"],
+        "env": {"UV_CACHE_DIR": f"{home}/.cache/cellblock/uv-time", "UV_OFFLINE": "1"},
+        "jail": {"network": "none", "read_write": ["~/.cache/cellblock/uv-time"]},
+        **ASK_AND_REVIEW,
+    }
+    cache = f"{home}/.cache/cellblock/uv-time"
+    fill = f"fill the uvx cache once: UV_CACHE_DIR={cache} uvx mcp-server-time==2025.9.25 </dev/null"
+    assert fill in result.notes
+    assert not any("has no version" in n for n in result.notes)
+
+
+def test_uv_tool_run_is_treated_like_uvx(home: Path) -> None:
+    result = starter("git", Entry(command="uv", args=("tool", "run", "mcp-server-git@0.6.2")), taken=(), home=str(home))
+    assert result.config["env"] == {"UV_CACHE_DIR": f"{home}/.cache/cellblock/uv-git", "UV_OFFLINE": "1"}
+    assert any(n.endswith("uv tool run mcp-server-git@0.6.2 </dev/null") for n in result.notes)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("pkg@1",), ["--offline", "pkg@1"]),
+        (("--yes", "pkg@1"), ["--offline", "--yes", "pkg@1"]),
+        (("--offline", "-y", "pkg@1"), ["--offline", "-y", "pkg@1"]),
+        (("-p", "pkg@1", "pkg-bin", "-y"), ["-p", "pkg@1", "--offline", "pkg-bin", "-y"]),  # a -y after is the server's
+    ],
+)
+def test_npx_runs_offline_and_the_flag_goes_before_the_package(
+    home: Path, args: tuple[str, ...], expected: list[str]
+) -> None:
+    assert starter("p", Entry(command="npx", args=args), taken=(), home=str(home)).config["args"] == expected
+
+
+def test_a_node_script_shares_its_package_root_read_only(home: Path) -> None:
+    result = one("my-srv", home)
+    assert result.config == {
+        "command": "node",
+        "args": [f"{home}/srv/dist/index.js"],
+        "env": {"LOG_LEVEL": "debug"},
+        "jail": {"network": "none", "read_only": [f"{home}/srv"]},
+        **ASK_AND_REVIEW,
+    }
+
+
+def test_a_package_under_node_modules_shares_the_outermost_node_modules_for_its_dependencies(home: Path) -> None:
+    package = home / "tools/node_modules/@modelcontextprotocol/server-filesystem"
+    (package / "dist").mkdir(parents=True)
+    (package / "package.json").write_text('{"name": "@modelcontextprotocol/server-filesystem"}')
+    (package / "dist/index.js").write_text("")
+    result = starter(
+        "fs", Entry(command="node", args=(f"{package}/dist/index.js", "~/projects")), taken=(), home=str(home)
+    )
+    # the package's own name makes it a filesystem server: its directory is writable
+    assert result.config["jail"] == {
+        "network": "none",
+        "read_only": [f"{home}/tools/node_modules"],
+        "read_write": ["~/projects"],
+    }
+
+
+def test_a_python_script_shares_its_project_and_nothing_for_the_venv(home: Path) -> None:
+    result = one("weather", home)
+    assert result.config["jail"] == {"network": "none", "read_only": [f"{home}/weather"]}
+
+
+def test_a_script_in_the_home_folder_itself_is_shared_alone(home: Path) -> None:
+    (home / "server.py").write_text("")
+    result = starter("s", Entry(command="python3", args=("-u", "~/server.py")), taken=(), home=str(home))
+    assert result.config["jail"] == {"network": "none", "read_only": ["~/server.py"]}
+
+
+def test_the_home_folder_or_root_is_never_shared(home: Path) -> None:
+    fs = "@modelcontextprotocol/server-filesystem@1"
+    result = starter("fs", Entry(command="npx", args=("-y", fs, "~", "/", str(home))), taken=(), home=str(home))
+    assert result.config["jail"]["read_write"] == ["~/.cache/cellblock/npm-fs"]
+    assert sum("your home or above it" in n for n in result.notes) == 3
+
+
+def test_relative_paths_are_resolved_against_cwd_and_cwd_is_shared(home: Path) -> None:
+    entry = Entry(command="my-server", args=("--data", "./dist", "../notes"), cwd="~/srv/")
+    result = starter("s", entry, taken=(), home=str(home))
+    assert result.config["cwd"] == "~/srv/"
+    assert result.config["jail"]["read_only"] == ["~/srv/dist", "~/notes", "~/srv"]
+
+
+def test_a_cwd_already_shared_is_not_shared_again_and_home_is_never_shared(home: Path) -> None:
+    inside = starter(
+        "s", Entry(command="my-server", args=(f"{home}/srv",), cwd=f"{home}/srv/dist"), taken=(), home=str(home)
+    )
+    assert inside.config["jail"]["read_only"] == [f"{home}/srv"]
+    at_home = starter("s", Entry(command="my-server", cwd="~"), taken=(), home=str(home))
+    assert at_home.config["jail"] == {"network": "none"}
+    assert any(n.startswith("cwd ~ is your home or above it") for n in at_home.notes)
+
+
+def test_missing_paths_are_not_shared_and_said_so(home: Path) -> None:
+    result = starter("s", Entry(command="my-server", args=(f"{home}/gone",)), taken=(), home=str(home))
+    assert result.config["jail"] == {"network": "none"}
+    assert f"{home}/gone is in its arguments but does not exist: not shared" in result.notes
+
+
+def test_a_container_is_kept_with_a_warning_that_the_jail_will_stop_it(home: Path) -> None:
+    result = one("github-docker", home)
+    assert result.config["command"] == "docker"
+    assert result.config["secrets"] == {"GITHUB_PERSONAL_ACCESS_TOKEN": "github-docker-github-personal-access-token"}
+    assert any(n.startswith("runs a container: the jail does not share the docker socket") for n in result.notes)
+
+
+def test_fetch_servers_keep_no_network_and_say_what_to_add(home: Path) -> None:
+    result = starter("fetch", Entry(command="uvx", args=("mcp-server-fetch",)), taken=(), home=str(home))
+    assert result.config["jail"]["network"] == "none"
+    assert any("needs the network to fetch; add network: allowlist" in n for n in result.notes)
+
+
+def test_a_self_hosted_gitlab_gets_its_own_host(home: Path) -> None:
+    entry = Entry(
+        command="npx",
+        args=("-y", "@modelcontextprotocol/server-gitlab@2025.4.25"),
+        env={"GITLAB_API_URL": "https://git.example.org/api/v4"},
+    )
+    jail = starter("gitlab", entry, taken=(), home=str(home)).config["jail"]
+    assert jail["allow_hosts"] == ["git.example.org"]
+
+
+def test_env_references_stay_literal_with_a_note(home: Path) -> None:
+    result = one("vscode-refs", home)
+    assert result.secrets == ()
+    assert result.config["env"]["GITHUB_PERSONAL_ACCESS_TOKEN"] == "${input:tok}"
+    assert result.config["env"]["LOG"] == "${env:LOG_LEVEL}"
+    assert any(
+        n.startswith("env GITHUB_PERSONAL_ACCESS_TOKEN holds the client reference ${input:tok}") for n in result.notes
+    )
+
+
+def test_client_variables_in_args_are_translated_or_flagged(home: Path) -> None:
+    entry = Entry(command="my-server", args=("${env:HOME}/x", "${userHome}/y", "${input:dir}"))
+    result = starter("s", entry, taken=(), home=str(home))
+    assert result.config["args"] == ["${HOME}/x", "~/y", "${input:dir}"]
+    assert any(n.startswith("args[0] uses ${HOME}: Cellblock expands it") for n in result.notes)
+    assert any(n.startswith("args[2] holds the client variable ${input:dir}") for n in result.notes)
+
+
+def test_secrets_in_arguments_are_redacted_not_written(home: Path) -> None:
+    entry = Entry(
+        command="my-server", args=("--api-key", API_KEY, f"--token={BEARER}", "-e", f"T={GH_TOKEN}", "--port", "8")
+    )
+    result = starter("s", entry, taken=(), home=str(home))
+    assert result.config["args"] == ["--api-key", REDACTED, f"--token={REDACTED}", "-e", f"T={REDACTED}", "--port", "8"]
+    assert sum(n.startswith("args[") and "held a secret" in n for n in result.notes) == 3
+
+
+def test_version_pins_and_plain_options_are_not_taken_for_secrets(home: Path) -> None:
+    args = ("mcp-server-token==1.2", "--max-tokens", "4096", "--password-file=/run/pw", "-e", "GITHUB_TOKEN")
+    assert starter("s", Entry(command="uvx", args=args), taken=(), home=str(home)).config["args"] == list(args)
+
+
+def test_client_keys_cellblock_does_not_use_are_listed_with_secret_values_hidden(home: Path) -> None:
+    result = starter("s", Entry(command="a", extra={"disabled": True, "apiKey": GH_TOKEN}), taken=(), home=str(home))
+    assert any(n.startswith("not carried over: disabled=true") for n in result.notes)
+    assert "not carried over: apiKey=(value hidden: it may be a secret)" in result.notes
+
+
+# --- remote servers -----------------------------------------------------------------------------
+
+
+def test_a_remote_bearer_token_and_api_key_header_move_to_the_keyring(home: Path) -> None:
+    result = one("Linear Remote", home)
+    assert result.name == "linear-remote"
+    assert result.config == {
+        "url": "https://mcp.example.com/mcp",
+        "headers": {"X-Client": "claude"},
+        "auth": {"type": "bearer"},
+        "secrets": {"X-API-Key": "linear-remote-x-api-key"},
+        **ASK_AND_REVIEW,
+    }
+    assert result.secrets == (
+        Secret(key="Authorization", entry="linear-remote", value=BEARER, kind="bearer"),
+        Secret(key="X-API-Key", entry="linear-remote-x-api-key", value=API_KEY, kind="header"),
+    )
+
+
+def test_an_sse_remote_is_kept_with_a_note(home: Path) -> None:
+    result = one("old-sse", home)
+    assert result.config == {"url": "https://sse.example.com/sse", **ASK_AND_REVIEW}
+    assert any(n.startswith("transport sse: Cellblock speaks Streamable HTTP only") for n in result.notes)
+
+
+def test_a_bearer_reference_becomes_bearer_auth_to_fill_in(home: Path) -> None:
+    entry = Entry(url="https://x.example.com/mcp", headers={"Authorization": "Bearer ${input:tok}"})
+    result = starter("x", entry, taken=(), home=str(home))
+    assert result.config["auth"] == {"type": "bearer"} and result.secrets == ()
+    assert any("cellblock auth set x" in n for n in result.notes)
+
+
+def test_credentials_in_the_url_are_left_out(home: Path) -> None:
+    entry = Entry(url=f"https://user:{BEARER}@mcp.example.com/mcp?api_key={API_KEY}&region=eu")
+    result = starter("x", entry, taken=(), home=str(home))
+    assert result.config["url"] == "https://mcp.example.com/mcp?region=eu"
+    assert any("query parameter 'api_key' holds a secret" in n for n in result.notes)
+    assert any(n.startswith("url: the user and password in it are left out") for n in result.notes)
+    assert all(BEARER not in n and API_KEY not in n for n in result.notes)
+
+
+def test_an_entry_with_both_command_and_url_runs_the_command_and_never_shows_the_url(home: Path) -> None:
+    entry = Entry(command="my-server", url=f"https://x.example.com/mcp?token={BEARER}")
+    result = starter("s", entry, taken=(), home=str(home))
+    assert "url" not in result.config and result.config["command"] == "my-server"
+    assert "url not carried over: the entry also has a command, which is what runs" in result.notes
+    assert all(BEARER not in n for n in result.notes)
+
+
+def test_an_entry_without_command_or_url_is_refused(home: Path) -> None:
+    with pytest.raises(ValueError, match="neither a command nor a url"):
+        starter("x", Entry(), taken=(), home=str(home))
+
+
+# --- the whole table ----------------------------------------------------------------------------
+
+
+def test_names_in_the_table_are_distinct_and_valid(home: Path) -> None:
+    names = [r.name for r in derive(home)]
+    assert names == [
+        *("filesystem", "github", "time", "my-srv", "weather", "github-docker", "linear-remote", "old-sse"),
+        *("vscode-refs", "slack", "my-server", "s-42things", "ubertool", "a-very-long-server-name"),
+    ]
+
+
+def test_no_secret_value_reaches_the_config_or_the_notes(home: Path) -> None:
+    results = derive(home)
+    moved = {s.value for r in results for s in r.secrets}
+    assert moved == set(EVERY_SECRET)  # every inline secret was found
+    for result in results:
+        written = yaml.safe_dump(result.config) + "\n".join(result.notes) + repr(result)
+        leaked = [v for v in EVERY_SECRET if v in written]
+        assert not leaked, f"{result.name} leaks {len(leaked)} secret(s)"
+
+
+def test_notes_are_single_lines(home: Path) -> None:
+    for result in derive(home):
+        assert result.notes and all(n and "\n" not in n for n in result.notes), result.name
+
+
+def test_entries_are_valid_keyring_names_and_unique(home: Path) -> None:
+    long_key = "X_" + "VERY_LONG_" * 10 + "TOKEN"
+    entry = Entry(command="a", env={long_key: "1", long_key + "2": "2", "a__b_TOKEN": "3", "A-B-token": "4"})
+    result = starter("a" * 24, entry, taken=(), home=str(home))
+    entries = [s.entry for s in result.secrets]
+    assert len(set(entries)) == 4
+    assert all(ENTRY_NAME.fullmatch(e) and e.startswith("a" * 24 + "-") for e in entries), entries
+
+
+def test_the_starter_is_deterministic(home: Path) -> None:
+    assert derive(home) == derive(home)
+
+
+@pytest.mark.parametrize("key", list(CLIENT))
+def test_every_starter_validates_as_cellblock_config(home: Path, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(home))
+    validate(one(key, home))
+
+
+def test_a_remote_with_header_secrets_validates(home: Path) -> None:
+    validate(one("Linear Remote", home))
+
+
+def test_a_non_bearer_authorization_becomes_a_secret_header_that_validates(home: Path) -> None:
+    entry = Entry(url="https://x.example.com/mcp", headers={"Authorization": f"token {GH_TOKEN}"})
+    result = starter("x", entry, taken=(), home=str(home))
+    assert result.config["secrets"] == {"Authorization": "x-authorization"} and "auth" not in result.config
+    assert result.secrets == (
+        Secret(key="Authorization", entry="x-authorization", value=f"token {GH_TOKEN}", kind="header"),
+    )
+    validate(result)
+
+
+def test_the_secret_repr_hides_its_value() -> None:
+    assert GH_TOKEN not in repr(Secret(key="T", entry="e", value=GH_TOKEN, kind="env"))
+    assert re.search(
+        r"Secret\(key='T', entry='e', kind='env'\)", repr(Secret(key="T", entry="e", value="v", kind="env"))
+    )
