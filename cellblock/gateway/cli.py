@@ -70,6 +70,15 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
     probe.add_argument("--json", action="store_true", help="print JSON")
     sub.add_parser("demo", help="run the gateway on built-in demo servers and show what it does")
+    wrap = sub.add_parser("wrap", help="move a client's MCP servers behind one Cellblock entry (see docs/wrap.md)")
+    wrap.add_argument("path", nargs="?", metavar="CLIENT_CONFIG", help="the client's config file")
+    wrap.add_argument("--dry-run", action="store_true", help="print what would change, change nothing")
+    wrap.add_argument("--list", action="store_true", help="find the known client configs here; say which are wrapped")
+    wrap.add_argument("--config", help="Cellblock's config to add the servers to (default: the usual one)")
+    unwrap = sub.add_parser("unwrap", help="put a wrapped client's own servers back (from CLIENT_CONFIG.bak)")
+    unwrap.add_argument("path", metavar="CLIENT_CONFIG")
+    unwrap.add_argument("--secrets", action="store_true", help="put the secret values back too, from the keyring")
+    unwrap.add_argument("--config", help="Cellblock's config (only for credentials.allow_insecure)")
     auth = sub.add_parser("auth", help="credentials in the OS keyring: set, login, logout, list")
     auth_sub = auth.add_subparsers(dest="auth_command", required=True, metavar="ACTION")
     auth_set = auth_sub.add_parser("set", help="store a bearer token or secret (read from a hidden prompt or stdin)")
@@ -121,6 +130,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run(audit_path(args.config), args.since, args.server, args.json)
         if args.command == "auth":
             return _auth(args)
+        if args.command == "wrap":
+            return _wrap(args)
+        if args.command == "unwrap":
+            return _unwrap(args)
         if args.command == "demo":
             from cellblock.gateway.demo import run_demo
 
@@ -343,6 +356,30 @@ def _duration(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds // 60}m{seconds % 60:02d}s"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def _wrap(args: argparse.Namespace) -> int:
+    from cellblock.gateway import wrap
+    from cellblock.gateway.config import default_config_path
+
+    if args.list:
+        return wrap.list_clients(Path.home(), Path.cwd())
+    if args.path is None:
+        print("cellblock: wrap needs CLIENT_CONFIG (or --list)", file=sys.stderr)
+        return EXIT_USAGE
+    config = Path(args.config).expanduser() if args.config else default_config_path()
+    return wrap.wrap(Path(args.path).expanduser(), config.absolute(), dry_run=args.dry_run)
+
+
+def _unwrap(args: argparse.Namespace) -> int:
+    from cellblock.gateway import wrap
+    from cellblock.gateway.config import ConfigError, load_config
+
+    try:
+        allow_insecure = load_config(args.config)[0].credentials.allow_insecure
+    except ConfigError:
+        allow_insecure = False  # no config to go by: only a safe keyring
+    return wrap.unwrap(Path(args.path).expanduser(), with_secrets=args.secrets, allow_insecure=allow_insecure)
 
 
 def _doctor(config_path: str | None) -> int:

@@ -56,7 +56,7 @@ __all__ = [
 
 SERVER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-HEADER_NAME = r"^[A-Za-z0-9][A-Za-z0-9-]*$"
+HEADER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 # Set by the launcher itself (and the variables the SDK's spawner adds, which the jail removes):
 # a secret of one of these names would be overwritten or dropped, so it is refused.
 _LAUNCHER_ENV = {
@@ -286,6 +286,14 @@ class LocalServer(_ServerBase):
     def _expand_one(cls, value: str | None) -> str | None:
         return None if value is None else expand_path(value)
 
+    @field_validator("cwd")
+    @classmethod
+    def _absolute_cwd(cls, value: str | None) -> str | None:
+        # relative to what? the gateway's own cwd depends on how the client starts it
+        if value is not None and not os.path.isabs(value):
+            raise ValueError(f"cwd must be an absolute path (or start with ~), got {value!r}")
+        return value
+
     @field_validator("args")
     @classmethod
     def _expand_args(cls, value: list[str]) -> list[str]:
@@ -484,7 +492,7 @@ def _describe(err: Any, lines: dict[tuple[str, ...], int], source: str) -> str:
     if err["type"] == "string_pattern_mismatch" and loc[-3:-2] == ["secrets"] and loc[-1:] == ["[key]"]:
         key = ".".join(loc[:-1])
         if err.get("ctx", {}).get("pattern") == HEADER_NAME:
-            message = f"{loc[-2]!r} is not an HTTP header name (letters, digits and '-')"
+            message = f"{loc[-2]!r} is not an HTTP header name (letters, digits, '-' and '_')"
         else:
             message = (
                 f"{loc[-2]!r} is not an environment variable name (letters, digits and '_', not starting with a digit)"

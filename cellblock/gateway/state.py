@@ -14,7 +14,7 @@ from typing import Any
 
 from platformdirs import user_state_path
 
-__all__ = ["atomic_write_json", "read_json", "runtime_dir", "state_dir"]
+__all__ = ["atomic_write_json", "atomic_write_text", "read_json", "runtime_dir", "state_dir"]
 
 
 def state_dir() -> Path:
@@ -43,12 +43,18 @@ def runtime_dir() -> Path:
 
 def atomic_write_json(path: Path, data: Any) -> None:
     """Replace `path` with `data` as JSON in one step; the file is 0600."""
+    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
+
+
+def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:
+    """Replace `path` with `text` in one step (temp file, fsync, rename); the file gets `mode`."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=1, sort_keys=True)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
             handle.flush()
+            os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:

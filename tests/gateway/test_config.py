@@ -216,7 +216,7 @@ REMOTE = "version: 1\nservers:\n  a:\n    url: https://h/\n"
         ("    auth:\n      type: bearer\n      token: abc\n", "c.yaml:7: servers.a.auth.token: unknown key"),
         (
             "    secrets: {A B: b}\n",
-            "c.yaml:5: servers.a.secrets.A B: 'A B' is not an HTTP header name (letters, digits and '-')",
+            "c.yaml:5: servers.a.secrets.A B: 'A B' is not an HTTP header name (letters, digits, '-' and '_')",
         ),
     ],
 )
