@@ -453,27 +453,38 @@ def parse_config(text: str, source: str = "cellblock.yaml") -> Config:
         raise ConfigError(f"{source}{where}: not valid YAML: {problem}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the config must be a mapping with 'version: 1' and 'servers:'")
-    lines = _key_lines(node)
+    lines: dict[tuple[str, ...], int] = {}
+    duplicate = _key_lines(node, (), lines)
+    if duplicate is not None:
+        # YAML keeps the last of two equal keys: a second `servers:` would silently replace the first
+        path, line = duplicate
+        raise ConfigError(f"{source}:{line}: {'.'.join(path)}: duplicate key (the earlier one would be ignored)")
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError("\n".join(_describe(err, lines, source) for err in exc.errors())) from None
 
 
-def _key_lines(node: yaml.Node | None, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
-    """Map each key path of the YAML document to the 1-based line it stands on."""
-    lines: dict[tuple[str, ...], int] = {}
+def _key_lines(
+    node: yaml.Node | None, path: tuple[str, ...], lines: dict[tuple[str, ...], int]
+) -> tuple[tuple[str, ...], int] | None:
+    """Fill `lines` with the 1-based line of each key path; return the first duplicated key, if any."""
+    duplicate: tuple[tuple[str, ...], int] | None = None
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             sub = (*path, str(key.value))
+            if sub in lines and duplicate is None:
+                duplicate = (sub, key.start_mark.line + 1)
             lines[sub] = key.start_mark.line + 1
-            lines.update(_key_lines(value, sub))
+            found = _key_lines(value, sub, lines)  # always walked: it fills `lines`
+            duplicate = duplicate or found
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             sub = (*path, str(index))
             lines[sub] = item.start_mark.line + 1
-            lines.update(_key_lines(item, sub))
-    return lines
+            found = _key_lines(item, sub, lines)
+            duplicate = duplicate or found
+    return duplicate
 
 
 _TAGS = {"local", "remote", "on", "off", "short", "full"}  # union tags pydantic puts into error locations

@@ -107,6 +107,7 @@ _EXTRA_HINTS = {
     "alwaysAllow": "to allow tools without asking, add them under tools.rules as allow",
     "disabled": "Cellblock starts every server it lists; remove it, or set start: lazy",
     "timeout": "set timeout: SECONDS on the server",
+    "bearer_token_env_var": "now auth: bearer, see above",
 }
 
 
@@ -214,6 +215,14 @@ def starter(
         _local(draft, entry, cache_root)
     elif entry.url:
         _remote(draft, entry)
+        variable = entry.extra.get("bearer_token_env_var")
+        if isinstance(variable, str) and "auth" not in draft.body:
+            # Codex sends the token found in that variable; Cellblock takes it from the keyring
+            draft.body["auth"] = {"type": "bearer"}
+            draft.notes.append(
+                f"the client sent a bearer token from ${variable}: auth: bearer; "
+                f"store it with `cellblock auth set {draft.name}`"
+            )
     else:
         raise ValueError(f"client entry {key!r} has neither a command nor a url")
     _extra(draft, entry.extra)
@@ -346,6 +355,11 @@ def _arg_secrets(draft: _Draft, args: list[str]) -> list[str]:
         elif not arg.startswith("-") and (_secret_shape(arg) or (_secret_name(option) and looks_secret(option, arg))):
             out.append(REDACTED)
             draft.secret(f"arg-{i}", arg, "stash")
+        elif parts := _embedded_secrets(arg):
+            for part in parts:
+                draft.secret(f"arg-{i}", part, "stash")
+                arg = arg.replace(part, REDACTED)
+            out.append(arg)
         else:
             out.append(arg)
             option = arg if arg.startswith("-") else ""
@@ -356,6 +370,20 @@ def _arg_secrets(draft: _Draft, args: list[str]) -> list[str]:
             "variables (secrets:), never as arguments; if the server reads one, add it there"
         )
     return out
+
+
+# a token after "Bearer " (an `Authorization: Bearer X` header passed as an argument), and the
+# password of a URL's userinfo (postgresql://app:PASSWORD@db/app)
+_EMBEDDED = (
+    re.compile(r"\bBearer\s+([^\s\"',;]+)", re.IGNORECASE),
+    re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:([^@\s/]+)@"),
+)
+
+
+def _embedded_secrets(arg: str) -> list[str]:
+    """Secrets inside a longer argument: a bearer token, a URL's password (never a `${reference}`)."""
+    found = [m.group(1) for pattern in _EMBEDDED for m in pattern.finditer(arg)]
+    return [part for part in found if not part.startswith("$")]
 
 
 def _package(program: str, args: Sequence[str]) -> tuple[str | None, int | None, str | None]:
@@ -678,6 +706,8 @@ def _extra(draft: _Draft, extra: Mapping[str, Any]) -> None:
 
 
 def _holds_secret(key: str, value: Any) -> bool:
+    if key.lower().endswith("env_var"):
+        return False  # names a variable (Codex's bearer_token_env_var), holds no value
     if isinstance(value, str):
         return looks_secret(key, value)
     if isinstance(value, Mapping):

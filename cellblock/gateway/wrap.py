@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,6 +38,7 @@ from cellblock.gateway.clients import (
 )
 from cellblock.gateway.config import Config, ConfigError, parse_config
 from cellblock.gateway.credentials import CredentialError, Keyring
+from cellblock.gateway.literals import replace_in_literals
 from cellblock.gateway.starter import Secret, Starter, server_name, starter
 from cellblock.gateway.state import atomic_write_text
 from cellblock.policy.errors import CellblockError
@@ -106,7 +108,13 @@ class Plan:
 
     @property
     def secrets(self) -> list[tuple[str, Secret]]:
-        return [(m.starter.name, s) for m in self.moved if not m.reused for s in m.starter.secrets]
+        """What wrap stores in the keyring: new servers' secrets, and what unwrap needs of reused ones."""
+        return [(m.starter.name, s) for m in self.moved for s in m.starter.secrets if not m.reused or s.kind == "stash"]
+
+    @property
+    def checks(self) -> list[tuple[str, Secret]]:
+        """Secrets of reused servers, which the keyring must already hold with the same value."""
+        return [(m.starter.name, s) for m in self.moved if m.reused for s in m.starter.secrets if s.kind != "stash"]
 
     @property
     def allow_insecure(self) -> bool:
@@ -171,7 +179,14 @@ def plan_wrap(path: Path, config_path: Path, home: str | None = None) -> Plan:
         if name in existing_raw:
             start = starter(entry.name, entry, taken=set(), home=home)
             if _same_server(existing_raw[name], start.config):
-                plan.moved.append(Moved(block, entry, start, reused=True))
+                secrets, missing = _existing_entries(name, existing_raw[name], start.secrets)
+                if missing:
+                    clashes.append(
+                        f"'{entry.name}' is the same server as '{name}' in {config_path}, which does not take "
+                        f"{', '.join(missing)} from the keyring"
+                    )
+                else:
+                    plan.moved.append(Moved(block, entry, replace(start, secrets=secrets), reused=True))
             else:
                 clashes.append(f"'{entry.name}' would be '{name}', which {config_path} already has for another server")
             continue
@@ -222,6 +237,29 @@ def _same_server(existing: Any, derived: dict[str, Any]) -> bool:
         return False
     keys = ("url",) if "url" in derived else ("command", "args")
     return all(existing.get(k) == derived.get(k) for k in keys)
+
+
+def _existing_entries(
+    name: str, existing: dict[str, Any], secrets: tuple[Secret, ...]
+) -> tuple[tuple[Secret, ...], list[str]]:
+    """A reused server's secrets under the keyring entries cellblock.yaml already names for them,
+    and the keys it does not take from the keyring at all."""
+    named = existing.get("secrets") or {}
+    bearer = (existing.get("auth") or {}).get("type") == "bearer"
+    out, missing = [], []
+    for secret in secrets:
+        entry = (
+            secret.entry
+            if secret.kind == "stash"
+            else name
+            if secret.kind == "bearer" and bearer
+            else named.get(secret.key)
+        )
+        if entry is None:
+            missing.append(secret.key)
+        else:
+            out.append(replace(secret, entry=entry))
+    return tuple(out), missing
 
 
 def _entry_clashes(plan: Plan, existing: Config | None) -> list[str]:
@@ -290,19 +328,15 @@ def _backup_text(plan: Plan, blocks: list[ServersBlock]) -> str:
     """The original file, with every secret value in its servers replaced by its keyring reference."""
     text = plan.text
     for block in sorted(blocks, key=lambda b: b.start, reverse=True):
-        original = text[block.start : block.end]
-        redacted = original
-        for moved in plan.moved:
-            if moved.block is block:
-                for secret in moved.starter.secrets:
-                    redacted = _replace_value(redacted, secret.value, PLACEHOLDER.format(entry=secret.entry))
+        secrets = {
+            secret.value: PLACEHOLDER.format(entry=secret.entry)
+            for moved in plan.moved
+            if moved.block is block
+            for secret in moved.starter.secrets
+        }
+        redacted = replace_in_literals(text[block.start : block.end], secrets, toml=plan.kind == "codex")
         text = replace_span(text, block.start, block.end, redacted)
     return text
-
-
-def _replace_value(text: str, value: str, placeholder: str) -> str:
-    # the value as it is written inside a JSON or TOML basic string
-    return text.replace(json.dumps(value)[1:-1], placeholder)
 
 
 def _config_text(plan: Plan, budget: int) -> str:
@@ -329,21 +363,33 @@ def _yaml_entry(moved: Moved, plan: Plan) -> str:
 
 
 def _insert_servers(text: str, entries: str) -> str:
-    """`entries` (indented two spaces) appended to the `servers:` mapping of an existing config."""
+    """`entries` (indented two spaces) appended to the `servers:` mapping of an existing config,
+    at that mapping's own indentation; every existing line is kept.
+
+    Raises:
+        WrapError: `servers:` is written inline (`servers: {a: …}`), where nothing can be appended.
+    """
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
-    heads = ("servers:", "servers: {}")
-    start = next((i for i, line in enumerate(lines) if line.split("#")[0].rstrip() in heads), None)
+    start = next((i for i, line in enumerate(lines) if re.match(r"servers\s*:", line)), None)
     if start is None:
         return "".join(lines) + "servers:\n" + entries
-    lines[start] = "servers:\n"
+    value = lines[start].split("#", 1)[0].split(":", 1)[1].strip()
+    if value == "{}":
+        lines[start] = "servers:" + (" #" + lines[start].split("#", 1)[1] if "#" in lines[start] else "\n")
+    elif value:
+        raise WrapError("servers: in the existing cellblock.yaml is written inline; make it a block mapping first")
     end = start + 1
     while end < len(lines) and (not lines[end].strip() or lines[end][0] in " \t#"):
         end += 1
     # keep trailing blank lines and column-0 comments with whatever follows the block
     while end - 1 > start and (not lines[end - 1].strip() or lines[end - 1].startswith("#")):
         end -= 1
+    body = [line for line in lines[start + 1 : end] if line.strip() and not line.lstrip().startswith("#")]
+    indent = re.match(r"[ ]*", body[0]).group(0) if body else "  "  # type: ignore[union-attr]
+    if indent != "  ":
+        entries = "".join(indent + line[2:] if line.startswith("  ") else line for line in entries.splitlines(True))
     return "".join([*lines[:end], entries, *lines[end:]])
 
 
@@ -359,18 +405,25 @@ def wrap(path: Path, config_path: Path, dry_run: bool = False, out: TextIO | Non
         return 0
     secrets = plan.secrets
     store: Keyring | None = None
-    if secrets and not dry_run:
+    if (secrets or plan.checks) and not dry_run:
         try:
             store = Keyring(plan.allow_insecure)
         except CredentialError as exc:
             raise WrapError(f"{path} holds secrets that must move to the keyring, nothing changed: {exc}") from None
+        for server, secret in plan.checks:
+            if store.get(secret.entry) != secret.value:
+                raise WrapError(
+                    f"'{server}' in {config_path} is the same server, but its {secret.key} differs from keyring "
+                    f"entry '{secret.entry}'; nothing changed. A new token: `cellblock auth set {secret.entry}`, "
+                    f"then wrap again; another account: rename the server in {path}"
+                )
     _print_plan(plan, out, dry_run)
     if dry_run:
         _say("dry run: nothing changed")
         return 0
-    for _, secret in secrets:
-        assert store is not None
-        store.set(secret.entry, secret.value)
+    if store is not None:
+        for _, secret in secrets:
+            store.set(secret.entry, secret.value)
     mode = path.stat().st_mode & 0o777
     atomic_write_text(config_path, plan.new_config_text)
     atomic_write_text(_backup_path(path), plan.backup_text, 0o600)
@@ -436,7 +489,7 @@ def unwrap(path: Path, with_secrets: bool = False, allow_insecure: bool = False)
             value = store.get(entry)
             if value is None:
                 raise WrapError(f"keyring entry '{entry}' is gone; nothing changed (set it with `cellblock auth set`)")
-            restored = restored.replace(PLACEHOLDER.format(entry=entry), json.dumps(value)[1:-1])
+            restored = restored.replace(PLACEHOLDER.format(entry=entry), json.dumps(value, ensure_ascii=False)[1:-1])
     atomic_write_text(path.resolve(), restored, path.stat().st_mode & 0o777)
     backup.unlink()
     _say(f"OK: {path} starts its own servers again; cellblock.yaml is unchanged")
