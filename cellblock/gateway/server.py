@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.abc
@@ -48,6 +48,7 @@ from cellblock.gateway.namespacing import expose_uri
 from cellblock.gateway.pipeline import Asking, Call, Pipeline
 from cellblock.gateway.policies import policy_for
 from cellblock.gateway.state import atomic_write_json, read_json
+from cellblock.gateway.stdio import pipe_stdio
 from cellblock.policy.lock import check, describe, load_lock, load_pending
 from cellblock.policy.types import Decision, Verdict
 
@@ -125,8 +126,11 @@ class Gateway:
         return self._tg
 
     async def serve_stdio(self) -> None:
-        async with stdio_server() as (read, write):
-            await self.run(read, write)
+        # the SDK's transport, fed by thread-free pipe readers and writers where it can be
+        with pipe_stdio() as pipes:
+            stdin, stdout = pipes if pipes is not None else (None, None)
+            async with stdio_server(cast(Any, stdin), cast(Any, stdout)) as (read, write):
+                await self.run(read, write)
 
     async def run(self, read: Any, write: Any) -> None:
         """Start the downstream servers and serve one client connection until it closes."""
