@@ -1,0 +1,167 @@
+"""Sections 3 and 5: cold start (spawn to the first complete `tools/list`) and the gateway's memory.
+
+Each start is timed from just before the process is spawned to the end of the first `tools/list`
+(the handshake-era client's initialize included, as a client would do it). The same runs read the
+gateway's VmRSS after that list: the gateway process alone, its servers excluded. Every
+configuration runs once first, not counted, to warm the page cache; the eager runs with 16 servers
+also fill the state directory's locks that the lazy runs then serve their catalogs from.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from tests.bench.report import Table, Target, fmt, median, say
+from tests.bench.spawn import PROBE, Scratch, child_pid, connect, direct, gateway, probe_argv, rss_mb
+
+__all__ = ["COLD_TARGET", "LAZY_TARGET", "RSS_TARGET", "cold_start", "list_all", "memory"]
+
+COLD_TARGET = Target(1.3, "x")
+LAZY_TARGET = Target(0.3, " s")
+RSS_TARGET = Target(60, " MB")
+GATEWAY_MARKER = "cellblock.gateway.cli"
+
+
+@dataclass
+class Starts:
+    """The timed starts of one configuration."""
+
+    label: str
+    seconds: list[float] = field(default_factory=list)
+    rss_mb: list[float] = field(default_factory=list)
+    tools: int = 0
+
+
+@dataclass
+class Measured:
+    """Every configuration's starts, in table order; the first is the single probe, the baseline."""
+
+    starts: list[Starts]
+    runs: int
+
+
+async def list_all(client: Client) -> list[str]:
+    """Every tool name the server lists, following cursors."""
+    names: list[str] = []
+    cursor: str | None = None
+    while True:
+        page = await client.list_tools(cursor=cursor)
+        names += [t.name for t in page.tools]
+        cursor = page.next_cursor
+        if cursor is None:
+            return names
+
+
+async def _start(params: StdioServerParameters, marker: str, scratch: Scratch, label: str) -> tuple[float, float, int]:
+    """One cold start: seconds to the first complete tools/list, the process's RSS then, the tool count."""
+    began = time.perf_counter()
+    async with connect(params, "legacy", scratch.log(label)) as client:
+        tools = await list_all(client)
+        took = time.perf_counter() - began
+        rss = rss_mb(child_pid(marker))
+    return took, rss, len(tools)
+
+
+async def _starts(params: StdioServerParameters, marker: str, scratch: Scratch, label: str, runs: int) -> Starts:
+    result = Starts(label)
+    await _start(params, marker, scratch, label)  # warm-up, not counted
+    for _ in range(runs):
+        took, rss, result.tools = await _start(params, marker, scratch, label)
+        result.seconds.append(took)
+        result.rss_mb.append(rss)
+    say(f"{label}: {', '.join(f'{s:.2f}' for s in result.seconds)} s")
+    return result
+
+
+def _probes(count: int) -> dict[str, list[str]]:
+    return {f"p{i:02d}": probe_argv(f"p{i:02d}") for i in range(count)}
+
+
+async def _measure(scratch: Scratch, quick: bool) -> Measured:
+    runs = 1 if quick else 3
+    starts = [await _starts(direct("p"), str(PROBE), scratch, "probe server alone", runs)]
+    for count in (0, 1, 8, 16):
+        label = f"gateway, {count} eager server{'s' if count != 1 else ''}" if count else "gateway, no servers"
+        params = gateway(scratch, f"start-eager-{count}", _probes(count))
+        starts.append(await _starts(params, GATEWAY_MARKER, scratch, label, runs))
+    lazy = gateway(scratch, "start-lazy-16", _probes(16), start="lazy", state="start-eager-16")
+    starts.append(
+        await _starts(lazy, GATEWAY_MARKER, scratch, "gateway, 16 lazy servers (catalogs from the lock)", runs)
+    )
+    return Measured(starts, runs)
+
+
+_cache: dict[bool, Measured] = {}
+
+
+async def _measured(scratch: Scratch, quick: bool) -> Measured:
+    """The start measurements, taken once per run and shared by the cold-start and memory sections."""
+    if quick not in _cache:
+        _cache[quick] = await _measure(scratch, quick)
+    return _cache[quick]
+
+
+async def cold_start(scratch: Scratch, quick: bool) -> list[Table]:
+    """Section 3: gateway start with 0, 1, 8, 16 eager and 16 lazy servers, against one probe server."""
+    measured = await _measured(scratch, quick)
+    base = median(measured.starts[0].seconds)
+    table = Table(
+        f"3. Cold start: spawn to first complete tools/list (median of {measured.runs} runs after a warm-up)",
+        ["start", "tools listed", "median s", "min s", "max s", "x one probe", "target"],
+    )
+    for starts in measured.starts:
+        took = median(starts.seconds)
+        if "16 eager" in starts.label:
+            verdict = COLD_TARGET.verdict(took / base)
+        elif "lazy" in starts.label:
+            verdict = LAZY_TARGET.verdict(took)
+        else:
+            verdict = "—"
+        cells = [
+            str(starts.tools),
+            fmt(took),
+            fmt(min(starts.seconds)),
+            fmt(max(starts.seconds)),
+            f"{fmt(took / base, 2)}x",
+        ]
+        table.add(
+            [starts.label, *cells, verdict],
+            label=starts.label,
+            seconds=starts.seconds,
+            tools=starts.tools,
+            ratio=took / base,
+            target=verdict,
+        )
+    table.notes += [
+        "every server is the same probe, so the slowest single server started directly is the probe itself: "
+        "its median is the baseline of the x column",
+        f"the machine has {os.cpu_count()} cores: servers that start at once share them",
+    ]
+    return [table]
+
+
+async def memory(scratch: Scratch, quick: bool) -> list[Table]:
+    """Section 5: VmRSS of the gateway process alone after its first tools/list."""
+    measured = await _measured(scratch, quick)
+    table = Table(
+        f"5. Memory: VmRSS after the first tools/list (median of {measured.runs} runs), servers excluded",
+        ["process", "median MB", "max MB", "target"],
+    )
+    for starts in measured.starts:
+        rss = median(starts.rss_mb)
+        verdict = RSS_TARGET.verdict(rss) if "16 eager" in starts.label else "—"
+        table.add(
+            [starts.label, fmt(rss), fmt(max(starts.rss_mb)), verdict],
+            label=starts.label,
+            rss_mb=starts.rss_mb,
+            target=verdict,
+        )
+    table.notes.append(
+        "'probe server alone' is one probe server's own RSS: what any Python MCP server on this SDK costs"
+    )
+    return [table]
