@@ -237,14 +237,9 @@ def _ask_all(message: dict[str, Any]) -> list[tuple[Path, dict[str, Any]]]:
 
 
 def _approve(config_path: str | None, target: str, scope: str | None) -> int:
-    from cellblock.gateway.config import ConfigError, load_config
-
-    try:
-        servers = set(load_config(config_path)[0].servers)
-    except ConfigError:
-        if config_path is not None:
-            raise  # a config named on the command line must load
-        servers = set()  # approving a pending call needs no config, only a gateway
+    # approving a pending call needs no config, only a gateway
+    config = _optional_config(config_path, say=False)
+    servers = set(config.servers) if config is not None else set()
     if target in servers:
         if scope is not None:
             print(
@@ -373,27 +368,35 @@ def _wrap(args: argparse.Namespace) -> int:
 
 def _unwrap(args: argparse.Namespace) -> int:
     from cellblock.gateway import wrap
-    from cellblock.gateway.config import ConfigError, load_config
 
-    try:
-        allow_insecure = load_config(args.config)[0].credentials.allow_insecure
-    except ConfigError:
-        allow_insecure = False  # no config to go by: only a safe keyring
+    config = _optional_config(args.config)  # none to go by: only a safe keyring
+    allow_insecure = config is not None and config.credentials.allow_insecure
     return wrap.unwrap(Path(args.path).expanduser(), with_secrets=args.secrets, allow_insecure=allow_insecure)
 
 
 def _doctor(config_path: str | None) -> int:
-    from cellblock.gateway.config import ConfigError, load_config
     from cellblock.gateway.doctor import doctor
 
+    return doctor(_optional_config(config_path))
+
+
+def _optional_config(config_path: str | None, say: bool = True) -> Config | None:
+    """The config for commands that can do without one: None (said on stderr when `say`) when
+    the default one is missing or invalid.
+
+    Raises:
+        ConfigError: a config named on the command line does not load.
+    """
+    from cellblock.gateway.config import ConfigError, load_config
+
     try:
-        config = load_config(config_path)[0]
+        return load_config(config_path)[0]
     except ConfigError as exc:
         if config_path is not None:
-            raise  # a config named on the command line must load
-        print(f"cellblock: no usable config ({str(exc).splitlines()[0]}); checking the machine only", file=sys.stderr)
-        config = None
-    return doctor(config)
+            raise
+        if say:
+            print(f"cellblock: no usable config ({str(exc).splitlines()[0]}); going on without one", file=sys.stderr)
+        return None
 
 
 def _auth(args: argparse.Namespace) -> int:
