@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -75,3 +77,16 @@ async def eventually(check: Callable[[], bool], timeout: float = 10) -> None:
     with anyio.fail_after(timeout):
         while not check():  # noqa: ASYNC110 - the effect happens in another process; polling is the only way
             await anyio.sleep(0.02)
+
+
+def cli(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`cellblock ARGS` as a subprocess with `env` added, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "cellblock.gateway.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+        check=False,
+    )

@@ -22,7 +22,7 @@ import keyring
 import mcp.types as types
 import pytest
 
-from tests.integration.conftest import PROBE, gateway, write_config
+from tests.integration.conftest import PROBE, cli, gateway, write_config
 from tests.servers.remote_run import run_remote
 
 pytestmark = pytest.mark.anyio
@@ -41,18 +41,6 @@ def env(keyring_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
     run = tmp_path / "run"
     run.mkdir(mode=0o700)
     return {**keyring_env, "XDG_RUNTIME_DIR": str(run), "CELLBLOCK_STATE_DIR": str(tmp_path / "state")}
-
-
-def cli(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cellblock.gateway.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-        timeout=60,
-        check=False,
-    )
 
 
 async def until(check: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:

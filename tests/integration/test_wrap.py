@@ -6,9 +6,6 @@ as the client would start it, every tool seen through the gateway, each server j
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +16,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from tests import peers
+from tests.integration.conftest import cli
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peers, pytest.mark.jail]
 
@@ -29,18 +27,6 @@ def anyio_backend() -> str:
 
 
 TOKEN = "ghp_" + "Zq8" * 12  # the shape of a GitHub token: wrap must move it to the keyring
-
-
-def cli(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cellblock.gateway.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-        timeout=120,
-        check=False,
-    )
 
 
 async def allow_once(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
