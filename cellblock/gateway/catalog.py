@@ -6,6 +6,7 @@ sorted by exposed name so they come back in a stable order.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -15,11 +16,27 @@ import mcp.types as types
 
 from cellblock.gateway.downstream import Listing
 from cellblock.gateway.namespacing import assign_names, expose_uri, route_uri
+from cellblock.gateway.shaping import wire_result
 
-__all__ = ["Catalog", "build_catalog", "expose_content"]
+__all__ = ["LIST_KINDS", "Catalog", "build_catalog", "expose_content"]
 
 logger = logging.getLogger(__name__)
 _reported: set[str] = set()
+# list method -> the catalog's items that answer it
+LIST_KINDS = {
+    "tools/list": "tools",
+    "prompts/list": "prompts",
+    "resources/list": "resources",
+    "resources/templates/list": "templates",
+}
+_METHODS = {kind: method for method, kind in LIST_KINDS.items()}
+# kind -> its result model, and the model's field for the items
+_RESULTS: dict[str, tuple[Any, str]] = {
+    "tools": (types.ListToolsResult, "tools"),
+    "prompts": (types.ListPromptsResult, "prompts"),
+    "resources": (types.ListResourcesResult, "resources"),
+    "templates": (types.ListResourceTemplatesResult, "resource_templates"),
+}
 
 
 @dataclass(frozen=True)
@@ -33,6 +50,20 @@ class Catalog:
     prompt_routes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     # tools and prompts a server offers that the lock holds back, by the name they will get
     held: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # each list as the SDK's server would write it, per protocol version: serialized once per
+    # catalog (a rebuild makes a new one), so a list request is a copy, never a re-validation
+    _wire: dict[tuple[str, str], str] = field(default_factory=dict, compare=False, repr=False)
+
+    def wire(self, kind: str, version: str, stamp: dict[str, Any]) -> str:
+        """The JSON text of the list result of `kind` (tools, prompts, resources, templates) at `version`."""
+        text = self._wire.get((kind, version))
+        if text is None:
+            model, key = _RESULTS[kind]
+            result = model(**{key: list(getattr(self, kind))})
+            dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+            shaped = wire_result(_METHODS[kind], version, dumped, stamp)
+            text = self._wire[(kind, version)] = json.dumps(shaped, separators=(",", ":"), ensure_ascii=False)
+        return text
 
     def route_resource(self, uri: str) -> tuple[str, str]:
         """(server, original URI) for an exposed resource URI.

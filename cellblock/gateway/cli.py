@@ -325,7 +325,8 @@ def _ps(as_json: bool) -> int:
                 # jail: false is the one way to run unjailed, and ps must say so plainly
                 jail_text = "UNJAILED" if jail is False else _printable(str(jail))
                 name, state = _printable(str(server.get("name", "?"))), _printable(str(server.get("state", "?")))
-                print(f"  {name}\t{state}\tjail {jail_text}\t{server.get('tools', 0)} tools")
+                calls = f"{server.get('calls', 0)} calls ({server.get('fast_calls', 0)} on the fast path)"
+                print(f"  {name}\t{state}\tjail {jail_text}\t{server.get('tools', 0)} tools\t{calls}")
     if not replies:
         print("cellblock: no running gateway", file=sys.stderr)
     return EXIT_OK

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
@@ -36,13 +36,14 @@ from cellblock.gateway.config import LocalServer, RemoteServer
 from cellblock.gateway.credentials import CredentialError, Keyring
 from cellblock.gateway.elicitation import Asker
 from cellblock.gateway.launch import launch_plan, stdio_parameters
+from cellblock.gateway.local import LocalChannel, local_transport
 from cellblock.gateway.remote import HttpWatch, explain, login, remote_client
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.hosts import parse_rule
 from cellblock.sandbox.egress import Decision, EgressProxy
 from cellblock.sandbox.types import JailError
 
-__all__ = ["Downstream", "DownstreamError", "InFlight", "Listing"]
+__all__ = ["CALL_RESULT", "Downstream", "DownstreamError", "InFlight", "Listing", "forwardable"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.5, 10.0
 # Downstream 2026-07-28 servers may ask for input in rounds; bound them like the SDK does.
 MAX_INPUT_ROUNDS = 8
 
-_CALL_RESULT: TypeAdapter[types.CallToolResult | types.InputRequiredResult] = TypeAdapter(
+CALL_RESULT: TypeAdapter[types.CallToolResult | types.InputRequiredResult] = TypeAdapter(
     types.CallToolResult | types.InputRequiredResult
 )
 _LIST_CHANGED = (
@@ -113,11 +114,25 @@ class InFlight:
     can_elicit: bool = False
     can_elicit_url: bool = False  # the client can open a URL for the user (an OAuth login)
     progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
+    # a fast-path call (gateway/fastpath.py) has no client session to ask through: this moves it
+    # to the SDK's path, which has one, before the server's question is put to the user
+    hand_over: Callable[[], Awaitable[None]] | None = None
+
+    async def reach_client(self) -> None:
+        """Make sure `asker` can reach the client: a fast-path call is handed to the SDK's path."""
+        if self.hand_over is not None:
+            await self.hand_over()
 
     async def report(self, value: float, total: float | None, message: str | None) -> None:
         # read at each report: a 2026-07-28 call that outlives its first request reports to the retry
         if self.progress is not None:
             await self.progress(value, total, message)
+
+
+class Started(Protocol):
+    """A call already on its way to the server (a fast-path call handed to the SDK's path)."""
+
+    async def outcome(self) -> types.CallToolResult | types.InputRequiredResult: ...
 
 
 # None when the human allowed it, else why not
@@ -145,6 +160,10 @@ class Downstream:
     state: str = "stopped"  # stopped | starting | ready | restarting | failed
     error: str | None = None
     client: Client | None = None
+    # the pipes of a running local server, for the fast path's calls beside the SDK session
+    channel: LocalChannel | None = None
+    calls: int = 0  # tool calls forwarded to this server, and how many of them on the fast path
+    fast_calls: int = 0
     _ready: anyio.Event = field(default_factory=anyio.Event)
     _settled: anyio.Event = field(default_factory=anyio.Event)
     _started: bool = False
@@ -380,7 +399,10 @@ class Downstream:
                 self._secret(value)
             private = self.runtime / "servers" / self.name
             plan = launch_plan(self.name, self.config, egress_socket, private, values)
-            return stdio_client(stdio_parameters(plan), errlog=sys.stderr)
+            if sys.platform == "win32":  # no process groups: the SDK's transport, and no fast path
+                return stdio_client(stdio_parameters(plan), errlog=sys.stderr)
+            self.channel = LocalChannel(self.name)
+            return local_transport(plan, self.channel, sys.stderr)
         self._watch = HttpWatch()
         keyring = self._keyring() if self.config.auth.type != "none" or self.config.secrets else None
         http = await remote_client(self.name, self.config, keyring, self._watch, self._secret)
@@ -391,15 +413,19 @@ class Downstream:
     async def _on_elicit(self, ctx: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
         # The request carries no link to the call that caused it; the newest call in flight on
         # this server is the best owner. With none in flight nobody can answer: decline.
-        asker = self._in_flight[-1].asker if self._in_flight else None
-        if asker is None:
+        entry = self._in_flight[-1] if self._in_flight else None
+        if entry is not None:
+            await entry.reach_client()
+        if entry is None or entry.asker is None:
             return types.ElicitResult(action="decline")
-        return await asker.elicit(self.name, params)
+        return await entry.asker.elicit(self.name, params)
 
     async def _on_sampling(
         self, ctx: ClientRequestContext, params: types.CreateMessageRequestParams
     ) -> types.CreateMessageResult | types.ErrorData:
         entry = self._in_flight[-1] if self._in_flight else None
+        if entry is not None:
+            await entry.reach_client()
         try:
             return await self.sample(params, entry)
         except DownstreamError as exc:
@@ -543,19 +569,30 @@ class Downstream:
 
     @asynccontextmanager
     async def tracking(self, entry: InFlight) -> AsyncIterator[None]:
-        self._in_flight.append(entry)
+        self.track(entry)
         try:
             yield
         finally:
-            self._in_flight.remove(entry)
+            self.untrack(entry)
+
+    def track(self, entry: InFlight) -> None:
+        """`entry` is in flight: the server's questions and logs go to the newest such entry."""
+        self._in_flight.append(entry)
+
+    def untrack(self, entry: InFlight) -> None:
+        self._in_flight.remove(entry)
 
     async def call_tool(
         self,
         tool: str,
         params: types.CallToolRequestParams,
         entry: InFlight,
+        started: Started | None = None,
     ) -> types.CallToolResult:
-        """Forward one call and return its result; failures become an error result naming the server."""
+        """Forward one call and return its result; failures become an error result naming the server.
+
+        `started` is a call the fast path already sent: its first round is not sent again.
+        """
         try:
             if self.needs_login and entry.can_elicit_url and entry.asker is not None:
                 await self._login_through_client(entry.asker)
@@ -564,24 +601,29 @@ class Downstream:
                 try:
                     async with self.tracking(entry):
                         with anyio.fail_after(self.timeout):
-                            return await self._call_rounds(client, tool, params, entry)
+                            return await self._call_rounds(client, tool, params, entry, started)
                 except MCPError:
-                    if attempt == 1 and self._lost_session():
+                    if attempt == 1 and started is None and self._lost_session():
                         continue  # the server never saw the call; send it again on a new session
                     raise
             raise AssertionError("unreachable")
-        except TimeoutError:
+        except (TimeoutError, DownstreamError, CredentialError, MCPError, ValueError) as exc:
+            return self.failed_call(tool, exc)
+
+    def failed_call(self, tool: str, exc: BaseException) -> types.CallToolResult:
+        """The error result the model reads when a call to `tool` did not complete."""
+        if isinstance(exc, TimeoutError):
             return error_result(
                 f"call to '{tool}' on server '{self.name}' took longer than {self.timeout:g}s and was cancelled"
             )
-        except (DownstreamError, CredentialError) as exc:
+        if isinstance(exc, DownstreamError | CredentialError):
             return error_result(str(exc))
-        except MCPError as exc:
+        if isinstance(exc, MCPError):
             if exc.code == types.CONNECTION_CLOSED:
                 return error_result(f"server '{self.name}' closed the connection during the call to '{tool}'")
             return error_result(f"server '{self.name}' answered '{tool}' with an error: {exc.message}")
-        except ValueError as exc:  # a result that does not validate
-            return error_result(f"server '{self.name}' sent an invalid result for '{tool}': {_first_line(exc)}")
+        # a result that does not validate
+        return error_result(f"server '{self.name}' sent an invalid result for '{tool}': {_first_line(exc)}")
 
     async def _call_rounds(
         self,
@@ -589,13 +631,17 @@ class Downstream:
         tool: str,
         params: types.CallToolRequestParams,
         entry: InFlight,
+        started: Started | None = None,
     ) -> types.CallToolResult:
         progress = entry.report if entry.progress is not None else None
-        request = types.CallToolRequestParams(name=tool, arguments=params.arguments, _meta=_forwardable(params.meta))
+        request = types.CallToolRequestParams(name=tool, arguments=params.arguments, _meta=forwardable(params.meta))
         for _ in range(MAX_INPUT_ROUNDS):
-            result = await client.session.send_request(
-                types.CallToolRequest(params=request), _CALL_RESULT, progress_callback=progress
-            )
+            if started is not None:
+                result, started = await started.outcome(), None
+            else:
+                result = await client.session.send_request(
+                    types.CallToolRequest(params=request), CALL_RESULT, progress_callback=progress
+                )
             if isinstance(result, types.CallToolResult):
                 return result
             responses = {key: await self._answer(req, entry) for key, req in result.input_requests.items()}
@@ -640,7 +686,7 @@ def error_result(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
-def _forwardable(meta: Any) -> dict[str, Any] | None:
+def forwardable(meta: Any) -> dict[str, Any] | None:
     """The caller's `_meta` minus what belongs to this hop (progress token, protocol envelope)."""
     if not meta:
         return None

@@ -3,6 +3,10 @@
 Each stage can only refuse or pass a call on; none can widen what an earlier one decided. A
 refusal is a tool error the model can read, and every decision is written to the audit log
 before anything is forwarded: if that write fails, the call is refused.
+
+`admit` runs every stage. `allow_now` is the fast path's admission (gateway/fastpath.py): the
+same route, lock and policy stages, taken only when they allow the call without asking anyone;
+whatever else they would say, it says nothing and leaves the call to `admit`.
 """
 
 from __future__ import annotations
@@ -102,6 +106,28 @@ class Pipeline:
             call.verdict = verdict
         if verdict.decision is not Decision.ALLOW:
             return self._refuse(call, verdict)
+        return self._allow(call, verdict)
+
+    def route(self, name: str) -> tuple[str, str] | None:
+        """(server, tool) for an exposed tool name that is in the catalog and not held."""
+        return self._catalog().tool_routes.get(name)
+
+    def allow_now(self, call: Call, route: tuple[str, str]) -> bool:
+        """The fast path's admission of a call whose name routes to `route`: True when the policy
+        allows it without asking anyone, and the allow is audited. False decides and writes
+        nothing: the call then goes through `admit`, which asks, refuses or records the failure.
+        """
+        verdict = self._policies[route[0]].decide(route[1], call.arguments)
+        if verdict.decision is not Decision.ALLOW:
+            return False
+        call.server, call.tool = route
+        call.verdict = verdict
+        return self._allow(call, verdict) is None
+
+    def finished(self, call: Call, is_error: bool, duration_ms: float) -> None:
+        self._audit.write("call_end", call.server, tool=call.tool, duration_ms=round(duration_ms, 3), is_error=is_error)
+
+    def _allow(self, call: Call, verdict: Verdict) -> types.CallToolResult | None:
         self._audit.write(
             "call",
             call.server,
@@ -116,11 +142,6 @@ class Pipeline:
                 f"refused: the audit log {self._audit.path} cannot be written, and no call runs unrecorded"
             )
         return None
-
-    def finished(self, call: Call, result: types.CallToolResult, duration_ms: float) -> None:
-        self._audit.write(
-            "call_end", call.server, tool=call.tool, duration_ms=round(duration_ms, 3), is_error=bool(result.is_error)
-        )
 
     def _refuse(self, call: Call, verdict: Verdict) -> types.CallToolResult:
         call.verdict = verdict

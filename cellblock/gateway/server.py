@@ -12,9 +12,9 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -22,7 +22,6 @@ import mcp.types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.session import ServerSession
-from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
     ListenHandler,
@@ -31,6 +30,7 @@ from mcp.server.subscriptions import (
     ToolsListChanged,
 )
 from mcp.shared.exceptions import MCPError
+from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from cellblock import __version__
@@ -42,13 +42,15 @@ from cellblock.gateway.config import Config
 from cellblock.gateway.control import NOT_FOUND, ControlServer, socket_path
 from cellblock.gateway.downstream import START_SECONDS, Downstream, DownstreamError, InFlight, Listing, error_result
 from cellblock.gateway.elicitation import DirectAsker, InputNeeded, ParkedCall, ParkedCalls, StateRejected
+from cellblock.gateway.fastpath import FastCall, FastPath
 from cellblock.gateway.lock_cli import approve_pending
 from cellblock.gateway.locking import POLL_SECONDS, Locks, lock_path, pending_path
 from cellblock.gateway.namespacing import expose_uri
 from cellblock.gateway.pipeline import Asking, Call, Pipeline
 from cellblock.gateway.policies import policy_for
 from cellblock.gateway.state import atomic_write_json, read_json
-from cellblock.gateway.stdio import pipe_stdio
+from cellblock.gateway.stdio import client_stdio
+from cellblock.gateway.wire import Wire
 from cellblock.policy.lock import check, describe, load_lock, load_pending
 from cellblock.policy.types import Decision, Verdict
 
@@ -109,8 +111,8 @@ class Gateway:
         )
         self.bus = InMemorySubscriptionBus()
         self.parked = ParkedCalls()
-        # the handshake-era connection, for notifications sent outside any request
-        self.upstream: ServerSession | None = None
+        # the client's connection, for notifications sent outside any request (serve_stdio sets it)
+        self.wire: Wire | None = None
         self.log_level: str | None = None
         self._settled = anyio.Event()
         self._tg: anyio.abc.TaskGroup | None = None
@@ -126,10 +128,11 @@ class Gateway:
         return self._tg
 
     async def serve_stdio(self) -> None:
-        # the SDK's transport, fed by thread-free pipe readers and writers where it can be
-        with pipe_stdio() as pipes:
-            stdin, stdout = pipes if pipes is not None else (None, None)
-            async with stdio_server(cast(Any, stdin), cast(Any, stdout)) as (read, write):
+        """Serve the client on stdin and stdout: the fast path first, the SDK's server for the rest."""
+        with client_stdio() as (make_reader, writer):
+            self.wire = Wire(make_reader, writer)
+            fast = FastPath(self, self.wire)
+            async with self.wire.streams(fast.take) as (read, write):
                 await self.run(read, write)
 
     async def run(self, read: Any, write: Any) -> None:
@@ -198,14 +201,25 @@ class Gateway:
         self._rebuild()
         self._settled.set()
 
-    async def _catalog(self) -> Catalog:
+    async def client_catalog(self) -> Catalog:
+        """The catalog to answer a list with, once the eager servers have settled (bounded)."""
         # the first list waits (bounded) for the eager servers, so the client sees them all
         with anyio.move_on_after(START_SECONDS):
             await self._settled.wait()
+        self._retry_failed()
+        return self.catalog
+
+    def settled_catalog(self) -> Catalog | None:
+        """`client_catalog` without waiting: None while the eager servers are still settling."""
+        if not self._settled.is_set():
+            return None
+        self._retry_failed()
+        return self.catalog
+
+    def _retry_failed(self) -> None:
         # a server that failed for want of a credential may have it now; it announces its tools
         for ds in self.downstreams.values():
             ds.retry()
-        return self.catalog
 
     def _rebuild(self) -> Catalog:
         offered = {name: ds.listing for name, ds in self.downstreams.items() if ds.listing is not None}
@@ -232,18 +246,16 @@ class Gateway:
         if not self._settled.is_set():
             return
         new = self.catalog
-        changes: list[tuple[Any, Callable[[ServerSession], Awaitable[None]]]] = []
+        changes: list[tuple[Any, str]] = []
         if old.tools != new.tools:
-            changes.append((ToolsListChanged(), lambda s: s.send_tool_list_changed()))
+            changes.append((ToolsListChanged(), "notifications/tools/list_changed"))
         if old.prompts != new.prompts:
-            changes.append((PromptsListChanged(), lambda s: s.send_prompt_list_changed()))
+            changes.append((PromptsListChanged(), "notifications/prompts/list_changed"))
         if (old.resources, old.templates) != (new.resources, new.templates):
-            changes.append((ResourcesListChanged(), lambda s: s.send_resource_list_changed()))
-        for event, send in changes:
+            changes.append((ResourcesListChanged(), "notifications/resources/list_changed"))
+        for event, method in changes:
             await self.bus.publish(event)  # 2026-07-28 clients listening on subscriptions/listen
-            if self.upstream is not None:  # handshake-era clients
-                with contextlib.suppress(Exception):
-                    await send(self.upstream)
+            self._notify_handshake_client(method, None)
 
     # -- the upstream server ---------------------------------------------------------------
 
@@ -266,28 +278,32 @@ class Gateway:
         server.middleware = []  # no tracing span per message on the hot path
         return server
 
-    def _remember(self, ctx: Ctx) -> None:
-        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            self.upstream = ctx.session
+    def _notify_handshake_client(self, method: str, params: dict[str, Any] | None) -> None:
+        """A notification outside any request; only a handshake-era client has a channel for it."""
+        wire = self.wire
+        if wire is None or wire.modern or wire.version is None:
+            return
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        with contextlib.suppress(OSError):  # the client left
+            wire.send(message)
 
     async def _list_tools(self, ctx: Ctx, params: Any) -> types.ListToolsResult:
-        self._remember(ctx)
-        return types.ListToolsResult(tools=list((await self._catalog()).tools))
+        return types.ListToolsResult(tools=list((await self.client_catalog()).tools))
 
     async def _list_prompts(self, ctx: Ctx, params: Any) -> types.ListPromptsResult:
-        self._remember(ctx)
-        return types.ListPromptsResult(prompts=list((await self._catalog()).prompts))
+        return types.ListPromptsResult(prompts=list((await self.client_catalog()).prompts))
 
     async def _list_resources(self, ctx: Ctx, params: Any) -> types.ListResourcesResult:
-        self._remember(ctx)
-        return types.ListResourcesResult(resources=list((await self._catalog()).resources))
+        return types.ListResourcesResult(resources=list((await self.client_catalog()).resources))
 
     async def _list_templates(self, ctx: Ctx, params: Any) -> types.ListResourceTemplatesResult:
-        self._remember(ctx)
-        return types.ListResourceTemplatesResult(resource_templates=list((await self._catalog()).templates))
+        return types.ListResourceTemplatesResult(resource_templates=list((await self.client_catalog()).templates))
 
     async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> types.Result:
-        self._remember(ctx)
+        if isinstance(ctx.request, FastCall):
+            return await self._adopt(ctx, params, ctx.request)
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         call = Call(params.name, params.arguments, ctx=Asking(ctx.session, ctx.request_id, modern))
         if params.request_state and modern:
@@ -313,16 +329,41 @@ class Gateway:
             return refusal
         ds = self.downstreams[call.server]
         ds.start(self.tasks)  # lazy servers start on first use
-        entry = self._in_flight(ctx)
-        began = time.perf_counter()
+        return await self._forward_call(ctx, params, call, self._in_flight(ctx), time.perf_counter())
+
+    async def _adopt(self, ctx: Ctx, params: types.CallToolRequestParams, fast: FastCall) -> types.Result:
+        """Take over a fast-path call that needs the client's session midway: its server asks the
+        user something, or answers with an input round. The call was admitted and audited when it
+        came, and its request is still with the server; from here on it goes as any other."""
+        entry, fresh = fast.entry, self._in_flight(ctx)
+        entry.log, entry.progress = fresh.log, fresh.progress
+        entry.can_elicit, entry.can_elicit_url = fresh.can_elicit, fresh.can_elicit_url
+        entry.hand_over = None
+        return await self._forward_call(ctx, params, fast.call, entry, fast.began, fast)
+
+    async def _forward_call(
+        self,
+        ctx: Ctx,
+        params: types.CallToolRequestParams,
+        call: Call,
+        entry: InFlight,
+        began: float,
+        fast: FastCall | None = None,
+    ) -> types.Result:
+        """Forward an admitted call (or carry on with a fast call already sent) and audit its end."""
+        ds = self.downstreams[call.server]
+        if fast is None:  # a fast call was counted when it was sent
+            ds.calls += 1
 
         def done(result: types.CallToolResult) -> None:
-            self.pipeline.finished(call, result, (time.perf_counter() - began) * 1000)
+            self.pipeline.finished(call, bool(result.is_error), (time.perf_counter() - began) * 1000)
 
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            return await self._call_modern(ctx, params, entry, ds, call.tool, done)
+            return await self._call_modern(ctx, params, entry, ds, call.tool, done, fast)
         entry.asker = DirectAsker(ctx.session, ctx.request_id)
-        result = _exposed(call.server, await ds.call_tool(call.tool, params, entry))
+        if fast is not None:
+            fast.adopted.set()
+        result = _exposed(call.server, await ds.call_tool(call.tool, params, entry, fast))
         done(result)
         return result
 
@@ -334,11 +375,13 @@ class Gateway:
         ds: Downstream | None = None,
         tool: str = "",
         done: Callable[[types.CallToolResult], None] | None = None,
+        fast: FastCall | None = None,
     ) -> types.Result:
         """2026-07-28: the call runs in its own task so that it can outlive a question to the user.
 
-        A first request brings `ds`, `tool` and `done` (the audit of the outcome); a retry brings
-        only the sealed state, which names the parked call that already has them.
+        A first request brings `ds`, `tool` and `done` (the audit of the outcome), and `fast` when
+        the fast path already sent it; a retry brings only the sealed state, which names the parked
+        call that already has them.
         """
         if params.request_state:
             try:
@@ -350,10 +393,12 @@ class Gateway:
         elif ds is not None:
             call = ParkedCall(entry, ds.name, done)
             entry.asker = call
+            if fast is not None:
+                fast.adopted.set()
 
             async def forward() -> None:
                 with call.scope:
-                    call.finish(await ds.call_tool(tool, params, entry))
+                    call.finish(await ds.call_tool(tool, params, entry, fast))
 
             self.tasks.start_soon(forward)
         else:
@@ -394,7 +439,6 @@ class Gateway:
         )
 
     async def _get_prompt(self, ctx: Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
-        self._remember(ctx)
         route = self.catalog.prompt_routes.get(params.name)
         if route is None:
             raise MCPError(types.INVALID_PARAMS, self._unknown(params.name, "prompt"))
@@ -403,7 +447,6 @@ class Gateway:
         return await self._forward(server, request, types.GetPromptResult)
 
     async def _read_resource(self, ctx: Ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        self._remember(ctx)
         server, uri = self._route_uri(str(params.uri))
         request = types.ReadResourceRequest(params=types.ReadResourceRequestParams(uri=uri))
         result = await self._forward(server, request, types.ReadResourceResult)
@@ -411,7 +454,6 @@ class Gateway:
         return result.model_copy(update={"contents": contents})
 
     async def _complete(self, ctx: Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
-        self._remember(ctx)
         ref = params.ref
         if isinstance(ref, types.PromptReference):
             route = self.catalog.prompt_routes.get(ref.name)
@@ -426,7 +468,6 @@ class Gateway:
         return await self._forward(server, request, types.CompleteResult)
 
     async def _set_level(self, ctx: Ctx, params: types.SetLevelRequestParams) -> types.EmptyResult:
-        self._remember(ctx)
         self.log_level = params.level
         return types.EmptyResult()
 
@@ -479,6 +520,8 @@ class Gateway:
                     "state": ds.state,
                     "jail": "remote" if not hasattr(ds.config, "jail") else getattr(ds.config.jail, "network", False),
                     "tools": len(ds.listing.tools) if ds.listing else 0,
+                    "calls": ds.calls,
+                    "fast_calls": ds.fast_calls,
                 }
                 for name, ds in self.downstreams.items()
             ]
@@ -557,14 +600,22 @@ class Gateway:
             await session.send_log_message(params.level, params.data, logger=params.logger)
 
     async def _on_idle_log(self, ds: Downstream, params: types.LoggingMessageNotificationParams) -> None:
-        if self.upstream is not None:
-            await self._send_log(self.upstream, params)
+        if self.log_level and _LOG_ORDER.index(params.level) < _LOG_ORDER.index(self.log_level):
+            return
+        self._notify_handshake_client(
+            "notifications/message", params.model_dump(by_alias=True, mode="json", exclude_none=True)
+        )
 
 
 def _exposed(server: str, result: types.Result) -> types.Result:
-    """A downstream result with resource URIs rewritten; most results pass untouched."""
-    if isinstance(result, types.CallToolResult) and any(
-        isinstance(c, types.ResourceLink | types.EmbeddedResource) for c in result.content
-    ):
-        return result.model_copy(update={"content": expose_content(server, result.content)})
-    return result
+    """A downstream result as the client may see it: resource URIs routed back through the
+    gateway, and the server's own `serverInfo` stamp dropped (the gateway stamps its own).
+    `fastpath.exposed_result` is the same for a result the fast path carries as JSON."""
+    if not isinstance(result, types.CallToolResult):
+        return result
+    update: dict[str, Any] = {}
+    if any(isinstance(c, types.ResourceLink | types.EmbeddedResource) for c in result.content):
+        update["content"] = expose_content(server, result.content)
+    if result.meta and SERVER_INFO_META_KEY in result.meta:
+        update["meta"] = {k: v for k, v in result.meta.items() if k != SERVER_INFO_META_KEY} or None
+    return result.model_copy(update=update) if update else result

@@ -1,77 +1,288 @@
-"""The gateway's stdin and stdout, read and written on the event loop without worker threads.
+"""Pipes read and written from the event loop's own callbacks: the gateway's stdio, and each
+local server's.
 
-The SDK's `stdio_server()` wraps the standard files with `anyio.wrap_file`: every line read and
-every write and flush is a hop to a worker thread and back, several per tool call. When both
-ends are pipes or sockets (how every MCP client starts a server), this module hands
-`stdio_server()` non-blocking readers and writers on private duplicates of fds 0 and 1 instead.
-As the SDK does, it then points fd 0 at /dev/null and fd 1 at stderr, so nothing else in the
-process or its children reads the requests or writes on the wire; everything is restored on exit.
-A terminal or a file keeps the SDK's own handling: making a shared terminal non-blocking would
-leak into the shell.
+Every message of the fast path crosses two pipes in and two out. The SDK's `stdio_server()`
+hands each line and each write to a worker thread and back; anyio's `wait_readable` registers
+and unregisters the fd on every wait (two `epoll_ctl` calls and a future per line, about 20 µs
+measured). Here a pipe stays registered with the asyncio loop the gateway runs on (anyio's
+asyncio backend) for as long as it is read: `LineReader` calls back with each complete line as
+it arrives, so a fast-path message is handled in the same loop iteration that read it, and
+`PipeWriter` writes at once, queueing only what a full pipe does not take.
+
+For the gateway's own stdio (`client_stdio`), fds 0 and 1 are first moved to private duplicates,
+and fd 0 then reads /dev/null and fd 1 writes to stderr, as the SDK does, so nothing else in the
+process or its children reads the requests or writes on the wire; everything is restored on
+exit. A terminal or a file (which epoll cannot watch, and which must not be left non-blocking in
+a shell) is read by a thread instead and written directly.
 """
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
+import logging
 import os
 import stat
-from collections.abc import Iterator
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import BinaryIO, Protocol
 
 import anyio
 
-__all__ = ["PipeReader", "PipeWriter", "pipe_stdio"]
+__all__ = ["FileWriter", "LineReader", "PipeWriter", "Reader", "ThreadLineReader", "Writer", "client_stdio"]
+
+logger = logging.getLogger(__name__)
 
 _CHUNK = 1 << 16
 
+OnLine = Callable[[bytes], None]
 
-class PipeReader:
-    """Lines from a non-blocking fd, as `async for line in reader` (each with its newline)."""
 
-    def __init__(self, fd: int) -> None:
+class Reader(Protocol):
+    def start(self) -> None: ...
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class Writer(Protocol):
+    def write_nowait(self, data: bytes) -> None: ...
+    async def write(self, data: bytes) -> None: ...
+    def close(self) -> None: ...
+
+
+class LineReader:
+    """Calls `on_line` with each line (without its newline) read from a non-blocking pipe fd,
+    from the loop's reader callback; `on_eof` once, after the last line.
+
+    `pause()` stops delivery (and reading) until `resume()`: the caller's backpressure.
+    """
+
+    def __init__(self, fd: int, on_line: OnLine, on_eof: Callable[[], None]) -> None:
         self.fd = fd
-        self._buffer = b""
+        self._on_line = on_line
+        self._on_eof = on_eof
+        self._buffer = bytearray()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._paused = False
         self._eof = False
+        self._closed = False
 
-    def __aiter__(self) -> PipeReader:
-        return self
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self.fd, self._readable)
 
-    async def __anext__(self) -> str:
-        while True:
-            end = self._buffer.find(b"\n")
-            if end >= 0:
-                line, self._buffer = self._buffer[: end + 1], self._buffer[end + 1 :]
-                return line.decode("utf-8", errors="replace")
-            if self._eof:
-                if not self._buffer:
-                    raise StopAsyncIteration
-                line, self._buffer = self._buffer, b""
-                return line.decode("utf-8", errors="replace")
-            try:
-                chunk = os.read(self.fd, _CHUNK)
-            except BlockingIOError:
-                await anyio.wait_readable(self.fd)
-                continue
-            self._eof = not chunk
+    def pause(self) -> None:
+        if not self._paused and not self._closed:
+            self._paused = True
+            if self._loop is not None and not self._eof:
+                self._loop.remove_reader(self.fd)
+
+    def resume(self) -> None:
+        if self._paused and not self._closed:
+            self._paused = False
+            self._deliver()
+            if self._loop is not None and not self._eof and not self._paused and not self._closed:
+                self._loop.add_reader(self.fd, self._readable)
+
+    def close(self) -> None:
+        """Stop reading; the fd stays open (its owner closes it)."""
+        if not self._closed:
+            self._closed = True
+            if self._loop is not None and not self._eof:
+                self._loop.remove_reader(self.fd)
+
+    def _readable(self) -> None:
+        try:
+            chunk = os.read(self.fd, _CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if chunk:
             self._buffer += chunk
+        else:
+            self._eof = True
+            if self._loop is not None:
+                self._loop.remove_reader(self.fd)
+        self._deliver()
+
+    def _deliver(self) -> None:
+        while not self._paused and not self._closed:
+            end = self._buffer.find(b"\n")
+            if end < 0:
+                break
+            line = bytes(self._buffer[:end])
+            del self._buffer[: end + 1]
+            self._call(line)
+        if self._eof and not self._paused and not self._closed:
+            if self._buffer:
+                line, self._buffer = bytes(self._buffer), bytearray()
+                self._call(line)
+            self._closed = True
+            self._on_eof()
+
+    def _call(self, line: bytes) -> None:
+        try:
+            self._on_line(line)
+        except Exception:  # the reader's top level: one bad line must not stop the connection
+            logger.exception("handling a line from fd %d failed", self.fd)
+
+
+class ThreadLineReader:
+    """`LineReader` for a terminal or a regular file: a thread reads, the loop is called back."""
+
+    def __init__(self, file: BinaryIO, on_line: OnLine, on_eof: Callable[[], None]) -> None:
+        self._file = file
+        self._on_line = on_line
+        self._on_eof = on_eof
+        self._go = threading.Event()
+        self._go.set()
+        self._closed = False
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def run() -> None:
+            for line in iter(self._file.readline, b""):
+                self._go.wait()
+                if self._closed:
+                    return
+                loop.call_soon_threadsafe(self._call, line.rstrip(b"\n"))
+            loop.call_soon_threadsafe(self._end)
+
+        threading.Thread(target=run, name="cellblock-stdin", daemon=True).start()
+
+    def pause(self) -> None:
+        self._go.clear()
+
+    def resume(self) -> None:
+        self._go.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._go.set()
+
+    def _call(self, line: bytes) -> None:
+        if not self._closed:
+            try:
+                self._on_line(line)
+            except Exception:  # as in LineReader
+                logger.exception("handling a line from stdin failed")
+
+    def _end(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._on_eof()
 
 
 class PipeWriter:
-    """Writes whole strings to a non-blocking fd, waiting while the pipe is full."""
+    """Writes to a non-blocking pipe fd at once, in the order given, from any task or callback.
+
+    What a full pipe does not take waits in a queue that the loop's writer callback drains;
+    later writes queue behind it, so lines never interleave. `write()` also waits until the
+    queue has drained: backpressure for a writer that can wait.
+    """
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        self._queue: deque[memoryview] = deque()
+        self._drained: list[anyio.Event] = []
+        self._error: OSError | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def write(self, text: str) -> None:
-        data = memoryview(text.encode("utf-8"))
-        while data:
+    def write_nowait(self, data: bytes) -> None:
+        """Write `data` whole, now or (if the pipe is full) as soon as it takes it.
+
+        Raises:
+            OSError: the reader is gone (BrokenPipeError), or the fd is closed.
+        """
+        if self._error is not None:
+            raise self._error
+        view = memoryview(data)
+        if not self._queue:
             try:
-                data = data[os.write(self.fd, data) :]
-            except BlockingIOError:
-                await anyio.wait_writable(self.fd)
+                view = view[os.write(self.fd, view) :]
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError as exc:
+                self._fail(exc)
+                raise
+            if not view:
+                return
+            self._loop = asyncio.get_running_loop()
+            self._loop.add_writer(self.fd, self._writable)
+        self._queue.append(view)
 
-    async def flush(self) -> None:
-        """Nothing is buffered here."""
+    async def write(self, data: bytes) -> None:
+        """Raises:
+        OSError: as `write_nowait`, now or while the data waited.
+        """
+        self.write_nowait(data)
+        await self.drained()
+        if self._error is not None:
+            raise self._error
+
+    async def drained(self) -> None:
+        """Wait until everything written so far has reached the pipe (or the pipe broke)."""
+        if self._queue:
+            drained = anyio.Event()
+            self._drained.append(drained)
+            await drained.wait()
+
+    def close(self) -> None:
+        """Drop what is still queued; later writes raise."""
+        self._fail(BrokenPipeError("the pipe was closed"))
+
+    def _writable(self) -> None:
+        while self._queue:
+            head = self._queue[0]
+            try:
+                rest = head[os.write(self.fd, head) :]
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._fail(exc)
+                return
+            if rest:
+                self._queue[0] = rest
+                return
+            self._queue.popleft()
+        self._settle()
+
+    def _fail(self, exc: OSError) -> None:
+        if self._error is None:
+            self._error = exc
+        self._queue.clear()
+        self._settle()
+
+    def _settle(self) -> None:
+        if self._loop is not None:
+            self._loop.remove_writer(self.fd)
+            self._loop = None
+        drained, self._drained = self._drained, []
+        for event in drained:
+            event.set()
+
+
+class FileWriter:
+    """`PipeWriter` for a terminal or a regular file: plain blocking writes, flushed."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self._file = file
+
+    def write_nowait(self, data: bytes) -> None:
+        self._file.write(data)
+        self._file.flush()
+
+    async def write(self, data: bytes) -> None:
+        self.write_nowait(data)
+
+    def close(self) -> None:
+        """The file belongs to the process."""
 
 
 def _is_pipe(fd: int) -> bool:
@@ -82,11 +293,15 @@ def _is_pipe(fd: int) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
+ReaderFactory = Callable[[OnLine, Callable[[], None]], Reader]
+
+
 @contextmanager
-def pipe_stdio() -> Iterator[tuple[PipeReader, PipeWriter] | None]:
-    """The wire as a non-blocking reader and writer, or None when stdin or stdout is not a pipe."""
+def client_stdio() -> Iterator[tuple[ReaderFactory, Writer]]:
+    """The client's wire: a factory for the line reader (given its callbacks), and the writer."""
     if not (_is_pipe(0) and _is_pipe(1)):
-        yield None
+        stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+        yield (lambda on_line, on_eof: ThreadLineReader(stdin, on_line, on_eof)), FileWriter(stdout)
         return
     wire_in = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
     wire_out = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
@@ -97,7 +312,7 @@ def pipe_stdio() -> Iterator[tuple[PipeReader, PipeWriter] | None]:
     os.set_blocking(wire_in, False)
     os.set_blocking(wire_out, False)
     try:
-        yield PipeReader(wire_in), PipeWriter(wire_out)
+        yield (lambda on_line, on_eof: LineReader(wire_in, on_line, on_eof)), PipeWriter(wire_out)
     finally:
         for private, fd in ((wire_in, 0), (wire_out, 1)):
             os.set_blocking(private, True)

@@ -1,4 +1,4 @@
-"""The gateway's thread-free stdio: lines in, whole writes out, and nothing else on the wire."""
+"""The gateway's pipes: lines in as they arrive, whole writes out in order, and nothing else on the wire."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
-from cellblock.gateway.stdio import PipeReader, PipeWriter
+from cellblock.gateway.stdio import LineReader, PipeWriter
 
 pytestmark = pytest.mark.anyio
 
@@ -20,22 +22,92 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-async def test_lines_come_whole_with_a_last_unterminated_one_and_bad_utf8_replaced() -> None:
+class Lines:
+    """What a LineReader delivered, and when it ended."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+        self.ended = anyio.Event()
+        self.arrived = anyio.Event()
+
+    def line(self, line: bytes) -> None:
+        self.lines.append(line)
+        self.arrived.set()
+
+    def eof(self) -> None:
+        self.ended.set()
+
+
+async def test_lines_come_whole_across_reads_with_a_last_unterminated_one() -> None:
     read, write = os.pipe()
     os.set_blocking(read, False)
+    got = Lines()
+    reader = LineReader(read, got.line, got.eof)
+    reader.start()
     os.write(write, b'{"a": 1}\n{"b":')
-    reader = PipeReader(read)
-    assert await reader.__anext__() == '{"a": 1}\n'
+    with anyio.fail_after(5):
+        await got.arrived.wait()
+    assert got.lines == [b'{"a": 1}']
     os.write(write, b" 2}\n\xff tail")
     os.close(write)
-    assert [line async for line in reader] == ['{"b": 2}\n', "\ufffd tail"]
+    with anyio.fail_after(5):
+        await got.ended.wait()
+    assert got.lines == [b'{"a": 1}', b'{"b": 2}', b"\xff tail"]
     os.close(read)
 
 
-async def test_a_write_larger_than_the_pipe_waits_and_arrives_whole() -> None:
+async def test_a_paused_reader_delivers_nothing_until_resumed_and_then_everything_in_order() -> None:
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    got = Lines()
+
+    def first_pauses(line: bytes) -> None:
+        got.line(line)
+        if line == b"1":
+            reader.pause()
+
+    reader = LineReader(read, first_pauses, got.eof)
+    reader.start()
+    os.write(write, b"1\n2\n3\n")
+    os.close(write)
+    with anyio.fail_after(5):
+        await got.arrived.wait()
+    await anyio.sleep(0.05)
+    assert got.lines == [b"1"]  # paused after the first: the rest waits, and so does the end
+    assert not got.ended.is_set()
+    reader.resume()
+    assert got.lines == [b"1", b"2", b"3"]
+    with anyio.fail_after(5):
+        await got.ended.wait()
+    os.close(read)
+
+
+async def test_a_line_handler_that_fails_costs_only_its_line() -> None:
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    got = Lines()
+
+    def handle(line: bytes) -> None:
+        if line == b"bad":
+            raise RuntimeError("boom")
+        got.line(line)
+
+    reader = LineReader(read, handle, got.eof)
+    reader.start()
+    os.write(write, b"one\nbad\ntwo\n")
+    os.close(write)
+    with anyio.fail_after(5):
+        await got.ended.wait()
+    assert got.lines == [b"one", b"two"]
+    os.close(read)
+
+
+async def test_writes_larger_than_the_pipe_from_many_writers_arrive_whole_and_in_order() -> None:
     read, write = os.pipe()
     os.set_blocking(write, False)
-    text = "x" * 1_000_000 + "\n"  # far beyond a pipe's 64 KiB
+    writer = PipeWriter(write)
+    # far beyond a pipe's 64 KiB; some writers wait for the pipe, some queue without waiting
+    texts = [bytes([ord("a") + i]) * 300_000 + b"\n" for i in range(6)]
     received = bytearray()
 
     def drain() -> None:
@@ -44,23 +116,41 @@ async def test_a_write_larger_than_the_pipe_waits_and_arrives_whole() -> None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(anyio.to_thread.run_sync, drain)
-        await PipeWriter(write).write(text)
-        await PipeWriter(write).flush()
+        async with anyio.create_task_group() as writers:
+            for i, text in enumerate(texts):
+                if i % 2:
+                    writer.write_nowait(text)
+                else:
+                    writers.start_soon(writer.write, text)
+                await anyio.lowlevel.checkpoint()
+        await writer.drained()
         os.close(write)
     os.close(read)
-    assert received.decode() == text
+    assert received == b"".join(texts)
+
+
+async def test_a_write_to_a_closed_reader_raises_and_so_do_later_ones() -> None:
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    os.close(read)
+    writer = PipeWriter(write)
+    with pytest.raises(BrokenPipeError):
+        writer.write_nowait(b"gone\n")
+    with pytest.raises(BrokenPipeError):
+        await writer.write(b"still gone\n")
+    os.close(write)
 
 
 def test_stray_prints_and_children_never_reach_the_wire() -> None:
     script = textwrap.dedent(
         """
         import anyio, subprocess, sys
-        from cellblock.gateway.stdio import pipe_stdio
-        with pipe_stdio() as pipes:
-            assert pipes is not None
+        from cellblock.gateway.stdio import PipeWriter, client_stdio
+        with client_stdio() as (make_reader, writer):
+            assert isinstance(writer, PipeWriter)
             print("stray print", flush=True)
             subprocess.run([sys.executable, "-c", "print('child output')"])
-            anyio.run(pipes[1].write, "wire\\n")
+            anyio.run(writer.write, b"wire\\n")
         """
     )
     done = subprocess.run([sys.executable, "-c", script], input=b"", capture_output=True, timeout=60, check=True)
@@ -68,8 +158,30 @@ def test_stray_prints_and_children_never_reach_the_wire() -> None:
     assert b"stray print" in done.stderr and b"child output" in done.stderr
 
 
-def test_a_terminal_or_file_keeps_the_sdks_own_handling() -> None:
-    script = "from cellblock.gateway.stdio import pipe_stdio\nwith pipe_stdio() as p: print(p is None)"
+ECHO = textwrap.dedent(
+    """
+    import anyio
+    from cellblock.gateway.stdio import FileWriter, client_stdio
+
+    async def echo(make_reader, writer):
+        ended = anyio.Event()
+        reader = make_reader(lambda line: writer.write_nowait(b"got " + line + b"\\n"), ended.set)
+        reader.start()
+        await ended.wait()
+
+    with client_stdio() as (make_reader, writer):
+        assert isinstance(writer, FileWriter)
+        anyio.run(echo, make_reader, writer)
+    """
+)
+
+
+def test_a_terminal_or_file_is_read_by_a_thread_and_written_directly() -> None:
     with open(os.devnull) as devnull:  # a character device, not a pipe
-        done = subprocess.run([sys.executable, "-c", script], stdin=devnull, capture_output=True, timeout=60)
-    assert done.stdout.strip() == b"True"
+        done = subprocess.run([sys.executable, "-c", ECHO], stdin=devnull, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    source = Path(__file__)
+    with source.open() as regular:  # a regular file: read to its end, each line answered in order
+        done = subprocess.run([sys.executable, "-c", ECHO], stdin=regular, capture_output=True, timeout=60)
+    answered = done.stdout.decode().splitlines()
+    assert answered == ["got " + line for line in source.read_text().splitlines()]

@@ -1,0 +1,328 @@
+"""A local server's stdio connection: one process, one pair of pipes, two users of them.
+
+The SDK's client session talks to the server through the message streams `local_transport`
+yields, as it would through the SDK's own `stdio_client`. Beside it, the fast path
+(`gateway/fastpath.py`) writes its `tools/call` requests straight onto the server's stdin under
+private ids (`LocalChannel.request`) and is called back with their responses, parsed once, from
+the loop callback that read them: no validation, stream hop or task switch in between. Every
+line from the server is parsed here once: a response to a private id, or progress for one, goes
+to the fast path; the rest is validated and handed to the SDK session. Writes of both go out
+whole and in order through one `PipeWriter`.
+
+Spawning and stopping follow the SDK's `stdio_client`: a new session and process group, no
+await between the spawn and the task group, and a shielded shutdown that closes stdin, waits,
+then ends the whole process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import os
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import anyio
+import anyio.abc
+import mcp.types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.client.stdio import PROCESS_TERMINATION_TIMEOUT, get_default_environment
+from mcp.os.posix.utilities import terminate_posix_process_tree
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
+
+from cellblock.gateway.stdio import LineReader, PipeWriter
+from cellblock.sandbox.types import LaunchPlan
+
+__all__ = ["ENVELOPE_PREFIX", "LocalChannel", "Pending", "local_transport"]
+
+logger = logging.getLogger(__name__)
+
+# The 2026-07-28 per-request envelope lives in `_meta` under this reserved prefix.
+ENVELOPE_PREFIX = "io.modelcontextprotocol/"
+# Private request ids start with this; the SDK session numbers its own requests, so they never meet.
+_ID_PREFIX = "cb-"
+# After stdin is closed a server gets this long to exit before its process group is ended.
+_EXIT_SECONDS = PROCESS_TERMINATION_TIMEOUT
+# A write already accepted from the SDK session gets this long to reach the pipe at shutdown.
+_FLUSH_SECONDS = 0.5
+# Messages for the SDK session beyond this pause reading the server; see Wire for the same.
+_PAUSE, _RESUME = 64, 16
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
+Progress = Callable[[float, float | None, str | None], None]
+
+
+@dataclass(eq=False)
+class Pending:
+    """A request written under a private id, until its answer: the response, or None when the
+    server went away or the request timed out (`timed_out`)."""
+
+    id: str
+    on_done: Callable[[Pending], None]
+    progress: Progress | None
+    deadline: float
+    response: dict[str, Any] | None = None
+    timed_out: bool = False
+    done: bool = False
+
+    def _finish(self) -> None:
+        if not self.done:
+            self.done = True
+            self.on_done(self)
+
+
+@dataclass(eq=False)
+class LocalChannel:
+    """The fast path's side of a local server's pipes: requests under private ids, and their answers."""
+
+    name: str
+    # what the SDK session stamps on every request to a 2026-07-28 server (protocol version,
+    # client info and capabilities, log opt-in), copied from its own requests as they pass
+    envelope: dict[str, Any] | None = None
+    open: bool = False
+    _writer: PipeWriter | None = None
+    _pending: dict[str, Pending] = field(default_factory=dict)
+    _order: deque[Pending] = field(default_factory=deque)  # by deadline: every request has one timeout
+    _expiring: anyio.Event = field(default_factory=anyio.Event)
+    _ids: Any = field(default_factory=lambda: itertools.count(1))
+
+    def request(
+        self,
+        method: str,
+        params: dict[str, Any],
+        timeout: float,
+        on_done: Callable[[Pending], None],
+        progress: Progress | None = None,
+    ) -> Pending:
+        """Write one request under a new private id; `on_done` is called once with its answer,
+        its timeout (after telling the server to stop) or the end of the connection.
+
+        Raises:
+            OSError: the connection is closed or the server's stdin is gone.
+        """
+        if not self.open or self._writer is None:
+            raise BrokenPipeError(f"the connection to server '{self.name}' is closed")
+        pending = Pending(f"{_ID_PREFIX}{next(self._ids)}", on_done, progress, anyio.current_time() + timeout)
+        if progress is not None:
+            params = {**params, "_meta": {**params.get("_meta", {}), "progressToken": pending.id}}
+        self._write({"jsonrpc": "2.0", "id": pending.id, "method": method, "params": params})
+        self._pending[pending.id] = pending
+        self._order.append(pending)
+        self._expiring.set()
+        return pending
+
+    def cancel(self, pending: Pending, reason: str) -> None:
+        """Tell the server to stop working on `pending`, which ends unanswered (without `on_done`)."""
+        if self._pending.pop(pending.id, None) is None:
+            return
+        pending.done = True
+        self._notify_cancelled(pending, reason)
+
+    def _notify_cancelled(self, pending: Pending, reason: str) -> None:
+        params = {"requestId": pending.id, "reason": reason}
+        with contextlib.suppress(OSError):  # the server is gone: nothing left to stop
+            self._write({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})
+
+    def _write(self, message: dict[str, Any]) -> None:
+        if self._writer is None:
+            raise BrokenPipeError(f"the connection to server '{self.name}' is closed")
+        self._writer.write_nowait((_ENCODER.encode(message) + "\n").encode())
+
+    def _take(self, message: dict[str, Any]) -> bool:
+        """Deliver a message from the server if it is the fast path's; False if it is the SDK's."""
+        ident = message.get("id")
+        if isinstance(ident, str) and ident.startswith(_ID_PREFIX) and "method" not in message:
+            pending = self._pending.pop(ident, None)
+            if pending is not None:  # else the late answer to a request given up on: dropped
+                pending.response = message
+                pending._finish()
+            return True
+        params = message.get("params")
+        if message.get("method") != "notifications/progress" or not isinstance(params, dict):
+            return False
+        token = params.get("progressToken")
+        if not (isinstance(token, str) and token.startswith(_ID_PREFIX)):
+            return False
+        pending = self._pending.get(token)
+        if pending is not None and pending.progress is not None:
+            total, text = params.get("total"), params.get("message")
+            with contextlib.suppress(TypeError, ValueError, KeyError):  # a malformed report is dropped
+                pending.progress(
+                    float(params["progress"]),
+                    None if total is None else float(total),
+                    text if isinstance(text, str) else None,
+                )
+        return True
+
+    async def _expire(self) -> None:
+        """Time out requests past their deadline (oldest first: all share the server's timeout)."""
+        while True:
+            while self._order and (self._order[0].done or self._order[0].id not in self._pending):
+                self._order.popleft()
+            if not self._order:
+                self._expiring = anyio.Event()
+                await self._expiring.wait()
+                continue
+            head = self._order[0]
+            wait = head.deadline - anyio.current_time()
+            if wait > 0:
+                await anyio.sleep(wait)
+                continue
+            self._order.popleft()
+            if self._pending.pop(head.id, None) is not None:
+                self._notify_cancelled(head, "timed out")
+                head.timed_out = True
+                head._finish()
+
+    def _close(self) -> None:
+        self.open = False
+        pending, self._pending = self._pending, {}
+        self._order.clear()
+        for waiting in pending.values():
+            waiting._finish()  # response stays None: the server is gone
+
+    def _observe(self, message: types.JSONRPCMessage) -> None:
+        """Remember the envelope the SDK session puts on its requests, to put it on ours."""
+        if isinstance(message, types.JSONRPCRequest) and isinstance(message.params, dict):
+            meta = message.params.get("_meta")
+            if isinstance(meta, dict):
+                stamped = {k: v for k, v in meta.items() if k.startswith(ENVELOPE_PREFIX)}
+                if stamped:
+                    self.envelope = stamped
+
+
+@asynccontextmanager
+async def local_transport(plan: LaunchPlan, channel: LocalChannel, errlog: TextIO) -> AsyncIterator[Streams]:
+    """Start the planned process and yield the SDK session's streams; `channel` shares the pipes.
+
+    Raises:
+        OSError: the process cannot be started.
+    """
+    child_in, to_child = os.pipe()
+    from_child, child_out = os.pipe()
+    try:
+        process = await anyio.open_process(
+            list(plan.argv),
+            stdin=child_in,
+            stdout=child_out,
+            stderr=errlog,
+            env=get_default_environment() | dict(plan.env),
+            cwd=plan.cwd,
+            start_new_session=True,
+        )
+    except BaseException:
+        for fd in (to_child, from_child):
+            os.close(fd)
+        raise
+    finally:
+        os.close(child_in)
+        os.close(child_out)
+    # no await from here until the task group is entered: a cancellation would leak the process
+    os.set_blocking(to_child, False)
+    os.set_blocking(from_child, False)
+    writer = PipeWriter(to_child)
+    to_session, session_read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    session_write, from_session = anyio.create_memory_object_stream[SessionMessage](0)
+    backlog: deque[Any] = deque()
+    waiting = [anyio.Event()]
+    ended = anyio.Event()
+    dropping = [False]
+
+    def on_line(line: bytes) -> None:
+        if dropping[0] or not line.strip():
+            return
+        try:
+            message: Any = json.loads(line)
+        except ValueError as exc:
+            message = exc  # the session reports a server that prints garbage
+        if isinstance(message, dict) and channel._take(message):
+            return
+        backlog.append(message)
+        waiting[0].set()
+        if len(backlog) > _PAUSE:
+            reader.pause()
+
+    def on_eof() -> None:
+        channel._close()
+        ended.set()
+        waiting[0].set()
+
+    reader = LineReader(from_child, on_line, on_eof)
+
+    async def feed() -> None:
+        try:
+            async with to_session:
+                while True:
+                    while backlog:
+                        item = backlog.popleft()
+                        if len(backlog) < _RESUME:
+                            reader.resume()
+                        await to_session.send(_session_message(item))
+                    if ended.is_set():
+                        return
+                    waiting[0] = anyio.Event()
+                    await waiting[0].wait()
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            reader.resume()  # the session is gone; what the server still prints is read and dropped
+            backlog.clear()
+
+    async def write() -> None:
+        try:
+            async with from_session:
+                async for item in from_session:
+                    channel._observe(item.message)
+                    line = item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+                    await writer.write(line.encode())
+        except OSError:
+            await to_session.aclose()  # the session sees the connection end, not a hang
+
+    async with anyio.create_task_group() as tg:
+        channel._writer, channel.open = writer, True
+        reader.start()
+        tg.start_soon(feed)
+        tg.start_soon(write)
+        tg.start_soon(channel._expire)
+        try:
+            yield session_read, session_write
+        finally:
+            with anyio.CancelScope(shield=True):
+                channel._close()
+                session_write.close()
+                with anyio.move_on_after(_FLUSH_SECONDS):
+                    await writer.drained()  # what the session wrote last reaches the server
+                writer.close()
+                # from now on the server's output is read and dropped, so it cannot block on a full pipe
+                dropping[0] = True
+                backlog.clear()
+                reader.resume()
+                os.close(to_child)  # EOF on the server's stdin: the polite way to stop it
+                await _stop(process)
+                reader.close()
+                os.close(from_child)
+            tg.cancel_scope.cancel()
+
+
+def _session_message(item: Any) -> SessionMessage | Exception:
+    if isinstance(item, Exception):
+        return item
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_python(item, by_name=False))
+    except ValidationError as exc:
+        return exc
+
+
+async def _stop(process: anyio.abc.Process) -> None:
+    """Give the server `_EXIT_SECONDS` to exit after its stdin closed, then end its process group."""
+    with anyio.move_on_after(_EXIT_SECONDS):
+        # polled, not process.wait(): that also waits for the EOF of every pipe a child may hold
+        while process.returncode is None:  # noqa: ASYNC110 - no event fires when a process exits
+            await anyio.sleep(0.01)
+    # whatever the server started is ended with it, even after the server itself exited
+    await terminate_posix_process_tree(process)

@@ -1,0 +1,75 @@
+"""The fast path shapes its answers exactly as the SDK's server would, in both protocol eras.
+
+The slow path hands a `CallToolResult` model to the SDK's `ServerRunner`, which sieves it to the
+client's version and stamps it; the fast path does the same to the server's JSON with
+`wire_result`. Side by side, on the same downstream results, the two must agree byte for byte;
+an SDK upgrade that changes the shape fails here instead of drifting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mcp.types as types
+import pytest
+from mcp.server.lowlevel import Server
+from mcp.server.runner import ServerRunner
+from mcp_types import SERVER_INFO_META_KEY
+
+from cellblock.gateway.server import _exposed
+from cellblock.gateway.shaping import exposed_result, wire_result
+
+VERSIONS = ["2025-06-18", "2025-11-25", "2026-07-28"]
+STAMP_OF_SERVER = {"name": "probe", "version": "0.1.0"}
+
+RESULTS: dict[str, dict[str, Any]] = {
+    "text": {"content": [{"type": "text", "text": "hi"}], "isError": False},
+    "structured": {
+        "content": [{"type": "text", "text": "{}"}],
+        "structuredContent": {"message": "hi", "n": [1, 2]},
+        "_meta": {SERVER_INFO_META_KEY: STAMP_OF_SERVER, "probe/x": 1},
+        "resultType": "complete",
+    },
+    "links": {
+        "content": [
+            {"type": "resource_link", "uri": "file:///etc/hosts", "name": "hosts"},
+            {"type": "resource", "resource": {"uri": "note://1", "text": "one", "mimeType": "text/plain"}},
+            {"type": "image", "data": "aGk=", "mimeType": "image/png"},
+        ]
+    },
+    "error": {"content": [{"type": "text", "text": "boom"}], "isError": True, "_meta": {SERVER_INFO_META_KEY: {}}},
+    "unknown fields": {"content": [], "surprise": {"nested": True}, "isError": False},
+}
+
+
+def sdk_answer(version: str, result: dict[str, Any]) -> dict[str, Any]:
+    """What the slow path writes: the result validated by the SDK client, exposed, then the SDK's server."""
+    model = types.CallToolResult.model_validate(result, by_name=False)
+    server: Server[Any] = Server("cellblock", version="0.1.0")
+    runner = ServerRunner(server, connection=None, lifespan_state=None)  # type: ignore[arg-type]  # reason: _serialize reads only the server
+    return runner._serialize("tools/call", version, _exposed("probe", model))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("name", list(RESULTS))
+def test_the_fast_path_answers_what_the_sdk_path_answers(version: str, name: str) -> None:
+    stamp = Server("cellblock", version="0.1.0").server_info_stamp
+    fast = wire_result("tools/call", version, exposed_result("probe", RESULTS[name]), stamp)
+    assert fast == sdk_answer(version, RESULTS[name])
+
+
+def test_resource_uris_route_back_and_the_servers_stamp_is_replaced() -> None:
+    shaped = exposed_result("notes", RESULTS["links"])
+    assert shaped["content"][0]["uri"] == "cellblock://notes/file:///etc/hosts"
+    assert shaped["content"][1]["resource"]["uri"] == "cellblock://notes/note://1"
+    modern = wire_result("tools/call", "2026-07-28", exposed_result("probe", RESULTS["structured"]), {"name": "cb"})
+    assert modern["_meta"] == {"probe/x": 1, SERVER_INFO_META_KEY: {"name": "cb"}}
+    assert modern["resultType"] == "complete"
+    legacy = wire_result("tools/call", "2025-11-25", exposed_result("probe", RESULTS["structured"]), {"name": "cb"})
+    assert legacy["_meta"] == {"probe/x": 1} and "resultType" not in legacy
+
+
+@pytest.mark.parametrize("bad", [{"content": "not a list"}, {"content": [{"type": "text"}]}, {"isError": "yes"}])
+def test_a_result_that_is_not_a_call_result_is_refused(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        wire_result("tools/call", "2025-11-25", exposed_result("probe", bad), {})

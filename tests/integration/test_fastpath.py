@@ -1,0 +1,224 @@
+"""The fast path through a real gateway: taken when it should be, indistinguishable when taken, and
+no way around the protocol's or the policy's checks.
+
+A bare JSON-RPC client (no SDK in between to smooth anything over) compares the gateway's raw
+answers for the same call on the fast path (server `fast`, policy allow) and on the SDK's path
+(server `asked`, policy ask, approved by the "human" each time). The probe servers run jailed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as types
+import pytest
+from anyio.abc import Process
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from tests.integration.conftest import cli, eventually, gateway, probe_server, write_config
+
+pytestmark = pytest.mark.anyio
+
+ALLOW = {"default": "allow"}
+ASK = {"default": "ask"}
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
+}
+APPROVE = {"action": "accept", "content": {"decision": "allow_once"}}
+
+# Answers a request the gateway sends the client (an approval question): method, params -> result
+Answer = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+async def approve(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    assert method == "elicitation/create", method
+    return APPROVE
+
+
+class Raw:
+    """One connection to `cellblock serve`: requests out, every line in, the gateway's requests answered."""
+
+    def __init__(self, process: Process, answer: Answer) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self._stdin, self._stdout = process.stdin, BufferedByteReceiveStream(process.stdout)
+        self._answer = answer
+        self._ids = 0
+        self._waiting: dict[Any, anyio.Event] = {}
+        self.answers: dict[Any, dict[str, Any]] = {}
+        self.notifications: list[dict[str, Any]] = []
+
+    async def send(self, message: dict[str, Any]) -> None:
+        await self._stdin.send((json.dumps(message) + "\n").encode())
+
+    async def request(self, method: str, params: dict[str, Any], ident: Any = None) -> dict[str, Any]:
+        """The whole response message (a result or an error)."""
+        if ident is None:
+            self._ids += 1
+            ident = self._ids
+        self._waiting[ident] = anyio.Event()
+        await self.send({"jsonrpc": "2.0", "id": ident, "method": method, "params": params})
+        with anyio.fail_after(30):
+            await self._waiting[ident].wait()
+        return self.answers.pop(ident)
+
+    async def read(self) -> None:
+        while True:
+            message = json.loads(await self._stdout.receive_until(b"\n", 1 << 26))
+            if "method" in message and "id" in message:
+                result = await self._answer(message["method"], message.get("params") or {})
+                await self.send({"jsonrpc": "2.0", "id": message["id"], "result": result})
+            elif "method" in message:
+                self.notifications.append(message)
+            else:
+                self.answers[message["id"]] = message
+                if message["id"] in self._waiting:
+                    self._waiting.pop(message["id"]).set()
+
+
+@asynccontextmanager
+async def raw_gateway(config: Path, state: Path, answer: Answer = approve) -> AsyncIterator[Raw]:
+    command = [sys.executable, "-m", "cellblock.gateway.cli", "serve", "--config", str(config)]
+    with (state.parent / "gateway.log").open("a") as errlog:
+        async with await anyio.open_process(
+            command, stderr=errlog, env={**os.environ, "CELLBLOCK_STATE_DIR": str(state)}
+        ) as process:
+            raw = Raw(process, answer)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(raw.read)
+                yield raw
+                tg.cancel_scope.cancel()
+
+
+async def open_session(raw: Raw, era: str) -> dict[str, Any]:
+    """The client's side of opening the connection in `era`; the `_meta` its requests carry."""
+    if era == "legacy":
+        hello = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "raw", "version": "1"},
+        }
+        assert "result" in await raw.request("initialize", hello)
+        await raw.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return {}
+    assert "result" in await raw.request("server/discover", {"_meta": MODERN_META})
+    return dict(MODERN_META)
+
+
+async def call(raw: Raw, meta: dict[str, Any], name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A tools/call to its final answer; a 2026-07-28 approval round is answered and retried."""
+    params: dict[str, Any] = {"name": name, "arguments": arguments}
+    if meta:
+        params["_meta"] = meta
+    answer = await raw.request("tools/call", params)
+    result = answer.get("result", {})
+    if result.get("resultType") == "input_required":
+        responses = {key: APPROVE for key in result["inputRequests"]}
+        retry = {**params, "inputResponses": responses, "requestState": result["requestState"]}
+        answer = await raw.request("tools/call", retry)
+    return answer
+
+
+def config(tmp_path: Path) -> Path:
+    servers = {
+        "fast": probe_server("--name", "fast", tools=ALLOW),
+        "asked": probe_server("--name", "asked", tools=ASK),
+    }
+    return write_config(tmp_path, servers, approvals={"timeout": 30})
+
+
+@pytest.mark.parametrize("era", ["legacy", "auto"])
+async def test_a_fast_answer_is_the_answer_the_sdk_path_gives(tmp_path: Path, era: str) -> None:
+    async with raw_gateway(config(tmp_path), tmp_path / "state") as raw:
+        meta = await open_session(raw, era)
+        for tool, arguments in (
+            ("echo", {"message": "same"}),
+            ("link", {"uri": "note://1"}),  # resource URIs rewritten to route back
+            ("malformed", {}),  # the server writes junk on the side
+            ("echo", {"wrong": 1}),  # the server's own error
+        ):
+            fast = await call(raw, meta, f"fast__{tool}", arguments)
+            asked = await call(raw, meta, f"asked__{tool}", arguments)
+            assert json.loads(json.dumps(fast).replace("fast", "asked")) == {**asked, "id": fast["id"]}, tool
+        linked = (await call(raw, meta, "fast__link", {"uri": "note://1"}))["result"]["content"]
+        assert [c.get("uri") or c["resource"]["uri"] for c in linked] == ["cellblock://fast/note://1"] * 2
+
+
+async def test_allowed_calls_take_the_fast_path_and_asked_ones_the_sdk_path(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir(mode=0o700)
+    env = {"XDG_RUNTIME_DIR": str(tmp_path / "run")}
+
+    async def human(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"decision": "allow_once"})
+
+    async with gateway(config(tmp_path), tmp_path / "state", env=env, elicitation_callback=human) as client:
+        for server in ("fast", "asked"):
+            for n in range(3):
+                assert not (await client.call_tool(f"{server}__echo", {"message": str(n)})).is_error
+        ps = json.loads((await anyio.to_thread.run_sync(lambda: cli(env, "ps", "--json"))).stdout)
+    counts = {s["name"]: (s["calls"], s["fast_calls"]) for s in ps[0]["servers"]}
+    assert counts == {"fast": (3, 3), "asked": (3, 0)}
+
+
+async def test_a_server_cannot_answer_another_servers_calls(tmp_path: Path) -> None:
+    servers = {"a": probe_server("--name", "a", tools=ALLOW), "b": probe_server("--name", "b", tools=ALLOW)}
+    config = write_config(tmp_path, servers)
+    async with gateway(config, tmp_path / "state") as client:
+        results: dict[str, types.CallToolResult] = {}
+
+        async def slow_on_b() -> None:
+            results["b"] = await client.call_tool("b__slow", {"steps": 1, "delay": 1})
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(slow_on_b)
+            await anyio.sleep(0.3)  # b's call is in flight under a private id, as are a's
+            # a answers every private id it can think of, b's included (and its own: a server may
+            # answer its own call as it likes, so what a's call gets is a's business)
+            params = types.CallToolRequestParams(name="a__forge", arguments={"first": 1, "last": 300})
+            await client.session.send_request(types.CallToolRequest(params=params), types.CallToolResult)
+    assert not results["b"].is_error
+    assert [c.text for c in results["b"].content if isinstance(c, types.TextContent)] == ["done 1 steps"]
+
+
+@pytest.mark.parametrize("era", ["legacy", "auto"])
+async def test_a_cancelled_fast_call_is_never_answered_and_the_server_is_told(tmp_path: Path, era: str) -> None:
+    log = tmp_path / "probe.log"
+    servers = {"fast": probe_server("--name", "fast", tools=ALLOW, env={"PROBE_LOG": str(log)}, writable=tmp_path)}
+    async with raw_gateway(write_config(tmp_path, servers), tmp_path / "state") as raw:
+        meta = await open_session(raw, era)
+        params: dict[str, Any] = {"name": "fast__hang", "arguments": {}, **({"_meta": meta} if meta else {})}
+        await raw.send({"jsonrpc": "2.0", "id": "hanging", "method": "tools/call", "params": params})
+        await anyio.sleep(0.5)
+        await raw.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "hanging"}})
+        await eventually(lambda: log.exists() and "cancelled hang" in log.read_text())
+        after = await call(raw, meta, "fast__echo", {"message": "after"})
+        assert after["result"]["structuredContent"] == {"message": "after"}
+        await anyio.sleep(0.2)
+        assert "hanging" not in raw.answers
+
+
+async def test_a_call_before_the_handshake_gets_the_sdks_refusal(tmp_path: Path) -> None:
+    async with raw_gateway(config(tmp_path), tmp_path / "state") as raw:
+        early = await raw.request("tools/call", {"name": "fast__echo", "arguments": {"message": "too soon"}})
+        assert "error" in early and "result" not in early
+
+
+async def test_an_envelope_the_sdk_did_not_accept_gets_the_sdks_refusal(tmp_path: Path) -> None:
+    async with raw_gateway(config(tmp_path), tmp_path / "state") as raw:
+        meta = await open_session(raw, "auto")
+        future = {**meta, "io.modelcontextprotocol/protocolVersion": "2099-01-01"}
+        refused = await call(raw, future, "fast__echo", {"message": "from the future"})
+        assert "error" in refused and "2026-07-28" in json.dumps(refused["error"])
+        # and an envelope on a handshake connection is refused as well
+    async with raw_gateway(config(tmp_path), tmp_path / "state2") as raw:
+        await open_session(raw, "legacy")
+        mixed = await call(raw, MODERN_META, "fast__echo", {"message": "wrong era"})
+        assert "error" in mixed and "result" not in mixed
