@@ -9,8 +9,9 @@ an empty array, or an array with any element outside the constraint denies the c
 are dot-separated ("options.path"); a list met along the path or at its end is checked element by
 element ("files.path" checks every `files[i].path`).
 
-Pure: the only I/O is `os.path.realpath` (reading symlinks) for path constraints. A path is checked
-as it resolves at the moment of the call; a symlink swapped in afterwards is the jail's business.
+Pure: the only I/O is resolving paths for path constraints (reading symlinks, or on Linux asking the
+kernel through /proc). A path is checked as it resolves at the moment of the call; a symlink
+swapped in afterwards is the jail's business.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import fnmatch
 import math
 import os
 import re
+import sys
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -42,6 +44,7 @@ _PORT = re.compile(r"[0-9]{1,5}")
 _INT = re.compile(r"-?[0-9]+")
 _FLOAT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _GLOB_CHARS = frozenset("*?[")
+_O_PATH: int | None = getattr(os, "O_PATH", None) if sys.platform == "linux" else None
 _SCALARS = frozenset({str, int, float, bool})
 _KINDS = frozenset(k.value for k in ConstraintKind)
 
@@ -72,7 +75,7 @@ class Policy:
     cwd: str | None = None
     home: str | None = None
     _exact: dict[str, _Compiled] = field(init=False, repr=False, compare=False)
-    _globs: tuple[tuple[re.Pattern[str], _Compiled], ...] = field(init=False, repr=False, compare=False)
+    _globs: dict[str, list[tuple[int, re.Pattern[str], _Compiled]]] = field(init=False, repr=False, compare=False)
     _cache: dict[str, tuple[_Compiled | None, Verdict]] = field(init=False, repr=False, compare=False)
     _cwd_real: str | None = field(init=False, repr=False, compare=False)
 
@@ -94,7 +97,7 @@ class Policy:
         object.__setattr__(self, "_cwd_real", cwd_real)
 
         exact: dict[str, _Compiled] = {}
-        globs: list[tuple[tuple[int, int, str], re.Pattern[str], _Compiled]] = []
+        globs: list[tuple[tuple[int, int, str], str, re.Pattern[str], _Compiled]] = []
         seen: set[str] = set()
         for rule in self.rules:
             if not isinstance(rule, ToolRule):
@@ -107,10 +110,16 @@ class Policy:
                 exact[rule.pattern] = compiled
             else:
                 key = (-_literal_count(rule.pattern), _STRICTNESS[rule.decision], rule.pattern)
-                globs.append((key, re.compile(fnmatch.translate(rule.pattern)), compiled))
+                regex = re.compile(fnmatch.translate(rule.pattern))
+                globs.append((key, _literal_prefix(rule.pattern), regex, compiled))
         globs.sort(key=lambda g: g[0])
+        # globs by their literal prefix: a name is tried only against the globs its own prefixes
+        # select, in precedence order (a few, where there are hundreds of rules)
+        by_prefix: dict[str, list[tuple[int, re.Pattern[str], _Compiled]]] = {}
+        for rank, (_, prefix, regex, compiled) in enumerate(globs):
+            by_prefix.setdefault(prefix, []).append((rank, regex, compiled))
         object.__setattr__(self, "_exact", exact)
-        object.__setattr__(self, "_globs", tuple((regex, compiled) for _, regex, compiled in globs))
+        object.__setattr__(self, "_globs", by_prefix)
         object.__setattr__(self, "_cache", {})
 
     def decide(self, tool: str, arguments: Mapping[str, Any] | None) -> Verdict:
@@ -149,7 +158,7 @@ class Policy:
             return None, Verdict(Decision.DENY, DEFAULT_RULE, f"tool name {_show(tool)} is not text")
         compiled = self._exact.get(tool)
         if compiled is None:
-            compiled = next((c for regex, c in self._globs if regex.match(tool)), None)
+            compiled = self._glob_for(tool)
         shown = _show(tool)
         if compiled is None:
             reasons = {
@@ -165,6 +174,16 @@ class Policy:
             Decision.DENY: f"tool {shown} is denied by rule {pattern!r}",
         }
         return compiled, Verdict(compiled.rule.decision, pattern, reasons[compiled.rule.decision])
+
+    def _glob_for(self, tool: str) -> _Compiled | None:
+        """The glob rule of highest precedence that matches `tool`, if any."""
+        best: tuple[int, _Compiled] | None = None
+        for end in range(len(tool) + 1):
+            for rank, regex, compiled in self._globs.get(tool[:end], ()):
+                if (best is None or rank < best[0]) and regex.match(tool):
+                    best = (rank, compiled)
+                    break  # the rest under this prefix come later in precedence
+        return None if best is None else best[1]
 
     def _compile(self, rule: ToolRule) -> _Compiled:
         args: list[tuple[str, tuple[str, ...], tuple[_Check, ...]]] = []
@@ -394,9 +413,30 @@ def _resolve(value: object, cwd: str | None, home: str | None) -> str:
             raise _Reject(f"{_show(value)} is a relative path and the server has no working directory")
         path = os.path.join(cwd, path)
     try:
-        return _with_twins(os.path.realpath(path))
+        return _with_twins(_realpath(path))
     except (OSError, ValueError) as exc:
         raise _Reject(f"{_show(value)} cannot be resolved ({exc})") from None
+
+
+def _realpath(path: str) -> str:
+    """`os.path.realpath(path)`, asked of the kernel where it answers in one step: on Linux, for a
+    path that exists, the name /proc gives the descriptor that opening it (O_PATH: no access, no
+    side effects, any file type) yields. Elsewhere, and for a path that does not exist, Python's
+    own walk; both resolve `..` and every symlink the same way."""
+    if _O_PATH is None:
+        return os.path.realpath(path)
+    try:
+        fd = os.open(path, _O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return os.path.realpath(path)
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no /proc
+        real = ""
+    finally:
+        os.close(fd)
+    # a file removed meanwhile reads back with a suffix; an odd answer falls back to the walk
+    return real if real.startswith("/") and not real.endswith(" (deleted)") else os.path.realpath(path)
 
 
 def _with_twins(real: str) -> str:
@@ -554,6 +594,12 @@ def _constraint_values(kind: ConstraintKind, raw: object) -> tuple[str, ...]:
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+
+def _literal_prefix(pattern: str) -> str:
+    """The characters before `pattern`'s first wildcard: every name it matches starts with them."""
+    cut = min((i for i, c in enumerate(pattern) if c in _GLOB_CHARS), default=len(pattern))
+    return pattern[:cut]
 
 
 def _literal_count(pattern: str) -> int:

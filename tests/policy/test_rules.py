@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import posixpath
 from collections.abc import Mapping
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cellblock.policy.rules import DEFAULT_RULE, Policy, parse_rule_entry
+from cellblock.policy.rules import DEFAULT_RULE, Policy, _literal_count, _realpath, parse_rule_entry
 from cellblock.policy.types import Constraint, ConstraintKind, Decision, ToolRule, Verdict
 
 ALLOW, DENY, ASK = Decision.ALLOW, Decision.DENY, Decision.ASK
@@ -600,6 +601,25 @@ SEGMENT = st.one_of(
 )
 
 
+GLOB = st.text(alphabet="ab*?", min_size=1, max_size=5) | st.sampled_from(["[ab]*", "a[!a]*", "*[b]"])
+NAME = st.text(alphabet="ab", max_size=6)
+STRICTNESS = {DENY: 0, ASK: 1, ALLOW: 2}
+
+
+@settings(max_examples=300, deadline=None)
+@given(globs=st.dictionaries(GLOB, st.sampled_from([ALLOW, DENY, ASK]), max_size=12), names=st.lists(NAME, max_size=10))
+def test_the_glob_chosen_for_a_name_is_the_first_in_precedence_that_matches(
+    globs: dict[str, Decision], names: list[str]
+) -> None:
+    """The prefix index picks what trying every glob in precedence order would."""
+    rules = {g: d.value for g, d in globs.items() if set(g) & set("*?[")}
+    p = policy(rules)
+    ranked = sorted(rules, key=lambda g: (-_literal_count(g), STRICTNESS[Decision(rules[g])], g))
+    for name in names:
+        expected = next((g for g in ranked if fnmatch.fnmatchcase(name, g)), DEFAULT_RULE)
+        assert p.decide(name, None).rule == expected, (name, ranked)
+
+
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root + "/")
 
@@ -639,3 +659,16 @@ def test_a_missing_name_is_resolved_through_its_unicode_twin(tmp_path: Path) -> 
     assert composed.decision is Decision.DENY and str(outside) in composed.reason
     plain = p.decide("tool", {"path": f"{root}/new-file"})
     assert plain.decision is Decision.ALLOW  # the control: a new file inside is fine
+
+
+def test_the_kernels_answer_for_a_path_is_the_one_pythons_walk_gives(tmp_path: Path) -> None:
+    (tmp_path / "dir" / "sub").mkdir(parents=True)
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "dir")
+    (tmp_path / "chain").symlink_to(tmp_path / "link" / "sub")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    os.mkfifo(tmp_path / "fifo")  # opened for its name only: nothing blocks, nothing is read
+    for name in ("dir", "file", "link", "chain/..", "chain/../../file", "dangling", "loop", "fifo", "new/x/.."):
+        path = f"{tmp_path}/{name}"
+        assert _realpath(path) == os.path.realpath(path), name
