@@ -8,6 +8,7 @@ marked failed. Calls in flight when a server dies end with an error that names i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -37,6 +38,7 @@ from cellblock.gateway.credentials import CredentialError, Keyring
 from cellblock.gateway.elicitation import Asker
 from cellblock.gateway.launch import launch_plan, stdio_parameters
 from cellblock.gateway.local import LocalChannel, local_transport
+from cellblock.gateway.oauth import KeyringTokenStorage
 from cellblock.gateway.remote import HttpWatch, explain, login, remote_client
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.hosts import parse_rule
@@ -173,6 +175,7 @@ class Downstream:
     _in_flight: list[InFlight] = field(default_factory=list)
     _tg: anyio.abc.TaskGroup | None = None
     _store: Keyring | None = None
+    _secrets_known: bool = False  # register_secrets ran
     _closed: anyio.Event | None = None  # set to end the current connection
     _login_lock: anyio.Lock = field(default_factory=anyio.Lock)
     _watch: HttpWatch = field(default_factory=HttpWatch)
@@ -280,6 +283,26 @@ class Downstream:
         # a credential the gateway handed out: redacted wherever it turns up in the audit log
         if self.audit is not None:
             self.audit.add_secret(value)
+
+    async def register_secrets(self) -> None:
+        """Tell the audit log this server's credentials before a call to it is recorded, so a value
+        echoed in a call's arguments is redacted even before the server has started (once)."""
+        if self._secrets_known or self.audit is None:
+            return
+        self._secrets_known = True
+        entries = list(self.config.secrets.values())
+        oauth = isinstance(self.config, RemoteServer) and self.config.auth.type == "oauth"
+        if isinstance(self.config, RemoteServer) and self.config.auth.type == "bearer":
+            entries.append(self.name)
+        if not entries and not oauth:
+            return
+        with contextlib.suppress(CredentialError):  # missing or refused: starting the server says so
+            for entry in entries:
+                value = await self._keyring().aget(entry)
+                if value:
+                    self._secret(value)
+            if oauth:  # reading the stored tokens tells each one to `_secret`
+                await KeyringTokenStorage(self._keyring(), self.name, self._secret).get_tokens()
 
     def _keyring(self) -> Keyring:
         if self._store is None:
@@ -588,16 +611,27 @@ class Downstream:
         params: types.CallToolRequestParams,
         entry: InFlight,
         started: Started | None = None,
+        recheck: Callable[[], types.CallToolResult | None] | None = None,
     ) -> types.CallToolResult:
         """Forward one call and return its result; failures become an error result naming the server.
 
         `started` is a call the fast path already sent: its first round is not sent again.
+        `recheck`, asked once the server is ready and before anything is sent, may refuse the
+        call after all (its answer is returned): what the server offers may have changed.
         """
         try:
-            if self.needs_login and entry.can_elicit_url and entry.asker is not None:
-                await self._login_through_client(entry.asker)
             for attempt in (1, 2):
-                client = await self.ready_client()
+                if self.needs_login and entry.can_elicit_url and entry.asker is not None:
+                    await self._login_through_client(entry.asker)
+                try:
+                    client = await self.ready_client()
+                except DownstreamError:
+                    if attempt == 1 and self.needs_login and entry.can_elicit_url:
+                        continue  # it failed just now for want of a login: log in through the client
+                    raise
+                refusal = recheck() if recheck is not None and started is None else None
+                if refusal is not None:
+                    return refusal
                 try:
                     async with self.tracking(entry):
                         with anyio.fail_after(self.timeout):

@@ -273,9 +273,10 @@ class FastPath:
             self.wire.hand_to_server(fc.request, fc)
             return
         shaped = self._shape(fc)
-        with contextlib.suppress(OSError):  # the client left; the call is audited all the same
-            self.wire.send({"jsonrpc": "2.0", "id": fc.id, "result": shaped})
+        # the record is complete before the answer leaves, as on the SDK's path
         self.gateway.pipeline.finished(fc.call, bool(shaped.get("isError")), (time.perf_counter() - fc.began) * 1000)
+        with contextlib.suppress(OSError):  # the client left
+            self.wire.send({"jsonrpc": "2.0", "id": fc.id, "result": shaped})
 
     def _shape(self, fc: FastCall) -> dict[str, Any]:
         stamp = self.gateway.server.server_info_stamp

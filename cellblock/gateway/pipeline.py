@@ -108,6 +108,12 @@ class Pipeline:
             return self._refuse(call, verdict)
         return self._allow(call, verdict)
 
+    def server_of(self, name: str) -> str | None:
+        """The server an exposed name belongs to, whether the lock holds it or not."""
+        catalog = self._catalog()
+        route = catalog.tool_routes.get(name) or catalog.held.get(name)
+        return None if route is None else route[0]
+
     def route(self, name: str) -> tuple[str, str] | None:
         """(server, tool) for an exposed tool name that is in the catalog and not held."""
         return self._catalog().tool_routes.get(name)
@@ -123,6 +129,18 @@ class Pipeline:
         call.server, call.tool = route
         call.verdict = verdict
         return self._allow(call, verdict) is None
+
+    def recheck(self, call: Call) -> types.CallToolResult | None:
+        """After waiting for its server to start, an admitted call still routes where it did:
+        None, or the refusal (audited). A server listed from its lock before it answered may
+        turn out to offer something else; the lock then holds it, and this call must not pass."""
+        if self.route(call.name) == (call.server, call.tool):
+            return None
+        reason = (
+            f"tool '{call.name}' of server '{call.server}' changed when the server started, since it was approved; "
+            f"see 'cellblock diff {call.server}', accept with 'cellblock approve {call.server}'"
+        )
+        return self._refuse(call, Verdict(Decision.DENY, "lock", reason))
 
     def finished(self, call: Call, is_error: bool, duration_ms: float) -> None:
         self._audit.write("call_end", call.server, tool=call.tool, duration_ms=round(duration_ms, 3), is_error=is_error)

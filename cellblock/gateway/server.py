@@ -13,6 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,10 @@ Ctx = ServerRequestContext[Any, Any]
 # The key of the one question a parked 2026-07-28 call puts to the client at a time.
 INPUT_KEY = "cellblock"
 _LOG_ORDER = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
+
+# Eager servers whose catalog is known start after the client's first list, or after this long
+# if it asks for none (see Gateway._start_after_first_list).
+KNOWN_START_SECONDS = 2.0
 
 INSTRUCTIONS = (
     "Cellblock gateway. Every tool, prompt and resource here belongs to one downstream server and is "
@@ -115,6 +120,7 @@ class Gateway:
         self.wire: Wire | None = None
         self.log_level: str | None = None
         self._settled = anyio.Event()
+        self._listed = anyio.Event()  # the client has asked for a list
         self._tg: anyio.abc.TaskGroup | None = None
         self.server = self._build_server()
 
@@ -139,18 +145,24 @@ class Gateway:
         """Start the downstream servers and serve one client connection until it closes."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            eager: list[Downstream] = []
+            unknown: list[Downstream] = []
+            known: list[Downstream] = []
             for ds in self.downstreams.values():
+                # A server whose catalog is known (approved in its lock, or seen last time) is
+                # listed from it until it answers itself; then the lock reviews what it offers.
                 saved = self._saved_listing(ds.name)
-                if self.config.start_of(ds.name) == "lazy" and saved is not None:
-                    ds.listing = saved
-                    self.shown[ds.name] = saved
+                if saved is not None:
+                    ds.listing = self.shown[ds.name] = saved
+                    if self.config.start_of(ds.name) == "eager":
+                        known.append(ds)
                 else:
-                    # a lazy server nobody has seen yet is started once to learn its catalog
-                    eager.append(ds)
+                    # the handshake and the first list wait (bounded) for these; a lazy server
+                    # nobody has seen yet is started once to learn its catalog
+                    unknown.append(ds)
                     ds.start(tg)
             self._rebuild()
-            tg.start_soon(self._settle, eager)
+            tg.start_soon(self._settle, unknown)
+            tg.start_soon(self._start_after_first_list, known)
             tg.start_soon(self._watch_locks)
             if self.runtime is not None:
                 # answers to pending approvals, and `cellblock ps`, arrive on this socket
@@ -165,8 +177,17 @@ class Gateway:
             await self.server.run(read, write, options)
             tg.cancel_scope.cancel()
 
+    async def _start_after_first_list(self, known: list[Downstream]) -> None:
+        """Start the eager servers whose catalog is known once the client has its first list:
+        starting many at once would hold up the answer, which does not need them. A call to one
+        before then starts it at once."""
+        with anyio.move_on_after(KNOWN_START_SECONDS):
+            await self._listed.wait()
+        for ds in known:
+            ds.start(self.tasks)
+
     def _saved_listing(self, server: str) -> Listing | None:
-        """The catalog to show for a lazy server before it starts: its lock, else the last one seen."""
+        """The catalog to show for a server before it answers: its lock, else the last one seen."""
         if self.locks.enabled(server):
             return self.locks.approved_listing(server)
         cached = read_json(self.catalog_dir / f"{server}.json")
@@ -206,13 +227,14 @@ class Gateway:
         # the first list waits (bounded) for the eager servers, so the client sees them all
         with anyio.move_on_after(START_SECONDS):
             await self._settled.wait()
-        self._retry_failed()
-        return self.catalog
+        return self._listing_now()
 
     def settled_catalog(self) -> Catalog | None:
         """`client_catalog` without waiting: None while the eager servers are still settling."""
-        if not self._settled.is_set():
-            return None
+        return self._listing_now() if self._settled.is_set() else None
+
+    def _listing_now(self) -> Catalog:
+        self._listed.set()
         self._retry_failed()
         return self.catalog
 
@@ -321,6 +343,9 @@ class Gateway:
                 call.human = types.ElicitResult(action="cancel")
             # the approval round is over: from here on this is a first call to the server
             params = params.model_copy(update={"request_state": None, "input_responses": None})
+        server = self.pipeline.server_of(call.name)
+        if server is not None:  # its credentials are redacted from the record of this call
+            await self.downstreams[server].register_secrets()
         try:
             refusal = await self.pipeline.admit(call)
         except NeedsInput as needed:
@@ -358,12 +383,14 @@ class Gateway:
         def done(result: types.CallToolResult) -> None:
             self.pipeline.finished(call, bool(result.is_error), (time.perf_counter() - began) * 1000)
 
+        # a server that was not up at admission may offer something else once it is
+        recheck = partial(self.pipeline.recheck, call)
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            return await self._call_modern(ctx, params, entry, ds, call.tool, done, fast)
+            return await self._call_modern(ctx, params, entry, ds, call.tool, done, fast, recheck)
         entry.asker = DirectAsker(ctx.session, ctx.request_id)
         if fast is not None:
             fast.adopted.set()
-        result = _exposed(call.server, await ds.call_tool(call.tool, params, entry, fast))
+        result = _exposed(call.server, await ds.call_tool(call.tool, params, entry, fast, recheck))
         done(result)
         return result
 
@@ -376,6 +403,7 @@ class Gateway:
         tool: str = "",
         done: Callable[[types.CallToolResult], None] | None = None,
         fast: FastCall | None = None,
+        recheck: Callable[[], types.CallToolResult | None] | None = None,
     ) -> types.Result:
         """2026-07-28: the call runs in its own task so that it can outlive a question to the user.
 
@@ -398,7 +426,7 @@ class Gateway:
 
             async def forward() -> None:
                 with call.scope:
-                    call.finish(await ds.call_tool(tool, params, entry, fast))
+                    call.finish(await ds.call_tool(tool, params, entry, fast, recheck))
 
             self.tasks.start_soon(forward)
         else:

@@ -277,3 +277,15 @@ async def test_a_server_that_keeps_failing_is_marked_failed_and_the_gateway_stay
                 await anyio.sleep(1)
         assert "gave up after 5 restarts" in message
         assert text(await client.call_tool("fine__echo", {"message": "still up"})) == "still up"
+
+
+async def test_an_eager_server_with_a_known_catalog_starts_without_waiting_for_a_list(tmp_path: Path) -> None:
+    marker = tmp_path / "started.log"
+    servers = {"known": probe_server("--name", "known", env={"PROBE_LOG": str(marker)}, writable=tmp_path)}
+    config = write_config(tmp_path, servers)
+    state = tmp_path / "state"
+    async with gateway(config, state) as client:  # first run: learns and saves the catalog
+        assert "known__echo" in [t.name for t in (await client.list_tools()).tools]
+    marker.unlink(missing_ok=True)
+    async with gateway(config, state):  # this client never asks for a list
+        await eventually(lambda: marker.exists() and "started" in marker.read_text(), timeout=20)

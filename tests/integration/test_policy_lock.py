@@ -204,3 +204,26 @@ async def test_a_call_is_refused_when_its_decision_cannot_be_audited(tmp_path: P
         refused = await client.call_tool("p__echo", {"message": "echo-marker-7"})
     assert refused.is_error and "audit log /dev/full cannot be written" in text(refused)
     assert "echo-marker-7" not in text(refused)  # the server never answered it
+
+
+@pytest.mark.parametrize("start", ["lazy", "eager"])
+async def test_a_tool_changed_across_a_restart_cannot_be_called_through_its_approved_listing(
+    tmp_path: Path, start: str
+) -> None:
+    """The first list comes from the lock before the server answers; a call made on it right
+    away must still meet the lock once the server has shown what it really offers."""
+    state, description = tmp_path / "state", tmp_path / "description.txt"
+    lock = {"enabled": True, "first": "trust"}
+    env = {"PROBE_ECHO_DESCRIPTION": str(description)}
+    server = probe_server("--name", "p", start=start, env=env, writable=tmp_path, lock=lock)
+    config = write_config(tmp_path, {"p": server})
+    async with gateway(config, state) as client:  # first contact: trusted and locked
+        assert text(await client.call_tool("p__echo", {"message": "approved"})) == "approved"
+    description.write_text(HIDDEN)  # the server comes back with a poisoned description
+    async with gateway(config, state) as client:
+        assert "p__echo" in await names(client)  # listed as approved, from the lock
+        refused = await client.call_tool("p__echo", {"message": "now"})
+        assert refused.is_error and "cellblock approve p" in text(refused), text(refused)
+        assert "p__echo" not in await names(client)
+    calls = [e for e in events(state) if e["event"] == "call" and e.get("tool") == "echo"]
+    assert calls[-1]["decision"] == "deny" and calls[-1]["rule"] == "lock"
