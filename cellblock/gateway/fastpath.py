@@ -153,6 +153,9 @@ class FastPath:
         self.gateway = gateway
         self.wire = wire
         self.calls: dict[Any, FastCall] = {}  # by the client's request id, while in flight
+        # the gateway's serverInfo, fixed for its life; the SDK copies it per answer, this only
+        # ever serializes it
+        self.stamp = gateway.server.server_info_stamp
 
     def take(self, message: dict[str, Any]) -> bool:
         """True when this message is answered here; False hands it to the SDK's server."""
@@ -184,7 +187,7 @@ class FastPath:
         self._answer_list(ident, await self.gateway.client_catalog(), method, version)
 
     def _answer_list(self, ident: Any, catalog: Catalog, method: str, version: str) -> None:
-        text = catalog.wire(LIST_KINDS[method], version, self.gateway.server.server_info_stamp)
+        text = catalog.wire(LIST_KINDS[method], version, self.stamp)
         with contextlib.suppress(OSError):  # the client left
             self.wire.send_raw(f'{{"jsonrpc":"2.0","id":{json.dumps(ident)},"result":{text}}}')
 
@@ -225,6 +228,8 @@ class FastPath:
         out_meta = forwardable(meta) or {}
         if modern_server:
             out_meta.update(channel.envelope or {})
+            if version in MODERN_PROTOCOL_VERSIONS:
+                out_meta.pop(LOG_LEVEL_META_KEY, None)  # nothing would carry the server's logs on
         if out_meta:
             forwarded["_meta"] = out_meta
         fc = FastCall(message, call, ds, channel, InFlight(asker=None), version, self.wire)
@@ -279,7 +284,7 @@ class FastPath:
             self.wire.send({"jsonrpc": "2.0", "id": fc.id, "result": shaped})
 
     def _shape(self, fc: FastCall) -> dict[str, Any]:
-        stamp = self.gateway.server.server_info_stamp
+        stamp = self.stamp
         try:
             return wire_result("tools/call", fc.version, exposed_result(fc.call.server, fc.result()), stamp)
         except (TimeoutError, MCPError, ValueError) as exc:

@@ -78,10 +78,10 @@ async def _open_direct(scratch: Scratch, mode: str, names: list[str], stack: Asy
     return lanes
 
 
-def _open_gateway(jailed: bool) -> Opener:
+def _open_gateway(jailed: bool, protocol: str = "auto") -> Opener:
     async def open_(scratch: Scratch, mode: str, names: list[str], stack: AsyncExitStack) -> list[Lane]:
-        label = f"calls-{'jailed' if jailed else 'unjailed'}-{mode}-{len(names)}"
-        params = gateway(scratch, label, {n: probe_argv(n) for n in names}, jailed=jailed)
+        label = f"calls-{'jailed' if jailed else 'unjailed'}-{protocol}-{mode}-{len(names)}"
+        params = gateway(scratch, label, {n: probe_argv(n) for n in names}, jailed=jailed, protocol=protocol)
         client = await stack.enter_async_context(connect(params, mode, scratch.log(label)))
         return [(client, f"{name}__echo") for name in names]
 
@@ -114,6 +114,12 @@ ROUTES = (
     Route("direct", _open_direct),
     Route("cellblock serve, unjailed", _open_gateway(jailed=False), targeted=True),
     Route("cellblock serve, jailed", _open_gateway(jailed=True)),
+    Route(
+        "cellblock serve, unjailed, handshake to the server",
+        _open_gateway(jailed=False, protocol="legacy"),
+        eras=("legacy",),
+        why_not="the same as the unjailed row: with a 2026-07-28 client both legs speak 2026-07-28 already",
+    ),
     Route("FastMCP proxy", _open_fastmcp),
     Route(
         "mcp-proxy (HTTP→stdio)",
