@@ -374,6 +374,8 @@ class Downstream:
             async with client:
                 listing = await _fetch_listing(client)
                 scope.deadline = math.inf
+                if self.channel is not None:
+                    self.channel.answered = True
                 self.client, self.listing = client, listing
                 self.state, self.error = "ready", None
                 self._ready.set()

@@ -82,9 +82,18 @@ class FastCall:
     response: dict[str, Any] | None = None
     timed_out: bool = False
     cancelled: bool = False
-    finished: anyio.Event = field(default_factory=anyio.Event)
+    done: bool = False  # the server answered, the call timed out or was cancelled, or the server went
     handed_over: bool = False  # the SDK's path answers the client now
-    adopted: anyio.Event = field(default_factory=anyio.Event)
+    # made when first needed: most calls end without anyone waiting on either
+    _finished: anyio.Event | None = None
+    _adopted: anyio.Event | None = None
+
+    @property
+    def adopted(self) -> anyio.Event:
+        """Set when the SDK's path has taken the call over (its asker can reach the client)."""
+        if self._adopted is None:
+            self._adopted = anyio.Event()
+        return self._adopted
 
     @property
     def id(self) -> Any:
@@ -100,14 +109,16 @@ class FastCall:
 
     def cancel(self, reason: str) -> None:
         """Stop waiting for the server, and tell it to stop; the call ends unanswered."""
-        if not self.finished.is_set():
+        if not self.done:
             self.cancelled = True
             if self.pending is not None:
                 self.channel.cancel(self.pending, reason)
             self._end()
 
     def _end(self) -> None:
-        self.finished.set()
+        self.done = True
+        if self._finished is not None:
+            self._finished.set()
         with contextlib.suppress(ValueError):  # already untracked
             self.ds.untrack(self.entry)
 
@@ -120,7 +131,9 @@ class FastCall:
             ValueError: the answer is not a call result.
         """
         try:
-            await self.finished.wait()
+            if not self.done:
+                self._finished = self._finished or anyio.Event()
+                await self._finished.wait()
         except anyio.get_cancelled_exc_class():
             self.cancel("cancelled by the client")  # the adopting request was cancelled
             raise

@@ -21,6 +21,7 @@ import itertools
 import json
 import logging
 import os
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -87,6 +88,9 @@ class LocalChannel:
     # client info and capabilities, log opt-in), copied from its own requests as they pass
     envelope: dict[str, Any] | None = None
     open: bool = False
+    # the server has answered its handshake: at shutdown it gets time to exit by itself, while one
+    # still starting (busy loading, not reading its stdin) is stopped at once
+    answered: bool = False
     _writer: PipeWriter | None = None
     _pending: dict[str, Pending] = field(default_factory=dict)
     _order: deque[Pending] = field(default_factory=deque)  # by deadline: every request has one timeout
@@ -109,7 +113,7 @@ class LocalChannel:
         """
         if not self.open or self._writer is None:
             raise BrokenPipeError(f"the connection to server '{self.name}' is closed")
-        pending = Pending(f"{_ID_PREFIX}{next(self._ids)}", on_done, progress, anyio.current_time() + timeout)
+        pending = Pending(f"{_ID_PREFIX}{next(self._ids)}", on_done, progress, time.monotonic() + timeout)
         if progress is not None:
             params = {**params, "_meta": {**params.get("_meta", {}), "progressToken": pending.id}}
         self._write({"jsonrpc": "2.0", "id": pending.id, "method": method, "params": params})
@@ -171,7 +175,7 @@ class LocalChannel:
                 await self._expiring.wait()
                 continue
             head = self._order[0]
-            wait = head.deadline - anyio.current_time()
+            wait = head.deadline - time.monotonic()
             if wait > 0:
                 await anyio.sleep(wait)
                 continue
@@ -303,7 +307,7 @@ async def local_transport(plan: LaunchPlan, channel: LocalChannel, errlog: TextI
                 backlog.clear()
                 reader.resume()
                 os.close(to_child)  # EOF on the server's stdin: the polite way to stop it
-                await _stop(process)
+                await _stop(process, _EXIT_SECONDS if channel.answered else 0)
                 reader.close()
                 os.close(from_child)
             tg.cancel_scope.cancel()
@@ -318,9 +322,9 @@ def _session_message(item: Any) -> SessionMessage | Exception:
         return exc
 
 
-async def _stop(process: anyio.abc.Process) -> None:
-    """Give the server `_EXIT_SECONDS` to exit after its stdin closed, then end its process group."""
-    with anyio.move_on_after(_EXIT_SECONDS):
+async def _stop(process: anyio.abc.Process, grace: float) -> None:
+    """Give the server `grace` seconds to exit after its stdin closed, then end its process group."""
+    with anyio.move_on_after(grace):
         # polled, not process.wait(): that also waits for the EOF of every pipe a child may hold
         while process.returncode is None:  # noqa: ASYNC110 - no event fires when a process exits
             await anyio.sleep(0.01)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -134,12 +136,19 @@ class Gateway:
         return self._tg
 
     async def serve_stdio(self) -> None:
-        """Serve the client on stdin and stdout: the fast path first, the SDK's server for the rest."""
-        with client_stdio() as (make_reader, writer):
-            self.wire = Wire(make_reader, writer)
-            fast = FastPath(self, self.wire)
-            async with self.wire.streams(fast.take) as (read, write):
-                await self.run(read, write)
+        """Serve the client on stdin and stdout: the fast path first, the SDK's server for the rest.
+
+        Until the client closes stdin, or sends SIGTERM or SIGINT: either way the servers are
+        stopped before the gateway exits, so none is left running on its own.
+        """
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_stop_on_signal, tg.cancel_scope)
+            with client_stdio() as (make_reader, writer):
+                self.wire = Wire(make_reader, writer)
+                fast = FastPath(self, self.wire)
+                async with self.wire.streams(fast.take) as (read, write):
+                    await self.run(read, write)
+            tg.cancel_scope.cancel()
 
     async def run(self, read: Any, write: Any) -> None:
         """Start the downstream servers and serve one client connection until it closes."""
@@ -633,6 +642,15 @@ class Gateway:
         self._notify_handshake_client(
             "notifications/message", params.model_dump(by_alias=True, mode="json", exclude_none=True)
         )
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    if sys.platform == "win32":  # no signal handlers on Windows' event loop; the client's kill is final
+        return
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return
 
 
 def _exposed(server: str, result: types.Result) -> types.Result:

@@ -7,7 +7,12 @@ handshake), so every test parametrized over both servers covers all four era com
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -289,3 +294,37 @@ async def test_an_eager_server_with_a_known_catalog_starts_without_waiting_for_a
     marker.unlink(missing_ok=True)
     async with gateway(config, state):  # this client never asks for a list
         await eventually(lambda: marker.exists() and "started" in marker.read_text(), timeout=20)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+async def test_sigterm_stops_every_server_before_the_gateway_exits(tmp_path: Path) -> None:
+    """A client may end the gateway with SIGTERM; no server is left running on its own, not even
+    one that never reads its stdin (so never sees the pipe close) and was never jailed."""
+    state = tmp_path / "state"
+    config = write_config(tmp_path, {"stubborn": probe_server("--name", "stubborn")})
+    async with gateway(config, state) as client:  # learns the catalog, so the next run lists from it
+        assert "stubborn__echo" in [t.name for t in (await client.list_tools()).tools]
+    marker = tmp_path / "stubborn.pid"
+    sleeper = f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
+    config = write_config(tmp_path, {"stubborn": {"command": sys.executable, "args": ["-c", sleeper], "jail": False}})
+    command = [sys.executable, "-m", "cellblock.gateway.cli", "serve", "--config", str(config)]
+    env = {**os.environ, "CELLBLOCK_STATE_DIR": str(state)}
+    async with await anyio.open_process(command, env=env, stderr=subprocess.DEVNULL) as process:
+        assert process.stdin is not None
+        hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+        for request in ({"id": 1, "method": "initialize", "params": hello}, {"id": 2, "method": "tools/list"}):
+            await process.stdin.send(json.dumps({"jsonrpc": "2.0", **request}).encode() + b"\n")
+        await eventually(lambda: marker.exists() and marker.read_text().strip().isdigit(), timeout=20)
+        pid = int(marker.read_text())
+        assert _alive(pid)
+        process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(20):
+            await process.wait()
+    assert not _alive(pid), "the server outlived the gateway"
