@@ -18,7 +18,7 @@ from mcp import Client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from tests.bench.peers import fastmcp_proxy, mcp_proxy
-from tests.bench.report import Summary, Table, Target, fmt, say, summarize
+from tests.bench.report import Summary, Table, Target, fmt, median, say, summarize
 from tests.bench.spawn import Scratch, connect, direct, gateway, probe_argv
 
 __all__ = ["ERAS", "concurrency", "per_call"]
@@ -225,8 +225,17 @@ def _era_cell(mode: str, outcome: Outcome) -> str:
     return f"{ERAS[mode]} ({outcome.negotiated})" if mode == "legacy" and outcome.negotiated else ERAS[mode]
 
 
-def _ratio(value: float | None, base: float | None) -> float | None:
-    return None if value is None or not base else value / base
+def _paired(outcome: Outcome, base: Outcome | None, figure: str) -> float | None:
+    """The median over rounds of this route's `figure` divided by the direct route's in the same
+    round: the two were measured seconds apart, so a slow spell of the machine cancels out."""
+    if base is None:
+        return None
+    ratios = [
+        getattr(mine, figure) / getattr(theirs, figure)
+        for mine, theirs in zip(outcome.rounds, base.rounds, strict=False)
+        if getattr(theirs, figure)
+    ]
+    return median(ratios) if ratios else None
 
 
 # -- the sections ------------------------------------------------------------------------------
@@ -246,9 +255,10 @@ def _missing_row(table: Table, route: Route, mode: str, outcome: Outcome) -> Non
 
 async def per_call(scratch: Scratch, quick: bool) -> list[Table]:
     """Section 1: sequential echo calls over stdio, one server, each route and era."""
-    plan = Plan(rounds=2, calls=50, warm=10) if quick else Plan(rounds=5, calls=200, warm=50)
+    plan = Plan(rounds=3, calls=50, warm=10) if quick else Plan(rounds=15, calls=100, warm=50)
     table = Table(
-        f"1. Per-call latency, sequential ({plan.rounds} rounds x {plan.calls} calls, medians over rounds)",
+        f"1. Per-call latency, sequential ({plan.rounds} rounds x {plan.calls} calls, medians over rounds; "
+        "ratios paired by round)",
         ["path", "era", "p50 ms", "p90 ms", "p99 ms", "calls/s", "p50 x direct", f"target: p50 {P50_TARGET.text}"],
     )
 
@@ -261,14 +271,14 @@ async def per_call(scratch: Scratch, quick: bool) -> list[Table]:
 
     for mode in ERAS:
         outcomes = await _measure_era(scratch, mode, ["p"], plan.rounds, warm, batch)
-        base = outcomes[ROUTES[0].label].summary
+        direct = outcomes[ROUTES[0].label]
         for route in ROUTES:
             outcome = outcomes[route.label]
             s = outcome.summary
             if s is None:
                 _missing_row(table, route, mode, outcome)
                 continue
-            ratio = _ratio(s.p50, base.p50 if base else None)
+            ratio = _paired(outcome, direct, "p50")
             verdict = P50_TARGET.verdict(ratio) if route.targeted else "—"
             cells = [fmt(s.p50), fmt(s.p90), fmt(s.p99), fmt(s.per_second), f"{fmt(ratio, 2)}x", verdict]
             table.add([route.label, _era_cell(mode, outcome), *cells], **_raw(route, mode, outcome, p50_ratio=ratio))
@@ -282,10 +292,10 @@ async def per_call(scratch: Scratch, quick: bool) -> list[Table]:
 async def concurrency(scratch: Scratch, quick: bool) -> list[Table]:
     """Section 2: 32 concurrent echo calls spread over 4 servers, each route and era."""
     workers, names = 32, [f"p{i}" for i in range(4)]
-    plan = Plan(rounds=2, calls=4, warm=2) if quick else Plan(rounds=5, calls=10, warm=2)
+    plan = Plan(rounds=3, calls=4, warm=2) if quick else Plan(rounds=9, calls=10, warm=2)
     table = Table(
         f"2. Concurrency: {workers} calls in flight over {len(names)} servers "
-        f"({plan.rounds} rounds x {workers * plan.calls} calls, medians over rounds)",
+        f"({plan.rounds} rounds x {workers * plan.calls} calls, medians over rounds; ratios paired by round)",
         [
             "path",
             "era",
@@ -305,15 +315,15 @@ async def concurrency(scratch: Scratch, quick: bool) -> list[Table]:
 
     for mode in ERAS:
         outcomes = await _measure_era(scratch, mode, names, plan.rounds, warm, batch)
-        base = outcomes[ROUTES[0].label].summary
+        direct = outcomes[ROUTES[0].label]
         for route in ROUTES:
             outcome = outcomes[route.label]
             s = outcome.summary
             if s is None:
                 _missing_row(table, route, mode, outcome)
                 continue
-            throughput = _ratio(s.per_second, base.per_second if base else None)
-            latency = _ratio(s.p50, base.p50 if base else None)
+            throughput = _paired(outcome, direct, "per_second")
+            latency = _paired(outcome, direct, "p50")
             verdict = THROUGHPUT_TARGET.verdict(throughput) if route.targeted else "—"
             cells = [fmt(s.per_second), fmt(s.p50), f"{fmt(throughput, 2)}x", f"{fmt(latency, 2)}x", verdict]
             raw = _raw(route, mode, outcome, throughput_ratio=throughput, p50_ratio=latency)
