@@ -31,12 +31,10 @@ from typing import Any, TextIO
 import anyio
 import anyio.abc
 import mcp.types as types
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client.stdio import PROCESS_TERMINATION_TIMEOUT, get_default_environment
 from mcp.os.posix.utilities import terminate_posix_process_tree
-from mcp.shared.message import SessionMessage
-from pydantic import ValidationError
 
+from cellblock.gateway.lines import SessionLines, Streams
 from cellblock.gateway.stdio import LineReader, PipeWriter
 from cellblock.sandbox.types import LaunchPlan
 
@@ -52,11 +50,8 @@ _ID_PREFIX = "cb-"
 _EXIT_SECONDS = PROCESS_TERMINATION_TIMEOUT
 # A write already accepted from the SDK session gets this long to reach the pipe at shutdown.
 _FLUSH_SECONDS = 0.5
-# Messages for the SDK session beyond this pause reading the server; see Wire for the same.
-_PAUSE, _RESUME = 64, 16
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
-Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
 Progress = Callable[[float, float | None, str | None], None]
 
 
@@ -232,94 +227,32 @@ async def local_transport(plan: LaunchPlan, channel: LocalChannel, errlog: TextI
     os.set_blocking(to_child, False)
     os.set_blocking(from_child, False)
     writer = PipeWriter(to_child)
-    to_session, session_read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    session_write, from_session = anyio.create_memory_object_stream[SessionMessage](0)
-    backlog: deque[Any] = deque()
-    waiting = [anyio.Event()]
-    ended = anyio.Event()
-    dropping = [False]
-
-    def on_line(line: bytes) -> None:
-        if dropping[0] or not line.strip():
-            return
-        try:
-            message: Any = json.loads(line)
-        except ValueError as exc:
-            message = exc  # the session reports a server that prints garbage
-        if isinstance(message, dict) and channel._take(message):
-            return
-        backlog.append(message)
-        waiting[0].set()
-        if len(backlog) > _PAUSE:
-            reader.pause()
-
-    def on_eof() -> None:
-        channel._close()
-        ended.set()
-        waiting[0].set()
-
-    reader = LineReader(from_child, on_line, on_eof)
-
-    async def feed() -> None:
-        try:
-            async with to_session:
-                while True:
-                    while backlog:
-                        item = backlog.popleft()
-                        if len(backlog) < _RESUME:
-                            reader.resume()
-                        await to_session.send(_session_message(item))
-                    if ended.is_set():
-                        return
-                    waiting[0] = anyio.Event()
-                    await waiting[0].wait()
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            reader.resume()  # the session is gone; what the server still prints is read and dropped
-            backlog.clear()
-
-    async def write() -> None:
-        try:
-            async with from_session:
-                async for item in from_session:
-                    channel._observe(item.message)
-                    line = item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-                    await writer.write(line.encode())
-        except OSError:
-            await to_session.aclose()  # the session sees the connection end, not a hang
-
-    async with anyio.create_task_group() as tg:
-        channel._writer, channel.open = writer, True
-        reader.start()
-        tg.start_soon(feed)
-        tg.start_soon(write)
-        tg.start_soon(channel._expire)
-        try:
-            yield session_read, session_write
-        finally:
-            with anyio.CancelScope(shield=True):
-                channel._close()
-                session_write.close()
-                with anyio.move_on_after(_FLUSH_SECONDS):
-                    await writer.drained()  # what the session wrote last reaches the server
-                writer.close()
-                # from now on the server's output is read and dropped, so it cannot block on a full pipe
-                dropping[0] = True
-                backlog.clear()
-                reader.resume()
-                os.close(to_child)  # EOF on the server's stdin: the polite way to stop it
-                await _stop(process, _EXIT_SECONDS if channel.answered else 0)
-                reader.close()
-                os.close(from_child)
-            tg.cancel_scope.cancel()
-
-
-def _session_message(item: Any) -> SessionMessage | Exception:
-    if isinstance(item, Exception):
-        return item
+    lines = SessionLines(
+        lambda on_line, on_eof: LineReader(from_child, on_line, on_eof),
+        writer,
+        lambda message: isinstance(message, dict) and channel._take(message),
+        wrote=channel._observe,
+        ended=channel._close,
+    )
     try:
-        return SessionMessage(types.jsonrpc_message_adapter.validate_python(item, by_name=False))
-    except ValidationError as exc:
-        return exc
+        async with anyio.create_task_group() as tg, lines.streams() as streams:
+            channel._writer, channel.open = writer, True
+            tg.start_soon(channel._expire)
+            try:
+                yield streams
+            finally:
+                tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            channel._close()
+            with anyio.move_on_after(_FLUSH_SECONDS):
+                await writer.drained()  # what the session wrote last reaches the server
+            writer.close()
+            lines.drop()  # the server's last output is read and dropped: it must not block exiting
+            os.close(to_child)  # EOF on the server's stdin: the polite way to stop it
+            await _stop(process, _EXIT_SECONDS if channel.answered else 0)
+            lines.close()
+            os.close(from_child)
 
 
 async def _stop(process: anyio.abc.Process, grace: float) -> None:

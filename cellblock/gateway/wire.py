@@ -15,22 +15,17 @@ has answered one of them, every request goes the SDK's way.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio
 import mcp.types as types
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
-from pydantic import ValidationError
 
-from cellblock.gateway.stdio import Reader, ReaderFactory, Writer
+from cellblock.gateway.lines import SessionLines, Streams
+from cellblock.gateway.stdio import ReaderFactory, Writer
 
 __all__ = ["Wire"]
 
@@ -45,9 +40,6 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 # A taker sees every message from the client first; True means it took the message (and answers it).
 Taker = Callable[[dict[str, Any]], bool]
-# Messages waiting for the SDK's server beyond this pause reading from the client; reading
-# resumes when fewer than _RESUME wait. The server takes them as fast as it starts handlers.
-_PAUSE, _RESUME = 64, 16
 
 
 class Wire:
@@ -62,12 +54,7 @@ class Wire:
         self._handshake: Any = None  # the id of the client's `initialize`, until it is answered
         self._accepted: list[dict[str, Any]] = []
         self._asking: dict[Any, dict[str, Any]] = {}  # request id -> its envelope, until answered
-        # what goes to the SDK's server, in arrival order: a message (or why it is not one),
-        # and the request context a handed-over fast call carries
-        self._backlog: deque[tuple[Any, Any]] = deque()
-        self._waiting = anyio.Event()
-        self._eof = False
-        self._reader: Reader | None = None
+        self._lines: SessionLines | None = None
 
     def served_version(self, params: dict[str, Any]) -> str | None:
         """The version a request with these params would be served at, if the SDK already accepted
@@ -95,73 +82,25 @@ class Wire:
     def hand_to_server(self, message: dict[str, Any], context: Any) -> None:
         """Give the SDK's server a request as if it had just arrived, carrying `context` for its
         handler (`ctx.request`): how a fast-path call passes to the SDK path midway."""
-        self._enqueue(message, context)
-
-    def _enqueue(self, item: Any, context: Any = None) -> None:
-        self._backlog.append((item, context))
-        self._waiting.set()
-        if len(self._backlog) > _PAUSE and self._reader is not None:
-            self._reader.pause()
+        if self._lines is not None:
+            self._lines.hand(message, context)
 
     @asynccontextmanager
-    async def streams(
-        self, take: Taker
-    ) -> AsyncIterator[
-        tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
-    ]:
+    async def streams(self, take: Taker) -> AsyncIterator[Streams]:
         """The SDK server's read and write streams, fed from and drained to the client."""
-        to_server, server_read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-        server_write, from_server = anyio.create_memory_object_stream[SessionMessage](0)
 
-        def on_line(line: bytes) -> None:
-            if not line.strip():
-                return
-            try:
-                message = json.loads(line)
-            except ValueError as exc:
-                self._enqueue(exc)  # the SDK reports a line that is not JSON
-                return
-            if isinstance(message, dict):
-                self._note_request(message)
-                if take(message):
-                    return
-            self._enqueue(message)
+        def first(message: Any) -> bool:
+            if not isinstance(message, dict):
+                return False
+            self._note_request(message)
+            return take(message)
 
-        def on_eof() -> None:
-            self._eof = True
-            self._waiting.set()
-
-        async def feed() -> None:
-            async with to_server:
-                while True:
-                    while self._backlog:
-                        item, context = self._backlog.popleft()
-                        if len(self._backlog) < _RESUME and self._reader is not None:
-                            self._reader.resume()
-                        await to_server.send(_session_message(item, context))
-                    if self._eof:
-                        return
-                    self._waiting = anyio.Event()
-                    await self._waiting.wait()
-
-        async def write() -> None:
-            async with from_server:
-                async for item in from_server:
-                    self._note_answer(item.message)
-                    data = item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-                    with contextlib.suppress(OSError):  # the client left; reading ends the connection
-                        await self._writer.write(data.encode())
-
-        self._reader = self._make_reader(on_line, on_eof)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(feed)
-            tg.start_soon(write)
-            self._reader.start()
-            try:
-                yield server_read, server_write
-            finally:
-                self._reader.close()
-                tg.cancel_scope.cancel()
+        self._lines = SessionLines(self._make_reader, self._writer, first, wrote=self._note_answer)
+        try:
+            async with self._lines.streams() as streams:
+                yield streams
+        finally:
+            self._lines.close()
 
     def _note_request(self, message: dict[str, Any]) -> None:
         """Follow the opening of the connection as the SDK sees it: the first request decides the era."""
@@ -190,14 +129,3 @@ class Wire:
         envelope = self._asking.pop(message.id, None)
         if envelope is not None and envelope not in self._accepted and len(self._accepted) < _MAX_ENVELOPES:
             self._accepted.append(envelope)
-
-
-def _session_message(item: Any, context: Any) -> SessionMessage | Exception:
-    if isinstance(item, Exception):
-        return item
-    try:
-        parsed = types.jsonrpc_message_adapter.validate_python(item, by_name=False)
-    except ValidationError as exc:
-        return exc
-    metadata = ServerMessageMetadata(request_context=context) if context is not None else None
-    return SessionMessage(parsed, metadata=metadata)
