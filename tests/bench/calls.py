@@ -182,13 +182,15 @@ async def _measure_era(
 ) -> dict[str, Outcome]:
     """Open every route in one era, warm each up, then measure them in turns for `rounds` rounds."""
     outcomes = {route.label: Outcome() for route in ROUTES}
-    async with AsyncExitStack() as stack:
-        opened: dict[str, Sequence[Lane]] = {}
+    stacks: dict[str, AsyncExitStack] = {}
+    opened: dict[str, Sequence[Lane]] = {}
+    try:
         for route in ROUTES:
             outcome = outcomes[route.label]
             if mode not in route.eras:
                 outcome.error = route.why_not
                 continue
+            stack = stacks[route.label] = AsyncExitStack()
             try:
                 lanes = await route.open(scratch, mode, names, stack)  # bounded by the clients' read timeout
                 with anyio.fail_after(BATCH_SECONDS):
@@ -209,6 +211,12 @@ async def _measure_era(
                     outcomes[label].error = f"failed mid-run: {_reason(exc)}"
                     say(f"{label}, {ERAS[mode]}: {outcomes[label].error}")
                     del opened[label]
+    finally:
+        for label, stack in stacks.items():
+            try:
+                await stack.aclose()
+            except Exception as exc:  # a route that does not close cleanly is reported; the numbers stand
+                say(f"{label}, {ERAS[mode]}: closing it failed: {_reason(exc)}")
     return outcomes
 
 
