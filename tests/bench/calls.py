@@ -212,7 +212,7 @@ async def _measure_era(
                     say(f"{label}, {ERAS[mode]}: {outcomes[label].error}")
                     del opened[label]
     finally:
-        for label, stack in stacks.items():
+        for label, stack in reversed(stacks.items()):  # last opened, first closed: their scopes nest
             try:
                 await stack.aclose()
             except Exception as exc:  # a route that does not close cleanly is reported; the numbers stand
