@@ -77,7 +77,7 @@ class SessionLines:
         if self._dropping or not line.strip():
             return
         try:
-            message: Any = json.loads(line)
+            message: Any = json.loads(line.decode("utf-8", "replace"))  # str parses faster than bytes
         except ValueError as exc:
             self.hand(exc)  # the session reports a line that is not JSON
             return

@@ -8,18 +8,23 @@ and the ratio to the direct route of the same era in the same run.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import anyio
 from mcp import Client
+from mcp.client.stdio import StdioServerParameters
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from tests.bench.peers import fastmcp_proxy, mcp_proxy
 from tests.bench.report import Summary, Table, Target, fmt, median, say, summarize
 from tests.bench.spawn import Scratch, connect, direct, gateway, probe_argv
+
+RELAY = Path(__file__).resolve().parent / "relay.py"
 
 __all__ = ["ERAS", "concurrency", "per_call"]
 
@@ -78,6 +83,16 @@ async def _open_direct(scratch: Scratch, mode: str, names: list[str], stack: Asy
     return lanes
 
 
+async def _open_relay(scratch: Scratch, mode: str, names: list[str], stack: AsyncExitStack) -> list[Lane]:
+    lanes = []
+    for name in names:  # one relay per server, as direct has one connection per server
+        argv = [str(RELAY), *probe_argv(name)]
+        params = StdioServerParameters(command=sys.executable, args=argv)
+        client = await stack.enter_async_context(connect(params, mode, scratch.log(f"relay-{mode}-{name}")))
+        lanes.append((client, "echo"))
+    return lanes
+
+
 def _open_gateway(jailed: bool, protocol: str = "auto") -> Opener:
     async def open_(scratch: Scratch, mode: str, names: list[str], stack: AsyncExitStack) -> list[Lane]:
         label = f"calls-{'jailed' if jailed else 'unjailed'}-{protocol}-{mode}-{len(names)}"
@@ -112,6 +127,7 @@ def _one(found: list[str], name: str) -> str:
 
 ROUTES = (
     Route("direct", _open_direct),
+    Route("floor: a bare relay (each line parsed once, nothing checked)", _open_relay),
     Route("cellblock serve, unjailed", _open_gateway(jailed=False), targeted=True),
     Route("cellblock serve, jailed", _open_gateway(jailed=True)),
     Route(
