@@ -261,6 +261,10 @@ class Audit:
                 clean[key] = value
             elif is_secret_key(key):
                 clean[key] = REDACTED
+            elif type(value) is str:  # most fields: the checks of `_walk` without its dispatch
+                clean[key] = REDACTED if secrets is not None and secrets.search(value) else _cut(value)
+            elif value is None or type(value) is bool:
+                clean[key] = value
             else:
                 clean[key] = _clean(value, secrets)
         line = _ENCODER.encode(clean) + "\n"

@@ -234,6 +234,31 @@ def test_written_arguments_are_shortened_and_redacted(tmp_path: Path) -> None:
     assert event["reason"] == REDACTED
 
 
+def test_every_field_is_shortened_and_checked_not_only_the_arguments(tmp_path: Path) -> None:
+    """The event's own fields (a reason, a tool name a model made up) get the same cuts and
+    redaction as arguments, whatever their type."""
+    audit = Audit(tmp_path / "audit.jsonl")
+    audit.add_secret("ghp_0123456789abcdef")
+    audit.write(
+        "call",
+        "gh",
+        tool="t" * 1000,
+        reason="ok",
+        detail=["x" * 1000],
+        note=Decision.ALLOW,
+        leaked=f"key {'ghp_0123456789abcdef'}",
+        password="hunter2",
+        flag=True,
+        nothing=None,
+    )
+    (event,) = events(tmp_path / "audit.jsonl")
+    assert event["tool"] == "t" * MAX_STRING + f"…(+{1000 - MAX_STRING} chars)"
+    assert event["detail"] == ["x" * MAX_STRING + f"…(+{1000 - MAX_STRING} chars)"]
+    assert event["reason"] == "ok" and event["note"] == "allow"
+    assert event["leaked"] == REDACTED and event["password"] == REDACTED
+    assert event["flag"] is True and event["nothing"] is None
+
+
 def test_new_file_is_0600(tmp_path: Path) -> None:
     Audit(tmp_path / "state" / "audit.jsonl").write("server_ready", "a")
     assert mode(tmp_path / "state" / "audit.jsonl") == 0o600
