@@ -165,7 +165,7 @@ class FastPath:
     def __init__(self, gateway: Gateway, wire: Wire) -> None:
         self.gateway = gateway
         self.wire = wire
-        self.calls: dict[Any, FastCall] = {}  # by the client's request id, while in flight
+        self.in_flight: dict[Any, FastCall] = {}  # by the client's request id, while in flight
         # the gateway's serverInfo, fixed for its life; the SDK copies it per answer, this only
         # ever serializes it
         self.stamp = gateway.server.server_info_stamp
@@ -248,7 +248,7 @@ class FastPath:
         fc = FastCall(message, call, ds, channel, InFlight(asker=None), version, self.wire)
         fc.entry.log = self._log_sink(version)
         fc.entry.hand_over = fc.hand_over
-        self.calls[fc.id] = fc
+        self.in_flight[fc.id] = fc
         ds.track(fc.entry)
         ds.calls += 1
         ds.fast_calls += 1
@@ -266,12 +266,12 @@ class FastPath:
 
     def _cancel(self, params: Any) -> bool:
         """The client cancelled a request: True when it was a fast call still answered here."""
-        fc = self.calls.get(params.get("requestId")) if isinstance(params, dict) else None
+        fc = self.in_flight.get(params.get("requestId")) if isinstance(params, dict) else None
         if fc is None:
             return False
         if not fc.adopted.is_set():  # once adopted, the SDK's handler cancels it
             fc.cancel("cancelled by the client")
-            self.calls.pop(fc.id, None)
+            self.in_flight.pop(fc.id, None)
         # a handed-over request is the SDK's too (its handler may not have started yet)
         return not fc.handed_over
 
@@ -279,8 +279,8 @@ class FastPath:
         """The server answered (or timed out, or went away): answer the client, audit the end."""
         if pending is not None:
             fc.response, fc.timed_out = pending.response, pending.timed_out
-        if self.calls.get(fc.id) is fc:
-            del self.calls[fc.id]
+        if self.in_flight.get(fc.id) is fc:
+            del self.in_flight[fc.id]
         fc._end()
         if fc.cancelled or fc.handed_over:
             return  # cancelled calls are never answered; a handed-over one is the SDK's to answer
