@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from tests.bench import calls, catalog, jail, startup
+from tests.bench import calls, catalog, hotpath, jail, startup
 from tests.bench.machine import busy, describe
 from tests.bench.peers import PEERS
 from tests.bench.report import Table, say
@@ -33,6 +33,7 @@ SECTIONS: dict[str, Section] = {
     "jail": jail.jail_cost,
     "memory": startup.memory,
     "catalog": catalog.catalog_scale,
+    "hotpath": hotpath.hot_path,
 }
 
 
