@@ -9,108 +9,20 @@ answers for the same call on the fast path (server `fast`, policy allow) and on 
 from __future__ import annotations
 
 import json
-import os
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import mcp.types as types
 import pytest
-from anyio.abc import Process
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from tests.integration.conftest import cli, eventually, gateway, probe_server, write_config
+from tests.integration.raw import APPROVE, MODERN_META, Raw, open_session, raw_gateway
 
 pytestmark = pytest.mark.anyio
 
 ALLOW = {"default": "allow"}
 ASK = {"default": "ask"}
-MODERN_META = {
-    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-    "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
-    "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}},
-}
-APPROVE = {"action": "accept", "content": {"decision": "allow_once"}}
-
-# Answers a request the gateway sends the client (an approval question): method, params -> result
-Answer = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
-
-
-async def approve(method: str, params: dict[str, Any]) -> dict[str, Any]:
-    assert method == "elicitation/create", method
-    return APPROVE
-
-
-class Raw:
-    """One connection to `cellblock serve`: requests out, every line in, the gateway's requests answered."""
-
-    def __init__(self, process: Process, answer: Answer) -> None:
-        assert process.stdin is not None and process.stdout is not None
-        self._stdin, self._stdout = process.stdin, BufferedByteReceiveStream(process.stdout)
-        self._answer = answer
-        self._ids = 0
-        self._waiting: dict[Any, anyio.Event] = {}
-        self.answers: dict[Any, dict[str, Any]] = {}
-        self.notifications: list[dict[str, Any]] = []
-
-    async def send(self, message: dict[str, Any]) -> None:
-        await self._stdin.send((json.dumps(message) + "\n").encode())
-
-    async def request(self, method: str, params: dict[str, Any], ident: Any = None) -> dict[str, Any]:
-        """The whole response message (a result or an error)."""
-        if ident is None:
-            self._ids += 1
-            ident = self._ids
-        self._waiting[ident] = anyio.Event()
-        await self.send({"jsonrpc": "2.0", "id": ident, "method": method, "params": params})
-        with anyio.fail_after(30):
-            await self._waiting[ident].wait()
-        return self.answers.pop(ident)
-
-    async def read(self) -> None:
-        while True:
-            message = json.loads(await self._stdout.receive_until(b"\n", 1 << 26))
-            if "method" in message and "id" in message:
-                result = await self._answer(message["method"], message.get("params") or {})
-                await self.send({"jsonrpc": "2.0", "id": message["id"], "result": result})
-            elif "method" in message:
-                self.notifications.append(message)
-            else:
-                self.answers[message["id"]] = message
-                if message["id"] in self._waiting:
-                    self._waiting.pop(message["id"]).set()
-
-
-@asynccontextmanager
-async def raw_gateway(config: Path, state: Path, answer: Answer = approve) -> AsyncIterator[Raw]:
-    command = [sys.executable, "-m", "cellblock.gateway.cli", "serve", "--config", str(config)]
-    with (state.parent / "gateway.log").open("a") as errlog:
-        async with await anyio.open_process(
-            command, stderr=errlog, env={**os.environ, "CELLBLOCK_STATE_DIR": str(state)}
-        ) as process:
-            raw = Raw(process, answer)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(raw.read)
-                yield raw
-                tg.cancel_scope.cancel()
-
-
-async def open_session(raw: Raw, era: str) -> dict[str, Any]:
-    """The client's side of opening the connection in `era`; the `_meta` its requests carry."""
-    if era == "legacy":
-        hello = {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {"elicitation": {}},
-            "clientInfo": {"name": "raw", "version": "1"},
-        }
-        assert "result" in await raw.request("initialize", hello)
-        await raw.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        return {}
-    assert "result" in await raw.request("server/discover", {"_meta": MODERN_META})
-    return dict(MODERN_META)
 
 
 async def call(raw: Raw, meta: dict[str, Any], name: str, arguments: dict[str, Any]) -> dict[str, Any]:
