@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from platformdirs import user_config_path
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -26,6 +25,7 @@ from pydantic import (
 )
 
 from cellblock.gateway.credentials import ENTRY_NAME
+from cellblock.gateway.state import config_file, default_config_path
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.hosts import parse_rule
 from cellblock.policy.rules import Policy, parse_rule_entry
@@ -411,21 +411,13 @@ class Config(_Model):
         return self.servers[name].sampling or self.defaults.sampling
 
 
-def default_config_path() -> Path:
-    """`$CELLBLOCK_CONFIG`, else `<user config dir>/cellblock/cellblock.yaml`."""
-    env = os.environ.get("CELLBLOCK_CONFIG")
-    if env:
-        return Path(env).expanduser()
-    return user_config_path("cellblock") / "cellblock.yaml"
-
-
 def load_config(path: str | Path | None = None) -> tuple[Config, Path]:
     """Read and validate the config at `path` (or the default location).
 
     Raises:
         ConfigError: the file is missing, unreadable, not YAML, or not a valid config.
     """
-    source = (Path(path).expanduser() if path else default_config_path()).absolute()
+    source = config_file(path)
     try:
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -12,9 +12,30 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from platformdirs import user_state_path
+from platformdirs import user_config_path, user_state_path
 
-__all__ = ["atomic_write_json", "atomic_write_text", "read_json", "runtime_dir", "state_dir"]
+__all__ = [
+    "atomic_write_json",
+    "atomic_write_text",
+    "config_file",
+    "default_config_path",
+    "read_json",
+    "runtime_dir",
+    "state_dir",
+]
+
+
+def default_config_path() -> Path:
+    """`$CELLBLOCK_CONFIG`, else `<user config dir>/cellblock/cellblock.yaml`."""
+    env = os.environ.get("CELLBLOCK_CONFIG")
+    if env:
+        return Path(env).expanduser()
+    return user_config_path("cellblock") / "cellblock.yaml"
+
+
+def config_file(path: str | Path | None) -> Path:
+    """The config file to read: `path` (`~` expanded), else the default; absolute."""
+    return (Path(path).expanduser() if path else default_config_path()).absolute()
 
 
 def state_dir() -> Path:
