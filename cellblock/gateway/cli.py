@@ -450,11 +450,15 @@ def _probe(config_path: str | None, server: str | None, as_json: bool) -> int:
 
 
 def _serve(config_path: str | None, verbose: bool) -> int:
+    from cellblock.gateway.early import Early
+    from cellblock.gateway.state import config_file, runtime_dir, state_dir
+
+    # the client's opening requests are answered as at the last start while the rest loads
+    early = Early.begin(config_file(config_path), state_dir())
     from mcp.shared.exceptions import MCPDeprecationWarning
 
     from cellblock.gateway.config import load_config
     from cellblock.gateway.server import Gateway
-    from cellblock.gateway.state import runtime_dir, state_dir
 
     # stdout is the protocol channel: every log line goes to stderr, which clients keep as a log
     logging.basicConfig(
@@ -481,7 +485,7 @@ def _serve(config_path: str | None, verbose: bool) -> int:
     for name, server in sorted(config.servers.items()):
         if getattr(server, "jail", None) is False:
             log.warning("server '%s' runs UNJAILED (jail: false in the config)", name)
-    anyio.run(Gateway(config, state_dir(), runtime_dir(), source).serve_stdio)
+    anyio.run(Gateway(config, state_dir(), runtime_dir(), source, early).serve_stdio)
     return EXIT_OK
 
 

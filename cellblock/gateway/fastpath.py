@@ -24,7 +24,6 @@ the wire gives the client's original request to the SDK's server carrying the `F
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -202,7 +201,7 @@ class FastPath:
     def _answer_list(self, ident: Any, catalog: Catalog, method: str, version: str) -> None:
         text = catalog.wire(LIST_KINDS[method], version, self.stamp)
         with contextlib.suppress(OSError):  # the client left
-            self.wire.send_raw(f'{{"jsonrpc":"2.0","id":{json.dumps(ident)},"result":{text}}}')
+            self.wire.answer_raw(ident, text)
 
     # -- calls --------------------------------------------------------------------------------
 

@@ -41,12 +41,12 @@ class SessionLines:
         writer: Writer,
         take: Callable[[Any], bool],
         *,
-        wrote: Callable[[types.JSONRPCMessage], None] | None = None,
+        outgoing: Callable[[types.JSONRPCMessage], bool] | None = None,
         ended: Callable[[], None] | None = None,
     ) -> None:
         self._take = take
         self._writer = writer
-        self._wrote = wrote  # told of each message the session writes, before it goes out
+        self._outgoing = outgoing  # sees each message the session writes first; False keeps it back
         self._ended = ended  # called once, when the pipe reaches its end
         # what goes to the session, in arrival order: a message (or why it is not one), and the
         # request context that a message handed over (`hand`) carries
@@ -116,8 +116,8 @@ class SessionLines:
             try:
                 async with from_session:
                     async for item in from_session:
-                        if self._wrote is not None:
-                            self._wrote(item.message)
+                        if self._outgoing is not None and not self._outgoing(item.message):
+                            continue
                         line = item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
                         await self._writer.write(line.encode())
             except OSError:

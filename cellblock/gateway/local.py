@@ -187,7 +187,7 @@ class LocalChannel:
         for waiting in pending.values():
             waiting._finish()  # response stays None: the server is gone
 
-    def _observe(self, message: types.JSONRPCMessage) -> None:
+    def _observe(self, message: types.JSONRPCMessage) -> bool:
         """Remember the envelope the SDK session puts on its requests, to put it on ours."""
         if isinstance(message, types.JSONRPCRequest) and isinstance(message.params, dict):
             meta = message.params.get("_meta")
@@ -195,6 +195,7 @@ class LocalChannel:
                 stamped = {k: v for k, v in meta.items() if k.startswith(ENVELOPE_PREFIX)}
                 if stamped:
                     self.envelope = stamped
+        return True
 
 
 @asynccontextmanager
@@ -231,7 +232,7 @@ async def local_transport(plan: LaunchPlan, channel: LocalChannel, errlog: TextI
         lambda on_line, on_eof: LineReader(from_child, on_line, on_eof),
         writer,
         lambda message: isinstance(message, dict) and channel._take(message),
-        wrote=channel._observe,
+        outgoing=channel._observe,
         ended=channel._close,
     )
     try:

@@ -9,6 +9,7 @@ handler picks the era's way.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -44,6 +45,7 @@ from cellblock.gateway.catalog import Catalog, build_catalog, expose_content
 from cellblock.gateway.config import Config
 from cellblock.gateway.control import NOT_FOUND, ControlServer, socket_path
 from cellblock.gateway.downstream import START_SECONDS, Downstream, DownstreamError, InFlight, Listing, error_result
+from cellblock.gateway.early import Early, Handover
 from cellblock.gateway.elicitation import DirectAsker, InputNeeded, ParkedCall, ParkedCalls, StateRejected
 from cellblock.gateway.fastpath import FastCall, FastPath
 from cellblock.gateway.lock_cli import approve_pending
@@ -76,11 +78,23 @@ INSTRUCTIONS = (
 )
 
 
+# a list answered early that turned out different: what tells the client to list again
+_LIST_CHANGES: dict[str, tuple[Any, str]] = {
+    "tools/list": (ToolsListChanged(), "notifications/tools/list_changed"),
+    "prompts/list": (PromptsListChanged(), "notifications/prompts/list_changed"),
+    "resources/list": (ResourcesListChanged(), "notifications/resources/list_changed"),
+    "resources/templates/list": (ResourcesListChanged(), "notifications/resources/list_changed"),
+}
+
+
 class Gateway:
     """Downstream servers behind one MCP server."""
 
-    def __init__(self, config: Config, state: Path, runtime: Path | None, source: Path | None = None) -> None:
+    def __init__(
+        self, config: Config, state: Path, runtime: Path | None, source: Path | None = None, early: Early | None = None
+    ) -> None:
         self.config = config
+        self.early = early  # the opening answers of the last start, and this start's record of them
         self.runtime = runtime
         self.source = source
         self.catalog_dir = state / "catalogs"
@@ -123,6 +137,8 @@ class Gateway:
         self.log_level: str | None = None
         self._settled = anyio.Event()
         self._listed = anyio.Event()  # the client has asked for a list
+        self._start_catalog: Catalog | None = None  # the catalog once settled, until it changes
+        self._saving = False
         self._tg: anyio.abc.TaskGroup | None = None
         self.server = self._build_server()
 
@@ -141,14 +157,50 @@ class Gateway:
         Until the client closes stdin, or sends SIGTERM or SIGINT: either way the servers are
         stopped before the gateway exits, so none is left running on its own.
         """
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_stop_on_signal, tg.cancel_scope)
-            with client_stdio() as (make_reader, writer):
-                self.wire = Wire(make_reader, writer)
-                fast = FastPath(self, self.wire)
-                async with self.wire.streams(fast.take) as (read, write):
-                    await self.run(read, write)
-            tg.cancel_scope.cancel()
+        handover = self.early.stop() if self.early is not None else Handover()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_stop_on_signal, tg.cancel_scope)
+                with client_stdio(handover.data) as (make_reader, writer):
+                    self.wire = Wire(
+                        make_reader, writer, served=handover.served, record=self._record, differed=self._differed
+                    )
+                    fast = FastPath(self, self.wire)
+                    async with self.wire.streams(fast.take) as (read, write):
+                        await self.run(read, write)
+                tg.cancel_scope.cancel()
+        finally:
+            if self.early is not None:
+                self.early.save()
+
+    def _record(self, key: str, result: str) -> None:
+        """An opening answer, kept for the next start while the catalog is still the one it starts with."""
+        if self.early is not None and self.catalog is self._start_catalog and self.early.record(key, result):
+            self._save_record_soon()
+
+    def _save_record_soon(self) -> None:
+        if not self._saving:  # once the client's opening requests are in (they come together)
+            self._saving = True
+            self.tasks.start_soon(self._save_record)
+
+    async def _save_record(self) -> None:
+        await anyio.sleep(KNOWN_START_SECONDS)
+        self._saving = False
+        record = self.early.snapshot() if self.early is not None else None
+        if self.early is not None and record is not None:
+            await anyio.to_thread.run_sync(self.early.write, record)
+
+    def _differed(self, key: str, early: str, result: str | None) -> None:
+        """The client was answered early with something the gateway would not say now."""
+        method = json.loads(key)[0]
+        logger.warning("the early answer to %s was out of date; the client is told to list again", method)
+        if self.early is not None and self.early.record(key, result):
+            self._save_record_soon()
+        change = _LIST_CHANGES.get(method)
+        if change is not None:
+            event, notification = change
+            self.tasks.start_soon(self.bus.publish, event)
+            self._notify_handshake_client(notification, None)
 
     async def run(self, read: Any, write: Any) -> None:
         """Start the downstream servers and serve one client connection until it closes."""
@@ -229,6 +281,7 @@ class Gateway:
             if saved is not None:
                 ds.listing = self.shown[ds.name] = saved
         self._rebuild()
+        self._start_catalog = self.catalog
         self._settled.set()
 
     async def client_catalog(self) -> Catalog:

@@ -32,7 +32,7 @@ from typing import BinaryIO, Protocol
 
 import anyio
 
-__all__ = ["FileWriter", "LineReader", "PipeWriter", "Reader", "ThreadLineReader", "Writer", "client_stdio"]
+__all__ = ["FileWriter", "LineReader", "PipeWriter", "Reader", "ThreadLineReader", "Writer", "client_stdio", "is_pipe"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,11 +61,11 @@ class LineReader:
     `pause()` stops delivery (and reading) until `resume()`: the caller's backpressure.
     """
 
-    def __init__(self, fd: int, on_line: OnLine, on_eof: Callable[[], None]) -> None:
+    def __init__(self, fd: int, on_line: OnLine, on_eof: Callable[[], None], read: bytes = b"") -> None:
         self.fd = fd
         self._on_line = on_line
         self._on_eof = on_eof
-        self._buffer = bytearray()
+        self._buffer = bytearray(read)  # bytes read from the fd before (`gateway/early.py`)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._paused = False
         self._eof = False
@@ -74,6 +74,8 @@ class LineReader:
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(self.fd, self._readable)
+        if self._buffer:
+            self._loop.call_soon(self._deliver)
 
     def pause(self) -> None:
         if not self._paused and not self._closed:
@@ -285,7 +287,7 @@ class FileWriter:
         """The file belongs to the process."""
 
 
-def _is_pipe(fd: int) -> bool:
+def is_pipe(fd: int) -> bool:
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
@@ -297,9 +299,11 @@ ReaderFactory = Callable[[OnLine, Callable[[], None]], Reader]
 
 
 @contextmanager
-def client_stdio() -> Iterator[tuple[ReaderFactory, Writer]]:
-    """The client's wire: a factory for the line reader (given its callbacks), and the writer."""
-    if not (_is_pipe(0) and _is_pipe(1)):
+def client_stdio(read: bytes = b"") -> Iterator[tuple[ReaderFactory, Writer]]:
+    """The client's wire: a factory for the line reader (given its callbacks), and the writer.
+
+    `read` is what was already read from stdin (only ever from a pipe): it is delivered first."""
+    if not (is_pipe(0) and is_pipe(1)):
         stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
         yield (lambda on_line, on_eof: ThreadLineReader(stdin, on_line, on_eof)), FileWriter(stdout)
         return
@@ -312,7 +316,7 @@ def client_stdio() -> Iterator[tuple[ReaderFactory, Writer]]:
     os.set_blocking(wire_in, False)
     os.set_blocking(wire_out, False)
     try:
-        yield (lambda on_line, on_eof: LineReader(wire_in, on_line, on_eof)), PipeWriter(wire_out)
+        yield (lambda on_line, on_eof: LineReader(wire_in, on_line, on_eof, read)), PipeWriter(wire_out)
     finally:
         for private, fd in ((wire_in, 0), (wire_out, 1)):
             os.set_blocking(private, True)

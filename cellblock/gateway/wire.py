@@ -24,6 +24,7 @@ from typing import Any
 import mcp.types as types
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 
+from cellblock.gateway.early import request_key
 from cellblock.gateway.lines import SessionLines, Streams
 from cellblock.gateway.stdio import ReaderFactory, Writer
 
@@ -40,14 +41,35 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 # A taker sees every message from the client first; True means it took the message (and answers it).
 Taker = Callable[[dict[str, Any]], bool]
+# Told of an answer that may be given early next time: its request's key and the result's JSON.
+Recorder = Callable[[str, str], None]
+# Told when an early answer (`gateway/early.py`) was not what the gateway answers: the key, the
+# early result's JSON, and the gateway's (None: it answered with an error).
+Differed = Callable[[str, str, str | None], None]
 
 
 class Wire:
-    """One client connection: a line reader (from its factory) and a writer (the gateway's stdio)."""
+    """One client connection: a line reader (from its factory) and a writer (the gateway's stdio).
 
-    def __init__(self, make_reader: ReaderFactory, writer: Writer) -> None:
+    `served` holds the requests already answered early, by id, with their key and result: the
+    reader delivers them again first, and their answers here are compared, not sent.
+    """
+
+    def __init__(
+        self,
+        make_reader: ReaderFactory,
+        writer: Writer,
+        *,
+        served: dict[Any, tuple[str, str]] | None = None,
+        record: Recorder | None = None,
+        differed: Differed | None = None,
+    ) -> None:
         self._make_reader = make_reader
         self._writer = writer
+        self._served = dict(served or {})
+        self._record = record
+        self._differed = differed
+        self._keys: dict[Any, str] = {}  # request id -> its key, for the requests worth recording
         self.modern = False  # the client opened with a 2026-07-28 request
         self.version: str | None = None  # handshake era: the version the SDK negotiated
         self._opened = False
@@ -79,6 +101,11 @@ class Wire:
         """Write one already-serialized message (without its newline), as `send`."""
         self._writer.write_nowait((line + "\n").encode())
 
+    def answer_raw(self, ident: Any, result: str) -> None:
+        """Answer request `ident` with an already-serialized result, as `send`."""
+        if self._answered(ident, result, lambda: json.loads(result)):
+            self.send_raw(f'{{"jsonrpc":"2.0","id":{json.dumps(ident)},"result":{result}}}')
+
     def hand_to_server(self, message: dict[str, Any], context: Any) -> None:
         """Give the SDK's server a request as if it had just arrived, carrying `context` for its
         handler (`ctx.request`): how a fast-path call passes to the SDK path midway."""
@@ -95,7 +122,7 @@ class Wire:
             self._note_request(message)
             return take(message)
 
-        self._lines = SessionLines(self._make_reader, self._writer, first, wrote=self._note_answer)
+        self._lines = SessionLines(self._make_reader, self._writer, first, outgoing=self._note_answer)
         try:
             async with self._lines.streams() as streams:
                 yield streams
@@ -109,6 +136,10 @@ class Wire:
         params = message.get("params")
         meta = params.get("_meta") if isinstance(params, dict) else None
         envelope = {k: meta[k] for k in ENVELOPE_KEYS if k in meta} if isinstance(meta, dict) else {}
+        if self._record is not None and message["id"] not in self._served:
+            key = request_key(message["method"], params if params is not None else {})
+            if key is not None and len(self._keys) < _MAX_ENVELOPES:
+                self._keys[message["id"]] = key
         if not self._opened:
             self._opened = True
             self.modern = message["method"] != "initialize" and PROTOCOL_VERSION_META_KEY in envelope
@@ -117,11 +148,14 @@ class Wire:
         if self.modern and envelope and envelope not in self._accepted and len(self._asking) < _MAX_ENVELOPES:
             self._asking[message["id"]] = envelope
 
-    def _note_answer(self, message: types.JSONRPCMessage) -> None:
+    def _note_answer(self, message: types.JSONRPCMessage) -> bool:
+        """Follow what the SDK's server answers; False keeps an answer given early off the pipe."""
+        if isinstance(message, types.JSONRPCError):
+            self._asking.pop(message.id, None)
+            return self._answered(message.id, None, lambda: None)
         if not isinstance(message, types.JSONRPCResponse):
-            if isinstance(message, types.JSONRPCError):
-                self._asking.pop(message.id, None)
-            return
+            return True
+        keep = self._answered(message.id, None, lambda: message.result)
         if self._handshake is not None and message.id == self._handshake:
             self._handshake = None
             version = message.result.get("protocolVersion")
@@ -129,3 +163,23 @@ class Wire:
         envelope = self._asking.pop(message.id, None)
         if envelope is not None and envelope not in self._accepted and len(self._accepted) < _MAX_ENVELOPES:
             self._accepted.append(envelope)
+        return keep
+
+    def _answered(self, ident: Any, text: str | None, result: Callable[[], Any]) -> bool:
+        """An answer is going out: record it, or, if it was given early, compare it (False: do not send).
+
+        `text` is the result's JSON when the caller has it; `result()` the result (None: an error)."""
+        early = self._served.pop(ident, None)
+        key = early[0] if early is not None else self._keys.pop(ident, None)
+        if key is None:
+            return True
+        value = result()
+        if value is not None and text is None:
+            text = _ENCODER.encode(value)
+        if early is None:
+            if text is not None and self._record is not None:
+                self._record(key, text)
+            return True
+        if (value is None or json.loads(early[1]) != value) and self._differed is not None:
+            self._differed(key, early[1], text)
+        return False

@@ -3,10 +3,12 @@
 Each start is timed from just before the process is spawned to the end of the first `tools/list`
 (the handshake-era client's initialize included, as a client would do it). The same runs then call
 every server once, so that all of them are connected, and read the gateway's VmRSS: the gateway
-process alone, its servers excluded. Every configuration runs once first, not counted: it warms the
-page cache and, for the eager ones, learns and locks the catalogs, so the counted runs are the
-every-day start of a client. The first-contact row starts from an empty state directory each run;
-the lazy runs serve their catalogs from the locks the 16-eager runs wrote.
+process alone, its servers excluded. Every configuration runs twice first, not counted: that warms
+the page cache and, for the gateways, learns and locks the catalogs (the first run) and records the
+opening answers under the config's fingerprint (the second), so the counted runs are the every-day
+start of a client. The "no record" rows remove that record before each run: the start as it is
+without early answers. The first-contact row starts from an empty state directory each run; the
+lazy runs serve their catalogs from the locks the 16-eager runs wrote.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from cellblock.gateway.early import RECORD
 from tests.bench.report import Table, Target, fmt, median, say
 from tests.bench.spawn import PROBE, Scratch, child_pid, connect, direct, gateway, probe_argv, rss_mb
 
@@ -29,6 +32,8 @@ COLD_TARGET = Target(1.3, "x")
 LAZY_TARGET = Target(0.3, " s")
 RSS_TARGET = Target(60, " MB")
 GATEWAY_MARKER = "cellblock.gateway.cli"
+# the first start of a gateway learns and locks the catalogs, the second records its opening answers
+WARM_UPS = 2
 
 
 @dataclass
@@ -93,10 +98,11 @@ async def _starts(
     runs: int,
     servers: list[str] = [],  # noqa: B006 - never mutated
 ) -> Starts:
-    """`runs` counted starts after one that is not; `params` may be made anew for each (by number)."""
+    """`runs` counted starts after WARM_UPS that are not; `params` may be made anew for each (by number)."""
     result = Starts(label)
     made = params if callable(params) else (lambda _: params)
-    await _start(made(0), marker, scratch, label, servers)  # warm-up, not counted
+    for run in range(-WARM_UPS + 1, 1):  # not counted
+        await _start(made(run), marker, scratch, label, servers)
     for run in range(1, runs + 1):
         took, rss, result.tools = await _start(made(run), marker, scratch, label, servers)
         result.seconds.append(took)
@@ -114,17 +120,36 @@ async def _measure(scratch: Scratch, quick: bool) -> Measured:
     starts = [await _starts(direct("p"), str(PROBE), scratch, "probe server alone", runs)]
     for count in (0, 1, 8, 16):
         label = f"gateway, {count} eager server{'s' if count != 1 else ''}" if count else "gateway, no servers"
-        # the uncounted first run learns the catalogs and locks them: each counted run is a client
+        # the uncounted runs lock the catalogs and record the opening: each counted run is a client
         # launch after that, the every-day case
         params = gateway(scratch, f"start-eager-{count}", _probes(count))
         starts.append(await _starts(params, GATEWAY_MARKER, scratch, label, runs, list(_probes(count))))
+    eager = gateway(scratch, "start-eager-16", _probes(16))
+    label = "gateway, 16 eager servers, no record (catalogs from the locks, the SDK loaded first)"
+    starts.append(
+        await _starts(
+            _unrecorded(scratch, "start-eager-16", eager), GATEWAY_MARKER, scratch, label, runs, list(_probes(16))
+        )
+    )
     first = lambda run: gateway(scratch, f"start-first-16-{run}", _probes(16))  # noqa: E731 - a fresh state dir per run
     label = "gateway, 16 eager servers, first contact (nothing locked yet)"
     starts.append(await _starts(first, GATEWAY_MARKER, scratch, label, runs, list(_probes(16))))
     lazy = gateway(scratch, "start-lazy-16", _probes(16), start="lazy", state="start-eager-16")
     label = "gateway, 16 lazy servers (catalogs from the lock)"
     starts.append(await _starts(lazy, GATEWAY_MARKER, scratch, label, runs))
+    label = "gateway, 16 lazy servers, no record"
+    starts.append(await _starts(_unrecorded(scratch, "start-eager-16", lazy), GATEWAY_MARKER, scratch, label, runs))
     return Measured(starts, runs)
+
+
+def _unrecorded(scratch: Scratch, state: str, params: StdioServerParameters) -> Callable[[int], StdioServerParameters]:
+    """`params` for a start without the record of opening answers (it is removed first)."""
+
+    def made(run: int) -> StdioServerParameters:
+        (scratch.path(f"state-{state}") / RECORD).unlink(missing_ok=True)
+        return params
+
+    return made
 
 
 _cache: dict[bool, Measured] = {}
@@ -149,7 +174,7 @@ async def cold_start(scratch: Scratch, quick: bool) -> list[Table]:
         took = median(starts.seconds)
         if starts.label == "gateway, 16 eager servers":
             verdict = COLD_TARGET.verdict(took / base)
-        elif "lazy" in starts.label:
+        elif starts.label == "gateway, 16 lazy servers (catalogs from the lock)":
             verdict = LAZY_TARGET.verdict(took)
         else:
             verdict = "—"
@@ -171,9 +196,10 @@ async def cold_start(scratch: Scratch, quick: bool) -> list[Table]:
     table.notes += [
         "every server is the same probe, so the slowest single server started directly is the probe itself: "
         "its median is the baseline of the x column",
-        "eager rows: each counted run follows a first run that locked the catalogs, so the gateway lists them "
-        "from the locks and starts the servers once the client has its list; 'first contact' runs start from "
-        "an empty state directory each, and the list waits for every server",
+        "eager rows: each counted run follows two that locked the catalogs and recorded the opening answers, so "
+        "the gateway answers the opening from that record before the SDK is loaded, lists the servers from the "
+        "locks and starts them once the client has its list; 'no record' rows remove the record before each run; "
+        "'first contact' runs start from an empty state directory each, and the list waits for every server",
         f"the machine has {os.cpu_count()} cores: servers that start at once share them",
     ]
     return [table]
