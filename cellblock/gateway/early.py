@@ -161,14 +161,11 @@ class Early:
         """Stop answering (waits for an answer being written) and hand over what was read."""
         return self.thread.stop() if self.thread is not None else Handover()
 
-    def record(self, key: str, result: str | None) -> bool:
-        """Keep `result` as the answer to `key` (None forgets it); True when that changed the record."""
+    def record(self, key: str, result: str) -> bool:
+        """Keep `result` as the answer to `key`; True when that changed the record."""
         if self.fingerprint is None or self.answers.get(key) == result:
             return False
-        if result is None:
-            del self.answers[key]
-        else:
-            self.answers[key] = result
+        self.answers[key] = result
         self.changed = True
         return True
 

@@ -190,7 +190,7 @@ class Gateway:
         if self.early is not None and record is not None:
             await anyio.to_thread.run_sync(self.early.write, record)
 
-    def _differed(self, key: str, early: str, result: str | None) -> None:
+    def _differed(self, key: str, early: str, result: str) -> None:
         """The client was answered early with something the gateway would not say now."""
         method = json.loads(key)[0]
         logger.warning("the early answer to %s was out of date; the client is told to list again", method)

@@ -44,8 +44,8 @@ Taker = Callable[[dict[str, Any]], bool]
 # Told of an answer that may be given early next time: its request's key and the result's JSON.
 Recorder = Callable[[str, str], None]
 # Told when an early answer (`gateway/early.py`) was not what the gateway answers: the key, the
-# early result's JSON, and the gateway's (None: it answered with an error).
-Differed = Callable[[str, str, str | None], None]
+# early result's JSON, and the gateway's.
+Differed = Callable[[str, str, str], None]
 
 
 class Wire:
@@ -180,6 +180,8 @@ class Wire:
             if text is not None and self._record is not None:
                 self._record(key, text)
             return True
-        if (value is None or json.loads(early[1]) != value) and self._differed is not None:
+        # an error is no verdict on the record: it is what pending requests get when the client
+        # leaves before the gateway is up, as a client that only wanted the list may
+        if value is not None and json.loads(early[1]) != value and self._differed is not None and text is not None:
             self._differed(key, early[1], text)
         return False

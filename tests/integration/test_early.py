@@ -162,3 +162,17 @@ async def test_a_changed_config_is_not_answered_from_the_old_record(learned: dic
         edit(config, lambda text: original)
     assert MARK not in json.dumps(tools)
     assert tools == learned["answers"]["legacy"][1]
+
+
+async def test_a_client_that_leaves_after_the_early_answers_leaves_the_record_as_it_was(
+    learned: dict[str, Any], tmp_path: Path
+) -> None:
+    """A client that only wanted the list may be gone before the gateway is up: the gateway's
+    answers to the early requests are then errors (the connection closed), which say nothing
+    about the record."""
+    state = fresh_state(learned, tmp_path)
+    before = json.loads(read(state / RECORD))
+    async with raw_gateway(learned["config"], state) as raw:
+        await opening(raw, "legacy")
+    assert json.loads(read(state / RECORD)) == before
+    assert "out of date" not in read(tmp_path / "gateway.log")
