@@ -11,8 +11,9 @@ the SDK nor pydantic.
 Once the gateway is up, every line the thread read is handed to it, in order, as if it had just
 arrived; the gateway answers the early requests again and compares instead of sending
 (`gateway/wire.py`): a difference replaces the record and tells the client to list again.
-Anything the thread cannot answer (a call, a request not recorded, any other notification than
-`notifications/initialized`) stops it, and waits for the gateway like everything after it.
+Anything the thread cannot answer (a call, a request not recorded or already answered once, any
+other notification than `notifications/initialized`) stops it, and waits for the gateway like
+everything after it.
 
 No decision is made here: what is answered early is the gateway's own handshake and lists from
 the last start, and every call passes route, lock and policy in the gateway proper.
@@ -198,6 +199,7 @@ class EarlyAnswers:
         self._read = bytearray()  # everything read from the client
         self._done = 0  # how much of it has been looked at (whole lines, answered or passed)
         self._served: dict[Any, tuple[str, str]] = {}
+        self._keys: set[str] = set()  # the requests answered (each at most once)
         self._wake_r, self._wake_w = os.pipe()
         self._thread = threading.Thread(target=self._run, name="cellblock-early", daemon=True)
 
@@ -243,9 +245,11 @@ class EarlyAnswers:
         if not isinstance(ident, str | int) or isinstance(ident, bool) or ident in self._served:
             return False
         key = request_key(message.get("method"), message.get("params", {}))
-        result = self._answers.get(key) if key is not None else None
+        # the same request again is a client listing again: that one waits for the gateway
+        result = self._answers.get(key) if key is not None and key not in self._keys else None
         if key is None or result is None:
             return False
+        self._keys.add(key)
         self._write(f'{{"jsonrpc":"2.0","id":{json.dumps(ident)},"result":{result}}}\n'.encode())
         self._served[ident] = (key, result)
         return True
