@@ -173,9 +173,12 @@ class Gateway:
             if self.early is not None:
                 self.early.save()
 
-    def _record(self, key: str, result: str) -> None:
+    def _record(self, key: str, result: Callable[[], str | None]) -> None:
         """An opening answer, kept for the next start while the catalog is still the one it starts with."""
-        if self.early is not None and self.catalog is self._start_catalog and self.early.record(key, result):
+        if self.early is None or self.catalog is not self._start_catalog:
+            return
+        text = result()
+        if text is not None and self.early.record(key, text):
             self._save_record_soon()
 
     def _save_record_soon(self) -> None:

@@ -41,8 +41,9 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 # A taker sees every message from the client first; True means it took the message (and answers it).
 Taker = Callable[[dict[str, Any]], bool]
-# Told of an answer that may be given early next time: its request's key and the result's JSON.
-Recorder = Callable[[str, str], None]
+# Told of an answer that may be given early next time: its request's key, and how to get the
+# result's JSON (None: the answer was an error).
+Recorder = Callable[[str, Callable[[], str | None]], None]
 # Told when an early answer (`gateway/early.py`) was not what the gateway answers: the key, the
 # early result's JSON, and the gateway's.
 Differed = Callable[[str, str, str], None]
@@ -173,15 +174,20 @@ class Wire:
         key = early[0] if early is not None else self._keys.pop(ident, None)
         if key is None:
             return True
-        value = result()
-        if value is not None and text is None:
-            text = _ENCODER.encode(value)
+
+        def serialized() -> str | None:
+            if text is not None:
+                return text
+            value = result()
+            return None if value is None else _ENCODER.encode(value)
+
         if early is None:
-            if text is not None and self._record is not None:
-                self._record(key, text)
+            if self._record is not None:
+                self._record(key, serialized)  # serialized only if it is kept: a list is large
             return True
+        value = result()
         # an error is no verdict on the record: it is what pending requests get when the client
         # leaves before the gateway is up, as a client that only wanted the list may
-        if value is not None and json.loads(early[1]) != value and self._differed is not None and text is not None:
-            self._differed(key, early[1], text)
+        if value is not None and json.loads(early[1]) != value and self._differed is not None:
+            self._differed(key, early[1], serialized() or "")
         return False
