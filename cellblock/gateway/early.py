@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from cellblock import __version__
-from cellblock.gateway.state import atomic_write_json
+from cellblock.gateway.state import atomic_write_json, read_json
 from cellblock.gateway.stdio import is_pipe
 
 __all__ = ["RECORD", "Early", "EarlyAnswers", "Handover", "fingerprint", "request_key"]
@@ -115,14 +115,11 @@ def _modules(directory: Path) -> list[object]:
 
 def load_answers(state: Path, print_: str | None) -> dict[str, str]:
     """The recorded answers (key -> result JSON), if they were recorded under `print_`."""
-    if print_ is None:
+    record = read_json(state / RECORD) if print_ is not None else None
+    if not isinstance(record, dict) or record.get("fingerprint") != print_:
         return {}
-    try:
-        record = json.loads((state / RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    answers = record.get("answers") if isinstance(record, dict) else None
-    if record.get("fingerprint") != print_ or not isinstance(answers, dict):
+    answers = record.get("answers")
+    if not isinstance(answers, dict):
         return {}
     return {k: v for k, v in answers.items() if isinstance(k, str) and isinstance(v, str)}
 

@@ -202,8 +202,9 @@ def test_the_record_is_used_only_under_its_own_fingerprint(tmp_path: Path) -> No
     assert load_answers(state, fingerprint(config, state)) == {"k": '{"a":1}'}
     assert load_answers(state, "another") == {}
     assert load_answers(state, None) == {}
-    (state / RECORD).write_text("not json")
-    assert load_answers(state, fingerprint(config, state)) == {}
+    for damaged in ("not json", "[]", '"a string"', "{}", '{"fingerprint": null}'):
+        (state / RECORD).write_text(damaged)
+        assert load_answers(state, fingerprint(config, state)) == {}
     (state / RECORD).write_text(json.dumps({"fingerprint": fingerprint(config, state), "answers": {"k": 1}}))
     assert load_answers(state, fingerprint(config, state)) == {}  # an answer must be JSON text
 
