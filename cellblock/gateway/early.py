@@ -38,11 +38,14 @@ from cellblock import __version__
 from cellblock.gateway.state import atomic_write_json, read_json
 from cellblock.gateway.stdio import is_pipe
 
-__all__ = ["RECORD", "Early", "EarlyAnswers", "Handover", "fingerprint", "request_key"]
+__all__ = ["RECORD", "SAVE_AFTER_SECONDS", "Early", "EarlyAnswers", "Handover", "fingerprint", "request_key"]
 
 logger = logging.getLogger(__name__)
 
 RECORD = "early.json"
+# the record is written this long after an answer changed it: a client's opening requests come
+# together, so one write holds them all (and at exit, if it is still to be written)
+SAVE_AFTER_SECONDS = 2.0
 # Requests whose answer depends only on what the fingerprint covers. A cursor means a later
 # page, which the gateway's one-page lists never give: that is the SDK's to refuse.
 ANSWERABLE = frozenset(

@@ -45,7 +45,7 @@ from cellblock.gateway.catalog import Catalog, build_catalog, expose_content
 from cellblock.gateway.config import Config
 from cellblock.gateway.control import NOT_FOUND, ControlServer, socket_path
 from cellblock.gateway.downstream import START_SECONDS, Downstream, DownstreamError, InFlight, Listing, error_result
-from cellblock.gateway.early import Early, Handover
+from cellblock.gateway.early import SAVE_AFTER_SECONDS, Early, Handover
 from cellblock.gateway.elicitation import DirectAsker, InputNeeded, ParkedCall, ParkedCalls, StateRejected
 from cellblock.gateway.fastpath import FastCall, FastPath
 from cellblock.gateway.lock_cli import approve_pending
@@ -78,7 +78,7 @@ INSTRUCTIONS = (
 )
 
 
-# a list answered early that turned out different: what tells the client to list again
+# what tells the client to list again: the subscription event and the handshake-era notification
 _LIST_CHANGES: dict[str, tuple[Any, str]] = {
     "tools/list": (ToolsListChanged(), "notifications/tools/list_changed"),
     "prompts/list": (PromptsListChanged(), "notifications/prompts/list_changed"),
@@ -182,28 +182,32 @@ class Gateway:
             self._save_record_soon()
 
     def _save_record_soon(self) -> None:
-        if not self._saving:  # once the client's opening requests are in (they come together)
+        if not self._saving:  # see SAVE_AFTER_SECONDS
             self._saving = True
             self.tasks.start_soon(self._save_record)
 
     async def _save_record(self) -> None:
-        await anyio.sleep(KNOWN_START_SECONDS)
+        await anyio.sleep(SAVE_AFTER_SECONDS)
         self._saving = False
-        record = self.early.snapshot() if self.early is not None else None
-        if self.early is not None and record is not None:
-            await anyio.to_thread.run_sync(self.early.write, record)
+        early = self.early
+        record = early.snapshot() if early is not None else None
+        if early is not None and record is not None:
+            await anyio.to_thread.run_sync(early.write, record)
 
     def _differed(self, key: str, early: str, result: str) -> None:
         """The client was answered early with something the gateway would not say now."""
-        method = json.loads(key)[0]
-        logger.warning("the early answer to %s was out of date; the client is told to list again", method)
         if self.early is not None and self.early.record(key, result):
             self._save_record_soon()
-        change = _LIST_CHANGES.get(method)
-        if change is not None:
-            event, notification = change
-            self.tasks.start_soon(self.bus.publish, event)
-            self._notify_handshake_client(notification, None)
+        method = json.loads(key)[0]
+        if method in _LIST_CHANGES:
+            logger.warning("the early answer to %s was out of date; the client is told to list again", method)
+            self.tasks.start_soon(self._announce, method)
+        else:  # the handshake: nothing in the protocol revises it
+            logger.warning(
+                "the early answer to %s was out of date; the client keeps it until it reconnects "
+                "(the record is corrected for the next start)",
+                method,
+            )
 
     async def run(self, read: Any, write: Any) -> None:
         """Start the downstream servers and serve one client connection until it closes."""
@@ -333,16 +337,18 @@ class Gateway:
         if not self._settled.is_set():
             return
         new = self.catalog
-        changes: list[tuple[Any, str]] = []
         if old.tools != new.tools:
-            changes.append((ToolsListChanged(), "notifications/tools/list_changed"))
+            await self._announce("tools/list")
         if old.prompts != new.prompts:
-            changes.append((PromptsListChanged(), "notifications/prompts/list_changed"))
+            await self._announce("prompts/list")
         if (old.resources, old.templates) != (new.resources, new.templates):
-            changes.append((ResourcesListChanged(), "notifications/resources/list_changed"))
-        for event, method in changes:
-            await self.bus.publish(event)  # 2026-07-28 clients listening on subscriptions/listen
-            self._notify_handshake_client(method, None)
+            await self._announce("resources/list")
+
+    async def _announce(self, method: str) -> None:
+        """Tell the client that what `method` lists has changed."""
+        event, notification = _LIST_CHANGES[method]
+        await self.bus.publish(event)  # 2026-07-28 clients listening on subscriptions/listen
+        self._notify_handshake_client(notification, None)
 
     # -- the upstream server ---------------------------------------------------------------
 

@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 ENVELOPE_KEYS = (PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY)
 # distinct accepted envelopes remembered; a client sends one, this only bounds a strange one
 _MAX_ENVELOPES = 8
+# opening requests followed for the record at once; a client sends a handful, this bounds a flood
+_MAX_RECORDING = 16
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
@@ -139,7 +141,7 @@ class Wire:
         envelope = {k: meta[k] for k in ENVELOPE_KEYS if k in meta} if isinstance(meta, dict) else {}
         if self._record is not None and message["id"] not in self._served:
             key = request_key(message["method"], params if params is not None else {})
-            if key is not None and len(self._keys) < _MAX_ENVELOPES:
+            if key is not None and len(self._keys) < _MAX_RECORDING:
                 self._keys[message["id"]] = key
         if not self._opened:
             self._opened = True
@@ -175,19 +177,17 @@ class Wire:
         if key is None:
             return True
 
-        def serialized() -> str | None:
-            if text is not None:
-                return text
-            value = result()
-            return None if value is None else _ENCODER.encode(value)
+        def serialized(value: Any) -> str | None:
+            return text if text is not None or value is None else _ENCODER.encode(value)
 
         if early is None:
             if self._record is not None:
-                self._record(key, serialized)  # serialized only if it is kept: a list is large
+                # serialized only if it is kept: a list is large, and most are not
+                self._record(key, lambda: serialized(result()))
             return True
         value = result()
         # an error is no verdict on the record: it is what pending requests get when the client
         # leaves before the gateway is up, as a client that only wanted the list may
         if value is not None and json.loads(early[1]) != value and self._differed is not None:
-            self._differed(key, early[1], serialized() or "")
+            self._differed(key, early[1], serialized(value) or "")
         return False

@@ -176,3 +176,23 @@ async def test_a_client_that_leaves_after_the_early_answers_leaves_the_record_as
         await opening(raw, "legacy")
     assert json.loads(read(state / RECORD)) == before
     assert "out of date" not in read(tmp_path / "gateway.log")
+
+
+async def test_a_handshake_out_of_date_is_corrected_for_the_next_start(learned: dict[str, Any], tmp_path: Path) -> None:
+    """Nothing in the protocol revises a handshake once answered: the gateway says so, and the
+    next start answers with what the gateway says now."""
+    state = fresh_state(learned, tmp_path)
+    path = state / RECORD
+    record = json.loads(read(path))
+    key = request_key("initialize", HELLO)
+    hello = json.loads(record["answers"][key])
+    hello["instructions"] = MARK
+    record["answers"][key] = json.dumps(hello)
+    path.write_text(json.dumps(record))
+    async with raw_gateway(learned["config"], state) as raw:
+        first, _, _ = await opening(raw, "legacy")
+        assert first["result"]["instructions"] == MARK  # answered early, from the record
+        await eventually(lambda: "client keeps it until it reconnects" in read(tmp_path / "gateway.log"))
+    async with raw_gateway(learned["config"], state) as raw:
+        again, _, _ = await opening(raw, "legacy")
+    assert again["result"] == learned["answers"]["legacy"][0]["result"]
