@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from cellblock.gateway.audit import rotated_paths
+from cellblock.policy.jsontext import loads
 
 __all__ = [
     "RECENT",
@@ -146,8 +147,8 @@ def _lines(files: list[Path]) -> Iterator[tuple[Path, bytes]]:
 
 def _parse(raw: bytes) -> dict[str, Any] | None:
     try:
-        event = json.loads(raw)
-    except ValueError:  # includes UnicodeDecodeError
+        event = loads(raw)
+    except ValueError:
         return None
     if not isinstance(event, dict):
         return None

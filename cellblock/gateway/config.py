@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
+    ByteSize,
     ConfigDict,
     Discriminator,
     Field,
@@ -99,6 +100,9 @@ ServerName = Annotated[str, Field(pattern=SERVER_NAME.pattern)]
 Start = Literal["eager", "lazy"]
 Protocol = Literal["auto", "legacy"]
 Seconds = Annotated[float, Field(gt=0, le=3600)]
+# The longest message (one JSON-RPC line) taken from a server or the client: "32MiB", "500KB", or bytes.
+MessageSize = Annotated[ByteSize, Field(ge=64 << 10, le=1 << 30)]
+DEFAULT_MESSAGE_SIZE = 32 << 20
 
 
 DecisionName = Literal["allow", "deny", "ask"]
@@ -171,6 +175,8 @@ class DefaultsConfig(_Model):
     lock: LockConfig = LockConfig()
     # a server asking the client's model for a completion: refused, asked about, or passed on
     sampling: DecisionName = "deny"
+    # a longer message from a server (or the client) is dropped and its request answered with an error
+    max_message_size: MessageSize = ByteSize(DEFAULT_MESSAGE_SIZE)
 
 
 class NamesConfig(_Model):
@@ -280,6 +286,7 @@ class LocalServer(_ServerBase):
     cwd: str | None = None
     # `false` (YAML `off` too) is the only way to run a server unjailed, and it is shown as such
     jail: Jail = JailConfig()
+    max_message_size: MessageSize | None = None
 
     @field_validator("command", "cwd")
     @classmethod
@@ -409,6 +416,11 @@ class Config(_Model):
 
     def sampling_of(self, name: str) -> str:
         return self.servers[name].sampling or self.defaults.sampling
+
+    def max_message_of(self, name: str) -> int:
+        server = self.servers[name]
+        own = server.max_message_size if isinstance(server, LocalServer) else None
+        return int(own or self.defaults.max_message_size)
 
 
 def load_config(path: str | Path | None = None) -> tuple[Config, Path]:

@@ -39,9 +39,12 @@ from cellblock.gateway.elicitation import Asker
 from cellblock.gateway.launch import launch_plan, stdio_parameters
 from cellblock.gateway.local import LocalChannel, local_transport
 from cellblock.gateway.oauth import KeyringTokenStorage
+from cellblock.gateway.ratelimit import Budget
 from cellblock.gateway.remote import HttpWatch, explain, login, remote_client
+from cellblock.gateway.stdio import DEFAULT_LINE_LIMIT
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.hosts import parse_rule
+from cellblock.policy.jsontext import scrub
 from cellblock.sandbox.egress import Decision, EgressProxy
 from cellblock.sandbox.types import JailError
 
@@ -98,6 +101,9 @@ class Listing:
 
     @classmethod
     def load(cls, data: dict[str, Any]) -> Listing:
+        """A listing saved earlier (a lock's snapshot, the last catalog seen); text that cannot be
+        encoded, which an older version may have saved, is replaced (see `policy.jsontext`)."""
+        data = scrub(data)
         return cls(
             tools=tuple(types.Tool.model_validate(t) for t in data.get("tools", [])),
             prompts=tuple(types.Prompt.model_validate(p) for p in data.get("prompts", [])),
@@ -158,6 +164,10 @@ class Downstream:
     approve_sampling: (
         Callable[[Downstream, types.CreateMessageRequestParams, InFlight], Awaitable[str | None]] | None
     ) = None
+    # the longest message taken from a local server (`max_message_size`)
+    max_message: int = DEFAULT_LINE_LIMIT
+    # what the server may send unasked (logs, progress) before the excess is dropped
+    notices: Budget = field(default_factory=Budget)
     listing: Listing | None = None
     state: str = "stopped"  # stopped | starting | ready | restarting | failed
     error: str | None = None
@@ -179,6 +189,9 @@ class Downstream:
     _closed: anyio.Event | None = None  # set to end the current connection
     _login_lock: anyio.Lock = field(default_factory=anyio.Lock)
     _watch: HttpWatch = field(default_factory=HttpWatch)
+    _restart_reason: str | None = None  # why the gateway ended the current connection itself
+    _refresh_due = False  # the server said its catalog changed since the last re-read began
+    _refreshing = False
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -240,9 +253,10 @@ class Downstream:
         failures = 0
         while True:
             began = anyio.current_time()
+            self._restart_reason = None
             try:
                 await self._run_once()
-                reason = "the server exited"
+                reason = self._exit_reason
             except JailError as exc:
                 # no jail, no start: retrying cannot help and running unjailed is not an option
                 self._fail(str(exc))
@@ -265,6 +279,17 @@ class Downstream:
             logger.warning("server '%s' is down (%s); restarting in %.1fs", self.name, reason, delay)
             self._settled.set()
             await anyio.sleep(delay)
+
+    @property
+    def _exit_reason(self) -> str:
+        return self._restart_reason or "the server exited"
+
+    def _restart(self, reason: str) -> None:
+        """End the current connection because of how the server behaves; the supervisor restarts it."""
+        if self._restart_reason is None and self._closed is not None:
+            logger.warning("server '%s' is restarted: %s", self.name, reason)
+            self._restart_reason = reason
+            self._closed.set()
 
     def _event(self, event: str, **fields: Any) -> None:
         if self.audit is not None:
@@ -400,7 +425,7 @@ class Downstream:
                         tg.cancel_scope.cancel()
                 finally:
                     # calls arriving from now on wait for the restart instead of failing at once
-                    self._down("the server exited")
+                    self._down(self._exit_reason)
         if scope.cancelled_caught:
             raise TimeoutError
 
@@ -426,7 +451,13 @@ class Downstream:
             plan = launch_plan(self.name, self.config, egress_socket, private, values)
             if sys.platform == "win32":  # no process groups: the SDK's transport, and no fast path
                 return stdio_client(stdio_parameters(plan), errlog=sys.stderr)
-            self.channel = LocalChannel(self.name)
+            self.channel = LocalChannel(
+                self.name,
+                limit=self.max_message,
+                notices=self.notices,
+                on_list_changed=self._refresh_soon,
+                on_misbehaving=self._restart,
+            )
             return local_transport(plan, self.channel, sys.stderr)
         self._watch = HttpWatch()
         keyring = self._keyring() if self.config.auth.type != "none" or self.config.secrets else None
@@ -496,6 +527,8 @@ class Downstream:
         )
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        if self.is_remote and not self.notices.take():  # a local server's were counted as they came
+            return
         logger_name = f"{self.name}.{params.logger}" if params.logger else self.name
         params = params.model_copy(update={"logger": logger_name})
         sink = self._in_flight[-1].log if self._in_flight else None
@@ -507,9 +540,24 @@ class Downstream:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):
             logger.warning("server '%s' sent a message that is not valid MCP: %s", self.name, message)
-        elif isinstance(message, _LIST_CHANGED) and self._tg is not None:
-            # refetch outside the dispatcher's receive path, which must not block
-            self._tg.start_soon(self.refresh)
+        elif isinstance(message, _LIST_CHANGED):
+            self._refresh_soon()
+
+    def _refresh_soon(self) -> None:
+        """Re-read the catalog after a change notification: outside the dispatcher's receive path,
+        which must not block, and once for any number of notifications that arrive meanwhile."""
+        self._refresh_due = True
+        if not self._refreshing and self._tg is not None:
+            self._refreshing = True
+            self._tg.start_soon(self._refresh_while_due)
+
+    async def _refresh_while_due(self) -> None:
+        try:
+            while self._refresh_due:
+                self._refresh_due = False
+                await self.refresh()
+        finally:
+            self._refreshing = False
 
     async def _listen(self, client: Client) -> None:
         """2026-07-28 servers announce catalog changes only on a `subscriptions/listen` stream."""
@@ -524,7 +572,7 @@ class Downstream:
         try:
             async with client.listen(**wanted) as events:
                 async for _ in events:
-                    await self.refresh()
+                    self._refresh_soon()
         except (MCPError, SubscriptionLost, ListenNotSupportedError) as exc:
             logger.info("server '%s': no change notifications (%s)", self.name, _describe(exc))
 
@@ -670,6 +718,14 @@ class Downstream:
         started: Started | None = None,
     ) -> types.CallToolResult:
         progress = entry.report if entry.progress is not None else None
+        if progress is not None and self.is_remote:  # a local server's progress was budgeted as it came
+            report = progress
+
+            async def budgeted(value: float, total: float | None, message: str | None) -> None:
+                if self.notices.take():
+                    await report(value, total, message)
+
+            progress = budgeted
         request = types.CallToolRequestParams(name=tool, arguments=params.arguments, _meta=forwardable(params.meta))
         for _ in range(MAX_INPUT_ROUNDS):
             if started is not None:

@@ -58,6 +58,8 @@ _ENV_PREFIXES = ("CELLBLOCK_", "XDG_")
 _ENV_NAMES = ("HOME",)
 _ENV_SKIPPED = ("CELLBLOCK_STATE_DIR",)
 _CHUNK = 64 * 1024
+# An opening request is a few hundred bytes; a longer line is not one, and is left to the gateway.
+EARLY_LINE_LIMIT = 64 * 1024
 
 
 def request_key(method: Any, params: Any) -> str | None:
@@ -223,11 +225,14 @@ class EarlyAnswers:
                 chunk = os.read(self._in, _CHUNK)
                 if not chunk:
                     return
+                searched = len(self._read)  # the bytes before had no newline after `_done`
                 self._read += chunk
-                while (end := self._read.find(b"\n", self._done)) >= 0:
+                while (end := self._read.find(b"\n", searched)) >= 0:
                     if not self._answer(bytes(self._read[self._done : end])):
                         return
-                    self._done = end + 1
+                    self._done = searched = end + 1
+                if len(self._read) - self._done > EARLY_LINE_LIMIT:
+                    return  # no opening request is this long: the gateway's reader, with its limit, takes it
 
     def _answer(self, line: bytes) -> bool:
         """Answer or pass one line; False when it is the gateway's to handle (and everything after it)."""

@@ -37,7 +37,7 @@ from mcp_types import methods as _methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from cellblock.gateway.catalog import LIST_KINDS, Catalog
-from cellblock.gateway.downstream import CALL_RESULT, Downstream, InFlight, forwardable
+from cellblock.gateway.downstream import CALL_RESULT, Downstream, DownstreamError, InFlight, forwardable
 from cellblock.gateway.local import LocalChannel, Pending
 from cellblock.gateway.pipeline import Call
 from cellblock.gateway.shaping import exposed_result, wire_result
@@ -80,6 +80,7 @@ class FastCall:
     pending: Pending | None = None
     response: dict[str, Any] | None = None
     timed_out: bool = False
+    failure: DownstreamError | None = None  # why the call could not be sent, when it could not
     cancelled: bool = False
     done: bool = False  # the server answered, the call timed out or was cancelled, or the server went
     handed_over: bool = False  # the SDK's path answers the client now
@@ -144,8 +145,11 @@ class FastCall:
         Raises:
             TimeoutError: the server did not answer within its timeout.
             MCPError: the server answered with an error, or closed the connection.
+            DownstreamError: the call could not be sent.
             ValueError: the answer is not a JSON object.
         """
+        if self.failure is not None:
+            raise self.failure
         if self.timed_out:
             raise TimeoutError
         if self.response is None:
@@ -261,6 +265,9 @@ class FastPath:
             )
         except OSError:
             self._done(fc, None)  # the server went away just now: answered as a closed connection
+        except (ValueError, RecursionError) as exc:  # arguments nested too deep to encode again
+            fc.failure = DownstreamError(f"Cellblock could not pass the call to '{name}' on: {type(exc).__name__}")
+            self._done(fc, None)
         return True
 
     def _cancel(self, params: Any) -> bool:
@@ -299,7 +306,7 @@ class FastPath:
         stamp = self.stamp
         try:
             return wire_result("tools/call", fc.version, exposed_result(fc.call.server, fc.result()), stamp)
-        except (TimeoutError, MCPError, ValueError) as exc:
+        except (TimeoutError, MCPError, DownstreamError, ValueError) as exc:
             failed = fc.ds.failed_call(fc.call.tool, exc)
             return wire_result("tools/call", fc.version, failed.model_dump(by_alias=True, mode="json"), stamp)
 

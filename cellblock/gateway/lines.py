@@ -6,11 +6,19 @@ that read it, and offered to `take`, the fast path's share; the rest is validate
 message type and handed to the SDK session, in arrival order, by one feeder task. What the session
 writes is serialized onto the pipe by one writer task, in order with whatever else is written to
 the same `Writer`. Reading pauses while too many messages wait for the session (its backpressure).
+
+Nothing a peer sends can stop the connection: a line that is not strict JSON is reported to the
+session as such (`policy.jsontext.loads`, which also replaces lone surrogates), a line longer than
+the reader's limit goes to `oversized` (`request_id` finds whom it answered), and a message the
+session cannot serialize fails alone: a response becomes an error response for its id, a request
+is answered to the session with an error, a notification is dropped.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -22,14 +30,44 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from pydantic import ValidationError
 
-from cellblock.gateway.stdio import Reader, ReaderFactory, Writer
+from cellblock.gateway.stdio import Oversized, Reader, ReaderFactory, Writer
+from cellblock.policy.jsontext import loads
 
-__all__ = ["SessionLines", "Streams"]
+__all__ = ["SessionLines", "Streams", "error_response", "request_id", "valid_id"]
+
+logger = logging.getLogger(__name__)
 
 Streams = tuple[MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]]
 # Messages waiting for the session beyond this pause reading; reading resumes below _RESUME.
 # A session takes them as fast as it starts handlers, so this only bounds a flood.
 _PAUSE, _RESUME = 64, 16
+# Where a JSON-RPC message's id sits in its first or last bytes: serializers put the envelope
+# (`jsonrpc`, `id`) first, or last after the payload. Content cannot end a line in `"id":X}` after
+# a leading envelope (the payload's object closes first) or start one before it.
+_ID = r'"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+)'
+_ID_AT_HEAD = re.compile(rf'^\s*\{{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?{_ID}'.encode())
+_ID_AT_TAIL = re.compile(rf"[{{,]\s*{_ID}\s*\}}\s*$".encode())
+
+
+def valid_id(ident: Any) -> bool:
+    """A request id as MCP allows it: a string or an integer (not null, a boolean or a fraction)."""
+    return isinstance(ident, str | int) and not isinstance(ident, bool)
+
+
+def request_id(oversized: Oversized) -> str | int | None:
+    """The id of the message a dropped line carried, when its ends show one."""
+    found = _ID_AT_HEAD.match(oversized.head) or _ID_AT_TAIL.search(oversized.tail)
+    if found is None:
+        return None
+    try:
+        ident = json.loads(found.group(1))
+    except ValueError:
+        return None
+    return ident if valid_id(ident) else None
+
+
+def error_response(ident: Any, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": ident, "error": {"code": code, "message": message}}
 
 
 class SessionLines:
@@ -40,12 +78,14 @@ class SessionLines:
         make_reader: ReaderFactory,
         writer: Writer,
         take: Callable[[Any], bool],
+        oversized: Callable[[Oversized], None],
         *,
         outgoing: Callable[[types.JSONRPCMessage], bool] | None = None,
         ended: Callable[[], None] | None = None,
     ) -> None:
         self._take = take
         self._writer = writer
+        self._oversized = oversized  # told of each line too long to deliver (see stdio.LineReader)
         self._outgoing = outgoing  # sees each message the session writes first; False keeps it back
         self._ended = ended  # called once, when the pipe reaches its end
         # what goes to the session, in arrival order: a message (or why it is not one), and the
@@ -54,7 +94,7 @@ class SessionLines:
         self._waiting = anyio.Event()
         self._eof = False
         self._dropping = False
-        self._reader: Reader = make_reader(self._line, self._end)
+        self._reader: Reader = make_reader(self._line, self._end, self._oversize)
 
     def hand(self, message: Any, context: Any = None) -> None:
         """Give the session a message as if it had just been read; `context` reaches its handler
@@ -77,12 +117,16 @@ class SessionLines:
         if self._dropping or not line.strip():
             return
         try:
-            message: Any = json.loads(line.decode("utf-8", "replace"))  # str parses faster than bytes
+            message: Any = loads(line)
         except ValueError as exc:
             self.hand(exc)  # the session reports a line that is not JSON
             return
         if not self._take(message):
             self.hand(message)
+
+    def _oversize(self, oversized: Oversized) -> None:
+        if not self._dropping:
+            self._oversized(oversized)
 
     def _end(self) -> None:
         self._eof = True
@@ -118,8 +162,9 @@ class SessionLines:
                     async for item in from_session:
                         if self._outgoing is not None and not self._outgoing(item.message):
                             continue
-                        line = item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-                        await self._writer.write(line.encode())
+                        line = self._serialized(item.message)
+                        if line is not None:
+                            await self._writer.write(line)
             except OSError:
                 await to_session.aclose()  # the peer is gone: the session sees the end, not a hang
 
@@ -132,6 +177,23 @@ class SessionLines:
             finally:
                 session_write.close()
                 tg.cancel_scope.cancel()
+
+    def _serialized(self, message: types.JSONRPCMessage) -> bytes | None:
+        """`message` as one line; one that cannot be serialized fails alone (see the module docstring)."""
+        try:
+            return (message.model_dump_json(by_alias=True, exclude_unset=True) + "\n").encode()
+        except (ValueError, TypeError) as exc:  # pydantic's serialization errors are ValueErrors
+            why = f"the message could not be encoded ({type(exc).__name__})"
+        ident = getattr(message, "id", None)
+        if isinstance(message, types.JSONRPCRequest):
+            logger.error("%s request %s not sent: %s", message.method, ident, why)
+            self.hand(error_response(ident, types.INTERNAL_ERROR, why))  # its sender stops waiting
+            return None
+        if isinstance(message, types.JSONRPCNotification):
+            logger.error("%s notification dropped: %s", message.method, why)
+            return None
+        logger.error("the answer to request %s failed: %s", ident, why)
+        return (json.dumps(error_response(ident, types.INTERNAL_ERROR, why)) + "\n").encode()
 
     def close(self) -> None:
         """Stop reading (the pipe stays open: its owner closes it)."""

@@ -9,6 +9,12 @@ line from the server is parsed here once: a response to a private id, or progres
 to the fast path; the rest is validated and handed to the SDK session. Writes of both go out
 whole and in order through one `PipeWriter`.
 
+What a server may send is bounded here, before any validation: a line longer than `limit` is
+dropped and the request it answered (when its id shows) gets an error naming the server, and
+after `MAX_OVERSIZED` of them the server is restarted (`on_misbehaving`); log and progress
+notifications beyond the server's budget are dropped; `list_changed` notifications go straight
+to `on_list_changed`, which coalesces them.
+
 Spawning and stopping follow the SDK's `stdio_client`: a new session and process group, no
 await between the spawn and the task group, and a shielded shutdown that closes stdin, waits,
 then ends the whole process group.
@@ -34,8 +40,9 @@ import mcp.types as types
 from mcp.client.stdio import PROCESS_TERMINATION_TIMEOUT, get_default_environment
 from mcp.os.posix.utilities import terminate_posix_process_tree
 
-from cellblock.gateway.lines import SessionLines, Streams
-from cellblock.gateway.stdio import LineReader, PipeWriter
+from cellblock.gateway.lines import SessionLines, Streams, error_response, request_id
+from cellblock.gateway.ratelimit import Budget
+from cellblock.gateway.stdio import DEFAULT_LINE_LIMIT, LineReader, OnOversize, Oversized, PipeWriter
 from cellblock.sandbox.types import LaunchPlan
 
 __all__ = ["ENVELOPE_PREFIX", "LocalChannel", "Pending", "local_transport"]
@@ -51,6 +58,16 @@ _EXIT_SECONDS = PROCESS_TERMINATION_TIMEOUT
 # A write already accepted from the SDK session gets this long to reach the pipe at shutdown.
 _FLUSH_SECONDS = 0.5
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+# Lines over the limit a server may send in one run before it is restarted: one is a large
+# answer; a few in a row are a server that will not stop.
+MAX_OVERSIZED = 3
+# What a server's notifications may cost before they are dropped (see `Budget`).
+_NOTICES = ("notifications/message", "notifications/progress")
+_LIST_CHANGED = (
+    "notifications/tools/list_changed",
+    "notifications/prompts/list_changed",
+    "notifications/resources/list_changed",
+)
 
 Progress = Callable[[float, float | None, str | None], None]
 
@@ -79,6 +96,12 @@ class LocalChannel:
     """The fast path's side of a local server's pipes: requests under private ids, and their answers."""
 
     name: str
+    limit: int = DEFAULT_LINE_LIMIT  # the longest line taken from the server
+    # log and progress notifications beyond this are dropped before they cost anything more
+    notices: Budget = field(default_factory=Budget)
+    # told that the catalog changed (coalesced by the owner), and that the server must be restarted
+    on_list_changed: Callable[[], None] | None = None
+    on_misbehaving: Callable[[str], None] | None = None
     # what the SDK session stamps on every request to a 2026-07-28 server (protocol version,
     # client info and capabilities, log opt-in), copied from its own requests as they pass
     envelope: dict[str, Any] | None = None
@@ -87,6 +110,8 @@ class LocalChannel:
     # still starting (busy loading, not reading its stdin) is stopped at once
     answered: bool = False
     _writer: PipeWriter | None = None
+    _lines: SessionLines | None = None
+    _oversized: int = 0
     _pending: dict[str, Pending] = field(default_factory=dict)
     _order: deque[Pending] = field(default_factory=deque)  # by deadline: every request has one timeout
     _expiring: anyio.Event = field(default_factory=anyio.Event)
@@ -135,16 +160,28 @@ class LocalChannel:
         self._writer.write_nowait((_ENCODER.encode(message) + "\n").encode())
 
     def _take(self, message: dict[str, Any]) -> bool:
-        """Deliver a message from the server if it is the fast path's; False if it is the SDK's."""
+        """Deliver a message from the server if it is the fast path's, or drop it (True); False
+        if it is the SDK's."""
         ident = message.get("id")
         if isinstance(ident, str) and ident.startswith(_ID_PREFIX) and "method" not in message:
-            pending = self._pending.pop(ident, None)
-            if pending is not None:  # else the late answer to a request given up on: dropped
-                pending.response = message
-                pending._finish()
+            self._answer(ident, message)  # else the late answer to a request given up on: dropped
             return True
+        method = message.get("method")
+        if "id" not in message and method in _LIST_CHANGED and self.on_list_changed is not None:
+            self.on_list_changed()
+            return True
+        if method in _NOTICES and not self.notices.take():
+            if self.notices.dropped == 1:
+                logger.warning(
+                    "server '%s' sends notifications faster than %g a second; the rest are dropped",
+                    self.name,
+                    self.notices.rate,
+                )
+            return True
+        if self.notices.dropped and method in _NOTICES:
+            logger.warning("server '%s': %d notifications were dropped", self.name, self.notices.settle())
         params = message.get("params")
-        if message.get("method") != "notifications/progress" or not isinstance(params, dict):
+        if method != "notifications/progress" or not isinstance(params, dict):
             return False
         token = params.get("progressToken")
         if not (isinstance(token, str) and token.startswith(_ID_PREFIX)):
@@ -159,6 +196,34 @@ class LocalChannel:
                     text if isinstance(text, str) else None,
                 )
         return True
+
+    def _answer(self, ident: str, response: dict[str, Any]) -> None:
+        pending = self._pending.pop(ident, None)
+        if pending is not None:
+            pending.response = response
+            pending._finish()
+
+    def _oversize(self, line: Oversized) -> None:
+        """A line over the limit: dropped, its request answered with an error, the server
+        restarted once it has done so `MAX_OVERSIZED` times."""
+        self._oversized += 1
+        ident = request_id(line)
+        logger.warning(
+            "server '%s' sent a message of %s bytes or more, over its limit of %s (max_message_size); dropped",
+            self.name,
+            f"{line.size:,}",
+            f"{self.limit:,}",
+        )
+        why = (
+            f"its answer is larger than Cellblock accepts "
+            f"({line.size:,} bytes or more; max_message_size: {self.limit:,})"
+        )
+        if isinstance(ident, str) and ident.startswith(_ID_PREFIX):
+            self._answer(ident, error_response(ident, types.INTERNAL_ERROR, why))
+        elif ident is not None and self._lines is not None:
+            self._lines.hand(error_response(ident, types.INTERNAL_ERROR, why))  # the SDK session's request
+        if self._oversized >= MAX_OVERSIZED and self.on_misbehaving is not None:
+            self.on_misbehaving(f"it sent {self._oversized} messages over the limit of {self.limit:,} bytes")
 
     async def _expire(self) -> None:
         """Time out requests past their deadline (oldest first: all share the server's timeout)."""
@@ -228,13 +293,19 @@ async def local_transport(plan: LaunchPlan, channel: LocalChannel, errlog: TextI
     os.set_blocking(to_child, False)
     os.set_blocking(from_child, False)
     writer = PipeWriter(to_child)
+
+    def reader(on_line: Callable[[bytes], None], on_eof: Callable[[], None], on_oversize: OnOversize) -> LineReader:
+        return LineReader(from_child, on_line, on_eof, on_oversize, limit=channel.limit)
+
     lines = SessionLines(
-        lambda on_line, on_eof: LineReader(from_child, on_line, on_eof),
+        reader,
         writer,
         lambda message: isinstance(message, dict) and channel._take(message),
+        channel._oversize,
         outgoing=channel._observe,
         ended=channel._close,
     )
+    channel._lines = lines
     try:
         async with anyio.create_task_group() as tg, lines.streams() as streams:
             channel._writer, channel.open = writer, True

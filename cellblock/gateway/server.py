@@ -110,6 +110,7 @@ class Gateway:
                 audit=self.audit,
                 runtime=runtime or Path("/nonexistent"),
                 sampling=config.sampling_of(name),
+                max_message=config.max_message_of(name),
                 approve_sampling=self._approve_sampling,
                 allow_insecure=config.credentials.allow_insecure,
             )
@@ -161,7 +162,8 @@ class Gateway:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_stop_on_signal, tg.cancel_scope)
-                with client_stdio(handover.data) as (make_reader, writer):
+                limit = int(self.config.defaults.max_message_size)
+                with client_stdio(handover.data, limit) as (make_reader, writer):
                     self.wire = Wire(
                         make_reader, writer, served=handover.served, record=self._record, differed=self._differed
                     )

@@ -14,6 +14,8 @@ from typing import Any
 
 from platformdirs import user_config_path, user_state_path
 
+from cellblock.policy.jsontext import loads
+
 __all__ = [
     "atomic_write_json",
     "atomic_write_text",
@@ -84,8 +86,9 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:
 
 
 def read_json(path: Path) -> Any | None:
-    """The JSON in `path`, or None when it is missing or unreadable (callers treat that as 'no state')."""
+    """The JSON in `path`, or None when it is missing, unreadable or not strict JSON (callers treat
+    that as 'no state'); lone surrogates in it are replaced (see `policy.jsontext`)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return loads(path.read_bytes())
     except (OSError, ValueError):
         return None

@@ -28,17 +28,50 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import BinaryIO, Protocol
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Protocol
 
 import anyio
 
-__all__ = ["FileWriter", "LineReader", "PipeWriter", "Reader", "ThreadLineReader", "Writer", "client_stdio", "is_pipe"]
+__all__ = [
+    "DEFAULT_LINE_LIMIT",
+    "FileWriter",
+    "LineReader",
+    "Oversized",
+    "PipeWriter",
+    "Reader",
+    "ThreadLineReader",
+    "Writer",
+    "client_stdio",
+    "is_pipe",
+]
 
 logger = logging.getLogger(__name__)
 
 _CHUNK = 1 << 16
+# The longest line a reader delivers unless told otherwise (`max_message_size` in the config).
+DEFAULT_LINE_LIMIT = 32 << 20
+# What is kept of a line too long to deliver: enough of each end to find its JSON-RPC id.
+_KEPT = 256
 
 OnLine = Callable[[bytes], None]
+
+
+@dataclass
+class Oversized:
+    """A line longer than the reader's limit, dropped as it arrived: its size (so far, when the
+    pipe ended first) and the first and last bytes of it."""
+
+    size: int
+    head: bytes
+    tail: bytes
+
+    def add(self, data: bytes | bytearray | memoryview) -> None:
+        self.size += len(data)
+        self.tail = (self.tail + bytes(data[-_KEPT:]))[-_KEPT:]
+
+
+OnOversize = Callable[[Oversized], None]
 
 
 class Reader(Protocol):
@@ -58,14 +91,31 @@ class LineReader:
     """Calls `on_line` with each line (without its newline) read from a non-blocking pipe fd,
     from the loop's reader callback; `on_eof` once, after the last line.
 
+    A line longer than `limit` is never held whole: once the bytes waiting for a newline pass
+    the limit they are dropped as they arrive, up to the next newline, and `on_oversize` is told
+    instead of `on_line`. Each byte is searched for a newline once, so a line without end costs
+    linear time and at most `limit` bytes of memory.
+
     `pause()` stops delivery (and reading) until `resume()`: the caller's backpressure.
     """
 
-    def __init__(self, fd: int, on_line: OnLine, on_eof: Callable[[], None], read: bytes = b"") -> None:
+    def __init__(
+        self,
+        fd: int,
+        on_line: OnLine,
+        on_eof: Callable[[], None],
+        on_oversize: OnOversize,
+        read: bytes = b"",
+        limit: int = DEFAULT_LINE_LIMIT,
+    ) -> None:
         self.fd = fd
         self._on_line = on_line
         self._on_eof = on_eof
+        self._on_oversize = on_oversize
+        self._limit = limit
         self._buffer = bytearray(read)  # bytes read from the fd before (`gateway/early.py`)
+        self._searched = 0  # how much of the buffer is known to hold no newline
+        self._dropping: Oversized | None = None  # the line being dropped, until its newline
         self._loop: asyncio.AbstractEventLoop | None = None
         self._paused = False
         self._eof = False
@@ -104,43 +154,84 @@ class LineReader:
             return
         except OSError:
             chunk = b""
-        if chunk:
-            self._buffer += chunk
-        else:
+        if not chunk:
             self._eof = True
             if self._loop is not None:
                 self._loop.remove_reader(self.fd)
+        elif self._dropping is not None:
+            end = chunk.find(b"\n")
+            if end < 0:
+                self._dropping.add(chunk)
+                return
+            self._dropping.add(chunk[:end])
+            self._dropped()
+            self._buffer += chunk[end + 1 :]
+        else:
+            self._buffer += chunk
         self._deliver()
 
     def _deliver(self) -> None:
         while not self._paused and not self._closed:
-            end = self._buffer.find(b"\n")
+            end = self._buffer.find(b"\n", self._searched)
             if end < 0:
+                self._searched = len(self._buffer)
+                if self._searched > self._limit:
+                    self._dropping = Oversized(0, bytes(self._buffer[:_KEPT]), b"")
+                    self._dropping.add(self._buffer)
+                    self._buffer.clear()
+                    self._searched = 0
                 break
             line = bytes(self._buffer[:end])
             del self._buffer[: end + 1]
-            self._call(line)
+            self._searched = 0
+            if end > self._limit:
+                self._dropping = Oversized(0, line[:_KEPT], b"")
+                self._dropping.add(line)
+                self._dropped()
+            else:
+                self._call(line)
         if self._eof and not self._paused and not self._closed:
-            if self._buffer:
+            if self._dropping is not None:
+                self._dropped()
+            elif self._buffer:
                 line, self._buffer = bytes(self._buffer), bytearray()
                 self._call(line)
             self._closed = True
             self._on_eof()
 
+    def _dropped(self) -> None:
+        oversized, self._dropping = self._dropping, None
+        if oversized is not None:
+            self._guard(self._on_oversize, oversized)
+
     def _call(self, line: bytes) -> None:
+        self._guard(self._on_line, line)
+
+    def _guard(self, callback: Callable[[Any], None], value: Any) -> None:
         try:
-            self._on_line(line)
+            callback(value)
         except Exception:  # the reader's top level: one bad line must not stop the connection
             logger.exception("handling a line from fd %d failed", self.fd)
 
 
 class ThreadLineReader:
-    """`LineReader` for a terminal or a regular file: a thread reads, the loop is called back."""
+    """`LineReader` for a terminal or a regular file: a thread reads, the loop is called back.
 
-    def __init__(self, file: BinaryIO, on_line: OnLine, on_eof: Callable[[], None]) -> None:
+    Lines longer than `limit` are dropped the same way, reading at most `limit` bytes at a time."""
+
+    def __init__(
+        self,
+        file: BinaryIO,
+        on_line: OnLine,
+        on_eof: Callable[[], None],
+        on_oversize: OnOversize,
+        limit: int = DEFAULT_LINE_LIMIT,
+    ) -> None:
         self._file = file
         self._on_line = on_line
         self._on_eof = on_eof
+        self._on_oversize = on_oversize
+        self._limit = limit
         self._go = threading.Event()
         self._go.set()
         self._closed = False
@@ -149,11 +240,23 @@ class ThreadLineReader:
         loop = asyncio.get_running_loop()
 
         def run() -> None:
-            for line in iter(self._file.readline, b""):
+            dropping: Oversized | None = None
+            while line := self._file.readline(self._limit + 1):
                 self._go.wait()
                 if self._closed:
                     return
-                loop.call_soon_threadsafe(self._call, line.rstrip(b"\n"))
+                ended = line.endswith(b"\n")
+                if dropping is None and (ended or len(line) <= self._limit):
+                    loop.call_soon_threadsafe(self._call, self._on_line, line.rstrip(b"\n"))
+                    continue
+                if dropping is None:
+                    dropping = Oversized(0, line[:_KEPT], b"")
+                dropping.add(line.rstrip(b"\n"))
+                if ended:
+                    loop.call_soon_threadsafe(self._call, self._on_oversize, dropping)
+                    dropping = None
+            if dropping is not None:
+                loop.call_soon_threadsafe(self._call, self._on_oversize, dropping)
             loop.call_soon_threadsafe(self._end)
 
         threading.Thread(target=run, name="cellblock-stdin", daemon=True).start()
@@ -168,10 +271,10 @@ class ThreadLineReader:
         self._closed = True
         self._go.set()
 
-    def _call(self, line: bytes) -> None:
+    def _call(self, callback: Callable[[Any], None], value: Any) -> None:
         if not self._closed:
             try:
-                self._on_line(line)
+                callback(value)
             except Exception:  # as in LineReader
                 logger.exception("handling a line from stdin failed")
 
@@ -295,17 +398,23 @@ def is_pipe(fd: int) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
-ReaderFactory = Callable[[OnLine, Callable[[], None]], Reader]
+# Makes a reader given its callbacks: each line, the end, and each line too long to deliver.
+ReaderFactory = Callable[[OnLine, Callable[[], None], OnOversize], Reader]
 
 
 @contextmanager
-def client_stdio(read: bytes = b"") -> Iterator[tuple[ReaderFactory, Writer]]:
+def client_stdio(read: bytes = b"", limit: int = DEFAULT_LINE_LIMIT) -> Iterator[tuple[ReaderFactory, Writer]]:
     """The client's wire: a factory for the line reader (given its callbacks), and the writer.
 
-    `read` is what was already read from stdin (only ever from a pipe): it is delivered first."""
+    `read` is what was already read from stdin (only ever from a pipe): it is delivered first.
+    Lines longer than `limit` bytes are not delivered (see `LineReader`)."""
     if not (is_pipe(0) and is_pipe(1)):
         stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-        yield (lambda on_line, on_eof: ThreadLineReader(stdin, on_line, on_eof)), FileWriter(stdout)
+
+        def thread_reader(on_line: OnLine, on_eof: Callable[[], None], on_oversize: OnOversize) -> Reader:
+            return ThreadLineReader(stdin, on_line, on_eof, on_oversize, limit)
+
+        yield thread_reader, FileWriter(stdout)
         return
     wire_in = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
     wire_out = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)
@@ -316,7 +425,11 @@ def client_stdio(read: bytes = b"") -> Iterator[tuple[ReaderFactory, Writer]]:
     os.set_blocking(wire_in, False)
     os.set_blocking(wire_out, False)
     try:
-        yield (lambda on_line, on_eof: LineReader(wire_in, on_line, on_eof, read)), PipeWriter(wire_out)
+
+        def pipe_reader(on_line: OnLine, on_eof: Callable[[], None], on_oversize: OnOversize) -> Reader:
+            return LineReader(wire_in, on_line, on_eof, on_oversize, read, limit)
+
+        yield pipe_reader, PipeWriter(wire_out)
     finally:
         for private, fd in ((wire_in, 0), (wire_out, 1)):
             os.set_blocking(private, True)

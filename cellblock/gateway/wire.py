@@ -15,6 +15,7 @@ has answered one of them, every request goes the SDK's way.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -25,8 +26,8 @@ import mcp.types as types
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 
 from cellblock.gateway.early import request_key
-from cellblock.gateway.lines import SessionLines, Streams
-from cellblock.gateway.stdio import ReaderFactory, Writer
+from cellblock.gateway.lines import SessionLines, Streams, error_response, request_id, valid_id
+from cellblock.gateway.stdio import Oversized, ReaderFactory, Writer
 
 __all__ = ["Wire"]
 
@@ -95,10 +96,22 @@ class Wire:
     def send(self, message: dict[str, Any]) -> None:
         """Write one message to the client now (a full pipe queues it, in order).
 
+        A message that cannot be encoded fails alone: an answer becomes an error answer to the
+        same request, anything else is dropped (and logged).
+
         Raises:
             OSError: the client is gone.
         """
-        self._writer.write_nowait((_ENCODER.encode(message) + "\n").encode())
+        try:
+            line = _ENCODER.encode(message).encode()
+        except (ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
+            ident = message.get("id")
+            why = f"Cellblock could not encode the message ({type(exc).__name__})"
+            logger.error("a message to the client was not sent: %s", why)
+            if "method" in message or not valid_id(ident):
+                return
+            line = _ENCODER.encode(error_response(ident, types.INTERNAL_ERROR, why)).encode()
+        self._writer.write_nowait(line + b"\n")
 
     def send_raw(self, line: str) -> None:
         """Write one already-serialized message (without its newline), as `send`."""
@@ -122,15 +135,34 @@ class Wire:
         def first(message: Any) -> bool:
             if not isinstance(message, dict):
                 return False
+            if "method" in message and "id" in message and not valid_id(message["id"]):
+                self._refuse(None, "Invalid Request: the id must be a string or an integer")
+                return True
             self._note_request(message)
             return take(message)
 
-        self._lines = SessionLines(self._make_reader, self._writer, first, outgoing=self._note_answer)
+        self._lines = SessionLines(self._make_reader, self._writer, first, self._oversized, outgoing=self._note_answer)
         try:
             async with self._lines.streams() as streams:
                 yield streams
         finally:
             self._lines.close()
+
+    def _refuse(self, ident: Any, message: str) -> None:
+        with contextlib.suppress(OSError):  # the client left
+            self.send(error_response(ident, types.INVALID_REQUEST, message))
+
+    def _oversized(self, line: Oversized) -> None:
+        """The client sent a line longer than the limit: it is dropped, its request (if its id
+        shows) refused."""
+        ident = request_id(line)
+        logger.warning(
+            "the client sent a message of %s bytes or more, over the limit (max_message_size); dropped%s",
+            f"{line.size:,}",
+            "" if ident is None else f" and request {ident!r} refused",
+        )
+        if ident is not None:
+            self._refuse(ident, f"the request is larger than Cellblock accepts ({line.size:,} bytes or more)")
 
     def _note_request(self, message: dict[str, Any]) -> None:
         """Follow the opening of the connection as the SDK sees it: the first request decides the era."""

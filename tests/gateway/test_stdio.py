@@ -12,7 +12,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from cellblock.gateway.stdio import LineReader, PipeWriter
+from cellblock.gateway.stdio import LineReader, Oversized, PipeWriter
 
 pytestmark = pytest.mark.anyio
 
@@ -27,12 +27,16 @@ class Lines:
 
     def __init__(self) -> None:
         self.lines: list[bytes] = []
+        self.oversized: list[Oversized] = []
         self.ended = anyio.Event()
         self.arrived = anyio.Event()
 
     def line(self, line: bytes) -> None:
         self.lines.append(line)
         self.arrived.set()
+
+    def oversize(self, line: Oversized) -> None:
+        self.oversized.append(line)
 
     def eof(self) -> None:
         self.ended.set()
@@ -42,7 +46,7 @@ async def test_lines_come_whole_across_reads_with_a_last_unterminated_one() -> N
     read, write = os.pipe()
     os.set_blocking(read, False)
     got = Lines()
-    reader = LineReader(read, got.line, got.eof)
+    reader = LineReader(read, got.line, got.eof, got.oversize)
     reader.start()
     os.write(write, b'{"a": 1}\n{"b":')
     with anyio.fail_after(5):
@@ -66,7 +70,7 @@ async def test_a_paused_reader_delivers_nothing_until_resumed_and_then_everythin
         if line == b"1":
             reader.pause()
 
-    reader = LineReader(read, first_pauses, got.eof)
+    reader = LineReader(read, first_pauses, got.eof, got.oversize)
     reader.start()
     os.write(write, b"1\n2\n3\n")
     os.close(write)
@@ -92,7 +96,7 @@ async def test_a_line_handler_that_fails_costs_only_its_line() -> None:
             raise RuntimeError("boom")
         got.line(line)
 
-    reader = LineReader(read, handle, got.eof)
+    reader = LineReader(read, handle, got.eof, got.oversize)
     reader.start()
     os.write(write, b"one\nbad\ntwo\n")
     os.close(write)
@@ -165,7 +169,7 @@ ECHO = textwrap.dedent(
 
     async def echo(make_reader, writer):
         ended = anyio.Event()
-        reader = make_reader(lambda line: writer.write_nowait(b"got " + line + b"\\n"), ended.set)
+        reader = make_reader(lambda line: writer.write_nowait(b"got " + line + b"\\n"), ended.set, print)
         reader.start()
         await ended.wait()
 
@@ -185,3 +189,73 @@ def test_a_terminal_or_file_is_read_by_a_thread_and_written_directly() -> None:
         done = subprocess.run([sys.executable, "-c", ECHO], stdin=regular, capture_output=True, timeout=60)
     answered = done.stdout.decode().splitlines()
     assert answered == ["got " + line for line in source.read_text().splitlines()]
+
+
+async def test_a_line_without_end_is_dropped_as_it_arrives_and_never_delivered() -> None:
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    got = Lines()
+    limit = 64 << 10
+    reader = LineReader(read, got.line, got.eof, got.oversize, limit=limit)
+    reader.start()
+    size = 4 << 20  # 64 times the limit, and far more than a pipe holds
+
+    def write_all() -> None:
+        view = memoryview(b"{" + b"x" * (size - 1))
+        while view:
+            view = view[os.write(write, view) :]
+        os.close(write)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(anyio.to_thread.run_sync, write_all)
+        with anyio.fail_after(10):
+            await got.ended.wait()
+    assert got.lines == []
+    [dropped] = got.oversized
+    assert (dropped.size, dropped.head[:2], dropped.tail[-1:]) == (size, b"{x", b"x")
+    assert len(reader._buffer) <= limit  # what is held waits for a newline: never more than the limit
+    os.close(read)
+
+
+async def test_lines_at_the_limit_pass_and_one_byte_over_is_dropped_between_them() -> None:
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    got = Lines()
+    reader = LineReader(read, got.line, got.eof, got.oversize, limit=10)
+    reader.start()
+    os.write(write, b"0123456789\n0123456789A\nok\n")
+    os.close(write)
+    with anyio.fail_after(5):
+        await got.ended.wait()
+    assert got.lines == [b"0123456789", b"ok"]
+    assert [(d.size, d.head) for d in got.oversized] == [(11, b"0123456789A")]
+    os.close(read)
+
+
+OVERSIZED = textwrap.dedent(
+    """
+    import anyio
+    from cellblock.gateway.stdio import client_stdio
+
+    async def run(make_reader, writer):
+        ended = anyio.Event()
+        reader = make_reader(
+            lambda line: writer.write_nowait(b"line " + line + b"\\n"),
+            ended.set,
+            lambda dropped: writer.write_nowait(b"dropped %d\\n" % dropped.size),
+        )
+        reader.start()
+        await ended.wait()
+
+    with client_stdio(limit=1000) as (make_reader, writer):
+        anyio.run(run, make_reader, writer)
+    """
+)
+
+
+def test_a_file_read_by_a_thread_drops_long_lines_too(tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"short\n" + b"y" * 5000 + b"\nlast\n" + b"z" * 3000)
+    with source.open() as regular:
+        done = subprocess.run([sys.executable, "-c", OVERSIZED], stdin=regular, capture_output=True, timeout=60)
+    assert done.stdout.decode().splitlines() == ["line short", "dropped 5000", "line last", "dropped 3000"]

@@ -39,6 +39,7 @@ class Raw:
     def __init__(self, process: Process, answer: Answer) -> None:
         assert process.stdin is not None and process.stdout is not None
         self._stdin, self._stdout = process.stdin, BufferedByteReceiveStream(process.stdout)
+        self.pid = process.pid
         self._answer = answer
         self._ids = 0
         self._waiting: dict[Any, anyio.Event] = {}
@@ -58,6 +59,15 @@ class Raw:
         with anyio.fail_after(30):
             await self._waiting[ident].wait()
         return self.answers.pop(ident)
+
+    async def refused(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send `message` (a request the gateway must refuse) and return the error it gets, which
+        carries a null id because the request's own id was no good."""
+        self._waiting[None] = anyio.Event()
+        await self.send(message)
+        with anyio.fail_after(30):
+            await self._waiting[None].wait()
+        return self.answers.pop(None)
 
     async def read(self) -> None:
         while True:

@@ -1,0 +1,199 @@
+"""Raw: a hostile MCP server written without the SDK, so it can send what the SDK never would.
+
+Run as ``python tests/servers/raw.py [--era legacy|modern] [--surrogates]``. It reads JSON-RPC lines
+on stdin and writes them on stdout with `json.dumps` (ASCII escapes), so a Python string holding a
+lone surrogate goes out as a valid `"\\ud800"` escape that no UTF-8 encoder can write back.
+
+- ``--era legacy`` answers ``initialize`` only (``server/discover`` is an unknown method);
+  ``--era modern`` answers ``server/discover`` too, and asks for input with an `input_required`
+  round instead of an ``elicitation/create`` request.
+- ``--surrogates`` puts a lone surrogate in its instructions, a tool's name and description,
+  its prompt's text and its resource's text.
+
+Tools (all answer with text):
+
+- ``say``: a result whose text holds a lone surrogate.
+- ``log`` / ``progress``: a log message or a progress message (to the call's progress token)
+  holding one, then a plain result.
+- ``ask``: asks the client a question whose message holds one; answers with the reply's action.
+- ``flood`` (``count``): that many log notifications, then a result.
+- ``huge`` (``size``, ``newline``, ``done_file``): a result line of ``size`` bytes for this call;
+  without ``newline`` the line never ends and nothing more is written. ``done_file`` is created
+  once the pipe has taken it all.
+- ``ok``: "ok".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+LONE = "\ud800"
+VERSIONS = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"]
+MODERN = "2026-07-28"
+
+
+def write(message: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": value}], "isError": False}
+
+
+class Raw:
+    def __init__(self, era: str, surrogates: bool) -> None:
+        self.era = era
+        self.mark = LONE if surrogates else ""
+        self.asked: dict[str, Any] = {}  # our question's id -> the call waiting for its answer
+        self.serial = 0
+
+    def tools(self) -> list[dict[str, Any]]:
+        names = ["say", "log", "progress", "ask", "flood", "huge", "ok"]
+        schema = {"type": "object", "properties": {}, "additionalProperties": True}
+        tools = [{"name": name, "description": f"raw {name}", "inputSchema": schema} for name in names]
+        if self.mark:
+            tools.append({"name": f"odd{self.mark}", "description": f"odd {self.mark}", "inputSchema": schema})
+        return tools
+
+    def capabilities(self) -> dict[str, Any]:
+        return {"tools": {"listChanged": True}, "prompts": {}, "resources": {}, "logging": {}}
+
+    def handle(self, message: dict[str, Any]) -> None:
+        method, ident, params = message.get("method"), message.get("id"), message.get("params") or {}
+        if method is None:
+            waiting = self.asked.pop(str(ident), None)
+            if waiting is not None:
+                action = (message.get("result") or {}).get("action", "none")
+                write({"jsonrpc": "2.0", "id": waiting, "result": text(f"answer: {action}")})
+            return
+        if ident is None:
+            return  # notifications: initialized, cancelled
+        result = self.answer(method, ident, params)
+        if result is not None:
+            if self.era == "modern":  # required on the 2026-07-28 wire
+                result.setdefault("resultType", "complete")
+                if method.endswith("/list"):
+                    result.update(ttlMs=0, cacheScope="private")
+            write({"jsonrpc": "2.0", "id": ident, "result": result})
+
+    def answer(self, method: str, ident: Any, params: dict[str, Any]) -> dict[str, Any] | None:
+        info = {"name": "raw", "version": "1"}
+        instructions = f"raw server {self.mark}"
+        if method == "initialize":
+            asked = params.get("protocolVersion")
+            version = asked if asked in VERSIONS else VERSIONS[-1]
+            return {
+                "protocolVersion": version,
+                "capabilities": self.capabilities(),
+                "serverInfo": info,
+                "instructions": instructions,
+            }
+        if method == "server/discover" and self.era == "modern":
+            return {
+                "supportedVersions": [MODERN],
+                "capabilities": self.capabilities(),
+                "instructions": instructions,
+                "resultType": "complete",
+                "_meta": {"io.modelcontextprotocol/serverInfo": info},
+            }
+        if method == "ping":
+            return {}
+        if method == "tools/list":
+            return {"tools": self.tools()}
+        if method == "prompts/list":
+            return {"prompts": [{"name": "greet", "description": "greet"}]}
+        if method == "prompts/get":
+            message = {"role": "user", "content": {"type": "text", "text": f"hello {self.mark}"}}
+            return {"messages": [message]}
+        if method == "resources/list":
+            return {"resources": [{"uri": "raw://note", "name": "note", "mimeType": "text/plain"}]}
+        if method == "resources/templates/list":
+            return {"resourceTemplates": []}
+        if method == "resources/read":
+            return {"contents": [{"uri": params.get("uri"), "mimeType": "text/plain", "text": f"note {self.mark}"}]}
+        if method == "logging/setLevel":
+            return {}
+        if method == "tools/call":
+            return self.call(ident, params)
+        write({"jsonrpc": "2.0", "id": ident, "error": {"code": -32601, "message": f"no method {method}"}})
+        return None
+
+    def call(self, ident: Any, params: dict[str, Any]) -> dict[str, Any] | None:
+        name, arguments = params.get("name"), params.get("arguments") or {}
+        if name == "say":
+            return text(f"said {LONE}")
+        if name == "log":
+            log = {"level": "warning", "logger": "raw", "data": f"logged {LONE}"}
+            write({"jsonrpc": "2.0", "method": "notifications/message", "params": log})
+            return text("logged")
+        if name == "progress":
+            token = (params.get("_meta") or {}).get("progressToken")
+            if token is not None:
+                report = {"progressToken": token, "progress": 1, "total": 2, "message": f"half {LONE}"}
+                write({"jsonrpc": "2.0", "method": "notifications/progress", "params": report})
+            return text("progressed")
+        if name == "ask":
+            return self.ask(ident, params)
+        if name == "flood":
+            line = json.dumps(
+                {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x"}}
+            )
+            sys.stdout.write((line + "\n") * int(arguments.get("count", 1000)))
+            return text("flooded")
+        if name == "huge":
+            head = json.dumps({"jsonrpc": "2.0", "id": ident})[:-1] + ',"result":{"content":[{"type":"text","text":"'
+            size = int(arguments.get("size", 1 << 20))
+            chunk = "x" * (1 << 20)
+            sys.stdout.write(head)
+            for _ in range(size // len(chunk)):
+                sys.stdout.write(chunk)
+            sys.stdout.write("x" * (size % len(chunk)))
+            if arguments.get("newline", True):
+                sys.stdout.write('"}]}}\n')
+            sys.stdout.flush()
+            if arguments.get("done_file"):  # the reader has taken (nearly) all of it
+                Path(arguments["done_file"]).touch()
+            return None
+        return text("ok")
+
+    def ask(self, ident: Any, params: dict[str, Any]) -> dict[str, Any] | None:
+        question = {"message": f"allow {LONE}?", "requestedSchema": {"type": "object", "properties": {}}}
+        if self.era == "modern":
+            answers = params.get("inputResponses")
+            if answers:
+                return text(f"answer: {answers.get('q', {}).get('action', 'none')}")
+            return {
+                "resultType": "input_required",
+                "inputRequests": {"q": {"method": "elicitation/create", "params": {"mode": "form", **question}}},
+                "requestState": "raw-state",
+            }
+        self.serial += 1
+        mine = f"raw-{self.serial}"
+        self.asked[mine] = ident
+        write({"jsonrpc": "2.0", "id": mine, "method": "elicitation/create", "params": question})
+        return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--era", choices=["legacy", "modern"], default="legacy")
+    parser.add_argument("--surrogates", action="store_true")
+    args = parser.parse_args()
+    raw = Raw(args.era, args.surrogates)
+    for line in sys.stdin:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(message, dict):
+            raw.handle(message)
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
