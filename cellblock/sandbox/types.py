@@ -36,7 +36,7 @@ class Mount:
 
     path: str
     mode: MountMode
-    why: str  # "read_only", "read_write", "system", "launcher", ... shown by `cellblock show`
+    why: str  # "read_only", "system", "virtualenv, for the command itself", ... shown by `cellblock show`
     source: str | None = None  # the host file shown at `path`, when it is not `path` itself
 
 
