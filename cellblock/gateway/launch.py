@@ -65,10 +65,12 @@ def jail_spec(
     python = os.path.realpath(sys.executable)
     if jail.exec.allow and sys.platform.startswith("linux"):  # macOS: the profile itself limits exec
         allowed = [command, *(resolve_command(p, host_path) for p in jail.exec.allow)]
-        launchers += [*launcher_mounts(python, home, host_path), Mount(str(PIN), MountMode.READ_ONLY, "exec pinning")]
+        pinning = launcher_mounts(python, home, host_path, role="the gateway's Python, which runs the exec pin")
+        launchers += [*pinning, Mount(str(PIN), MountMode.READ_ONLY, "exec pinning")]
         argv = (python, "-I", "-S", str(PIN), *(w for p in allowed for w in ("--allow", p)), "--", *argv)
     if jail.network == "allowlist":
-        launchers += [*launcher_mounts(python, home, host_path), Mount(str(RELAY), MountMode.READ_ONLY, "egress relay")]
+        relaying = launcher_mounts(python, home, host_path, role="the gateway's Python, which runs the egress relay")
+        launchers += [*relaying, Mount(str(RELAY), MountMode.READ_ONLY, "egress relay")]
         relay = (python, "-I", "-S", str(RELAY), "--listen", f"127.0.0.1:{RELAY_PORT}", "--socket", EGRESS_SOCKET)
         argv = (*relay, "--set-proxy-env", "--", *argv)
         env["NODE_USE_ENV_PROXY"] = "1"  # Node 24's fetch uses the proxy variables only when asked

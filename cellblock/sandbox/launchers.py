@@ -1,118 +1,173 @@
-"""Find what a server's command needs in order to run inside a jail.
+"""Find what a server's command needs in order to run inside a jail, and share only that.
 
-A command is usually a launcher: a virtualenv's `python` that points at an interpreter under
-`~/.pyenv`, a `node` under `~/.nvm`, a script whose `#!` line names another program. Each of
-those installations is shared read-only, found by following symlinks and `#!` lines; nothing else
-of the home directory comes with them.
+A command is usually a launcher: a virtualenv's `python` that links to an interpreter under
+`~/.pyenv`, a `node` under `~/.nvm`, a script whose `#!` line names another program. From the
+command, this follows what the kernel follows — each symlink, the `#!` interpreter (also
+`#!/usr/bin/env NAME`, looked up on the PATH) — and a virtualenv's base Python. Each file met is
+shared read-only with its installation when `installs.installation_of` recognises one around it,
+else as that one file. Nothing is shared because a file names it: a `#!` target is followed only
+when it is itself an executable interpreter (an ELF binary, or a script with such a `#!`), and
+a `pyvenv.cfg`'s `home =` only for the executable Python in it.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
+from collections import deque
 
-from cellblock.sandbox.types import JailError, Mount, MountMode
+from cellblock.sandbox.installs import installation_of
+from cellblock.sandbox.pin import is_elf, shebang
+from cellblock.sandbox.types import InstallKind, JailError, Mount, MountMode
 
-__all__ = ["SYSTEM_PREFIXES", "launcher_mounts", "resolve_command"]
+__all__ = ["COMMAND", "SYSTEM_PREFIXES", "is_interpreter", "launcher_mounts", "link_chain", "resolve_command"]
 
 # Shared with every jail already (read-only); an installation inside these needs no mount.
 SYSTEM_PREFIXES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
-# How many launcher hops (symlink -> script -> interpreter ...) are followed.
-MAX_HOPS = 6
+COMMAND = "the command itself"
+# Symlinks followed from one program; the kernel gives up at 40, real launchers use one or two.
+MAX_LINKS = 8
+# Nested `#!` interpreters, as many as Linux runs (BINPRM_MAX_RECURSION).
+MAX_SCRIPT_DEPTH = 4
+# Programs looked at for one command: itself, its interpreters, a virtualenv's base.
+MAX_PROGRAMS = 16
+# env(1) options that take the next word as their value, so it is not the program.
+ENV_VALUED = ("-u", "--unset", "-C", "--chdir")
 
 
 def resolve_command(command: str, path: str) -> str:
     """The absolute path of `command`, looked up on `path` when it has no slash.
 
     Raises:
-        JailError: the command cannot be found or is not executable.
+        JailError: the command cannot be found, is not executable, or is not a file.
     """
     found = shutil.which(command, path=path) if "/" not in command else command
     if found is None or not os.access(found, os.X_OK):
         raise JailError(f"command not found or not executable: {command}")
+    if not os.path.isfile(found):
+        raise JailError(f"command {command} is not a file ({found}); give the program to run, not a directory")
     return os.path.abspath(found)
 
 
-def launcher_mounts(executable: str, home: str, path: str) -> list[Mount]:
-    """Read-only mounts for the installations `executable` runs from, in a stable order."""
-    roots: dict[str, None] = {}
-    queue, seen = [executable], set()
-    while queue and len(seen) < MAX_HOPS * 4:
-        current = queue.pop(0)
-        if current in seen:
+def launcher_mounts(executable: str, home: str, path: str, role: str = COMMAND) -> list[Mount]:
+    """Read-only mounts for what `executable` runs from, each with why it is shared, in a stable order.
+
+    `home` is the user's home (never shared whole), `path` the PATH that `#!/usr/bin/env NAME`
+    is looked up on, `role` what `executable` is to the server (shown by `cellblock show`).
+    """
+    shares: dict[str, str] = {}  # host path -> why; the first reason found is kept
+    queue = deque([(executable, role)])
+    seen: set[str] = set()
+    while queue and len(seen) < MAX_PROGRAMS:
+        program, why = queue.popleft()
+        if program in seen:
             continue
-        seen.add(current)
-        for candidate in _chain(current):
-            root = _installation(candidate, home)
-            if root is not None:
-                roots.setdefault(root, None)
-            queue.extend(_interpreters(candidate, path))
-    return [Mount(root, MountMode.READ_ONLY, "launcher") for root in roots]
+        seen.add(program)
+        hops = link_chain(program)
+        for index, hop in enumerate(hops):
+            if _system(hop) or not os.path.lexists(hop):
+                continue
+            reason = why if index == 0 else f"{why}, through the link {program}"
+            install = installation_of(hop, home)
+            if install is None:
+                shares.setdefault(hop, reason)
+                continue
+            shares.setdefault(install.root, f"{install.kind.value}, for {reason}")
+            if install.kind is InstallKind.VIRTUALENV:
+                base = virtualenv_base(install.root)
+                if base is not None:
+                    queue.append((base, f"base interpreter of virtualenv {install.root}"))
+        queue.extend((found, f"interpreter named by #! of {program}") for found in _interpreters(hops[-1], path))
+    return [Mount(p, MountMode.READ_ONLY, why) for p, why in shares.items() if not _inside_another(p, shares)]
 
 
-def _chain(path: str) -> list[str]:
-    """`path` and every hop of its symlinks, ending in the real file."""
+def link_chain(path: str) -> list[str]:
+    """`path` and each symlink hop after it, ending in the file the kernel executes."""
     hops = [path]
-    current = path
-    for _ in range(MAX_HOPS):
-        if not os.path.islink(current):
+    for _ in range(MAX_LINKS):
+        if not os.path.islink(hops[-1]):
             break
-        target = os.readlink(current)
-        current = os.path.normpath(os.path.join(os.path.dirname(current), target))
-        hops.append(current)
-    real = os.path.realpath(path)
-    if real not in hops:
-        hops.append(real)
+        hops.append(_physical(os.path.join(os.path.dirname(hops[-1]), os.readlink(hops[-1]))))
     return hops
+
+
+def is_interpreter(path: str, depth: int = 0) -> bool:
+    """Whether the kernel can run `path` as a `#!` interpreter: an executable ELF file, or an
+    executable script whose own `#!` names one (as deep as the kernel nests them)."""
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        return False
+    if is_elf(path):
+        return True
+    words = shebang(path)
+    if words is None or not os.path.isabs(words[0]) or depth >= MAX_SCRIPT_DEPTH:
+        return False
+    return is_interpreter(words[0], depth + 1)
+
+
+def virtualenv_base(venv: str) -> str | None:
+    """The executable Python in the directory a virtualenv's `home =` names, or None.
+
+    Only an interpreter there is followed (and with it its installation): the directory itself is
+    never shared because the file names it.
+    """
+    try:
+        with open(os.path.join(venv, "pyvenv.cfg"), encoding="utf-8", errors="replace") as handle:
+            lines = handle.read(64 * 1024).splitlines()
+    except OSError:
+        return None
+    settings = {key.strip(): value.strip() for key, sep, value in (ln.partition("=") for ln in lines) if sep}
+    home = settings.get("home", "")
+    if not os.path.isabs(home):
+        return None
+    version = ".".join(settings.get("version_info", settings.get("version", "")).split(".")[:2])
+    for name in ("python3", "python", *([f"python{version}"] if version else [])):
+        candidate = _physical(os.path.join(home, name))
+        if is_interpreter(candidate):
+            return candidate
+    return None
+
+
+def _interpreters(script: str, search: str) -> list[str]:
+    """What `script`'s `#!` line runs, when that is an interpreter: a key file or a directory never is."""
+    words = shebang(script)
+    if words is None or not os.path.isabs(words[0]):
+        return []  # a relative interpreter depends on the caller's directory: never guessed
+    interpreter = _physical(words[0])
+    if not is_interpreter(interpreter):
+        return []
+    found = [interpreter]
+    if os.path.basename(interpreter) == "env" and len(words) > 1:
+        name = _env_program(words[1].split())
+        located = shutil.which(name, path=search) if name and "/" not in name else name
+        if located and os.path.isabs(located) and is_interpreter(_physical(located)):
+            found.append(_physical(located))
+    return found
+
+
+def _env_program(words: list[str]) -> str | None:
+    """The program `env WORDS` runs: the first word that is not an option or a NAME=VALUE."""
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in ENV_VALUED:
+            skip = True
+        elif not word.startswith("-") and "=" not in word:
+            return word
+    return None
+
+
+def _physical(path: str) -> str:
+    """`path` with its directory resolved on the disk (`..` after a symlink goes where the kernel goes)."""
+    directory, name = os.path.split(path)
+    if name in ("", ".", ".."):
+        return os.path.realpath(path)
+    return os.path.join(os.path.realpath(directory), name)
 
 
 def _system(path: str) -> bool:
     return any(path == p or path.startswith(p + "/") for p in SYSTEM_PREFIXES)
 
 
-def _installation(path: str, home: str) -> str | None:
-    """The directory to share for the program at `path`: its virtualenv or its install prefix."""
-    if _system(path) or not os.path.exists(path):
-        return None
-    parent = Path(path).parent
-    for directory in [parent, *parent.parents]:
-        if (directory / "pyvenv.cfg").is_file():
-            return str(directory)
-    prefix = parent.parent if parent.name == "bin" else parent
-    # Never share the home directory, one of its ancestors, or a catch-all like ~/.local: only
-    # the file itself is shared then.
-    home_path = Path(home)
-    catch_all = {home_path, home_path / ".local", home_path / "bin", Path("/"), Path("/opt"), Path("/home")}
-    if prefix in catch_all or prefix in home_path.parents:
-        return path
-    return str(prefix)
-
-
-def _interpreters(path: str, search: str) -> list[str]:
-    """Programs `path` needs besides itself: its `#!` interpreter, a virtualenv's base Python."""
-    found: list[str] = []
-    venv_cfg = Path(path).parent.parent / "pyvenv.cfg"
-    if venv_cfg.is_file():
-        for line in venv_cfg.read_text(errors="replace").splitlines():
-            key, _, value = line.partition("=")
-            if key.strip() == "home" and value.strip():
-                found.append(os.path.join(value.strip(), "python3"))
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(256)
-    except OSError:
-        return found
-    if not head.startswith(b"#!"):
-        return found
-    words = head[2:].split(b"\n", 1)[0].decode(errors="replace").split()
-    if not words:
-        return found
-    if os.path.basename(words[0]) == "env":
-        names = [w for w in words[1:] if not w.startswith("-")]
-        located = shutil.which(names[0], path=search) if names else None
-        if located:
-            found.append(located)
-    else:
-        found.append(words[0])
-    return found
+def _inside_another(path: str, shares: dict[str, str]) -> bool:
+    return any(other != path and path.startswith(other + "/") for other in shares)

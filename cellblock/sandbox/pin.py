@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import struct
 import sys
 
-__all__ = ["exec_closure", "main", "restrict_exec"]
+__all__ = ["ELF_MAGIC", "SHEBANG_BYTES", "exec_closure", "is_elf", "main", "restrict_exec", "shebang"]
 
 # Landlock system call numbers: the same on x86-64 and aarch64 (the generic syscall table).
 SYS_CREATE_RULESET, SYS_ADD_RULE, SYS_RESTRICT_SELF = 444, 445, 446
@@ -27,6 +28,9 @@ RULE_PATH_BENEATH = 1
 PR_SET_NO_NEW_PRIVS = 38
 # How deep to follow "#!" interpreters and loaders; real chains are one or two long.
 MAX_DEPTH = 4
+ELF_MAGIC = b"\x7fELF"
+# How much of a file the kernel reads for its "#!" line (BINPRM_BUF_SIZE since Linux 5.1).
+SHEBANG_BYTES = 256
 
 
 def _say(text: str) -> None:
@@ -38,7 +42,7 @@ def _elf_interpreter(path: str) -> str | None:
     try:
         with open(path, "rb") as handle:
             head = handle.read(64)
-            if head[:4] != b"\x7fELF" or head[5] != 1:
+            if head[:4] != ELF_MAGIC or head[5] != 1:
                 return None
             wide = head[4] == 2
             # e_phoff, e_phentsize, e_phnum; then p_type, p_offset, p_filesz in each program header
@@ -62,16 +66,40 @@ def _elf_interpreter(path: str) -> str | None:
     return None
 
 
-def _shebang(path: str) -> str | None:
+def _head(path: str, size: int) -> bytes | None:
     try:
         with open(path, "rb") as handle:
-            head = handle.read(256)
+            return handle.read(size)
     except OSError:
         return None
-    if not head.startswith(b"#!"):
+
+
+def is_elf(path: str) -> bool:
+    """Whether `path` is an ELF file (a program the kernel loads itself, not a script)."""
+    head = _head(path, len(ELF_MAGIC))
+    return head == ELF_MAGIC
+
+
+def shebang(path: str) -> list[str] | None:
+    """The interpreter `path`'s ``#!`` line names and its one optional argument, read as Linux reads them.
+
+    None when the file has no ``#!`` line the kernel would run: none at all, no interpreter name, or
+    a name cut off by the 256 bytes the kernel reads. The argument is one string, as the kernel
+    passes it (``#!/usr/bin/env -S node --flag`` gives ``["/usr/bin/env", "-S node --flag"]``).
+    """
+    head = _head(path, SHEBANG_BYTES)
+    if head is None or not head.startswith(b"#!"):
         return None
-    words = head[2:].split(b"\n", 1)[0].split()
-    return words[0].decode(errors="replace") if words else None
+    line, newline, _ = head[2:].partition(b"\n")
+    found = re.match(rb"[ \t]*([^ \t\0]+)([ \t\0]?)", line)
+    if found is None:
+        return None
+    name, stop = found.groups()
+    if not stop and not newline and len(head) == SHEBANG_BYTES:
+        return None  # the name runs past what the kernel reads: it refuses to guess the rest
+    # the argument is a C string to the kernel: a NUL ends it, and a NUL right after the name means none
+    argument = b"" if stop == b"\0" else line[found.end() :].partition(b"\0")[0].strip(b" \t")
+    return [os.fsdecode(name), os.fsdecode(argument)] if argument else [os.fsdecode(name)]
 
 
 def exec_closure(paths: list[str]) -> list[str]:
@@ -83,7 +111,8 @@ def exec_closure(paths: list[str]) -> list[str]:
         if path in found or depth > MAX_DEPTH:
             continue
         found[path] = None
-        for needed in (_elf_interpreter(path), _shebang(path)):
+        words = shebang(path)
+        for needed in (_elf_interpreter(path), words[0] if words else None):
             if needed:
                 todo.append((needed, depth + 1))
     return list(found)

@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from cellblock.policy.errors import CellblockError
 
-__all__ = ["JailError", "JailSpec", "LaunchPlan", "Mount", "MountMode", "Network"]
+__all__ = ["Install", "InstallKind", "JailError", "JailSpec", "LaunchPlan", "Mount", "MountMode", "Network"]
 
 
 class JailError(CellblockError):
@@ -36,7 +36,7 @@ class Mount:
 
     path: str
     mode: MountMode
-    why: str  # "read_only", "read_write", "system", "launcher", ... shown by `cellblock show`
+    why: str  # "read_only", "system", "virtualenv, for the command itself", ... shown by `cellblock show`
     source: str | None = None  # the host file shown at `path`, when it is not `path` itself
 
 
@@ -72,3 +72,21 @@ class LaunchPlan:
     mounts: tuple[Mount, ...]
     network: Network
     jailed: bool
+
+
+class InstallKind(StrEnum):
+    """What a directory shared for a launcher is, recognised by its structure (see sandbox/installs.py)."""
+
+    VIRTUALENV = "virtualenv"  # pyvenv.cfg next to bin/python
+    PYTHON = "python install"  # bin/pythonX.Y next to lib/pythonX.Y/os.py
+    NODE = "node install"  # bin/node next to lib/node_modules
+    NODE_PACKAGES = "node packages"  # a node_modules directory
+    PREFIX = "install prefix"  # bin/PROGRAM (ELF) next to lib/ with shared libraries
+
+
+@dataclass(frozen=True, slots=True)
+class Install:
+    """A directory that is an installation of `kind`, shared whole (read-only) for a program in it."""
+
+    root: str
+    kind: InstallKind

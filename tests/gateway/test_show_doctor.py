@@ -88,3 +88,11 @@ def test_doctor_fails_and_says_what_to_install_without_bwrap(tmp_path: Path) -> 
     done = cellblock("doctor", env={"PATH": str(tmp_path)})
     assert done.returncode == 1
     assert "apt-get install bubblewrap" in done.stdout
+
+
+@pytest.mark.skipif(sys.prefix == sys.base_prefix, reason="needs the tests to run from a virtualenv")
+def test_show_says_what_each_launcher_mount_is_and_why(config: Path) -> None:
+    done = cellblock("show", "--config", str(config), "jailed")
+    assert done.returncode == 0, done.stderr
+    # the server's command is this virtualenv's python: the virtualenv is shared, and says so
+    assert f"mount    ro  {sys.prefix}  [virtualenv, for the command itself]" in done.stdout

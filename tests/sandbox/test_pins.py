@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -81,3 +82,36 @@ def test_the_exec_closure_adds_loaders_and_interpreters(tmp_path: Path) -> None:
 def test_the_pin_launcher_refuses_to_run_nothing() -> None:
     done = subprocess.run([sys.executable, "-I", "-S", str(SANDBOX / "pin.py"), "--allow", "/bin/true"], check=False)
     assert done.returncode == 2
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        (b"#!/bin/sh\n", ["/bin/sh"]),
+        (
+            b"#! \t/usr/bin/env -S node --flag  \n",
+            ["/usr/bin/env", "-S node --flag"],
+        ),  # one argument, as the kernel passes it
+        (b"#!/bin/sh\t-e\n", ["/bin/sh", "-e"]),
+        (b"#!/bin/sh\r\n", ["/bin/sh\r"]),  # a carriage return is part of the name to the kernel
+        (b"#!/bin/sh\0 -x\n", ["/bin/sh"]),  # a NUL ends the line
+        (b"#!/bin/sh", ["/bin/sh"]),  # no newline at the end of a short file
+        (b"#!\n", None),
+        (b"#!   \n", None),
+        (b"echo hi\n", None),
+        (b"#!/" + b"x" * 300 + b"\n", None),  # cut off by the 256 bytes the kernel reads
+    ],
+)
+def test_the_shebang_line_is_read_as_the_kernel_reads_it(tmp_path: Path, line: bytes, words: list[str] | None) -> None:
+    pin = load_pin()
+    script = tmp_path / "script"
+    script.write_bytes(line)
+    assert pin.shebang(str(script)) == words
+
+
+def test_elf_files_are_told_from_scripts(tmp_path: Path) -> None:
+    pin = load_pin()
+    script = tmp_path / "script"
+    script.write_bytes(b"#!/bin/sh\n")
+    assert pin.is_elf(os.path.realpath(sys.executable)) and not pin.is_elf(str(script))
+    assert not pin.is_elf(str(tmp_path / "missing"))
