@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from cellblock.gateway.config import Config, JailConfig, LocalServer
 from cellblock.gateway.launch import launch_plan
+from cellblock.sandbox.spawn import run_plan
 from cellblock.sandbox.types import JailError
 
 __all__ = ["probe"]
@@ -84,7 +84,7 @@ def _probe_one(
             shared = {m.path[len(home) + 1 :].split("/")[0] for m in mounts if m.path.startswith(home + "/")}
             attempts = _attempts(config_path, state, config.audit_file(state), jail, listener.getsockname()[1], shared)
             plan = launch_plan(name, stand_in(attempts), egress, runtime / "servers" / name)
-            done = subprocess.run(list(plan.argv), capture_output=True, text=True, timeout=PROBE_SECONDS, check=False)
+            done = run_plan(plan, PROBE_SECONDS)
         finally:
             if egress is not None:
                 Path(egress).unlink(missing_ok=True)

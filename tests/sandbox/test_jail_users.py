@@ -15,12 +15,14 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cellblock.sandbox.bwrap import bwrap_plan
+from cellblock.sandbox.spawn import run_plan
 from cellblock.sandbox.types import JailSpec
 
 pytestmark = [
@@ -70,9 +72,8 @@ def area() -> Iterator[Path]:
 
 
 def run_jailed(prefix: list[str], spec: JailSpec, attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    plan = bwrap_plan(spec, [])
-    argv = [*prefix, *plan.argv, "--json", json.dumps(attempts)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    spec = replace(spec, argv=(*spec.argv, "--json", json.dumps(attempts)))
+    done = run_plan(bwrap_plan(spec, []), 60, prefix)
     assert done.returncode in (0, 1), done.stderr
     return json.loads(done.stdout)
 
