@@ -10,6 +10,7 @@ import mcp.types as types
 import pytest
 
 from tests.integration.conftest import gateway, probe_server, write_config
+from tests.kernel_keys import keyrings_usable, planted_key
 
 pytestmark = [pytest.mark.anyio, pytest.mark.jail]
 
@@ -144,6 +145,22 @@ async def test_nothing_gets_out_of_the_jail(hostile: Any) -> None:
         if outcome["got_through"]:
             escaped.append(f"{tool} {arguments}: {outcome['detail']}")
     assert escaped == []
+
+
+@pytest.mark.skipif(not keyrings_usable(), reason="this kernel has no keyrings")
+async def test_the_users_kernel_keyring_cannot_be_read_from_the_jail(hostile: Any) -> None:
+    import json
+
+    client, *_ = hostile
+    # keyrings have no namespace: a server runs as the user's kernel uid, jailed or not
+    with planted_key() as key:
+        arguments = {"description": key.description}
+        control = await attempt(client, "control", "keyring", arguments)
+        jailed = await attempt(client, "hostile", "keyring", arguments)
+    assert key.payload.decode() not in json.dumps([control, jailed])
+    assert control["got_through"], control["detail"]
+    assert not jailed["got_through"], jailed["detail"]
+    assert "EPERM" in jailed["detail"]
 
 
 async def test_the_jailed_server_can_use_what_it_was_given(hostile: Any) -> None:

@@ -2,7 +2,8 @@
 
 The attacks are `cellblock/sandbox/escape.py`, run by the system Python inside the exact argv
 `bwrap_plan` builds. As root the jail must hold even though root could otherwise remount or read
-anything; as a normal user it must hold the same way.
+anything; as a normal user it must hold the same way. The kernel keyring has no namespace, so
+there the seccomp filter is what holds, shown against the same jail without it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 from cellblock.sandbox.bwrap import bwrap_plan
 from cellblock.sandbox.spawn import run_plan
 from cellblock.sandbox.types import JailSpec
+from tests.kernel_keys import keyrings_usable, planted_key
 
 pytestmark = [
     pytest.mark.jail,
@@ -71,9 +73,11 @@ def area() -> Iterator[Path]:
     shutil.rmtree(path)
 
 
-def run_jailed(prefix: list[str], spec: JailSpec, attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def run_jailed(
+    prefix: list[str], spec: JailSpec, attempts: list[dict[str, Any]], seccomp: bool = True
+) -> list[dict[str, Any]]:
     spec = replace(spec, argv=(*spec.argv, "--json", json.dumps(attempts)))
-    done = run_plan(bwrap_plan(spec, []), 60, prefix)
+    done = run_plan(bwrap_plan(spec, [], seccomp=seccomp), 60, prefix)
     assert done.returncode in (0, 1), done.stderr
     return json.loads(done.stdout)
 
@@ -157,3 +161,40 @@ def test_the_jail_runs_its_command_as_that_user_with_what_it_was_given(
     )
     results = run_jailed(prefix, spec, [{"kind": "read", "target": str(data / "data")}])
     assert results[0]["got_through"], f"as {name}: {results[0]['detail']}"
+
+
+@pytest.mark.skipif(not keyrings_usable(), reason="this kernel has no keyrings")
+def test_the_users_kernel_keyring_cannot_be_read_from_a_jail_as_root_or_as_a_user(
+    who: tuple[str, list[str], str, int], area: Path
+) -> None:
+    name, prefix, home, _ = who
+    # a copy outside the checkout, which may sit in a home the other user cannot enter
+    escape = area / "escape.py"
+    shutil.copyfile(SANDBOX / "escape.py", escape)
+    escape.chmod(0o644)
+    spec = JailSpec(
+        name="attacker",
+        argv=("/usr/bin/python3", str(escape)),
+        env={"PATH": "/usr/bin:/bin", "HOME": home},
+        read_only=(str(area),),
+        home=home,
+    )
+    with planted_key(prefix) as key:
+        attempt = [{"kind": "keyring", "target": key.description}]
+        # the honest controls: the same attempt as the same user reads the key unjailed, and in the
+        # same jail without its seccomp filter (bwrap alone has no keyring namespace)
+        direct = subprocess.run(
+            [*prefix, *spec.argv, "--json", json.dumps(attempt)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        unfiltered = run_jailed(prefix, spec, attempt, seccomp=False)
+        jailed = run_jailed(prefix, spec, attempt)
+    outputs = direct.stdout + json.dumps([unfiltered, jailed])
+    assert key.payload.decode() not in outputs, "an attempt reported the bytes it read"
+    assert json.loads(direct.stdout)[0]["got_through"], f"as {name}: {direct.stdout}"
+    assert unfiltered[0]["got_through"], f"as {name}: {unfiltered[0]['detail']}"
+    assert not jailed[0]["got_through"], f"as {name}: {jailed[0]['detail']}"
+    assert "keyctl(JOIN_SESSION_KEYRING): EPERM" in jailed[0]["detail"]
