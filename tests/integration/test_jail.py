@@ -33,6 +33,19 @@ async def test_without_bwrap_a_jailed_server_does_not_start_and_says_what_to_ins
         assert text(await client.call_tool("plain__echo", {"message": "hi"})) == "hi"
 
 
+async def test_without_libseccomp_a_jailed_server_does_not_start_and_says_what_to_install(tmp_path: Path) -> None:
+    unjailed: dict[str, Any] = probe_server("--name", "plain") | {"jail": False}
+    config = write_config(tmp_path, {"boxed": probe_server("--name", "boxed"), "plain": unjailed})
+    # what pyseccomp raises on import when ctypes finds no libseccomp, found first on the gateway's path
+    (tmp_path / "pyseccomp.py").write_text('raise RuntimeError("Unable to find libseccomp")\n')
+    async with gateway(config, tmp_path / "state", env={"PYTHONPATH": str(tmp_path)}) as client:
+        refused = await client.call_tool("boxed__echo", {"message": "hi"})
+        assert refused.is_error
+        assert "'boxed'" in text(refused) and "apt-get install libseccomp2" in text(refused)
+        # no fallback to a jail without the filter: only the jail: false server runs
+        assert text(await client.call_tool("plain__echo", {"message": "hi"})) == "hi"
+
+
 ROOT = Path(__file__).resolve().parents[2]
 HOSTILE = ROOT / "tests" / "servers" / "hostile.py"
 ABSTRACT_BUS = "cellblock-test-bus"

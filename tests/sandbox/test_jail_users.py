@@ -73,6 +73,14 @@ def area() -> Iterator[Path]:
     shutil.rmtree(path)
 
 
+def escape_copy(area: Path) -> Path:
+    """escape.py copied outside the checkout, which may sit in a home the other user cannot enter."""
+    copy = area / "escape.py"
+    shutil.copyfile(SANDBOX / "escape.py", copy)
+    copy.chmod(0o644)
+    return copy
+
+
 def run_jailed(
     prefix: list[str], spec: JailSpec, attempts: list[dict[str, Any]], seccomp: bool = True
 ) -> list[dict[str, Any]]:
@@ -168,10 +176,7 @@ def test_the_users_kernel_keyring_cannot_be_read_from_a_jail_as_root_or_as_a_use
     who: tuple[str, list[str], str, int], area: Path
 ) -> None:
     name, prefix, home, _ = who
-    # a copy outside the checkout, which may sit in a home the other user cannot enter
-    escape = area / "escape.py"
-    shutil.copyfile(SANDBOX / "escape.py", escape)
-    escape.chmod(0o644)
+    escape = escape_copy(area)
     spec = JailSpec(
         name="attacker",
         argv=("/usr/bin/python3", str(escape)),
@@ -198,3 +203,18 @@ def test_the_users_kernel_keyring_cannot_be_read_from_a_jail_as_root_or_as_a_use
     assert unfiltered[0]["got_through"], f"as {name}: {unfiltered[0]['detail']}"
     assert not jailed[0]["got_through"], f"as {name}: {jailed[0]['detail']}"
     assert "keyctl(JOIN_SESSION_KEYRING): EPERM" in jailed[0]["detail"]
+
+
+@pytest.mark.skipif(not keyrings_usable(), reason="this kernel has no keyrings")
+def test_proc_keys_still_names_the_users_keys_in_a_jail(area: Path) -> None:
+    """GAP: /proc/keys in a jail lists the descriptions (not the payloads) of its user's kernel keys.
+
+    The filter keeps the keys out of reach, but the listing is a file the jail's own /proc shows;
+    masking it (as Docker does, with /dev/null) would close this.
+    """
+    escape = escape_copy(area)
+    spec = JailSpec("attacker", ("/usr/bin/python3", str(escape)), {"PATH": "/usr/bin:/bin"}, read_only=(str(area),))
+    with planted_key() as key:
+        (jailed,) = run_jailed([], spec, [{"kind": "keyring", "target": key.description}])
+    assert not jailed["got_through"]
+    assert "the target among them" in jailed["detail"]
