@@ -8,6 +8,7 @@ file proves nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -17,6 +18,7 @@ from typing import Any
 
 from cellblock.gateway.config import Config, JailConfig, LocalServer
 from cellblock.gateway.launch import launch_plan
+from cellblock.sandbox.escape import listed_keys
 from cellblock.sandbox.spawn import run_plan
 from cellblock.sandbox.types import JailError
 
@@ -26,6 +28,7 @@ ESCAPE = Path(__file__).resolve().parent.parent / "sandbox" / "escape.py"
 # Long enough for a slow machine to start Python in a jail and try every attempt.
 PROBE_SECONDS = 120
 CANARY = "cellblock-probe-canary"
+KEYS_TRIED = 5  # of the user's kernel keys, the first few: one readable is as bad as all
 SECRETS = (".ssh/id_ed25519", ".ssh/id_rsa", ".ssh/config", ".aws/credentials", ".netrc", ".config/gh/hosts.yml")
 
 
@@ -49,6 +52,10 @@ def _attempts(
         attempts.append({"kind": "resolve", "target": "example.com"})
     if jail.exec.allow:
         attempts.append({"kind": "exec", "argv": ["/bin/sh", "-c", "true"]})
+    # the user's own kernel keys, by description: keyrings have no namespace (only sizes are reported)
+    with contextlib.suppress(OSError):
+        keys = [name for _, kind, name in listed_keys() if kind == "user"][:KEYS_TRIED]
+        attempts += [{"kind": "keyring", "target": name} for name in keys]
     bus = os.environ.get("DBUS_SESSION_BUS_ADDRESS", "")
     attempts += [
         {"kind": "dbus", "target": bus},

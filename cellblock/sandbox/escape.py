@@ -68,6 +68,7 @@ __all__ = [
     "host_processes",
     "keyring",
     "list_dir",
+    "listed_keys",
     "main",
     "new_user_namespace",
     "privileges",
@@ -534,7 +535,7 @@ def privileges(ro_path: str) -> Attempt:
 # --- kernel keyring ------------------------------------------------------------------------
 
 
-def _keys_listed() -> list[tuple[int, str, str]]:
+def listed_keys() -> list[tuple[int, str, str]]:
     """(serial, type, description) of each key /proc/keys shows this process."""
     found: list[tuple[int, str, str]] = []
     with open("/proc/keys", encoding="utf-8", errors="replace") as f:
@@ -589,7 +590,7 @@ def keyring(description: str) -> Attempt:
     if number is None:
         return Attempt("keyring", description, False, f"no keyctl system call number known for {machine}")
     try:
-        listed = _keys_listed()
+        listed = listed_keys()
         named = any(kind == "user" and name == description for _, kind, name in listed)
         seen = f"/proc/keys shows {len(listed)} keys, the target {'among them' if named else 'not among them'}"
     except OSError as exc:

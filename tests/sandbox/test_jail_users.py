@@ -87,7 +87,8 @@ def run_jailed(
     spec = replace(spec, argv=(*spec.argv, "--json", json.dumps(attempts)))
     done = run_plan(bwrap_plan(spec, [], seccomp=seccomp), 60, prefix)
     assert done.returncode in (0, 1), done.stderr
-    return json.loads(done.stdout)
+    results: list[dict[str, Any]] = json.loads(done.stdout)
+    return results
 
 
 def test_nothing_gets_out_as_root_or_as_a_user(who: tuple[str, list[str], str, int], area: Path) -> None:

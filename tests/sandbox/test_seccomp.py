@@ -200,7 +200,8 @@ def in_jail(calls: list[Call], filtered: bool) -> list[int | str]:
     )
     done = run_plan(bwrap_plan(spec, [], check_bwrap(), seccomp=filtered), 120)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    results: list[int | str] = json.loads(done.stdout)
+    return results
 
 
 def outside(calls: list[Call], program: bytes | None) -> list[int | str]:
@@ -212,7 +213,8 @@ def outside(calls: list[Call], program: bytes | None) -> list[int | str]:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    results: list[int | str] = json.loads(done.stdout)
+    return results
 
 
 def test_every_call_the_filter_refuses_on_this_machine_has_a_row() -> None:
