@@ -97,6 +97,8 @@ def _flag_set(syscall: str, flag: int) -> Rule:
     return Rule(syscall, errno.EPERM, arg=0, compare=Compare.MASKED_EQ, datum=flag, mask=flag)
 
 
+# Keyrings have no namespace and a jail runs as its user's kernel uid: linking the user's _uid.N
+# keyring into a session keyring of its own would make every key in it readable.
 _KEYRING = _always(errno.EPERM, "add_key", "keyctl", "request_key")
 # seccomp cannot tell a child from any other process, so all of ptrace goes: a jail has no use for
 # a debugger, and these reach into another process's memory or file descriptors.
@@ -260,7 +262,7 @@ def _binding() -> Any:
     except ImportError as exc:
         raise JailError(
             f"the jail's seccomp filter needs the Python package pyseccomp, which is missing ({exc}); "
-            "reinstall cellblock (pip install cellblock pulls it in)"
+            "install it into the environment cellblock runs in (pip install pyseccomp)"
         ) from exc
     except (OSError, RuntimeError) as exc:  # pyseccomp raises RuntimeError when find_library fails
         raise JailError(
@@ -304,7 +306,10 @@ def build_filter(rules: tuple[Rule, ...] = RULES) -> bytes:
             out.seek(0)
             return out.read()
     except OSError as exc:
-        raise JailError(f"libseccomp could not build the jail's seccomp filter: {exc}; {_INSTALL}") from exc
+        raise JailError(
+            f"libseccomp could not build the jail's seccomp filter: {exc}; see 'cellblock doctor', "
+            "or set 'jail: false' on the server to run it unjailed"
+        ) from exc
 
 
 def _compare(lib: Any, rule: Rule) -> Any:
