@@ -122,7 +122,7 @@ def bwrap_plan(
     `secrets` (variable -> value) reach the server through bwrap's own environment, never its
     argv (which `ps` shows to every user); `spawner_env` names the variables whatever spawns
     bwrap adds to that environment, which are then removed inside. `seccomp=False` leaves the
-    filter out: only tests use it, as the control that shows what the filter stops.
+    filter out: for the tests' controls (what the filter stops), and `show` where there is none.
 
     Raises:
         JailError: a granted path or the working directory does not exist or is not shared, or
