@@ -57,6 +57,7 @@ def _keys(prefix: Sequence[str], *args: str, payload: bytes = b"") -> str:
         capture_output=True,
         timeout=KEY_SECONDS,
         check=False,
+        cwd="/",  # the checkout may be in a home the other user cannot enter
     )
     if done.returncode != 0:
         raise RuntimeError(f"{args[0]} a test key: {done.stderr.decode(errors='replace').strip()}")

@@ -74,8 +74,10 @@ def area() -> Iterator[Path]:
 
 
 def escape_copy(area: Path) -> Path:
-    """escape.py copied outside the checkout, which may sit in a home the other user cannot enter."""
-    copy = area / "escape.py"
+    """escape.py copied into a folder of its own outside the checkout, which may sit in a home the
+    other user cannot enter (root's is 0700); the jail shares that folder."""
+    copy = area / "attempts" / "escape.py"
+    copy.parent.mkdir(mode=0o755)
     shutil.copyfile(SANDBOX / "escape.py", copy)
     copy.chmod(0o644)
     return copy
@@ -126,11 +128,12 @@ def test_nothing_gets_out_as_root_or_as_a_user(who: tuple[str, list[str], str, i
         {"kind": "userns", "target": ""},
         {"kind": "remount", "target": str(ro)},
     ]
+    escape = escape_copy(area)
     spec = JailSpec(
         name="attacker",
-        argv=("/usr/bin/python3", str(SANDBOX / "escape.py")),
+        argv=("/usr/bin/python3", str(escape)),
         env={"PATH": "/usr/bin:/bin", "HOME": home},
-        read_only=(str(SANDBOX), str(ro)),
+        read_only=(str(escape.parent), str(ro)),
         home=home,
     )
     try:
@@ -161,11 +164,12 @@ def test_the_jail_runs_its_command_as_that_user_with_what_it_was_given(
     data = area / "ro"
     data.mkdir()
     (data / "data").write_text("granted\n")
+    escape = escape_copy(area)
     spec = JailSpec(
         name="honest",
-        argv=("/usr/bin/python3", str(SANDBOX / "escape.py")),
+        argv=("/usr/bin/python3", str(escape)),
         env={"PATH": "/usr/bin:/bin", "HOME": home},
-        read_only=(str(SANDBOX), str(data)),
+        read_only=(str(escape.parent), str(data)),
         home=home,
     )
     results = run_jailed(prefix, spec, [{"kind": "read", "target": str(data / "data")}])
@@ -182,7 +186,7 @@ def test_the_users_kernel_keyring_cannot_be_read_from_a_jail_as_root_or_as_a_use
         name="attacker",
         argv=("/usr/bin/python3", str(escape)),
         env={"PATH": "/usr/bin:/bin", "HOME": home},
-        read_only=(str(area),),
+        read_only=(str(escape.parent),),
         home=home,
     )
     with planted_key(prefix) as key:
@@ -214,7 +218,9 @@ def test_proc_keys_still_names_the_users_keys_in_a_jail(area: Path) -> None:
     masking it (as Docker does, with /dev/null) would close this.
     """
     escape = escape_copy(area)
-    spec = JailSpec("attacker", ("/usr/bin/python3", str(escape)), {"PATH": "/usr/bin:/bin"}, read_only=(str(area),))
+    spec = JailSpec(
+        "attacker", ("/usr/bin/python3", str(escape)), {"PATH": "/usr/bin:/bin"}, read_only=(str(escape.parent),)
+    )
     with planted_key() as key:
         (jailed,) = run_jailed([], spec, [{"kind": "keyring", "target": key.description}])
     assert not jailed["got_through"]
