@@ -74,4 +74,6 @@ def _linux() -> bool:
         check_bwrap()
     except JailError as exc:
         return _line(False, "trial jail", str(exc))
-    return _line(True, "trial jail", "a jail with new namespaces and no capabilities started and exited")
+    return _line(
+        True, "trial jail", "a jail with new namespaces, no capabilities and the seccomp filter started and exited"
+    )

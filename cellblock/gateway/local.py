@@ -43,6 +43,7 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from cellblock.gateway.lines import SessionLines, Streams, error_response, request_id
 from cellblock.gateway.ratelimit import Budget
 from cellblock.gateway.stdio import DEFAULT_LINE_LIMIT, LineReader, OnOversize, Oversized, PipeWriter
+from cellblock.sandbox.spawn import spawn_args
 from cellblock.sandbox.types import LaunchPlan
 
 __all__ = ["ENVELOPE_PREFIX", "LocalChannel", "Pending", "local_transport"]
@@ -269,19 +270,22 @@ async def local_transport(plan: LaunchPlan, channel: LocalChannel, errlog: TextI
 
     Raises:
         OSError: the process cannot be started.
+        JailError: the plan's seccomp filter cannot be handed to bwrap.
     """
     child_in, to_child = os.pipe()
     from_child, child_out = os.pipe()
     try:
-        process = await anyio.open_process(
-            list(plan.argv),
-            stdin=child_in,
-            stdout=child_out,
-            stderr=errlog,
-            env=get_default_environment() | dict(plan.env),
-            cwd=plan.cwd,
-            start_new_session=True,
-        )
+        with spawn_args(plan) as spawn:
+            process = await anyio.open_process(
+                list(spawn.argv),
+                stdin=child_in,
+                stdout=child_out,
+                stderr=errlog,
+                env=get_default_environment() | dict(plan.env),
+                cwd=plan.cwd,
+                start_new_session=True,
+                pass_fds=spawn.pass_fds,
+            )
     except BaseException:
         for fd in (to_child, from_child):
             os.close(fd)

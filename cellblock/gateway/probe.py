@@ -8,16 +8,18 @@ file proves nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from cellblock.gateway.config import Config, JailConfig, LocalServer
 from cellblock.gateway.launch import launch_plan
+from cellblock.sandbox.escape import listed_keys
+from cellblock.sandbox.spawn import run_plan
 from cellblock.sandbox.types import JailError
 
 __all__ = ["probe"]
@@ -26,6 +28,7 @@ ESCAPE = Path(__file__).resolve().parent.parent / "sandbox" / "escape.py"
 # Long enough for a slow machine to start Python in a jail and try every attempt.
 PROBE_SECONDS = 120
 CANARY = "cellblock-probe-canary"
+KEYS_TRIED = 5  # of the user's kernel keys, the first few: one readable is as bad as all
 SECRETS = (".ssh/id_ed25519", ".ssh/id_rsa", ".ssh/config", ".aws/credentials", ".netrc", ".config/gh/hosts.yml")
 
 
@@ -49,6 +52,10 @@ def _attempts(
         attempts.append({"kind": "resolve", "target": "example.com"})
     if jail.exec.allow:
         attempts.append({"kind": "exec", "argv": ["/bin/sh", "-c", "true"]})
+    # the user's own kernel keys, by description: keyrings have no namespace (only sizes are reported)
+    with contextlib.suppress(OSError):
+        keys = [name for _, kind, name in listed_keys() if kind == "user"][:KEYS_TRIED]
+        attempts += [{"kind": "keyring", "target": name} for name in keys]
     bus = os.environ.get("DBUS_SESSION_BUS_ADDRESS", "")
     attempts += [
         {"kind": "dbus", "target": bus},
@@ -84,7 +91,7 @@ def _probe_one(
             shared = {m.path[len(home) + 1 :].split("/")[0] for m in mounts if m.path.startswith(home + "/")}
             attempts = _attempts(config_path, state, config.audit_file(state), jail, listener.getsockname()[1], shared)
             plan = launch_plan(name, stand_in(attempts), egress, runtime / "servers" / name)
-            done = subprocess.run(list(plan.argv), capture_output=True, text=True, timeout=PROBE_SECONDS, check=False)
+            done = run_plan(plan, PROBE_SECONDS)
         finally:
             if egress is not None:
                 Path(egress).unlink(missing_ok=True)

@@ -11,6 +11,7 @@ from cellblock.gateway.config import Config, LocalServer
 from cellblock.gateway.launch import jail_spec
 from cellblock.gateway.state import read_json
 from cellblock.sandbox.bwrap import bwrap_plan
+from cellblock.sandbox.seccomp import SUMMARY
 from cellblock.sandbox.types import JailError
 
 __all__ = ["describe_server", "show"]
@@ -51,7 +52,7 @@ def describe_server(config: Config, name: str, always: dict[str, list[str]] | No
         return info | {"jail": "OFF (jail: false): runs as you, with your files and network"}
     try:
         spec, launchers = jail_spec(name, server, server.jail)
-        plan = bwrap_plan(spec, launchers)
+        plan = bwrap_plan(spec, launchers, seccomp=sys.platform.startswith("linux"))
     except JailError as exc:
         return info | {"jail": "cannot be built", "error": str(exc)}
     return info | {
@@ -59,6 +60,7 @@ def describe_server(config: Config, name: str, always: dict[str, list[str]] | No
         "network": plan.network.value,
         "allow_hosts": list(spec.allow_hosts),
         "mounts": [{"path": m.path, "mode": m.mode.value, "why": m.why} for m in plan.mounts],
+        "seccomp": SUMMARY if plan.seccomp is not None else "off",
         "jail_env": sorted(spec.env),
         "exec_allow": list(spec.exec_allow),
         "exec_sha256": dict(spec.exec_sha256),
@@ -91,6 +93,7 @@ def show(config: Config, only: str | None, as_json: bool, state: Path | None = N
                 f"  network  {item['network']}{' (host network, unrestricted)' if item['network'] == 'open' else ''}"
                 f"{hosts}"
             )
+            print(f"  seccomp  {item['seccomp']}")
             for mount in item["mounts"]:
                 print(f"  mount    {mount['mode']}  {mount['path']}  [{mount['why']}]")
             print(f"  env      {', '.join(item['jail_env'])}")

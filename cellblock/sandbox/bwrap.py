@@ -4,7 +4,8 @@ Every jail gets new user, mount, pid, ipc, uts and cgroup namespaces, and a new 
 unless the network is `open`; all capabilities dropped (the gateway may run as root, and root
 with capabilities can remount a read-only share writable); no nested user namespaces; a cleared
 environment; read-only `/usr` and a few `/etc` files; an empty private home and `/tmp`; the
-granted directories at their own paths; and a read-only root over all of it.
+granted directories at their own paths; a read-only root over all of it; and the seccomp filter
+of `sandbox/seccomp.py`, handed over at spawn by `sandbox/spawn.py`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 
+from cellblock.sandbox.seccomp import jail_filter
+from cellblock.sandbox.spawn import SECCOMP_FD, run_plan
 from cellblock.sandbox.types import JailError, JailSpec, LaunchPlan, Mount, MountMode, Network
 
 __all__ = ["EGRESS_SOCKET", "ETC_FILES", "bwrap_plan", "check_bwrap", "find_bwrap"]
@@ -60,27 +63,35 @@ def find_bwrap() -> str:
 
 @functools.cache
 def check_bwrap() -> str:
-    """Start one trial jail; return the bwrap path if jails can be built on this machine.
+    """Start one trial jail, with the seccomp filter; return the bwrap path if jails can be built here.
 
     Raises:
-        JailError: bwrap is missing, or the kernel refuses the namespaces it needs.
+        JailError: bwrap is missing, the kernel refuses the namespaces it needs, or the seccomp
+            filter cannot be built or installed.
     """
     bwrap = find_bwrap()
     base = ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--die-with-parent"]
-    trial = [bwrap, *base, *_system_mounts(), "--proc", "/proc", "--dev", "/dev", "--", "true"]
+    argv = (bwrap, *base, "--seccomp", SECCOMP_FD, *_system_mounts(), "--proc", "/proc", "--dev", "/dev", "--", "true")
+    trial = LaunchPlan(argv, {}, None, (), Network.NONE, jailed=True, seccomp=jail_filter())
     try:
-        done = subprocess.run(trial, capture_output=True, text=True, timeout=CHECK_SECONDS, check=False)
+        done = run_plan(trial, CHECK_SECONDS)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise JailError(f"bubblewrap could not be run: {exc}") from exc
     if done.returncode != 0:
         reason = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
-        hint = (
-            "unprivileged user namespaces seem disabled; enable them "
-            "(sysctl kernel.unprivileged_userns_clone=1, or on Ubuntu "
-            "kernel.apparmor_restrict_unprivileged_userns=0)"
-            if "namespace" in reason or "uid map" in reason or "Operation not permitted" in reason
-            else "see 'cellblock doctor'"
-        )
+        if "seccomp" in reason.lower():
+            hint = (
+                "the kernel refused the jail's seccomp filter (it needs CONFIG_SECCOMP_FILTER); "
+                "see 'cellblock doctor', or set 'jail: false' on a server to run it unjailed"
+            )
+        elif "namespace" in reason or "uid map" in reason or "Operation not permitted" in reason:
+            hint = (
+                "unprivileged user namespaces seem disabled; enable them "
+                "(sysctl kernel.unprivileged_userns_clone=1, or on Ubuntu "
+                "kernel.apparmor_restrict_unprivileged_userns=0)"
+            )
+        else:
+            hint = "see 'cellblock doctor'"
         raise JailError(f"bubblewrap cannot build a jail on this machine: {reason}; {hint}")
     return bwrap
 
@@ -104,15 +115,18 @@ def bwrap_plan(
     bwrap: str = "bwrap",
     secrets: Mapping[str, str] | None = None,
     spawner_env: Sequence[str] = (),
+    seccomp: bool = True,
 ) -> LaunchPlan:
-    """The bwrap command that runs `spec.argv` in its jail.
+    """The bwrap command that runs `spec.argv` in its jail; spawn it through `spawn.spawn_args`.
 
     `secrets` (variable -> value) reach the server through bwrap's own environment, never its
     argv (which `ps` shows to every user); `spawner_env` names the variables whatever spawns
-    bwrap adds to that environment, which are then removed inside.
+    bwrap adds to that environment, which are then removed inside. `seccomp=False` leaves the
+    filter out: for the tests' controls (what the filter stops), and `show` where there is none.
 
     Raises:
-        JailError: a granted path or the working directory does not exist or is not shared.
+        JailError: a granted path or the working directory does not exist or is not shared, or
+            the seccomp filter cannot be built.
     """
     grants = [Mount(p, MountMode.READ_ONLY, "read_only") for p in spec.read_only]
     grants += [Mount(p, MountMode.READ_WRITE, "read_write") for p in spec.read_write]
@@ -129,6 +143,9 @@ def bwrap_plan(
     if spec.network is not Network.OPEN:
         args.append("--unshare-net")  # only loopback inside
     args += ["--disable-userns", "--cap-drop", "ALL", "--die-with-parent", "--new-session"]
+    program = jail_filter() if seccomp else None
+    if program is not None:
+        args += ["--seccomp", SECCOMP_FD]
     args += ["--hostname", "cellblock"]
     if secrets:
         # --clearenv would drop the secrets too; remove by name what the spawner added instead
@@ -171,6 +188,7 @@ def bwrap_plan(
         mounts=tuple([*system, *private, *shared, *pinned]),
         network=spec.network,
         jailed=True,
+        seccomp=program,
     )
 
 

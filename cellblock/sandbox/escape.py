@@ -27,6 +27,8 @@ did, 2 on a bad spec. Kinds and their fields (``target`` is always a string):
 - ``remount``: target=a read-only path. Through if mount(MS_REMOUNT|MS_BIND) makes it rw (tried in a
   forked child, in a private mount namespace when it can make one).
 - ``privileges``: target=a read-only path: ``capabilities``, ``userns`` and ``remount`` in one result.
+- ``keyring``: target=the description of a "user" key in the user's kernel keyrings. Through if any
+  byte of its payload was read (tried in a forked child, in a session keyring of its own).
 
 Reported details carry sizes, counts and error names, never the bytes of what was read.
 """
@@ -64,7 +66,9 @@ __all__ = [
     "dbus",
     "exec_binary",
     "host_processes",
+    "keyring",
     "list_dir",
+    "listed_keys",
     "main",
     "new_user_namespace",
     "privileges",
@@ -91,6 +95,17 @@ MS_REMOUNT = 0x20
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
+
+KEYCTL_JOIN_SESSION_KEYRING = 1
+KEYCTL_LINK = 8
+KEYCTL_SEARCH = 10
+KEYCTL_READ = 11
+KEY_SPEC_SESSION_KEYRING = -3
+KEY_SPEC_USER_KEYRING = -4
+# glibc has no keyctl() wrapper, so the system call is made by number
+KEYCTL_SYSCALL = {"x86_64": 250, "aarch64": 219}
+KEY_READ_MAX = 4096  # bytes of a payload read at most (only the size is reported)
+CHILD_REPORT_MAX = 4096  # bytes a child reports through its pipe: less than a pipe holds, so it never blocks
 
 
 @dataclass(frozen=True)
@@ -440,6 +455,26 @@ def _in_child(action: Callable[[], int], timeout: float = CHILD_TIMEOUT) -> int 
     return f"child died by signal {os.WTERMSIG(status)}"
 
 
+def _text_in_child(action: Callable[[], str], timeout: float = CHILD_TIMEOUT) -> str:
+    """Run `action` in a forked child and return the text it returned, or what went wrong."""
+    read_end, write_end = os.pipe()
+
+    def report() -> int:
+        os.close(read_end)
+        os.write(write_end, action().encode()[:CHILD_REPORT_MAX])
+        return 0
+
+    try:
+        code = _in_child(report, timeout)
+    finally:
+        os.close(write_end)
+    with os.fdopen(read_end, "rb") as reader:
+        text = reader.read().decode("utf-8", "replace")
+    if code != 0 or not text:
+        return code if isinstance(code, str) else f"child exited with status {code}"
+    return text
+
+
 def _errno_code(rc: int) -> int:
     return 0 if rc == 0 else (ctypes.get_errno() or 255) & 0xFF
 
@@ -497,6 +532,79 @@ def privileges(ro_path: str) -> Attempt:
     return Attempt("privileges", ro_path, any(p.got_through for p in parts), detail)
 
 
+# --- kernel keyring ------------------------------------------------------------------------
+
+
+def listed_keys() -> list[tuple[int, str, str]]:
+    """(serial, type, description) of each key /proc/keys shows this process."""
+    found: list[tuple[int, str, str]] = []
+    with open("/proc/keys", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            fields = line.split(None, 8)  # serial flags usage timeout perm uid gid type "description: summary"
+            if len(fields) == 9:
+                found.append((int(fields[0], 16), fields[7], fields[8].rsplit(": ", 1)[0]))
+    return found
+
+
+def _read_key(number: int, description: str, rings: Sequence[int]) -> str:
+    """In a child: link the user keyrings into a new session keyring, then find and read the key.
+
+    Returns a JSON object: ``read`` (bytes of the payload read) and ``detail``.
+    """
+    libc = _libc()
+    libc.syscall.restype = ctypes.c_long
+
+    def keyctl(*args: Any) -> int:
+        return int(libc.syscall(ctypes.c_long(number), *(ctypes.c_long(a) if isinstance(a, int) else a for a in args)))
+
+    def outcome(read: int, detail: str) -> str:
+        return json.dumps({"read": read, "detail": detail})
+
+    if keyctl(KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
+        return outcome(0, f"keyctl(JOIN_SESSION_KEYRING): {_errno_name(ctypes.get_errno())}")
+    linked = sum(
+        1 for ring in (KEY_SPEC_USER_KEYRING, *rings) if keyctl(KEYCTL_LINK, ring, KEY_SPEC_SESSION_KEYRING) == 0
+    )
+    key = keyctl(KEYCTL_SEARCH, KEY_SPEC_SESSION_KEYRING, b"user", description.encode(), 0)
+    if key < 0:
+        return outcome(0, f"linked {linked} user keyring(s); search: {_errno_name(ctypes.get_errno())}")
+    buffer = ctypes.create_string_buffer(KEY_READ_MAX)
+    size = keyctl(KEYCTL_READ, key, buffer, KEY_READ_MAX)
+    if size < 0:
+        return outcome(0, f"linked {linked} user keyring(s), found the key; read: {_errno_name(ctypes.get_errno())}")
+    return outcome(size, f"linked {linked} user keyring(s), found the key; read {size} bytes of it")
+
+
+@_never_raises("keyring")
+def keyring(description: str) -> Attempt:
+    """Try to read the "user" key `description` from the user's kernel keyrings. Through if a byte of it was read.
+
+    Keyrings have no namespace of their own, and a jail runs as its user's kernel uid. The user
+    keyrings /proc/keys lists (``_uid.N``, found by serial: inside a new user namespace
+    KEY_SPEC_USER_KEYRING names another one) are linked into a new session keyring, which makes
+    their keys the process's own and so readable; then the key is searched for and read. That runs
+    in a forked child, so the caller's keyrings stay as they were.
+    """
+    machine = os.uname().machine
+    number = KEYCTL_SYSCALL.get(machine)
+    if number is None:
+        return Attempt("keyring", description, False, f"no keyctl system call number known for {machine}")
+    try:
+        listed = listed_keys()
+        named = any(kind == "user" and name == description for _, kind, name in listed)
+        seen = f"/proc/keys shows {len(listed)} keys, the target {'among them' if named else 'not among them'}"
+    except OSError as exc:
+        listed, seen = [], f"/proc/keys: {_err(exc)}"
+    rings = [serial for serial, kind, name in listed if kind == "keyring" and name.startswith("_uid.")]
+    text = _text_in_child(lambda: _read_key(number, description, rings))
+    try:
+        result = json.loads(text)
+        read, detail = int(result["read"]), str(result["detail"])
+    except (ValueError, KeyError, TypeError):
+        read, detail = 0, text
+    return Attempt("keyring", description, read > 0, f"{seen}; {detail}")
+
+
 # --- spec and CLI --------------------------------------------------------------------------
 
 
@@ -534,8 +642,9 @@ KINDS = (
     "userns",
     "remount",
     "privileges",
+    "keyring",
 )
-_NEEDS_TARGET = frozenset({"read", "list", "write", "connect", "resolve", "remount", "privileges"})
+_NEEDS_TARGET = frozenset({"read", "list", "write", "connect", "resolve", "remount", "privileges", "keyring"})
 
 
 def _bind(kind: str, entry: dict[str, Any]) -> Callable[[], Attempt]:
@@ -579,6 +688,8 @@ def _bind(kind: str, entry: dict[str, Any]) -> Callable[[], Attempt]:
         return lambda: remount_rw(target)
     if kind == "privileges":
         return lambda: privileges(target)
+    if kind == "keyring":
+        return lambda: keyring(target)
     raise ValueError(f"unknown kind {kind!r}; known kinds: {', '.join(KINDS)}")
 
 

@@ -1,7 +1,8 @@
 """What a jail is made of, independent of the OS that builds it.
 
 `JailSpec` is what the gateway asks for (from a server's `jail:` config); a `LaunchPlan` is how
-one OS layer carries it out (the argv to run, and every mount it makes, for `cellblock show`).
+one OS layer carries it out (the argv to run, every mount it makes, for `cellblock show`, and the
+seccomp filter bwrap installs, which `sandbox/spawn.py` hands over at spawn).
 """
 
 from __future__ import annotations
@@ -64,7 +65,12 @@ class JailSpec:
 
 @dataclass(frozen=True, slots=True)
 class LaunchPlan:
-    """The command that starts a server, and what it will be able to see."""
+    """The command that starts a server, and what it will be able to see.
+
+    With a `seccomp` program, `argv` holds a placeholder where bwrap expects the descriptor to
+    read it from: spawn such a plan through `sandbox.spawn.spawn_args`, which supplies both. Run
+    as it is, bwrap refuses the placeholder and the server does not start.
+    """
 
     argv: tuple[str, ...]
     env: Mapping[str, str]
@@ -72,6 +78,7 @@ class LaunchPlan:
     mounts: tuple[Mount, ...]
     network: Network
     jailed: bool
+    seccomp: bytes | None = field(default=None, repr=False)  # a compiled BPF program (sandbox/seccomp.py)
 
 
 class InstallKind(StrEnum):

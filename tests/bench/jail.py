@@ -2,9 +2,10 @@
 
 Both starts come from `launch_plan`, the one place the gateway builds a server's command: with
 `jail: false` (the bare argv) and with a jail that shares `tests/servers` read-only (bwrap's argv).
-Each is run with `subprocess.run(plan.argv, env=plan.env)`; medians over the runs, after warm-ups.
-Building the plan is timed too: the first plan of a gateway runs bwrap once to check that jails
-work here (cached after that), every later plan only assembles the command.
+Each is run with `subprocess.run` of what `spawn_args(plan)` gives (the argv, and the memfd holding
+the seccomp filter), with `plan.env`; medians over the runs, after warm-ups. Building the plan is
+timed too: the first plan of a gateway compiles the seccomp filter and runs bwrap once to check
+that jails work here (both cached after that), every later plan only assembles the command.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 from cellblock.gateway.config import LocalServer
 from cellblock.gateway.launch import launch_plan
 from cellblock.sandbox.bwrap import check_bwrap
+from cellblock.sandbox.seccomp import jail_filter
+from cellblock.sandbox.spawn import spawn_args
 from cellblock.sandbox.types import LaunchPlan
 from tests.bench.report import Table, Target, fmt, median, percentile
 from tests.bench.spawn import SERVERS_DIR, Scratch
@@ -52,11 +55,20 @@ def _run(plan: LaunchPlan) -> None:
     Raises:
         subprocess.CalledProcessError: it did not exit 0 (a jail that cannot be built here).
     """
-    subprocess.run(list(plan.argv), env=dict(plan.env), check=True, timeout=RUN_SECONDS, stdin=subprocess.DEVNULL)
+    with spawn_args(plan) as spawn:
+        subprocess.run(
+            list(spawn.argv),
+            env=dict(plan.env),
+            check=True,
+            timeout=RUN_SECONDS,
+            stdin=subprocess.DEVNULL,
+            pass_fds=spawn.pass_fds,
+        )
 
 
 def _measure(runs: int) -> dict[str, list[float]]:
     check_bwrap.cache_clear()
+    jail_filter.cache_clear()
     began = time.perf_counter()
     _plan(jailed=True)
     first_plan = (time.perf_counter() - began) * 1000

@@ -61,6 +61,8 @@ def test_show_lists_every_mount_and_never_an_env_value(config: Path) -> None:
     # of the home directory only launcher installations are shared, never the home itself
     assert not any(p == HOME and why != "private empty home (tmpfs)" for p, _, why in mounts)
     assert "API_TOKEN" in jailed["env"] and "tok-never-shown" not in done.stdout
+    if sys.platform.startswith("linux"):
+        assert jailed["seccomp"].startswith("on: refuses the kernel keyring")
     assert servers["loose"]["jail"].startswith("OFF")
     assert "does not exist" in servers["missing"]["error"]
     assert servers["web"]["kind"] == "remote"
@@ -82,6 +84,19 @@ def test_doctor_passes_where_jails_work() -> None:
     done = cellblock("doctor")
     assert done.returncode == 0, done.stdout
     assert "OK    trial jail" in done.stdout
+
+
+# what pyseccomp itself raises on import when ctypes finds no libseccomp
+NO_LIBSECCOMP = 'raise RuntimeError("Unable to find libseccomp")\n'
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the seccomp filter is Linux's")
+def test_doctor_fails_and_says_what_to_install_without_libseccomp(tmp_path: Path) -> None:
+    (tmp_path / "pyseccomp.py").write_text(NO_LIBSECCOMP)
+    done = cellblock("doctor", env={"PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 1
+    assert "FAIL  trial jail" in done.stdout and "apt-get install libseccomp2" in done.stdout
 
 
 def test_doctor_fails_and_says_what_to_install_without_bwrap(tmp_path: Path) -> None:

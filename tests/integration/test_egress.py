@@ -24,6 +24,7 @@ from cellblock.gateway.config import LocalServer, parse_config
 from cellblock.gateway.launch import launch_plan
 from cellblock.policy.hosts import parse_rule
 from cellblock.sandbox.egress import Decision, EgressProxy
+from cellblock.sandbox.spawn import spawn_args
 from tests import peers
 from tests.integration.conftest import gateway, write_config
 
@@ -103,7 +104,8 @@ async def run_in_allowlist_jail(tmp_path: Path, argv: list[str], allow: list[str
         local = config.servers["t"]
         assert isinstance(local, LocalServer)
         plan = launch_plan("t", local, sock)
-        done = await anyio.run_process(list(plan.argv), check=False)
+        with spawn_args(plan) as spawn:
+            done = await anyio.run_process(list(spawn.argv), check=False, pass_fds=spawn.pass_fds)
         tg.cancel_scope.cancel()
     return done.returncode, done.stdout.decode() + done.stderr.decode(), decisions
 

@@ -10,6 +10,7 @@ import mcp.types as types
 import pytest
 
 from tests.integration.conftest import gateway, probe_server, write_config
+from tests.kernel_keys import keyrings_usable, planted_key
 
 pytestmark = [pytest.mark.anyio, pytest.mark.jail]
 
@@ -29,6 +30,19 @@ async def test_without_bwrap_a_jailed_server_does_not_start_and_says_what_to_ins
         assert refused.is_error
         assert "'boxed'" in text(refused) and "apt-get install bubblewrap" in text(refused)
         # never a silent fallback: the explicit jail: false server is the only one that runs
+        assert text(await client.call_tool("plain__echo", {"message": "hi"})) == "hi"
+
+
+async def test_without_libseccomp_a_jailed_server_does_not_start_and_says_what_to_install(tmp_path: Path) -> None:
+    unjailed: dict[str, Any] = probe_server("--name", "plain") | {"jail": False}
+    config = write_config(tmp_path, {"boxed": probe_server("--name", "boxed"), "plain": unjailed})
+    # what pyseccomp raises on import when ctypes finds no libseccomp, found first on the gateway's path
+    (tmp_path / "pyseccomp.py").write_text('raise RuntimeError("Unable to find libseccomp")\n')
+    async with gateway(config, tmp_path / "state", env={"PYTHONPATH": str(tmp_path)}) as client:
+        refused = await client.call_tool("boxed__echo", {"message": "hi"})
+        assert refused.is_error
+        assert "'boxed'" in text(refused) and "apt-get install libseccomp2" in text(refused)
+        # no fallback to a jail without the filter: only the jail: false server runs
         assert text(await client.call_tool("plain__echo", {"message": "hi"})) == "hi"
 
 
@@ -144,6 +158,22 @@ async def test_nothing_gets_out_of_the_jail(hostile: Any) -> None:
         if outcome["got_through"]:
             escaped.append(f"{tool} {arguments}: {outcome['detail']}")
     assert escaped == []
+
+
+@pytest.mark.skipif(not keyrings_usable(), reason="this kernel has no keyrings")
+async def test_the_users_kernel_keyring_cannot_be_read_from_the_jail(hostile: Any) -> None:
+    import json
+
+    client, *_ = hostile
+    # keyrings have no namespace: a server runs as the user's kernel uid, jailed or not
+    with planted_key() as key:
+        arguments = {"description": key.description}
+        control = await attempt(client, "control", "keyring", arguments)
+        jailed = await attempt(client, "hostile", "keyring", arguments)
+    assert key.payload.decode() not in json.dumps([control, jailed])
+    assert control["got_through"], control["detail"]
+    assert not jailed["got_through"], jailed["detail"]
+    assert "EPERM" in jailed["detail"]
 
 
 async def test_the_jailed_server_can_use_what_it_was_given(hostile: Any) -> None:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.kernel_keys import keyrings_usable, planted_key
+
 pytestmark = pytest.mark.jail
 
 
@@ -39,6 +41,17 @@ def test_a_sound_jail_lets_nothing_through(tmp_path: Path) -> None:
     assert {"read", "list", "write", "connect", "resolve", "capabilities", "userns", "remount"} <= kinds
     assert any(a["name"] == "read" and a["target"].endswith("id_ed25519") for a in attempts)
     assert not [a for a in attempts if a["got_through"]]
+
+
+@pytest.mark.skipif(not keyrings_usable(), reason="this kernel has no keyrings")
+def test_the_users_kernel_keys_are_probed_and_out_of_reach(tmp_path: Path) -> None:
+    with planted_key() as key:
+        done = probe(tmp_path, f"  tight:\n    command: {sys.executable}\n")
+    assert done.returncode == 0, done.stdout + done.stderr
+    tried = [a for a in json.loads(done.stdout)["tight"]["attempts"] if a["name"] == "keyring"]
+    assert key.description in [a["target"] for a in tried]
+    assert not [a for a in tried if a["got_through"]]
+    assert key.payload.decode() not in done.stdout
 
 
 def test_a_jail_that_shares_the_keys_is_caught(tmp_path: Path) -> None:

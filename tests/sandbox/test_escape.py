@@ -7,6 +7,7 @@ gets through here, where nothing stops it, and is reported blocked when its targ
 from __future__ import annotations
 
 import ast
+import ctypes
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ import pytest
 
 from cellblock.sandbox import escape
 from cellblock.sandbox.escape import Attempt
+from tests.kernel_keys import keyrings_usable, planted_key
 
 ESCAPE_PY = Path(escape.__file__)
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -319,6 +321,44 @@ def test_privileges_reports_each_part(tmp_path: Path) -> None:
     result = escape.privileges(str(tmp_path / "nope"))
     assert result.detail.count("(") >= 3
     assert "remount blocked" in result.detail
+
+
+# --- kernel keyring --------------------------------------------------------------------------
+
+needs_keyrings = pytest.mark.skipif(not keyrings_usable(), reason="this kernel has no keyrings")
+KEY_SPEC_SESSION_KEYRING = -3
+
+
+def session_keyring() -> int:
+    """The serial of this process's session keyring (KEYCTL_GET_KEYRING_ID, without creating one)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    number = escape.KEYCTL_SYSCALL[os.uname().machine]
+    return int(libc.syscall(ctypes.c_long(number), ctypes.c_long(0), ctypes.c_long(KEY_SPEC_SESSION_KEYRING), 0))
+
+
+@needs_keyrings
+def test_a_key_in_the_user_keyring_is_read_without_reporting_its_bytes() -> None:
+    with planted_key() as key:
+        result = escape.keyring(key.description)
+    assert result.got_through, result.detail
+    assert f"read {len(key.payload)} bytes" in result.detail
+    assert key.payload.decode() not in json.dumps(result.to_dict())
+
+
+@needs_keyrings
+def test_a_key_that_is_not_there_is_not_read() -> None:
+    result = escape.keyring(f"cellblock-test:absent-{uuid.uuid4().hex}")
+    assert not result.got_through
+    assert "the target not among them" in result.detail and "search: ENOKEY" in result.detail
+
+
+@needs_keyrings
+def test_the_keyring_attempt_leaves_the_callers_session_keyring_alone() -> None:
+    before = session_keyring()
+    with planted_key() as key:
+        escape.keyring(key.description)
+    assert session_keyring() == before
 
 
 # --- CLI -------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 The attacks are `cellblock/sandbox/escape.py`, run by the system Python inside the exact argv
 `bwrap_plan` builds. As root the jail must hold even though root could otherwise remount or read
-anything; as a normal user it must hold the same way.
+anything; as a normal user it must hold the same way. The kernel keyring has no namespace, so
+there the seccomp filter is what holds, shown against the same jail without it.
 """
 
 from __future__ import annotations
@@ -15,13 +16,16 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cellblock.sandbox.bwrap import bwrap_plan
+from cellblock.sandbox.spawn import run_plan
 from cellblock.sandbox.types import JailSpec
+from tests.kernel_keys import keyrings_usable, planted_key
 
 pytestmark = [
     pytest.mark.jail,
@@ -69,12 +73,24 @@ def area() -> Iterator[Path]:
     shutil.rmtree(path)
 
 
-def run_jailed(prefix: list[str], spec: JailSpec, attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    plan = bwrap_plan(spec, [])
-    argv = [*prefix, *plan.argv, "--json", json.dumps(attempts)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+def escape_copy(area: Path) -> Path:
+    """escape.py copied into a folder of its own outside the checkout, which may sit in a home the
+    other user cannot enter (root's is 0700); the jail shares that folder."""
+    copy = area / "attempts" / "escape.py"
+    copy.parent.mkdir(mode=0o755)
+    shutil.copyfile(SANDBOX / "escape.py", copy)
+    copy.chmod(0o644)
+    return copy
+
+
+def run_jailed(
+    prefix: list[str], spec: JailSpec, attempts: list[dict[str, Any]], seccomp: bool = True
+) -> list[dict[str, Any]]:
+    spec = replace(spec, argv=(*spec.argv, "--json", json.dumps(attempts)))
+    done = run_plan(bwrap_plan(spec, [], seccomp=seccomp), 60, prefix)
     assert done.returncode in (0, 1), done.stderr
-    return json.loads(done.stdout)
+    results: list[dict[str, Any]] = json.loads(done.stdout)
+    return results
 
 
 def test_nothing_gets_out_as_root_or_as_a_user(who: tuple[str, list[str], str, int], area: Path) -> None:
@@ -112,11 +128,12 @@ def test_nothing_gets_out_as_root_or_as_a_user(who: tuple[str, list[str], str, i
         {"kind": "userns", "target": ""},
         {"kind": "remount", "target": str(ro)},
     ]
+    escape = escape_copy(area)
     spec = JailSpec(
         name="attacker",
-        argv=("/usr/bin/python3", str(SANDBOX / "escape.py")),
+        argv=("/usr/bin/python3", str(escape)),
         env={"PATH": "/usr/bin:/bin", "HOME": home},
-        read_only=(str(SANDBOX), str(ro)),
+        read_only=(str(escape.parent), str(ro)),
         home=home,
     )
     try:
@@ -147,12 +164,64 @@ def test_the_jail_runs_its_command_as_that_user_with_what_it_was_given(
     data = area / "ro"
     data.mkdir()
     (data / "data").write_text("granted\n")
+    escape = escape_copy(area)
     spec = JailSpec(
         name="honest",
-        argv=("/usr/bin/python3", str(SANDBOX / "escape.py")),
+        argv=("/usr/bin/python3", str(escape)),
         env={"PATH": "/usr/bin:/bin", "HOME": home},
-        read_only=(str(SANDBOX), str(data)),
+        read_only=(str(escape.parent), str(data)),
         home=home,
     )
     results = run_jailed(prefix, spec, [{"kind": "read", "target": str(data / "data")}])
     assert results[0]["got_through"], f"as {name}: {results[0]['detail']}"
+
+
+@pytest.mark.skipif(not keyrings_usable(), reason="this kernel has no keyrings")
+def test_the_users_kernel_keyring_cannot_be_read_from_a_jail_as_root_or_as_a_user(
+    who: tuple[str, list[str], str, int], area: Path
+) -> None:
+    name, prefix, home, _ = who
+    escape = escape_copy(area)
+    spec = JailSpec(
+        name="attacker",
+        argv=("/usr/bin/python3", str(escape)),
+        env={"PATH": "/usr/bin:/bin", "HOME": home},
+        read_only=(str(escape.parent),),
+        home=home,
+    )
+    with planted_key(prefix) as key:
+        attempt = [{"kind": "keyring", "target": key.description}]
+        # the honest controls: the same attempt as the same user reads the key unjailed, and in the
+        # same jail without its seccomp filter (bwrap alone has no keyring namespace)
+        direct = subprocess.run(
+            [*prefix, *spec.argv, "--json", json.dumps(attempt)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        unfiltered = run_jailed(prefix, spec, attempt, seccomp=False)
+        jailed = run_jailed(prefix, spec, attempt)
+    outputs = direct.stdout + json.dumps([unfiltered, jailed])
+    assert key.payload.decode() not in outputs, "an attempt reported the bytes it read"
+    assert json.loads(direct.stdout)[0]["got_through"], f"as {name}: {direct.stdout}"
+    assert unfiltered[0]["got_through"], f"as {name}: {unfiltered[0]['detail']}"
+    assert not jailed[0]["got_through"], f"as {name}: {jailed[0]['detail']}"
+    assert "keyctl(JOIN_SESSION_KEYRING): EPERM" in jailed[0]["detail"]
+
+
+@pytest.mark.skipif(not keyrings_usable(), reason="this kernel has no keyrings")
+def test_proc_keys_still_names_the_users_keys_in_a_jail(area: Path) -> None:
+    """GAP: /proc/keys in a jail lists the descriptions (not the payloads) of its user's kernel keys.
+
+    The filter keeps the keys out of reach, but the listing is a file the jail's own /proc shows;
+    masking it (as Docker does, with /dev/null) would close this.
+    """
+    escape = escape_copy(area)
+    spec = JailSpec(
+        "attacker", ("/usr/bin/python3", str(escape)), {"PATH": "/usr/bin:/bin"}, read_only=(str(escape.parent),)
+    )
+    with planted_key() as key:
+        (jailed,) = run_jailed([], spec, [{"kind": "keyring", "target": key.description}])
+    assert not jailed["got_through"]
+    assert "the target among them" in jailed["detail"]

@@ -15,6 +15,7 @@ import pytest
 
 from cellblock.sandbox.bwrap import bwrap_plan
 from cellblock.sandbox.pins import verify_pins
+from cellblock.sandbox.spawn import run_plan
 from cellblock.sandbox.types import JailError, JailSpec
 
 SANDBOX = Path(__file__).resolve().parents[2] / "cellblock" / "sandbox"
@@ -66,7 +67,7 @@ def test_the_verified_bytes_are_what_runs_even_if_the_file_changes_after_the_che
     copies = verify_pins("s", {str(tool): digest(tool.read_bytes())}, tmp_path / "store")
     tool.write_bytes(b"#!/bin/sh\necho tampered\n")  # after the check, before the start
     spec = JailSpec(name="s", argv=(str(tool),), env={"PATH": "/usr/bin:/bin"}, home="/root", pinned=copies)
-    done = subprocess.run(list(bwrap_plan(spec, []).argv), capture_output=True, text=True, timeout=30, check=False)
+    done = run_plan(bwrap_plan(spec, []), 30)
     assert done.stdout.strip() == "original", done.stderr
 
 

@@ -118,6 +118,11 @@ def privileges(ro_path: str) -> Result:
     return _result(load_escape().privileges(ro_path))
 
 
+def keyring(description: str) -> Result:
+    """Try to read the "user" key `description` from the user's kernel keyrings (only its size is reported)."""
+    return _result(load_escape().keyring(description))
+
+
 def drop_and_run(path: str, text: str) -> Result:
     """Write `text` to `path` as an executable file, try to run it, and remove it again."""
     import os
@@ -134,7 +139,19 @@ def drop_and_run(path: str, text: str) -> Result:
         os.unlink(path)
 
 
-TOOLS = (read_file, list_dir, write_file, connect, resolve, exec_binary, dbus, host_processes, privileges, drop_and_run)
+TOOLS = (
+    read_file,
+    list_dir,
+    write_file,
+    connect,
+    resolve,
+    exec_binary,
+    dbus,
+    host_processes,
+    privileges,
+    keyring,
+    drop_and_run,
+)
 
 
 def build_server(name: str = "hostile") -> MCPServer:

@@ -1,0 +1,328 @@
+"""The seccomp filter every Linux jail gets: system calls a jailed server has no business making.
+
+The filter allows everything by default and refuses a short list (`RULES`), each entry with the
+reason it is there; docs/jail.md explains them in full. A refused call fails with an error the
+program can handle, never a kill, so a server that probes for a feature carries on without it:
+
+- `EPERM` for almost everything ("not allowed here", what the kernel itself answers without the
+  capability);
+- `ENOSYS` for `clone3`, whose flags sit in a struct seccomp cannot read: glibc (`pthread_create`,
+  `posix_spawn`) and other runtimes fall back to `clone`, whose flags the filter does check, on
+  ENOSYS only;
+- `EAFNOSUPPORT` for socket families other than Unix, IPv4, IPv6 and netlink, what the kernel
+  answers for a family it does not know.
+
+The program is compiled by libseccomp (through the `pyseccomp` binding) for the machine's own
+architecture and its 32-bit compat ABIs, so `int 0x80` on x86_64 or an arm32 program on aarch64
+meets the same rules; a compat ABI libseccomp cannot add is left to its bad-architecture action,
+which kills. Other architectures are refused: a jail is not started without its filter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import importlib
+import os
+import platform
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from cellblock.sandbox.types import JailError
+
+__all__ = [
+    "CLONE_NAMESPACES",
+    "CLONE_NEWTIME",
+    "RULES",
+    "SUMMARY",
+    "TIOCLINUX",
+    "TIOCSTI",
+    "Compare",
+    "Rule",
+    "build_filter",
+    "jail_filter",
+    "refused_syscalls",
+]
+
+# Names of libseccomp's own constants (pyseccomp.Arch), per native architecture: the compat ABIs
+# whose system calls must meet the same rules.
+COMPAT_ARCHES = {"X86_64": ("X86", "X32"), "AARCH64": ("ARM",)}
+# What libseccomp's resolver answers for a name it does not know at all (__NR_SCMP_ERROR); a name
+# it knows only on another architecture resolves to a negative "pseudo" number, which it applies
+# to the architectures that have the call.
+_UNKNOWN = -1
+_INSTALL = (
+    "install it (Debian/Ubuntu: apt-get install libseccomp2, Fedora: dnf install libseccomp), "
+    "or set 'jail: false' on the server to run it unjailed"
+)
+SUMMARY = (
+    "on: refuses the kernel keyring, ptrace and other processes' memory, new namespaces, mounts, "
+    "bpf, perf_event_open, userfaultfd, io_uring, module and kexec loading, TIOCSTI/TIOCLINUX, "
+    "personality changes and socket families other than unix/inet/inet6/netlink (see docs/jail.md)"
+)
+
+
+class Compare(StrEnum):
+    """How a rule looks at one argument; the values are libseccomp's names for the comparisons."""
+
+    EQ = "EQ"
+    GE = "GE"
+    MASKED_EQ = "MASKED_EQ"  # (argument & mask) == datum
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """`syscall` fails with `error` (an errno) when its argument `arg` compares true; always when `arg` is None.
+
+    Rules for one system call are ORed. libseccomp refuses two comparisons of one argument in
+    one rule, so a range is written as several rules.
+    """
+
+    syscall: str
+    error: int
+    arg: int | None = None
+    compare: Compare = Compare.EQ
+    datum: int = 0
+    mask: int = 0  # MASKED_EQ only
+
+
+def _always(error: int, *names: str) -> list[Rule]:
+    return [Rule(name, error) for name in names]
+
+
+def _flag_set(syscall: str, flag: int) -> Rule:
+    """EPERM when `flag` is set in the first argument (the flags of clone and unshare on x86 and arm)."""
+    return Rule(syscall, errno.EPERM, arg=0, compare=Compare.MASKED_EQ, datum=flag, mask=flag)
+
+
+# Keyrings have no namespace and a jail runs as its user's kernel uid: linking the user's _uid.N
+# keyring into a session keyring of its own would make every key in it readable.
+_KEYRING = _always(errno.EPERM, "add_key", "keyctl", "request_key")
+# seccomp cannot tell a child from any other process, so all of ptrace goes: a jail has no use for
+# a debugger, and these reach into another process's memory or file descriptors.
+_OTHER_PROCESSES = _always(
+    errno.EPERM, "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "kcmp", "pidfd_getfd"
+)
+_MOUNTS = _always(
+    errno.EPERM,
+    "mount",
+    "umount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "open_tree",
+    "move_mount",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+)
+# Kernel interfaces with a long record of privilege escalations and nothing a server needs.
+# io_uring runs its operations without passing seccomp (IORING_OP_SOCKET would make the socket
+# rule moot); programs that use it fall back to ordinary calls when setup fails.
+_ATTACK_SURFACE = _always(
+    errno.EPERM,
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "lookup_dcookie",
+    "uselib",
+)
+# The machine's own state: its kernel, modules, swap, accounting, quotas, clock and log.
+_MACHINE = _always(
+    errno.EPERM,
+    "kexec_load",
+    "kexec_file_load",
+    "reboot",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "swapon",
+    "swapoff",
+    "acct",
+    "quotactl",
+    "quotactl_fd",
+    "settimeofday",
+    "stime",
+    "clock_settime",
+    "clock_settime64",
+    "clock_adjtime",
+    "clock_adjtime64",
+    "adjtimex",
+    "syslog",
+)
+# Port I/O, the LDT and vm86 (x86); memory placement across NUMA nodes, which Docker also refuses.
+_HARDWARE = _always(
+    errno.EPERM,
+    "iopl",
+    "ioperm",
+    "modify_ldt",
+    "vm86",
+    "vm86old",
+    "mbind",
+    "set_mempolicy",
+    "get_mempolicy",
+    "migrate_pages",
+    "move_pages",
+    "set_mempolicy_home_node",
+)
+# File handles outlive the path they were made from: open_by_handle_at opened files outside a
+# container (the "Shocker" escape), and name_to_handle_at is what hands the handles out.
+_HANDLES = _always(errno.EPERM, "open_by_handle_at", "name_to_handle_at")
+
+# The namespace flags of clone and unshare. CLONE_NEWTIME shares its bit with clone's exit-signal
+# byte, and clone cannot make a time namespace anyway, so it is checked for unshare only.
+CLONE_NAMESPACES = {
+    "CLONE_NEWNS": 0x00020000,
+    "CLONE_NEWCGROUP": 0x02000000,
+    "CLONE_NEWUTS": 0x04000000,
+    "CLONE_NEWIPC": 0x08000000,
+    "CLONE_NEWUSER": 0x10000000,
+    "CLONE_NEWPID": 0x20000000,
+    "CLONE_NEWNET": 0x40000000,
+}
+CLONE_NEWTIME = 0x00000080
+_NAMESPACES = [
+    *(_flag_set("clone", flag) for flag in CLONE_NAMESPACES.values()),
+    *(_flag_set("unshare", flag) for flag in (*CLONE_NAMESPACES.values(), CLONE_NEWTIME)),
+    Rule("setns", errno.EPERM),
+    # its flags are in memory seccomp cannot read; ENOSYS makes callers fall back to clone
+    Rule("clone3", errno.ENOSYS),
+]
+
+# personality: only PER_LINUX (0) and the query (0xffffffff) pass. Any other 32-bit value has a bit
+# set whose next bit (cyclically) is clear, so one rule per bit refuses exactly the rest; the mask
+# keeps to the low 32 bits, which are all the kernel reads.
+_PERSONALITY = [
+    Rule(
+        "personality", errno.EPERM, arg=0, compare=Compare.MASKED_EQ, datum=1 << i, mask=(1 << i) | (1 << (i + 1) % 32)
+    )
+    for i in range(32)
+]
+
+# Faking input on a terminal (TIOCSTI, CVE-2017-5226) or through a virtual console's selection
+# (TIOCLINUX, CVE-2023-28100). The kernel reads 32 bits of the command, so the rest is masked off.
+# The numbers are the generic ones, which x86 and arm share.
+TIOCSTI = 0x5412
+TIOCLINUX = 0x541C
+_TERMINAL = [
+    Rule("ioctl", errno.EPERM, arg=1, compare=Compare.MASKED_EQ, datum=command, mask=0xFFFFFFFF)
+    for command in (TIOCSTI, TIOCLINUX)
+]
+
+# Socket families: AF_UNIX (1), AF_INET (2), AF_INET6 (10) and AF_NETLINK (16) only. This also
+# closes AF_VSOCK (the hypervisor host), AF_ALG, AF_PACKET and the rarely audited protocol
+# families. "GE 17" compares all 64 bits, so a family with garbage in the upper half is refused too.
+_ALLOWED_FAMILIES = (1, 2, 10, 16)
+_SOCKETS = [
+    rule
+    for call in ("socket", "socketpair")
+    for rule in (
+        *(Rule(call, errno.EAFNOSUPPORT, arg=0, datum=f) for f in range(16) if f not in _ALLOWED_FAMILIES),
+        Rule(call, errno.EAFNOSUPPORT, arg=0, compare=Compare.GE, datum=17),
+    )
+]
+
+RULES: tuple[Rule, ...] = (
+    *_KEYRING,
+    *_OTHER_PROCESSES,
+    *_NAMESPACES,
+    *_MOUNTS,
+    *_ATTACK_SURFACE,
+    *_MACHINE,
+    *_HARDWARE,
+    *_HANDLES,
+    *_PERSONALITY,
+    *_TERMINAL,
+    *_SOCKETS,
+)
+
+
+def refused_syscalls(rules: tuple[Rule, ...] = RULES) -> dict[str, int]:
+    """Each system call a rule names, with the errno it fails with (when its arguments match)."""
+    return {rule.syscall: rule.error for rule in rules}
+
+
+def _binding() -> Any:
+    """The pyseccomp module (a ctypes binding over the system's libseccomp).
+
+    Imported by name: it ships no type information, so its untyped surface stays inside this module.
+
+    Raises:
+        JailError: pyseccomp is not installed, or libseccomp cannot be found or loaded.
+    """
+    try:
+        return importlib.import_module("pyseccomp")
+    except ImportError as exc:
+        raise JailError(
+            f"the jail's seccomp filter needs the Python package pyseccomp, which is missing ({exc}); "
+            "install it into the environment cellblock runs in (pip install pyseccomp)"
+        ) from exc
+    except (OSError, RuntimeError) as exc:  # pyseccomp raises RuntimeError when find_library fails
+        raise JailError(
+            f"the jail's seccomp filter needs libseccomp, which cannot be loaded ({exc}); {_INSTALL}"
+        ) from exc
+
+
+def build_filter(rules: tuple[Rule, ...] = RULES) -> bytes:
+    """Compile `rules` into the BPF program bwrap installs (`--seccomp FD`).
+
+    System calls this libseccomp does not know are skipped: they do not exist on any architecture
+    it can build for.
+
+    Raises:
+        JailError: libseccomp cannot be loaded, this architecture is not supported, or libseccomp
+            refused a rule.
+    """
+    lib = _binding()
+    native = lib.system_arch()
+    names = {getattr(lib.Arch, name): name for name in ("X86_64", "AARCH64")}
+    if native not in names:
+        raise JailError(
+            f"the jail's seccomp filter is built for x86_64 and aarch64 only, and this machine is "
+            f"{platform.machine()}; run the gateway on one of those, or set 'jail: false' on the server"
+        )
+    try:
+        program = lib.SyscallFilter(lib.ALLOW)
+        for compat in COMPAT_ARCHES[names[native]]:
+            # one libseccomp cannot add is left out: its calls meet the bad-architecture action, a kill
+            with contextlib.suppress(OSError):
+                program.add_arch(getattr(lib.Arch, compat))
+        for rule in rules:
+            number = lib.resolve_syscall(lib.Arch.NATIVE, rule.syscall)
+            if number == _UNKNOWN:
+                continue
+            args = [] if rule.arg is None else [_compare(lib, rule)]
+            program.add_rule(lib.ERRNO(rule.error), number, *args)
+        fd = os.memfd_create("cellblock-seccomp-build", os.MFD_CLOEXEC)
+        with os.fdopen(fd, "w+b") as out:
+            program.export_bpf(out)
+            out.seek(0)
+            return out.read()
+    except OSError as exc:
+        raise JailError(
+            f"libseccomp could not build the jail's seccomp filter: {exc}; see 'cellblock doctor', "
+            "or set 'jail: false' on the server to run it unjailed"
+        ) from exc
+
+
+def _compare(lib: Any, rule: Rule) -> Any:
+    if rule.compare is Compare.MASKED_EQ:
+        return lib.Arg(rule.arg, lib.MASKED_EQ, rule.mask, rule.datum)
+    return lib.Arg(rule.arg, getattr(lib, rule.compare.value), rule.datum)
+
+
+@functools.cache
+def jail_filter() -> bytes:
+    """The filter every jail gets, compiled once per process (it is the same for all of them).
+
+    Raises:
+        JailError: see `build_filter`.
+    """
+    return build_filter()
