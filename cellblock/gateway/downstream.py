@@ -45,6 +45,7 @@ from cellblock.gateway.stdio import DEFAULT_LINE_LIMIT
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.hosts import parse_rule
 from cellblock.policy.jsontext import scrub
+from cellblock.policy.lock import without_protocol_meta
 from cellblock.sandbox.egress import Decision, EgressProxy
 from cellblock.sandbox.types import JailError
 
@@ -110,6 +111,17 @@ class Listing:
             resources=tuple(types.Resource.model_validate(r) for r in data.get("resources", [])),
             templates=tuple(types.ResourceTemplate.model_validate(t) for t in data.get("templates", [])),
             instructions=data.get("instructions"),
+        ).unstamped()
+
+    def unstamped(self) -> Listing:
+        """This listing without the protocol stamps in its items' `_meta`: the lock does not hash
+        them (`policy.lock.without_protocol_meta`), so the client must not see them either."""
+
+        def each(items: tuple[Any, ...]) -> tuple[Any, ...]:
+            return tuple(_unstamped(item) for item in items)
+
+        return Listing(
+            each(self.tools), each(self.prompts), each(self.resources), each(self.templates), self.instructions
         )
 
 
@@ -774,6 +786,14 @@ class Downstream:
             raise DownstreamError(f"server '{self.name}': {exc.message}") from exc
 
 
+def _unstamped(item: Any) -> Any:
+    meta = item.meta
+    if not meta:
+        return item
+    kept = without_protocol_meta(meta)
+    return item if len(kept) == len(meta) else item.model_copy(update={"meta": kept or None})
+
+
 def error_result(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
@@ -811,7 +831,7 @@ async def _fetch_listing(client: Client) -> Listing:
     if caps.resources:
         resources = await pages(lambda c: client.list_resources(cursor=c), "resources")
         templates = await pages(lambda c: client.list_resource_templates(cursor=c), "resource_templates")
-    return Listing(tools, prompts, resources, templates, client.instructions)
+    return Listing(tools, prompts, resources, templates, client.instructions).unstamped()
 
 
 @asynccontextmanager

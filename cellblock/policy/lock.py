@@ -8,9 +8,10 @@ that item only (`check`), and `describe` shows what changed, item by item, for `
 What the digest covers: the whole wire dict, every field, including ones a server may change
 without meaning harm (`title`, `icons`, its own `_meta`). Excluding a field would give a server
 somewhere to hide an instruction, so the only exclusion is `_meta` keys under
-`io.modelcontextprotocol/` at the top of an item: protocol stamps that change from one response
-to the next and are not shown to the model. A `_meta` left empty by that is dropped, so `{}` and
-no `_meta` hash the same.
+`io.modelcontextprotocol/` at the top of an item: protocol stamps that may change from one
+response to the next. The gateway strips the same keys (`without_protocol_meta`) from every item
+before the client sees it, so nothing the lock does not cover reaches the client. A `_meta` left
+empty by that is dropped, so `{}` and no `_meta` hash the same.
 
 Files (DESIGN.md "State on disk"), written atomically and 0600 by `policy.files`:
 
@@ -64,6 +65,7 @@ __all__ = [
     "load_pending",
     "save_lock",
     "save_pending",
+    "without_protocol_meta",
 ]
 
 LOCK_VERSION = 1
@@ -120,12 +122,17 @@ def _canonical(value: Any) -> str:
         raise CatalogError(f"a catalog item is not plain JSON ({exc}); Cellblock cannot lock it") from exc
 
 
+def without_protocol_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """An item's `_meta` without the protocol's own stamps, the keys the digest leaves out."""
+    return {k: v for k, v in meta.items() if not (isinstance(k, str) and k.startswith(_PROTOCOL_META))}
+
+
 def _stable(item: Mapping[str, Any]) -> Item:
     """`item` without the protocol's own `_meta` stamps (see the module docstring)."""
     stable = dict(item)
     meta = stable.get("_meta")
     if isinstance(meta, Mapping):
-        kept = {k: v for k, v in meta.items() if not (isinstance(k, str) and k.startswith(_PROTOCOL_META))}
+        kept = without_protocol_meta(meta)
         if kept:
             stable["_meta"] = kept
         else:

@@ -9,6 +9,7 @@ lone surrogate goes out as a valid `"\\ud800"` escape that no UTF-8 encoder can 
   round instead of an ``elicitation/create`` request.
 - ``--surrogates`` puts a lone surrogate in its instructions, a tool's name and description,
   its prompt's text and its resource's text.
+- ``--meta-file PATH``: the ``ok`` tool's ``_meta`` is the JSON object in that file, read at start.
 
 Tools (all answer with text):
 
@@ -46,8 +47,9 @@ def text(value: str) -> dict[str, Any]:
 
 
 class Raw:
-    def __init__(self, era: str, surrogates: bool) -> None:
+    def __init__(self, era: str, surrogates: bool, meta: dict[str, Any] | None = None) -> None:
         self.era = era
+        self.meta = meta
         self.mark = LONE if surrogates else ""
         self.asked: dict[str, Any] = {}  # our question's id -> the call waiting for its answer
         self.serial = 0
@@ -56,6 +58,8 @@ class Raw:
         names = ["say", "log", "progress", "ask", "flood", "huge", "ok"]
         schema = {"type": "object", "properties": {}, "additionalProperties": True}
         tools = [{"name": name, "description": f"raw {name}", "inputSchema": schema} for name in names]
+        if self.meta is not None:
+            tools[names.index("ok")]["_meta"] = self.meta
         if self.mark:
             tools.append({"name": f"odd{self.mark}", "description": f"odd {self.mark}", "inputSchema": schema})
         return tools
@@ -183,8 +187,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--era", choices=["legacy", "modern"], default="legacy")
     parser.add_argument("--surrogates", action="store_true")
+    parser.add_argument("--meta-file")
     args = parser.parse_args()
-    raw = Raw(args.era, args.surrogates)
+    raw = Raw(args.era, args.surrogates, json.loads(Path(args.meta_file).read_text()) if args.meta_file else None)
     for line in sys.stdin:
         try:
             message = json.loads(line)
