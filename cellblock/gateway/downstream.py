@@ -36,7 +36,7 @@ from cellblock.gateway.audit import Audit
 from cellblock.gateway.config import LocalServer, RemoteServer
 from cellblock.gateway.credentials import CredentialError, Keyring
 from cellblock.gateway.elicitation import Asker
-from cellblock.gateway.launch import launch_plan, stdio_parameters
+from cellblock.gateway.launch import granted_roots, launch_plan, stdio_parameters
 from cellblock.gateway.local import LocalChannel, local_transport
 from cellblock.gateway.oauth import KeyringTokenStorage
 from cellblock.gateway.ratelimit import Budget
@@ -529,11 +529,9 @@ class Downstream:
         return self.roots()
 
     def roots(self) -> types.ListRootsResult:
-        """The directories the server's jail shares, and never more (none for unjailed or remote)."""
-        jail = getattr(self.config, "jail", False)
-        if not jail:
-            return types.ListRootsResult(roots=[])
-        paths = sorted({*jail.read_only, *jail.read_write})
+        """The directories granted to the server's jail that are the user's work (`granted_roots`),
+        and never more (none for unjailed or remote servers)."""
+        paths = granted_roots(self.config) if isinstance(self.config, LocalServer) else []
         return types.ListRootsResult(
             roots=[types.Root(uri=Path(p).resolve().as_uri(), name=Path(p).name or p) for p in paths]
         )

@@ -7,6 +7,7 @@ there is no fallback to running it unjailed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Mapping
@@ -14,15 +15,17 @@ from dataclasses import replace
 from pathlib import Path
 
 from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, StdioServerParameters
+from platformdirs import user_cache_dir
 
 from cellblock.gateway.config import JailConfig, LocalServer
+from cellblock.gateway.state import own_dirs
 from cellblock.sandbox.bwrap import EGRESS_SOCKET, bwrap_plan, check_bwrap
 from cellblock.sandbox.launchers import launcher_mounts, resolve_command
 from cellblock.sandbox.pins import landlock_abi, verify_pins
 from cellblock.sandbox.seatbelt import seatbelt_plan
 from cellblock.sandbox.types import JailError, JailSpec, LaunchPlan, Mount, MountMode, Network
 
-__all__ = ["JAIL_PATH", "jail_spec", "launch_plan", "stdio_parameters"]
+__all__ = ["JAIL_PATH", "PACKAGE_CACHES", "granted_roots", "jail_spec", "launch_plan", "stdio_parameters"]
 
 # PATH inside a jail: the launchers' own bin directories come first, then the system's.
 JAIL_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -33,6 +36,9 @@ RELAY_PORT = 3128
 PIN = Path(__file__).resolve().parent.parent / "sandbox" / "pin.py"
 # Passed through from the gateway when set: locale only, never anything that can hold a secret.
 PASSED_ENV = ("LANG", "LC_ALL", "TZ")
+# Where launchers keep the packages they fetch, under the home (besides the cache home): what a
+# server runs from, never a place for its work.
+PACKAGE_CACHES = (".npm", ".bun", ".yarn", ".pnpm-store", ".local/share/pnpm", ".local/share/uv", ".cargo", ".rustup")
 
 
 def jail_spec(
@@ -92,6 +98,34 @@ def jail_spec(
         pinned=dict(pinned or {}),
     )
     return spec, launchers
+
+
+def granted_roots(server: LocalServer) -> list[str]:
+    """The directories a server is told it may work in when it asks for roots: what its jail was
+    granted (`read_only`, `read_write`), minus every grant that is not the user's work — one inside
+    a package cache or a directory of Cellblock's own, or one holding the server's own code (its
+    command's installation, a script its arguments name) — so it never offers the model a way to
+    change the code it runs or Cellblock's state."""
+    if server.jail is False:
+        return []
+    home = os.path.expanduser("~")
+    not_work = [
+        os.path.realpath(p) for p in (*own_dirs(), user_cache_dir(), *(os.path.join(home, c) for c in PACKAGE_CACHES))
+    ]
+    code = [os.path.realpath(a) for a in (server.command, *server.args) if os.path.isfile(a)]
+    with contextlib.suppress(JailError):  # a command that cannot be found holds no grant either
+        command = resolve_command(server.command, os.environ.get("PATH", JAIL_PATH))
+        code += [os.path.realpath(m.path) for m in launcher_mounts(command, home, os.environ.get("PATH", JAIL_PATH))]
+    roots = []
+    for path in sorted({*server.jail.read_only, *server.jail.read_write}):
+        real = os.path.realpath(path)
+        if not any(_within(real, other) for other in not_work) and not any(_within(c, real) for c in code):
+            roots.append(path)
+    return roots
+
+
+def _within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def launch_plan(

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from platformdirs import user_config_path, user_state_path
+from platformdirs import user_cache_path, user_config_path, user_data_path, user_state_path
 
 from cellblock.policy.jsontext import loads
 
@@ -21,6 +21,7 @@ __all__ = [
     "atomic_write_text",
     "config_file",
     "default_config_path",
+    "own_dirs",
     "read_json",
     "runtime_dir",
     "state_dir",
@@ -46,6 +47,17 @@ def state_dir() -> Path:
     path = Path(env).expanduser() if env else user_state_path("cellblock")
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
+
+
+def own_dirs() -> list[Path]:
+    """Every directory Cellblock keeps files of its own in: config, state, cache, data, runtime."""
+    dirs = [user_config_path("cellblock"), user_state_path("cellblock"), user_cache_path("cellblock")]
+    dirs.append(user_data_path("cellblock"))
+    if os.environ.get("CELLBLOCK_STATE_DIR"):
+        dirs.append(Path(os.environ["CELLBLOCK_STATE_DIR"]).expanduser())
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        dirs.append(Path(os.environ["XDG_RUNTIME_DIR"]) / "cellblock")
+    return dirs
 
 
 def runtime_dir() -> Path:

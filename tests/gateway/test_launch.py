@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cellblock.gateway.config import LocalServer, parse_config
-from cellblock.gateway.launch import launch_plan
+from cellblock.gateway.launch import granted_roots, launch_plan
 from cellblock.sandbox.types import JailError
 
 
@@ -63,3 +63,45 @@ def test_on_windows_only_jail_false_runs(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_an_allowlist_server_without_its_proxy_is_refused() -> None:
     with pytest.raises(JailError, match="egress proxy"):
         launch_plan("s", server("    jail: {network: allowlist, allow_hosts: [a.example]}\n"))
+
+
+def local(body: dict[str, object]) -> LocalServer:
+    parsed = LocalServer.model_validate(body)
+    return parsed
+
+
+def test_roots_are_the_users_grants_never_caches_cellblocks_own_or_the_servers_code(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    for variable, sub in (("XDG_CACHE_HOME", ".cache"), ("XDG_STATE_HOME", ".local/state")):
+        monkeypatch.setenv(variable, str(home / sub))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("CELLBLOCK_STATE_DIR", str(tmp_path / "state"))
+    work, notes = home / "projects", home / "notes"
+    code = tmp_path / "opt" / "server"
+    grants = {
+        "work": work,
+        "notes": notes,
+        "cellblock cache": home / ".cache" / "cellblock" / "npm-files",  # what wrap gave npx servers
+        "another cache": home / ".cache" / "uv",
+        "npm's cache": home / ".npm" / "_npx",
+        "state": tmp_path / "state" / "locks",
+        "code": code,
+    }
+    for path in grants.values():
+        path.mkdir(parents=True)
+    (code / "index.js").write_text("// the server\n")
+    server = local(
+        {
+            "command": sys.executable,
+            "args": [str(code / "index.js"), str(work)],
+            # the command's own virtualenv too: it holds what the server runs
+            "jail": {
+                "read_only": [str(notes), str(code), str(Path(sys.executable).parent.parent)],
+                "read_write": [str(p) for p in grants.values()],
+            },
+        }
+    )
+    assert granted_roots(server) == sorted([str(notes), str(work)])
+    assert granted_roots(local({"command": sys.executable, "jail": False})) == []

@@ -7,7 +7,6 @@ mcp-server-time and mcp-server-git; the MCP Inspector CLI as a client built on a
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,8 +29,11 @@ def entry(argv: list[str], **extra: Any) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def peer_config(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
     tmp = tmp_path_factory.mktemp("peers")
-    shared = tmp / "shared"
-    shared.mkdir()
+    shared, granted = tmp / "shared", tmp / "granted"
+    # a per-server package cache as `wrap` sets one up (XDG_CACHE_HOME is set for the gateway)
+    cache = tmp / "cache" / "cellblock" / "npm-files"
+    for directory in (shared, granted, cache):
+        directory.mkdir(parents=True)
     (shared / "hello.txt").write_text("hello from the filesystem server\n")
     repo = tmp / "repo"
     repo.mkdir()
@@ -45,8 +47,12 @@ def peer_config(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, P
     config = write_config(
         tmp,
         {
-            "everything": entry(peers.everything(), timeout=30, jail={"read_only": [node_modules]}),
-            "files": entry(peers.filesystem(shared), jail={"read_only": [node_modules], "read_write": [str(shared)]}),
+            "everything": entry(
+                peers.everything(), timeout=30, jail={"read_only": [node_modules], "read_write": [str(granted)]}
+            ),
+            "files": entry(
+                peers.filesystem(shared), jail={"read_only": [node_modules], "read_write": [str(shared), str(cache)]}
+            ),
             # told it may use all of tmp, but its jail shares only tmp/shared: the jail decides
             "wide": entry(peers.filesystem(tmp), jail={"read_only": [node_modules], "read_write": [str(shared)]}),
             "time": entry(peers.time_server("--local-timezone", "UTC")),
@@ -71,7 +77,8 @@ async def client(peer_config: tuple[Path, Path, Path, Path]) -> Any:
     asked = Asked()
     # a token in the gateway's own environment, which no downstream server may see
     secret = {"CELLBLOCK_TEST_TOKEN": "tok-do-not-leak"}
-    async with gateway(config, state, mode="auto", elicitation_callback=asked, env=secret) as c:
+    env = {**secret, "XDG_CACHE_HOME": str(config.parent / "cache")}
+    async with gateway(config, state, mode="auto", elicitation_callback=asked, env=env) as c:
         yield c, asked
 
 
@@ -178,9 +185,14 @@ async def test_inspector_cli_lists_and_calls_through_the_gateway(peer_config: An
     assert "inspected" in json.dumps(called)
 
 
-async def test_roots_are_the_directories_the_jail_shares_and_no_more(client: Any) -> None:
+async def test_roots_are_the_users_directories_never_the_servers_install_or_a_package_cache(
+    client: Any, peer_config: Any
+) -> None:
     c, _ = client
+    _, _, shared, _ = peer_config
     listed = text(await c.call_tool("everything__get-roots-list", {}))
-    shared = await anyio.to_thread.run_sync(os.path.realpath, peers.NODE_MODULES)
-    assert Path(shared).as_uri() in listed  # the one directory its jail shares
-    assert listed.count("file://") == 1
+    assert (shared.parent / "granted").as_uri() in listed  # its one granted directory
+    assert listed.count("file://") == 1  # not the node_modules it runs from
+    # server-filesystem takes the roots as the directories it may touch: its cache is not one
+    allowed = text(await c.call_tool("files__list_allowed_directories", {}))
+    assert str(shared) in allowed and "npm-files" not in allowed, allowed
