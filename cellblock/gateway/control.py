@@ -36,7 +36,7 @@ import anyio
 import anyio.abc
 
 from cellblock.policy.errors import CellblockError
-from cellblock.sandbox.unix import bind_private
+from cellblock.sandbox.unix import bind_private, reachable
 
 __all__ = [
     "MAX_CONNECTIONS",
@@ -274,7 +274,8 @@ def request(path: Path, message: dict[str, Any], timeout: float = 5.0) -> dict[s
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
-            sock.connect(str(path))
+            with reachable(path) as address:
+                sock.connect(address)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             raise ControlError(f"no gateway is listening at {path}; is 'cellblock serve' running?") from exc
         except TimeoutError as exc:
@@ -341,7 +342,8 @@ def gateways(runtime: Path) -> list[Path]:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
             probe.settimeout(PROBE_TIMEOUT)
             try:
-                probe.connect(str(path))
+                with reachable(path) as address:
+                    probe.connect(address)
             except ConnectionRefusedError:
                 if not _alive(path):
                     path.unlink(missing_ok=True)

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from platformdirs import user_cache_path, user_config_path, user_data_path, user_state_path
 
+from cellblock.policy.errors import CellblockError
 from cellblock.policy.jsontext import loads
 
 __all__ = [
+    "RuntimeDirError",
     "atomic_write_json",
     "atomic_write_text",
     "config_file",
@@ -60,20 +63,43 @@ def own_dirs() -> list[Path]:
     return dirs
 
 
+class RuntimeDirError(CellblockError):
+    """No private directory for the gateway's sockets can be had; the message says where and why."""
+
+
 def runtime_dir() -> Path:
-    """A 0700 directory for sockets, owned by this user: `$XDG_RUNTIME_DIR/cellblock`, else under /tmp.
+    """A directory for the control and egress sockets, private to this user (0700, theirs, no
+    symlink), and the same for a gateway a client starts with little environment and for the CLI
+    in a terminal: `cellblock` in `$XDG_RUNTIME_DIR`, else in `/run/user/<uid>` (what the login
+    manager makes), else `<state dir>/run`. A runtime base is used only when it is itself private;
+    none of them is a place another user can create first (a shared `/tmp` would be).
 
     Raises:
-        OSError: the directory exists but belongs to someone else or is open to others.
+        RuntimeDirError: the directory cannot be made, or exists but is not private to this user.
     """
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    path = Path(base) / "cellblock" if base and Path(base).is_dir() else Path(f"/tmp/cellblock-{os.getuid()}")
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = path.lstat()
-    # a directory in /tmp may have been made by another user first, to catch our sockets
-    if info.st_uid != os.getuid() or info.st_mode & 0o077 or path.is_symlink():
-        raise OSError(f"{path} is not a private directory of this user; remove it and try again")
+    uid = os.getuid()
+    bases = [os.environ.get("XDG_RUNTIME_DIR", ""), f"/run/user/{uid}"]
+    base = next((Path(b) for b in bases if b and _private(Path(b), uid)), None)
+    path = base / "cellblock" if base is not None else state_dir() / "run"
+    try:
+        path.mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise RuntimeDirError(f"cannot create the runtime directory {path}: {exc.strerror or exc}") from exc
+    if not _private(path, uid):
+        raise RuntimeDirError(
+            f"the runtime directory {path} is not private to this user (it must be a directory of "
+            f"uid {uid}, mode 0700, not a link); remove it and start again, or set XDG_RUNTIME_DIR "
+            "to a private directory"
+        )
     return path
+
+
+def _private(path: Path, uid: int) -> bool:
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == uid and not info.st_mode & 0o077
 
 
 def atomic_write_json(path: Path, data: Any) -> None:

@@ -1,0 +1,69 @@
+"""Where Cellblock keeps its sockets: a directory private to the user, never one another user can make first."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from cellblock.gateway.state import RuntimeDirError, runtime_dir
+from cellblock.sandbox.unix import SUN_PATH, bind_private, reachable
+
+
+def private(path: Path) -> Path:
+    path.mkdir(parents=True, mode=0o700)
+    path.chmod(0o700)
+    return path
+
+
+def test_the_runtime_dir_is_in_a_private_xdg_runtime_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(private(tmp_path / "run")))
+    found = runtime_dir()
+    assert found == tmp_path / "run" / "cellblock"
+    assert found.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_runtime_base_open_to_others_is_passed_over_for_a_private_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(shared))
+    monkeypatch.setenv("CELLBLOCK_STATE_DIR", str(tmp_path / "state"))
+    found = runtime_dir()
+    assert not found.is_relative_to(shared)
+    assert found in (Path(f"/run/user/{os.getuid()}/cellblock"), tmp_path / "state" / "run")
+
+
+def test_a_runtime_dir_that_is_not_private_is_refused_with_what_to_do(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    base = private(tmp_path / "run")
+    (base / "cellblock").mkdir(mode=0o755)
+    (base / "cellblock").chmod(0o755)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(base))
+    with pytest.raises(RuntimeDirError, match=r"not private to this user.*remove it"):
+        runtime_dir()
+    (base / "cellblock").rmdir()
+    (base / "cellblock").symlink_to(tmp_path)
+    with pytest.raises(RuntimeDirError, match="not private"):
+        runtime_dir()
+
+
+def test_a_socket_whose_path_is_too_long_is_bound_and_reached_by_a_short_name(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    path = deep / "control-1.sock"
+    assert len(os.fsencode(str(path))) >= SUN_PATH
+    listener = bind_private(path, 1)
+    try:
+        assert path.exists() and path.stat().st_mode & 0o777 == 0o600
+        with socket.socket(socket.AF_UNIX) as client, reachable(path) as address:
+            client.connect(address)
+            accepted, _ = listener.accept()
+            accepted.close()
+    finally:
+        listener.close()

@@ -1,0 +1,117 @@
+"""The runtime directory of `cellblock serve`: private to the user, and usable whatever its path.
+
+Before, with `XDG_RUNTIME_DIR` unset (as a client may start the gateway), the sockets went to
+`/tmp/cellblock-<uid>`, which another local user could create first to stop the gateway from
+starting; and a runtime directory too deep for a Unix socket's path stopped it with a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import gateway, probe_server, write_config
+
+pytestmark = [pytest.mark.anyio, pytest.mark.jail]
+
+
+def ps(env: dict[str, str]) -> list[dict[str, Any]]:
+    """`cellblock ps --json` in exactly `env` (plus PATH)."""
+    argv = [sys.executable, "-m", "cellblock.gateway.cli", "ps", "--json"]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env={"PATH": os.environ["PATH"], **env}, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    listed: list[dict[str, Any]] = json.loads(done.stdout)
+    return listed
+
+
+@pytest.fixture
+def squatted() -> Iterator[Path]:
+    """`/tmp/cellblock-<uid>` made by another user (nobody), open to all: where the gateway put its
+    sockets before. One left by this user (an older gateway's) is put aside meanwhile."""
+    if os.getuid() != 0:
+        pytest.skip("making a directory as another user needs root")
+    path = Path(f"/tmp/cellblock-{os.getuid()}")
+    aside = None
+    if path.exists():
+        if path.lstat().st_uid != os.getuid():
+            pytest.skip(f"{path} belongs to another user already")
+        aside = Path(tempfile.mkdtemp(prefix="cellblock-aside-", dir="/tmp"))
+        path.rename(aside / "kept")
+    path.mkdir(mode=0o777)
+    path.chmod(0o777)
+    os.chown(path, 65534, 65534)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+        if aside is not None:
+            (aside / "kept").rename(path)
+            aside.rmdir()
+
+
+async def test_a_directory_another_user_made_in_tmp_first_does_not_stop_the_gateway(
+    tmp_path: Path, squatted: Path
+) -> None:
+    env = {"HOME": str(Path.home()), "CELLBLOCK_STATE_DIR": str(tmp_path / "state")}
+    async with gateway(write_config(tmp_path, {"probe": probe_server()}), tmp_path / "state", env=env) as client:
+        assert (await client.call_tool("probe__echo", {"message": "up"})).content
+        [running] = ps(env)
+        assert running["servers"][0]["state"] == "ready"
+    assert not os.listdir(squatted)  # nothing of the gateway went there
+
+
+async def test_a_runtime_dir_too_deep_for_a_socket_path_still_serves_its_sockets(tmp_path: Path) -> None:
+    run = tmp_path / ("r" * 70) / ("s" * 40)
+    run.mkdir(parents=True, mode=0o700)
+    run.chmod(0o700)
+    env = {"HOME": str(Path.home()), "XDG_RUNTIME_DIR": str(run), "CELLBLOCK_STATE_DIR": str(tmp_path / "state")}
+    assert len(str(run / "cellblock" / "control-1234567.sock")) > 108
+    servers = {
+        "probe": probe_server(),
+        # its egress proxy listens in the runtime dir too
+        "net": probe_server(
+            jail={
+                "read_only": [str(Path(__file__).parents[1] / "servers")],
+                "network": "allowlist",
+                "allow_hosts": ["example.com"],
+            }
+        ),
+    }
+    async with gateway(write_config(tmp_path, servers), tmp_path / "state", env=env) as client:
+        assert (await client.call_tool("net__echo", {"message": "up"})).content
+        [running] = ps(env)
+        assert {s["name"]: s["state"] for s in running["servers"]} == {"net": "ready", "probe": "ready"}
+
+
+def test_no_private_runtime_dir_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    (state / "run").mkdir(parents=True, mode=0o777)
+    (state / "run").chmod(0o777)
+    base = tmp_path / "xdg"
+    base.mkdir(mode=0o777)
+    base.chmod(0o777)  # open to others: not a runtime base
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(Path.home()),
+        "CELLBLOCK_STATE_DIR": str(state),
+        "XDG_RUNTIME_DIR": str(base),
+    }
+    if Path(f"/run/user/{os.getuid()}").is_dir():
+        pytest.skip("this machine has a private /run/user/UID, which the gateway would use")
+    config = write_config(tmp_path, {"probe": probe_server()})
+    argv = [sys.executable, "-m", "cellblock.gateway.cli", "serve", "--config", str(config)]
+    done = subprocess.run(argv, input="", capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode != 0
+    assert f"the runtime directory {state / 'run'} is not private to this user" in done.stderr
+    assert "Traceback" not in done.stderr
