@@ -19,11 +19,12 @@ from platformdirs import user_cache_dir
 
 from cellblock.gateway.config import JailConfig, LocalServer
 from cellblock.gateway.state import own_dirs
-from cellblock.sandbox.bwrap import EGRESS_SOCKET, bwrap_plan, check_bwrap
+from cellblock.sandbox.bwrap import EGRESS_SOCKET, PIN_FILTER, bwrap_plan, check_bwrap
+from cellblock.sandbox.closure import exec_closure
 from cellblock.sandbox.launchers import launcher_mounts, resolve_command
 from cellblock.sandbox.pins import landlock_abi, verify_pins
 from cellblock.sandbox.seatbelt import seatbelt_plan
-from cellblock.sandbox.types import JailError, JailSpec, LaunchPlan, Mount, MountMode, Network
+from cellblock.sandbox.types import Closure, JailError, JailSpec, LaunchPlan, Mount, MountMode, Network
 
 __all__ = ["JAIL_PATH", "PACKAGE_CACHES", "granted_roots", "jail_spec", "launch_plan", "stdio_parameters"]
 
@@ -53,7 +54,9 @@ def jail_spec(
     Wrappers run inside the jail, outermost first, each by the gateway's own interpreter:
     with `network: allowlist` the egress relay (a loopback listener carrying each connection to
     the gateway's proxy at `egress_socket`); with `exec.allow` the pin launcher, which lets only
-    the listed executables (and the server's own command) be executed, then starts the server.
+    the listed executables (and the server's own command) be executed or loaded, then starts the
+    server (`sandbox/pin.py`). With `exec.allow` the jail shows only what those programs need
+    instead of all of /usr (`sandbox/closure.py`).
 
     Raises:
         JailError: the command or an allowed executable cannot be found.
@@ -69,11 +72,24 @@ def jail_spec(
     argv: tuple[str, ...] = (command, *server.args)
     # the wrappers are stdlib-only scripts, run by the base interpreter isolated from site and home
     python = os.path.realpath(sys.executable)
-    if jail.exec.allow and sys.platform.startswith("linux"):  # macOS: the profile itself limits exec
-        allowed = [command, *(resolve_command(p, host_path) for p in jail.exec.allow)]
+    closure: Closure | None = None
+    # the server's own command is always allowed when anything is
+    allowed = [command, *(resolve_command(p, host_path) for p in jail.exec.allow)] if jail.exec.allow else []
+    if allowed and sys.platform.startswith("linux"):  # macOS: the profile itself limits exec
+        # what the server may run, and what the launcher's own interpreter needs: both are shown,
+        # only the first stays executable (the launcher remounts the rest noexec before it starts it)
+        installs = [m.path for m in launchers if os.path.isdir(m.path)]
+        runs, helper = exec_closure(allowed, env["PATH"], installs), exec_closure([python], env["PATH"])
+        keep = [*runs.files, *runs.directories, *(m.path for m in launchers), *(pinned or {})]
+        closure = Closure(
+            tuple(dict.fromkeys([*runs.files, *helper.files])),
+            runs.executables,
+            tuple(dict.fromkeys([*runs.directories, *helper.directories])),
+        )
         pinning = launcher_mounts(python, home, host_path, role="the gateway's Python, which runs the exec pin")
         launchers += [*pinning, Mount(str(PIN), MountMode.READ_ONLY, "exec pinning")]
-        argv = (python, "-I", "-S", str(PIN), *(w for p in allowed for w in ("--allow", p)), "--", *argv)
+        options = [*(w for p in runs.executables for w in ("--allow", p)), *(w for p in keep for w in ("--exec", p))]
+        argv = (python, "-I", "-S", str(PIN), *options, "--seccomp", PIN_FILTER, "--", *argv)
     if jail.network == "allowlist":
         relaying = launcher_mounts(python, home, host_path, role="the gateway's Python, which runs the egress relay")
         launchers += [*relaying, Mount(str(RELAY), MountMode.READ_ONLY, "egress relay")]
@@ -91,11 +107,11 @@ def jail_spec(
         allow_hosts=tuple(jail.allow_hosts),
         tmp=jail.tmp,
         home=home,
-        # the server's own command is always allowed when anything is
-        exec_allow=(command, *jail.exec.allow) if jail.exec.allow else (),
+        exec_allow=tuple(allowed),
         exec_sha256=dict(jail.exec.sha256),
         egress_socket=egress_socket,
         pinned=dict(pinned or {}),
+        exec_closure=closure,
     )
     return spec, launchers
 

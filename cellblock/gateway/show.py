@@ -11,6 +11,7 @@ from cellblock.gateway.config import Config, LocalServer
 from cellblock.gateway.launch import jail_spec
 from cellblock.gateway.state import read_json
 from cellblock.sandbox.bwrap import bwrap_plan
+from cellblock.sandbox.closure import GUARANTEE
 from cellblock.sandbox.seccomp import SUMMARY
 from cellblock.sandbox.types import JailError
 
@@ -63,6 +64,7 @@ def describe_server(config: Config, name: str, always: dict[str, list[str]] | No
         "seccomp": SUMMARY if plan.seccomp is not None else "off",
         "jail_env": sorted(spec.env),
         "exec_allow": list(spec.exec_allow),
+        "exec_guarantee": GUARANTEE if spec.exec_closure is not None else None,
         "exec_sha256": dict(spec.exec_sha256),
     }
 
@@ -96,6 +98,12 @@ def show(config: Config, only: str | None, as_json: bool, state: Path | None = N
             print(f"  seccomp  {item['seccomp']}")
             for mount in item["mounts"]:
                 print(f"  mount    {mount['mode']}  {mount['path']}  [{mount['why']}]")
+            if item["exec_allow"]:
+                print(f"  exec     only {', '.join(item['exec_allow'])}")
+                if item["exec_guarantee"]:
+                    print(f"           {item['exec_guarantee']}")
+            for path, digest in item["exec_sha256"].items():
+                print(f"  pinned   {path}  sha256 {digest}")
             print(f"  env      {', '.join(item['jail_env'])}")
         policy = item["policy"]
         print(f"  policy   default {policy['default']}")

@@ -16,11 +16,11 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 
-from cellblock.sandbox.seccomp import jail_filter
-from cellblock.sandbox.spawn import SECCOMP_FD, run_plan
-from cellblock.sandbox.types import JailError, JailSpec, LaunchPlan, Mount, MountMode, Network
+from cellblock.sandbox.seccomp import EXEC_ALLOW_RULES, PIN_STAGE_RULES, RULES, jail_filter
+from cellblock.sandbox.spawn import PIN_FILTER_FD, SECCOMP_FD, run_plan
+from cellblock.sandbox.types import Closure, JailError, JailSpec, LaunchPlan, Mount, MountMode, Network
 
-__all__ = ["EGRESS_SOCKET", "ETC_FILES", "bwrap_plan", "check_bwrap", "find_bwrap"]
+__all__ = ["EGRESS_SOCKET", "ETC_FILES", "EXEC_ALLOW_DATA", "PIN_FILTER", "bwrap_plan", "check_bwrap", "find_bwrap"]
 
 # What programs read from /etc: users and groups, name resolution, the loader cache, TLS roots,
 # the alternatives symlinks /usr/bin points through, the time zone. Each is a mount, and each
@@ -41,6 +41,11 @@ ETC_FILES = (
 )
 # Where the egress proxy's socket appears inside a jail.
 EGRESS_SOCKET = "/run/cellblock/egress.sock"
+# With exec.allow: where the pin launcher finds the filter it installs (sandbox/pin.py).
+PIN_FILTER = "/run/cellblock/seccomp"
+# With exec.allow, /usr is not shared whole: besides the allowed programs' closure, only data that
+# programs commonly read (time zones, CA certificates, compiled locales), and never executable.
+EXEC_ALLOW_DATA = ("/usr/share/zoneinfo", "/usr/share/ca-certificates", "/usr/lib/locale")
 # A trial jail must come up in well under this; a hung bwrap means something is badly wrong.
 CHECK_SECONDS = 10
 
@@ -71,7 +76,19 @@ def check_bwrap() -> str:
     """
     bwrap = find_bwrap()
     base = ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--die-with-parent"]
-    argv = (bwrap, *base, "--seccomp", SECCOMP_FD, *_system_mounts(), "--proc", "/proc", "--dev", "/dev", "--", "true")
+    argv = (
+        bwrap,
+        *base,
+        "--seccomp",
+        SECCOMP_FD,
+        *_system_mounts()[0],
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--",
+        "true",
+    )
     trial = LaunchPlan(argv, {}, None, (), Network.NONE, jailed=True, seccomp=jail_filter())
     try:
         done = run_plan(trial, CHECK_SECONDS)
@@ -96,17 +113,33 @@ def check_bwrap() -> str:
     return bwrap
 
 
-def _system_mounts() -> list[str]:
-    args = ["--ro-bind", "/usr", "/usr"]
+def _system_mounts(closure: Closure | None = None, covered: Sequence[str] = ()) -> tuple[list[str], list[Mount]]:
+    """The system part of a jail: all of /usr read-only, or with exec.allow only `closure` (and
+    `EXEC_ALLOW_DATA`), leaving out what another mount (`covered`) shows already."""
+    args = [] if closure is not None else ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         path = f"/{name}"
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
+        elif os.path.isdir(path) and closure is None:
             args += ["--ro-bind", path, path]
+    mounts = [] if closure is not None else [Mount("/usr", MountMode.READ_ONLY, "system")]
+    if closure is not None:
+        directories = [d for d in (*closure.directories, *EXEC_ALLOW_DATA) if os.path.isdir(d)]
+        for directory in directories:
+            args += ["--ro-bind", directory, directory]
+            why = "system data (not executable)" if directory in EXEC_ALLOW_DATA else "a Python's standard library"
+            mounts.append(Mount(directory, MountMode.READ_ONLY, why))
+        files = [f for f in closure.files if not _inside(f, [*directories, *covered])]
+        for path in files:
+            args += ["--symlink", os.readlink(path), path] if os.path.islink(path) else ["--ro-bind", path, path]
+        mounts.append(
+            Mount("/usr", MountMode.READ_ONLY, f"exec.allow: only the {len(files)} files the allowed programs need")
+        )
     for name in ETC_FILES:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    return args
+    mounts += [Mount(f"/etc/{n}", MountMode.READ_ONLY, "system") for n in ETC_FILES if os.path.exists(f"/etc/{n}")]
+    return args, mounts
 
 
 def bwrap_plan(
@@ -142,8 +175,12 @@ def bwrap_plan(
     args = [bwrap, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup"]
     if spec.network is not Network.OPEN:
         args.append("--unshare-net")  # only loopback inside
-    args += ["--disable-userns", "--cap-drop", "ALL", "--die-with-parent", "--new-session"]
-    program = jail_filter() if seccomp else None
+    locked = spec.exec_closure is not None
+    # with exec.allow the pin launcher makes a user namespace of its own (see sandbox/pin.py) and
+    # then installs a filter that refuses any further one, which --disable-userns would forbid it
+    args += ([] if locked else ["--disable-userns"]) + ["--cap-drop", "ALL", "--die-with-parent", "--new-session"]
+    program = jail_filter(PIN_STAGE_RULES if locked else RULES) if seccomp else None
+    pin_filter = jail_filter(EXEC_ALLOW_RULES) if locked else None
     if program is not None:
         args += ["--seccomp", SECCOMP_FD]
     args += ["--hostname", "cellblock"]
@@ -154,7 +191,8 @@ def bwrap_plan(
         args.append("--clearenv")
     for key, value in sorted(spec.env.items()):
         args += ["--setenv", key, value]
-    args += _system_mounts()
+    system_args, system = _system_mounts(spec.exec_closure, [m.path for m in shared])
+    args += system_args
     args += ["--proc", "/proc", "--dev", "/dev"]
     if spec.tmp:
         args += ["--tmpfs", "/tmp"]
@@ -168,6 +206,8 @@ def bwrap_plan(
         args += [flag, mount.source or mount.path, mount.path]
     if spec.egress_socket is not None:
         args += ["--ro-bind", spec.egress_socket, EGRESS_SOCKET]
+    if pin_filter is not None:
+        args += ["--ro-bind-data", PIN_FILTER_FD, PIN_FILTER]
     cwd = spec.cwd or spec.home
     if spec.cwd is not None and not _inside(spec.cwd, [m.path for m in shared]):
         raise JailError(
@@ -176,8 +216,6 @@ def bwrap_plan(
         )
     args += ["--chdir", cwd, "--remount-ro", "/", "--", *spec.argv]
 
-    etc = [f"/etc/{n}" for n in ETC_FILES if os.path.exists(f"/etc/{n}")]
-    system = [Mount(p, MountMode.READ_ONLY, "system") for p in ("/usr", *etc)]
     private = [Mount(spec.home, MountMode.READ_WRITE, "private empty home (tmpfs)")]
     if spec.tmp:
         private.append(Mount("/tmp", MountMode.READ_WRITE, "private /tmp (tmpfs)"))
@@ -189,6 +227,7 @@ def bwrap_plan(
         network=spec.network,
         jailed=True,
         seccomp=program,
+        pin_filter=pin_filter,
     )
 
 

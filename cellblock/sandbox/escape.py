@@ -18,7 +18,12 @@ did, 2 on a bad spec. Kinds and their fields (``target`` is always a string):
   existing one opened for writing (left unchanged).
 - ``connect``: target="host:port" (``[::1]:80`` for IPv6). Through if a TCP connection was made.
 - ``resolve``: target=name. Through if it resolved to any address.
-- ``exec``: ``argv``=[...] (target defaults to argv[0]). Through if it ran: exit 0 or any output.
+- ``exec``: ``argv``=[...] (target defaults to argv[0]). Through if it ran: exit 0 or any output on stdout.
+- ``load_copy``: target=a writable path, ``source``=a program. Copies the program there and runs the
+  copy through the dynamic loader (``ld.so TARGET``), which maps it rather than executing it.
+  Through if it ran.
+- ``memfd_exec``: target=a program. Copies it into a memfd and executes ``/proc/self/fd/N``.
+  Through if it ran.
 - ``dbus``: target=D-Bus address or socket path ("" for the defaults), optional ``abstract``=[names].
   Through if any candidate socket accepted a connection.
 - ``processes``: optional ``pid``. Through if /proc shows that PID or too many foreign sessions.
@@ -45,6 +50,7 @@ if __name__ == "__main__":
     sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != _here]
 
 import argparse
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -69,7 +75,9 @@ __all__ = [
     "keyring",
     "list_dir",
     "listed_keys",
+    "load_copy",
     "main",
+    "memfd_exec",
     "new_user_namespace",
     "privileges",
     "read_file",
@@ -287,21 +295,75 @@ def resolve(name: str, timeout: float = RESOLVE_TIMEOUT) -> Attempt:
 
 
 @_never_raises("exec")
-def exec_binary(argv: Sequence[str], timeout: float = EXEC_TIMEOUT) -> Attempt:
-    """Try to run `argv`. Through if it ran: exit status 0, any output, or still running at the deadline."""
+def exec_binary(argv: Sequence[str], timeout: float = EXEC_TIMEOUT, pass_fds: Sequence[int] = ()) -> Attempt:
+    """Try to run `argv`. Through if it ran: exit status 0, output on stdout, or still running at the deadline."""
     argv = [str(a) for a in argv]
     target = argv[0] if argv else ""
     if not argv:
         return Attempt("exec", target, False, "empty argv")
     try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False)
+        proc = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False, pass_fds=pass_fds
+        )
     except subprocess.TimeoutExpired:
         return Attempt("exec", target, True, f"still running after {timeout:g}s (killed)")
     except OSError as exc:
         return Attempt("exec", target, False, f"exec: {_err(exc)}")
-    output = len(proc.stdout) + len(proc.stderr)
-    ran = proc.returncode == 0 or output > 0
-    return Attempt("exec", target, ran, f"exit status {proc.returncode}, {output} bytes of output")
+    # stderr does not count: a loader or interpreter that refuses to run the target says so there
+    ran = proc.returncode == 0 or len(proc.stdout) > 0
+    detail = f"exit status {proc.returncode}, {len(proc.stdout)} bytes on stdout, {len(proc.stderr)} on stderr"
+    return Attempt("exec", target, ran, detail)
+
+
+# The dynamic loaders of the machines the jail runs on, first that exists wins.
+LOADERS = (
+    "/lib64/ld-linux-x86-64.so.2",
+    "/lib/ld-linux-aarch64.so.1",
+    "/lib/ld-linux-armhf.so.3",
+    "/lib/ld-linux.so.2",
+)
+
+
+def _copy(source: str, target: str) -> None:
+    with open(source, "rb") as src, open(target, "wb") as dst:
+        dst.write(src.read())
+    os.chmod(target, 0o755)
+
+
+@_never_raises("load_copy")
+def load_copy(target: str, source: str) -> Attempt:
+    """Copy the program `source` to `target` and run it through the dynamic loader. Through if it ran."""
+    loader = next((path for path in LOADERS if os.path.exists(path)), None)
+    if loader is None:
+        return Attempt("load_copy", target, False, "no dynamic loader here")
+    try:
+        _copy(source, target)
+    except OSError as exc:
+        return Attempt("load_copy", target, False, f"could not copy {source}: {_err(exc)}")
+    try:
+        outcome = exec_binary([loader, target])
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(target)
+    return Attempt("load_copy", target, outcome.got_through, f"{loader} {target}: {outcome.detail}")
+
+
+@_never_raises("memfd_exec")
+def memfd_exec(source: str) -> Attempt:
+    """Copy the program `source` into a memfd and execute it from there. Through if it ran."""
+    try:
+        fd = os.memfd_create("cellblock-probe", 0)
+    except OSError as exc:
+        return Attempt("memfd_exec", source, False, f"memfd_create: {_err(exc)}")
+    try:
+        with open(source, "rb") as src:
+            os.write(fd, src.read())
+        outcome = exec_binary([f"/proc/self/fd/{fd}"], pass_fds=(fd,))
+    except OSError as exc:
+        return Attempt("memfd_exec", source, False, f"could not copy {source}: {_err(exc)}")
+    finally:
+        os.close(fd)
+    return Attempt("memfd_exec", source, outcome.got_through, outcome.detail)
 
 
 # --- D-Bus ---------------------------------------------------------------------------------
@@ -643,8 +705,12 @@ KINDS = (
     "remount",
     "privileges",
     "keyring",
+    "load_copy",
+    "memfd_exec",
 )
-_NEEDS_TARGET = frozenset({"read", "list", "write", "connect", "resolve", "remount", "privileges", "keyring"})
+_NEEDS_TARGET = frozenset(
+    {"read", "list", "write", "connect", "resolve", "remount", "privileges", "keyring", "load_copy", "memfd_exec"}
+)
 
 
 def _bind(kind: str, entry: dict[str, Any]) -> Callable[[], Attempt]:
@@ -690,6 +756,13 @@ def _bind(kind: str, entry: dict[str, Any]) -> Callable[[], Attempt]:
         return lambda: privileges(target)
     if kind == "keyring":
         return lambda: keyring(target)
+    if kind == "load_copy":
+        source = entry.get("source")
+        if not isinstance(source, str) or not source:
+            raise ValueError("'load_copy' needs 'source' as a non-empty string (a program to copy)")
+        return lambda: load_copy(target, source)
+    if kind == "memfd_exec":
+        return lambda: memfd_exec(target)
     raise ValueError(f"unknown kind {kind!r}; known kinds: {', '.join(KINDS)}")
 
 

@@ -1,11 +1,25 @@
-"""Inside a jail: allow only the listed executables to be executed, then start the server.
+"""Inside a jail: make what may run the only thing that can, then start the server.
 
-Run as ``python3 -I -S pin.py --allow PATH [--allow PATH ...] -- ARGV...`` by the gateway's
-interpreter inside the jail. It restricts `execve` with Landlock to the listed files, plus what
-each needs to start (the ELF loader named in its program header, the interpreter named on a
-``#!`` line), then replaces itself with ARGV. Reading and writing are left to the jail's mounts;
-Landlock here handles only execution, so everything not listed fails with EACCES, including
-files the server writes itself.
+Run by the gateway's interpreter inside the jail, isolated (``python3 -I -S``)::
+
+    pin.py --allow PATH ... --exec PATH ... --seccomp FILE -- ARGV...
+
+Before it replaces itself with ARGV it:
+
+1. enters a user and mount namespace of its own (bwrap's mounts are out of reach of any process in
+   the jail; in its own namespace they are locked as they are, and may only be restricted further);
+2. remounts every mount `noexec`, except those holding an ``--exec`` path (the allowed programs,
+   their loaders and libraries, the server's own installation): a file the server writes (in
+   `/tmp`, its home, a granted directory), the gateway's own interpreter, any other file, cannot
+   be mapped executable, so not even the dynamic loader (``ld.so /tmp/x``) can run it;
+3. drops every capability it had in that namespace (bounding set included) and locks the
+   securebits, then checks that none is left;
+4. restricts `execve` with Landlock to the ``--allow`` files;
+5. installs the seccomp filter in FILE (the jail's filter, plus `memfd_create`: a file made in
+   memory is on no mount, so nothing above would stop running one).
+
+Any step that fails stops here: the server is not started. Everything it imports is imported at
+the top, before step 2 makes the interpreter's own files unmappable.
 
 Standard library only: it runs inside the jail, with nothing but the interpreter mounted.
 """
@@ -18,7 +32,7 @@ import re
 import struct
 import sys
 
-__all__ = ["ELF_MAGIC", "SHEBANG_BYTES", "exec_closure", "is_elf", "main", "restrict_exec", "shebang"]
+__all__ = ["ELF_MAGIC", "SHEBANG_BYTES", "drop_capabilities", "is_elf", "main", "restrict_exec", "shebang"]
 
 # Landlock system call numbers: the same on x86-64 and aarch64 (the generic syscall table).
 SYS_CREATE_RULESET, SYS_ADD_RULE, SYS_RESTRICT_SELF = 444, 445, 446
@@ -26,44 +40,24 @@ CREATE_RULESET_VERSION = 1
 ACCESS_FS_EXECUTE = 1
 RULE_PATH_BENEATH = 1
 PR_SET_NO_NEW_PRIVS = 38
-# How deep to follow "#!" interpreters and loaders; real chains are one or two long.
-MAX_DEPTH = 4
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 28, 47, 4
+# SECBIT_NOROOT, its lock, SECBIT_NO_CAP_AMBIENT_RAISE and its lock: uid 0 gains nothing at execve
+SECUREBITS = 0x01 | 0x02 | 0x40 | 0x80
+CAPABILITY_VERSION_3 = 0x20080522
+CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
+MS_REMOUNT, MS_BIND, MS_NOEXEC = 0x20, 0x1000, 0x8
+# statvfs flag -> mount flag: a remount must repeat every flag the mount has (locked ones above all)
+MOUNT_FLAGS = ((0x1, 0x1), (0x2, 0x2), (0x4, 0x4), (0x8, 0x8), (0x10, 0x10), (0x400, 0x400), (0x800, 0x800))
+ST_RELATIME, MS_RELATIME = 0x1000, 1 << 21
 ELF_MAGIC = b"\x7fELF"
 # How much of a file the kernel reads for its "#!" line (BINPRM_BUF_SIZE since Linux 5.1).
 SHEBANG_BYTES = 256
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def _say(text: str) -> None:
     sys.stderr.write(f"cellblock-pin: {text}\n")
-
-
-def _elf_interpreter(path: str) -> str | None:
-    """The PT_INTERP (program loader) of a little-endian ELF file, if it names one."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(64)
-            if head[:4] != ELF_MAGIC or head[5] != 1:
-                return None
-            wide = head[4] == 2
-            # e_phoff, e_phentsize, e_phnum; then p_type, p_offset, p_filesz in each program header
-            if wide:
-                (phoff,), (size, count) = struct.unpack_from("<Q", head, 32), struct.unpack_from("<HH", head, 54)
-            else:
-                (phoff,), (size, count) = struct.unpack_from("<I", head, 28), struct.unpack_from("<HH", head, 42)
-            for index in range(count):
-                handle.seek(phoff + index * size)
-                entry = handle.read(size)
-                if struct.unpack_from("<I", entry, 0)[0] != 3:  # PT_INTERP
-                    continue
-                if wide:
-                    offset, length = struct.unpack_from("<Q", entry, 8)[0], struct.unpack_from("<Q", entry, 32)[0]
-                else:
-                    offset, length = struct.unpack_from("<I", entry, 4)[0], struct.unpack_from("<I", entry, 16)[0]
-                handle.seek(offset)
-                return handle.read(min(length, 4096)).rstrip(b"\x00").decode()
-    except (OSError, struct.error, UnicodeDecodeError, IndexError):
-        return None
-    return None
 
 
 def _head(path: str, size: int) -> bytes | None:
@@ -102,28 +96,114 @@ def shebang(path: str) -> list[str] | None:
     return [os.fsdecode(name), os.fsdecode(argument)] if argument else [os.fsdecode(name)]
 
 
-def exec_closure(paths: list[str]) -> list[str]:
-    """`paths` plus what executing each one also executes: its ELF loader, its `#!` interpreter."""
-    found: dict[str, None] = {}
-    todo = [(p, 0) for p in paths]
-    while todo:
-        path, depth = todo.pop(0)
-        if path in found or depth > MAX_DEPTH:
-            continue
-        found[path] = None
-        words = shebang(path)
-        for needed in (_elf_interpreter(path), words[0] if words else None):
-            if needed:
-                todo.append((needed, depth + 1))
-    return list(found)
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"{what}: {os.strerror(code)}")
+    return int(result)
 
 
 def _syscall(number: int, *args: object) -> int:
-    libc = ctypes.CDLL(None, use_errno=True)
-    result = libc.syscall(number, *args)
-    if result < 0:
-        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
-    return int(result)
+    return _check(_LIBC.syscall(number, *args), f"system call {number}")
+
+
+def own_namespaces() -> None:
+    """Enter a user and mount namespace of this process's own, as the same uid and gid.
+
+    Mapping uid 0 needs CAP_SETFCAP in the jail, which has no capabilities: when the jail runs as
+    root (a gateway run as root) the uid is left unmapped, so the server sees itself, and files,
+    as the overflow uid (65534); what it may do is decided by its real uid all the same.
+
+    Raises:
+        OSError: the kernel refuses (no user namespaces, or the jail refused them).
+    """
+    uid, gid = os.getuid(), os.getgid()
+    _check(_LIBC.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    if uid != 0:
+        _write("/proc/self/uid_map", f"{uid} {uid} 1")
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(text)
+
+
+def _mount_points() -> list[str]:
+    with open("/proc/self/mountinfo") as handle:
+        fields = [line.split(" ")[4] for line in handle]
+    # the kernel escapes space, tab, newline and backslash as octal
+    return [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), f) for f in fields]
+
+
+def _holder(path: str, points: list[str]) -> str:
+    """The mount point of the mount `path` is on: the longest one above it."""
+    real = os.path.realpath(path)
+    return max((p for p in points if real == p or real.startswith(p.rstrip("/") + "/")), key=len, default="/")
+
+
+def forbid_exec(keep: list[str]) -> list[str]:
+    """Remount `noexec` every mount but those holding a path in `keep`; return the mount points kept.
+
+    Raises:
+        OSError: a mount cannot be remounted.
+    """
+    points = _mount_points()
+    kept = {_holder(path, points) for path in keep}
+    for point in dict.fromkeys(points):
+        if point in kept:
+            continue
+        info = os.statvfs(point)
+        flags = sum(ms for st, ms in MOUNT_FLAGS if info.f_flag & st) | (
+            MS_RELATIME if info.f_flag & ST_RELATIME else 0
+        )
+        _check(_LIBC.mount(None, point.encode(), None, MS_REMOUNT | MS_BIND | flags | MS_NOEXEC, None), point)
+    return sorted(kept)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = (("version", ctypes.c_uint32), ("pid", ctypes.c_int))
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = (("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32))
+
+
+def drop_capabilities() -> None:
+    """Drop every capability, the bounding and ambient sets included, and check that none is left.
+
+    Raises:
+        OSError: a capability is still held afterwards, or the kernel refused a step.
+    """
+    _check(_LIBC.prctl(PR_SET_SECUREBITS, SECUREBITS, 0, 0, 0), "securebits")
+    _check(_LIBC.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "ambient capabilities")
+    with open("/proc/sys/kernel/cap_last_cap") as handle:
+        last = int(handle.read())
+    for cap in range(last + 1):
+        _check(_LIBC.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"bounding capability {cap}")
+    header, data = _CapHeader(CAPABILITY_VERSION_3, 0), (_CapData * 2)()
+    _check(_LIBC.capset(ctypes.byref(header), data), "capset")
+    with open("/proc/self/status") as handle:
+        held = [line for line in handle if line.startswith("Cap") and line.split()[1].strip("0")]
+    if held:
+        raise OSError(f"capabilities still held: {' '.join(h.split(':')[0] for h in held)}")
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+
+def install_seccomp(program: bytes) -> None:
+    """Install a compiled seccomp BPF program (8 bytes an instruction) for this process and all it starts.
+
+    Raises:
+        OSError: the kernel refused it.
+    """
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.addressof(buffer))
+    _check(_LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    _check(_LIBC.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
 
 
 def restrict_exec(allowed: list[str]) -> None:
@@ -149,28 +229,36 @@ def restrict_exec(allowed: list[str]) -> None:
                 )
             finally:
                 os.close(fd)
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+        _check(_LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
         _syscall(SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
     finally:
         os.close(ruleset)
 
 
+def _values(options: list[str], flag: str) -> list[str]:
+    return [options[i + 1] for i, word in enumerate(options[:-1]) if word == flag]
+
+
 def main(argv: list[str]) -> int:
     if "--" not in argv:
-        _say("usage: pin.py --allow PATH [...] -- ARGV...")
+        _say("usage: pin.py --allow PATH [...] --exec PATH [...] --seccomp FILE -- ARGV...")
         return 2
     split = argv.index("--")
     options, command = argv[:split], argv[split + 1 :]
-    allowed = [options[i + 1] for i, word in enumerate(options[:-1]) if word == "--allow"]
-    if not command or not allowed:
-        _say("nothing to run, or no executable allowed")
+    allowed, keep, seccomp = _values(options, "--allow"), _values(options, "--exec"), _values(options, "--seccomp")
+    if not command or not allowed or len(seccomp) != 1:
+        _say("nothing to run, no executable allowed, or not one seccomp filter")
         return 2
     try:
-        restrict_exec(exec_closure(allowed))
+        with open(seccomp[0], "rb") as handle:
+            program = handle.read()
+        own_namespaces()
+        forbid_exec(keep)
+        drop_capabilities()
+        restrict_exec(allowed)
+        install_seccomp(program)
     except OSError as exc:
-        _say(f"cannot restrict execution (Landlock): {exc}; the server is not started")
+        _say(f"cannot lock the jail down for exec.allow: {exc}; the server is not started")
         return 126
     try:
         os.execv(command[0], command)

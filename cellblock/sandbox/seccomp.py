@@ -35,6 +35,8 @@ from cellblock.sandbox.types import JailError
 __all__ = [
     "CLONE_NAMESPACES",
     "CLONE_NEWTIME",
+    "EXEC_ALLOW_RULES",
+    "PIN_STAGE_RULES",
     "RULES",
     "SUMMARY",
     "TIOCLINUX",
@@ -244,6 +246,17 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+# With exec.allow, the pin launcher (sandbox/pin.py) enters a user and mount namespace of its own
+# to remount the jail's mounts noexec, then installs EXEC_ALLOW_RULES itself: bwrap's filter in
+# such a jail (PIN_STAGE_RULES) leaves it exactly that, and the server runs under both. A file made
+# in memory is on no mount and so never noexec: memfd_create is refused there.
+_PIN_NEEDS = {("unshare", CLONE_NAMESPACES["CLONE_NEWUSER"]), ("unshare", CLONE_NAMESPACES["CLONE_NEWNS"])}
+PIN_STAGE_RULES: tuple[Rule, ...] = tuple(
+    r for r in RULES if (r.syscall, r.datum) not in _PIN_NEEDS and r.syscall != "mount"
+)
+EXEC_ALLOW_RULES: tuple[Rule, ...] = (*RULES, Rule("memfd_create", errno.EPERM))
+
+
 def refused_syscalls(rules: tuple[Rule, ...] = RULES) -> dict[str, int]:
     """Each system call a rule names, with the errno it fails with (when its arguments match)."""
     return {rule.syscall: rule.error for rule in rules}
@@ -319,10 +332,10 @@ def _compare(lib: Any, rule: Rule) -> Any:
 
 
 @functools.cache
-def jail_filter() -> bytes:
-    """The filter every jail gets, compiled once per process (it is the same for all of them).
+def jail_filter(rules: tuple[Rule, ...] = RULES) -> bytes:
+    """The filter every jail gets (or one of the exec.allow pair), compiled once per process.
 
     Raises:
         JailError: see `build_filter`.
     """
-    return build_filter()
+    return build_filter(rules)

@@ -1,10 +1,11 @@
 """From a launch plan to what is spawned: the argv and the descriptors the child inherits.
 
 A plan carries its seccomp filter as bytes, since a descriptor number is only known at spawn, and
-its argv has `SECCOMP_FD` where bwrap's `--seccomp` expects one. `spawn_args` puts the program in
-a fresh memfd, writes its number into the argv and closes it again once the block ends; every
-place that spawns a plan goes through it. A plan spawned without it fails closed: bwrap refuses
-the placeholder ("Invalid fd") and nothing runs.
+its argv has `SECCOMP_FD` where bwrap's `--seccomp` expects one (and, with exec.allow, `PIN_FILTER_FD`
+where `--ro-bind-data` shows the pin launcher its own filter). `spawn_args` puts each program in a
+fresh memfd, writes its number into the argv and closes it again once the block ends; every place
+that spawns a plan goes through it. A plan spawned without it fails closed: bwrap refuses the
+placeholder ("Invalid fd") and nothing runs.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from dataclasses import dataclass
 
 from cellblock.sandbox.types import JailError, LaunchPlan
 
-__all__ = ["SECCOMP_FD", "Spawn", "run_plan", "spawn_args"]
+__all__ = ["PIN_FILTER_FD", "SECCOMP_FD", "Spawn", "run_plan", "spawn_args"]
 
 SECCOMP_FD = "<seccomp-fd>"
+PIN_FILTER_FD = "<pin-filter-fd>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,23 +40,24 @@ def spawn_args(plan: LaunchPlan) -> Iterator[Spawn]:
         JailError: the plan's argv and its filter do not match (a placeholder without a program, or
             a program without exactly one `--seccomp` placeholder), or the memfd cannot be made.
     """
-    slots = [i for i, arg in enumerate(plan.argv) if arg == SECCOMP_FD]
-    if plan.seccomp is None:
-        if slots:
-            raise JailError("the launch plan asks bwrap for a seccomp filter but carries none; nothing was started")
-        yield Spawn(plan.argv, ())
-        return
-    if len(slots) != 1 or plan.argv[slots[0] - 1] != "--seccomp":
-        raise JailError(
-            f"the launch plan carries a seccomp filter but its command has {len(slots)} '--seccomp {SECCOMP_FD}' "
-            "places (expected 1); nothing was started"
-        )
-    fd = _memfd(plan.seccomp)
-    at = slots[0]
+    inputs = ((SECCOMP_FD, "--seccomp", plan.seccomp), (PIN_FILTER_FD, "--ro-bind-data", plan.pin_filter))
+    argv, fds = list(plan.argv), list[int]()
     try:
-        yield Spawn((*plan.argv[:at], str(fd), *plan.argv[at + 1 :]), (fd,))
+        for placeholder, option, data in inputs:
+            slots = [i for i, arg in enumerate(argv) if arg == placeholder]
+            if data is None and not slots:
+                continue
+            if data is None or len(slots) != 1 or argv[slots[0] - 1] != option:
+                raise JailError(
+                    f"the launch plan's command has {len(slots)} '{option} {placeholder}' places for "
+                    f"{'no' if data is None else 'one'} seccomp program (expected as many); nothing was started"
+                )
+            fds.append(_memfd(data))
+            argv[slots[0]] = str(fds[-1])
+        yield Spawn(tuple(argv), tuple(fds))
     finally:
-        os.close(fd)
+        for fd in fds:
+            os.close(fd)
 
 
 def run_plan(plan: LaunchPlan, timeout: float, prefix: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:

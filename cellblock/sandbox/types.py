@@ -13,7 +13,7 @@ from enum import StrEnum
 
 from cellblock.policy.errors import CellblockError
 
-__all__ = ["Install", "InstallKind", "JailError", "JailSpec", "LaunchPlan", "Mount", "MountMode", "Network"]
+__all__ = ["Closure", "Install", "InstallKind", "JailError", "JailSpec", "LaunchPlan", "Mount", "MountMode", "Network"]
 
 
 class JailError(CellblockError):
@@ -42,6 +42,15 @@ class Mount:
 
 
 @dataclass(frozen=True, slots=True)
+class Closure:
+    """What running some programs needs, as host paths the jail shows at the same paths (see sandbox/closure.py)."""
+
+    files: tuple[str, ...]  # every file and symlink opened or walked, with no symlink in its directory part
+    executables: tuple[str, ...]  # what is executed: the programs, their loaders and `#!` interpreters
+    directories: tuple[str, ...]  # whole directories loaded from (a system Python's standard library)
+
+
+@dataclass(frozen=True, slots=True)
 class JailSpec:
     """Everything a jail needs to know about one server. Paths are absolute and already expanded."""
 
@@ -61,6 +70,9 @@ class JailSpec:
     pinned: Mapping[str, str] = field(default_factory=dict)
     # host-side Unix socket of the egress proxy, for network: allowlist
     egress_socket: str | None = None
+    # with exec.allow: the system files the jail shows instead of all of /usr (what the allowed
+    # programs and the gateway's launcher need to run)
+    exec_closure: Closure | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +91,8 @@ class LaunchPlan:
     network: Network
     jailed: bool
     seccomp: bytes | None = field(default=None, repr=False)  # a compiled BPF program (sandbox/seccomp.py)
+    # with exec.allow: the stricter program the pin launcher installs itself (shown to it as a file)
+    pin_filter: bytes | None = field(default=None, repr=False)
 
 
 class InstallKind(StrEnum):

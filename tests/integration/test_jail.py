@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -240,7 +241,8 @@ async def pinned(tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("pinned")
     true, echo = shutil.which("true"), shutil.which("echo")
     assert true and echo
-    grants = {"read_only": [str(HOSTILE.parent), str(ROOT / "cellblock" / "sandbox")]}
+    (tmp / "rw").mkdir()
+    grants = {"read_only": [str(HOSTILE.parent), str(ROOT / "cellblock" / "sandbox")], "read_write": [str(tmp / "rw")]}
     base: dict[str, Any] = {"command": sys.executable, "args": [str(HOSTILE)]}
     servers = {
         # only `true` (and the server's own command) may be executed; `echo` is pinned by digest
@@ -249,7 +251,10 @@ async def pinned(tmp_path_factory: pytest.TempPathFactory) -> Any:
         "tampered": base | {"jail": grants | {"exec": {"sha256": {true: "0" * 64}}}},
     }
     async with gateway(write_config(tmp, servers), tmp / "state") as client:
-        yield client, true, echo
+        yield client, true, echo, tmp / "rw"
+
+
+LOADER = next((p for p in ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1") if os.path.exists(p)), "")
 
 
 @pytest.mark.parametrize(
@@ -257,7 +262,9 @@ async def pinned(tmp_path_factory: pytest.TempPathFactory) -> Any:
     [
         ["/bin/sh", "-c", "echo escaped"],
         ["/usr/bin/env", "true"],
-        ["/usr/bin/python3", "-c", "print(1)"],
+        ["/usr/bin/id"],  # not /usr/bin/python3: with a venv made from it, that is the server's own command
+        # the loader maps a program rather than executing it: an exec rule alone does not stop this
+        [LOADER, "/bin/sh", "-c", "echo escaped"],
     ],
 )
 async def test_an_unlisted_binary_cannot_be_executed(pinned: Any, argv: list[str]) -> None:
@@ -269,7 +276,7 @@ async def test_an_unlisted_binary_cannot_be_executed(pinned: Any, argv: list[str
 
 
 async def test_a_listed_binary_runs(pinned: Any) -> None:
-    client, true, echo = pinned
+    client, true, echo, _ = pinned
     assert (await attempt(client, "locked", "exec_binary", {"argv": [true]}))["got_through"]
     assert (await attempt(client, "locked", "exec_binary", {"argv": [echo, "pinned"]}))["got_through"]
 
@@ -283,8 +290,43 @@ async def test_a_program_the_server_writes_itself_cannot_be_executed(pinned: Any
     assert not ran["got_through"], ran["detail"]
 
 
+async def test_a_program_copied_where_the_server_can_write_cannot_run_even_through_the_loader(pinned: Any) -> None:
+    client, true, _, writable = pinned
+    # an allowed program's bytes, copied: the copy is not allowed, and every writable place is noexec
+    for target in ("/tmp/copy", str(Path.home() / "copy"), str(writable / "copy"), "/dev/shm/copy"):
+        arguments = {"target": target, "source": true}
+        if target != "/dev/shm/copy":
+            control = await attempt(client, "open", "load_copy", arguments)
+            assert control["got_through"], control["detail"]
+        outcome = await attempt(client, "locked", "load_copy", arguments)
+        assert not outcome["got_through"], outcome["detail"]
+
+
+async def test_a_program_copied_into_memory_cannot_run(pinned: Any) -> None:
+    client, true, *_ = pinned
+    control = await attempt(client, "open", "memfd_exec", {"source": true})
+    assert control["got_through"], control["detail"]
+    outcome = await attempt(client, "locked", "memfd_exec", {"source": true})
+    assert not outcome["got_through"] and "EPERM" in outcome["detail"], outcome["detail"]
+
+
+async def test_an_exec_allow_jail_shows_only_what_its_programs_need(pinned: Any) -> None:
+    client, *_ = pinned
+    others = {"path": "/usr/bin", "expect": ["sh", "env", "bash", "dash", "perl", "id"]}
+    assert (await attempt(client, "open", "list_dir", others))["got_through"]
+    seen = await attempt(client, "locked", "list_dir", others)
+    assert not seen["got_through"], seen["detail"]
+
+
+async def test_an_exec_allow_server_keeps_no_capability_and_makes_no_namespace(pinned: Any) -> None:
+    client, *_ = pinned
+    # the launcher had every capability in a namespace of its own while it made the mounts noexec
+    outcome = await attempt(client, "locked", "privileges", {"ro_path": str(HOSTILE.parent)})
+    assert not outcome["got_through"], outcome["detail"]
+
+
 async def test_a_pin_mismatch_refuses_to_start_with_both_digests(pinned: Any) -> None:
-    client, true, _ = pinned
+    client, true, *_ = pinned
     refused = await client.call_tool("tampered__read_file", {"path": "/etc/hostname"})
     assert refused.is_error
     message = text(refused)

@@ -7,6 +7,7 @@ mcp-server-time and mcp-server-git; the MCP Inspector CLI as a client built on a
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,12 @@ from tests import peers
 from tests.integration.conftest import gateway, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peers]
+
+
+def _which(name: str) -> str:
+    found = shutil.which(name)
+    assert found is not None, f"{name} is not installed"
+    return found
 
 
 def entry(argv: list[str], **extra: Any) -> dict[str, Any]:
@@ -57,6 +64,10 @@ def peer_config(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, P
             "wide": entry(peers.filesystem(tmp), jail={"read_only": [node_modules], "read_write": [str(shared)]}),
             "time": entry(peers.time_server("--local-timezone", "UTC")),
             "git": entry(peers.git_server(repo), jail={"read_only": [str(repo)]}),
+            # the same server allowed to run git and nothing else
+            "gitonly": entry(
+                peers.git_server(repo), jail={"read_only": [str(repo)], "exec": {"allow": [_which("git")]}}
+            ),
         },
     )
     return config, tmp / "state", shared, repo
@@ -196,3 +207,12 @@ async def test_roots_are_the_users_directories_never_the_servers_install_or_a_pa
     # server-filesystem takes the roots as the directories it may touch: its cache is not one
     allowed = text(await c.call_tool("files__list_allowed_directories", {}))
     assert str(shared) in allowed and "npm-files" not in allowed, allowed
+
+
+async def test_a_real_server_allowed_only_git_still_works_and_runs_nothing_else(client: Any, peer_config: Any) -> None:
+    c, _ = client
+    repo = peer_config[3]
+    status = await c.call_tool("gitonly__git_status", {"repo_path": str(repo)})
+    assert not status.is_error and "b.txt" in text(status), text(status)
+    log = await c.call_tool("gitonly__git_log", {"repo_path": str(repo)})
+    assert "first" in text(log), text(log)

@@ -183,7 +183,12 @@ def test_running_true_gets_through() -> None:
 def test_a_binary_that_prints_gets_through_even_when_it_fails() -> None:
     result = escape.exec_binary(["/bin/sh", "-c", "echo hi; exit 3"])
     assert result.got_through
-    assert result.detail == "exit status 3, 3 bytes of output"
+    assert result.detail == "exit status 3, 3 bytes on stdout, 0 on stderr"
+
+
+def test_a_program_that_only_complains_on_stderr_did_not_run() -> None:
+    # what a loader or an interpreter says when it refuses its target
+    assert not escape.exec_binary(["/bin/sh", "-c", "echo refused >&2; exit 127"]).got_through
 
 
 def test_a_silent_failing_binary_is_not_through() -> None:
@@ -457,3 +462,14 @@ def test_escape_imports_only_the_standard_library() -> None:
             imported.add((node.module or "").split(".")[0])
     outside = imported - set(sys.stdlib_module_names) - {"__future__"}
     assert not outside, f"escape.py imports {outside}; it runs in a jail with a bare python3"
+
+
+def test_a_copied_program_runs_through_the_loader_unjailed(tmp_path: Path) -> None:
+    outcome = escape.load_copy(str(tmp_path / "copy"), "/bin/true")
+    assert outcome.got_through, outcome.detail
+    assert not (tmp_path / "copy").exists()  # the copy is removed again
+
+
+def test_a_program_runs_from_a_memfd_unjailed() -> None:
+    outcome = escape.memfd_exec("/bin/true")
+    assert outcome.got_through, outcome.detail

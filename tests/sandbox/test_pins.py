@@ -71,15 +71,6 @@ def test_the_verified_bytes_are_what_runs_even_if_the_file_changes_after_the_che
     assert done.stdout.strip() == "original", done.stderr
 
 
-def test_the_exec_closure_adds_loaders_and_interpreters(tmp_path: Path) -> None:
-    pin = load_pin()
-    script = tmp_path / "script"
-    script.write_text(f"#!{sys.executable}\n")
-    closure = pin.exec_closure([str(script)])
-    assert closure[0] == str(script) and sys.executable in closure
-    assert any("ld-linux" in p or "ld-musl" in p for p in closure)
-
-
 def test_the_pin_launcher_refuses_to_run_nothing() -> None:
     done = subprocess.run([sys.executable, "-I", "-S", str(SANDBOX / "pin.py"), "--allow", "/bin/true"], check=False)
     assert done.returncode == 2

@@ -139,6 +139,16 @@ def drop_and_run(path: str, text: str) -> Result:
         os.unlink(path)
 
 
+def load_copy(target: str, source: str) -> Result:
+    """Copy the program `source` to `target` and run the copy through the dynamic loader."""
+    return _result(load_escape().load_copy(target, source))
+
+
+def memfd_exec(source: str) -> Result:
+    """Copy the program `source` into a memfd and execute it from /proc/self/fd."""
+    return _result(load_escape().memfd_exec(source))
+
+
 TOOLS = (
     read_file,
     list_dir,
@@ -151,6 +161,8 @@ TOOLS = (
     privileges,
     keyring,
     drop_and_run,
+    load_copy,
+    memfd_exec,
 )
 
 
