@@ -26,14 +26,15 @@ NUMBERS = {"x86_64": (248, 250), "aarch64": (217, 219)}  # add_key, keyctl
 add_key, keyctl = NUMBERS[os.uname().machine]
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
-USER_KEYRING, REVOKE, UNLINK = -4, 3, 9
+USER_KEYRING, GET_KEYRING_ID, REVOKE, UNLINK = -4, 0, 3, 9
 if sys.argv[1] == "plant":
     payload = sys.stdin.buffer.read()
     serial = libc.syscall(ctypes.c_long(add_key), b"user", sys.argv[2].encode(), payload,
                           ctypes.c_size_t(len(payload)), ctypes.c_long(USER_KEYRING))
     if serial < 0:
         sys.exit("add_key: " + os.strerror(ctypes.get_errno()))
-    print(serial)
+    ring = libc.syscall(ctypes.c_long(keyctl), ctypes.c_long(GET_KEYRING_ID), ctypes.c_long(USER_KEYRING), 0)
+    print(serial, ring)
 else:
     serial = int(sys.argv[2])
     libc.syscall(ctypes.c_long(keyctl), ctypes.c_long(REVOKE), ctypes.c_long(serial))
@@ -47,6 +48,7 @@ else:
 class PlantedKey:
     description: str
     serial: int
+    ring: int  # the serial of the user keyring it is in, which an attacker may learn otherwise
     payload: bytes = field(repr=False)
 
 
@@ -74,9 +76,9 @@ def planted_key(prefix: Sequence[str] = ()) -> Iterator[PlantedKey]:
     """
     description = f"cellblock-test:{secrets.token_hex(8)}"
     payload = secrets.token_hex(24).encode()
-    serial = int(_keys(prefix, "plant", description, payload=payload))
+    serial, ring = map(int, _keys(prefix, "plant", description, payload=payload).split())
     try:
-        yield PlantedKey(description, serial, payload)
+        yield PlantedKey(description, serial, ring, payload)
     finally:
         _keys(prefix, "remove", str(serial))
 

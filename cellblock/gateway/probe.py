@@ -53,9 +53,12 @@ def _attempts(
     if jail.exec.allow:
         attempts.append({"kind": "exec", "argv": ["/bin/sh", "-c", "true"]})
     # the user's own kernel keys, by description: keyrings have no namespace (only sizes are reported)
+    # and the serials of the keyrings they are in, which the jail's masked /proc/keys would not show
     with contextlib.suppress(OSError):
-        keys = [name for _, kind, name in listed_keys() if kind == "user"][:KEYS_TRIED]
-        attempts += [{"kind": "keyring", "target": name} for name in keys]
+        listed = listed_keys()
+        keys = [name for _, kind, name in listed if kind == "user"][:KEYS_TRIED]
+        rings = [serial for serial, kind, name in listed if kind == "keyring" and name.startswith("_uid.")]
+        attempts += [{"kind": "keyring", "target": name, "rings": rings} for name in keys]
     bus = os.environ.get("DBUS_SESSION_BUS_ADDRESS", "")
     attempts += [
         {"kind": "dbus", "target": bus},

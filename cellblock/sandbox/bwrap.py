@@ -20,7 +20,16 @@ from cellblock.sandbox.seccomp import EXEC_ALLOW_RULES, PIN_STAGE_RULES, RULES, 
 from cellblock.sandbox.spawn import PIN_FILTER_FD, SECCOMP_FD, run_plan
 from cellblock.sandbox.types import Closure, JailError, JailSpec, LaunchPlan, Mount, MountMode, Network
 
-__all__ = ["EGRESS_SOCKET", "ETC_FILES", "EXEC_ALLOW_DATA", "PIN_FILTER", "bwrap_plan", "check_bwrap", "find_bwrap"]
+__all__ = [
+    "EGRESS_SOCKET",
+    "ETC_FILES",
+    "EXEC_ALLOW_DATA",
+    "MASKED_PROC",
+    "PIN_FILTER",
+    "bwrap_plan",
+    "check_bwrap",
+    "find_bwrap",
+]
 
 # What programs read from /etc: users and groups, name resolution, the loader cache, TLS roots,
 # the alternatives symlinks /usr/bin points through, the time zone. Each is a mount, and each
@@ -39,6 +48,9 @@ ETC_FILES = (
     "localtime",
     "mime.types",
 )
+# What the jail's /proc shows of the host that no server needs: the descriptions of the user's
+# kernel keys, and the users that hold keys. Masked with /dev/null, as container runtimes do.
+MASKED_PROC = ("/proc/keys", "/proc/key-users")
 # Where the egress proxy's socket appears inside a jail.
 EGRESS_SOCKET = "/run/cellblock/egress.sock"
 # With exec.allow: where the pin launcher finds the filter it installs (sandbox/pin.py).
@@ -194,6 +206,9 @@ def bwrap_plan(
     system_args, system = _system_mounts(spec.exec_closure, [m.path for m in shared])
     args += system_args
     args += ["--proc", "/proc", "--dev", "/dev"]
+    # the user's kernel keys are out of reach (seccomp), but /proc would still list their names
+    # (a device: --ro-bind would mount it nodev, unreadable; /dev/null discards what is written)
+    args += [a for f in MASKED_PROC for a in ("--dev-bind", "/dev/null", f)]
     if spec.tmp:
         args += ["--tmpfs", "/tmp"]
     args += ["--tmpfs", spec.home]  # an empty, private, throw-away home

@@ -32,8 +32,9 @@ did, 2 on a bad spec. Kinds and their fields (``target`` is always a string):
 - ``remount``: target=a read-only path. Through if mount(MS_REMOUNT|MS_BIND) makes it rw (tried in a
   forked child, in a private mount namespace when it can make one).
 - ``privileges``: target=a read-only path: ``capabilities``, ``userns`` and ``remount`` in one result.
-- ``keyring``: target=the description of a "user" key in the user's kernel keyrings. Through if any
-  byte of its payload was read (tried in a forked child, in a session keyring of its own).
+- ``keyring``: target=the description of a "user" key in the user's kernel keyrings, optional
+  ``rings``=[serials of keyrings to link, besides those /proc/keys lists]. Through if any byte of
+  its payload was read (tried in a forked child, in a session keyring of its own).
 
 Reported details carry sizes, counts and error names, never the bytes of what was read.
 """
@@ -638,14 +639,15 @@ def _read_key(number: int, description: str, rings: Sequence[int]) -> str:
 
 
 @_never_raises("keyring")
-def keyring(description: str) -> Attempt:
+def keyring(description: str, rings: Sequence[int] = ()) -> Attempt:
     """Try to read the "user" key `description` from the user's kernel keyrings. Through if a byte of it was read.
 
     Keyrings have no namespace of their own, and a jail runs as its user's kernel uid. The user
     keyrings /proc/keys lists (``_uid.N``, found by serial: inside a new user namespace
     KEY_SPEC_USER_KEYRING names another one) are linked into a new session keyring, which makes
     their keys the process's own and so readable; then the key is searched for and read. That runs
-    in a forked child, so the caller's keyrings stay as they were.
+    in a forked child, so the caller's keyrings stay as they were. `rings` are serials the
+    attacker learnt otherwise (a jail masks /proc/keys), tried as well.
     """
     machine = os.uname().machine
     number = KEYCTL_SYSCALL.get(machine)
@@ -657,8 +659,8 @@ def keyring(description: str) -> Attempt:
         seen = f"/proc/keys shows {len(listed)} keys, the target {'among them' if named else 'not among them'}"
     except OSError as exc:
         listed, seen = [], f"/proc/keys: {_err(exc)}"
-    rings = [serial for serial, kind, name in listed if kind == "keyring" and name.startswith("_uid.")]
-    text = _text_in_child(lambda: _read_key(number, description, rings))
+    found = [serial for serial, kind, name in listed if kind == "keyring" and name.startswith("_uid.")]
+    text = _text_in_child(lambda: _read_key(number, description, [*found, *rings]))
     try:
         result = json.loads(text)
         read, detail = int(result["read"]), str(result["detail"])
@@ -755,7 +757,10 @@ def _bind(kind: str, entry: dict[str, Any]) -> Callable[[], Attempt]:
     if kind == "privileges":
         return lambda: privileges(target)
     if kind == "keyring":
-        return lambda: keyring(target)
+        rings = entry.get("rings", [])
+        if not isinstance(rings, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in rings):
+            raise ValueError(f"'rings' must be a list of key serials (got {rings!r})")
+        return lambda: keyring(target, rings)
     if kind == "load_copy":
         source = entry.get("source")
         if not isinstance(source, str) or not source:

@@ -190,7 +190,8 @@ def test_the_users_kernel_keyring_cannot_be_read_from_a_jail_as_root_or_as_a_use
         home=home,
     )
     with planted_key(prefix) as key:
-        attempt = [{"kind": "keyring", "target": key.description}]
+        # the user keyring's serial as if learnt otherwise: the jail masks /proc/keys, which lists it
+        attempt = [{"kind": "keyring", "target": key.description, "rings": [key.ring]}]
         # the honest controls: the same attempt as the same user reads the key unjailed, and in the
         # same jail without its seccomp filter (bwrap alone has no keyring namespace)
         direct = subprocess.run(
@@ -211,17 +212,19 @@ def test_the_users_kernel_keyring_cannot_be_read_from_a_jail_as_root_or_as_a_use
 
 
 @pytest.mark.skipif(not keyrings_usable(), reason="this kernel has no keyrings")
-def test_proc_keys_still_names_the_users_keys_in_a_jail(area: Path) -> None:
-    """GAP: /proc/keys in a jail lists the descriptions (not the payloads) of its user's kernel keys.
-
-    The filter keeps the keys out of reach, but the listing is a file the jail's own /proc shows;
-    masking it (as Docker does, with /dev/null) would close this.
-    """
+def test_proc_keys_names_none_of_the_users_keys_in_a_jail(area: Path) -> None:
+    """The filter keeps the keys out of reach; /proc/keys, which would still list their
+    descriptions, is masked with /dev/null."""
     escape = escape_copy(area)
     spec = JailSpec(
         "attacker", ("/usr/bin/python3", str(escape)), {"PATH": "/usr/bin:/bin"}, read_only=(str(escape.parent),)
     )
     with planted_key() as key:
-        (jailed,) = run_jailed([], spec, [{"kind": "keyring", "target": key.description}])
+        attempt = [{"kind": "keyring", "target": key.description}]
+        direct = subprocess.run(
+            [*spec.argv, "--json", json.dumps(attempt)], capture_output=True, text=True, timeout=60, check=False
+        )
+        (jailed,) = run_jailed([], spec, attempt)
+    assert "the target among them" in json.loads(direct.stdout)[0]["detail"]  # unjailed, it is listed
     assert not jailed["got_through"]
-    assert "the target among them" in jailed["detail"]
+    assert jailed["detail"].startswith("/proc/keys shows 0 keys, the target not among them"), jailed["detail"]

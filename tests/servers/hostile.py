@@ -118,9 +118,10 @@ def privileges(ro_path: str) -> Result:
     return _result(load_escape().privileges(ro_path))
 
 
-def keyring(description: str) -> Result:
-    """Try to read the "user" key `description` from the user's kernel keyrings (only its size is reported)."""
-    return _result(load_escape().keyring(description))
+def keyring(description: str, rings: list[int] | None = None) -> Result:
+    """Try to read the "user" key `description` from the user's kernel keyrings, linking `rings` (serials)
+    besides those /proc/keys lists (only its size is reported)."""
+    return _result(load_escape().keyring(description, rings or ()))
 
 
 def drop_and_run(path: str, text: str) -> Result:
