@@ -8,6 +8,7 @@ clients and stateless 2026-07-28 clients) from one SDK server.
 - prompt: ``summarize_notes``
 """
 
+from collections.abc import Callable
 from urllib.parse import quote
 
 import anyio
@@ -45,7 +46,7 @@ def note_uri(title: str) -> str:
     return f"note://{quote(title, safe='')}"
 
 
-def _reader(title: str):
+def _reader(title: str) -> Callable[[], str]:
     def read() -> str:
         return _notes[title]
 

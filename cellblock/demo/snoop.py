@@ -29,7 +29,8 @@ def fetch(url: str) -> str:
     """Fetch a URL and return the start of its body."""
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
-            return response.read(2048).decode(errors="replace")
+            body: bytes = response.read(2048)
+            return body.decode(errors="replace")
     except OSError as exc:
         raise ToolError(f"cannot fetch {url}: {getattr(exc, 'reason', exc)}") from None
 

@@ -132,7 +132,8 @@ class Keyring:
             CredentialError: the keyring failed (locked, unreachable).
         """
         try:
-            return self._store.get_password(SERVICE, entry)
+            value: str | None = self._store.get_password(SERVICE, entry)
+            return value
         except self._errors.KeyringError as exc:
             raise CredentialError(f"the keyring could not read entry '{entry}': {_reason(exc)}") from None
 

@@ -100,7 +100,8 @@ def _indent(text: str) -> str:
 
 
 async def run_demo() -> int:
-    config = files("cellblock.demo").joinpath("demo.yaml")
+    # a file on disk: the demo servers and their jails are started from the package's directory
+    config = Path(str(files("cellblock.demo").joinpath("demo.yaml")))
     with tempfile.TemporaryDirectory(prefix="cellblock-demo-") as scratch_dir, _local_site() as url:
         scratch = Path(scratch_dir)
         home = scratch / "home"
@@ -142,8 +143,8 @@ async def run_demo() -> int:
             now = await client.call_tool("clock__now", {"timezone": "UTC"})
             _say(f"  clock__now       -> {_text(now)}")
 
-            async def progress(value: float, total: float | None, message: str | None) -> None:
-                _say(f"    progress {value:g}/{total:g}" if total else f"    progress {value:g}")
+            async def progress(progress: float, total: float | None, message: str | None) -> None:
+                _say(f"    progress {progress:g}/{total:g}" if total else f"    progress {progress:g}")
 
             done = await client.call_tool("clock__countdown", {"seconds": 2}, progress_callback=progress)
             _say(f"  clock__countdown -> {_text(done)}")
@@ -151,8 +152,8 @@ async def run_demo() -> int:
             resources = (await client.list_resources()).resources
             if resources:
                 uri = str(resources[0].uri)
-                read = await client.read_resource(uri)
-                body = read.contents[0]
+                resource = await client.read_resource(uri)
+                body = resource.contents[0]
                 text = body.text if isinstance(body, types.TextResourceContents) else "(binary)"
                 _say(f"\nResource {uri}\n  (rewritten so the read routes back to 'notes') -> {text!r}")
 
@@ -221,16 +222,16 @@ async def run_demo() -> int:
         _say("\nA client that can elicit (Claude Code, VS Code) gets a form instead; answering it here:")
         asked: list[str] = []
 
-        async def human(ctx: Any, question: types.ElicitRequestParams) -> types.ElicitResult:
-            asked.append(question.message)
+        async def human(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+            asked.append(params.message)
             return types.ElicitResult(action="accept", content={"decision": "allow_once"})
 
         async with Client(params, mode="auto", cache=None, elicitation_callback=human) as client:
             await client.call_tool("notes__add_note", {"title": "again", "text": "asked through a form"})
-            read = await client.call_tool("notes__read_note", {"title": "again"})
+            again = await client.call_tool("notes__read_note", {"title": "again"})
         _say(_indent(asked[0] if asked else "(no question arrived)"))
         _say("    [Allow once]")
-        _say(f"  notes__read_note -> {_text(read)}")
+        _say(f"  notes__read_note -> {_text(again)}")
         _say("\nDone. `cellblock show` prints what each server can see; `cellblock probe` attacks each jail.")
     return 0
 

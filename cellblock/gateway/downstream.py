@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 import anyio
 import anyio.abc
@@ -30,7 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import TypeAdapter
+from pydantic import FileUrl, TypeAdapter
 
 from cellblock.gateway.audit import Audit
 from cellblock.gateway.config import LocalServer, RemoteServer
@@ -67,6 +67,7 @@ MAX_INPUT_ROUNDS = 8
 CALL_RESULT: TypeAdapter[types.CallToolResult | types.InputRequiredResult] = TypeAdapter(
     types.CallToolResult | types.InputRequiredResult
 )
+R = TypeVar("R", bound=types.Result)
 _LIST_CHANGED = (
     types.ToolListChangedNotification,
     types.PromptListChangedNotification,
@@ -143,10 +144,10 @@ class InFlight:
         if self.hand_over is not None:
             await self.hand_over()
 
-    async def report(self, value: float, total: float | None, message: str | None) -> None:
+    async def report(self, progress: float, total: float | None, message: str | None) -> None:
         # read at each report: a 2026-07-28 call that outlives its first request reports to the retry
         if self.progress is not None:
-            await self.progress(value, total, message)
+            await self.progress(progress, total, message)
 
 
 class Started(Protocol):
@@ -364,8 +365,8 @@ class Downstream:
             self._ready = anyio.Event()
 
     async def _run_once(self) -> None:
-        jail = getattr(self.config, "jail", False)
-        if not jail or jail.network != "allowlist":
+        jail = self.config.jail if isinstance(self.config, LocalServer) else False
+        if jail is False or jail.network != "allowlist":
             await self._connect(None)
             return
         # the server reaches the network only through this proxy, which lives as long as it does
@@ -478,7 +479,7 @@ class Downstream:
 
     # -- what the server sends us ----------------------------------------------------------
 
-    async def _on_elicit(self, ctx: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+    async def _on_elicit(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
         # The request carries no link to the call that caused it; the newest call in flight on
         # this server is the best owner. With none in flight nobody can answer: decline.
         entry = self._in_flight[-1] if self._in_flight else None
@@ -489,7 +490,7 @@ class Downstream:
         return await entry.asker.elicit(self.name, params)
 
     async def _on_sampling(
-        self, ctx: ClientRequestContext, params: types.CreateMessageRequestParams
+        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
     ) -> types.CreateMessageResult | types.ErrorData:
         entry = self._in_flight[-1] if self._in_flight else None
         if entry is not None:
@@ -525,7 +526,7 @@ class Downstream:
         except (MCPError, ValueError) as exc:
             raise DownstreamError(f"the client did not complete the sampling request of '{self.name}': {exc}") from exc
 
-    async def _on_roots(self, ctx: ClientRequestContext) -> types.ListRootsResult:
+    async def _on_roots(self, context: ClientRequestContext) -> types.ListRootsResult:
         return self.roots()
 
     def roots(self) -> types.ListRootsResult:
@@ -533,7 +534,7 @@ class Downstream:
         and never more (none for unjailed or remote servers)."""
         paths = granted_roots(self.config) if isinstance(self.config, LocalServer) else []
         return types.ListRootsResult(
-            roots=[types.Root(uri=Path(p).resolve().as_uri(), name=Path(p).name or p) for p in paths]
+            roots=[types.Root(uri=FileUrl(Path(p).resolve().as_uri()), name=Path(p).name or p) for p in paths]
         )
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
@@ -580,7 +581,11 @@ class Downstream:
         if not any(wanted.values()):
             return
         try:
-            async with client.listen(**wanted) as events:
+            async with client.listen(
+                tools_list_changed=wanted["tools_list_changed"],
+                prompts_list_changed=wanted["prompts_list_changed"],
+                resources_list_changed=wanted["resources_list_changed"],
+            ) as events:
                 async for _ in events:
                     self._refresh_soon()
         except (MCPError, SubscriptionLost, ListenNotSupportedError) as exc:
@@ -615,14 +620,15 @@ class Downstream:
         Raises:
             CredentialError: the user declined, or the login failed or timed out.
         """
-        assert isinstance(self.config, RemoteServer)
+        config = self.config
+        assert isinstance(config, RemoteServer)
         async with self._login_lock:
             if not self.needs_login:
                 return  # another call logged in meanwhile
 
             async def show(url: str) -> None:
                 params = types.ElicitRequestURLParams(
-                    message=f"Log in to '{self.name}' ({self.config.url}) so Cellblock can call its tools",
+                    message=f"Log in to '{self.name}' ({config.url}) so Cellblock can call its tools",
                     url=url,
                     elicitation_id=secrets.token_urlsafe(12),
                 )
@@ -633,7 +639,7 @@ class Downstream:
                         f"log in with `cellblock auth login {self.name}`"
                     )
 
-            tools = await login(self.name, self.config, self._keyring(), show, self._secret)
+            tools = await login(self.name, config, self._keyring(), show, self._secret)
             self._event("login", tools=tools)
             logger.info("server '%s': logged in through the client", self.name)
             self.retry()
@@ -731,12 +737,13 @@ class Downstream:
         if progress is not None and self.is_remote:  # a local server's progress was budgeted as it came
             report = progress
 
-            async def budgeted(value: float, total: float | None, message: str | None) -> None:
+            async def budgeted(progress: float, total: float | None, message: str | None) -> None:
                 if self.notices.take():
-                    await report(value, total, message)
+                    await report(progress, total, message)
 
             progress = budgeted
-        request = types.CallToolRequestParams(name=tool, arguments=params.arguments, _meta=forwardable(params.meta))
+        meta = cast("types.RequestParamsMeta | None", forwardable(params.meta))  # plain JSON keys, as given
+        request = types.CallToolRequestParams(name=tool, arguments=params.arguments, _meta=meta)
         for _ in range(MAX_INPUT_ROUNDS):
             if started is not None:
                 result, started = await started.outcome(), None
@@ -746,7 +753,8 @@ class Downstream:
                 )
             if isinstance(result, types.CallToolResult):
                 return result
-            responses = {key: await self._answer(req, entry) for key, req in result.input_requests.items()}
+            asked = result.input_requests or {}
+            responses = {key: await self._answer(req, entry) for key, req in asked.items()}
             request = request.model_copy(update={"input_responses": responses, "request_state": result.request_state})
         return error_result(f"server '{self.name}' asked for input more than {MAX_INPUT_ROUNDS} times")
 
@@ -759,7 +767,7 @@ class Downstream:
             return self.roots()
         return await self.sample(request.params, entry)
 
-    async def request(self, request: Any, result_type: Any) -> Any:
+    async def request(self, request: Any, result_type: type[R]) -> R:
         """Forward a non-call request (prompt get, resource read, completion) within the timeout.
 
         Raises:

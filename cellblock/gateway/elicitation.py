@@ -30,6 +30,7 @@ import anyio
 import mcp.types as types
 from mcp.server.session import ServerSession
 from mcp.shared.message import ServerMessageMetadata
+from pydantic import BaseModel
 
 __all__ = [
     "Asker",
@@ -105,7 +106,7 @@ class ParkedCall:
         self.entry = entry  # the InFlight record the downstream call reports through
         self.server = server
         self.done = done  # called with the final result, by whichever request receives it
-        self._send, self._events = anyio.create_memory_object_stream[InputNeeded | types.Result](1)
+        self._send, self._events = anyio.create_memory_object_stream[InputNeeded | types.CallToolResult](1)
         self.scope = anyio.CancelScope()
         self.pending: InputNeeded | None = None
 
@@ -136,12 +137,12 @@ class ParkedCall:
         except ValueError:
             raise ValueError("the client did not answer the sampling request") from None
 
-    def finish(self, result: types.Result) -> None:
+    def finish(self, result: types.CallToolResult) -> None:
         """Hand the call's final result to whoever reads next (dropped if nobody is left)."""
         with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
             self._send.send_nowait(result)
 
-    async def next_event(self) -> InputNeeded | types.Result:
+    async def next_event(self) -> InputNeeded | types.CallToolResult:
         event = await self._events.receive()
         self.pending = event if isinstance(event, InputNeeded) else None
         return event
@@ -151,7 +152,7 @@ class ParkedCall:
         if self.pending is None:
             return
         raw = (responses or {}).get(key)
-        self.pending.raw = raw.model_dump(by_alias=True, mode="json") if hasattr(raw, "model_dump") else raw
+        self.pending.raw = raw.model_dump(by_alias=True, mode="json") if isinstance(raw, BaseModel) else raw
         self.pending.answer.set()
         self.pending = None
 

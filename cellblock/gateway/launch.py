@@ -125,10 +125,9 @@ def granted_roots(server: LocalServer) -> list[str]:
     if server.jail is False:
         return []
     home = os.path.expanduser("~")
-    not_work = [
-        os.path.realpath(p) for p in (*own_dirs(), user_cache_dir(), *(os.path.join(home, c) for c in PACKAGE_CACHES))
-    ]
-    code = [os.path.realpath(a) for a in (server.command, *server.args) if os.path.isfile(a)]
+    caches = [user_cache_dir(), *(os.path.join(home, c) for c in PACKAGE_CACHES)]
+    not_work = [os.path.realpath(p) for p in [*map(str, own_dirs()), *caches]]
+    code = [os.path.realpath(a) for a in [server.command, *server.args] if os.path.isfile(a)]
     with contextlib.suppress(JailError):  # a command that cannot be found holds no grant either
         command = resolve_command(server.command, os.environ.get("PATH", JAIL_PATH))
         code += [os.path.realpath(m.path) for m in launcher_mounts(command, home, os.environ.get("PATH", JAIL_PATH))]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from cellblock.gateway.audit import Audit
 from cellblock.gateway.config import Config
@@ -14,7 +15,7 @@ from cellblock.policy.lock import approve, check, describe, load_lock, load_pend
 __all__ = ["approve_pending", "approve_server", "diff_server"]
 
 
-def _pending(state: Path, server: str) -> dict[str, dict] | None:
+def _pending(state: Path, server: str) -> dict[str, dict[str, Any]] | None:
     pending = load_pending(pending_path(state, server))
     return None if pending is None else dict(pending.items)
 

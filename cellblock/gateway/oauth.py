@@ -224,8 +224,11 @@ class LoopbackCatcher:
         except OSError:
             # the wanted port is taken: any free one (a client registered for the old one registers anew)
             multi = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-        self._listener = multi.listeners[0]
-        self.port = self._listener.extra(SocketAttribute.local_port)
+        listener = multi.listeners[0]
+        if not isinstance(listener, anyio.abc.SocketListener):  # what create_tcp_listener makes
+            raise OSError("the login listener is not a TCP socket")
+        self._listener = listener
+        self.port = listener.extra(SocketAttribute.local_port)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

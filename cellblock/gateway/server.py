@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -64,6 +64,9 @@ __all__ = ["Gateway"]
 logger = logging.getLogger(__name__)
 
 Ctx = ServerRequestContext[Any, Any]
+# what a tools/call handler answers: a result, or (2026-07-28) a round of questions for the client
+CallResult = types.CallToolResult | types.InputRequiredResult
+R = TypeVar("R", bound=types.Result)
 # The key of the one question a parked 2026-07-28 call puts to the client at a time.
 INPUT_KEY = "cellblock"
 _LOG_ORDER = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
@@ -396,7 +399,7 @@ class Gateway:
     async def _list_templates(self, ctx: Ctx, params: Any) -> types.ListResourceTemplatesResult:
         return types.ListResourceTemplatesResult(resource_templates=list((await self.client_catalog()).templates))
 
-    async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> types.Result:
+    async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> CallResult:
         if isinstance(ctx.request, FastCall):
             return await self._adopt(ctx, params, ctx.request)
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
@@ -429,7 +432,7 @@ class Gateway:
         ds.start(self.tasks)  # lazy servers start on first use
         return await self._forward_call(ctx, params, call, self._in_flight(ctx), time.perf_counter())
 
-    async def _adopt(self, ctx: Ctx, params: types.CallToolRequestParams, fast: FastCall) -> types.Result:
+    async def _adopt(self, ctx: Ctx, params: types.CallToolRequestParams, fast: FastCall) -> CallResult:
         """Take over a fast-path call that needs the client's session midway: its server asks the
         user something, or answers with an input round. The call was admitted and audited when it
         came, and its request is still with the server; from here on it goes as any other."""
@@ -447,7 +450,7 @@ class Gateway:
         entry: InFlight,
         began: float,
         fast: FastCall | None = None,
-    ) -> types.Result:
+    ) -> CallResult:
         """Forward an admitted call (or carry on with a fast call already sent) and audit its end."""
         ds = self.downstreams[call.server]
         if fast is None:  # a fast call was counted when it was sent
@@ -477,7 +480,7 @@ class Gateway:
         done: Callable[[types.CallToolResult], None] | None = None,
         fast: FastCall | None = None,
         recheck: Callable[[], types.CallToolResult | None] | None = None,
-    ) -> types.Result:
+    ) -> CallResult:
         """2026-07-28: the call runs in its own task so that it can outlive a question to the user.
 
         A first request brings `ds`, `tool` and `done` (the audit of the outcome), and `fast` when
@@ -572,7 +575,7 @@ class Gateway:
         self.log_level = params.level
         return types.EmptyResult()
 
-    async def _forward(self, server: str, request: Any, result_type: Any) -> Any:
+    async def _forward(self, server: str, request: Any, result_type: type[R]) -> R:
         ds = self.downstreams[server]
         ds.start(self.tasks)
         try:
@@ -717,7 +720,7 @@ async def _stop_on_signal(scope: anyio.CancelScope) -> None:
             return
 
 
-def _exposed(server: str, result: types.Result) -> types.Result:
+def _exposed(server: str, result: R) -> R:
     """A downstream result as the client may see it: resource URIs routed back through the
     gateway, and the server's own `serverInfo` stamp dropped (the gateway stamps its own).
     `fastpath.exposed_result` is the same for a result the fast path carries as JSON."""

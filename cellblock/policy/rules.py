@@ -573,6 +573,8 @@ def parse_rule_entry(pattern: str, body: str | Mapping[str, Any]) -> ToolRule:
 
 def _decision(where: str, value: object) -> Decision:
     try:
+        if not isinstance(value, str):
+            raise ValueError
         return Decision(value)
     except ValueError:
         raise ValueError(f"{where}: decision {value!r} is not one of allow, deny, ask") from None

@@ -161,16 +161,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             with contextlib.suppress(OSError):
                 child.send_signal(signum)
 
-    for signum in _FORWARDED:
-        signal.signal(signum, forward)
+    for each in _FORWARDED:
+        signal.signal(each, forward)
 
     try:
         child = subprocess.Popen(command, env=env)
     except OSError as exc:
         _say(f"cannot start {command[0]!r}: {exc}")
         return _EXIT_CANNOT_START
-    for signum in pending:
-        child.send_signal(signum)
+    for waiting in pending:
+        child.send_signal(waiting)
 
     code = child.wait()
     return 128 - code if code < 0 else code
