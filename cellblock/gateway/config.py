@@ -214,6 +214,7 @@ class _ServerBase(_Model):
     sampling: DecisionName | None = None
     # auto: probe the 2026-07-28 protocol and fall back to the handshake; legacy: handshake only
     protocol: Protocol = "auto"
+    max_message_size: MessageSize | None = None
 
 
 class ExecConfig(_Model):
@@ -286,7 +287,6 @@ class LocalServer(_ServerBase):
     cwd: str | None = None
     # `false` (YAML `off` too) is the only way to run a server unjailed, and it is shown as such
     jail: Jail = JailConfig()
-    max_message_size: MessageSize | None = None
 
     @field_validator("command", "cwd")
     @classmethod
@@ -418,9 +418,7 @@ class Config(_Model):
         return self.servers[name].sampling or self.defaults.sampling
 
     def max_message_of(self, name: str) -> int:
-        server = self.servers[name]
-        own = server.max_message_size if isinstance(server, LocalServer) else None
-        return int(own or self.defaults.max_message_size)
+        return int(self.servers[name].max_message_size or self.defaults.max_message_size)
 
 
 def load_config(path: str | Path | None = None) -> tuple[Config, Path]:

@@ -474,8 +474,8 @@ class Downstream:
             return local_transport(plan, self.channel, sys.stderr)
         self._watch = HttpWatch()
         keyring = self._keyring() if self.config.auth.type != "none" or self.config.secrets else None
-        http = await remote_client(self.name, self.config, keyring, self._watch, self._secret)
-        return streamable_http_client(self.config.url, http_client=http)
+        http = await remote_client(self.name, self.config, keyring, self._watch, self._secret, self.max_message)
+        return streamable_http_client(self.config.url, http_client=http, max_sse_event_size=self.max_message)
 
     # -- what the server sends us ----------------------------------------------------------
 

@@ -8,7 +8,7 @@ response hook notes a 401 and `explain` turns what happened into an error that s
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,8 +31,9 @@ from cellblock.gateway.oauth import (
     oauth_provider,
     redirect_uri_of,
 )
+from cellblock.gateway.stdio import DEFAULT_LINE_LIMIT
 
-__all__ = ["BearerAuth", "HttpWatch", "explain", "login", "remote_client"]
+__all__ = ["BearerAuth", "BoundedTransport", "HttpWatch", "MessageTooLarge", "explain", "login", "remote_client"]
 
 # No read timeout: a call's own deadline (the server's `timeout:`) bounds it, and the stream of
 # a long call may be quiet for minutes.
@@ -60,6 +61,50 @@ class BearerAuth(httpx2.Auth):
         yield request
 
 
+class MessageTooLarge(httpx2.StreamError):
+    """A remote server's JSON answer passed `max_message_size`: reading it stopped there."""
+
+
+class _Bounded(httpx2.AsyncByteStream):
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int) -> None:
+        self._inner, self._limit = inner, limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        size = 0
+        async for chunk in self._inner:
+            size += len(chunk)
+            if size > self._limit:
+                raise MessageTooLarge(
+                    f"its answer is larger than Cellblock accepts (more than {self._limit:,} bytes; max_message_size)"
+                )
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class BoundedTransport(httpx2.AsyncBaseTransport):
+    """HTTP for one remote server, whose JSON answers are read up to `limit` bytes and no further.
+
+    An answer over the limit fails the request it answered (the SDK turns the stream error into an
+    error response for it), as a local server's long line does; the SDK bounds each SSE event itself.
+    """
+
+    def __init__(self, limit: int, inner: httpx2.AsyncBaseTransport | None = None) -> None:
+        self._limit = limit
+        self._inner = inner if inner is not None else httpx2.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._inner.handle_async_request(request)
+        json = response.headers.get("content-type", "").startswith("application/json")
+        if json and isinstance(response.stream, httpx2.AsyncByteStream):  # what an async transport gives
+            response.stream = _Bounded(response.stream, self._limit)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
 @dataclass
 class HttpWatch:
     """What the HTTP layer saw during one connection; the SDK's own errors do not carry it."""
@@ -82,8 +127,10 @@ async def remote_client(
     keyring: Keyring | None,
     watch: HttpWatch,
     on_secret: Callable[[str], None] | None = None,
+    limit: int = DEFAULT_LINE_LIMIT,
 ) -> httpx2.AsyncClient:
-    """The HTTP client for `server`, authenticated as its `auth:` says; `on_secret` is told each token.
+    """The HTTP client for `server`, authenticated as its `auth:` says; `on_secret` is told each token;
+    JSON answers longer than `limit` bytes fail (`BoundedTransport`).
 
     Raises:
         CredentialError: the credential is not in the keyring, or no keyring is usable.
@@ -117,7 +164,9 @@ async def remote_client(
     hooks: dict[str, list[Any]] = {"response": [watch.on_response]}
     if secret_headers:
         hooks["request"] = [_origin_headers(secret_headers, server.url)]
-    return httpx2.AsyncClient(headers=server.headers, auth=auth, timeout=_TIMEOUT, event_hooks=hooks)
+    return httpx2.AsyncClient(
+        headers=server.headers, auth=auth, timeout=_TIMEOUT, event_hooks=hooks, transport=BoundedTransport(limit)
+    )
 
 
 def _origin_headers(headers: Mapping[str, str], url: str) -> Callable[[httpx2.Request], Awaitable[None]]:

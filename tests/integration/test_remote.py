@@ -122,3 +122,15 @@ async def _eventually_async(check: Callable[[], Awaitable[bool]], timeout: float
     with anyio.fail_after(timeout):
         while not await check():  # noqa: ASYNC110 - the effect is in another process; polling it is the way
             await anyio.sleep(0.5)
+
+
+@pytest.mark.parametrize("protocol", ["auto", "legacy"])
+async def test_a_remote_answer_over_max_message_size_fails_its_call_naming_the_server(
+    tmp_path: Path, remote_url: str, protocol: str
+) -> None:
+    servers = {"web": {"url": remote_url, "protocol": protocol, "max_message_size": "64KiB"}}
+    async with gateway(write_config(tmp_path, servers), tmp_path / "state") as client:
+        big = await client.call_tool("web__echo", {"text": "x" * 200_000})  # echoed back: too large
+        assert big.is_error and "server 'web'" in _text(big), _text(big)
+        assert "x" * 1000 not in _text(big)
+        assert _text(await client.call_tool("web__echo", {"text": "small"})) == "small"
