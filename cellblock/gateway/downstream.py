@@ -60,6 +60,9 @@ START_SECONDS = 30.0
 # resets the count, so a server that crashes once a day is restarted every time.
 MAX_RESTARTS = 5
 HEALTHY_SECONDS = 30.0
+# A server that announces catalog changes without end is re-read at most this often: each re-read
+# lists its whole catalog and reviews it against the lock.
+REFRESH_SECONDS = 1.0
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 10.0
 # Downstream 2026-07-28 servers may ask for input in rounds; bound them like the SDK does.
 MAX_INPUT_ROUNDS = 8
@@ -566,7 +569,10 @@ class Downstream:
         try:
             while self._refresh_due:
                 self._refresh_due = False
+                began = anyio.current_time()
                 await self.refresh()
+                if self._refresh_due:  # announced again meanwhile: once more, but not at once
+                    await anyio.sleep(max(0.0, began + REFRESH_SECONDS - anyio.current_time()))
         finally:
             self._refreshing = False
 

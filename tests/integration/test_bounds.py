@@ -148,3 +148,16 @@ async def test_a_flood_of_notifications_is_cut_to_a_budget_and_the_other_servers
         assert not result.is_error
     assert NOTICE_BURST <= logs.received < 200_000 / 20, logs.received
     assert "notifications faster than" in log.read_text()
+
+
+def _number(result: types.CallToolResult) -> int:
+    return int("".join(c.text for c in result.content if isinstance(c, types.TextContent)))
+
+
+async def test_a_flood_of_list_changed_is_one_re_read_at_a_time_not_one_each(tmp_path: Path) -> None:
+    async with gateway(config(tmp_path), tmp_path / "state", mode="legacy") as client:
+        before = _number(await client.call_tool("raw__listed", {}))
+        await client.call_tool("raw__flood", {"count": 20_000, "kind": "list_changed"})
+        assert (await client.call_tool("probe__echo", {"message": "up"})).content
+        after = _number(await client.call_tool("raw__listed", {}))
+    assert 1 <= after - before <= 5, f"{after - before} re-reads for 20,000 notifications"

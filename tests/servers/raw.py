@@ -17,7 +17,9 @@ Tools (all answer with text):
 - ``log`` / ``progress``: a log message or a progress message (to the call's progress token)
   holding one, then a plain result.
 - ``ask``: asks the client a question whose message holds one; answers with the reply's action.
-- ``flood`` (``count``): that many log notifications, then a result.
+- ``flood`` (``count``, ``kind``): that many log notifications (or ``tools/list_changed`` ones, with
+  ``kind`` "list_changed"), then a result.
+- ``listed``: how many ``tools/list`` requests it has answered.
 - ``huge`` (``size``, ``newline``, ``done_file``): a result line of ``size`` bytes for this call;
   without ``newline`` the line never ends and nothing more is written. ``done_file`` is created
   once the pipe has taken it all.
@@ -53,9 +55,10 @@ class Raw:
         self.mark = LONE if surrogates else ""
         self.asked: dict[str, Any] = {}  # our question's id -> the call waiting for its answer
         self.serial = 0
+        self.listed = 0
 
     def tools(self) -> list[dict[str, Any]]:
-        names = ["say", "log", "progress", "ask", "flood", "huge", "ok"]
+        names = ["say", "log", "progress", "ask", "flood", "huge", "listed", "ok"]
         schema = {"type": "object", "properties": {}, "additionalProperties": True}
         tools = [{"name": name, "description": f"raw {name}", "inputSchema": schema} for name in names]
         if self.meta is not None:
@@ -108,6 +111,7 @@ class Raw:
         if method == "ping":
             return {}
         if method == "tools/list":
+            self.listed += 1
             return {"tools": self.tools()}
         if method == "prompts/list":
             return {"prompts": [{"name": "greet", "description": "greet"}]}
@@ -143,10 +147,13 @@ class Raw:
             return text("progressed")
         if name == "ask":
             return self.ask(ident, params)
+        if name == "listed":
+            return text(str(self.listed))
         if name == "flood":
-            line = json.dumps(
-                {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x"}}
-            )
+            notice = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x"}}
+            if arguments.get("kind") == "list_changed":
+                notice = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+            line = json.dumps(notice)
             sys.stdout.write((line + "\n") * int(arguments.get("count", 1000)))
             return text("flooded")
         if name == "huge":
