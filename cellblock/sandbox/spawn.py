@@ -103,7 +103,8 @@ class Hold:
                 pid = json.loads(report)["child-pid"]
                 self._pid = pid if isinstance(pid, int) and pid > 0 else None
         if self._pid is None:
-            self._why = "ended before it started the jail (see its log)" if not report else "made no report in time"
+            # what ended may be what runs bwrap (systemd-run, which could not make the scope): its error is in the log
+            self._why = "ended before it started the jail (see the log)" if not report else "made no report in time"
         return self._pid
 
     def close(self) -> None:
