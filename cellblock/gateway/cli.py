@@ -327,6 +327,8 @@ def _ps(as_json: bool) -> int:
                 name, state = _printable(str(server.get("name", "?"))), _printable(str(server.get("state", "?")))
                 calls = f"{server.get('calls', 0)} calls ({server.get('fast_calls', 0)} on the fast path)"
                 print(f"  {name}\t{state}\tjail {jail_text}\t{server.get('tools', 0)} tools\t{calls}")
+                if server.get("last_exit"):
+                    print(f"    last stopped: {_printable(str(server['last_exit']))}")
     if not replies:
         print("cellblock: no running gateway", file=sys.stderr)
     return EXIT_OK

@@ -31,6 +31,7 @@ from cellblock.policy.errors import CellblockError
 from cellblock.policy.hosts import parse_rule
 from cellblock.policy.rules import Policy, parse_rule_entry
 from cellblock.policy.types import Decision
+from cellblock.sandbox.types import Limits
 
 __all__ = [
     "ApprovalsConfig",
@@ -42,6 +43,7 @@ __all__ = [
     "DefaultsConfig",
     "ExecConfig",
     "JailConfig",
+    "LimitsConfig",
     "LocalServer",
     "LockConfig",
     "NamesConfig",
@@ -103,6 +105,15 @@ Seconds = Annotated[float, Field(gt=0, le=3600)]
 # The longest message (one JSON-RPC line) taken from a server or the client: "32MiB", "500KB", or bytes.
 MessageSize = Annotated[ByteSize, Field(ge=64 << 10, le=1 << 30)]
 DEFAULT_MESSAGE_SIZE = 32 << 20
+# What one jail may take. Tasks are processes and threads alike (the kernel counts both): a Node
+# server runs 10-20, npx on top of it as many again, a Python server's thread pools up to 40 or so,
+# a headless browser a few hundred; 512 leaves room for all of that, and a fork bomb stopped at 512
+# costs the machine nothing. Memory: V8 sizes its heap to the limit it finds, and a server that
+# needs more than 4 GiB is rare; set it higher for one that does.
+Processes = Annotated[int, Field(ge=8, le=1_000_000)]
+MemorySize = Annotated[ByteSize, Field(ge=32 << 20, le=1 << 40)]
+DEFAULT_PROCESSES = 512
+DEFAULT_MEMORY = 4 << 30
 
 
 DecisionName = Literal["allow", "deny", "ask"]
@@ -166,6 +177,15 @@ class LockConfig(_Model):
     first: Literal["review", "trust"] = "review"
 
 
+class LimitsConfig(_Model):
+    """What one jail may take: `{processes: 512, memory: 4GiB}`. A key a server leaves out comes
+    from `defaults.limits`, then from the built-in default."""
+
+    processes: Processes | None = None
+    # bytes, or "256MiB", "4GiB", ...
+    memory: MemorySize | None = None
+
+
 class DefaultsConfig(_Model):
     """Values every server gets unless it says otherwise (a server's own `tools` replaces these whole)."""
 
@@ -177,6 +197,8 @@ class DefaultsConfig(_Model):
     sampling: DecisionName = "deny"
     # a longer message from a server (or the client) is dropped and its request answered with an error
     max_message_size: MessageSize = ByteSize(DEFAULT_MESSAGE_SIZE)
+    # what each local server's jail may take, unless its own jail.limits says otherwise
+    limits: LimitsConfig = LimitsConfig()
 
 
 class NamesConfig(_Model):
@@ -244,6 +266,7 @@ class JailConfig(_Model):
     read_write: list[str] = []
     tmp: bool = True
     exec: ExecConfig = ExecConfig()
+    limits: LimitsConfig = LimitsConfig()
 
     @field_validator("read_only", "read_write")
     @classmethod
@@ -417,6 +440,17 @@ class Config(_Model):
     def sampling_of(self, name: str) -> str:
         return self.servers[name].sampling or self.defaults.sampling
 
+    def limits_of(self, name: str) -> Limits | None:
+        """The resource limits of a server's jail (None: remote, or `jail: false`)."""
+        server = self.servers[name]
+        if not isinstance(server, LocalServer) or server.jail is False:
+            return None
+        own, shared = server.jail.limits, self.defaults.limits
+        return Limits(
+            processes=own.processes or shared.processes or DEFAULT_PROCESSES,
+            memory=int(own.memory or shared.memory or DEFAULT_MEMORY),
+        )
+
     def max_message_of(self, name: str) -> int:
         return int(self.servers[name].max_message_size or self.defaults.max_message_size)
 
@@ -523,6 +557,10 @@ def _describe(err: Any, lines: dict[tuple[str, ...], int], source: str) -> str:
         )
     elif err["type"] in ("model_type", "dict_type") and loc[-1:] == ["jail"]:
         message = "expected jail settings (a mapping), or false to run the server unjailed"
+    elif err["type"] in ("greater_than_equal", "less_than_equal") and loc[-1:] in (["memory"], ["max_message_size"]):
+        bound = ByteSize(err["ctx"]["ge" if err["type"] == "greater_than_equal" else "le"]).human_readable()
+        least = "at least" if err["type"] == "greater_than_equal" else "at most"
+        message = f"must be {least} {bound} (got {err['input']})"
     elif err["type"] == "extra_forbidden":
         message = "unknown key"
     elif err["type"] == "literal_error":

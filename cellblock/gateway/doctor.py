@@ -12,8 +12,9 @@ from cellblock import __version__
 from cellblock.gateway.config import Config
 from cellblock.gateway.credentials import CredentialError, Keyring, active_backend
 from cellblock.sandbox.bwrap import check_bwrap
+from cellblock.sandbox.limits import enforcement
 from cellblock.sandbox.pins import landlock_abi
-from cellblock.sandbox.types import JailError
+from cellblock.sandbox.types import JailError, Mechanism
 
 __all__ = ["doctor"]
 
@@ -74,6 +75,12 @@ def _linux() -> bool:
         check_bwrap()
     except JailError as exc:
         return _line(False, "trial jail", str(exc))
-    return _line(
-        True, "trial jail", "a jail with new namespaces, no capabilities and the seccomp filter started and exited"
-    )
+    _line(True, "trial jail", "a jail with new namespaces, no capabilities and the seccomp filter started and exited")
+    return _limits()
+
+
+def _limits() -> bool:
+    """What enforces a jail's resource limits here; a failure when nothing bounds its processes."""
+    how = enforcement()
+    _line(how.memory.mechanism is not Mechanism.NONE, "memory limit", how.memory.how)
+    return _line(how.processes.mechanism is not Mechanism.NONE, "process limit", how.processes.how)

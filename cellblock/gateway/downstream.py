@@ -3,7 +3,8 @@
 A `Downstream` owns a supervisor task that connects (stdio through `launch_plan`, or Streamable
 HTTP), reads the server's catalog, and waits for the connection to end. A crash is followed by a
 restart with exponential backoff; after `MAX_RESTARTS` quick failures in a row the server is
-marked failed. Calls in flight when a server dies end with an error that names it.
+marked failed. Calls in flight when a server dies end with an error that names it. A local
+server whose jail reached a resource limit is stopped like one that crashed, with that reason.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ from cellblock.policy.hosts import parse_rule
 from cellblock.policy.jsontext import scrub
 from cellblock.policy.lock import without_protocol_meta
 from cellblock.sandbox.egress import Decision, EgressProxy
-from cellblock.sandbox.types import JailError
+from cellblock.sandbox.limits import describe
+from cellblock.sandbox.types import JailError, LaunchPlan, Limits
 
 __all__ = ["CALL_RESULT", "Downstream", "DownstreamError", "InFlight", "Listing", "forwardable"]
 
@@ -182,11 +184,14 @@ class Downstream:
     ) = None
     # the longest message taken from a local server (`max_message_size`)
     max_message: int = DEFAULT_LINE_LIMIT
+    # what a local server's jail may take (`jail.limits`); None: remote, or unjailed
+    limits: Limits | None = None
     # what the server may send unasked (logs, progress) before the excess is dropped
     notices: Budget = field(default_factory=Budget)
     listing: Listing | None = None
     state: str = "stopped"  # stopped | starting | ready | restarting | failed
     error: str | None = None
+    last_exit: str | None = None  # why the server last stopped, for `cellblock ps`
     client: Client | None = None
     # the pipes of a running local server, for the fast path's calls beside the SDK session
     channel: LocalChannel | None = None
@@ -208,6 +213,7 @@ class Downstream:
     _restart_reason: str | None = None  # why the gateway ended the current connection itself
     _refresh_due = False  # the server said its catalog changed since the last re-read began
     _refreshing = False
+    _limits_told = False  # the log said once how the jail's limits are enforced
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -282,7 +288,9 @@ class Downstream:
                 self._fail(str(exc), retry_on_use=True)
                 return
             except Exception as exc:  # the supervisor: any failure means restart, never a crash
-                reason = self._explain(exc)
+                # a jail that reached a limit while starting failed for that reason, whatever broke next
+                breach = self.channel.breach() if self.channel is not None else None
+                reason = breach or self._explain(exc)
                 if self._watch.login is not None or self._watch.unauthorized:
                     self._fail(reason, retry_on_use=True)
                     return
@@ -298,7 +306,8 @@ class Downstream:
 
     @property
     def _exit_reason(self) -> str:
-        return self._restart_reason or "the server exited"
+        breach = self.channel.breach() if self.channel is not None else None
+        return self._restart_reason or breach or "the server exited"
 
     def _restart(self, reason: str) -> None:
         """End the current connection because of how the server behaves; the supervisor restarts it."""
@@ -362,6 +371,7 @@ class Downstream:
         if self.state == "ready":
             self._event("server_exit", reason=reason)
         self.client = None
+        self.last_exit = reason
         self.error = reason
         self.state = "restarting"
         if self._ready.is_set():
@@ -422,11 +432,13 @@ class Downstream:
                 self._ready.set()
                 self._settled.set()
                 jail = getattr(self.config, "jail", None)
+                confined = self.channel.confinement if self.channel is not None else None
                 self._event(
                     "server_ready",
                     protocol=client.protocol_version,
                     jail="remote" if jail is None else "off" if jail is False else jail.network,
                     tools=len(listing.tools),
+                    **({"limits": describe(confined.plan)} if confined is not None else {}),
                 )
                 logger.info(
                     "server '%s' is ready (%s, %d tools)", self.name, client.protocol_version, len(listing.tools)
@@ -464,7 +476,8 @@ class Downstream:
                 values[variable] = value
                 self._secret(value)
             private = self.runtime / "servers" / self.name
-            plan = launch_plan(self.name, self.config, egress_socket, private, values)
+            plan = launch_plan(self.name, self.config, egress_socket, private, values, self.limits)
+            self._tell_limits(plan)
             if sys.platform == "win32":  # no process groups: the SDK's transport, and no fast path
                 return stdio_client(stdio_parameters(plan), errlog=sys.stderr)
             self.channel = LocalChannel(
@@ -479,6 +492,19 @@ class Downstream:
         keyring = self._keyring() if self.config.auth.type != "none" or self.config.secrets else None
         http = await remote_client(self.name, self.config, keyring, self._watch, self._secret, self.max_message)
         return streamable_http_client(self.config.url, http_client=http, max_sse_event_size=self.max_message)
+
+    def _tell_limits(self, plan: LaunchPlan) -> None:
+        """Say once how the jail's limits are enforced here, as a warning where not for the jail as a whole."""
+        if plan.limits is None or self._limits_told:
+            return
+        self._limits_told = True
+        how = plan.limits.enforcement
+        weak = [f"{key} {m.how}" for key, m in (("processes:", how.processes), ("memory:", how.memory)) if not m.whole]
+        if weak:
+            logger.warning(
+                "server '%s': its jail's limits are not all enforced as a whole: %s", self.name, "; ".join(weak)
+            )
+        logger.info("server '%s': limits: %s", self.name, describe(plan.limits))
 
     # -- what the server sends us ----------------------------------------------------------
 
@@ -726,6 +752,9 @@ class Downstream:
             return error_result(str(exc))
         if isinstance(exc, MCPError):
             if exc.code == types.CONNECTION_CLOSED:
+                why = self._restart_reason or (self.channel.breach() if self.channel is not None else None)
+                if why is not None:
+                    return error_result(f"server '{self.name}' was stopped during the call to '{tool}': {why}")
                 return error_result(f"server '{self.name}' closed the connection during the call to '{tool}'")
             return error_result(f"server '{self.name}' answered '{tool}' with an error: {exc.message}")
         # a result that does not validate

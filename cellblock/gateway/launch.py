@@ -22,9 +22,10 @@ from cellblock.gateway.state import own_dirs
 from cellblock.sandbox.bwrap import EGRESS_SOCKET, PIN_FILTER, bwrap_plan, check_bwrap
 from cellblock.sandbox.closure import exec_closure
 from cellblock.sandbox.launchers import launcher_mounts, resolve_command
+from cellblock.sandbox.limits import limit_plan
 from cellblock.sandbox.pins import landlock_abi, verify_pins
 from cellblock.sandbox.seatbelt import seatbelt_plan
-from cellblock.sandbox.types import Closure, JailError, JailSpec, LaunchPlan, Mount, MountMode, Network
+from cellblock.sandbox.types import Closure, JailError, JailSpec, LaunchPlan, Limits, Mount, MountMode, Network
 
 __all__ = ["JAIL_PATH", "PACKAGE_CACHES", "granted_roots", "jail_spec", "launch_plan", "stdio_parameters"]
 
@@ -149,12 +150,14 @@ def launch_plan(
     egress_socket: str | None = None,
     private: Path | None = None,
     secrets: Mapping[str, str] | None = None,
+    limits: Limits | None = None,
 ) -> LaunchPlan:
     """How to start `server`: jailed per its config, or plainly when it says `jail: false`.
 
     `private` is a directory only the gateway uses for this server (verified copies of pinned
     executables; the private temp dir on macOS). `secrets` are the values of its `secrets:`
     variables, read from the keyring; they go into the environment, never the command line.
+    `limits` (`Config.limits_of`) bound what a Linux jail may take; macOS has none yet.
 
     Raises:
         JailError: the jail cannot be built here (no bwrap, no user namespaces, a missing path,
@@ -186,7 +189,8 @@ def launch_plan(
             raise JailError(f"server '{name}': jail.exec.sha256 needs a private directory for verified copies")
         pinned = verify_pins(name, jail.exec.sha256, private / "pinned")
     spec, launchers = jail_spec(name, server, jail, egress_socket, pinned)
-    return bwrap_plan(spec, launchers, check_bwrap(), secrets, DEFAULT_INHERITED_ENV_VARS)
+    plan = bwrap_plan(spec, launchers, check_bwrap(), secrets, DEFAULT_INHERITED_ENV_VARS)
+    return plan if limits is None else limit_plan(plan, name, limits)
 
 
 def _macos_plan(name: str, server: LocalServer, jail: JailConfig, private: Path | None) -> LaunchPlan:

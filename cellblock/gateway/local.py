@@ -17,7 +17,9 @@ to `on_list_changed`, which coalesces them.
 
 Spawning and stopping follow the SDK's `stdio_client`: a new session and process group, no
 await between the spawn and the task group, and a shielded shutdown that closes stdin, waits,
-then ends the whole process group.
+then ends the whole process group. A jail with resource limits is released right after the spawn,
+once they are in place (`sandbox/spawn.py`), and looked at every `LIMIT_CHECK_SECONDS`: one that
+reached a limit is restarted (`on_misbehaving`), and the reason stays with the channel.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ from mcp.os.posix.utilities import terminate_posix_process_tree
 from cellblock.gateway.lines import SessionLines, Streams, error_response, request_id
 from cellblock.gateway.ratelimit import Budget
 from cellblock.gateway.stdio import DEFAULT_LINE_LIMIT, LineReader, OnOversize, Oversized, PipeWriter
-from cellblock.sandbox.spawn import spawn_args
+from cellblock.sandbox.limits import Confinement
+from cellblock.sandbox.spawn import SETTLE_SECONDS, spawn_args
 from cellblock.sandbox.types import LaunchPlan
 
 __all__ = ["ENVELOPE_PREFIX", "LocalChannel", "Pending", "local_transport"]
@@ -62,6 +65,9 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 # Lines over the limit a server may send in one run before it is restarted: one is a large
 # answer; a few in a row are a server that will not stop.
 MAX_OVERSIZED = 3
+# How often a jail is looked at for a limit it reached: a fork refused or an OOM kill in its cgroup
+# stays counted, so this only bounds how long a server at its limit keeps running.
+LIMIT_CHECK_SECONDS = 1.0
 # What a server's notifications may cost before they are dropped (see `Budget`).
 _NOTICES = ("notifications/message", "notifications/progress")
 _LIST_CHANGED = (
@@ -110,6 +116,8 @@ class LocalChannel:
     # the server has answered its handshake: at shutdown it gets time to exit by itself, while one
     # still starting (busy loading, not reading its stdin) is stopped at once
     answered: bool = False
+    # the jail's resource limits while it runs, and whether it reached one (sandbox/limits.py)
+    confinement: Confinement | None = None
     _writer: PipeWriter | None = None
     _lines: SessionLines | None = None
     _oversized: int = 0
@@ -154,6 +162,18 @@ class LocalChannel:
         params = {"requestId": pending.id, "reason": reason}
         with contextlib.suppress(OSError):  # the server is gone: nothing left to stop
             self._write({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})
+
+    def breach(self) -> str | None:
+        """Why the server's jail must stop, if it reached one of its resource limits."""
+        return self.confinement.breach() if self.confinement is not None else None
+
+    async def _watch_limits(self) -> None:
+        """Restart the server once its jail reaches a limit (a fork bomb that made its processes
+        and sleeps, a memory hog the kernel killed a child of)."""
+        while (reason := self.breach()) is None:  # noqa: ASYNC110 - the kernel's counters fire no event here
+            await anyio.sleep(LIMIT_CHECK_SECONDS)
+        if self.on_misbehaving is not None:
+            self.on_misbehaving(reason)
 
     def _write(self, message: dict[str, Any]) -> None:
         if self._writer is None:
@@ -270,7 +290,8 @@ async def local_transport(plan: LaunchPlan, channel: LocalChannel, errlog: TextI
 
     Raises:
         OSError: the process cannot be started.
-        JailError: the plan's seccomp filter cannot be handed to bwrap.
+        JailError: the plan's seccomp filter cannot be handed to bwrap, or its jail could not be
+            put under its resource limits (it was ended).
     """
     child_in, to_child = os.pipe()
     from_child, child_out = os.pipe()
@@ -286,6 +307,13 @@ async def local_transport(plan: LaunchPlan, channel: LocalChannel, errlog: TextI
                 start_new_session=True,
                 pass_fds=spawn.pass_fds,
             )
+            try:
+                # the jail waits until this returns: its limits are in place before the server runs
+                channel.confinement = spawn.release()
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await _stop(process, 0)
+                raise
     except BaseException:
         for fd in (to_child, from_child):
             os.close(fd)
@@ -314,6 +342,8 @@ async def local_transport(plan: LaunchPlan, channel: LocalChannel, errlog: TextI
         async with anyio.create_task_group() as tg, lines.streams() as streams:
             channel._writer, channel.open = writer, True
             tg.start_soon(channel._expire)
+            if channel.confinement is not None:
+                tg.start_soon(channel._watch_limits)
             try:
                 yield streams
             finally:
@@ -329,6 +359,15 @@ async def local_transport(plan: LaunchPlan, channel: LocalChannel, errlog: TextI
             await _stop(process, _EXIT_SECONDS if channel.answered else 0)
             lines.close()
             os.close(from_child)
+            if channel.confinement is not None:
+                await _settle(channel.confinement)
+
+
+async def _settle(confinement: Confinement) -> None:
+    """Remove what was made for the ended jail, once its last tasks have exited (a moment after)."""
+    with anyio.move_on_after(SETTLE_SECONDS):
+        while not confinement.close():  # noqa: ASYNC110 - no event fires when a cgroup empties
+            await anyio.sleep(0.01)
 
 
 async def _stop(process: anyio.abc.Process, grace: float) -> None:

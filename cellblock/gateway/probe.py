@@ -29,11 +29,20 @@ ESCAPE = Path(__file__).resolve().parent.parent / "sandbox" / "escape.py"
 PROBE_SECONDS = 120
 CANARY = "cellblock-probe-canary"
 KEYS_TRIED = 5  # of the user's kernel keys, the first few: one readable is as bad as all
+# A fork bomb tries a few processes past the jail's limit; a limit higher than this is not tried,
+# since a probe must not cost the machine what it tests for.
+FORK_PAST_LIMIT, FORK_MOST = 8, 2000
 SECRETS = (".ssh/id_ed25519", ".ssh/id_rsa", ".ssh/config", ".aws/credentials", ".netrc", ".config/gh/hosts.yml")
 
 
 def _attempts(
-    config_path: Path, state: Path, audit: Path, jail: JailConfig, listener: int, shared: set[str]
+    config_path: Path,
+    state: Path,
+    audit: Path,
+    jail: JailConfig,
+    listener: int,
+    shared: set[str],
+    processes: int | None = None,
 ) -> list[dict[str, Any]]:
     home = Path.home()
     reads = [str(home / s) for s in SECRETS] + ["/etc/shadow", str(config_path), str(audit)]
@@ -67,6 +76,8 @@ def _attempts(
         {"kind": "userns", "target": ""},
         {"kind": "remount", "target": jail.read_only[0] if jail.read_only else "/usr"},
     ]
+    if processes is not None and processes + FORK_PAST_LIMIT <= FORK_MOST:
+        attempts.append({"kind": "fork", "ceiling": processes + FORK_PAST_LIMIT})
     return attempts
 
 
@@ -92,8 +103,12 @@ def _probe_one(
             mounts = launch_plan(name, stand_in([]), egress, runtime / "servers" / name).mounts
             home = str(Path.home())
             shared = {m.path[len(home) + 1 :].split("/")[0] for m in mounts if m.path.startswith(home + "/")}
-            attempts = _attempts(config_path, state, config.audit_file(state), jail, listener.getsockname()[1], shared)
-            plan = launch_plan(name, stand_in(attempts), egress, runtime / "servers" / name)
+            limits = config.limits_of(name)
+            port = listener.getsockname()[1]
+            processes = limits.processes if limits is not None else None
+            attempts = _attempts(config_path, state, config.audit_file(state), jail, port, shared, processes)
+            # the server's own limits: the fork bomb above tries them
+            plan = launch_plan(name, stand_in(attempts), egress, runtime / "servers" / name, limits=limits)
             done = run_plan(plan, PROBE_SECONDS)
         finally:
             if egress is not None:

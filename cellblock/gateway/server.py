@@ -114,6 +114,7 @@ class Gateway:
                 runtime=runtime or Path("/nonexistent"),
                 sampling=config.sampling_of(name),
                 max_message=config.max_message_of(name),
+                limits=config.limits_of(name),
                 approve_sampling=self._approve_sampling,
                 allow_insecure=config.credentials.allow_insecure,
             )
@@ -626,6 +627,7 @@ class Gateway:
                     "tools": len(ds.listing.tools) if ds.listing else 0,
                     "calls": ds.calls,
                     "fast_calls": ds.fast_calls,
+                    "last_exit": ds.last_exit,
                 }
                 for name, ds in self.downstreams.items()
             ]

@@ -12,6 +12,7 @@ from cellblock.gateway.launch import jail_spec
 from cellblock.gateway.state import read_json
 from cellblock.sandbox.bwrap import bwrap_plan
 from cellblock.sandbox.closure import GUARANTEE
+from cellblock.sandbox.limits import limit_plan, size
 from cellblock.sandbox.seccomp import SUMMARY
 from cellblock.sandbox.types import JailError
 
@@ -51,12 +52,24 @@ def describe_server(config: Config, name: str, always: dict[str, list[str]] | No
     }
     if server.jail is False:
         return info | {"jail": "OFF (jail: false): runs as you, with your files and network"}
+    linux = sys.platform.startswith("linux")
+    limits = config.limits_of(name)
     try:
         spec, launchers = jail_spec(name, server, server.jail)
-        plan = bwrap_plan(spec, launchers, seccomp=sys.platform.startswith("linux"))
+        plan = bwrap_plan(spec, launchers, seccomp=linux)
     except JailError as exc:
         return info | {"jail": "cannot be built", "error": str(exc)}
+    if linux and limits is not None:
+        plan = limit_plan(plan, name, limits)
+    enforced = plan.limits.enforcement if plan.limits is not None else None
     return info | {
+        "limits": {
+            "processes": limits.processes if limits else None,
+            "memory": limits.memory if limits else None,
+            # what enforces each here, in words; "not enforced" says so
+            "processes_by": enforced.processes.how if enforced else f"NOT ENFORCED: no limits on {sys.platform} yet",
+            "memory_by": enforced.memory.how if enforced else f"NOT ENFORCED: no limits on {sys.platform} yet",
+        },
         "jail": "bubblewrap" if sys.platform.startswith("linux") else f"none on {sys.platform}",
         "network": plan.network.value,
         "allow_hosts": list(spec.allow_hosts),
@@ -96,6 +109,9 @@ def show(config: Config, only: str | None, as_json: bool, state: Path | None = N
                 f"{hosts}"
             )
             print(f"  seccomp  {item['seccomp']}")
+            limits = item["limits"]
+            print(f"  limits   processes {limits['processes']}: {limits['processes_by']}")
+            print(f"  limits   memory {size(limits['memory'])}: {limits['memory_by']}")
             for mount in item["mounts"]:
                 print(f"  mount    {mount['mode']}  {mount['path']}  [{mount['why']}]")
             if item["exec_allow"]:

@@ -35,8 +35,13 @@ did, 2 on a bad spec. Kinds and their fields (``target`` is always a string):
 - ``keyring``: target=the description of a "user" key in the user's kernel keyrings, optional
   ``rings``=[serials of keyrings to link, besides those /proc/keys lists]. Through if any byte of
   its payload was read (tried in a forked child, in a session keyring of its own).
+- ``fork``: optional ``ceiling`` (forks at most, default 1000) and ``hold`` (seconds the children
+  stay, default 0: they exit as the attempt ends). Through if all ``ceiling`` children were made.
+- ``memory``: ``mib`` (to allocate and touch) and optional ``step`` (MiB at a time, default 64).
+  Through if all of it was had; it is freed again at the end.
 
-Reported details carry sizes, counts and error names, never the bytes of what was read.
+Reported details carry sizes, counts and error names, never the bytes of what was read;
+``amount`` is what an attempt got when that is a quantity (processes made, MiB had).
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ __all__ = [
     "connect",
     "dbus",
     "exec_binary",
+    "fork_bomb",
     "host_processes",
     "keyring",
     "list_dir",
@@ -79,6 +85,7 @@ __all__ = [
     "load_copy",
     "main",
     "memfd_exec",
+    "memory_hog",
     "new_user_namespace",
     "privileges",
     "read_file",
@@ -115,6 +122,9 @@ KEY_SPEC_USER_KEYRING = -4
 KEYCTL_SYSCALL = {"x86_64": 250, "aarch64": 219}
 KEY_READ_MAX = 4096  # bytes of a payload read at most (only the size is reported)
 CHILD_REPORT_MAX = 4096  # bytes a child reports through its pipe: less than a pipe holds, so it never blocks
+FORK_CEILING = 1000  # forks a fork bomb makes at most: far above a test's limit, and harmless to the machine
+FORK_HOLD_MAX = 120  # seconds a forked child lives at most, whatever becomes of its parent
+MEMORY_STEP = 64  # MiB a memory hog takes at a time
 
 
 @dataclass(frozen=True)
@@ -125,6 +135,7 @@ class Attempt:
     target: str
     got_through: bool
     detail: str
+    amount: int | None = None  # what it got, when that is a quantity (processes made, MiB had)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -669,6 +680,71 @@ def keyring(description: str, rings: Sequence[int] = ()) -> Attempt:
     return Attempt("keyring", description, read > 0, f"{seen}; {detail}")
 
 
+# --- resources ------------------------------------------------------------------------------
+
+
+@_never_raises("fork")
+def fork_bomb(ceiling: int = FORK_CEILING, hold: float = 0) -> Attempt:
+    """Fork children that sleep, up to `ceiling`. Through if all `ceiling` of them were made.
+
+    They exit when the attempt ends, or with `hold` that many seconds later, counting against the
+    jail's processes meanwhile (its parent then returns at once); never later than
+    `FORK_HOLD_MAX` seconds, nor than their parent.
+    """
+    target = f"{ceiling} processes"
+    read_end, write_end = os.pipe()  # the children wait for its end: their parent's end, or its release
+    children: list[int] = []
+
+    def release() -> None:
+        os.close(write_end)
+        for child in children:
+            os.waitpid(child, 0)
+
+    # started before the forks: a jail at its limit has no thread to spare for it later
+    timer = threading.Timer(hold, release) if hold > 0 else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    refused = "none refused"
+    try:
+        for _ in range(ceiling):
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                refused = f"fork: {_errno_name(exc.errno or 0)}"
+                break
+            if pid == 0:
+                try:
+                    os.close(write_end)
+                    signal.alarm(FORK_HOLD_MAX)
+                    os.read(read_end, 1)
+                finally:
+                    os._exit(0)
+            children.append(pid)
+    finally:
+        os.close(read_end)
+        if timer is None:
+            release()
+    made = len(children)
+    return Attempt("fork", target, made >= ceiling, f"made {made} of {ceiling} ({refused})", amount=made)
+
+
+@_never_raises("memory")
+def memory_hog(mib: int, step: int = MEMORY_STEP) -> Attempt:
+    """Allocate and touch `mib` MiB, `step` MiB at a time. Through if all of it was had (then freed)."""
+    chunks: list[bytes] = []
+    try:
+        while len(chunks) * step < mib:
+            chunks.append(b"\x01" * (step << 20))  # written, so every page is really taken
+    except MemoryError:
+        had = len(chunks) * step
+        chunks.clear()
+        return Attempt("memory", f"{mib} MiB", False, f"had {had} MiB of {mib}, then MemoryError", amount=had)
+    had = len(chunks) * step
+    chunks.clear()
+    return Attempt("memory", f"{mib} MiB", True, f"had all {had} MiB", amount=had)
+
+
 # --- spec and CLI --------------------------------------------------------------------------
 
 
@@ -683,6 +759,13 @@ def _pid(entry: dict[str, Any]) -> int | None:
     value = entry.get("pid")
     if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
         raise ValueError(f"'pid' must be an integer (got {value!r})")
+    return value
+
+
+def _number(entry: dict[str, Any], key: str, default: float) -> float:
+    value = entry.get(key, default)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{key!r} must be a number of at least 0 (got {value!r})")
     return value
 
 
@@ -709,6 +792,8 @@ KINDS = (
     "keyring",
     "load_copy",
     "memfd_exec",
+    "fork",
+    "memory",
 )
 _NEEDS_TARGET = frozenset(
     {"read", "list", "write", "connect", "resolve", "remount", "privileges", "keyring", "load_copy", "memfd_exec"}
@@ -768,6 +853,12 @@ def _bind(kind: str, entry: dict[str, Any]) -> Callable[[], Attempt]:
         return lambda: load_copy(target, source)
     if kind == "memfd_exec":
         return lambda: memfd_exec(target)
+    if kind == "fork":
+        ceiling, hold = int(_number(entry, "ceiling", FORK_CEILING)), _number(entry, "hold", 0)
+        return lambda: fork_bomb(ceiling, hold)
+    if kind == "memory":
+        mib, step = int(_number(entry, "mib", 0)), int(_number(entry, "step", MEMORY_STEP)) or MEMORY_STEP
+        return lambda: memory_hog(mib, step)
     raise ValueError(f"unknown kind {kind!r}; known kinds: {', '.join(KINDS)}")
 
 

@@ -6,22 +6,127 @@ where `--ro-bind-data` shows the pin launcher its own filter). `spawn_args` puts
 fresh memfd, writes its number into the argv and closes it again once the block ends; every place
 that spawns a plan goes through it. A plan spawned without it fails closed: bwrap refuses the
 placeholder ("Invalid fd") and nothing runs.
+
+A plan with resource limits has two more placeholders, for bwrap's `--info-fd` (where it reports
+the jail's first process) and `--block-fd` (where that process waits before it starts the
+server). The spawner calls `Spawn.release` right after starting the process: it puts the jail
+under its limits (`sandbox/limits.py`) and only then lets it go on. A jail that is not released
+(the spawner failed, or forgot) is ended, never let go without its limits.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import select
+import signal
 import subprocess
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from cellblock.sandbox.types import JailError, LaunchPlan
+from cellblock.sandbox.limits import BLOCK_FD, INFO_FD, Confinement, confine
+from cellblock.sandbox.types import JailError, LaunchPlan, LimitPlan
 
-__all__ = ["PIN_FILTER_FD", "SECCOMP_FD", "Spawn", "run_plan", "spawn_args"]
+__all__ = ["PIN_FILTER_FD", "SECCOMP_FD", "Hold", "Spawn", "run_plan", "spawn_args"]
 
 SECCOMP_FD = "<seccomp-fd>"
 PIN_FILTER_FD = "<pin-filter-fd>"
+# bwrap reports the jail's first process within milliseconds; with systemd it first waits for the
+# service manager to make the scope. A jail not reported by then is ended.
+HOLD_SECONDS = 10.0
+# A jail's cgroups can be removed once its last task has exited, a moment after the jail ends.
+SETTLE_SECONDS = 1.0
+
+
+class Hold:
+    """A jail held at bwrap's `--block-fd` before its command runs, until its limits are in place."""
+
+    def __init__(self, plan: LimitPlan) -> None:
+        self.plan = plan
+        self._info, self._info_child = os.pipe()
+        self._block_child, self._block = os.pipe()
+        self._open = True
+        self._read = False
+        self._pid: int | None = None
+        self._why = ""
+
+    @property
+    def child_fds(self) -> tuple[int, int]:
+        """bwrap's ends: where it reports the jail's first process, and where that process waits."""
+        return self._info_child, self._block_child
+
+    def release(self) -> Confinement:
+        """Put the jail under its limits, then let it start the server.
+
+        Raises:
+            JailError: bwrap ended or did not report the jail in time, or the limits could not be
+                put in place; the jail has been ended.
+        """
+        if not self._open:
+            raise JailError(f"server '{self.plan.server}': its jail was released or ended already")
+        try:
+            pid = self._report()
+            if pid is None:
+                raise JailError(f"server '{self.plan.server}': bubblewrap {self._why}; nothing was started")
+            confinement = confine(pid, self.plan)
+        except BaseException:
+            self.close()
+            raise
+        try:
+            os.write(self._block, b"\x01")
+        except OSError as exc:
+            confinement.close()
+            self.close()
+            raise JailError(f"server '{self.plan.server}': its jail ended before it could start: {exc}") from exc
+        self._close_fds()
+        return confinement
+
+    def _report(self) -> int | None:
+        """The jail's first process as bwrap reports it (once, then remembered); None when bwrap
+        ended without a report, or made none in time (`_why` says which)."""
+        if self._read:
+            return self._pid
+        self._read = True
+        os.close(self._info_child)  # the child has its own: an end of file means bwrap is gone
+        os.close(self._block_child)
+        self._info_child = self._block_child = -1
+        report, deadline = b"", time.monotonic() + HOLD_SECONDS
+        poller = select.poll()
+        poller.register(self._info, select.POLLIN)
+        # read up to a whole report, not to the end: a prefix (runuser) may keep the pipe open
+        while self._pid is None and (left := deadline - time.monotonic()) > 0 and poller.poll(left * 1000):
+            chunk = os.read(self._info, 4096)
+            if not chunk:
+                break
+            report += chunk
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                pid = json.loads(report)["child-pid"]
+                self._pid = pid if isinstance(pid, int) and pid > 0 else None
+        if self._pid is None:
+            # what ended may be what runs bwrap (systemd-run, which could not make the scope): its error is in the log
+            self._why = "ended before it started the jail (see the log)" if not report else "made no report in time"
+        return self._pid
+
+    def close(self) -> None:
+        """End a jail that was not released: kill its first process once bwrap has reported it,
+        and close the report before the hold, so a bwrap that is still to report dies of the
+        broken pipe instead of going on."""
+        if not self._open:
+            return
+        pid = self._report()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self._close_fds()
+
+    def _close_fds(self) -> None:
+        self._open = False
+        for fd in (self._info, self._info_child, self._block_child, self._block):
+            if fd >= 0:
+                os.close(fd)
+        self._info = self._info_child = self._block_child = self._block = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,32 +135,65 @@ class Spawn:
 
     argv: tuple[str, ...]
     pass_fds: tuple[int, ...]
+    hold: Hold | None = None  # with limits: call `release` once the process is started
+
+    def release(self) -> Confinement | None:
+        """Let a jail with limits start its server once they are in place (None: a plan without limits).
+
+        Raises:
+            JailError: see `Hold.release`.
+        """
+        return self.hold.release() if self.hold is not None else None
+
+
+def _placeholder(argv: tuple[str, ...], value: str, option: str) -> int:
+    """Where `value` stands in `argv` as the argument of `option`.
+
+    Raises:
+        JailError: it does not, exactly once.
+    """
+    slots = [i for i, arg in enumerate(argv) if arg == value]
+    if len(slots) != 1 or argv[slots[0] - 1] != option:
+        raise JailError(
+            f"the launch plan's command has {len(slots)} '{option} {value}' places (expected 1); nothing was started"
+        )
+    return slots[0]
 
 
 @contextlib.contextmanager
 def spawn_args(plan: LaunchPlan) -> Iterator[Spawn]:
-    """The argv and inherited descriptors that start `plan`; spawn inside the block.
+    """The argv and inherited descriptors that start `plan`; spawn inside the block, then call
+    `Spawn.release` at once.
 
     Raises:
-        JailError: the plan's argv and its filter do not match (a placeholder without a program, or
-            a program without exactly one `--seccomp` placeholder), or the memfd cannot be made.
+        JailError: the plan's argv and what it carries do not match (a placeholder without a
+            program or limits, or those without exactly one placeholder), or the memfd cannot be made.
     """
-    inputs = ((SECCOMP_FD, "--seccomp", plan.seccomp), (PIN_FILTER_FD, "--ro-bind-data", plan.pin_filter))
-    argv, fds = list(plan.argv), list[int]()
+    argv = list(plan.argv)
+    fds: list[int] = []
+    programs = ((SECCOMP_FD, "--seccomp", plan.seccomp), (PIN_FILTER_FD, "--ro-bind-data", plan.pin_filter))
+    for placeholder, _, program in programs:
+        if program is None and placeholder in argv:
+            raise JailError("the launch plan asks for a seccomp filter but carries none; nothing was started")
+    if plan.limits is None and (INFO_FD in argv or BLOCK_FD in argv):
+        raise JailError("the launch plan holds its jail for limits it does not carry; nothing was started")
+    slots = {p: _placeholder(plan.argv, p, option) for p, option, program in programs if program is not None}
+    if plan.limits is not None:
+        slots[INFO_FD] = _placeholder(plan.argv, INFO_FD, "--info-fd")
+        slots[BLOCK_FD] = _placeholder(plan.argv, BLOCK_FD, "--block-fd")
+    hold: Hold | None = None
     try:
-        for placeholder, option, data in inputs:
-            slots = [i for i, arg in enumerate(argv) if arg == placeholder]
-            if data is None and not slots:
-                continue
-            if data is None or len(slots) != 1 or argv[slots[0] - 1] != option:
-                raise JailError(
-                    f"the launch plan's command has {len(slots)} '{option} {placeholder}' places for "
-                    f"{'no' if data is None else 'one'} seccomp program (expected as many); nothing was started"
-                )
-            fds.append(_memfd(data))
-            argv[slots[0]] = str(fds[-1])
-        yield Spawn(tuple(argv), tuple(fds))
+        for placeholder, _, program in programs:
+            if program is not None:
+                fds.append(_memfd(program))
+                argv[slots[placeholder]] = str(fds[-1])
+        if plan.limits is not None:
+            hold = Hold(plan.limits)
+            argv[slots[INFO_FD]], argv[slots[BLOCK_FD]] = (str(fd) for fd in hold.child_fds)
+        yield Spawn(tuple(argv), (*fds, *(hold.child_fds if hold else ())), hold)
     finally:
+        if hold is not None:
+            hold.close()  # a jail never released is ended, not let go
         for fd in fds:
             os.close(fd)
 
@@ -66,19 +204,38 @@ def run_plan(plan: LaunchPlan, timeout: float, prefix: Sequence[str] = ()) -> su
     `prefix` goes before the command (`runuser -u USER --`, which passes its descriptors on).
 
     Raises:
-        JailError: see `spawn_args`.
+        JailError: see `spawn_args` and `Spawn.release`.
         OSError: the command cannot be started.
         subprocess.TimeoutExpired: it ran longer than `timeout` seconds (it is killed).
     """
     with spawn_args(plan) as spawn:
-        return subprocess.run(
+        process = subprocess.Popen(
             [*prefix, *spawn.argv],
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout,
-            check=False,
             pass_fds=spawn.pass_fds,
         )
+        confinement: Confinement | None = None
+        with process:
+            try:
+                confinement = spawn.release()
+                stdout, stderr = process.communicate(timeout=timeout)
+            except BaseException:
+                process.kill()
+                process.communicate()
+                raise
+            finally:
+                if confinement is not None:
+                    settle(confinement)
+        return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def settle(confinement: Confinement) -> None:
+    """Remove what was made for an ended jail, waiting (briefly) for its last tasks to exit."""
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while not confinement.close() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _memfd(data: bytes) -> int:

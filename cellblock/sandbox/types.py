@@ -1,8 +1,9 @@
 """What a jail is made of, independent of the OS that builds it.
 
 `JailSpec` is what the gateway asks for (from a server's `jail:` config); a `LaunchPlan` is how
-one OS layer carries it out (the argv to run, every mount it makes, for `cellblock show`, and the
-seccomp filter bwrap installs, which `sandbox/spawn.py` hands over at spawn).
+one OS layer carries it out (the argv to run, every mount it makes, for `cellblock show`, the
+seccomp filter bwrap installs, which `sandbox/spawn.py` hands over at spawn, and the jail's
+resource limits with how this machine enforces them, which `sandbox/limits.py` puts in place).
 """
 
 from __future__ import annotations
@@ -13,7 +14,22 @@ from enum import StrEnum
 
 from cellblock.policy.errors import CellblockError
 
-__all__ = ["Closure", "Install", "InstallKind", "JailError", "JailSpec", "LaunchPlan", "Mount", "MountMode", "Network"]
+__all__ = [
+    "Closure",
+    "Enforcement",
+    "Install",
+    "InstallKind",
+    "JailError",
+    "JailSpec",
+    "LaunchPlan",
+    "LimitPlan",
+    "Limits",
+    "Mechanism",
+    "Method",
+    "Mount",
+    "MountMode",
+    "Network",
+]
 
 
 class JailError(CellblockError):
@@ -76,12 +92,64 @@ class JailSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class Limits:
+    """What one jail may take: tasks (processes and threads alike, as the kernel counts both) and
+    memory, in bytes."""
+
+    processes: int
+    memory: int
+
+
+class Mechanism(StrEnum):
+    """What enforces one limit on this machine."""
+
+    SYSTEMD = "systemd"  # a transient scope of the service manager (the user's, or as root the system's)
+    CGROUP = "cgroup"  # a cgroup of the jail's own, made by the gateway in the cgroup filesystem
+    RLIMIT = "rlimit"  # a resource limit of the jail's first process, inherited by everything it starts
+    NONE = "none"  # nothing here can enforce it
+
+
+@dataclass(frozen=True, slots=True)
+class Method:
+    """How one limit is enforced here, and what that covers, in words for `show`, `doctor` and the log."""
+
+    mechanism: Mechanism
+    how: str
+    whole: bool  # it bounds the jail as a whole (not each process, or nothing)
+    base: str | None = None  # cgroup: the directory the jail's cgroup is made in
+    version: int = 0  # cgroup: 1 or 2
+
+
+@dataclass(frozen=True, slots=True)
+class Enforcement:
+    """How this machine enforces each of a jail's limits."""
+
+    processes: Method
+    memory: Method
+    # with systemd: the systemd-run command that makes the scope, and what it needs in its environment
+    scope: tuple[str, ...] = ()
+    scope_env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitPlan:
+    """A jail's limits, how they are enforced, and the server's name for what is made in the OS
+    (its cgroup or systemd scope)."""
+
+    server: str
+    limits: Limits
+    enforcement: Enforcement
+
+
+@dataclass(frozen=True, slots=True)
 class LaunchPlan:
     """The command that starts a server, and what it will be able to see.
 
     With a `seccomp` program, `argv` holds a placeholder where bwrap expects the descriptor to
     read it from: spawn such a plan through `sandbox.spawn.spawn_args`, which supplies both. Run
-    as it is, bwrap refuses the placeholder and the server does not start.
+    as it is, bwrap refuses the placeholder and the server does not start. With `limits`, the argv
+    also holds bwrap's `--info-fd` and `--block-fd` placeholders: the jail waits before its command
+    runs until `Spawn.release` has put it under them.
     """
 
     argv: tuple[str, ...]
@@ -93,6 +161,7 @@ class LaunchPlan:
     seccomp: bytes | None = field(default=None, repr=False)  # a compiled BPF program (sandbox/seccomp.py)
     # with exec.allow: the stricter program the pin launcher installs itself (shown to it as a file)
     pin_filter: bytes | None = field(default=None, repr=False)
+    limits: LimitPlan | None = None  # see sandbox/limits.py
 
 
 class InstallKind(StrEnum):

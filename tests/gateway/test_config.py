@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cellblock.gateway.config import ConfigError, JailConfig, LocalServer, RemoteServer, load_config, parse_config
+from cellblock.sandbox.types import Limits
 
 GOOD = """\
 version: 1
@@ -396,3 +397,40 @@ def test_check_exits_1_with_lint_findings_and_names_them(tmp_path: Path) -> None
     )
     assert done.returncode == 1
     assert "lint: server 'a': tools.rules.read_file.args.path: under /etc is not shared" in done.stderr
+
+
+def test_a_jail_is_limited_by_default_and_a_server_overrides_defaults_key_by_key() -> None:
+    config = parse_config(
+        """version: 1
+defaults: {limits: {memory: 2GiB}}
+servers:
+  plain: {command: /bin/true}
+  busy: {command: /bin/true, jail: {limits: {processes: 2000}}}
+  loose: {command: /bin/true, jail: false}
+  web: {url: "https://example.com/mcp"}
+"""
+    )
+    assert config.limits_of("plain") == Limits(processes=512, memory=2 << 30)
+    assert config.limits_of("busy") == Limits(processes=2000, memory=2 << 30)
+    assert config.limits_of("loose") is None and config.limits_of("web") is None  # nothing of theirs is jailed
+    assert parse_config("version: 1\nservers: {a: {command: /bin/true}}").limits_of("a") == Limits(512, 4 << 30)
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        ("{processes: 4}", "servers.a.jail.limits.processes: Input should be greater than or equal to 8"),
+        (
+            "{processes: many}",
+            "servers.a.jail.limits.processes: Input should be a valid integer, unable to parse string as an integer",
+        ),
+        ("{memory: 1MiB}", "servers.a.jail.limits.memory: must be at least 32.0MiB (got 1MiB)"),
+        ("{memory: 2TiB}", "servers.a.jail.limits.memory: must be at most 1.0TiB (got 2TiB)"),
+        ("{memory: lots}", "servers.a.jail.limits.memory: could not parse value and unit from byte string"),
+        ("{threads: 8}", "servers.a.jail.limits.threads: unknown key"),
+    ],
+)
+def test_bad_limits_are_named_at_their_line(limits: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(f"version: 1\nservers:\n  a:\n    command: /bin/true\n    jail:\n      limits: {limits}\n")
+    assert str(caught.value).startswith(f"cellblock.yaml:6: {expected}")

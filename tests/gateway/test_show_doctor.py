@@ -111,3 +111,34 @@ def test_show_says_what_each_launcher_mount_is_and_why(config: Path) -> None:
     assert done.returncode == 0, done.stderr
     # the server's command is this virtualenv's python: the virtualenv is shared, and says so
     assert f"mount    ro  {sys.prefix}  [virtualenv, for the command itself]" in done.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="limits are enforced on Linux")
+def test_show_prints_each_limit_and_what_enforces_it_here(config: Path) -> None:
+    from cellblock.sandbox.limits import enforcement
+
+    how = enforcement()
+    done = cellblock("show", "--config", str(config), "jailed")
+    assert done.returncode == 0, done.stderr
+    assert f"  limits   processes 512: {how.processes.how}\n" in done.stdout
+    assert f"  limits   memory 4 GiB: {how.memory.how}\n" in done.stdout
+    shown = json.loads(cellblock("show", "--config", str(config), "--json").stdout)
+    limits = {s["name"]: s.get("limits") for s in shown}
+    assert limits["jailed"] == {
+        "processes": 512,
+        "memory": 4 << 30,
+        "processes_by": how.processes.how,
+        "memory_by": how.memory.how,
+    }
+    assert limits["loose"] is None and limits["web"] is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="limits are enforced on Linux")
+def test_doctor_says_what_enforces_a_jails_limits_here() -> None:
+    from cellblock.sandbox.limits import enforcement
+
+    how = enforcement()
+    done = cellblock("doctor")
+    processes = "FAIL" if how.processes.mechanism.value == "none" else "OK  "
+    assert f"{processes}  process limit: {how.processes.how}\n" in done.stdout
+    assert f"  memory limit: {how.memory.how}\n" in done.stdout

@@ -73,3 +73,10 @@ def test_exec_rules_are_probed_when_set(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     attempts = json.loads(done.stdout)["pinned"]["attempts"]
     assert any(a["name"] == "exec" and not a["got_through"] for a in attempts)
+
+
+def test_a_fork_bomb_is_tried_just_past_the_jails_process_limit_and_stopped(tmp_path: Path) -> None:
+    done = probe(tmp_path, f"  tight:\n    command: {sys.executable}\n    jail: {{limits: {{processes: 24}}}}\n")
+    (bomb,) = [a for a in json.loads(done.stdout)["tight"]["attempts"] if a["name"] == "fork"]
+    assert bomb["target"] == "32 processes" and bomb["amount"] < 24, bomb
+    assert not bomb["got_through"] and done.returncode == 0, done.stdout + done.stderr

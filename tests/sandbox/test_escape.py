@@ -424,6 +424,8 @@ def test_cli_reads_the_spec_from_stdin(tmp_path: Path) -> None:
         [{"kind": "exec", "argv": "/bin/true"}],
         [{"kind": "list", "target": "/", "expect": [1]}],
         [{"kind": "processes", "pid": "1"}],
+        [{"kind": "fork", "ceiling": "many"}],
+        [{"kind": "memory", "mib": -1}],
     ],
 )
 def test_cli_rejects_a_bad_spec_before_running_anything(spec: object, tmp_path: Path) -> None:
@@ -446,6 +448,38 @@ def test_cli_rejects_text_that_is_not_json(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith("escape: bad spec:")
+
+
+# --- resources -------------------------------------------------------------------------------
+
+
+def test_a_fork_bomb_unjailed_makes_every_process_it_asks_for_and_ends_them(tmp_path: Path) -> None:
+    proc = run_cli([{"kind": "fork", "ceiling": 50}], tmp_path)
+    (result,) = json.loads(proc.stdout)
+    assert result["got_through"] and result["amount"] == 50, result
+    assert result["detail"] == "made 50 of 50 (none refused)"
+
+
+def test_a_memory_hog_unjailed_has_all_it_asks_for(tmp_path: Path) -> None:
+    (result,) = json.loads(run_cli([{"kind": "memory", "mib": 128, "step": 32}], tmp_path).stdout)
+    assert result["got_through"] and result["amount"] == 128, result
+
+
+def test_a_memory_hog_refused_memory_says_how_much_it_had(tmp_path: Path) -> None:
+    spec = json.dumps([{"kind": "memory", "mib": 512}])
+    # RLIMIT_DATA binds root too; set in the child alone, before it runs
+    bounded = [sys.executable, "-c", LIMITED_DATA, str(ESCAPE_PY), spec]
+    proc = subprocess.run(bounded, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+    (result,) = json.loads(proc.stdout)
+    assert not result["got_through"] and result["amount"] < 256 and "MemoryError" in result["detail"], result
+
+
+LIMITED_DATA = """
+import resource, runpy, sys
+resource.setrlimit(resource.RLIMIT_DATA, (256 << 20, 256 << 20))
+sys.argv = [sys.argv[1], "--json", sys.argv[2]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
 
 
 # --- standalone ------------------------------------------------------------------------------

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import socket
 import subprocess
-import tempfile
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,6 +23,7 @@ from cellblock.sandbox.bwrap import bwrap_plan
 from cellblock.sandbox.spawn import run_plan
 from cellblock.sandbox.types import JailSpec
 from tests.kernel_keys import keyrings_usable, planted_key
+from tests.sandbox.conftest import escape_copy
 
 pytestmark = [
     pytest.mark.jail,
@@ -33,54 +31,7 @@ pytestmark = [
     pytest.mark.skipif(not Path("/usr/bin/python3").exists(), reason="needs the system python3"),
 ]
 
-SANDBOX = Path(__file__).resolve().parents[2] / "cellblock" / "sandbox"
-USER = "cellblock-test"
 ABSTRACT = "cellblock-test-users-bus"
-
-
-def ensure_user() -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(USER)
-    except KeyError:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", USER], check=True)
-        return pwd.getpwnam(USER)
-
-
-@pytest.fixture(params=["root", "user"])
-def who(request: pytest.FixtureRequest) -> Iterator[tuple[str, list[str], str, int]]:
-    """(name, argv prefix to run as them, their home, their uid)."""
-    if os.geteuid() != 0:
-        if request.param == "root":
-            pytest.skip("the root case needs root")
-        me = pwd.getpwuid(os.geteuid())
-        yield me.pw_name, [], me.pw_dir, me.pw_uid
-        return
-    if request.param == "root":
-        yield "root", [], "/root", 0
-        return
-    if shutil.which("useradd") is None or shutil.which("runuser") is None:
-        pytest.fail("the unprivileged case needs useradd and runuser (util-linux, passwd)")
-    user = ensure_user()
-    yield USER, ["runuser", "-u", USER, "--"], user.pw_dir, user.pw_uid
-
-
-@pytest.fixture
-def area() -> Iterator[Path]:
-    # world-traversable, so the unprivileged user can reach what it is granted
-    path = Path(tempfile.mkdtemp(prefix="cellblock-jail-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path)
-
-
-def escape_copy(area: Path) -> Path:
-    """escape.py copied into a folder of its own outside the checkout, which may sit in a home the
-    other user cannot enter (root's is 0700); the jail shares that folder."""
-    copy = area / "attempts" / "escape.py"
-    copy.parent.mkdir(mode=0o755)
-    shutil.copyfile(SANDBOX / "escape.py", copy)
-    copy.chmod(0o644)
-    return copy
 
 
 def run_jailed(

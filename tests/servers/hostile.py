@@ -57,6 +57,7 @@ class AttemptOut(BaseModel):
     target: str
     got_through: bool
     detail: str
+    amount: int | None = None
 
 
 Result = Annotated[types.CallToolResult, AttemptOut]
@@ -124,6 +125,16 @@ def keyring(description: str, rings: list[int] | None = None) -> Result:
     return _result(load_escape().keyring(description, rings or ()))
 
 
+def fork_bomb(ceiling: int = 1000, hold: float = 0) -> Result:
+    """Fork children that sleep, up to `ceiling`; with `hold` they stay that many seconds (at most 120)."""
+    return _result(load_escape().fork_bomb(ceiling, hold))
+
+
+def memory_hog(mib: int, step: int = 64) -> Result:
+    """Allocate and touch `mib` MiB, `step` MiB at a time, then free it."""
+    return _result(load_escape().memory_hog(mib, step))
+
+
 def drop_and_run(path: str, text: str) -> Result:
     """Write `text` to `path` as an executable file, try to run it, and remove it again."""
     import os
@@ -164,6 +175,8 @@ TOOLS = (
     drop_and_run,
     load_copy,
     memfd_exec,
+    fork_bomb,
+    memory_hog,
 )
 
 

@@ -1,0 +1,238 @@
+"""The cgroup filesystem, for jails' limits: where the gateway may make a cgroup, making one with
+its limits, reading what happened in it, and removing what is left of it.
+
+Both versions are handled, one controller at a time: on a cgroup v1 (or hybrid) machine `pids`
+and `memory` are hierarchies of their own, on cgroup v2 one hierarchy holds both. A jail's cgroup
+is made under the gateway's own, so whatever bounds the gateway bounds its jails too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from cellblock.sandbox.types import Limits
+
+__all__ = [
+    "CGROUP_ROOT",
+    "CONTROLLERS",
+    "PREFIX",
+    "Cgroup",
+    "bases",
+    "limit_file",
+    "make",
+    "own_cgroups",
+    "remove",
+    "scope_cgroups",
+]
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PREFIX = "cellblock-"  # of every cgroup (and systemd scope) made for a jail, followed by the gateway's pid
+CONTROLLERS = ("pids", "memory")
+
+
+@dataclass(frozen=True, slots=True)
+class Cgroup:
+    """One controller's cgroup of a jail."""
+
+    controller: str  # pids | memory
+    version: int  # 1 or 2
+    path: Path
+
+    def reached(self) -> bool:
+        """The kernel refused the jail a task (`pids`), or killed one of its processes for memory (`memory`)."""
+        if self.controller == "pids":
+            return _count(self.path / "pids.events", "max") > 0
+        events = "memory.events" if self.version == 2 else "memory.oom_control"
+        return _count(self.path / events, "oom_kill") > 0
+
+    def limit(self) -> str:
+        """The limit as the kernel reads it back (memory rounded down to whole pages).
+
+        Raises:
+            OSError: the cgroup is gone.
+        """
+        return (self.path / limit_file(self.controller, self.version)).read_text().strip()
+
+
+def limit_file(controller: str, version: int) -> str:
+    return "pids.max" if controller == "pids" else "memory.max" if version == 2 else "memory.limit_in_bytes"
+
+
+def _count(path: Path, key: str) -> int:
+    """The number after `key` in a cgroup's flat-keyed file; 0 when it cannot be read."""
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def own_cgroups(pid: int | str = "self") -> dict[str, str]:
+    """Controller -> the cgroup of `pid` in that controller's hierarchy ("" for the cgroup v2 one).
+
+    Raises:
+        OSError: /proc/PID/cgroup cannot be read (the process is gone).
+    """
+    own: dict[str, str] = {}
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        number, controllers, path = line.split(":", 2)
+        if number == "0" and not controllers:
+            own[""] = path
+        for controller in filter(None, controllers.split(",")):
+            own[controller] = path
+    return own
+
+
+def _mounts() -> dict[str, tuple[Path, str]]:
+    """Controller -> (mount point, the part of the hierarchy mounted there) of each cgroup
+    filesystem ("" for cgroup v2).
+
+    Raises:
+        OSError: /proc/self/mountinfo cannot be read.
+    """
+    mounts: dict[str, tuple[Path, str]] = {}
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields, _, rest = line.partition(" - ")
+        parts, extra = fields.split(), rest.split()
+        if len(parts) < 5 or len(extra) < 3:
+            continue
+        root, point = (re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), p) for p in parts[3:5])
+        if extra[0] == "cgroup2":
+            mounts.setdefault("", (Path(point), root))
+        elif extra[0] == "cgroup":
+            for option in extra[2].split(","):
+                mounts.setdefault(option, (Path(point), root))
+    return mounts
+
+
+def bases() -> dict[str, tuple[int, Path]]:
+    """Controller -> (cgroup version, directory) where the gateway can make a jail's cgroup: its
+    own cgroup in that controller's hierarchy, when it may make children there that get the
+    controller (tried: a cgroup is made and removed)."""
+    try:
+        own, mounts = own_cgroups(), _mounts()
+    except OSError:
+        return {}
+    found: dict[str, tuple[int, Path]] = {}
+    for controller in CONTROLLERS:
+        version = 1 if controller in mounts else 2
+        key = controller if version == 1 else ""
+        if key not in mounts or key not in own:
+            continue
+        point, root = mounts[key]
+        path, root = own[key], root.rstrip("/")
+        if not (path + "/").startswith(root + "/"):
+            continue  # the gateway's cgroup is outside what is mounted (another cgroup namespace)
+        base = point / path[len(root) :].lstrip("/")
+        if version == 2 and controller not in _words(base / "cgroup.subtree_control"):
+            continue  # cgroup v2 gives children only the controllers their parent enables for them
+        if _trial(base, controller, version):
+            found[controller] = (version, base)
+    return found
+
+
+def _words(path: Path) -> set[str]:
+    try:
+        return set(path.read_text().split())
+    except OSError:
+        return set()
+
+
+def _trial(base: Path, controller: str, version: int) -> bool:
+    """Can a cgroup with `controller` be made in `base` (and removed again)?"""
+    trial = base / f"{PREFIX}{os.getpid()}-trial"
+    try:
+        trial.mkdir()
+    except OSError:
+        return False
+    try:
+        return (trial / limit_file(controller, version)).exists()
+    finally:
+        trial.rmdir()
+
+
+def make(base: Path, name: str, controllers: list[tuple[str, int]], limits: Limits, pid: int) -> list[Cgroup]:
+    """Cgroup `name` in `base` with the limits of `controllers`, and `pid` moved into it (what it
+    starts from then on is born there). A memory limit covers swap too, where the kernel accounts it.
+
+    Raises:
+        OSError: the cgroup cannot be made or written (what was made of it is removed again).
+    """
+    _sweep(base)
+    path = base / name
+    path.mkdir()
+    try:
+        made = []
+        for controller, version in controllers:
+            if controller == "pids":
+                (path / "pids.max").write_text(str(limits.processes))
+            elif version == 2:
+                (path / "memory.max").write_text(str(limits.memory))
+                _write_if_there(path / "memory.swap.max", "0")
+                _write_if_there(path / "memory.oom.group", "1")  # an OOM kill ends the whole jail
+            else:
+                (path / "memory.limit_in_bytes").write_text(str(limits.memory))
+                _write_if_there(path / "memory.memsw.limit_in_bytes", str(limits.memory))
+            made.append(Cgroup(controller, version, path))
+        (path / "cgroup.procs").write_text(str(pid))
+    except OSError:
+        remove(path)
+        raise
+    return made
+
+
+def _write_if_there(path: Path, value: str) -> None:
+    """Write a file the kernel offers only with some options (swap accounting, newer versions).
+
+    Raises:
+        OSError: it is there and cannot be written.
+    """
+    if path.exists():
+        path.write_text(value)
+
+
+def remove(path: Path) -> bool:
+    """Remove a jail's cgroup; False while a task is still in it (it exits a moment after its jail ends)."""
+    try:
+        path.rmdir()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _sweep(base: Path) -> None:
+    """Remove the empty jail cgroups in `base` left by this gateway, or by one that is no longer running."""
+    for path in base.glob(f"{PREFIX}*"):
+        owner = path.name.removeprefix(PREFIX).split("-", 1)[0]
+        if not owner.isdigit():
+            continue
+        if int(owner) != os.getpid():
+            try:
+                os.kill(int(owner), 0)
+                continue  # another gateway's, in use or about to be
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+        remove(path)
+
+
+def scope_cgroups(pid: int) -> list[Cgroup]:
+    """The cgroup v2 of the systemd scope `pid` runs in, when that scope was made for a jail.
+
+    Raises:
+        OSError: `pid` is gone, or is not in such a scope.
+    """
+    path = own_cgroups(pid).get("", "")
+    directory = CGROUP_ROOT / path.lstrip("/")
+    if not directory.name.startswith(PREFIX):
+        raise OSError(f"it runs in cgroup {path or '?'}, not in a systemd scope made for it")
+    return [Cgroup(controller, 2, directory) for controller in CONTROLLERS]

@@ -1,0 +1,192 @@
+"""Resource limits in real jails, attacked from inside, as root and as an unprivileged user.
+
+The attacks are `escape.py`'s fork bomb and memory hog, run by the system Python in a held jail
+(`sandbox/spawn.py`); each has an honest control, the same attempt in a jail whose limits are
+above what it takes. Every attempt is bounded (300 processes, 512 MiB), so a limit that does not
+hold costs the machine nothing either.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cellblock.sandbox import limits
+from cellblock.sandbox.bwrap import bwrap_plan
+from cellblock.sandbox.limits import enforcement, limit_plan
+from cellblock.sandbox.spawn import settle, spawn_args
+from cellblock.sandbox.types import Enforcement, JailError, JailSpec, LaunchPlan, Limits, Mechanism, Method
+from tests.sandbox import held as held_module
+from tests.sandbox.conftest import escape_copy
+from tests.sandbox.held import HOLDER, RLIMITS, attack
+
+pytestmark = [
+    pytest.mark.jail,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap"),
+    pytest.mark.skipif(not Path("/usr/bin/python3").exists(), reason="needs the system python3"),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+PROCESSES = 32
+CEILING = 300
+MIB = 1 << 20
+ROOMY = Limits(2 * CEILING, 1 << 30)  # the controls' jail: room for every attempt
+FORK_REASON = f"it reached its limit of {PROCESSES} processes (jail.limits.processes)"
+MEMORY_REASON = (
+    "it reached its memory limit of 256 MiB (jail.limits.memory), and the kernel ended a process in its jail"
+)
+
+
+def held(escape: Path, home: str, attempt: dict[str, Any], bounds: Limits, seccomp: bool = True) -> LaunchPlan:
+    """A jail under `bounds` that runs `attempt` and then waits (`HOLDER`)."""
+    argv = ("/usr/bin/python3", "-I", "-S", "-c", HOLDER, str(escape), json.dumps(attempt))
+    spec = JailSpec("attacker", argv, {"PATH": "/usr/bin:/bin"}, read_only=(str(escape.parent),), home=home)
+    return limit_plan(bwrap_plan(spec, [], seccomp=seccomp), "attacker", bounds)
+
+
+def attack_as(who: tuple[str, list[str], str, int], area: Path, plan: LaunchPlan) -> tuple[Any, str | None]:
+    """`attack` by the jail's own user, as that user's gateway would run it: only the jail's own
+    user may lower its rlimits without CAP_SYS_RESOURCE (which a root here may lack). The user runs
+    copies of `held.py` and the `cellblock` package, outside the checkout."""
+    _, prefix, _, _ = who
+    if not prefix:
+        return attack([], plan)
+    driver = area / "driver"
+    if not driver.exists():
+        shutil.copytree(ROOT / "cellblock", driver / "cellblock", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copyfile(held_module.__file__ or "", driver / "held.py")
+    assert plan.limits is not None and plan.seccomp is None
+    bounds = plan.limits.limits
+    given = json.dumps({"argv": plan.argv, "processes": bounds.processes, "memory": bounds.memory})
+    command = [*prefix, "/usr/bin/python3", "-I", str(driver / "held.py"), given]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    return out["result"], out["reason"]
+
+
+def bomb(hold: float) -> dict[str, Any]:
+    return {"kind": "fork", "ceiling": CEILING, "hold": hold}
+
+
+@pytest.fixture
+def rlimits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans enforced by rlimits, as on a machine without cgroups the gateway may use."""
+    monkeypatch.setattr(limits, "enforcement", lambda: RLIMITS)
+
+
+@pytest.fixture
+def escape(area: Path) -> Path:
+    return escape_copy(area)
+
+
+# -- real jails ------------------------------------------------------------------------------
+
+
+def test_a_fork_bomb_stops_at_the_jails_limit_as_root_or_as_a_user(
+    who: tuple[str, list[str], str, int], escape: Path
+) -> None:
+    name, prefix, home, _ = who
+    control, _ = attack(prefix, held(escape, home, bomb(0), ROOMY))
+    assert control is not None and control["amount"] == CEILING, f"as {name}: {control}"
+    result, reason = attack(prefix, held(escape, home, bomb(30), Limits(PROCESSES, 1 << 30)))
+    assert result is not None and not result["got_through"], f"as {name}: {result}"
+    assert result["amount"] < PROCESSES and "EAGAIN" in result["detail"], f"as {name}: {result}"
+    assert reason == FORK_REASON, f"as {name}, enforced by {enforcement().processes.how}"
+
+
+def test_a_memory_hog_is_ended_at_the_jails_limit_as_root_or_as_a_user(
+    who: tuple[str, list[str], str, int], escape: Path
+) -> None:
+    if not enforcement().memory.whole:
+        pytest.skip(f"this machine bounds memory per process only: {enforcement().memory.how}")
+    name, prefix, home, _ = who
+    hog = {"kind": "memory", "mib": 512}
+    control, _ = attack(prefix, held(escape, home, hog, ROOMY))
+    assert control is not None and control["amount"] == 512, f"as {name}: {control}"
+    result, reason = attack(prefix, held(escape, home, hog, Limits(ROOMY.processes, 256 * MIB)))
+    assert result is None, f"as {name}: the hog was not ended: {result}"
+    assert reason == MEMORY_REASON, f"as {name}"
+
+
+def test_with_rlimits_a_users_fork_bomb_stops_at_the_jails_limit_however_many_processes_the_user_runs(
+    who: tuple[str, list[str], str, int], area: Path, escape: Path, rlimits: None
+) -> None:
+    name, prefix, home, _ = who
+    if name == "root":
+        pytest.skip("RLIMIT_NPROC does not apply to root: see the next test")
+    # more of the user's processes outside than the jail may have: the kernel counts the jail's own
+    outside = [subprocess.Popen([*prefix, "sleep", "60"]) for _ in range(PROCESSES + 8)]
+    try:
+        control, _ = attack_as(who, area, held(escape, home, bomb(0), ROOMY, seccomp=False))
+        result, reason = attack_as(who, area, held(escape, home, bomb(30), Limits(PROCESSES, 1 << 30), seccomp=False))
+    finally:
+        for process in outside:
+            process.kill()
+            process.wait()
+    assert control is not None and control["amount"] == CEILING, control
+    assert result is not None and PROCESSES // 2 < result["amount"] < PROCESSES, result
+    assert reason == FORK_REASON
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+def test_rlimit_nproc_does_not_bound_root_so_a_root_gateway_never_counts_on_it(
+    escape: Path, rlimits: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result, _ = attack([], held(escape, "/root", bomb(0), Limits(PROCESSES, 1 << 30)))
+    assert result is not None and result["amount"] == CEILING, result  # the kernel's rule, shown
+    monkeypatch.setattr(limits, "bases", dict)  # no cgroup the gateway may make
+    monkeypatch.setattr(limits, "_systemd", lambda: None)
+    assert enforcement.__wrapped__().processes.mechanism is Mechanism.NONE
+
+
+def test_with_rlimits_a_memory_hog_is_refused_memory_per_process(
+    who: tuple[str, list[str], str, int], area: Path, escape: Path, rlimits: None
+) -> None:
+    """GAP: with rlimits a memory hog is refused memory (RLIMIT_DATA, per process) but not
+    reported: the kernel keeps no count of refused allocations, and the server carries on."""
+    name, _, home, _ = who
+    hog = {"kind": "memory", "mib": 512}
+    control, _ = attack_as(who, area, held(escape, home, hog, ROOMY, seccomp=False))
+    result, reason = attack_as(who, area, held(escape, home, hog, Limits(ROOMY.processes, 256 * MIB), seccomp=False))
+    assert control is not None and control["got_through"], f"as {name}: {control}"
+    assert result is not None and not result["got_through"] and result["amount"] < 256, f"as {name}: {result}"
+    assert "MemoryError" in result["detail"] and reason is None
+
+
+def test_a_held_jail_that_is_never_released_is_ended_not_let_go(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    spec = JailSpec("t", ("/usr/bin/touch", str(marker)), {"PATH": "/usr/bin"}, read_write=(str(tmp_path),))
+    plan = limit_plan(bwrap_plan(spec, []), "t", ROOMY)
+    with spawn_args(plan) as spawn:
+        process = subprocess.Popen(spawn.argv, pass_fds=spawn.pass_fds)
+    process.wait(60)
+    assert not marker.exists()
+    with spawn_args(plan) as spawn:  # the control: released, it runs
+        process = subprocess.Popen(spawn.argv, pass_fds=spawn.pass_fds)
+        confinement = spawn.release()
+    assert process.wait(60) == 0 and marker.exists()
+    assert confinement is not None
+    settle(confinement)
+
+
+def test_a_jail_whose_limits_cannot_be_put_in_place_does_not_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = tmp_path / "ran"
+    nowhere = Method(Mechanism.CGROUP, "a cgroup that cannot be made", True, str(tmp_path / "no-cgroup"), 1)
+    monkeypatch.setattr(limits, "enforcement", lambda: Enforcement(nowhere, RLIMITS.memory))
+    spec = JailSpec("t", ("/usr/bin/touch", str(marker)), {"PATH": "/usr/bin"}, read_write=(str(tmp_path),))
+    plan = limit_plan(bwrap_plan(spec, []), "t", ROOMY)
+    with spawn_args(plan) as spawn:
+        process = subprocess.Popen(spawn.argv, pass_fds=spawn.pass_fds)
+        with pytest.raises(JailError, match="server 't': its jail could not be put under its limits"):
+            spawn.release()
+    process.wait(60)
+    assert not marker.exists()
