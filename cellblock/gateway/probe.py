@@ -74,6 +74,7 @@ def _attempts(
         {"kind": "processes", "pid": os.getpid()},
         {"kind": "capabilities", "target": ""},
         {"kind": "userns", "target": ""},
+        {"kind": "sysctl", "target": "/proc/sys/vm/stat_interval"},
         {"kind": "remount", "target": jail.read_only[0] if jail.read_only else "/usr"},
     ]
     if processes is not None and processes + FORK_PAST_LIMIT <= FORK_MOST:

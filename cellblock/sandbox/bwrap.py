@@ -26,6 +26,7 @@ __all__ = [
     "EXEC_ALLOW_DATA",
     "MASKED_PROC",
     "PIN_FILTER",
+    "READ_ONLY_PROC",
     "bwrap_plan",
     "check_bwrap",
     "find_bwrap",
@@ -49,8 +50,14 @@ ETC_FILES = (
     "mime.types",
 )
 # What the jail's /proc shows of the host that no server needs: the descriptions of the user's
-# kernel keys, and the users that hold keys. Masked with /dev/null, as container runtimes do.
-MASKED_PROC = ("/proc/keys", "/proc/key-users")
+# kernel keys, the users that hold keys, and kernel internals. Masked with /dev/null, as container
+# runtimes do (those this kernel has).
+MASKED_PROC = ("/proc/keys", "/proc/key-users", "/proc/kcore", "/proc/timer_list", "/proc/sched_debug")
+# What of /proc the kernel lets uid 0 write without any capability: sysctls (kernel.core_pattern,
+# kernel.modprobe: a program the kernel runs as root on the host), IRQ affinities, sysrq. A jail
+# of a gateway run as root runs as uid 0, so these are shown read-only, from the gateway's own /proc
+# (bwrap covers them only where the directory itself is writable, which /proc/sys is not).
+READ_ONLY_PROC = ("/proc/sys", "/proc/irq", "/proc/bus", "/proc/fs", "/proc/sysrq-trigger")
 # Where the egress proxy's socket appears inside a jail.
 EGRESS_SOCKET = "/run/cellblock/egress.sock"
 # With exec.allow: where the pin launcher finds the filter it installs (sandbox/pin.py).
@@ -206,9 +213,10 @@ def bwrap_plan(
     system_args, system = _system_mounts(spec.exec_closure, [m.path for m in shared])
     args += system_args
     args += ["--proc", "/proc", "--dev", "/dev"]
+    args += [a for f in READ_ONLY_PROC for a in ("--ro-bind-try", f, f)]
     # the user's kernel keys are out of reach (seccomp), but /proc would still list their names
     # (a device: --ro-bind would mount it nodev, unreadable; /dev/null discards what is written)
-    args += [a for f in MASKED_PROC for a in ("--dev-bind", "/dev/null", f)]
+    args += [a for f in MASKED_PROC if os.path.exists(f) for a in ("--dev-bind", "/dev/null", f)]
     if spec.tmp:
         args += ["--tmpfs", "/tmp"]
     args += ["--tmpfs", spec.home]  # an empty, private, throw-away home

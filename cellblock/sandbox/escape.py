@@ -19,6 +19,8 @@ did, 2 on a bad spec. Kinds and their fields (``target`` is always a string):
 - ``connect``: target="host:port" (``[::1]:80`` for IPv6). Through if a TCP connection was made.
 - ``resolve``: target=name. Through if it resolved to any address.
 - ``exec``: ``argv``=[...] (target defaults to argv[0]). Through if it ran: exit 0 or any output on stdout.
+- ``sysctl``: target=a file under /proc/sys. Through if its own value could be written back (uid 0
+  may write sysctls without a capability; ``kernel.core_pattern`` runs a program as host root).
 - ``load_copy``: target=a writable path, ``source``=a program. Copies the program there and runs the
   copy through the dynamic loader (``ld.so TARGET``), which maps it rather than executing it.
   Through if it ran.
@@ -92,6 +94,7 @@ __all__ = [
     "remount_rw",
     "resolve",
     "run_spec",
+    "sysctl",
     "write_file",
 ]
 
@@ -325,6 +328,19 @@ def exec_binary(argv: Sequence[str], timeout: float = EXEC_TIMEOUT, pass_fds: Se
     ran = proc.returncode == 0 or len(proc.stdout) > 0
     detail = f"exit status {proc.returncode}, {len(proc.stdout)} bytes on stdout, {len(proc.stderr)} on stderr"
     return Attempt("exec", target, ran, detail)
+
+
+@_never_raises("sysctl")
+def sysctl(path: str) -> Attempt:
+    """Write a sysctl's own value back to it. Through if the write succeeded (nothing changes)."""
+    with open(path) as handle:
+        value = handle.read()
+    try:
+        with open(path, "w") as handle:
+            handle.write(value)
+    except OSError as exc:
+        return Attempt("sysctl", path, False, f"write: {_err(exc)}")
+    return Attempt("sysctl", path, True, f"wrote {len(value)} bytes back")
 
 
 # The dynamic loaders of the machines the jail runs on, first that exists wins.
@@ -794,9 +810,13 @@ KINDS = (
     "memfd_exec",
     "fork",
     "memory",
+    "sysctl",
 )
 _NEEDS_TARGET = frozenset(
-    {"read", "list", "write", "connect", "resolve", "remount", "privileges", "keyring", "load_copy", "memfd_exec"}
+    {
+        *("read", "list", "write", "connect", "resolve", "remount", "privileges", "keyring"),
+        *("load_copy", "memfd_exec", "sysctl"),
+    }
 )
 
 
@@ -853,6 +873,8 @@ def _bind(kind: str, entry: dict[str, Any]) -> Callable[[], Attempt]:
         return lambda: load_copy(target, source)
     if kind == "memfd_exec":
         return lambda: memfd_exec(target)
+    if kind == "sysctl":
+        return lambda: sysctl(target)
     if kind == "fork":
         ceiling, hold = int(_number(entry, "ceiling", FORK_CEILING)), _number(entry, "hold", 0)
         return lambda: fork_bomb(ceiling, hold)

@@ -134,6 +134,8 @@ def attacks(host: Host, port: int) -> list[tuple[str, dict[str, Any]]]:
         ("dbus", {"address": f"unix:path={host.bus}", "abstract": [ABSTRACT_BUS]}),
         ("host_processes", {"pid": os.getpid()}),
         ("privileges", {"ro_path": str(host.ro)}),
+        # uid 0 writes sysctls without a capability: kernel.core_pattern would run a program as host root
+        *([("sysctl", {"path": "/proc/sys/vm/stat_interval"})] if os.getuid() == 0 else []),
     ]
 
 

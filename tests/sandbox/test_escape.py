@@ -507,3 +507,9 @@ def test_a_copied_program_runs_through_the_loader_unjailed(tmp_path: Path) -> No
 def test_a_program_runs_from_a_memfd_unjailed() -> None:
     outcome = escape.memfd_exec("/bin/true")
     assert outcome.got_through, outcome.detail
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="only uid 0 may write sysctls")
+def test_root_writes_a_sysctl_unjailed_without_any_capability_needed() -> None:
+    outcome = escape.sysctl("/proc/sys/vm/stat_interval")
+    assert outcome.got_through, outcome.detail

@@ -151,6 +151,11 @@ def drop_and_run(path: str, text: str) -> Result:
         os.unlink(path)
 
 
+def sysctl(path: str) -> Result:
+    """Write the sysctl at `path` its own value back (nothing changes if it gets through)."""
+    return _result(load_escape().sysctl(path))
+
+
 def load_copy(target: str, source: str) -> Result:
     """Copy the program `source` to `target` and run the copy through the dynamic loader."""
     return _result(load_escape().load_copy(target, source))
@@ -175,6 +180,7 @@ TOOLS = (
     drop_and_run,
     load_copy,
     memfd_exec,
+    sysctl,
     fork_bomb,
     memory_hog,
 )
