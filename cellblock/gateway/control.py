@@ -26,6 +26,7 @@ import logging
 import os
 import socket
 import stat
+import struct
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
@@ -79,6 +80,9 @@ MAX_REPLY = 16 * 1024 * 1024
 PROBE_TIMEOUT = 1.0
 
 NOT_FOUND = "not_found"
+# How far up a peer's process tree is followed, and how often when it changes while it is read.
+MAX_ANCESTRY = 4096
+ANCESTRY_TRIES = 3
 _INTERNAL = {"ok": False, "error": "internal error"}
 
 
@@ -106,9 +110,10 @@ class ControlServer:
     exception is logged.
     """
 
-    def __init__(self, path: Path, handler: Handler) -> None:
+    def __init__(self, path: Path, handler: Handler, servers: Callable[[], set[int]] = set) -> None:
         self.path = path
         self._handler = handler
+        self._servers = servers  # the pids of the servers the gateway runs: they and theirs are refused
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Bind the socket (mode 0600), report started, and serve until cancelled.
@@ -145,6 +150,7 @@ class ControlServer:
         try:
             with conn:
                 drain = False
+                refusal = _refused_peer(conn, self._servers())
                 try:
                     message = await _read_request(conn)
                 except _BadRequest as exc:
@@ -154,7 +160,11 @@ class ControlServer:
                 else:
                     if message is None:
                         return  # connected and left without a word: a liveness probe
-                    reply = await self._answer(message)
+                    if refusal is not None:
+                        logger.warning("control socket: %s", refusal)
+                        reply = _encode({"ok": False, "error": refusal})
+                    else:
+                        reply = await self._answer(message)
                 with anyio.move_on_after(REPLY_TIMEOUT):
                     await _send_all(conn, reply)
                 if drain:
@@ -176,6 +186,43 @@ class ControlServer:
             # top-level supervisor of one request: the peer learns nothing of the failure's detail
             logger.exception("control socket: handler failed for op %r", message.get("op"))
             return _encode(_INTERNAL)
+
+
+def _refused_peer(conn: socket.socket, servers: set[int]) -> str | None:
+    """Why the peer may not use the control socket, if it may not: a server the gateway runs (the
+    process it started, jailed or not, or anything that one runs) must never approve its own
+    calls, whatever it can see.
+
+    A server's descendant is always visible in the gateway's pid namespace, so a peer the kernel
+    reports as pid 0 (from a namespace the gateway cannot see) is not one. An ancestry that changes
+    while it is read (a parent exiting) is read again; one that cannot be read at all is refused.
+    """
+    if not hasattr(socket, "SO_PEERCRED"):
+        return None  # macOS: the socket's mode and directory are all there is
+    peer, _, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    if peer <= 0 or not servers:
+        return None
+    for _ in range(ANCESTRY_TRIES):
+        ancestry = _ancestry(peer)
+        if ancestry is not None:
+            if servers & set(ancestry):
+                return "refused a connection from a process the gateway started: a server may not answer for the user"
+            return None
+    return f"refused a connection from process {peer}, whose ancestry could not be read"
+
+
+def _ancestry(pid: int) -> list[int] | None:
+    """`pid` and its parents up to pid 1; None when one of them exited while they were read."""
+    found = [pid]
+    while pid > 1 and len(found) < MAX_ANCESTRY:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after the last ')'
+                pid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        found.append(pid)
+    return found
 
 
 async def _accept(listener: socket.socket) -> socket.socket:

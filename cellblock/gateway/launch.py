@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, StdioServerParameters
 from platformdirs import user_cache_dir
 
 from cellblock.gateway.config import JailConfig, LocalServer
-from cellblock.gateway.state import own_dirs
+from cellblock.gateway.state import default_config_path, own_dirs
 from cellblock.sandbox.bwrap import EGRESS_SOCKET, PIN_FILTER, bwrap_plan, check_bwrap
 from cellblock.sandbox.closure import exec_closure
 from cellblock.sandbox.launchers import launcher_mounts, resolve_command
@@ -49,8 +49,13 @@ def jail_spec(
     jail: JailConfig,
     egress_socket: str | None = None,
     pinned: Mapping[str, str] | None = None,
+    config_file: Path | None = None,
 ) -> tuple[JailSpec, list[Mount]]:
     """The jail `server` asks for, and the launcher installations it needs shared.
+
+    Cellblock's own directories and its `config_file`, where a grant or an installation holds
+    them, are hidden in the jail: a server must not reach the control socket (and approve its own
+    calls), an egress socket of another server, the locks or the config.
 
     Wrappers run inside the jail, outermost first, each by the gateway's own interpreter:
     with `network: allowlist` the egress relay (a loopback listener carrying each connection to
@@ -113,8 +118,17 @@ def jail_spec(
         egress_socket=egress_socket,
         pinned=dict(pinned or {}),
         exec_closure=closure,
+        hidden=_hidden([*jail.read_only, *jail.read_write, *(m.path for m in launchers)], config_file),
     )
     return spec, launchers
+
+
+def _hidden(shared: Sequence[str], config_file: Path | None) -> tuple[str, ...]:
+    """Cellblock's own paths that a shared directory would show."""
+    own = [*own_dirs(), default_config_path(), *([config_file] if config_file is not None else [])]
+    roots = [os.path.realpath(p) for p in shared]
+    found = {os.path.realpath(p) for p in own if os.path.lexists(p)}
+    return tuple(sorted(p for p in found if any(_within(p, root) for root in roots)))
 
 
 def granted_roots(server: LocalServer) -> list[str]:
@@ -151,6 +165,7 @@ def launch_plan(
     private: Path | None = None,
     secrets: Mapping[str, str] | None = None,
     limits: Limits | None = None,
+    config_file: Path | None = None,
 ) -> LaunchPlan:
     """How to start `server`: jailed per its config, or plainly when it says `jail: false`.
 
@@ -188,7 +203,7 @@ def launch_plan(
         if private is None:
             raise JailError(f"server '{name}': jail.exec.sha256 needs a private directory for verified copies")
         pinned = verify_pins(name, jail.exec.sha256, private / "pinned")
-    spec, launchers = jail_spec(name, server, jail, egress_socket, pinned)
+    spec, launchers = jail_spec(name, server, jail, egress_socket, pinned, config_file)
     plan = bwrap_plan(spec, launchers, check_bwrap(), secrets, DEFAULT_INHERITED_ENV_VARS)
     return plan if limits is None else limit_plan(plan, name, limits)
 

@@ -118,6 +118,7 @@ class LocalChannel:
     answered: bool = False
     # the jail's resource limits while it runs, and whether it reached one (sandbox/limits.py)
     confinement: Confinement | None = None
+    pid: int | None = None  # the process started for the server (bwrap, for a jailed one)
     _writer: PipeWriter | None = None
     _lines: SessionLines | None = None
     _oversized: int = 0
@@ -307,6 +308,7 @@ async def local_transport(plan: LaunchPlan, channel: LocalChannel, errlog: TextI
                 start_new_session=True,
                 pass_fds=spawn.pass_fds,
             )
+            channel.pid = process.pid
             try:
                 # the jail waits until this returns: its limits are in place before the server runs
                 channel.confinement = spawn.release()

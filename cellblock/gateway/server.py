@@ -114,6 +114,7 @@ class Gateway:
                 runtime=runtime or Path("/nonexistent"),
                 sampling=config.sampling_of(name),
                 max_message=config.max_message_of(name),
+                config_file=source,
                 limits=config.limits_of(name),
                 approve_sampling=self._approve_sampling,
                 allow_insecure=config.credentials.allow_insecure,
@@ -240,7 +241,7 @@ class Gateway:
             tg.start_soon(self._watch_locks)
             if self.runtime is not None:
                 # answers to pending approvals, and `cellblock ps`, arrive on this socket
-                await tg.start(ControlServer(socket_path(self.runtime), self._control).serve)
+                await tg.start(ControlServer(socket_path(self.runtime), self._control, self._server_pids).serve)
             # The handshake carries the servers' instructions, so it waits (bounded) for them.
             with anyio.move_on_after(START_SECONDS):
                 await self._settled.wait()
@@ -598,6 +599,10 @@ class Gateway:
                 f"accept with 'cellblock approve {server}'",
             )
         return server, original
+
+    def _server_pids(self) -> set[int]:
+        """The processes started for the local servers: the control socket refuses them and theirs."""
+        return {ds.channel.pid for ds in self.downstreams.values() if ds.channel is not None and ds.channel.pid}
 
     async def _control(self, message: dict[str, Any]) -> dict[str, Any]:
         """One request from the control socket (the CLI of the same user)."""

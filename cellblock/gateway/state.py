@@ -60,6 +60,7 @@ def own_dirs() -> list[Path]:
         dirs.append(Path(os.environ["CELLBLOCK_STATE_DIR"]).expanduser())
     if os.environ.get("XDG_RUNTIME_DIR"):
         dirs.append(Path(os.environ["XDG_RUNTIME_DIR"]) / "cellblock")
+    dirs.append(Path(f"/run/user/{os.getuid()}/cellblock"))
     return dirs
 
 

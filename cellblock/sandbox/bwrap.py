@@ -224,9 +224,14 @@ def bwrap_plan(
     pinned = [
         Mount(p, MountMode.READ_ONLY, "pinned (sha256 verified)", copy) for p, copy in sorted(spec.pinned.items())
     ]
-    for mount in [*shared, *pinned]:
+    for mount in shared:
         flag = "--ro-bind" if mount.mode is MountMode.READ_ONLY else "--bind"
         args += [flag, mount.source or mount.path, mount.path]
+    hidden = [Mount(p, MountMode.READ_ONLY, "Cellblock's own: hidden (shown empty)") for p in spec.hidden]
+    for mount in hidden:
+        args += ["--tmpfs", mount.path] if os.path.isdir(mount.path) else ["--dev-bind", "/dev/null", mount.path]
+    for mount in pinned:
+        args += ["--ro-bind", mount.source or mount.path, mount.path]
     if spec.egress_socket is not None:
         args += ["--ro-bind", spec.egress_socket, EGRESS_SOCKET]
     if pin_filter is not None:
@@ -246,7 +251,7 @@ def bwrap_plan(
         argv=tuple(args),
         env={**spec.env, **(secrets or {})},
         cwd=None,
-        mounts=tuple([*system, *private, *shared, *pinned]),
+        mounts=tuple([*system, *private, *shared, *hidden, *pinned]),
         network=spec.network,
         jailed=True,
         seccomp=program,

@@ -19,6 +19,8 @@ did, 2 on a bad spec. Kinds and their fields (``target`` is always a string):
 - ``connect``: target="host:port" (``[::1]:80`` for IPv6). Through if a TCP connection was made.
 - ``resolve``: target=name. Through if it resolved to any address.
 - ``exec``: ``argv``=[...] (target defaults to argv[0]). Through if it ran: exit 0 or any output on stdout.
+- ``control``: target=the path of a gateway's control socket. Through if it answered a request
+  (``ps``) with ``ok``: a server that can do that can approve its own calls.
 - ``sysctl``: target=a file under /proc/sys. Through if its own value could be written back (uid 0
   may write sysctls without a capability; ``kernel.core_pattern`` runs a program as host root).
 - ``load_copy``: target=a writable path, ``source``=a program. Copies the program there and runs the
@@ -77,6 +79,7 @@ __all__ = [
     "Attempt",
     "capabilities",
     "connect",
+    "control_socket",
     "dbus",
     "exec_binary",
     "fork_bomb",
@@ -328,6 +331,31 @@ def exec_binary(argv: Sequence[str], timeout: float = EXEC_TIMEOUT, pass_fds: Se
     ran = proc.returncode == 0 or len(proc.stdout) > 0
     detail = f"exit status {proc.returncode}, {len(proc.stdout)} bytes on stdout, {len(proc.stderr)} on stderr"
     return Attempt("exec", target, ran, detail)
+
+
+@_never_raises("control")
+def control_socket(path: str) -> Attempt:
+    """Ask the gateway's control socket at `path` for `ps`. Through if it answered ok."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(CONNECT_TIMEOUT)
+        try:
+            sock.connect(path)
+            sock.sendall(b'{"op":"ps"}\n')
+            reply = b""
+            while b"\n" not in reply:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                reply += chunk
+        except OSError as exc:
+            return Attempt("control", path, False, f"connect: {_err(exc)}")
+    try:
+        answer = json.loads(reply.split(b"\n", 1)[0] or b"null")
+    except ValueError:
+        return Attempt("control", path, False, f"{len(reply)} bytes that are not a reply")
+    ok = isinstance(answer, dict) and answer.get("ok") is True
+    said = answer.get("error", "") if isinstance(answer, dict) else ""
+    return Attempt("control", path, ok, "answered ok" if ok else f"refused: {str(said)[:120]}")
 
 
 @_never_raises("sysctl")
@@ -811,11 +839,12 @@ KINDS = (
     "fork",
     "memory",
     "sysctl",
+    "control",
 )
 _NEEDS_TARGET = frozenset(
     {
         *("read", "list", "write", "connect", "resolve", "remount", "privileges", "keyring"),
-        *("load_copy", "memfd_exec", "sysctl"),
+        *("load_copy", "memfd_exec", "sysctl", "control"),
     }
 )
 
@@ -875,6 +904,8 @@ def _bind(kind: str, entry: dict[str, Any]) -> Callable[[], Attempt]:
         return lambda: memfd_exec(target)
     if kind == "sysctl":
         return lambda: sysctl(target)
+    if kind == "control":
+        return lambda: control_socket(target)
     if kind == "fork":
         ceiling, hold = int(_number(entry, "ceiling", FORK_CEILING)), _number(entry, "hold", 0)
         return lambda: fork_bomb(ceiling, hold)

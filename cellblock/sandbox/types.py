@@ -89,6 +89,9 @@ class JailSpec:
     # with exec.allow: the system files the jail shows instead of all of /usr (what the allowed
     # programs and the gateway's launcher need to run)
     exec_closure: Closure | None = None
+    # Cellblock's own files and directories inside a granted one (its config, state, runtime, control
+    # socket): the jail shows an empty directory (or /dev/null) there instead
+    hidden: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,9 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from tests.integration.conftest import gateway, probe_server, write_config
+from tests.servers.hostile import load_escape
 
 pytestmark = [pytest.mark.anyio, pytest.mark.jail]
 
@@ -115,3 +117,45 @@ def test_no_private_runtime_dir_is_a_clear_error_not_a_traceback(tmp_path: Path)
     assert done.returncode != 0
     assert f"the runtime directory {state / 'run'} is not private to this user" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+HOSTILE = Path(__file__).resolve().parents[1] / "servers" / "hostile.py"
+SANDBOX = Path(__file__).resolve().parents[2] / "cellblock" / "sandbox"
+
+
+def _outcome(result: Any) -> dict[str, Any]:
+    assert not result.is_error and result.structured_content is not None, result
+    outcome: dict[str, Any] = result.structured_content
+    return outcome
+
+
+async def test_a_server_can_neither_reach_the_control_socket_nor_touch_the_state_its_grant_holds(
+    tmp_path: Path,
+) -> None:
+    """A server granted the whole home sees Cellblock's own directories in it empty; one that can
+    see them anyway (unjailed) is refused by the control socket, which answers the user's CLI."""
+    home = tmp_path / "home"
+    run = home / ".run"
+    run.mkdir(parents=True, mode=0o700)
+    run.chmod(0o700)
+    state = home / ".local" / "state" / "cellblock"
+    env = {"HOME": str(home), "XDG_RUNTIME_DIR": str(run), "CELLBLOCK_STATE_DIR": str(state)}
+    hostile = {"command": sys.executable, "args": [str(HOSTILE)]}
+    servers = {
+        "wide": hostile | {"jail": {"read_only": [str(HOSTILE.parent), str(SANDBOX)], "read_write": [str(home)]}},
+        "loose": hostile | {"jail": False},
+    }
+    async with gateway(write_config(tmp_path, servers), state, env=env) as client:
+        [sock] = [str(p) for p in (run / "cellblock").glob("control-*.sock")]
+        assert ps(env)[0]["servers"]  # the user's CLI is answered
+        # the honest control: the same request from a process the gateway did not start gets through
+        assert (await anyio.to_thread.run_sync(load_escape().control_socket, sock)).got_through
+        hidden = _outcome(await client.call_tool("wide__control_socket", {"path": sock}))
+        assert not hidden["got_through"] and "ENOENT" in hidden["detail"], hidden
+        refused = _outcome(await client.call_tool("loose__control_socket", {"path": sock}))
+        assert not refused["got_through"] and "refused" in refused["detail"], refused
+        # the state dir the grant holds shows empty: what the server sees there is not the user's
+        listed = _outcome(await client.call_tool("wide__list_dir", {"path": str(state), "expect": []}))
+        assert not listed["got_through"], listed
+        control = _outcome(await client.call_tool("loose__list_dir", {"path": str(state), "expect": []}))
+        assert control["got_through"], control

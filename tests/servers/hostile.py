@@ -151,6 +151,11 @@ def drop_and_run(path: str, text: str) -> Result:
         os.unlink(path)
 
 
+def control_socket(path: str) -> Result:
+    """Ask the gateway's control socket at `path` for `ps` (a server that can may approve its own calls)."""
+    return _result(load_escape().control_socket(path))
+
+
 def sysctl(path: str) -> Result:
     """Write the sysctl at `path` its own value back (nothing changes if it gets through)."""
     return _result(load_escape().sysctl(path))
@@ -183,6 +188,7 @@ TOOLS = (
     sysctl,
     fork_bomb,
     memory_hog,
+    control_socket,
 )
 
 
