@@ -304,7 +304,8 @@ def test_root_remounts_a_read_only_bind_without_changing_it_for_anyone_else(tmp_
     script = (
         f"mount --bind {ro} {ro} && mount -o remount,ro,bind {ro} && "
         f"{sys.executable} {ESCAPE_PY} --json '{spec}'; "
-        f"grep -q ' {ro} .* ro,' /proc/self/mountinfo && echo STILL-RO"
+        # the fields, not the line: under a tmpfs /tmp a bind's root is relative to it, not the full path
+        f"awk -v p={ro} '$5 == p && $6 ~ /^ro(,|$)/ {{ok=1}} END {{exit !ok}}' /proc/self/mountinfo && echo STILL-RO"
     )
     proc = subprocess.run(
         ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
