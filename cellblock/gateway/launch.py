@@ -38,9 +38,13 @@ RELAY_PORT = 3128
 PIN = Path(__file__).resolve().parent.parent / "sandbox" / "pin.py"
 # Passed through from the gateway when set: locale only, never anything that can hold a secret.
 PASSED_ENV = ("LANG", "LC_ALL", "TZ")
-# Where launchers keep the packages they fetch, under the home (besides the cache home): what a
-# server runs from, never a place for its work.
-PACKAGE_CACHES = (".npm", ".bun", ".yarn", ".pnpm-store", ".local/share/pnpm", ".local/share/uv", ".cargo", ".rustup")
+# Where launchers keep the packages they fetch and the tools they install, under the home (besides
+# the cache home): what servers run from, never a place for their work.
+PACKAGE_CACHES = (
+    *(".npm", ".bun", ".yarn", ".pnpm-store", ".local/share/pnpm", ".local/share/uv", ".cargo", ".rustup"),
+    *(".local/pipx", ".local/lib", ".local/share/fnm", ".nvm", ".fnm", ".volta", ".asdf", ".pyenv", "go/pkg"),
+    *(".m2", ".gradle"),
+)
 
 
 def jail_spec(
@@ -142,7 +146,10 @@ def granted_roots(server: LocalServer) -> list[str]:
     home = os.path.expanduser("~")
     caches = [user_cache_dir(), *(os.path.join(home, c) for c in PACKAGE_CACHES)]
     not_work = [os.path.realpath(p) for p in [*map(str, own_dirs()), *caches]]
-    code = [os.path.realpath(a) for a in [server.command, *server.args] if os.path.isfile(a)]
+    # what the command line names: a script, `--require=FILE`, relative to the server's cwd
+    named = [part for arg in [server.command, *server.args] for part in (arg, arg.partition("=")[2]) if part]
+    cwd = server.cwd or os.getcwd()
+    code = [os.path.realpath(os.path.join(cwd, a)) for a in named if os.path.isfile(os.path.join(cwd, a))]
     with contextlib.suppress(JailError):  # a command that cannot be found holds no grant either
         command = resolve_command(server.command, os.environ.get("PATH", JAIL_PATH))
         code += [os.path.realpath(m.path) for m in launcher_mounts(command, home, os.environ.get("PATH", JAIL_PATH))]

@@ -105,3 +105,26 @@ def test_roots_are_the_users_grants_never_caches_cellblocks_own_or_the_servers_c
     )
     assert granted_roots(server) == sorted([str(notes), str(work)])
     assert granted_roots(local({"command": sys.executable, "jail": False})) == []
+
+
+def test_roots_leave_out_code_named_relative_to_the_cwd_or_after_an_equals_and_installed_tools(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("CELLBLOCK_STATE_DIR", str(tmp_path / "state"))
+    relative, required, work = home / "proj", home / "lib", home / "work"
+    tools = home / ".local" / "pipx" / "venvs" / "other"
+    for directory in (relative / "dist", required, work, tools):
+        directory.mkdir(parents=True)
+    (relative / "dist" / "index.js").write_text("// the server\n")
+    (required / "hook.js").write_text("// loaded first\n")
+    server = local(
+        {
+            "command": sys.executable,
+            "args": ["dist/index.js", f"--require={required / 'hook.js'}"],
+            "cwd": str(relative),
+            "jail": {"read_only": [str(relative), str(required), str(tools)], "read_write": [str(work)]},
+        }
+    )
+    assert granted_roots(server) == [str(work)]
