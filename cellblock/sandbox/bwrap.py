@@ -132,9 +132,9 @@ def check_bwrap() -> str:
     return bwrap
 
 
-def _system_mounts(closure: Closure | None = None, covered: Sequence[str] = ()) -> tuple[list[str], list[Mount]]:
-    """The system part of a jail: all of /usr read-only, or with exec.allow only `closure` (and
-    `EXEC_ALLOW_DATA`), leaving out what another mount (`covered`) shows already."""
+def _system_mounts(closure: Closure | None = None, files: Sequence[str] = ()) -> tuple[list[str], list[Mount]]:
+    """The system part of a jail: all of /usr read-only, or with exec.allow only the `closure`'s
+    directories, its `files` that no later mount holds (see `_closure_files`) and `EXEC_ALLOW_DATA`."""
     args = [] if closure is not None else ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         path = f"/{name}"
@@ -149,7 +149,6 @@ def _system_mounts(closure: Closure | None = None, covered: Sequence[str] = ()) 
             args += ["--ro-bind", directory, directory]
             why = "system data (not executable)" if directory in EXEC_ALLOW_DATA else "a Python's standard library"
             mounts.append(Mount(directory, MountMode.READ_ONLY, why))
-        files = [f for f in closure.files if not _inside(f, [*directories, *covered])]
         for path in files:
             args += ["--symlink", os.readlink(path), path] if os.path.islink(path) else ["--ro-bind", path, path]
         mounts.append(
@@ -159,6 +158,24 @@ def _system_mounts(closure: Closure | None = None, covered: Sequence[str] = ()) 
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     mounts += [Mount(f"/etc/{n}", MountMode.READ_ONLY, "system") for n in ETC_FILES if os.path.exists(f"/etc/{n}")]
     return args, mounts
+
+
+def _closure_files(
+    closure: Closure | None, installs: Sequence[str], later: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """The closure's files (and symlinks) the system part shows, and those shown after the mounts
+    that hold them (a grant, the home, /tmp), each as a read-only mount of its own: under a grant
+    it must be neither writable nor the reason the whole grant stays executable, under a tmpfs it
+    must not be hidden. An installation shown whole shows its files itself."""
+    if closure is None:
+        return [], []
+    early: list[str] = []
+    late: list[str] = []
+    for path in closure.files:
+        if _inside(path, [*closure.directories, *installs]):
+            continue
+        (late if _inside(path, later) else early).append(path)
+    return early, late
 
 
 def bwrap_plan(
@@ -210,7 +227,9 @@ def bwrap_plan(
         args.append("--clearenv")
     for key, value in sorted(spec.env.items()):
         args += ["--setenv", key, value]
-    system_args, system = _system_mounts(spec.exec_closure, [m.path for m in shared])
+    tmpfs = [spec.home, *(["/tmp"] if spec.tmp else [])]
+    early, late = _closure_files(spec.exec_closure, [m.path for m in launchers], [*(g.path for g in grants), *tmpfs])
+    system_args, system = _system_mounts(spec.exec_closure, early)
     args += system_args
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += [a for f in READ_ONLY_PROC for a in ("--ro-bind-try", f, f)]
@@ -230,6 +249,12 @@ def bwrap_plan(
     hidden = [Mount(p, MountMode.READ_ONLY, "Cellblock's own: hidden (shown empty)") for p in spec.hidden]
     for mount in hidden:
         args += ["--tmpfs", mount.path] if os.path.isdir(mount.path) else ["--dev-bind", "/dev/null", mount.path]
+    for path in late:
+        # a symlink under a grant is there already, and making one would write into the grant
+        if not os.path.islink(path):
+            args += ["--ro-bind", path, path]
+        elif _inside(path, tmpfs) and not _inside(path, [g.path for g in grants]):
+            args += ["--symlink", os.readlink(path), path]
     for mount in pinned:
         args += ["--ro-bind", mount.source or mount.path, mount.path]
     if spec.egress_socket is not None:

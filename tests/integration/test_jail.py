@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -246,15 +247,22 @@ async def pinned(tmp_path_factory: pytest.TempPathFactory) -> Any:
     assert true and echo
     (tmp / "rw").mkdir()
     grants = {"read_only": [str(HOSTILE.parent), str(ROOT / "cellblock" / "sandbox")], "read_write": [str(tmp / "rw")]}
+    granted_tool = tmp / "rw" / "tool"  # an allowed program kept in a writable grant
+    copy_program(true, granted_tool)
     base: dict[str, Any] = {"command": sys.executable, "args": [str(HOSTILE)]}
     servers = {
         # only `true` (and the server's own command) may be executed; `echo` is pinned by digest
         "locked": base | {"jail": grants | {"exec": {"allow": [true, echo], "sha256": {echo: sha256_of(echo)}}}},
         "open": base | {"jail": grants},
         "tampered": base | {"jail": grants | {"exec": {"sha256": {true: "0" * 64}}}},
+        "granted": base | {"jail": grants | {"exec": {"allow": [str(granted_tool)]}}},
     }
     async with gateway(write_config(tmp, servers), tmp / "state") as client:
         yield client, true, echo, tmp / "rw"
+
+
+def copy_program(source: str, target: Path) -> None:
+    shutil.copy(os.path.realpath(source), target)
 
 
 LOADER = next((p for p in ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1") if os.path.exists(p)), "")
@@ -334,3 +342,18 @@ async def test_a_pin_mismatch_refuses_to_start_with_both_digests(pinned: Any) ->
     assert refused.is_error
     message = text(refused)
     assert "'tampered'" in message and f"got sha256 {sha256_of(true)}" in message and "expected " + "0" * 64 in message
+
+
+async def test_an_allowed_program_in_a_writable_grant_can_be_run_but_not_changed_or_used_to_widen_it(
+    pinned: Any,
+) -> None:
+    client, true, _, writable = pinned
+    tool = str(writable / "tool")
+    assert (await attempt(client, "granted", "exec_binary", {"argv": [tool]}))["got_through"]
+    rewritten = await attempt(client, "granted", "write_file", {"path": tool})
+    assert not rewritten["got_through"], rewritten["detail"]  # shown as a read-only file of its own
+    # the grant around it is not executable for it: a copy next to it does not run, even through the loader
+    copied = await attempt(client, "granted", "load_copy", {"target": str(writable / "copy"), "source": true})
+    assert not copied["got_through"], copied["detail"]
+    control = await attempt(client, "open", "write_file", {"path": tool})
+    assert control["got_through"], control["detail"]
