@@ -44,11 +44,32 @@ def config_file(path: str | Path | None) -> Path:
     return (Path(path).expanduser() if path else default_config_path()).absolute()
 
 
+class RuntimeDirError(CellblockError):
+    """No private directory for the gateway's state or sockets can be had; the message says where and why."""
+
+
 def state_dir() -> Path:
-    """`$CELLBLOCK_STATE_DIR`, else the per-user state directory; created 0700."""
+    """`$CELLBLOCK_STATE_DIR`, else the per-user state directory; created 0700, and made 0700 when
+    it is this user's but open to others (it holds the locks and the approvals).
+
+    Raises:
+        RuntimeDirError: it cannot be made, or belongs to another user.
+    """
     env = os.environ.get("CELLBLOCK_STATE_DIR")
     path = Path(env).expanduser() if env else user_state_path("cellblock")
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = path.stat()
+        if info.st_uid == os.getuid() and info.st_mode & 0o077:
+            path.chmod(0o700)
+    except OSError as exc:
+        raise RuntimeDirError(f"cannot use the state directory {path}: {exc.strerror or exc}") from exc
+    if info.st_uid != os.getuid():
+        raise RuntimeDirError(
+            f"the state directory {path} belongs to uid {info.st_uid}, not to this user (uid {os.getuid()}): "
+            "another user could change its locks and approvals; use a directory of your own "
+            "(CELLBLOCK_STATE_DIR)"
+        )
     return path
 
 
@@ -62,10 +83,6 @@ def own_dirs() -> list[Path]:
         dirs.append(Path(os.environ["XDG_RUNTIME_DIR"]) / "cellblock")
     dirs.append(Path(f"/run/user/{os.getuid()}/cellblock"))
     return dirs
-
-
-class RuntimeDirError(CellblockError):
-    """No private directory for the gateway's sockets can be had; the message says where and why."""
 
 
 def runtime_dir() -> Path:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cellblock.gateway.state import RuntimeDirError, runtime_dir
+from cellblock.gateway.state import RuntimeDirError, runtime_dir, state_dir
 from cellblock.sandbox.unix import SUN_PATH, bind_private, reachable
 
 
@@ -67,3 +67,21 @@ def test_a_socket_whose_path_is_too_long_is_bound_and_reached_by_a_short_name(tm
             accepted.close()
     finally:
         listener.close()
+
+
+def test_a_state_dir_open_to_others_is_made_private_and_one_of_another_user_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o777)
+    mine.chmod(0o777)
+    monkeypatch.setenv("CELLBLOCK_STATE_DIR", str(mine))
+    assert state_dir() == mine and mine.stat().st_mode & 0o777 == 0o700
+    if os.getuid() != 0:
+        return  # making a directory of another user needs root
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o777)
+    os.chown(theirs, 65534, 65534)
+    monkeypatch.setenv("CELLBLOCK_STATE_DIR", str(theirs))
+    with pytest.raises(RuntimeDirError, match="belongs to uid 65534"):
+        state_dir()
