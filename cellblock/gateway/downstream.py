@@ -62,6 +62,9 @@ START_SECONDS = 30.0
 # resets the count, so a server that crashes once a day is restarted every time.
 MAX_RESTARTS = 5
 HEALTHY_SECONDS = 30.0
+# Messages that are not valid MCP a server may send in one run before it is restarted: a stray
+# print or two is a bug to log, thousands are a server that will not speak the protocol.
+MAX_GARBAGE = 1000
 # A server that announces catalog changes without end is re-read at most this often: each re-read
 # lists its whole catalog and reviews it against the lock.
 REFRESH_SECONDS = 1.0
@@ -216,6 +219,8 @@ class Downstream:
     _refresh_due = False  # the server said its catalog changed since the last re-read began
     _refreshing = False
     _limits_told = False  # the log said once how the jail's limits are enforced
+    _garbage = 0  # messages that were not valid MCP, in this run
+    _garbage_log: Budget = field(default_factory=lambda: Budget(rate=1.0, burst=20.0))
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -277,7 +282,7 @@ class Downstream:
         failures = 0
         while True:
             began = anyio.current_time()
-            self._restart_reason = None
+            self._restart_reason, self._garbage = None, 0
             try:
                 await self._run_once()
                 reason = self._exit_reason
@@ -581,7 +586,12 @@ class Downstream:
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):
-            logger.warning("server '%s' sent a message that is not valid MCP: %s", self.name, message)
+            # logged within a budget of its own: a server writing garbage must not flood the log
+            self._garbage += 1
+            if self._garbage_log.take():
+                logger.warning("server '%s' sent a message that is not valid MCP: %s", self.name, _first_line(message))
+            if self._garbage == MAX_GARBAGE:
+                self._restart(f"it sent {MAX_GARBAGE} messages that are not valid MCP")
         elif isinstance(message, _LIST_CHANGED):
             self._refresh_soon()
 

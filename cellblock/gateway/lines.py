@@ -30,7 +30,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from pydantic import ValidationError
 
-from cellblock.gateway.stdio import Oversized, Reader, ReaderFactory, Writer
+from cellblock.gateway.stdio import KEPT, Oversized, Reader, ReaderFactory, Writer
 from cellblock.policy.jsontext import loads
 
 __all__ = ["SessionLines", "Streams", "error_response", "request_id", "valid_id"]
@@ -82,8 +82,11 @@ class SessionLines:
         *,
         outgoing: Callable[[types.JSONRPCMessage], bool] | None = None,
         ended: Callable[[], None] | None = None,
+        unparsable: Callable[[Oversized, ValueError], bool] | None = None,
     ) -> None:
         self._take = take
+        # told of each line that is not JSON (by its ends, as an oversized one); True: it answered it
+        self._unparsable = unparsable
         self._writer = writer
         self._oversized = oversized  # told of each line too long to deliver (see stdio.LineReader)
         self._outgoing = outgoing  # sees each message the session writes first; False keeps it back
@@ -119,7 +122,9 @@ class SessionLines:
         try:
             message: Any = loads(line)
         except ValueError as exc:
-            self.hand(exc)  # the session reports a line that is not JSON
+            ends = Oversized(len(line), line[:KEPT], line[-KEPT:])
+            if self._unparsable is None or not self._unparsable(ends, exc):
+                self.hand(exc)  # the session reports a line that is not JSON
             return
         if not self._take(message):
             self.hand(message)

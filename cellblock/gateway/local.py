@@ -240,12 +240,22 @@ class LocalChannel:
             f"its answer is larger than Cellblock accepts "
             f"({line.size:,} bytes or more; max_message_size: {self.limit:,})"
         )
+        self._fail_request(ident, why)
+        if self._oversized >= MAX_OVERSIZED and self.on_misbehaving is not None:
+            self.on_misbehaving(f"it sent {self._oversized} messages over the limit of {self.limit:,} bytes")
+
+    def _unparsable(self, line: Oversized, exc: ValueError) -> bool:
+        """A line that is not JSON: the request it answered, when its first bytes show which, gets
+        an error now rather than at its timeout; the session still sees the line (False)."""
+        self._fail_request(request_id(line), f"its answer is not JSON ({exc})")
+        return False
+
+    def _fail_request(self, ident: str | int | None, why: str) -> None:
+        """Answer the request `ident` (the fast path's, or the SDK session's) with an error."""
         if isinstance(ident, str) and ident.startswith(_ID_PREFIX):
             self._answer(ident, error_response(ident, types.INTERNAL_ERROR, why))
         elif ident is not None and self._lines is not None:
             self._lines.hand(error_response(ident, types.INTERNAL_ERROR, why))  # the SDK session's request
-        if self._oversized >= MAX_OVERSIZED and self.on_misbehaving is not None:
-            self.on_misbehaving(f"it sent {self._oversized} messages over the limit of {self.limit:,} bytes")
 
     async def _expire(self) -> None:
         """Time out requests past their deadline (oldest first: all share the server's timeout)."""
@@ -338,6 +348,7 @@ async def local_transport(plan: LaunchPlan, channel: LocalChannel, errlog: TextI
         channel._oversize,
         outgoing=channel._observe,
         ended=channel._close,
+        unparsable=channel._unparsable,
     )
     channel._lines = lines
     try:

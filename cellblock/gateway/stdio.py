@@ -35,6 +35,7 @@ import anyio
 
 __all__ = [
     "DEFAULT_LINE_LIMIT",
+    "KEPT",
     "FileWriter",
     "LineReader",
     "Oversized",
@@ -52,7 +53,7 @@ _CHUNK = 1 << 16
 # The longest line a reader delivers unless told otherwise (`max_message_size` in the config).
 DEFAULT_LINE_LIMIT = 32 << 20
 # What is kept of a line too long to deliver: enough of each end to find its JSON-RPC id.
-_KEPT = 256
+KEPT = 256
 
 OnLine = Callable[[bytes], None]
 
@@ -68,7 +69,7 @@ class Oversized:
 
     def add(self, data: bytes | bytearray | memoryview) -> None:
         self.size += len(data)
-        self.tail = (self.tail + bytes(data[-_KEPT:]))[-_KEPT:]
+        self.tail = (self.tail + bytes(data[-KEPT:]))[-KEPT:]
 
 
 OnOversize = Callable[[Oversized], None]
@@ -176,7 +177,7 @@ class LineReader:
             if end < 0:
                 self._searched = len(self._buffer)
                 if self._searched > self._limit:
-                    self._dropping = Oversized(0, bytes(self._buffer[:_KEPT]), b"")
+                    self._dropping = Oversized(0, bytes(self._buffer[:KEPT]), b"")
                     self._dropping.add(self._buffer)
                     self._buffer.clear()
                     self._searched = 0
@@ -185,7 +186,7 @@ class LineReader:
             del self._buffer[: end + 1]
             self._searched = 0
             if end > self._limit:
-                self._dropping = Oversized(0, line[:_KEPT], b"")
+                self._dropping = Oversized(0, line[:KEPT], b"")
                 self._dropping.add(line)
                 self._dropped()
             else:
@@ -250,7 +251,7 @@ class ThreadLineReader:
                     loop.call_soon_threadsafe(self._call, self._on_line, line.rstrip(b"\n"))
                     continue
                 if dropping is None:
-                    dropping = Oversized(0, line[:_KEPT], b"")
+                    dropping = Oversized(0, line[:KEPT], b"")
                 dropping.add(line.rstrip(b"\n"))
                 if ended:
                     loop.call_soon_threadsafe(self._call, self._on_oversize, dropping)

@@ -134,23 +134,41 @@ class Wire:
 
         def first(message: Any) -> bool:
             if not isinstance(message, dict):
-                return False
+                self._refuse(None, "Invalid Request: not a JSON-RPC object (batches are not part of MCP)")
+                return True
             if "method" in message and "id" in message and not valid_id(message["id"]):
                 self._refuse(None, "Invalid Request: the id must be a string or an integer")
+                return True
+            if "method" in message and "id" in message and not isinstance(message.get("params", {}), dict):
+                self._refuse(message["id"], "Invalid params: params must be an object", types.INVALID_PARAMS)
                 return True
             self._note_request(message)
             return take(message)
 
-        self._lines = SessionLines(self._make_reader, self._writer, first, self._oversized, outgoing=self._note_answer)
+        self._lines = SessionLines(
+            self._make_reader,
+            self._writer,
+            first,
+            self._oversized,
+            outgoing=self._note_answer,
+            unparsable=self._unparsable,
+        )
         try:
             async with self._lines.streams() as streams:
                 yield streams
         finally:
             self._lines.close()
 
-    def _refuse(self, ident: Any, message: str) -> None:
+    def _refuse(self, ident: Any, message: str, code: int = types.INVALID_REQUEST) -> None:
         with contextlib.suppress(OSError):  # the client left
-            self.send(error_response(ident, types.INVALID_REQUEST, message))
+            self.send(error_response(ident, code, message))
+
+    def _unparsable(self, line: Oversized, exc: ValueError) -> bool:
+        """The client sent a line that is not JSON: it gets the JSON-RPC parse error."""
+        logger.warning("the client sent a line of %s bytes that is not JSON: %s", f"{line.size:,}", exc)
+        with contextlib.suppress(OSError):
+            self.send(error_response(None, types.PARSE_ERROR, f"Parse error: {exc}"))
+        return True
 
     def _oversized(self, line: Oversized) -> None:
         """The client sent a line longer than the limit: it is dropped, its request (if its id

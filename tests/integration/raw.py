@@ -63,8 +63,13 @@ class Raw:
     async def refused(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send `message` (a request the gateway must refuse) and return the error it gets, which
         carries a null id because the request's own id was no good."""
+        return await self.refused_line(json.dumps(message).encode())
+
+    async def refused_line(self, line: bytes) -> dict[str, Any]:
+        """Send one raw `line` (not a request the gateway can read) and return the error it gets,
+        which carries a null id."""
         self._waiting[None] = anyio.Event()
-        await self.send(message)
+        await self._stdin.send(line + b"\n")
         with anyio.fail_after(30):
             await self._waiting[None].wait()
         return self.answers.pop(None)

@@ -161,3 +161,47 @@ async def test_a_flood_of_list_changed_is_one_re_read_at_a_time_not_one_each(tmp
         assert (await client.call_tool("probe__echo", {"message": "up"})).content
         after = _number(await client.call_tool("raw__listed", {}))
     assert 1 <= after - before <= 5, f"{after - before} re-reads for 20,000 notifications"
+
+
+async def test_what_the_client_sends_that_is_not_a_request_gets_the_json_rpc_error_for_it(tmp_path: Path) -> None:
+    async with raw_gateway(config(tmp_path), tmp_path / "state") as raw:
+        await open_session(raw, "legacy")
+        for line, code in [
+            (b"this is not json", types.PARSE_ERROR),
+            (b'{"jsonrpc":"2.0","id":7,"method":"tools/list","params":NaN}', types.PARSE_ERROR),
+            (b"[" * 5000 + b"]" * 5000, types.PARSE_ERROR),
+            (b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"ping"}', types.PARSE_ERROR),
+            (b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', types.INVALID_REQUEST),
+            (b"42", types.INVALID_REQUEST),
+        ]:
+            answer = await raw.refused_line(line)
+            assert answer["error"]["code"] == code, line[:40]
+        stringly = {"jsonrpc": "2.0", "id": 53, "method": "tools/list", "params": "not an object"}
+        await raw.send(stringly)
+        with anyio.fail_after(10):
+            while 53 not in raw.answers:  # noqa: ASYNC110 - the reader task fills answers as lines arrive
+                await anyio.sleep(0.01)
+        assert raw.answers.pop(53)["error"]["code"] == types.INVALID_PARAMS
+        assert "tools" in (await raw.request("tools/list", {}))["result"]
+
+
+async def test_an_answer_that_is_not_json_fails_its_call_at_once_not_at_its_timeout(tmp_path: Path) -> None:
+    async with raw_gateway(config(tmp_path, timeout=600), tmp_path / "state") as raw:
+        await open_session(raw, "legacy")
+        with anyio.fail_after(30):  # far less than the server's timeout
+            answer = await call(raw, "raw__nan")
+        assert answer["result"]["isError"] and "server 'raw'" in text(answer) and "not JSON" in text(answer)
+        assert text(await call(raw, "raw__ok")) == "ok"
+
+
+async def test_a_server_writing_garbage_floods_neither_the_log_nor_the_gateway_and_is_restarted(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    async with raw_gateway(config(tmp_path), state) as raw:
+        await open_session(raw, "legacy")
+        await call(raw, "raw__garbage", {"count": 20_000})
+        assert text(await call(raw, "probe__echo", {"message": "up"})) == "up"
+        assert text(await call(raw, "raw__ok")) == "ok"  # after the restart
+    log = (tmp_path / "gateway.log").read_text()
+    assert log.count("not valid MCP") < 100, log.count("not valid MCP")
+    events = [json.loads(line) for line in (state / "audit.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "server_exit" and "not valid MCP" in e["reason"] for e in events)

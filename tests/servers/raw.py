@@ -20,6 +20,8 @@ Tools (all answer with text):
 - ``flood`` (``count``, ``kind``): that many log notifications (or ``tools/list_changed`` ones, with
   ``kind`` "list_changed"), then a result.
 - ``listed``: how many ``tools/list`` requests it has answered.
+- ``nan``: a result for this call holding ``NaN``, which is not JSON.
+- ``garbage`` (``count``): that many lines that are not JSON, then a result.
 - ``huge`` (``size``, ``newline``, ``done_file``): a result line of ``size`` bytes for this call;
   without ``newline`` the line never ends and nothing more is written. ``done_file`` is created
   once the pipe has taken it all.
@@ -58,7 +60,7 @@ class Raw:
         self.listed = 0
 
     def tools(self) -> list[dict[str, Any]]:
-        names = ["say", "log", "progress", "ask", "flood", "huge", "listed", "ok"]
+        names = ["say", "log", "progress", "ask", "flood", "huge", "listed", "nan", "garbage", "ok"]
         schema = {"type": "object", "properties": {}, "additionalProperties": True}
         tools = [{"name": name, "description": f"raw {name}", "inputSchema": schema} for name in names]
         if self.meta is not None:
@@ -149,6 +151,13 @@ class Raw:
             return self.ask(ident, params)
         if name == "listed":
             return text(str(self.listed))
+        if name == "nan":
+            head = json.dumps({"jsonrpc": "2.0", "id": ident})[:-1]
+            sys.stdout.write(head + ',"result":{"content":[{"type":"text","text":"x"}],"score":NaN}}\n')
+            return None
+        if name == "garbage":
+            sys.stdout.write("x\n" * int(arguments.get("count", 10)))
+            return text("wrote garbage")
         if name == "flood":
             notice = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x"}}
             if arguments.get("kind") == "list_changed":
