@@ -174,10 +174,10 @@ def _check(config_path: str | None) -> int:
 def _show(config_path: str | None, server: str | None, as_json: bool) -> int:
     from cellblock.gateway.show import show
 
-    config, _ = _load(config_path, server)
+    config, source = _load(config_path, server)
     from cellblock.gateway.state import state_dir
 
-    return show(config, server, as_json, state_dir())
+    return show(config, server, as_json, state_dir(), source)
 
 
 def _load(config_path: str | None, server: str | None) -> tuple[Config, Path]:

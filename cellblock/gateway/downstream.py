@@ -189,8 +189,8 @@ class Downstream:
     max_message: int = DEFAULT_LINE_LIMIT
     # what a local server's jail may take (`jail.limits`); None: remote, or unjailed
     limits: Limits | None = None
-    # the gateway's config, hidden in a jail whose grants hold it
-    config_file: Path | None = None
+    # the gateway's config file, audit log, state and runtime dirs: hidden in a jail whose grants hold them
+    own: tuple[Path, ...] = ()
     # what the server may send unasked (logs, progress) before the excess is dropped
     notices: Budget = field(default_factory=Budget)
     listing: Listing | None = None
@@ -483,7 +483,7 @@ class Downstream:
                 values[variable] = value
                 self._secret(value)
             private = self.runtime / "servers" / self.name
-            plan = launch_plan(self.name, self.config, egress_socket, private, values, self.limits, self.config_file)
+            plan = launch_plan(self.name, self.config, egress_socket, private, values, self.limits, self.own)
             self._tell_limits(plan)
             if sys.platform == "win32":  # no process groups: the SDK's transport, and no fast path
                 return stdio_client(stdio_parameters(plan), errlog=sys.stderr)

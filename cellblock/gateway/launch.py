@@ -15,9 +15,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, StdioServerParameters
-from platformdirs import user_cache_dir
+from platformdirs import user_cache_dir, user_cache_path
 
-from cellblock.gateway.config import JailConfig, LocalServer
+from cellblock.gateway.config import Config, JailConfig, LocalServer
 from cellblock.gateway.state import default_config_path, own_dirs
 from cellblock.sandbox.bwrap import EGRESS_SOCKET, PIN_FILTER, bwrap_plan, check_bwrap
 from cellblock.sandbox.closure import exec_closure
@@ -27,7 +27,7 @@ from cellblock.sandbox.pins import landlock_abi, verify_pins
 from cellblock.sandbox.seatbelt import seatbelt_plan
 from cellblock.sandbox.types import Closure, JailError, JailSpec, LaunchPlan, Limits, Mount, MountMode, Network
 
-__all__ = ["JAIL_PATH", "PACKAGE_CACHES", "granted_roots", "jail_spec", "launch_plan", "stdio_parameters"]
+__all__ = ["JAIL_PATH", "PACKAGE_CACHES", "granted_roots", "jail_spec", "launch_plan", "own_paths", "stdio_parameters"]
 
 # PATH inside a jail: the launchers' own bin directories come first, then the system's.
 JAIL_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -53,13 +53,16 @@ def jail_spec(
     jail: JailConfig,
     egress_socket: str | None = None,
     pinned: Mapping[str, str] | None = None,
-    config_file: Path | None = None,
+    own: Sequence[Path] = (),
 ) -> tuple[JailSpec, list[Mount]]:
     """The jail `server` asks for, and the launcher installations it needs shared.
 
-    Cellblock's own directories and its `config_file`, where a grant or an installation holds
-    them, are hidden in the jail: a server must not reach the control socket (and approve its own
-    calls), an egress socket of another server, the locks or the config.
+    Cellblock's own directories and the paths in `own` (the config file, the audit log, the state
+    and runtime directories it was given), and the user's session directory (the D-Bus socket that
+    reaches the keyring), are hidden in the jail where a grant or an installation holds them: a
+    server must not reach the control socket (and approve its own calls), an egress socket of
+    another server, the keyring, the locks or the config. A grant inside them is refused, except
+    one inside Cellblock's cache (where a server's own package cache goes), which is shown.
 
     Wrappers run inside the jail, outermost first, each by the gateway's own interpreter:
     with `network: allowlist` the egress relay (a loopback listener carrying each connection to
@@ -69,8 +72,10 @@ def jail_spec(
     instead of all of /usr (`sandbox/closure.py`).
 
     Raises:
-        JailError: the command or an allowed executable cannot be found.
+        JailError: the command or an allowed executable cannot be found, or a grant lies inside
+            Cellblock's own state.
     """
+    _refuse_own_grants(name, jail, own)
     home = os.path.expanduser("~")
     host_path = os.environ.get("PATH", JAIL_PATH)
     command = resolve_command(server.command, host_path)
@@ -122,17 +127,55 @@ def jail_spec(
         egress_socket=egress_socket,
         pinned=dict(pinned or {}),
         exec_closure=closure,
-        hidden=_hidden([*jail.read_only, *jail.read_write, *(m.path for m in launchers)], config_file),
+        hidden=_hidden([*jail.read_only, *jail.read_write, *(m.path for m in launchers)], own),
     )
     return spec, launchers
 
 
-def _hidden(shared: Sequence[str], config_file: Path | None) -> tuple[str, ...]:
-    """Cellblock's own paths that a shared directory would show."""
-    own = [*own_dirs(), default_config_path(), *([config_file] if config_file is not None else [])]
-    roots = [os.path.realpath(p) for p in shared]
-    found = {os.path.realpath(p) for p in own if os.path.lexists(p)}
-    return tuple(sorted(p for p in found if any(_within(p, root) for root in roots)))
+def own_paths(config: Config, state: Path, source: Path | None, runtime: Path | None = None) -> tuple[Path, ...]:
+    """Where this gateway keeps its own things besides Cellblock's usual directories (`jail_spec`'s
+    `own`): the config file, the audit log, the state and runtime directories it was given."""
+    return (*([source] if source else []), config.audit_file(state), state, *([runtime] if runtime else []))
+
+
+def _private_paths(own: Sequence[Path]) -> list[Path]:
+    """What no server may see: Cellblock's own directories and files (of its cache, only what a
+    server is granted: its own package cache), and the user's session directory."""
+    session = [os.environ.get("XDG_RUNTIME_DIR", ""), f"/run/user/{os.getuid()}"]
+    return [*own_dirs(), default_config_path(), *own, *(Path(s) for s in session if s)]
+
+
+def _refuse_own_grants(name: str, jail: JailConfig, own: Sequence[Path]) -> None:
+    """A grant of what `_hidden` would hide (a jail shows a grant whole) is refused, not emptied."""
+    cache = os.path.realpath(user_cache_path("cellblock"))
+    private = [os.path.realpath(p) for p in _private_paths(own)]
+    for key, paths in (("read_only", jail.read_only), ("read_write", jail.read_write)):
+        for path in paths:
+            real = os.path.realpath(path)
+            if real == cache:
+                raise JailError(
+                    f"server '{name}': jail.{key} path {path} is Cellblock's cache, which holds every "
+                    "server's package cache; grant the server's own directory inside it"
+                )
+            held = next((p for p in private if _within(real, p) and p != cache), None)
+            if held is not None:
+                where = held if real == held else f"inside {held}"
+                raise JailError(
+                    f"server '{name}': jail.{key} path {path} is {where}, which Cellblock keeps from every "
+                    "server (its state, config, sockets and audit log, and your session's D-Bus, which "
+                    "reaches the keyring); grant another directory"
+                )
+
+
+def _hidden(shared: Sequence[str], own: Sequence[Path]) -> tuple[str, ...]:
+    """Where, in the jail, the shared directories show what no server may see: each such path at
+    the place the jail shows it, which for a grant given through a symlink is not its real path."""
+    found = {os.path.realpath(p) for p in _private_paths(own) if os.path.lexists(p)}
+    hidden: set[str] = set()
+    for path in shared:
+        real = os.path.realpath(path)
+        hidden |= {os.path.normpath(os.path.join(path, os.path.relpath(p, real))) for p in found if _within(p, real)}
+    return tuple(sorted(hidden))
 
 
 def granted_roots(server: LocalServer) -> list[str]:
@@ -172,7 +215,7 @@ def launch_plan(
     private: Path | None = None,
     secrets: Mapping[str, str] | None = None,
     limits: Limits | None = None,
-    config_file: Path | None = None,
+    own: Sequence[Path] = (),
 ) -> LaunchPlan:
     """How to start `server`: jailed per its config, or plainly when it says `jail: false`.
 
@@ -193,7 +236,7 @@ def launch_plan(
     if jail.network == "allowlist" and egress_socket is None:
         raise JailError(f"server '{name}': network: allowlist needs the gateway's egress proxy, which is not running")
     if sys.platform == "darwin":
-        plan = _macos_plan(name, server, jail, private)
+        plan = _macos_plan(name, server, jail, private, own)
         return replace(plan, env={**plan.env, **(secrets or {})})
     if not sys.platform.startswith("linux"):
         raise JailError(
@@ -210,18 +253,20 @@ def launch_plan(
         if private is None:
             raise JailError(f"server '{name}': jail.exec.sha256 needs a private directory for verified copies")
         pinned = verify_pins(name, jail.exec.sha256, private / "pinned")
-    spec, launchers = jail_spec(name, server, jail, egress_socket, pinned, config_file)
+    spec, launchers = jail_spec(name, server, jail, egress_socket, pinned, own)
     plan = bwrap_plan(spec, launchers, check_bwrap(), secrets, DEFAULT_INHERITED_ENV_VARS)
     return plan if limits is None else limit_plan(plan, name, limits)
 
 
-def _macos_plan(name: str, server: LocalServer, jail: JailConfig, private: Path | None) -> LaunchPlan:
+def _macos_plan(
+    name: str, server: LocalServer, jail: JailConfig, private: Path | None, own: Sequence[Path]
+) -> LaunchPlan:
     """sandbox-exec with a generated profile. Not yet run on a Mac: see docs/jail.md."""
     if jail.network == "allowlist":
         raise JailError(f"server '{name}': network: allowlist is not available on macOS yet; use none or open")
     if jail.exec.sha256:
         raise JailError(f"server '{name}': jail.exec.sha256 is not available on macOS yet")
-    spec, launchers = jail_spec(name, server, jail)
+    spec, launchers = jail_spec(name, server, jail, own=own)
     tmp = None
     if jail.tmp:
         if private is None:

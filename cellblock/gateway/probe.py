@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cellblock.gateway.config import Config, JailConfig, LocalServer
-from cellblock.gateway.launch import launch_plan
+from cellblock.gateway.launch import launch_plan, own_paths
 from cellblock.sandbox.escape import listed_keys
 from cellblock.sandbox.spawn import run_plan
 from cellblock.sandbox.types import JailError
@@ -101,7 +101,8 @@ def _probe_one(
         if egress is not None:
             Path(egress).touch(mode=0o600)
         try:
-            mounts = launch_plan(name, stand_in([]), egress, runtime / "servers" / name).mounts
+            own = own_paths(config, state, config_path, runtime)
+            mounts = launch_plan(name, stand_in([]), egress, runtime / "servers" / name, own=own).mounts
             home = str(Path.home())
             shared = {m.path[len(home) + 1 :].split("/")[0] for m in mounts if m.path.startswith(home + "/")}
             limits = config.limits_of(name)
@@ -109,7 +110,7 @@ def _probe_one(
             processes = limits.processes if limits is not None else None
             attempts = _attempts(config_path, state, config.audit_file(state), jail, port, shared, processes)
             # the server's own limits: the fork bomb above tries them
-            plan = launch_plan(name, stand_in(attempts), egress, runtime / "servers" / name, limits=limits)
+            plan = launch_plan(name, stand_in(attempts), egress, runtime / "servers" / name, limits=limits, own=own)
             done = run_plan(plan, PROBE_SECONDS)
         finally:
             if egress is not None:

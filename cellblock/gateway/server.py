@@ -48,6 +48,7 @@ from cellblock.gateway.downstream import START_SECONDS, Downstream, DownstreamEr
 from cellblock.gateway.early import SAVE_AFTER_SECONDS, Early, Handover
 from cellblock.gateway.elicitation import DirectAsker, InputNeeded, ParkedCall, ParkedCalls, StateRejected
 from cellblock.gateway.fastpath import FastCall, FastPath
+from cellblock.gateway.launch import own_paths
 from cellblock.gateway.lock_cli import approve_pending
 from cellblock.gateway.locking import POLL_SECONDS, Locks, lock_path, pending_path
 from cellblock.gateway.namespacing import expose_uri
@@ -114,7 +115,7 @@ class Gateway:
                 runtime=runtime or Path("/nonexistent"),
                 sampling=config.sampling_of(name),
                 max_message=config.max_message_of(name),
-                config_file=source,
+                own=own_paths(config, state, source, runtime),
                 limits=config.limits_of(name),
                 approve_sampling=self._approve_sampling,
                 allow_insecure=config.credentials.allow_insecure,

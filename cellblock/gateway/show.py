@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from cellblock.gateway.config import Config, LocalServer
-from cellblock.gateway.launch import jail_spec
+from cellblock.gateway.launch import jail_spec, own_paths
 from cellblock.gateway.state import read_json
 from cellblock.sandbox.bwrap import bwrap_plan
 from cellblock.sandbox.closure import GUARANTEE
@@ -19,8 +19,11 @@ from cellblock.sandbox.types import JailError
 __all__ = ["describe_server", "show"]
 
 
-def describe_server(config: Config, name: str, always: dict[str, list[str]] | None = None) -> dict[str, Any]:
-    """The effective settings of one server, as data (env values are never included)."""
+def describe_server(
+    config: Config, name: str, always: dict[str, list[str]] | None = None, own: tuple[Path, ...] = ()
+) -> dict[str, Any]:
+    """The effective settings of one server, as data (env values are never included); `own` as
+    for `jail_spec`."""
     server = config.servers[name]
     tools = config.tools_of(name)
     info: dict[str, Any] = {
@@ -55,7 +58,7 @@ def describe_server(config: Config, name: str, always: dict[str, list[str]] | No
     linux = sys.platform.startswith("linux")
     limits = config.limits_of(name)
     try:
-        spec, launchers = jail_spec(name, server, server.jail)
+        spec, launchers = jail_spec(name, server, server.jail, own=own)
         plan = bwrap_plan(spec, launchers, seccomp=linux)
     except JailError as exc:
         return info | {"jail": "cannot be built", "error": str(exc)}
@@ -82,11 +85,12 @@ def describe_server(config: Config, name: str, always: dict[str, list[str]] | No
     }
 
 
-def show(config: Config, only: str | None, as_json: bool, state: Path | None = None) -> int:
+def show(config: Config, only: str | None, as_json: bool, state: Path | None = None, source: Path | None = None) -> int:
     names = [only] if only else sorted(config.servers)
     stored = read_json(state / "approvals.json") if state is not None else None
     always = stored.get("always", {}) if isinstance(stored, dict) else {}
-    described = [describe_server(config, n, always) for n in names]
+    own = own_paths(config, state, source) if state is not None else ()
+    described = [describe_server(config, n, always, own) for n in names]
     if as_json:
         print(json.dumps(described, indent=2))
         return 0

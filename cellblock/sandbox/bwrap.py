@@ -244,11 +244,15 @@ def bwrap_plan(
         Mount(p, MountMode.READ_ONLY, "pinned (sha256 verified)", copy) for p, copy in sorted(spec.pinned.items())
     ]
     for mount in shared:
-        flag = "--ro-bind" if mount.mode is MountMode.READ_ONLY else "--bind"
-        args += [flag, mount.source or mount.path, mount.path]
+        args += _bind(mount)
     hidden = [Mount(p, MountMode.READ_ONLY, "Cellblock's own: hidden (shown empty)") for p in spec.hidden]
-    for mount in hidden:
-        args += ["--tmpfs", mount.path] if os.path.isdir(mount.path) else ["--dev-bind", "/dev/null", mount.path]
+    # the outermost hidden paths are emptied; what is shared inside one (a server's own package
+    # cache in Cellblock's) is shown again over it, and hidden paths inside that are emptied last
+    outer = [h for h in spec.hidden if not _beneath(h, spec.hidden)]
+    again = [m for m in shared if _beneath(m.path, outer)]
+    args += [a for h in outer for a in _emptied(h)]
+    args += [a for m in again for a in _bind(m)]
+    args += [a for h in spec.hidden if h not in outer and _beneath(h, [m.path for m in again]) for a in _emptied(h)]
     for path in late:
         # a symlink under a grant is there already, and making one would write into the grant
         if not os.path.islink(path):
@@ -282,6 +286,19 @@ def bwrap_plan(
         seccomp=program,
         pin_filter=pin_filter,
     )
+
+
+def _bind(mount: Mount) -> list[str]:
+    return ["--ro-bind" if mount.mode is MountMode.READ_ONLY else "--bind", mount.source or mount.path, mount.path]
+
+
+def _emptied(path: str) -> list[str]:
+    return ["--tmpfs", path] if os.path.isdir(path) else ["--dev-bind", "/dev/null", path]
+
+
+def _beneath(path: str, roots: Sequence[str]) -> bool:
+    """Strictly inside one of `roots`."""
+    return any(path != r and _inside(path, [r]) for r in roots)
 
 
 def _inside(path: str, roots: Sequence[str]) -> bool:

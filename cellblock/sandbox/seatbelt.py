@@ -10,6 +10,8 @@ The profile starts from `(deny default)` and adds, in this order:
 3. the caller's mounts that lie outside the protected trees (below);
 4. a deny on the protected trees: the user's home, `/private/tmp` and `/private/var/folders`;
 5. the mounts inside a protected tree, the private temp dir and `exec.allow`;
+5b. a deny on what the spec hides (Cellblock's own files and the user's session, where a mount
+    holds them), then the mounts inside those again;
 6. metadata (stat, not listing) of every ancestor directory of what is shared, so realpath works;
 7. the network rule.
 
@@ -125,9 +127,14 @@ def seatbelt_profile(
     outside: list[str] = []
     inside: list[str] = []
     shared: list[_Target] = []
+    hidden = [_Target(_resolve(p, "hidden"), is_dir(p)) for p in spec.hidden]
+    again: list[str] = []
     for target, mode in _merge(mounts, is_dir):
         ops = _READ + (_WRITE if mode is MountMode.READ_WRITE else ()) + exec_ops
-        (inside if _within_any(target.path, protected) else outside).append(_rule("allow", ops, [target]))
+        rule = _rule("allow", ops, [target])
+        (inside if _within_any(target.path, protected) else outside).append(rule)
+        if any(_within(target.path, h.path) and target.path != h.path for h in hidden):
+            again.append(rule)
         shared.append(target)
     if tmp is not None:
         inside.append(_rule("allow", _READ + _WRITE + exec_ops, [tmp]))
@@ -167,6 +174,7 @@ def seatbelt_profile(
         ";; Shared back inside them: mounts, the private temp dir and exec.allow.",
         *(inside or [";; (none)"]),
         "",
+        *_hiding(hidden, again),
         ";; Metadata (not listing) of every ancestor directory, so realpath() and getcwd() work.",
         _rule("allow", ("file-read-metadata",), [f"(literal {_string(p)})" for p in _ancestors(system, data, shared)]),
         "",
@@ -204,6 +212,18 @@ def seatbelt_plan(
         network=spec.network,
         jailed=True,
     )
+
+
+def _hiding(hidden: Sequence[_Target], again: Sequence[str]) -> list[str]:
+    if not hidden:
+        return []
+    return [
+        ";; Cellblock's own files and the user's session, hidden even under a mount that holds them,",
+        ";; and what is shared back inside them (a server's own package cache).",
+        _rule("deny", _DENIED, hidden),
+        *again,
+        "",
+    ]
 
 
 def _network_rules(network: Network, proxy_port: int | None) -> list[str]:

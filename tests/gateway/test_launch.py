@@ -128,3 +128,33 @@ def test_roots_leave_out_code_named_relative_to_the_cwd_or_after_an_equals_and_i
         }
     )
     assert granted_roots(server) == [str(work)]
+
+
+def test_a_grant_of_or_inside_what_cellblock_keeps_from_servers_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    state, run, cache = home / "state", tmp_path / "run", home / ".cache" / "cellblock"
+    audit = tmp_path / "logs" / "audit.jsonl"
+    for directory in (state / "catalogs", run / "bus", cache / "npm-s", audit.parent):
+        directory.mkdir(parents=True)
+    audit.touch()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("CELLBLOCK_STATE_DIR", str(state))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    (tmp_path / "via").symlink_to(state)
+    refused = {
+        str(state / "catalogs"): f"is inside {state}",
+        str(tmp_path / "via"): f"is {state}",  # through a symlink too
+        str(run / "bus"): f"is inside {run}",  # the session's runtime dir: D-Bus, the keyring
+        str(audit): f"is {audit}",  # an audit log outside the state dir, named by the config
+        str(cache): "is Cellblock's cache, which holds every server's package cache",
+    }
+    for path, reason in refused.items():
+        jail = f"    jail: {{read_write: ['{path}']}}\n"
+        with pytest.raises(JailError, match=f"server 's': jail.read_write path {path} {reason}"):
+            launch_plan("s", server(jail), own=(audit,))
+    # a server's own package cache inside Cellblock's is the usual grant for npx and uvx
+    plan = launch_plan("s", server(f"    jail: {{read_write: ['{cache / 'npm-s'}']}}\n"), own=(audit,))
+    assert any(m.path == str(cache / "npm-s") for m in plan.mounts)

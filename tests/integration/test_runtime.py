@@ -159,3 +159,61 @@ async def test_a_server_can_neither_reach_the_control_socket_nor_touch_the_state
         assert not listed["got_through"], listed
         control = _outcome(await client.call_tool("loose__list_dir", {"path": str(state), "expect": []}))
         assert control["got_through"], control
+
+
+async def test_what_a_grant_would_show_of_cellblock_and_the_session_stays_hidden_at_the_path_the_jail_shows_it(
+    tmp_path: Path,
+) -> None:
+    """A grant given through a symlink shows the home at another path than its real one: the
+    config file, a custom audit log, the state, the runtime dir (the session's, with the control
+    socket) and the cache are hidden there too; a server's own package cache inside Cellblock's
+    cache is shown, the next server's is not."""
+    home = tmp_path / "home"
+    run = home / ".run"
+    run.mkdir(parents=True, mode=0o700)
+    run.chmod(0o700)
+    link = tmp_path / "link"
+    link.symlink_to(home)
+    state = home / ".local" / "state" / "cellblock"
+    caches = home / ".cache" / "cellblock"
+    for name in ("cached", "other"):
+        (caches / f"npm-{name}").mkdir(parents=True)
+        (caches / f"npm-{name}" / f"{name}-package").write_text("{}")
+    audit = home / "logs" / "audit.jsonl"
+    audit.parent.mkdir()
+    env = {"HOME": str(home), "XDG_RUNTIME_DIR": str(run), "CELLBLOCK_STATE_DIR": str(state)}
+    hostile = {"command": sys.executable, "args": [str(HOSTILE)]}
+    code = [str(HOSTILE.parent), str(SANDBOX)]
+    servers = {
+        "wide": hostile | {"jail": {"read_only": [*code, str(link)]}},
+        "cached": hostile | {"jail": {"read_only": [*code, str(home)], "read_write": [str(caches / "npm-cached")]}},
+        "loose": hostile | {"jail": False},
+    }
+    config = write_config(home, servers, audit={"path": str(audit)})
+    async with gateway(config, state, env=env) as client:
+        await client.call_tool("loose__list_dir", {"path": str(home), "expect": []})  # an audit event, at least
+        [sock] = [p.name for p in (run / "cellblock").glob("control-*.sock")]
+        seen = link.relative_to(tmp_path)
+        reads = {"config": seen / "cellblock.yaml", "audit": seen / "logs" / "audit.jsonl"}
+        lists = {"state": seen / ".local/state/cellblock", "cache": seen / ".cache/cellblock/npm-cached"}
+        lists |= {"runtime": seen / ".run"}
+        for what, path in [*reads.items(), *lists.items()]:
+            tool = "read_file" if what in reads else "list_dir"
+            arguments = {"path": str(tmp_path / path)} | ({} if tool == "read_file" else {"expect": []})
+            # the honest control: the same look through the same symlink from an unjailed server
+            control = _outcome(await client.call_tool(f"loose__{tool}", arguments))
+            assert control["got_through"], (what, control)
+            hidden = _outcome(await client.call_tool(f"wide__{tool}", arguments))
+            assert not hidden["got_through"], (what, hidden)
+        socket_path = str(link / ".run" / "cellblock" / sock)
+        assert (await anyio.to_thread.run_sync(load_escape().control_socket, socket_path)).got_through
+        hidden = _outcome(await client.call_tool("wide__control_socket", {"path": socket_path}))
+        assert not hidden["got_through"] and "ENOENT" in hidden["detail"], hidden
+        # a grant of the home hides Cellblock's cache, and shows the server's own cache in it again
+        own = {"path": str(caches / "npm-cached"), "expect": ["cached-package"]}
+        assert _outcome(await client.call_tool("cached__list_dir", own))["got_through"]
+        written = _outcome(await client.call_tool("cached__write_file", {"path": str(caches / "npm-cached" / "new")}))
+        assert written["got_through"], written
+        other = {"path": str(caches / "npm-other"), "expect": ["other-package"]}
+        assert _outcome(await client.call_tool("loose__list_dir", other))["got_through"]
+        assert not _outcome(await client.call_tool("cached__list_dir", other))["got_through"]

@@ -27,6 +27,7 @@ FILES = frozenset(
         "/usr/bin/git",
         "/etc/fs.conf",  # is_dir is asked about paths as written in the config
         "/Users/alice/notes.txt",
+        "/Users/alice/fs.yaml",
     }
 )
 
@@ -43,6 +44,10 @@ ODD_RO = (
     f"{HOME}/notes.txt",
 )
 ODD_RW = (f"{HOME}/project dir",)
+# what launch.py hides where a grant holds it, and a server's own package cache inside one of them
+OWN_CONFIG = f"{HOME}/Library/Application Support/cellblock"
+OWN_CACHE = f"{HOME}/Library/Caches/cellblock"
+CACHE_GRANT = f"{OWN_CACHE}/npm-fs"
 
 SYSTEM_MOUNTS = (
     Mount("/opt/homebrew/Cellar/node/22.1.0", MountMode.READ_ONLY, "launcher"),
@@ -93,6 +98,9 @@ CASES = {
     "open": Case(make_spec(network=Network.OPEN)),
     "exec_allow": Case(make_spec(exec_allow=("/usr/local/bin/fs-server", "/usr/bin/git"), read_write=("/work/data",))),
     "no_tmp": Case(make_spec(tmp=False), tmp_dir=None),
+    "hidden": Case(
+        make_spec(read_only=(HOME,), read_write=(CACHE_GRANT,), hidden=(OWN_CONFIG, OWN_CACHE, f"{HOME}/fs.yaml"))
+    ),
 }
 
 
@@ -243,6 +251,27 @@ def test_grants_inside_home_come_after_the_deny_on_home() -> None:
         for _, path in rule.filters:
             if within(path, HOME) and rule.action == "allow":
                 assert i > deny_at, path
+
+
+def test_what_the_spec_hides_is_denied_after_every_grant_that_holds_it_and_only_its_own_grants_come_back() -> None:
+    found = rules(CASES["hidden"].profile())
+    deny_at = max(i for i, r in enumerate(found) if r.action == "deny")
+    assert {("subpath", OWN_CONFIG), ("subpath", OWN_CACHE), ("literal", f"{HOME}/fs.yaml")} <= set(
+        found[deny_at].filters
+    )
+    assert {"file-read*", "file-write*", "process-exec*"} <= set(found[deny_at].ops)
+    home_at = next(i for i, r in enumerate(found) if r.action == "allow" and ("subpath", HOME) in r.filters)
+    assert home_at < deny_at  # the grant of the whole home does not win over the hiding
+    # only the server's own cache is shared again (besides stat of ancestors, which lists nothing)
+    after = [
+        path
+        for r in found[deny_at + 1 :]
+        if r.action == "allow" and r.ops != ("file-read-metadata",)
+        for _, path in r.filters
+    ]
+    assert [p for p in after if within(p, OWN_CACHE) or within(p, OWN_CONFIG)] == [CACHE_GRANT], after
+    back = next(r for r in found[deny_at + 1 :] if ("subpath", CACHE_GRANT) in r.filters)
+    assert "file-write*" in back.ops
 
 
 def test_shared_temp_trees_are_allowed_only_at_the_private_temp_dir() -> None:
