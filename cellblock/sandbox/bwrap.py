@@ -25,6 +25,7 @@ __all__ = [
     "ETC_FILES",
     "EXEC_ALLOW_DATA",
     "MASKED_PROC",
+    "MASKED_PROC_DIRS",
     "PIN_FILTER",
     "READ_ONLY_PROC",
     "bwrap_plan",
@@ -50,9 +51,16 @@ ETC_FILES = (
     "mime.types",
 )
 # What the jail's /proc shows of the host that no server needs: the descriptions of the user's
-# kernel keys, the users that hold keys, and kernel internals. Masked with /dev/null, as container
-# runtimes do (those this kernel has).
-MASKED_PROC = ("/proc/keys", "/proc/key-users", "/proc/kcore", "/proc/timer_list", "/proc/sched_debug")
+# kernel keys, the users that hold keys, and kernel internals, some of them readable by uid 0 alone
+# (which a jail of a gateway run as root is): the physical pages' flags and counts, the kernel's
+# heap and its allocations. Masked with /dev/null, and the hardware directories with an empty
+# tmpfs, as container runtimes do (those this kernel has).
+MASKED_PROC = (
+    *("/proc/keys", "/proc/key-users", "/proc/kcore", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug"),
+    *("/proc/kpageflags", "/proc/kpagecount", "/proc/kpagecgroup", "/proc/slabinfo", "/proc/pagetypeinfo"),
+    *("/proc/vmallocinfo", "/proc/latency_stats"),
+)
+MASKED_PROC_DIRS = ("/proc/acpi", "/proc/scsi", "/proc/asound")
 # What of /proc the kernel lets uid 0 write without any capability: sysctls (kernel.core_pattern,
 # kernel.modprobe: a program the kernel runs as root on the host), IRQ affinities, sysrq. A jail
 # of a gateway run as root runs as uid 0, so these are shown read-only, from the gateway's own /proc
@@ -236,6 +244,7 @@ def bwrap_plan(
     # the user's kernel keys are out of reach (seccomp), but /proc would still list their names
     # (a device: --ro-bind would mount it nodev, unreadable; /dev/null discards what is written)
     args += [a for f in MASKED_PROC if os.path.exists(f) for a in ("--dev-bind", "/dev/null", f)]
+    args += [a for d in MASKED_PROC_DIRS if os.path.isdir(d) for a in ("--tmpfs", d)]
     if spec.tmp:
         args += ["--tmpfs", "/tmp"]
     args += ["--tmpfs", spec.home]  # an empty, private, throw-away home

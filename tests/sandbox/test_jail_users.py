@@ -32,6 +32,8 @@ pytestmark = [
 ]
 
 ABSTRACT = "cellblock-test-users-bus"
+# (the physical pages, /proc/kpage*, are masked too, but read in 8-byte units only)
+KERNEL_INTERNALS = ("/proc/slabinfo", "/proc/vmallocinfo", "/proc/pagetypeinfo")
 
 
 def run_jailed(
@@ -80,6 +82,8 @@ def test_nothing_gets_out_as_root_or_as_a_user(who: tuple[str, list[str], str, i
         {"kind": "capabilities", "target": ""},
         {"kind": "userns", "target": ""},
         {"kind": "remount", "target": str(ro)},
+        # kernel internals only uid 0 may read: the kernel's heap and its allocations
+        *({"kind": "read", "target": f} for f in KERNEL_INTERNALS if os.path.exists(f)),
     ]
     escape = escape_copy(area)
     spec = JailSpec(
@@ -99,6 +103,12 @@ def test_nothing_gets_out_as_root_or_as_a_user(who: tuple[str, list[str], str, i
             check=False,
         )
         assert [r["got_through"] for r in json.loads(direct.stdout)] == [True, True, True, True], direct.stdout
+        if uid == 0:  # and root reads the kernel's internals
+            internals = [a for a in attempts if a.get("target") in KERNEL_INTERNALS]
+            read = subprocess.run(
+                [*prefix, *spec.argv, "--json", json.dumps(internals)], capture_output=True, text=True, timeout=60
+            )
+            assert internals and all(r["got_through"] for r in json.loads(read.stdout)), read.stdout
         results = run_jailed(prefix, spec, attempts)
     finally:
         for sock in (tcp, bus, abstract):
