@@ -72,8 +72,8 @@ def jail_spec(
     instead of all of /usr (`sandbox/closure.py`).
 
     Raises:
-        JailError: the command or an allowed executable cannot be found, or a grant lies inside
-            Cellblock's own state.
+        JailError: the command or an allowed executable cannot be found or lies in a writable grant
+            unpinned, or a grant lies inside Cellblock's own state.
     """
     _refuse_own_grants(name, jail, own)
     home = os.path.expanduser("~")
@@ -90,6 +90,7 @@ def jail_spec(
     closure: Closure | None = None
     # the server's own command is always allowed when anything is
     allowed = [command, *(resolve_command(p, host_path) for p in jail.exec.allow)] if jail.exec.allow else []
+    _refuse_writable_programs(name, allowed, jail)
     if allowed and sys.platform.startswith("linux"):  # macOS: the profile itself limits exec
         # what the server may run, and what the launcher's own interpreter needs: both are shown,
         # only the first stays executable (the launcher remounts the rest noexec before it starts it)
@@ -130,6 +131,21 @@ def jail_spec(
         hidden=_hidden([*jail.read_only, *jail.read_write, *(m.path for m in launchers)], own),
     )
     return spec, launchers
+
+
+def _refuse_writable_programs(name: str, allowed: Sequence[str], jail: JailConfig) -> None:
+    """An allowed program that a writable grant holds is not pinned: this server (or another one
+    with the same grant) could replace it before its next start. Unless its bytes are pinned."""
+    pinned = {os.path.realpath(p) for p in jail.exec.sha256}
+    for program in allowed:
+        real = os.path.realpath(program)
+        grant = next((g for g in jail.read_write if _within(real, os.path.realpath(g))), None)
+        if grant is not None and real not in pinned:
+            raise JailError(
+                f"server '{name}': exec.allow program {program} is inside the read_write grant {grant}, where "
+                "a server can replace what this one may run; pin its bytes with jail.exec.sha256, or move "
+                f"it out of {grant}"
+            )
 
 
 def own_paths(config: Config, state: Path, source: Path | None, runtime: Path | None = None) -> tuple[Path, ...]:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 
 import pytest
 
 from cellblock.gateway.config import LocalServer, parse_config
-from cellblock.gateway.launch import granted_roots, launch_plan
+from cellblock.gateway.launch import granted_roots, jail_spec, launch_plan
 from cellblock.sandbox.types import JailError
 
 
@@ -158,3 +159,23 @@ def test_a_grant_of_or_inside_what_cellblock_keeps_from_servers_is_refused_namin
     # a server's own package cache inside Cellblock's is the usual grant for npx and uvx
     plan = launch_plan("s", server(f"    jail: {{read_write: ['{cache / 'npm-s'}']}}\n"), own=(audit,))
     assert any(m.path == str(cache / "npm-s") for m in plan.mounts)
+
+
+def test_an_allowed_program_a_writable_grant_holds_is_refused_unless_its_bytes_are_pinned(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    (work / "bin").mkdir(parents=True)
+    tool = work / "bin" / "tool"
+    tool.write_bytes(b"#!/bin/sh\n")
+    tool.chmod(0o755)
+
+    def spec(jail: dict[str, object]) -> tuple[str, ...]:
+        config = local({"command": sys.executable, "jail": {"exec": {"allow": [str(tool)]}} | jail})
+        assert config.jail is not False
+        return jail_spec("s", config, config.jail)[0].exec_allow
+
+    with pytest.raises(JailError, match=f"exec.allow program {tool} is inside the read_write grant {work}"):
+        spec({"read_write": [str(work)]})
+    # read-only, or pinned by its digest, it is what the server runs
+    assert str(tool) in spec({"read_only": [str(work)]})
+    pin = {str(tool): hashlib.sha256(tool.read_bytes()).hexdigest()}
+    assert str(tool) in spec({"read_write": [str(work)], "exec": {"allow": [str(tool)], "sha256": pin}})

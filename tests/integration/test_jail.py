@@ -247,15 +247,17 @@ async def pinned(tmp_path_factory: pytest.TempPathFactory) -> Any:
     assert true and echo
     (tmp / "rw").mkdir()
     grants = {"read_only": [str(HOSTILE.parent), str(ROOT / "cellblock" / "sandbox")], "read_write": [str(tmp / "rw")]}
-    granted_tool = tmp / "rw" / "tool"  # an allowed program kept in a writable grant
+    granted_tool = tmp / "rw" / "tool"  # an allowed program kept in a writable grant, pinned
     copy_program(true, granted_tool)
+    tool = str(granted_tool)
     base: dict[str, Any] = {"command": sys.executable, "args": [str(HOSTILE)]}
     servers = {
         # only `true` (and the server's own command) may be executed; `echo` is pinned by digest
         "locked": base | {"jail": grants | {"exec": {"allow": [true, echo], "sha256": {echo: sha256_of(echo)}}}},
         "open": base | {"jail": grants},
         "tampered": base | {"jail": grants | {"exec": {"sha256": {true: "0" * 64}}}},
-        "granted": base | {"jail": grants | {"exec": {"allow": [str(granted_tool)]}}},
+        # unpinned it would be refused: another server with the grant could replace it
+        "granted": base | {"jail": grants | {"exec": {"allow": [tool], "sha256": {tool: sha256_of(tool)}}}},
     }
     async with gateway(write_config(tmp, servers), tmp / "state") as client:
         yield client, true, echo, tmp / "rw"
@@ -344,7 +346,7 @@ async def test_a_pin_mismatch_refuses_to_start_with_both_digests(pinned: Any) ->
     assert "'tampered'" in message and f"got sha256 {sha256_of(true)}" in message and "expected " + "0" * 64 in message
 
 
-async def test_an_allowed_program_in_a_writable_grant_can_be_run_but_not_changed_or_used_to_widen_it(
+async def test_a_pinned_program_in_a_writable_grant_can_be_run_but_not_changed_or_used_to_widen_it(
     pinned: Any,
 ) -> None:
     client, true, _, writable = pinned
