@@ -49,19 +49,20 @@ class RuntimeDirError(CellblockError):
 
 
 def state_dir() -> Path:
-    """`$CELLBLOCK_STATE_DIR`, else the per-user state directory; created 0700, and made 0700 when
-    it is this user's but open to others (it holds the locks and the approvals).
+    """`$CELLBLOCK_STATE_DIR`, else the per-user state directory (it holds the locks and the
+    approvals): created 0700, and made 0700 when it is this user's and only readable by others.
 
     Raises:
-        RuntimeDirError: it cannot be made, or belongs to another user.
+        RuntimeDirError: it cannot be made; it belongs to another user, or another user can write
+            it or replace it (through a directory on its path they can write).
     """
     env = os.environ.get("CELLBLOCK_STATE_DIR")
-    path = Path(env).expanduser() if env else user_state_path("cellblock")
+    path = Path(env).expanduser().absolute() if env else user_state_path("cellblock")
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         info = path.stat()
-        if info.st_uid == os.getuid() and info.st_mode & 0o077:
-            path.chmod(0o700)
+        if info.st_uid == os.getuid() and info.st_mode & 0o077 and not info.st_mode & 0o022:
+            path.chmod(0o700)  # others could read it, but not have put anything in it
     except OSError as exc:
         raise RuntimeDirError(f"cannot use the state directory {path}: {exc.strerror or exc}") from exc
     if info.st_uid != os.getuid():
@@ -70,7 +71,38 @@ def state_dir() -> Path:
             "another user could change its locks and approvals; use a directory of your own "
             "(CELLBLOCK_STATE_DIR)"
         )
+    if info.st_mode & 0o022:
+        raise RuntimeDirError(
+            f"the state directory {path} is writable by others (mode {info.st_mode & 0o7777:o}): another user "
+            f"could have changed its locks and approvals; check what is in it, then `chmod 700 {path}`"
+        )
+    unsafe = _swappable(path)
+    if unsafe is not None:
+        raise RuntimeDirError(
+            f"the state directory {path} can be replaced by another user: {unsafe}; "
+            "use a directory whose every parent only you or root can write (CELLBLOCK_STATE_DIR)"
+        )
     return path
+
+
+def _swappable(path: Path) -> str | None:
+    """Why another user could swap `path` for a directory of theirs, if they could: a directory
+    on its way (as given or resolved) that is not this user's or root's, or that others may write
+    without the sticky bit (which keeps them from renaming what is not theirs, as in /tmp)."""
+    uid = os.getuid()
+    resolved = Path(os.path.realpath(path))
+    for parent in dict.fromkeys([*path.parents, *resolved.parents]):
+        try:
+            info = parent.lstat()
+        except OSError as exc:
+            return f"{parent} cannot be checked ({exc.strerror or exc})"
+        if stat.S_ISLNK(info.st_mode):
+            continue  # who may change a link is decided by the directory holding it, checked too
+        if info.st_uid not in (uid, 0):
+            return f"{parent} belongs to uid {info.st_uid}"
+        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            return f"{parent} is writable by others (mode {info.st_mode & 0o7777:o})"
+    return None
 
 
 def own_dirs() -> list[Path]:
@@ -89,15 +121,16 @@ def runtime_dir() -> Path:
     """A directory for the control and egress sockets, private to this user (0700, theirs, no
     symlink), and the same for a gateway a client starts with little environment and for the CLI
     in a terminal: `cellblock` in `$XDG_RUNTIME_DIR`, else in `/run/user/<uid>` (what the login
-    manager makes), else `<state dir>/run`. A runtime base is used only when it is itself private;
-    none of them is a place another user can create first (a shared `/tmp` would be).
+    manager makes), else `<state dir>/run`. A runtime base is used only when it is itself private
+    and no other user can replace it; none of them is a place another user can create first (a
+    shared `/tmp` would be).
 
     Raises:
         RuntimeDirError: the directory cannot be made, or exists but is not private to this user.
     """
     uid = os.getuid()
     bases = [os.environ.get("XDG_RUNTIME_DIR", ""), f"/run/user/{uid}"]
-    base = next((Path(b) for b in bases if b and _private(Path(b), uid)), None)
+    base = next((Path(b) for b in bases if b and _private(Path(b), uid) and _swappable(Path(b)) is None), None)
     path = base / "cellblock" if base is not None else state_dir() / "run"
     try:
         path.mkdir(mode=0o700, exist_ok=True)

@@ -36,6 +36,9 @@ def test_a_runtime_base_open_to_others_is_passed_over_for_a_private_one(
     found = runtime_dir()
     assert not found.is_relative_to(shared)
     assert found in (Path(f"/run/user/{os.getuid()}/cellblock"), tmp_path / "state" / "run")
+    # a private base inside a directory others may write could be swapped for theirs: passed over too
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(private(shared / "run")))
+    assert not runtime_dir().is_relative_to(shared)
 
 
 def test_a_runtime_dir_that_is_not_private_is_refused_with_what_to_do(
@@ -69,14 +72,22 @@ def test_a_socket_whose_path_is_too_long_is_bound_and_reached_by_a_short_name(tm
         listener.close()
 
 
-def test_a_state_dir_open_to_others_is_made_private_and_one_of_another_user_refused(
+def test_a_state_dir_others_can_only_read_is_made_private_one_they_can_write_or_own_is_refused(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    mine = tmp_path / "mine"
-    mine.mkdir(mode=0o777)
-    mine.chmod(0o777)
-    monkeypatch.setenv("CELLBLOCK_STATE_DIR", str(mine))
-    assert state_dir() == mine and mine.stat().st_mode & 0o777 == 0o700
+    readable = tmp_path / "readable"
+    readable.mkdir(mode=0o755)
+    readable.chmod(0o755)
+    monkeypatch.setenv("CELLBLOCK_STATE_DIR", str(readable))
+    assert state_dir() == readable and readable.stat().st_mode & 0o777 == 0o700
+    # one others could write may hold approvals they planted: chmod would hide that, not undo it
+    writable = tmp_path / "writable"
+    writable.mkdir(mode=0o777)
+    writable.chmod(0o777)
+    monkeypatch.setenv("CELLBLOCK_STATE_DIR", str(writable))
+    with pytest.raises(RuntimeDirError, match=f"{writable} is writable by others .mode 777.*chmod 700"):
+        state_dir()
+    assert writable.stat().st_mode & 0o777 == 0o777
     if os.getuid() != 0:
         return  # making a directory of another user needs root
     theirs = tmp_path / "theirs"
@@ -84,4 +95,29 @@ def test_a_state_dir_open_to_others_is_made_private_and_one_of_another_user_refu
     os.chown(theirs, 65534, 65534)
     monkeypatch.setenv("CELLBLOCK_STATE_DIR", str(theirs))
     with pytest.raises(RuntimeDirError, match="belongs to uid 65534"):
+        state_dir()
+
+
+def test_a_state_dir_another_user_could_swap_through_a_parent_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A private state dir in a directory others may write (without the sticky bit) can be renamed
+    away and replaced by theirs; in a sticky one (like /tmp) it cannot."""
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    monkeypatch.setenv("CELLBLOCK_STATE_DIR", str(shared / "state"))
+    with pytest.raises(RuntimeDirError, match=f"can be replaced by another user: {shared} is writable by others"):
+        state_dir()
+    # the same through a symlink of the user's own, which does not make it safe
+    (tmp_path / "link").symlink_to(shared)
+    monkeypatch.setenv("CELLBLOCK_STATE_DIR", str(tmp_path / "link" / "state"))
+    with pytest.raises(RuntimeDirError, match=f"{shared} is writable by others"):
+        state_dir()
+    shared.chmod(0o1777)
+    assert state_dir() == tmp_path / "link" / "state"
+    if os.getuid() != 0:
+        return
+    os.chown(shared, 65534, 65534)
+    with pytest.raises(RuntimeDirError, match=f"{shared} belongs to uid 65534"):
         state_dir()
