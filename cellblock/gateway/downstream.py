@@ -37,7 +37,9 @@ from cellblock.gateway.audit import Audit
 from cellblock.gateway.config import LocalServer, RemoteServer
 from cellblock.gateway.credentials import CredentialError, Keyring
 from cellblock.gateway.elicitation import Asker
+from cellblock.gateway.errors import first_line
 from cellblock.gateway.launch import granted_roots, launch_plan, stdio_parameters
+from cellblock.gateway.lines import remote_message
 from cellblock.gateway.local import LocalChannel, local_transport
 from cellblock.gateway.oauth import KeyringTokenStorage
 from cellblock.gateway.ratelimit import Budget
@@ -416,7 +418,7 @@ class Downstream:
     async def _connect(self, egress_socket: str | None) -> None:
         closed = self._closed = anyio.Event()
         client = Client(
-            _watched(await self._transport(egress_socket), closed),
+            _watched(await self._transport(egress_socket), closed, remote=isinstance(self.config, RemoteServer)),
             mode="legacy" if self.protocol == "legacy" else "auto",
             elicitation_callback=self._on_elicit,
             list_roots_callback=self._on_roots,
@@ -589,7 +591,7 @@ class Downstream:
             # logged within a budget of its own: a server writing garbage must not flood the log
             self._garbage += 1
             if self._garbage_log.take():
-                logger.warning("server '%s' sent a message that is not valid MCP: %s", self.name, _first_line(message))
+                logger.warning("server '%s' sent a message that is not valid MCP: %s", self.name, first_line(message))
             if self._garbage == MAX_GARBAGE:
                 self._restart(f"it sent {MAX_GARBAGE} messages that are not valid MCP")
         elif isinstance(message, _LIST_CHANGED):
@@ -770,7 +772,7 @@ class Downstream:
                 return error_result(f"server '{self.name}' closed the connection during the call to '{tool}'")
             return error_result(f"server '{self.name}' answered '{tool}' with an error: {exc.message}")
         # a result that does not validate
-        return error_result(f"server '{self.name}' sent an invalid result for '{tool}': {_first_line(exc)}")
+        return error_result(f"server '{self.name}' sent an invalid result for '{tool}': {first_line(exc)}")
 
     async def _call_rounds(
         self,
@@ -888,8 +890,9 @@ async def _fetch_listing(client: Client) -> Listing:
 
 
 @asynccontextmanager
-async def _watched(transport: Any, closed: anyio.Event) -> AsyncIterator[Any]:
-    """The transport's streams, setting `closed` when the server's side ends (exit, crash, EOF)."""
+async def _watched(transport: Any, closed: anyio.Event, remote: bool = False) -> AsyncIterator[Any]:
+    """The transport's streams, setting `closed` when the server's side ends (exit, crash, EOF);
+    a `remote` server's messages are bounded here (`lines.remote_message`), a local one's as read."""
     async with transport as streams:
         read, write = streams[0], streams[1]
         send, receive = anyio.create_memory_object_stream[Any](0)
@@ -898,7 +901,7 @@ async def _watched(transport: Any, closed: anyio.Event) -> AsyncIterator[Any]:
             try:
                 async with send:
                     async for item in read:
-                        await send.send(item)
+                        await send.send(remote_message(item) if remote else item)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 pass
             finally:
@@ -912,10 +915,6 @@ async def _watched(transport: Any, closed: anyio.Event) -> AsyncIterator[Any]:
                 tg.cancel_scope.cancel()
 
 
-def _first_line(exc: BaseException) -> str:
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-
-
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, FileNotFoundError):
         return f"command not found: {exc.filename or exc}"
@@ -927,4 +926,4 @@ def _describe(exc: BaseException) -> str:
         return f"protocol error: {exc.message}"
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_describe(e) for e in exc.exceptions)
-    return f"{type(exc).__name__}: {_first_line(exc)}"
+    return f"{type(exc).__name__}: {first_line(exc)}"

@@ -31,9 +31,9 @@ from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from pydantic import ValidationError
 
 from cellblock.gateway.stdio import KEPT, Oversized, Reader, ReaderFactory, Writer
-from cellblock.policy.jsontext import loads
+from cellblock.policy.jsontext import loads, more_values_than
 
-__all__ = ["SessionLines", "Streams", "error_response", "request_id", "valid_id"]
+__all__ = ["MAX_VALUES", "SessionLines", "Streams", "error_response", "remote_message", "request_id", "valid_id"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +47,36 @@ _PAUSE, _RESUME = 64, 16
 _ID = r'"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+)'
 _ID_AT_HEAD = re.compile(rf'^\s*\{{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?{_ID}'.encode())
 _ID_AT_TAIL = re.compile(rf"[{{,]\s*{_ID}\s*\}}\s*$".encode())
+
+
+# The most values a server's message may hold outside its free-form fields. Validating a message
+# costs memory per value, and far more per invalid one (pydantic keeps an error for each union
+# member it tried): 50,000 bad content items in under 1 MB took 335 MB, so a 32 MB line could
+# take the gateway's memory. At this bound the worst is a few hundred MB, once, for that message.
+MAX_VALUES = 100_000
+FREE_FORM = frozenset({"structuredContent", "_meta"})  # `Any` in MCP: validated as one value
+DENSE = f"holds more than {MAX_VALUES:,} values (outside structuredContent and _meta), more than Cellblock takes"
+
+
+def too_dense(message: dict[str, Any]) -> dict[str, Any] | Exception | None:
+    """What replaces a server's `message` that holds too many values (see MAX_VALUES): an error
+    response to the request it answers, or an error the session reports; None if it does not."""
+    if more_values_than(message.get("result"), MAX_VALUES, FREE_FORM) and valid_id(message.get("id")):
+        return error_response(message["id"], types.INTERNAL_ERROR, f"its answer {DENSE}")
+    if more_values_than(message.get("params"), MAX_VALUES, FREE_FORM):
+        return ValueError(f"a message that {DENSE}")
+    return None
+
+
+def remote_message(item: SessionMessage | Exception) -> SessionMessage | Exception:
+    """A remote server's message as the session may take it: `too_dense` applied (the SDK's HTTP
+    transport has parsed it already, into an envelope whose payload is not validated yet)."""
+    if not isinstance(item, SessionMessage):
+        return item
+    message = item.message
+    parts = {"id": getattr(message, "id", None), **{k: getattr(message, k, None) for k in ("result", "params")}}
+    replaced = too_dense(parts)
+    return item if replaced is None else _session_message(replaced, None)
 
 
 def valid_id(ident: Any) -> bool:
@@ -83,8 +113,10 @@ class SessionLines:
         outgoing: Callable[[types.JSONRPCMessage], bool] | None = None,
         ended: Callable[[], None] | None = None,
         unparsable: Callable[[Oversized, ValueError], bool] | None = None,
+        bounded: bool = False,
     ) -> None:
         self._take = take
+        self._bounded = bounded  # a server's lines: at most MAX_VALUES values in each
         # told of each line that is not JSON (by its ends, as an oversized one); True: it answered it
         self._unparsable = unparsable
         self._writer = writer
@@ -126,6 +158,13 @@ class SessionLines:
             if self._unparsable is None or not self._unparsable(ends, exc):
                 self.hand(exc)  # the session reports a line that is not JSON
             return
+        # a line shorter than the bound cannot hold more values than it (each takes a byte)
+        if self._bounded and len(line) > MAX_VALUES and isinstance(message, dict):
+            replaced = too_dense(message)
+            if isinstance(replaced, Exception):
+                self.hand(replaced)
+                return
+            message = message if replaced is None else replaced
         if not self._take(message):
             self.hand(message)
 

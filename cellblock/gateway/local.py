@@ -349,6 +349,7 @@ async def local_transport(plan: LaunchPlan, channel: LocalChannel, errlog: TextI
         outgoing=channel._observe,
         ended=channel._close,
         unparsable=channel._unparsable,
+        bounded=True,
     )
     channel._lines = lines
     try:

@@ -21,6 +21,7 @@ from mcp.shared.auth import AuthorizationCodeResult
 
 from cellblock.gateway.config import RemoteServer
 from cellblock.gateway.credentials import CredentialError, Keyring
+from cellblock.gateway.errors import first_line
 from cellblock.gateway.oauth import (
     CALLBACK_PATH,
     LOGIN_PORT,
@@ -214,11 +215,11 @@ def explain(name: str, server: RemoteServer, watch: HttpWatch, exc: BaseExceptio
         return f"{server.url} requires authentication (HTTP 401): set auth: {{type: bearer}} or {{type: oauth}}"
     for error in _leaves(exc):
         if isinstance(error, httpx2.ConnectError | httpx2.ConnectTimeout):
-            return f"cannot reach {server.url}: {_first_line(error) or 'connection failed'}"
+            return f"cannot reach {server.url}: {first_line(error) if str(error) else 'connection failed'}"
         if isinstance(error, httpx2.HTTPStatusError):
             return f"{server.url} answered HTTP {error.response.status_code}"
         if isinstance(error, httpx2.TransportError):
-            return f"lost the connection to {server.url}: {_first_line(error) or type(error).__name__}"
+            return f"lost the connection to {server.url}: {first_line(error)}"
     return None
 
 
@@ -230,10 +231,6 @@ def _leaves(exc: BaseException, depth: int = 0) -> list[BaseException]:
         return [leaf for sub in exc.exceptions for leaf in _leaves(sub, depth + 1)]
     behind = exc.__cause__ or exc.__context__
     return [exc, *(_leaves(behind, depth + 1) if behind is not None else [])]
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).splitlines()[0] if str(exc) else ""
 
 
 async def login(
@@ -294,5 +291,5 @@ async def login(
                 raise CredentialError(f"no login for '{name}' arrived within {LOGIN_SECONDS / 60:g} minutes") from None
             # every login starts with a 401, so only connection failures are explained from HTTP
             first = next((e for e in leaves if not isinstance(e, BaseExceptionGroup)), exc)
-            reason = explain(name, server, HttpWatch(), exc) or f"{type(first).__name__}: {_first_line(first)}"
+            reason = explain(name, server, HttpWatch(), exc) or f"{type(first).__name__}: {first_line(first)}"
             raise CredentialError(f"login to '{name}' failed: {reason}") from None

@@ -12,6 +12,9 @@ their source, and stop the gateway there:
 
 A document nested too deep for the parser is refused too (a `ValueError`, like any other bad
 JSON, rather than a `RecursionError` the caller did not expect).
+
+`more_values_than` counts what a document holds, for a caller that must bound the work a
+document makes it do (validating one costs in proportion to its values, not its bytes).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import json
 import re
 from typing import Any
 
-__all__ = ["loads", "scrub"]
+__all__ = ["loads", "more_values_than", "scrub"]
 
 # A lone surrogate can only come from a \uD800-\uDFFF escape (json joins a valid pair into one
 # character, and bytes are decoded with replacement), so text without one needs no walk.
@@ -88,3 +91,23 @@ def scrub(value: Any) -> Any:
             elif isinstance(item, dict | list):
                 stack.append(item)
     return value
+
+
+def more_values_than(value: Any, limit: int, skip: frozenset[str] = frozenset()) -> bool:
+    """Whether `value` holds more than `limit` values (itself, and every string, number, list
+    and object in it), not counting what sits under a key in `skip`. Stops once past `limit`."""
+    count = 0
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        count += 1
+        if isinstance(node, dict):
+            children: Any = [v for k, v in node.items() if k not in skip] if skip else node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if count + len(stack) + len(children) > limit:
+            return True
+        stack.extend(children)
+    return count > limit

@@ -13,7 +13,7 @@ import mcp.types as types
 import pytest
 from mcp.shared.message import SessionMessage
 
-from cellblock.gateway.lines import SessionLines, request_id
+from cellblock.gateway.lines import MAX_VALUES, SessionLines, remote_message, request_id
 from cellblock.gateway.stdio import LineReader, Oversized, PipeWriter
 
 pytestmark = pytest.mark.anyio
@@ -142,3 +142,18 @@ async def test_a_response_the_session_cannot_encode_becomes_an_error_for_its_req
     first, second = [json.loads(line) for line in received.splitlines()]
     assert first["id"] == 4 and first["error"]["code"] == types.INTERNAL_ERROR and "result" not in first
     assert second["method"] == "notifications/ok"
+
+
+def test_a_remote_message_too_dense_to_validate_becomes_an_error_for_its_request_or_for_the_session() -> None:
+    dense = [{"type": "bogus"}] * (MAX_VALUES // 2 + 1)
+    answer = types.JSONRPCResponse(jsonrpc="2.0", id=7, result={"content": dense})
+    replaced = remote_message(SessionMessage(answer))
+    assert isinstance(replaced, SessionMessage) and isinstance(replaced.message, types.JSONRPCError)
+    assert replaced.message.id == 7 and "more than 100,000 values" in replaced.message.error.message
+    asked = types.JSONRPCRequest(jsonrpc="2.0", id=8, method="sampling/createMessage", params={"messages": dense})
+    assert isinstance(remote_message(SessionMessage(asked)), ValueError)
+    # free-form fields are one value each; what is within the bound passes untouched
+    free = SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=9, result={"structuredContent": {"rows": dense}}))
+    assert remote_message(free) is free
+    fits = SessionMessage(types.JSONRPCResponse(jsonrpc="2.0", id=10, result={"content": dense[:1000]}))
+    assert remote_message(fits) is fits

@@ -205,3 +205,27 @@ async def test_a_server_writing_garbage_floods_neither_the_log_nor_the_gateway_a
     assert log.count("not valid MCP") < 100, log.count("not valid MCP")
     events = [json.loads(line) for line in (state / "audit.jsonl").read_text().splitlines()]
     assert any(e["event"] == "server_exit" and "not valid MCP" in e["reason"] for e in events)
+
+
+async def test_an_invalid_result_is_told_in_one_short_line_and_one_too_dense_to_check_is_refused(
+    tmp_path: Path,
+) -> None:
+    """20,000 content items of no MCP type fail pydantic's validation 260,000 times, and its text
+    of them all was 50 MB, built for the call's error and the log; 52,000 (under 1 MB) hold more
+    values than the gateway validates at all: each bad one costs pydantic kilobytes."""
+    async with raw_gateway(config(tmp_path), tmp_path / "state") as raw:
+        await open_session(raw, "legacy")
+        assert text(await call(raw, "raw__ok")) == "ok"
+        answer = await call(raw, "raw__invalid", {"count": 20_000})
+        told = text(answer)
+        assert answer["result"]["isError"] and "server 'raw' sent an invalid result for 'invalid'" in told, told
+        assert "260000 validation errors" in told and len(told) < 300, told
+        before = peak_memory(raw.pid)
+        answer = await call(raw, "raw__invalid", {"count": 52_000})
+        grew = peak_memory(raw.pid) - before
+        told = text(answer)
+        assert answer["result"]["isError"] and "server 'raw'" in told and "more than 100,000 values" in told, told
+        assert grew < 64 << 20, f"the gateway grew by {grew:,} bytes refusing one dense result"
+        assert text(await call(raw, "probe__echo", {"message": "still here"})) == "still here"
+        assert text(await call(raw, "raw__ok")) == "ok"
+    assert len((tmp_path / "gateway.log").read_text()) < 100_000

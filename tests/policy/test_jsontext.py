@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cellblock.policy.jsontext import loads, scrub
+from cellblock.policy.jsontext import loads, more_values_than, scrub
 
 
 @pytest.mark.parametrize(
@@ -63,3 +63,10 @@ def test_any_json_value_comes_back_encodable_and_unchanged_unless_it_held_a_lone
     if not re.search("[\ud800-\udfff]", json.dumps(value, ensure_ascii=False)):
         assert parsed == value
     assert scrub(json.loads(text)) == parsed
+
+
+def test_values_are_counted_to_the_limit_and_not_under_skipped_keys() -> None:
+    assert not more_values_than([1, 2, 3], 4) and more_values_than([1, 2, 3], 3)  # the list is one
+    assert not more_values_than({"a": [1] * 100, "b": 1}, 3, frozenset({"a"}))
+    assert more_values_than({"a": [[1] * 10] * 10}, 100) and not more_values_than({"a": [[1] * 10] * 10}, 112)
+    assert more_values_than(list(range(10**7)), 10)  # stops at once, whatever the size

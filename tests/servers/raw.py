@@ -22,6 +22,7 @@ Tools (all answer with text):
 - ``listed``: how many ``tools/list`` requests it has answered.
 - ``nan``: a result for this call holding ``NaN``, which is not JSON.
 - ``garbage`` (``count``): that many lines that are not JSON, then a result.
+- ``invalid`` (``count``): a result of that many content items of a type MCP does not have.
 - ``huge`` (``size``, ``newline``, ``done_file``): a result line of ``size`` bytes for this call;
   without ``newline`` the line never ends and nothing more is written. ``done_file`` is created
   once the pipe has taken it all.
@@ -60,7 +61,7 @@ class Raw:
         self.listed = 0
 
     def tools(self) -> list[dict[str, Any]]:
-        names = ["say", "log", "progress", "ask", "flood", "huge", "listed", "nan", "garbage", "ok"]
+        names = ["say", "log", "progress", "ask", "flood", "huge", "listed", "nan", "garbage", "invalid", "ok"]
         schema = {"type": "object", "properties": {}, "additionalProperties": True}
         tools = [{"name": name, "description": f"raw {name}", "inputSchema": schema} for name in names]
         if self.meta is not None:
@@ -155,6 +156,8 @@ class Raw:
             head = json.dumps({"jsonrpc": "2.0", "id": ident})[:-1]
             sys.stdout.write(head + ',"result":{"content":[{"type":"text","text":"x"}],"score":NaN}}\n')
             return None
+        if name == "invalid":
+            return {"content": [{"type": "bogus"}] * int(arguments.get("count", 1)), "isError": False}
         if name == "garbage":
             sys.stdout.write("x\n" * int(arguments.get("count", 10)))
             return text("wrote garbage")
