@@ -139,6 +139,9 @@ class Wire:
             if "method" in message and "id" in message and not valid_id(message["id"]):
                 self._refuse(None, "Invalid Request: the id must be a string or an integer")
                 return True
+            if "method" in message and "id" in message and not _enveloped(message):
+                self._refuse(message["id"], "Invalid Request: not JSON-RPC 2.0, or a method that is not a string")
+                return True
             if "method" in message and "id" in message and not isinstance(message.get("params", {}), dict):
                 self._refuse(message["id"], "Invalid params: params must be an object", types.INVALID_PARAMS)
                 return True
@@ -241,3 +244,8 @@ class Wire:
         if value is not None and json.loads(early[1]) != value and self._differed is not None:
             self._differed(key, early[1], serialized(value) or "")
         return False
+
+
+def _enveloped(request: dict[str, Any]) -> bool:
+    """A request the SDK can read: JSON-RPC 2.0, its method a string (else it drops it unanswered)."""
+    return request.get("jsonrpc") == "2.0" and isinstance(request["method"], str)

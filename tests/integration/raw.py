@@ -54,8 +54,13 @@ class Raw:
         if ident is None:
             self._ids += 1
             ident = self._ids
+        return await self.exchange({"jsonrpc": "2.0", "id": ident, "method": method, "params": params})
+
+    async def exchange(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send `message`, whatever it holds, and return the answer to its id."""
+        ident = message["id"]
         self._waiting[ident] = anyio.Event()
-        await self.send({"jsonrpc": "2.0", "id": ident, "method": method, "params": params})
+        await self.send(message)
         with anyio.fail_after(30):
             await self._waiting[ident].wait()
         return self.answers.pop(ident)
