@@ -54,7 +54,10 @@ async def test_wrap_a_claude_desktop_config_of_real_servers_then_unwrap(
     )
     client_config.write_text(original)
     config = tmp_path / "cellblock.yaml"
-    env = {**keyring_env, "CELLBLOCK_STATE_DIR": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(tmp_path)}
+    # the session's runtime dir is kept from every server, so it must not hold the project
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    env = {**keyring_env, "CELLBLOCK_STATE_DIR": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(run)}
 
     dry = cli(env, "wrap", str(client_config), "--config", str(config), "--dry-run")
     assert dry.returncode == 0, dry.stderr
