@@ -13,8 +13,13 @@ itself is imported on first use: it costs ~0.1 s, which a gateway without creden
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+import sys
+from collections.abc import MutableMapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
@@ -29,6 +34,7 @@ __all__ = [
     "Keyring",
     "active_backend",
     "oauth_entries",
+    "session_bus",
 ]
 
 SERVICE = "cellblock"
@@ -73,6 +79,33 @@ class Backend:
         return f"{self.label} ({self.name}; {kind})"
 
 
+def session_bus(env: MutableMapping[str, str] | None = None, run_user: Path = Path("/run/user")) -> str | None:
+    """The D-Bus session bus this process reaches the Secret Service on, set into `env` when missing.
+
+    A client often starts the gateway with little more than HOME, USER and PATH, so
+    DBUS_SESSION_BUS_ADDRESS is missing though the desktop session has a bus. sd-bus and libdbus
+    then look at `$XDG_RUNTIME_DIR/bus`, which systemd makes `/run/user/<uid>/bus`; so does this,
+    but only for a socket this user owns (another user's socket could be anyone's keyring).
+    Returns the address, or None when there is none to be found.
+    """
+    env = os.environ if env is None else env
+    if env.get("DBUS_SESSION_BUS_ADDRESS"):
+        return env["DBUS_SESSION_BUS_ADDRESS"]
+    if not sys.platform.startswith("linux"):
+        return None
+    uid = os.getuid()
+    places = [Path(env["XDG_RUNTIME_DIR"]) / "bus"] if env.get("XDG_RUNTIME_DIR") else []
+    for place in [*places, run_user / str(uid) / "bus"]:
+        try:
+            found = place.lstat()
+        except OSError:
+            continue
+        if stat.S_ISSOCK(found.st_mode) and found.st_uid == uid:
+            env["DBUS_SESSION_BUS_ADDRESS"] = f"unix:path={place}"
+            return env["DBUS_SESSION_BUS_ADDRESS"]
+    return None
+
+
 def _name(backend: Any) -> str:
     return f"{type(backend).__module__}.{type(backend).__qualname__}"
 
@@ -81,6 +114,7 @@ def active_backend() -> Backend:
     """The backend to use: keyring's choice (honouring PYTHON_KEYRING_BACKEND and keyringrc), or,
     when keyring chains several, its best secure member alone, so that no read ever falls through
     to a plaintext file that someone else could have planted."""
+    session_bus()  # before keyring picks its backend: it asks the bus whether a Secret Service runs
     import keyring
     from keyring.backends.chainer import ChainerBackend
 
@@ -111,15 +145,8 @@ class Keyring:
 
     def __init__(self, allow_insecure: bool = False) -> None:
         self.backend = active_backend()
-        if not self.backend.usable:
-            raise CredentialError(
-                f"no keyring that can store anything is available here (keyring found {self.backend.name}). {_INSTALL}."
-            )
-        if not self.backend.secure and not allow_insecure:
-            raise CredentialError(
-                f"refusing the keyring backend {self.backend.name}: it does not keep secrets in an OS store. "
-                f"{_INSTALL}. {_OPT_IN}."
-            )
+        if not self.backend.secure and not (allow_insecure and self.backend.usable):
+            raise CredentialError(_refusal(self.backend))
         import keyring.errors
 
         self._store = self.backend.store
@@ -170,6 +197,24 @@ class Keyring:
 
     async def adelete(self, entry: str) -> bool:
         return await anyio.to_thread.run_sync(self.delete, entry)
+
+
+def _refusal(backend: Backend) -> str:
+    """Why this backend is not used, telling "no keyring" from "a keyring this process cannot reach"."""
+    chosen = "PYTHON_KEYRING_BACKEND" in os.environ  # the user picked this backend: the bus is not why
+    if sys.platform.startswith("linux") and not chosen and session_bus() is None:
+        return (
+            f"no keyring can be reached from here (keyring found {backend.name}): this process has no "
+            f"DBUS_SESSION_BUS_ADDRESS and there is no session bus of yours at /run/user/{os.getuid()}/bus, "
+            "so a keyring running in your desktop session cannot be asked. Start the client from your "
+            "desktop session, or give its `cellblock` entry DBUS_SESSION_BUS_ADDRESS (`echo "
+            "$DBUS_SESSION_BUS_ADDRESS` in your session prints it)"
+        )
+    if not backend.usable:
+        return f"no keyring that can store anything is available here (keyring found {backend.name}). {_INSTALL}."
+    return (
+        f"refusing the keyring backend {backend.name}: it does not keep secrets in an OS store. {_INSTALL}. {_OPT_IN}."
+    )
 
 
 def _reason(exc: BaseException) -> str:

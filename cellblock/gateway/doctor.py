@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import subprocess
@@ -37,6 +38,7 @@ def doctor(config: Config | None = None) -> int:
             _line(False, "jail", f"Cellblock has no jail for {sys.platform}: only 'jail: false' servers can run")
         )
     results.append(_keyring(config))
+    results.append(_keyring_as_clients_start_it(config))
     return 0 if all(results) else 1
 
 
@@ -55,6 +57,34 @@ def _keyring(config: Config | None) -> bool:
     if config is None or not config.credential_entries():
         return _line(True, "keyring", f"{backend.describe()}: unused, no auth: or secrets: configured. {refusal}")
     return _line(False, "keyring", refusal)
+
+
+# What Claude Desktop and other clients give the process they start, and little else
+CLIENT_ENV = ("HOME", "USER", "PATH")
+_CHECK = (
+    "import sys\nfrom cellblock.gateway.credentials import CredentialError, Keyring\n"
+    "try:\n    print(Keyring(allow_insecure=sys.argv[1] == 'yes').backend.describe())\n"
+    "except CredentialError as exc:\n    print(exc)\n    raise SystemExit(1)\n"
+)
+
+
+def _keyring_as_clients_start_it(config: Config | None) -> bool:
+    """The keyring again, from the environment a client gives: a shell's D-Bus address is not there."""
+    env = {name: os.environ[name] for name in CLIENT_ENV if name in os.environ}
+    what = "keyring from a client (HOME, USER and PATH only)"
+    try:
+        insecure = "yes" if config is not None and config.credentials.allow_insecure else "no"
+        child = subprocess.run(
+            [sys.executable, "-c", _CHECK, insecure], env=env, capture_output=True, text=True, timeout=60
+        )
+    except subprocess.TimeoutExpired:
+        return _line(False, what, "the check did not finish in 60 s: the keyring hangs")
+    lines = (child.stdout.strip() or child.stderr.strip()).splitlines()
+    told = lines[-1] if lines else f"the check exited with status {child.returncode} and said nothing"
+    needed = config is not None and bool(config.credential_entries())
+    if child.returncode == 0:
+        return _line(True, what, told)
+    return _line(not needed, what, told if needed else f"unused, no auth: or secrets: configured. {told}")
 
 
 def _linux() -> bool:

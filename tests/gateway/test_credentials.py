@@ -7,7 +7,10 @@ real, private one from `keyring_env` (tests/conftest.py).
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
+import socket
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import ClassVar
@@ -27,6 +30,7 @@ from cellblock.gateway.credentials import (
     Keyring,
     active_backend,
     oauth_entries,
+    session_bus,
 )
 
 PLAINTEXT = "keyrings.alt.file.PlaintextKeyring"
@@ -118,7 +122,11 @@ def test_a_plaintext_backend_is_used_when_insecure_is_allowed_and_it_is_plain_te
     assert "cGxhaW4tdmFsdWUtMTIz" in (tmp_path / "keyring_pass.cfg").read_text()
 
 
-def test_a_chain_of_only_insecure_backends_is_refused(use_chain: Callable[..., None], tmp_path: Path) -> None:
+def test_a_chain_of_only_insecure_backends_is_refused(
+    use_chain: Callable[..., None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a session bus to ask (without one, the refusal says first that no keyring could be reached)
+    monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", f"unix:path={tmp_path / 'bus'}")
     use_chain(plaintext_in(tmp_path))
     found = active_backend()
     assert (found.name, found.secure, found.usable) == (PLAINTEXT, False, True)
@@ -180,3 +188,41 @@ def test_oauth_entries_cannot_be_named_by_a_user() -> None:
     tokens, client = oauth_entries("notes")
     assert (tokens, client) == ("notes/oauth-tokens", "notes/oauth-client")
     assert not ENTRY_NAME.match(tokens) and not ENTRY_NAME.match(client)
+
+
+def _socket_at(path: Path) -> socket.socket:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    return listener
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="where a Linux desktop session puts its bus")
+def test_a_missing_bus_address_is_found_where_desktop_sessions_put_the_bus(tmp_path: Path) -> None:
+    given = {"DBUS_SESSION_BUS_ADDRESS": "unix:path=/somewhere/bus"}
+    assert session_bus(given, tmp_path) == "unix:path=/somewhere/bus"  # what the client gave wins
+    assert session_bus({}, tmp_path) is None
+    env: dict[str, str] = {}
+    with _socket_at(tmp_path / str(os.getuid()) / "bus"):
+        assert session_bus(env, tmp_path) == f"unix:path={tmp_path / str(os.getuid()) / 'bus'}"
+    assert env == {"DBUS_SESSION_BUS_ADDRESS": f"unix:path={tmp_path / str(os.getuid()) / 'bus'}"}  # keyring reads it
+    runtime = tmp_path / "xdg"
+    with _socket_at(runtime / "bus"):
+        assert session_bus({"XDG_RUNTIME_DIR": str(runtime)}, tmp_path / "none") == f"unix:path={runtime / 'bus'}"
+
+
+def test_only_a_socket_of_this_user_is_taken_for_the_bus(tmp_path: Path) -> None:
+    place = tmp_path / str(os.getuid()) / "bus"
+    place.parent.mkdir()
+    place.write_text("not a socket")
+    assert session_bus({}, tmp_path) is None
+    place.unlink()
+    place.symlink_to("/run/dbus/system_bus_socket")
+    assert session_bus({}, tmp_path) is None
+    place.unlink()
+    if os.getuid() != 0:
+        pytest.skip("handing a socket to another user needs root")
+    with _socket_at(place):
+        assert session_bus({}, tmp_path) is not None  # control: the same socket, while it is ours
+        os.chown(place, 65534, 65534)
+        assert session_bus({}, tmp_path) is None  # another user's bus could be anyone's keyring

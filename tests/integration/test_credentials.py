@@ -21,6 +21,8 @@ import anyio
 import keyring
 import mcp.types as types
 import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
 
 from tests.integration.conftest import PROBE, cli, gateway, write_config
 from tests.servers.remote_run import run_remote
@@ -281,3 +283,78 @@ async def test_a_login_needed_while_serving_goes_through_the_clients_url_elicita
     assert [b.wait(30) for b in browsers] == [0]
     assert len(asked) == 1 and asked[0].message.startswith("[cloud] Log in to 'cloud'")
     assert keyring.get_password("cellblock", "cloud/oauth-tokens")
+
+
+def _bus_at_the_standard_path(bus_dir: str | None) -> list[str]:
+    """A command prefix: a mount namespace whose /run holds only `/run/user/<uid>`, bound to `bus_dir`."""
+    place = f"/run/user/{os.getuid()}"
+    bind = f' && mkdir -p -m 0700 {place} && mount --bind "{bus_dir}" {place}' if bus_dir else ""
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "/bin/sh",
+        "-c",
+        f'mount -t tmpfs tmpfs /run{bind} && exec "$@"',
+        "sh",
+    ]
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="placing a bus at /run/user/<uid> needs a mount namespace (root)")
+async def test_secrets_load_when_the_client_gives_only_home_user_and_path(
+    tmp_path: Path, keyring_env: dict[str, str], forget: Callable[[str], None]
+) -> None:
+    # Claude Desktop passes little more than HOME, USER and PATH: no DBUS_SESSION_BUS_ADDRESS, no
+    # XDG_RUNTIME_DIR. The desktop session's bus is still at /run/user/<uid>/bus.
+    secret = "secret-" + os.urandom(12).hex()
+    forget("probe-key")
+    keyring.set_password("cellblock", "probe-key", secret)
+    servers = {
+        "holder": {
+            "command": sys.executable,
+            "args": [str(PROBE)],
+            "jail": {"read_only": [str(PROBE.parent)]},
+            "secrets": {"PROBE_KEY": "probe-key"},
+        }
+    }
+    config = write_config(tmp_path, servers)
+    serve = [sys.executable, "-m", "cellblock.gateway.cli", "serve", "--config", str(config)]
+    client_env = {"HOME": os.environ["HOME"], "USER": "root", "PATH": os.environ["PATH"]}
+    client_env["CELLBLOCK_STATE_DIR"] = str(tmp_path / "state")
+    bus_dir = str(Path(keyring_env["DBUS_SESSION_BUS_ADDRESS"].removeprefix("unix:path=").split(",")[0]).parent)
+
+    async def environment(prefix: list[str]) -> types.CallToolResult:
+        command = [*prefix, *serve]
+        params = StdioServerParameters(command=command[0], args=command[1:], env=client_env)
+        async with Client(params, cache=None) as client:
+            return await client.call_tool("holder__environment", {})
+
+    # control: the same start with no bus at the standard path cannot reach the keyring, and says why
+    unreachable = await environment(_bus_at_the_standard_path(None))
+    assert unreachable.is_error
+    assert "no DBUS_SESSION_BUS_ADDRESS" in _text(unreachable) and f"/run/user/{os.getuid()}/bus" in _text(unreachable)
+    reached = await environment(_bus_at_the_standard_path(bus_dir))
+    assert not reached.is_error, _text(reached)
+    assert json.loads(_text(reached))["PROBE_KEY"] == hashlib.sha256(secret.encode()).hexdigest()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="placing a bus at /run/user/<uid> needs a mount namespace (root)")
+def test_doctor_checks_the_keyring_from_the_environment_a_client_gives(
+    tmp_path: Path, keyring_env: dict[str, str]
+) -> None:
+    servers = {"holder": {"command": sys.executable, "args": [str(PROBE)], "secrets": {"PROBE_KEY": "probe-key"}}}
+    config = write_config(tmp_path, servers)
+    bus_dir = str(Path(keyring_env["DBUS_SESSION_BUS_ADDRESS"].removeprefix("unix:path=").split(",")[0]).parent)
+    doctor = [sys.executable, "-m", "cellblock.gateway.cli", "doctor", "--config", str(config)]
+    shell = {**os.environ, **keyring_env}  # a shell in the desktop session: the bus address is set
+
+    def run(prefix: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*prefix, *doctor], env=shell, capture_output=True, text=True, timeout=120)
+
+    unreachable = run(_bus_at_the_standard_path(None))
+    assert "OK    keyring: Secret Service" in unreachable.stdout  # from the shell, all is well
+    assert "FAIL  keyring from a client" in unreachable.stdout and "no DBUS_SESSION_BUS_ADDRESS" in unreachable.stdout
+    assert unreachable.returncode == 1
+    reached = run(_bus_at_the_standard_path(bus_dir))
+    assert "OK    keyring from a client (HOME, USER and PATH only): Secret Service" in reached.stdout, reached.stdout
