@@ -30,6 +30,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
+from mcp.types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import FileUrl, TypeAdapter
 
@@ -218,6 +219,7 @@ class Downstream:
     _login_lock: anyio.Lock = field(default_factory=anyio.Lock)
     _watch: HttpWatch = field(default_factory=HttpWatch)
     _restart_reason: str | None = None  # why the gateway ended the current connection itself
+    _ran: bool = False  # the current run was ready: its end is an exit to tell
     _refresh_due = False  # the server said its catalog changed since the last re-read began
     _refreshing = False
     _limits_told = False  # the log said once how the jail's limits are enforced
@@ -290,7 +292,7 @@ class Downstream:
                 reason = self._exit_reason
             except JailError as exc:
                 # no jail, no start: retrying cannot help and running unjailed is not an option
-                self._fail(str(exc))
+                self._fail(self._with_last_words(str(exc)))
                 return
             except CredentialError as exc:
                 # restarting cannot conjure a token; the user adds it, and the next call retries
@@ -299,7 +301,7 @@ class Downstream:
             except Exception as exc:  # the supervisor: any failure means restart, never a crash
                 # a jail that reached a limit while starting failed for that reason, whatever broke next
                 breach = self.channel.breach() if self.channel is not None else None
-                reason = breach or self._explain(exc)
+                reason = breach or self._with_last_words(self._explain(exc), exc)
                 if self._watch.login is not None or self._watch.unauthorized:
                     self._fail(reason, retry_on_use=True)
                     return
@@ -316,7 +318,7 @@ class Downstream:
     @property
     def _exit_reason(self) -> str:
         breach = self.channel.breach() if self.channel is not None else None
-        return self._restart_reason or breach or "the server exited"
+        return self._restart_reason or breach or self._with_last_words("the server exited")
 
     def _restart(self, reason: str) -> None:
         """End the current connection because of how the server behaves; the supervisor restarts it."""
@@ -332,6 +334,15 @@ class Downstream:
     @property
     def is_remote(self) -> bool:
         return isinstance(self.config, RemoteServer)
+
+    def _with_last_words(self, reason: str, exc: BaseException | None = None) -> str:
+        """`reason`, with the last lines the server wrote to stderr: most often they say why it stopped."""
+        words = self.channel.stderr.last_words() if self.channel is not None and self.channel.stderr else ""
+        if not words:
+            return reason
+        if exc is not None and _connection_closed(exc) and self.channel is not None and not self.channel.answered:
+            return f"exited at start: {words}"
+        return f"{reason}; its stderr ended: {words}"
 
     def _explain(self, exc: BaseException) -> str:
         if isinstance(self.config, RemoteServer):
@@ -377,8 +388,12 @@ class Downstream:
         self._ready.set()  # wake waiting calls: they see the failure
 
     def _down(self, reason: str) -> None:
-        if self.state == "ready":
-            self._event("server_exit", reason=reason)
+        self._event("server_exit" if self.state == "ready" or self._ran else "server_start_failed", reason=reason)
+        self._ran = False
+        self._waiting(reason)
+
+    def _waiting(self, reason: str) -> None:
+        """Calls from now on wait for the restart instead of failing at once."""
         self.client = None
         self.last_exit = reason
         self.error = reason
@@ -461,8 +476,9 @@ class Downstream:
                         await closed.wait()
                         tg.cancel_scope.cancel()
                 finally:
-                    # calls arriving from now on wait for the restart instead of failing at once
-                    self._down(self._exit_reason)
+                    # told and audited by the supervisor, once the server's last words are in
+                    self._ran = True
+                    self._waiting(self._exit_reason)
         if scope.cancelled_caught:
             raise TimeoutError
 
@@ -913,6 +929,12 @@ async def _watched(transport: Any, closed: anyio.Event, remote: bool = False) ->
                 yield receive, write
             finally:
                 tg.cancel_scope.cancel()
+
+
+def _connection_closed(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_connection_closed(e) for e in exc.exceptions)
+    return isinstance(exc, MCPError) and exc.error.code == CONNECTION_CLOSED
 
 
 def _describe(exc: BaseException) -> str:

@@ -38,12 +38,14 @@ from typing import Any, TextIO
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 import mcp.types as types
 from mcp.client.stdio import PROCESS_TERMINATION_TIMEOUT, get_default_environment
 from mcp.os.posix.utilities import terminate_posix_process_tree
 
 from cellblock.gateway.lines import SessionLines, Streams, error_response, request_id
 from cellblock.gateway.ratelimit import Budget
+from cellblock.gateway.stderr import StderrRelay
 from cellblock.gateway.stdio import DEFAULT_LINE_LIMIT, LineReader, OnOversize, Oversized, PipeWriter
 from cellblock.sandbox.limits import Confinement
 from cellblock.sandbox.spawn import SETTLE_SECONDS, spawn_args
@@ -119,6 +121,7 @@ class LocalChannel:
     # the jail's resource limits while it runs, and whether it reached one (sandbox/limits.py)
     confinement: Confinement | None = None
     pid: int | None = None  # the process started for the server (bwrap, for a jailed one)
+    stderr: StderrRelay | None = None  # what it writes there, passed on; its last lines kept
     _writer: PipeWriter | None = None
     _lines: SessionLines | None = None
     _oversized: int = 0
@@ -306,13 +309,15 @@ async def local_transport(plan: LaunchPlan, channel: LocalChannel, errlog: TextI
     """
     child_in, to_child = os.pipe()
     from_child, child_out = os.pipe()
+    stderr_in, child_err = os.pipe()
+    channel.stderr = StderrRelay(stderr_in, errlog.fileno())
     try:
         with spawn_args(plan) as spawn:
             process = await anyio.open_process(
                 list(spawn.argv),
                 stdin=child_in,
                 stdout=child_out,
-                stderr=errlog,
+                stderr=child_err,
                 env=get_default_environment() | dict(plan.env),
                 cwd=plan.cwd,
                 start_new_session=True,
@@ -333,6 +338,7 @@ async def local_transport(plan: LaunchPlan, channel: LocalChannel, errlog: TextI
     finally:
         os.close(child_in)
         os.close(child_out)
+        os.close(child_err)  # the relay sees EOF once the server (and all it started) is gone
     # no await from here until the task group is entered: a cancellation would leak the process
     os.set_blocking(to_child, False)
     os.set_blocking(from_child, False)
@@ -371,6 +377,8 @@ async def local_transport(plan: LaunchPlan, channel: LocalChannel, errlog: TextI
             lines.drop()  # the server's last output is read and dropped: it must not block exiting
             os.close(to_child)  # EOF on the server's stdin: the polite way to stop it
             await _stop(process, _EXIT_SECONDS if channel.answered else 0)
+            # the server's last words (why it exited) are kept before anyone asks for them
+            await anyio.to_thread.run_sync(channel.stderr.join, _EXIT_SECONDS)
             lines.close()
             os.close(from_child)
             if channel.confinement is not None:

@@ -328,3 +328,30 @@ async def test_sigterm_stops_every_server_before_the_gateway_exits(tmp_path: Pat
         with anyio.fail_after(20):
             await process.wait()
     assert not _alive(pid), "the server outlived the gateway"
+
+
+async def test_a_server_that_dies_at_start_says_why_in_the_refusal_the_log_ps_and_the_audit(tmp_path: Path) -> None:
+    # what uvx says when the uv it execs is missing from the jail; without its stderr, the gateway
+    # could only tell "Connection closed"
+    said = "Could not find the uv binary at /nowhere/.local/bin/uv"
+    dying = {"command": "/bin/sh", "args": ["-c", f"echo 'starting...' >&2; echo '{said}' >&2; exit 2"]}
+    config = write_config(tmp_path, {"git": dying})
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    env = {"XDG_RUNTIME_DIR": str(run)}
+    log = tmp_path / "gateway.log"
+    async with gateway(config, tmp_path / "state", env=env, stderr=log) as client:
+        refused = await client.call_tool("git__git_status", {})
+        assert refused.is_error
+        assert "server 'git' " in text(refused) and f"exited at start: starting... | {said}" in text(refused)
+        ps = await anyio.run_process(
+            [sys.executable, "-m", "cellblock.gateway.cli", "ps", "--json"],
+            env={**os.environ, **env, "CELLBLOCK_STATE_DIR": str(tmp_path / "state")},
+        )
+        (server,) = json.loads(ps.stdout)[0]["servers"]
+        assert said in server["last_exit"]
+    audit = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "server_start_failed" and said in e["reason"] for e in audit)
+    told = log.read_text()
+    assert f"\n{said}\n" in told  # the server's own stderr is still passed on as it was
+    assert f"server 'git' is down (exited at start: starting... | {said})" in told
