@@ -323,10 +323,17 @@ def _ps(as_json: bool) -> int:
             for server in reply.get("servers", []):
                 jail = server.get("jail")
                 # jail: false is the one way to run unjailed, and ps must say so plainly
-                jail_text = "UNJAILED" if jail is False else _printable(str(jail))
+                # a jail's network, which "jail none" would misread as no jail at all
+                jail_text = (
+                    "UNJAILED"
+                    if jail is False
+                    else "remote"
+                    if jail == "remote"
+                    else f"network {_printable(str(jail))}"
+                )
                 name, state = _printable(str(server.get("name", "?"))), _printable(str(server.get("state", "?")))
                 calls = f"{server.get('calls', 0)} calls ({server.get('fast_calls', 0)} on the fast path)"
-                print(f"  {name}\t{state}\tjail {jail_text}\t{server.get('tools', 0)} tools\t{calls}")
+                print(f"  {name}\t{state}\t{jail_text}\t{server.get('tools', 0)} tools\t{calls}")
                 if server.get("last_exit"):
                     print(f"    last stopped: {_printable(str(server['last_exit']))}")
     if not replies:

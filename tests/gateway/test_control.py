@@ -77,7 +77,7 @@ class FakeGateway:
                 "pid": os.getpid(),
                 "config": "/home/u/.config/cellblock/cellblock.yaml",
                 "servers": [
-                    {"name": "fs", "state": "running", "jail": "bwrap", "tools": 4, "calls": 7, "fast_calls": 5},
+                    {"name": "fs", "state": "running", "jail": "none", "tools": 4, "calls": 7, "fast_calls": 5},
                     {"name": "legacy", "state": "stopped", "jail": False, "tools": 0},
                 ],
                 "pending": len(self.pending),
@@ -406,8 +406,8 @@ async def test_cli_ps(runtime: tuple[Path, FakeGateway]) -> None:
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0] == f"gateway {os.getpid()}\tconfig /home/u/.config/cellblock/cellblock.yaml\tpending 1"
-    assert lines[1].split("\t") == ["  fs", "running", "jail bwrap", "4 tools", "7 calls (5 on the fast path)"]
-    assert lines[2].split("\t") == ["  legacy", "stopped", "jail UNJAILED", "0 tools", "0 calls (0 on the fast path)"]
+    assert lines[1].split("\t") == ["  fs", "running", "network none", "4 tools", "7 calls (5 on the fast path)"]
+    assert lines[2].split("\t") == ["  legacy", "stopped", "UNJAILED", "0 tools", "0 calls (0 on the fast path)"]
     code, out, _ = await cellblock(xdg, "ps", "--json")
     assert code == 0 and [g["pid"] for g in json.loads(out)] == [os.getpid()]
 
