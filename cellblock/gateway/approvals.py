@@ -339,6 +339,8 @@ class Approvals:
                 "tool": p.tool,
                 "arguments": shorten(redact(p.arguments or {})),
                 "created": p.created,
+                # the waiting call gives up at `waits_until`; an answer until `expires` lets its retry through
+                "waits_until": p.created + self.timeout if p.waiting else None,
                 "expires": p.expires,
             }
             for p in self.pending.values()

@@ -292,12 +292,14 @@ def _pending(as_json: bool) -> int:
         now = time.time()
         print("id\tserver\ttool\tage\tleft\targuments")
         for item in items:
-            left = _number(item.get("expires"), now) - now
+            waits, expires = item.get("waits_until"), _number(item.get("expires"), now) - now
+            # while the call waits, its time is what counts; after, what is left to let its retry through
+            left = _duration(_number(waits, now) - now) if waits else f"retry {_duration(expires)}"
             fields = [_printable(str(item.get(key, "?"))) for key in ("id", "server", "tool")]
             age = _duration(now - _number(item.get("created"), now))
             # ensure_ascii: the arguments come from the model; escape anything a terminal would act on
             arguments = json.dumps(item.get("arguments", {}), sort_keys=True)
-            print("\t".join([*fields, age, _duration(left) if left > 0 else "expired", arguments]))
+            print("\t".join([*fields, age, left if expires > 0 else "expired", arguments]))
         print(
             "cellblock: allow with 'cellblock approve ID' (--session, --always); refuse with 'cellblock deny ID'",
             file=sys.stderr,

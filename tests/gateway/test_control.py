@@ -56,8 +56,18 @@ class FakeGateway:
                 "tool": "write_file",
                 "arguments": {"path": "/tmp/a", "text": "hi"},
                 "created": now - 12,
-                "expires": now + 100,
-            }
+                "waits_until": now + 100,
+                "expires": now + 580,
+            },
+            {  # its call gave up waiting: an answer now lets the model's retry through
+                "id": "p2m4",
+                "server": "fs",
+                "tool": "delete_file",
+                "arguments": {"path": "/tmp/b"},
+                "created": now - 130,
+                "waits_until": None,
+                "expires": now + 470,
+            },
         ]
 
     async def __call__(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -352,6 +362,7 @@ async def test_cli_pending_lists_the_call(runtime: tuple[Path, FakeGateway]) -> 
     assert rows[1][:3] == ["k3x9", "fs", "write_file"]
     assert 12 <= int(rows[1][3].removesuffix("s")) < 60 and rows[1][4].startswith("1m")
     assert json.loads(rows[1][5]) == {"path": "/tmp/a", "text": "hi"}
+    assert rows[2][:4] == ["p2m4", "fs", "delete_file", "2m10s"] and rows[2][4].startswith("retry 7m")
     assert handler.seen == [{"op": "pending"}]
 
     code, out, _ = await cellblock(xdg, "pending", "--json")
@@ -405,7 +416,7 @@ async def test_cli_ps(runtime: tuple[Path, FakeGateway]) -> None:
     code, out, err = await cellblock(xdg, "ps")
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0] == f"gateway {os.getpid()}\tconfig /home/u/.config/cellblock/cellblock.yaml\tpending 1"
+    assert lines[0] == f"gateway {os.getpid()}\tconfig /home/u/.config/cellblock/cellblock.yaml\tpending 2"
     assert lines[1].split("\t") == ["  fs", "running", "network none", "4 tools", "7 calls (5 on the fast path)"]
     assert lines[2].split("\t") == ["  legacy", "stopped", "UNJAILED", "0 tools", "0 calls (0 on the fast path)"]
     code, out, _ = await cellblock(xdg, "ps", "--json")

@@ -183,6 +183,10 @@ async def test_a_client_that_cannot_elicit_is_answered_from_the_cli(tmp_path: Pa
             }
             shown = json.loads((await anyio.to_thread.run_sync(lambda: cli(tmp_path, "pending", "--json"))).stdout)
             assert {item["arguments"]["message"] for item in shown} == {"from a", "from b"}
+            # the time the call waits is approvals.timeout, not the ten minutes its answer counts for a retry
+            assert all(item["waits_until"] - item["created"] == 30 for item in shown)
+            table = (await anyio.to_thread.run_sync(lambda: cli(tmp_path, "pending"))).stdout.splitlines()
+            assert all(0 < int(row.split("\t")[4].removesuffix("s")) <= 30 for row in table[1:3]), table
             approved = await anyio.to_thread.run_sync(lambda: cli(tmp_path, "approve", first, "--config", str(config)))
             assert approved.returncode == 0, approved.stderr
             denied = await anyio.to_thread.run_sync(lambda: cli(tmp_path, "deny", second))
