@@ -25,7 +25,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp.types as types
@@ -33,8 +33,12 @@ from mcp.server.session import ServerSession
 
 from cellblock.gateway.audit import Audit, redact, shorten
 from cellblock.gateway.elicitation import Sealer, StateRejected, args_digest
+from cellblock.gateway.notify import notify
 from cellblock.gateway.state import atomic_write_json, read_json
 from cellblock.policy.types import Decision, Verdict
+
+if TYPE_CHECKING:
+    from cellblock.gateway.pipeline import Asking
 
 __all__ = ["APPROVAL_KEY", "Approvals", "NeedsInput", "approval_form", "can_elicit", "choice_schema", "review_form"]
 
@@ -189,7 +193,7 @@ class Approvals:
                     )
                 )
             return await self._elicit(ctx.session, ctx.request_id, server, tool, verdict, arguments)
-        return await self._wait_for_cli(server, tool, exposed, verdict, arguments)
+        return await self._wait_for_cli(server, tool, exposed, verdict, arguments, ctx)
 
     async def _elicit(
         self, session: ServerSession, request_id: Any, server: str, tool: str, verdict: Verdict, arguments: Any
@@ -226,7 +230,13 @@ class Approvals:
         )
 
     async def _wait_for_cli(
-        self, server: str, tool: str, exposed: str, verdict: Verdict, arguments: dict[str, Any] | None
+        self,
+        server: str,
+        tool: str,
+        exposed: str,
+        verdict: Verdict,
+        arguments: dict[str, Any] | None,
+        ctx: Asking | None = None,
     ) -> Verdict:
         self._expire()
         if len(self.pending) >= MAX_PENDING:
@@ -244,8 +254,19 @@ class Approvals:
             ident,
             ident,
         )
-        with anyio.move_on_after(self.timeout):
-            await item.answer.wait()
+        waiting = (
+            f"Cellblock: the call to '{exposed}' waits up to {self.timeout:g}s for the user's approval. "
+            f"Ask the user to run 'cellblock pending' to see it, then 'cellblock approve {ident}' "
+            f"or 'cellblock deny {ident}' in a terminal."
+        )
+        async with anyio.create_task_group() as tg:
+            # never a silent wait: the client hears why (and so can the model), the desktop shows it
+            if ctx is not None and ctx.tell is not None:
+                tg.start_soon(ctx.tell, waiting)
+            tg.start_soon(notify, f"'{exposed}' waits for your approval: cellblock approve {ident}")
+            with anyio.move_on_after(self.timeout):
+                await item.answer.wait()
+            tg.cancel_scope.cancel()
         if item.answer.is_set():
             if item.scope is None:
                 return self._refused(server, tool, verdict, "approval_denied", f"denied from the CLI ({ident})")

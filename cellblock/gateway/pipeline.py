@@ -11,7 +11,7 @@ whatever else they would say, it says nothing and leaves the call to `admit`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,9 @@ class Asking:
     session: Any
     request_id: Any
     modern: bool
+    # tells the client about the call while it waits (a progress message where it asked for
+    # progress, else a log message): how a client that cannot ask the user learns what to do
+    tell: Callable[[str], Coroutine[Any, Any, None]] | None = None
 
 
 Approver = Callable[[Call], Awaitable[Verdict]]

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -406,7 +406,7 @@ class Gateway:
         if isinstance(ctx.request, FastCall):
             return await self._adopt(ctx, params, ctx.request)
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
-        call = Call(params.name, params.arguments, ctx=Asking(ctx.session, ctx.request_id, modern))
+        call = Call(params.name, params.arguments, ctx=Asking(ctx.session, ctx.request_id, modern, self._teller(ctx)))
         if params.request_state and modern:
             if not params.request_state.startswith(APPROVAL_STATE):
                 # the retry of a parked call: it was admitted (and audited) when it first came
@@ -525,6 +525,20 @@ class Gateway:
         finally:
             if not parked:
                 call.scope.cancel()  # a cancelled request takes its downstream call with it
+
+    def _teller(self, ctx: Ctx) -> Callable[[str], Coroutine[Any, Any, None]]:
+        """How to tell the client something about its call while it waits, in the way it can hear."""
+        in_flight = self._in_flight(ctx)
+
+        async def tell(message: str) -> None:
+            if in_flight.progress is not None:
+                await in_flight.progress(0, None, message)
+            elif in_flight.log is not None:
+                await in_flight.log(
+                    types.LoggingMessageNotificationParams(level="warning", logger="cellblock", data=message)
+                )
+
+        return tell
 
     def _in_flight(self, ctx: Ctx) -> InFlight:
         session = ctx.session

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -229,3 +230,48 @@ async def test_a_held_catalog_can_be_approved_through_the_form(tmp_path: Path, a
         assert (state / "locks" / "p.json").exists()
     else:
         assert result.is_error and "cellblock approve p" in text(result) and "p__echo" not in listed
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_call_waiting_on_the_cli_tells_the_client_how_to_answer_and_shows_it_on_the_desktop(
+    tmp_path: Path, mode: str
+) -> None:
+    # a client that cannot elicit: before, the call waited in silence until someone looked
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    shown = tmp_path / "notified"
+    desktop = tmp_path / "bin"
+    desktop.mkdir()
+    (desktop / "notify-send").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> "{shown}"\n')  # the desktop's part
+    (desktop / "notify-send").chmod(0o755)
+    env = {"XDG_RUNTIME_DIR": str(run), "PATH": f"{desktop}:{os.environ['PATH']}"}
+    heard: list[str] = []
+
+    async def log(params: types.LoggingMessageNotificationParams) -> None:
+        heard.append(str(params.data))
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        heard.append(message or "")
+
+    # a 2026-07-28 client hears logs only on requests that opt in: it says which level it wants
+    async with gateway(
+        config(tmp_path, timeout=30), tmp_path / "state", env=env, mode=mode, logging_callback=log, log_level="info"
+    ) as client:
+        result: list[types.CallToolResult] = []
+
+        async def call(**extra: Any) -> None:
+            result.append(await client.call_tool("p__echo", {"message": "waited"}, **extra))
+
+        for extra in ({}, {"progress_callback": progress}):  # a log message, or progress where it asked
+            heard.clear()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(functools.partial(call, **extra))
+                (ident,) = await pending_ids(tmp_path, 1)
+                with anyio.fail_after(10):
+                    while not any(f"cellblock approve {ident}" in h for h in heard):  # noqa: ASYNC110
+                        await anyio.sleep(0.05)
+                assert any("waits up to 30s for the user's approval" in h for h in heard), heard
+                approved = await anyio.to_thread.run_sync(cli, tmp_path, "approve", ident)
+                assert approved.returncode == 0, approved.stderr
+            assert text(result[-1]) == "waited"
+            assert f"cellblock approve {ident}" in shown.read_text()
