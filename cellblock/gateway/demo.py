@@ -27,6 +27,9 @@ import mcp.types as types
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from cellblock.sandbox.bwrap import check_bwrap
+from cellblock.sandbox.types import JailError
+
 __all__ = ["run_demo"]
 
 FAKE_KEY = "-----BEGIN DEMO KEY-----\nthis is a planted fake, not a real key\n"
@@ -100,6 +103,12 @@ def _indent(text: str) -> str:
 
 
 async def run_demo() -> int:
+    if sys.platform.startswith("linux"):
+        try:  # the demo is about its jails: where none can be built, say so now, and why
+            check_bwrap()
+        except JailError as exc:
+            print(f"cellblock demo: its servers run in jails, and none can be built here: {exc}", file=sys.stderr)
+            return 1
     # a file on disk: the demo servers and their jails are started from the package's directory
     config = Path(str(files("cellblock.demo").joinpath("demo.yaml")))
     with tempfile.TemporaryDirectory(prefix="cellblock-demo-") as scratch_dir, _local_site() as url:

@@ -12,7 +12,7 @@ from pathlib import Path
 from cellblock import __version__
 from cellblock.gateway.config import Config
 from cellblock.gateway.credentials import CredentialError, Keyring, active_backend
-from cellblock.sandbox.bwrap import check_bwrap
+from cellblock.sandbox.bwrap import check_bwrap, namespace_hint
 from cellblock.sandbox.limits import enforcement
 from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.types import JailError, Mechanism
@@ -95,7 +95,7 @@ def _linux() -> bool:
     _line(True, "bubblewrap", f"{bwrap} ({version})")
     userns = Path("/proc/sys/user/max_user_namespaces")
     if userns.exists() and userns.read_text().strip() == "0":
-        return _line(False, "user namespaces", "disabled (user.max_user_namespaces = 0); raise it with sysctl")
+        return _line(False, "user namespaces", namespace_hint())
     abi = landlock_abi()
     if abi:
         _line(True, "landlock", f"ABI {abi}: jail.exec.allow can be enforced")

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from cellblock.sandbox.seccomp import EXEC_ALLOW_RULES, PIN_STAGE_RULES, RULES, jail_filter
 from cellblock.sandbox.spawn import PIN_FILTER_FD, SECCOMP_FD, run_plan
@@ -31,6 +32,7 @@ __all__ = [
     "bwrap_plan",
     "check_bwrap",
     "find_bwrap",
+    "namespace_hint",
 ]
 
 # What programs read from /etc: users and groups, name resolution, the loader cache, TLS roots,
@@ -93,6 +95,44 @@ def find_bwrap() -> str:
     return found
 
 
+# Where the kernel (or a security module) keeps unprivileged user namespaces from bwrap, and the
+# narrowest fix for each: a profile that lets bwrap alone create them beats a system-wide sysctl.
+_APPARMOR = (
+    "AppArmor keeps unprivileged programs from creating user namespaces "
+    "(kernel.apparmor_restrict_unprivileged_userns = 1, the default from Ubuntu 23.10). The narrowest fix "
+    "lets bwrap alone create them with the bwrap-userns-restrict profile: on Ubuntu 24.04 "
+    "`sudo apt install apparmor-profiles && sudo cp /usr/share/apparmor/extra-profiles/bwrap-userns-restrict "
+    "/etc/apparmor.d/ && sudo apparmor_parser -r /etc/apparmor.d/bwrap-userns-restrict` (Ubuntu 25.04 and "
+    "later ship it loaded). Lifting it for every program instead: "
+    "`sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0`"
+)
+SYSCTLS = Path("/proc/sys")
+_SYSCTLS = (
+    ("kernel/unprivileged_userns_clone", "0", "kernel.unprivileged_userns_clone=1"),
+    ("user/max_user_namespaces", "0", "user.max_user_namespaces=15000"),
+)
+
+
+def namespace_hint(sysctls: Path = SYSCTLS) -> str:
+    """Why bwrap may not create the user namespace a jail needs here, and what to do about it."""
+
+    def reads(name: str) -> str:
+        try:
+            return (sysctls / name).read_text().strip()
+        except OSError:
+            return ""
+
+    if reads("kernel/apparmor_restrict_unprivileged_userns") == "1":
+        return _APPARMOR
+    for name, off, fix in _SYSCTLS:
+        if reads(name) == off:
+            return f"unprivileged user namespaces are disabled ({name.replace('/', '.')} = {off}): `sudo sysctl {fix}`"
+    return (
+        "the kernel refused bwrap a new namespace; jails need unprivileged user namespaces (and, "
+        "inside a container, one that allows nesting them)"
+    )
+
+
 @functools.cache
 def check_bwrap() -> str:
     """Start one trial jail, with the seccomp filter; return the bwrap path if jails can be built here.
@@ -129,11 +169,7 @@ def check_bwrap() -> str:
                 "see 'cellblock doctor', or set 'jail: false' on a server to run it unjailed"
             )
         elif "namespace" in reason or "uid map" in reason or "Operation not permitted" in reason:
-            hint = (
-                "unprivileged user namespaces seem disabled; enable them "
-                "(sysctl kernel.unprivileged_userns_clone=1, or on Ubuntu "
-                "kernel.apparmor_restrict_unprivileged_userns=0)"
-            )
+            hint = namespace_hint()
         else:
             hint = "see 'cellblock doctor'"
         raise JailError(f"bubblewrap cannot build a jail on this machine: {reason}; {hint}")

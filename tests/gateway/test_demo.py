@@ -34,3 +34,33 @@ def test_the_demo_shows_routing_and_a_jail_that_holds() -> None:
     assert "cellblock: OK: approved" in out and "notes__read_note -> Cellblock routes me." in out  # from the CLI
     assert "may server 'notes' run its tool 'read_note'?" in out  # through a form
     assert "notes__read_note -> asked through a form" in out
+
+
+# A user namespace of its own whose limit lets nothing in it make another: as where the kernel
+# keeps unprivileged user namespaces from bwrap (e.g. AppArmor on Ubuntu 24.04)
+NO_USERNS = [
+    "unshare",
+    "--user",
+    "--map-root-user",
+    "sh",
+    "-c",
+    'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"',
+    "sh",
+]
+
+
+@pytest.mark.jail
+@pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("unshare") is None, reason="needs bwrap and unshare")
+def test_where_no_namespace_can_be_made_the_demo_and_doctor_say_why_and_what_to_do_at_once() -> None:
+    for command, code in (("demo", 1), ("doctor", 1)):
+        done = subprocess.run(
+            [*NO_USERNS, sys.executable, "-m", "cellblock.gateway.cli", command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        told = done.stdout + done.stderr
+        assert done.returncode == code, told
+        assert "user.max_user_namespaces = 0" in told and "sudo sysctl user.max_user_namespaces=" in told, told
+        assert "Traceback" not in told

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cellblock.sandbox.bwrap import EGRESS_SOCKET, bwrap_plan
+from cellblock.sandbox.bwrap import EGRESS_SOCKET, bwrap_plan, namespace_hint
 from cellblock.sandbox.types import JailError, JailSpec, Mount, MountMode, Network
 
 
@@ -133,3 +133,26 @@ def test_without_secrets_the_environment_is_cleared(tmp_path: Path, secrets: dic
     assert "--clearenv" in plan.argv and "--unsetenv" not in plan.argv
     assert plan.env == {"PATH": "/usr/bin"}
     assert plan.argv.index("--clearenv") < plan.argv.index("--setenv")
+
+
+def _sysctls(root: Path, **values: str) -> Path:
+    for name, value in values.items():
+        path = root / name.replace("__", "/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{value}\n")
+    return root
+
+
+def test_the_namespace_hint_names_the_narrowest_fix_for_what_stops_bwrap(tmp_path: Path) -> None:
+    # Ubuntu 23.10 and later: AppArmor, whose per-program profile is narrower than any sysctl
+    ubuntu = namespace_hint(
+        _sysctls(tmp_path / "ubuntu", kernel__apparmor_restrict_unprivileged_userns="1", user__max_user_namespaces="63")
+    )
+    assert "bwrap-userns-restrict" in ubuntu and "apparmor-profiles" in ubuntu
+    assert ubuntu.index("bwrap-userns-restrict") < ubuntu.index("apparmor_restrict_unprivileged_userns=0")
+    debian = namespace_hint(_sysctls(tmp_path / "debian", kernel__unprivileged_userns_clone="0"))
+    assert "`sudo sysctl kernel.unprivileged_userns_clone=1`" in debian and "AppArmor" not in debian
+    limited = namespace_hint(_sysctls(tmp_path / "limited", user__max_user_namespaces="0"))
+    assert "`sudo sysctl user.max_user_namespaces=15000`" in limited
+    lifted = namespace_hint(_sysctls(tmp_path / "lifted", kernel__apparmor_restrict_unprivileged_userns="0"))
+    assert "sysctl" not in lifted and "namespace" in lifted  # nothing known stops it: no fix to guess
