@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 import warnings
@@ -43,17 +44,26 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
     show.add_argument("--json", action="store_true", help="print JSON")
     diff = sub.add_parser("diff", help="show what a server's held catalog changes; exit 1 if anything is held")
-    diff.add_argument("server")
+    diff.add_argument("server", nargs="?")
+    diff.add_argument("--all", action="store_true", help="every held catalog")
     diff.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
     approve = sub.add_parser(
         "approve",
         help="allow a pending call (ID), or accept a server's held catalog (SERVER; a running gateway picks it up)",
     )
-    approve.add_argument("target", metavar="ID_OR_SERVER", help="a pending call's id (see 'pending'), or a server")
+    approve.add_argument(
+        "target", metavar="ID_OR_SERVER", nargs="?", help="a pending call's id (see 'pending'), or a server"
+    )
+    approve.add_argument("--all", action="store_true", help="every held catalog (read 'cellblock diff --all' first)")
     scope = approve.add_mutually_exclusive_group()
     scope.add_argument("--session", action="store_true", help="allow this tool with these arguments for the session")
     scope.add_argument("--always", action="store_true", help="always allow this tool with these arguments (revocable)")
     approve.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
+    review = sub.add_parser(
+        "review",
+        help="meet the servers no gateway has met yet, then each held catalog: its diff, approve or keep it held",
+    )
+    review.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
     deny = sub.add_parser("deny", help="refuse a pending call")
     deny.add_argument("id", metavar="ID", help="the pending call's id (see 'pending')")
     pending = sub.add_parser("pending", help="list the calls waiting for approval in every running gateway")
@@ -108,10 +118,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(args.config)
         if args.command == "show":
             return _show(args.config, args.server, args.json)
+        if args.command in ("diff", "approve") and args.all == bool(
+            getattr(args, "server", None) or getattr(args, "target", None)
+        ):
+            what = "a server" if args.command == "diff" else "a pending call's ID or a server"
+            print(f"cellblock {args.command}: name {what}, or pass --all (not both)", file=sys.stderr)
+            return EXIT_USAGE
         if args.command == "diff":
-            return _lock_command(args.command, args.config, args.server)
+            return _lock_command("diff-all" if args.all else "diff", args.config, args.server)
         if args.command == "approve":
+            if args.all:
+                return _lock_command("approve-all", args.config, None)
             return _approve(args.config, args.target, "session" if args.session else "always" if args.always else None)
+        if args.command == "review":
+            return _lock_command("review", args.config, None)
         if args.command == "deny":
             return _answer_pending({"op": "deny", "id": args.id}, f"denied '{_printable(args.id)}'")
         if args.command == "pending":
@@ -194,18 +214,35 @@ def _load(config_path: str | None, server: str | None) -> tuple[Config, Path]:
     return config, source
 
 
-def _lock_command(command: str, config_path: str | None, server: str) -> int:
-
+def _lock_command(command: str, config_path: str | None, server: str | None) -> int:
+    from cellblock.gateway import lock_cli
     from cellblock.gateway.audit import Audit
-    from cellblock.gateway.lock_cli import approve_server, diff_server
     from cellblock.gateway.state import state_dir
 
-    config, _ = _load(config_path, server)
+    config, source = _load(config_path, server)
     state = state_dir()
-    if command == "diff":
-        return diff_server(config, state, server)
+    if command == "diff-all":
+        return lock_cli.diff_all(config, state)
+    if server is not None and command == "diff":
+        return lock_cli.diff_server(config, state, server)
     audit = Audit(config.audit_file(state))
-    return approve_server(config, state, audit, server)
+    if command == "approve-all":
+        return lock_cli.approve_all(config, state, audit)
+    if command == "review":
+        unmet = lock_cli.unmet(config, state)
+        if unmet:
+            print(
+                f"cellblock: meeting {', '.join(unmet)}: each starts once in its jail to say what it offers",
+                file=sys.stderr,
+            )
+            anyio.run(lock_cli.meet, source, dict(os.environ))
+            for name in lock_cli.unmet(config, state):
+                print(
+                    f"cellblock: '{name}' did not say what it offers (see the log above); it is not reviewed",
+                    file=sys.stderr,
+                )
+        return lock_cli.review(config, state, audit, sys.stdin)
+    return lock_cli.approve_server(config, state, audit, server or "")
 
 
 # -- pending approvals, through the control sockets of the running gateways ----------------------------

@@ -1,18 +1,18 @@
-"""`cellblock diff SERVER` and `cellblock approve SERVER`: review and accept a held catalog."""
+"""`cellblock diff`, `approve SERVER` and `review`: read and accept the catalogs the lock holds."""
 
 from __future__ import annotations
 
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from cellblock.gateway.audit import Audit
 from cellblock.gateway.config import Config
 from cellblock.gateway.locking import lock_path, pending_path
 from cellblock.policy.lock import approve, check, describe, load_lock, load_pending, save_lock
 
-__all__ = ["approve_pending", "approve_server", "diff_server"]
+__all__ = ["approve_all", "approve_pending", "approve_server", "diff_all", "diff_server", "held", "review", "unmet"]
 
 
 def _pending(state: Path, server: str) -> dict[str, dict[str, Any]] | None:
@@ -50,3 +50,72 @@ def approve_server(config: Config, state: Path, audit: Audit, server: str) -> in
         return 1
     print(f"cellblock: OK: approved the catalog of '{server}' ({count} items)", file=sys.stderr)
     return 0
+
+
+def held(config: Config, state: Path) -> list[str]:
+    """The servers of `config` whose catalog is held for review, in the config's order."""
+    return [name for name in config.servers if pending_path(state, name).exists()]
+
+
+def unmet(config: Config, state: Path) -> list[str]:
+    """The servers of `config` no gateway has met yet: nothing approved, nothing held."""
+    return [n for n in config.servers if not lock_path(state, n).exists() and not pending_path(state, n).exists()]
+
+
+def _nothing_held(config: Config, state: Path) -> None:
+    waiting = unmet(config, state)
+    later = f"; not met yet: {', '.join(waiting)} (run 'cellblock review' to meet them)" if waiting else ""
+    print(f"cellblock: no catalog is held{later}", file=sys.stderr)
+
+
+def diff_all(config: Config, state: Path) -> int:
+    """`diff_server` for every held catalog; 1 when something is held."""
+    servers = held(config, state)
+    if not servers:
+        _nothing_held(config, state)
+        return 0
+    for server in servers:
+        diff_server(config, state, server)
+    return 1
+
+
+def approve_all(config: Config, state: Path, audit: Audit) -> int:
+    """Accept every held catalog, as after reading `diff --all`; 1 when there was none."""
+    servers = held(config, state)
+    if not servers:
+        _nothing_held(config, state)
+        return 1
+    return max(approve_server(config, state, audit, server) for server in servers)
+
+
+def review(config: Config, state: Path, audit: Audit, answers: TextIO) -> int:
+    """Each held catalog in turn: its diff, then approve it or leave it held (answers from `answers`).
+
+    0 when nothing is left held, 1 when something is (a "no", or the end of the answers).
+    """
+    servers = held(config, state)
+    if not servers:
+        _nothing_held(config, state)
+        return 0
+    left = []
+    for index, server in enumerate(servers, 1):
+        print(f"\n[{index}/{len(servers)}] ", end="")
+        diff_server(config, state, server)
+        print(f"Approve the catalog of '{server}'? [y/N] ", end="", flush=True)
+        if answers.readline().strip().lower() in ("y", "yes"):
+            approve_server(config, state, audit, server)
+        else:
+            left.append(server)
+            print(f"cellblock: '{server}' stays held: its tools are not offered", file=sys.stderr)
+    return 1 if left else 0
+
+
+async def meet(config_file: Path, env: dict[str, str]) -> None:
+    """Start the gateway on `config_file` once, as a client does, so that it meets every server it
+    has not met: each starts in its jail, and the lock holds what it offers for review."""
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    serve = ["-m", "cellblock.gateway.cli", "serve", "--config", str(config_file)]
+    async with Client(StdioServerParameters(command=sys.executable, args=serve, env=env), cache=None) as client:
+        await client.list_tools()  # answered once the servers it starts have settled (bounded)

@@ -19,6 +19,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from tests.integration.conftest import cli as run_cli
 from tests.integration.conftest import eventually, gateway, probe_server, write_config
 
 pytestmark = pytest.mark.anyio
@@ -275,3 +276,40 @@ async def test_a_meta_rug_pull_is_held_if_hashed_and_never_shown_if_not(tmp_path
     assert "raw__ok" not in await listed("legacy")  # a hashed key changed: held
     shown = cli(config, state, "diff", "raw")
     assert "tool:ok" in shown.stdout and "_meta" in shown.stdout and INJECTED in shown.stdout, shown.stdout
+
+
+async def test_review_meets_the_servers_then_walks_each_held_catalog_and_approve_all_takes_the_rest(
+    tmp_path: Path,
+) -> None:
+    # after `wrap`, no gateway has met the servers: nothing is held yet, so there is nothing to approve
+    review_first = {"enabled": True, "first": "review"}
+    servers = {name: probe_server("--name", name, lock=review_first) for name in ("alpha", "beta")}
+    config = write_config(tmp_path, servers)
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    env = {"CELLBLOCK_STATE_DIR": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(run)}
+    early = run_cli(env, "approve", "--all", "--config", str(config))
+    assert early.returncode == 1 and "not met yet: alpha, beta" in early.stderr
+
+    # yes to the first, and the answers end before the second: it stays held
+    walked = run_cli(env, "review", "--config", str(config), stdin="y\n")
+    assert walked.returncode == 1, walked.stderr
+    assert "meeting alpha, beta" in walked.stderr
+    assert "[1/2] " in walked.stdout and "Approve the catalog of 'alpha'? [y/N]" in walked.stdout
+    assert "[2/2] " in walked.stdout and "'beta' stays held" in walked.stderr
+    assert "alpha__echo" not in walked.stdout and "echo" in walked.stdout  # the diff, item by item
+    locks = tmp_path / "state" / "locks"
+    assert (locks / "alpha.json").exists() and not (locks / "alpha.pending.json").exists()
+    assert (locks / "beta.pending.json").exists()
+
+    diffed = run_cli(env, "diff", "--all", "--config", str(config))
+    assert diffed.returncode == 1 and "beta" in diffed.stdout and "alpha" not in diffed.stdout
+    taken = run_cli(env, "approve", "--all", "--config", str(config))
+    assert taken.returncode == 0 and "approved the catalog of 'beta'" in taken.stderr
+    assert run_cli(env, "diff", "--all", "--config", str(config)).returncode == 0
+    both = run_cli(env, "approve", "beta", "--all", "--config", str(config))
+    assert both.returncode == 2 and "not both" in both.stderr
+
+    async with gateway(config, tmp_path / "state", env={"XDG_RUNTIME_DIR": str(run)}) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+    assert {"alpha__echo", "beta__echo"} <= names
