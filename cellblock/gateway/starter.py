@@ -54,6 +54,9 @@ KNOWN_HOSTS: Mapping[str, tuple[str, tuple[str, ...]]] = {
 _HOST_FROM_ENV = {"@modelcontextprotocol/server-gitlab": "GITLAB_API_URL"}
 # Servers that fetch whatever URL they are given: their hosts cannot be inferred.
 _FETCHERS = frozenset({"mcp-server-fetch", "@modelcontextprotocol/server-fetch"})
+# Servers that change the directories their arguments name (besides any filesystem server): the
+# git server commits to its --repository
+_WORKS_IN = frozenset({"mcp-server-git"})
 
 SERVER_NAME_MAX = 24
 ENTRY_MAX = 64  # cellblock.gateway.credentials.ENTRY_NAME
@@ -290,7 +293,7 @@ def _local(draft: _Draft, entry: ClientEntryLike, cache_root: str) -> None:
     if package is None and root is not None:
         package = _project_name(draft.expand(root))
     package = package or program
-    _paths(draft, args, cwd, writable="filesystem" in package, skip=script)
+    _paths(draft, args, cwd, writable="filesystem" in package or package in _WORKS_IN, skip=script)
     network = _network(draft, package, entry.env, node=launcher == "npx" or program in _NODES)
     if launcher in ("npx", "uvx") and index is not None and spec is not None:
         args = _cache(draft, launcher, args, index, spec, env, cache_root)
@@ -570,7 +573,9 @@ def _network(draft: _Draft, package: str, env: Mapping[str, str], *, node: bool)
     """`network: none`, or an allowlist for a known API client, with the note saying which and why."""
     if package in _FETCHERS:
         draft.notes.append(
-            f"{package} needs the network to fetch; add network: allowlist with the hosts it may fetch, or open"
+            f"network: none, so {package} can fetch nothing until you choose: network: allowlist with "
+            "allow_hosts: [the hosts it may fetch] (only those, checked by Cellblock's proxy), or network: open "
+            "(any host, as it ran before)"
         )
         return {"network": "none"}
     known = KNOWN_HOSTS.get(package)

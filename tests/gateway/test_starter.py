@@ -374,7 +374,21 @@ def test_a_container_is_kept_with_a_warning_that_the_jail_will_stop_it(home: Pat
 def test_fetch_servers_keep_no_network_and_say_what_to_add(home: Path) -> None:
     result = starter("fetch", Entry(command="uvx", args=("mcp-server-fetch",)), taken=(), home=str(home))
     assert result.config["jail"]["network"] == "none"
-    assert any("needs the network to fetch; add network: allowlist" in n for n in result.notes)
+    (note,) = [n for n in result.notes if n.startswith("network: none, so mcp-server-fetch can fetch nothing")]
+    assert "network: allowlist" in note and "network: open" in note  # the choice, both ways
+
+
+def test_the_git_server_gets_its_repository_writable_and_a_plain_server_its_arguments_read_only(home: Path) -> None:
+    repo = home / "projects"
+    git = starter(
+        "git", Entry(command="uvx", args=("mcp-server-git", "--repository", str(repo))), taken=(), home=str(home)
+    )
+    assert str(repo) in git.config["jail"]["read_write"]  # git_add and git_commit write to it
+    assert str(repo) not in git.config["jail"].get("read_only", [])
+    other = starter("other", Entry(command="uvx", args=("mcp-server-other", str(repo))), taken=(), home=str(home))
+    assert str(repo) in other.config["jail"]["read_only"] and str(repo) not in other.config["jail"].get(
+        "read_write", []
+    )
 
 
 def test_a_self_hosted_gitlab_gets_its_own_host(home: Path) -> None:
