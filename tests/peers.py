@@ -100,3 +100,12 @@ def inspector_cli() -> list[str]:
 def fetch_server(*args: str) -> list[str]:
     """PyPI mcp-server-fetch (e.g. args `--ignore-robots-txt --allow-private-ips` for a loopback test host)."""
     return [_py_bin("mcp-server-fetch"), *args]
+
+
+def uv_standalone(bin_dir: Path) -> Path:
+    """`uv` and `uvx` (PyPI uv, pinned) placed in `bin_dir` as uv's own installer places them:
+    two static binaries side by side, in a directory that is no installation. Returns uvx."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("uv", "uvx"):
+        shutil.copy2(_py_bin(name), bin_dir / name)
+    return bin_dir / "uvx"

@@ -7,7 +7,8 @@ command, this follows what the kernel follows — each symlink, the `#!` interpr
 shared read-only with its installation when `installs.installation_of` recognises one around it,
 else as that one file. Nothing is shared because a file names it: a `#!` target is followed only
 when it is itself an executable interpreter (an ELF binary, or a script with such a `#!`), and
-a `pyvenv.cfg`'s `home =` only for the executable Python in it.
+a `pyvenv.cfg`'s `home =` only for the executable Python in it. A launcher that runs a program
+beside itself (`uvx` runs its `uv`) gets that program, when it is an executable there.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ MAX_SCRIPT_DEPTH = 4
 MAX_PROGRAMS = 16
 # env(1) options that take the next word as their value, so it is not the program.
 ENV_VALUED = ("-u", "--unset", "-C", "--chdir")
+# Launchers that run a program beside their own executable rather than one on the PATH: uvx
+# execs the `uv` next to it (uv's installer puts both in ~/.local/bin, which is no installation).
+SIBLINGS = {"uvx": ("uv",)}
 
 
 def resolve_command(command: str, path: str) -> str:
@@ -78,6 +82,7 @@ def launcher_mounts(executable: str, home: str, path: str, role: str = COMMAND) 
                 if base is not None:
                     queue.append((base, f"base interpreter of virtualenv {install.root}"))
         queue.extend((found, f"interpreter named by #! of {program}") for found in _interpreters(hops[-1], path))
+        queue.extend(_siblings(hops[-1]))
     return [Mount(p, MountMode.READ_ONLY, why) for p, why in shares.items() if not _inside_another(p, shares)]
 
 
@@ -142,6 +147,13 @@ def _interpreters(script: str, search: str) -> list[str]:
         if located and os.path.isabs(located) and is_interpreter(_physical(located)):
             found.append(_physical(located))
     return found
+
+
+def _siblings(program: str) -> list[tuple[str, str]]:
+    """The programs `program` runs from its own directory, when they are there and executable."""
+    name, directory = os.path.basename(program), os.path.dirname(program)
+    found = [os.path.join(directory, sibling) for sibling in SIBLINGS.get(name, ())]
+    return [(s, f"the {os.path.basename(s)} that {name} runs, beside it") for s in found if is_interpreter(s)]
 
 
 def _env_program(words: list[str]) -> str | None:

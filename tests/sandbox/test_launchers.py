@@ -382,3 +382,35 @@ def test_a_link_through_a_linked_directory_goes_where_the_kernel_goes(tmp_path: 
 def test_a_directory_is_refused_as_a_command(tmp_path: Path) -> None:
     with pytest.raises(JailError, match="is not a file"):
         resolve_command(str(tmp_path), "/usr/bin")
+
+
+def test_uv_installed_by_its_own_installer_shares_uvx_and_the_uv_it_runs_and_nothing_else(tmp_path: Path) -> None:
+    from tests import peers
+
+    home = tmp_path / "home"
+    uvx = peers.uv_standalone(home / ".local" / "bin")
+    (home / ".local" / "bin" / "deploy-token").write_text("secret\n")  # what else lives in ~/.local/bin
+    assert paths(str(uvx), str(home)) == [str(uvx), str(uvx.parent / "uv")]
+
+
+@pytest.mark.jail
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+def test_uvx_from_uvs_installer_runs_its_uv_in_a_jail(tmp_path: Path) -> None:
+    from cellblock.sandbox.bwrap import bwrap_plan
+    from cellblock.sandbox.spawn import run_plan
+    from cellblock.sandbox.types import JailSpec
+    from tests import peers
+
+    home = tmp_path / "home"
+    uvx = peers.uv_standalone(home / ".local" / "bin")
+    # offline and with an empty cache, uv itself answers that it cannot resolve the package
+    argv = (str(uvx), "--offline", "mcp-server-none")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "UV_CACHE_DIR": "/tmp/uv"}
+    spec = JailSpec("uv", argv, env, home=str(home))
+    mounts = launcher_mounts(str(uvx), str(home), "/usr/bin:/bin")
+    ran = run_plan(bwrap_plan(spec, mounts), 60)
+    assert "No solution found" in ran.stderr and "Could not find" not in ran.stderr, ran.stderr
+    # control: the same jail without the uv beside it fails as uvx did before
+    alone = [m for m in mounts if not m.path.endswith("/uv")]
+    failed = run_plan(bwrap_plan(spec, alone), 60)
+    assert failed.returncode != 0 and "Could not find the `uv` binary" in failed.stderr
