@@ -85,7 +85,8 @@ def session_bus(env: MutableMapping[str, str] | None = None, run_user: Path = Pa
     A client often starts the gateway with little more than HOME, USER and PATH, so
     DBUS_SESSION_BUS_ADDRESS is missing though the desktop session has a bus. sd-bus and libdbus
     then look at `$XDG_RUNTIME_DIR/bus`, which systemd makes `/run/user/<uid>/bus`; so does this,
-    but only for a socket this user owns (another user's socket could be anyone's keyring).
+    but only for a socket this user owns in a directory of this user's alone that nobody else
+    could swap (anyone else's bus could be anyone's keyring).
     Returns the address, or None when there is none to be found.
     """
     env = os.environ if env is None else env
@@ -93,14 +94,24 @@ def session_bus(env: MutableMapping[str, str] | None = None, run_user: Path = Pa
         return env["DBUS_SESSION_BUS_ADDRESS"]
     if not sys.platform.startswith("linux"):
         return None
+    from cellblock.gateway.state import private_dir, swappable
+
     uid = os.getuid()
-    places = [Path(env["XDG_RUNTIME_DIR"]) / "bus"] if env.get("XDG_RUNTIME_DIR") else []
+    runtime = env.get("XDG_RUNTIME_DIR", "")
+    places = [Path(runtime) / "bus"] if os.path.isabs(runtime) else []
     for place in [*places, run_user / str(uid) / "bus"]:
         try:
             found = place.lstat()
         except OSError:
             continue
-        if stat.S_ISSOCK(found.st_mode) and found.st_uid == uid:
+        # the address is a path, opened anew at each connect: its directory must be ours alone,
+        # with no one else able to swap it, as for the runtime directory (state.py)
+        if (
+            stat.S_ISSOCK(found.st_mode)
+            and found.st_uid == uid
+            and private_dir(place.parent, uid)
+            and swappable(place.parent) is None
+        ):
             env["DBUS_SESSION_BUS_ADDRESS"] = f"unix:path={place}"
             return env["DBUS_SESSION_BUS_ADDRESS"]
     return None
@@ -199,13 +210,19 @@ class Keyring:
         return await anyio.to_thread.run_sync(self.delete, entry)
 
 
+def _bus_places() -> str:
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    places = [f"{runtime}/bus"] if os.path.isabs(runtime) else []
+    return " or ".join([*places, f"/run/user/{os.getuid()}/bus"])
+
+
 def _refusal(backend: Backend) -> str:
     """Why this backend is not used, telling "no keyring" from "a keyring this process cannot reach"."""
     chosen = "PYTHON_KEYRING_BACKEND" in os.environ  # the user picked this backend: the bus is not why
     if sys.platform.startswith("linux") and not chosen and session_bus() is None:
         return (
             f"no keyring can be reached from here (keyring found {backend.name}): this process has no "
-            f"DBUS_SESSION_BUS_ADDRESS and there is no session bus of yours at /run/user/{os.getuid()}/bus, "
+            f"DBUS_SESSION_BUS_ADDRESS and there is no session bus of yours at {_bus_places()}, "
             "so a keyring running in your desktop session cannot be asked. Start the client from your "
             "desktop session, or give its `cellblock` entry DBUS_SESSION_BUS_ADDRESS (`echo "
             "$DBUS_SESSION_BUS_ADDRESS` in your session prints it)"

@@ -25,9 +25,11 @@ __all__ = [
     "config_file",
     "default_config_path",
     "own_dirs",
+    "private_dir",
     "read_json",
     "runtime_dir",
     "state_dir",
+    "swappable",
 ]
 
 
@@ -76,7 +78,7 @@ def state_dir() -> Path:
             f"the state directory {path} is writable by others (mode {info.st_mode & 0o7777:o}): another user "
             f"could have changed its locks and approvals; check what is in it, then `chmod 700 {path}`"
         )
-    unsafe = _swappable(path)
+    unsafe = swappable(path)
     if unsafe is not None:
         raise RuntimeDirError(
             f"the state directory {path} can be replaced by another user: {unsafe}; "
@@ -85,7 +87,7 @@ def state_dir() -> Path:
     return path
 
 
-def _swappable(path: Path) -> str | None:
+def swappable(path: Path) -> str | None:
     """Why another user could swap `path` for a directory of theirs, if they could: a directory
     on its way (as given or resolved) that is not this user's or root's, or that others may write
     without the sticky bit (which keeps them from renaming what is not theirs, as in /tmp)."""
@@ -130,13 +132,13 @@ def runtime_dir() -> Path:
     """
     uid = os.getuid()
     bases = [os.environ.get("XDG_RUNTIME_DIR", ""), f"/run/user/{uid}"]
-    base = next((Path(b) for b in bases if b and _private(Path(b), uid) and _swappable(Path(b)) is None), None)
+    base = next((Path(b) for b in bases if b and private_dir(Path(b), uid) and swappable(Path(b)) is None), None)
     path = base / "cellblock" if base is not None else state_dir() / "run"
     try:
         path.mkdir(mode=0o700, exist_ok=True)
     except OSError as exc:
         raise RuntimeDirError(f"cannot create the runtime directory {path}: {exc.strerror or exc}") from exc
-    if not _private(path, uid):
+    if not private_dir(path, uid):
         raise RuntimeDirError(
             f"the runtime directory {path} is not private to this user (it must be a directory of "
             f"uid {uid}, mode 0700, not a link); remove it and start again, or set XDG_RUNTIME_DIR "
@@ -145,7 +147,7 @@ def runtime_dir() -> Path:
     return path
 
 
-def _private(path: Path, uid: int) -> bool:
+def private_dir(path: Path, uid: int) -> bool:
     try:
         info = path.lstat()
     except OSError:

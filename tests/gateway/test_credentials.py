@@ -191,7 +191,7 @@ def test_oauth_entries_cannot_be_named_by_a_user() -> None:
 
 
 def _socket_at(path: Path) -> socket.socket:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(path))
     return listener
@@ -213,7 +213,7 @@ def test_a_missing_bus_address_is_found_where_desktop_sessions_put_the_bus(tmp_p
 
 def test_only_a_socket_of_this_user_is_taken_for_the_bus(tmp_path: Path) -> None:
     place = tmp_path / str(os.getuid()) / "bus"
-    place.parent.mkdir()
+    place.parent.mkdir(mode=0o700)
     place.write_text("not a socket")
     assert session_bus({}, tmp_path) is None
     place.unlink()
@@ -226,3 +226,25 @@ def test_only_a_socket_of_this_user_is_taken_for_the_bus(tmp_path: Path) -> None
         assert session_bus({}, tmp_path) is not None  # control: the same socket, while it is ours
         os.chown(place, 65534, 65534)
         assert session_bus({}, tmp_path) is None  # another user's bus could be anyone's keyring
+
+
+def test_a_bus_in_a_directory_others_could_swap_is_not_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the address is a path opened anew at each connect: whoever may change its directory (or a
+    # link on its way) could put their own bus there after the check
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    runtime = shared / "rt"
+    with _socket_at(runtime / "bus"):
+        assert session_bus({"XDG_RUNTIME_DIR": str(runtime)}, tmp_path / "none") is None
+        shared.chmod(0o700)
+        assert session_bus({"XDG_RUNTIME_DIR": str(runtime)}, tmp_path / "none") is not None  # control
+        runtime.chmod(0o755)  # a directory others may read: not this user's alone
+        assert session_bus({"XDG_RUNTIME_DIR": str(runtime)}, tmp_path / "none") is None
+    monkeypatch.chdir(runtime)
+    runtime.chmod(0o700)
+    with _socket_at(runtime / "bus2"):
+        assert session_bus({"XDG_RUNTIME_DIR": str(runtime)}, tmp_path / "none") is not None  # the old one
+        (runtime / "bus").unlink()
+        (runtime / "bus2").rename(runtime / "bus")
+        assert session_bus({"XDG_RUNTIME_DIR": "."}, tmp_path / "none") is None  # relative: never
