@@ -9,7 +9,9 @@ to the client says the same thing.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -41,6 +43,22 @@ async def notify(message: str) -> None:
     command = _command(message)
     if command is None:
         return
-    with anyio.move_on_after(_SECONDS), contextlib.suppress(OSError):
-        # never the gateway's stdin: that is the client's channel
-        await anyio.run_process(command, check=False, stdin=subprocess.DEVNULL)
+    with contextlib.suppress(OSError):
+        # never the gateway's stdin, stdout or stderr: the first two are the client's channel; a
+        # session of its own, so that a notifier that hangs is ended with all it started
+        process = await anyio.open_process(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            with anyio.move_on_after(_SECONDS):
+                await process.wait()
+        finally:
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                with anyio.CancelScope(shield=True):
+                    await process.wait()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from cellblock.gateway import notify
@@ -31,3 +33,28 @@ async def test_no_notifier_is_no_error(monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.setenv("PATH", str(tmp_path))
     assert notify._command("hello") is None
     await notify.notify("hello")  # returns without a word
+
+
+@pytest.mark.anyio
+async def test_a_notifier_that_hangs_is_ended_with_what_it_started(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    started = tmp_path / "child.pid"
+    fake = tmp_path / "notify-send"
+    fake.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {started}\ntrap '' TERM\nwait\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setattr(notify, "_SECONDS", 0.5)
+    monkeypatch.setattr(sys, "platform", "linux")
+    await notify.notify("hello")
+    child = int(started.read_text())
+    with pytest.raises(ProcessLookupError):  # killed with its notifier (a zombie at most until reaped)
+        for _ in range(100):
+            os.kill(child, 0)
+            try:
+                state = (await anyio.Path(f"/proc/{child}/stat").read_text()).split()[2]
+            except FileNotFoundError:
+                raise ProcessLookupError from None
+            if state == "Z":
+                raise ProcessLookupError
+            await anyio.sleep(0.02)
