@@ -195,6 +195,11 @@ class Audit:
                 self._secrets.add(value)
                 self._secret_pattern = _pattern(self._secrets)
 
+    def secrets(self) -> tuple[str, ...]:
+        """The values registered with `add_secret`, for text that leaves the gateway by another way."""
+        with self._lock:
+            return tuple(self._secrets)
+
     def write(self, event: str, server: str, **fields: Any) -> None:
         """Append one event; on failure log it and set `failed` (the event's fields are never logged)."""
         record: dict[str, Any] = {"ts": round(time.time(), 3), "event": event, "server": server}

@@ -20,6 +20,7 @@ import anyio
 
 from cellblock import __version__
 from cellblock.gateway.credentials import CredentialError
+from cellblock.gateway.terminal import printable
 from cellblock.policy.errors import CellblockError
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "review":
             return _lock_command("review", args.config, None)
         if args.command == "deny":
-            return _answer_pending({"op": "deny", "id": args.id}, f"denied '{_printable(args.id)}'")
+            return _answer_pending({"op": "deny", "id": args.id}, f"denied '{printable(args.id)}'")
         if args.command == "pending":
             return _pending(args.json)
         if args.command == "ps":
@@ -288,7 +289,7 @@ def _approve(config_path: str | None, target: str, scope: str | None) -> int:
         return _lock_command("approve", config_path, target)
     scope = scope or "once"
     return _answer_pending(
-        {"op": "approve", "id": target, "scope": scope}, f"approved '{_printable(target)}' {_SCOPE_TEXT[scope]}"
+        {"op": "approve", "id": target, "scope": scope}, f"approved '{printable(target)}' {_SCOPE_TEXT[scope]}"
     )
 
 
@@ -310,10 +311,10 @@ def _answer_pending(message: dict[str, Any], done: str) -> int:
             print(f"cellblock: OK: {done}", file=sys.stderr)
             return EXIT_OK
         if reply.get("code") != NOT_FOUND:
-            refusals.append(f"{_pid_of(path)}: {_printable(str(reply.get('error', 'refused')))}")
+            refusals.append(f"{_pid_of(path)}: {printable(str(reply.get('error', 'refused')))}")
     for refusal in refusals:
         print(f"cellblock: gateway {refusal}", file=sys.stderr)
-    print(f"cellblock: no pending approval '{_printable(message['id'])}' (see 'cellblock pending')", file=sys.stderr)
+    print(f"cellblock: no pending approval '{printable(message['id'])}' (see 'cellblock pending')", file=sys.stderr)
     return EXIT_FINDING
 
 
@@ -322,7 +323,7 @@ def _pending(as_json: bool) -> int:
     items = [item for _, reply in replies if reply["ok"] for item in reply.get("pending", []) if isinstance(item, dict)]
     for path, reply in replies:
         if not reply["ok"]:
-            print(f"cellblock: gateway {_pid_of(path)}: {_printable(str(reply.get('error')))}", file=sys.stderr)
+            print(f"cellblock: gateway {_pid_of(path)}: {printable(str(reply.get('error')))}", file=sys.stderr)
     if as_json:
         print(json.dumps(items, indent=1))
     elif items:
@@ -332,7 +333,7 @@ def _pending(as_json: bool) -> int:
             waits, expires = item.get("waits_until"), _number(item.get("expires"), now) - now
             # while the call waits, its time is what counts; after, what is left to let its retry through
             left = _duration(_number(waits, now) - now) if waits else f"retry {_duration(expires)}"
-            fields = [_printable(str(item.get(key, "?"))) for key in ("id", "server", "tool")]
+            fields = [printable(str(item.get(key, "?"))) for key in ("id", "server", "tool")]
             age = _duration(now - _number(item.get("created"), now))
             # ensure_ascii: the arguments come from the model; escape anything a terminal would act on
             arguments = json.dumps(item.get("arguments", {}), sort_keys=True)
@@ -355,26 +356,22 @@ def _ps(as_json: bool) -> int:
         print(json.dumps(listed, indent=1))
     for path, reply in replies:
         if not reply["ok"]:
-            print(f"cellblock: gateway {_pid_of(path)}: {_printable(str(reply.get('error')))}", file=sys.stderr)
+            print(f"cellblock: gateway {_pid_of(path)}: {printable(str(reply.get('error')))}", file=sys.stderr)
         elif not as_json:
-            pid, config = reply.get("pid", _pid_of(path)), _printable(str(reply.get("config", "?")))
+            pid, config = reply.get("pid", _pid_of(path)), printable(str(reply.get("config", "?")))
             print(f"gateway {pid}\tconfig {config}\tpending {reply.get('pending', 0)}")
             for server in reply.get("servers", []):
                 jail = server.get("jail")
                 # jail: false is the one way to run unjailed, and ps must say so plainly
                 # a jail's network, which "jail none" would misread as no jail at all
                 jail_text = (
-                    "UNJAILED"
-                    if jail is False
-                    else "remote"
-                    if jail == "remote"
-                    else f"network {_printable(str(jail))}"
+                    "UNJAILED" if jail is False else "remote" if jail == "remote" else f"network {printable(str(jail))}"
                 )
-                name, state = _printable(str(server.get("name", "?"))), _printable(str(server.get("state", "?")))
+                name, state = printable(str(server.get("name", "?"))), printable(str(server.get("state", "?")))
                 calls = f"{server.get('calls', 0)} calls ({server.get('fast_calls', 0)} on the fast path)"
                 print(f"  {name}\t{state}\t{jail_text}\t{server.get('tools', 0)} tools\t{calls}")
                 if server.get("last_exit"):
-                    print(f"    last stopped: {_printable(str(server['last_exit']))}")
+                    print(f"    last stopped: {printable(str(server['last_exit']))}")
     if not replies:
         print("cellblock: no running gateway", file=sys.stderr)
     return EXIT_OK
@@ -382,11 +379,6 @@ def _ps(as_json: bool) -> int:
 
 def _pid_of(path: Path) -> str:
     return path.name.removeprefix("control-").removesuffix(".sock")
-
-
-def _printable(text: str) -> str:
-    """`text` as is, or JSON-quoted when it holds characters a terminal would act on."""
-    return text if text.isprintable() else json.dumps(text)
 
 
 def _number(value: Any, default: float) -> float:

@@ -58,6 +58,7 @@ __all__ = [
 ]
 
 SERVER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
+RESERVED_SERVER = "cellblock"  # the namespace of the gateway's own tools (gateway/status.py)
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 HEADER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
 # Set by the launcher itself (and the variables the SDK's spawner adds, which the jail removes):
@@ -408,6 +409,18 @@ class Config(_Model):
     audit: AuditConfig = AuditConfig()
     credentials: CredentialsConfig = CredentialsConfig()
     servers: dict[ServerName, ServerConfig] = {}
+
+    @model_validator(mode="after")
+    def _own_namespace(self) -> Config:
+        # no server's tools may be named like the gateway's own: `cellblock`, and with a separator
+        # of letters a name that joined with it spells the same (`cellblo` + `ck`)
+        own = f"{RESERVED_SERVER}{self.names.separator}"
+        for name in self.servers:
+            if own.startswith(f"{name}{self.names.separator}"):
+                raise ValueError(
+                    f"server name '{name}' would name its tools like the gateway's own ({own}status); pick another"
+                )
+        return self
 
     def credential_entries(self) -> list[tuple[str, str, str]]:
         """Every keyring entry the config refers to: (entry, server, what), in config order."""

@@ -220,6 +220,7 @@ class Downstream:
     _watch: HttpWatch = field(default_factory=HttpWatch)
     _restart_reason: str | None = None  # why the gateway ended the current connection itself
     _ran: bool = False  # the current run was ready: its end is an exit to tell
+    _words: str = ""  # the last lines the server wrote to stderr, as put into `error`
     _refresh_due = False  # the server said its catalog changed since the last re-read began
     _refreshing = False
     _limits_told = False  # the log said once how the jail's limits are enforced
@@ -335,11 +336,22 @@ class Downstream:
     def is_remote(self) -> bool:
         return isinstance(self.config, RemoteServer)
 
+    @property
+    def error_without_output(self) -> str | None:
+        """Why it is not running, with what the server wrote left out: for whoever has not approved
+        that server's text (the status tool shows every server, held ones too)."""
+        if self.error is None or not self._words:
+            return self.error
+        return self.error.replace(self._words, "(what it wrote to stderr is in `cellblock ps`)")
+
     def _with_last_words(self, reason: str, exc: BaseException | None = None) -> str:
         """`reason`, with the last lines the server wrote to stderr: most often they say why it stopped."""
-        words = self.channel.stderr.last_words() if self.channel is not None and self.channel.stderr else ""
+        relay = self.channel.stderr if self.channel is not None else None
+        # the gateway's secrets (this server's and every other's) never leave in what it wrote
+        words = relay.last_words(self.audit.secrets() if self.audit is not None else ()) if relay else ""
         if not words:
             return reason
+        self._words = words
         if exc is not None and _connection_closed(exc) and self.channel is not None and not self.channel.answered:
             return f"exited at start: {words}"
         return f"{reason}; its stderr ended: {words}"
@@ -454,7 +466,6 @@ class Downstream:
                 self.client, self.listing = client, listing
                 self.state, self.error = "ready", None
                 self._ready.set()
-                self._settled.set()
                 jail = getattr(self.config, "jail", None)
                 confined = self.channel.confinement if self.channel is not None else None
                 self._event(
@@ -468,8 +479,13 @@ class Downstream:
                     "server '%s' is ready (%s, %d tools)", self.name, client.protocol_version, len(listing.tools)
                 )
                 try:
-                    if self.on_listing is not None:
-                        await self.on_listing(self)
+                    try:
+                        if self.on_listing is not None:
+                            await self.on_listing(self)
+                    finally:
+                        # settled once the lock has reviewed what it offers: what the handshake tells
+                        # (the instructions, which name held servers) is then known
+                        self._settled.set()
                     async with anyio.create_task_group() as tg:
                         if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
                             tg.start_soon(self._listen, client)

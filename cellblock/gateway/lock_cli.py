@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -10,6 +11,7 @@ from typing import Any, TextIO
 from cellblock.gateway.audit import Audit
 from cellblock.gateway.config import Config
 from cellblock.gateway.locking import lock_path, pending_path
+from cellblock.gateway.terminal import printable
 from cellblock.policy.lock import approve, check, describe, load_lock, load_pending, save_lock
 
 __all__ = ["approve_all", "approve_pending", "approve_server", "diff_all", "diff_server", "held", "review", "unmet"]
@@ -30,10 +32,16 @@ def diff_server(config: Config, state: Path, server: str) -> int:
     return 1
 
 
-def approve_pending(state: Path, audit: Audit, server: str, via: str) -> int | None:
-    """Accept the held catalog of `server`; how many items it has, or None when nothing is held."""
+def approve_pending(
+    state: Path, audit: Audit, server: str, via: str, shown: dict[str, dict[str, Any]] | None = None
+) -> int | None:
+    """Accept the held catalog of `server`; how many items it has, or None when nothing is held.
+
+    `shown`: the held catalog as the user saw it; when the one on disk is no longer that (the
+    server changed it meanwhile), nothing is approved and None returned.
+    """
     current = _pending(state, server)
-    if current is None:
+    if current is None or (shown is not None and current != shown):
         return None
     result = check(load_lock(lock_path(state, server)), current)
     save_lock(lock_path(state, server), approve(server, current, time.time()))
@@ -99,14 +107,19 @@ def review(config: Config, state: Path, audit: Audit, answers: TextIO) -> int:
         return 0
     left = []
     for index, server in enumerate(servers, 1):
-        print(f"\n[{index}/{len(servers)}] ", end="")
-        diff_server(config, state, server)
+        shown = _pending(state, server)
+        if shown is None:
+            continue  # approved meanwhile (by another terminal, or through the client)
+        print(f"\n[{index}/{len(servers)}] {describe(check(load_lock(lock_path(state, server)), shown), server)}")
         print(f"Approve the catalog of '{server}'? [y/N] ", end="", flush=True)
-        if answers.readline().strip().lower() in ("y", "yes"):
-            approve_server(config, state, audit, server)
-        else:
+        if answers.readline().strip().lower() not in ("y", "yes"):
             left.append(server)
             print(f"cellblock: '{server}' stays held: its tools are not offered", file=sys.stderr)
+        elif (count := approve_pending(state, audit, server, via="cli", shown=shown)) is not None:
+            print(f"cellblock: OK: approved the catalog of '{server}' ({count} items)", file=sys.stderr)
+        else:
+            left.append(server)
+            print(f"cellblock: '{server}' changed what it offers while you read it; nothing approved", file=sys.stderr)
     return 1 if left else 0
 
 
@@ -114,8 +127,17 @@ async def meet(config_file: Path, env: dict[str, str]) -> None:
     """Start the gateway on `config_file` once, as a client does, so that it meets every server it
     has not met: each starts in its jail, and the lock holds what it offers for review."""
     from mcp import Client
-    from mcp.client.stdio import StdioServerParameters
+    from mcp.client.stdio import StdioServerParameters, stdio_client
 
     serve = ["-m", "cellblock.gateway.cli", "serve", "--config", str(config_file)]
-    async with Client(StdioServerParameters(command=sys.executable, args=serve, env=env), cache=None) as client:
-        await client.list_tools()  # answered once the servers it starts have settled (bounded)
+    params = StdioServerParameters(command=sys.executable, args=serve, env=env)
+    # the servers' own stderr is in the gateway's: shown line by line as text, never as it was
+    # written, since what a server writes to the terminal could fake the review that follows
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:
+        try:
+            async with Client(stdio_client(params, errlog=log), cache=None) as client:
+                await client.list_tools()  # answered once the servers it starts have settled (bounded)
+        finally:
+            log.seek(0)
+            for line in log:
+                print(printable(line.rstrip("\n")), file=sys.stderr)

@@ -9,6 +9,7 @@ handler picks the era's way.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -55,6 +56,7 @@ from cellblock.gateway.namespacing import expose_uri
 from cellblock.gateway.pipeline import Asking, Call, Pipeline
 from cellblock.gateway.policies import policy_for
 from cellblock.gateway.state import atomic_write_json, read_json
+from cellblock.gateway.status import ServerStatus, status_text, status_tool, tool_name
 from cellblock.gateway.stdio import client_stdio
 from cellblock.gateway.wire import Wire
 from cellblock.policy.lock import check, describe, load_lock, load_pending
@@ -280,6 +282,12 @@ class Gateway:
 
     def _instructions(self) -> str:
         parts = [INSTRUCTIONS.format(sep=self.config.names.separator)]
+        held = [name for name, items in self.locks.held.items() if items]
+        if held:
+            parts.append(
+                f"The tools of {', '.join(held)} are held for the user's review and not listed yet. Call "
+                f"{tool_name(self.config.names.separator)} to learn what waits, and tell the user what to run."
+            )
         for name, listing in self.shown.items():
             if listing.instructions:
                 parts.append(f"[{name}] {listing.instructions.strip()}")
@@ -329,8 +337,23 @@ class Gateway:
             offered=offered,
             hidden=lambda server, tool: self.policies[server].hidden(tool),
         )
+        if any(self.locks.held.values()):  # the model can then tell the user what waits, and what to run
+            catalog = dataclasses.replace(catalog, tools=(*catalog.tools, status_tool(self.config.names.separator)))
         old, self.catalog = self.catalog, catalog
         return old
+
+    def _status(self) -> types.CallToolResult:
+        servers = [
+            ServerStatus(
+                name,
+                held=len(self.locks.held.get(name, ())),
+                first_contact=not lock_path(self.state, name).exists(),
+                down=ds.error_without_output if ds.state in ("failed", "restarting") else None,
+            )
+            for name, ds in self.downstreams.items()
+        ]
+        text = status_text(servers, self.approvals.listing())
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
     async def _on_listing(self, ds: Downstream) -> None:
         if ds.listing is None:
@@ -405,6 +428,10 @@ class Gateway:
     async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> CallResult:
         if isinstance(ctx.request, FastCall):
             return await self._adopt(ctx, params, ctx.request)
+        if params.name == tool_name(self.config.names.separator) and params.name in {
+            t.name for t in self.catalog.tools
+        }:
+            return self._status()
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         call = Call(params.name, params.arguments, ctx=Asking(ctx.session, ctx.request_id, modern, self._teller(ctx)))
         if params.request_state and modern:

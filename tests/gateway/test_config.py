@@ -305,6 +305,14 @@ def test_bad_server_names_are_refused(name: str) -> None:
     assert f"servers.{name}: server name" in message and "c.yaml:3" in message
 
 
+@pytest.mark.parametrize(("name", "separator"), [("cellblock", "__"), ("cellblock", "-"), ("cellblo", "ck")])
+def test_no_server_may_name_its_tools_like_the_gateways_own(name: str, separator: str) -> None:
+    message = error_of(f"version: 1\nnames: {{separator: '{separator}'}}\nservers:\n  {name}:\n    command: x\n")
+    assert f"server name '{name}' would name its tools like the gateway's own" in message
+    # control: the same server beside another separator, or another name, is fine
+    assert parse_config("version: 1\nnames: {separator: '__'}\nservers:\n  cellblocks:\n    command: x\n")
+
+
 def test_a_server_needs_exactly_one_of_command_and_url() -> None:
     both = error_of("version: 1\nservers:\n  a:\n    command: x\n    url: http://h/\n")
     neither = error_of("version: 1\nservers:\n  a:\n    env: {}\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from cellblock.gateway.stderr import LAST_LINES, LINE_CHARS, StderrRelay
+from cellblock.gateway.stderr import LAST_LINES, StderrRelay
 
 
 def relayed(*chunks: bytes) -> tuple[StderrRelay, bytes]:
@@ -33,8 +33,31 @@ def test_everything_is_passed_on_and_the_last_lines_are_kept() -> None:
 def test_a_line_not_yet_ended_counts_and_a_line_without_end_costs_a_bounded_amount() -> None:
     relay, out = relayed(b"Traceback (most recent call last):\n", b"x" * 1_000_000)
     assert len(out) == 35 + 1_000_000
+    # a line too long to keep whole is named, never cut: a cut could keep part of a secret
+    assert relay.last_words() == "Traceback (most recent call last): | [a line of 1000000 bytes]"
+
+
+def test_the_gateways_secrets_are_redacted_from_whole_lines_and_none_is_cut_in_half() -> None:
+    secret = "sk-LEAKY-0123456789abcdefghijABCDEFGHIJ"
+    relay, _ = relayed(f"401: key={secret} rejected\n".encode(), b"0" * 281 + secret.encode() + b"\n")
+    words = relay.last_words([secret])
+    assert "401: key=[redacted] rejected" in words and "sk-LEAKY" not in words and "0123456789abc" not in words
+    assert relay.last_words().count("sk-LEAKY") == 2  # control: the same lines without redaction
+    # a secret past where a long line would be cut: the line is named instead
+    relay, _ = relayed(b"A" * 5000 + secret.encode() + b"B" * 1180)
+    assert relay.last_words([secret]) == f"[a line of {5000 + len(secret) + 1180} bytes]"
+
+
+def test_characters_that_show_as_nothing_cannot_forge_the_gateways_text() -> None:
+    relay, _ = relayed("ok\u3164\u2800\u115f x\u0301\u200b\u2028 done\n".encode())
     words = relay.last_words()
-    assert words.startswith("Traceback (most recent call last): | xxx") and len(words) < 2 * LINE_CHARS
+    assert words.startswith("ok") and words.endswith("done")
+    assert not any(c in words for c in "\u3164\u2800\u115f\u0301\u200b\u2028")
+
+
+def test_a_flood_of_lines_keeps_only_the_last_and_blank_lines_do_not_push_them_out() -> None:
+    relay, out = relayed(b"".join(f"{n}\n".encode() for n in range(200_000)), b"\n" * 10_000)
+    assert len(out) > 1_000_000 and relay.last_words() == "199997 | 199998 | 199999"
 
 
 def test_what_a_terminal_or_client_would_act_on_is_replaced() -> None:

@@ -358,3 +358,36 @@ def test_doctor_checks_the_keyring_from_the_environment_a_client_gives(
     assert unreachable.returncode == 1
     reached = run(_bus_at_the_standard_path(bus_dir))
     assert "OK    keyring from a client (HOME, USER and PATH only): Secret Service" in reached.stdout, reached.stdout
+
+
+async def test_a_secret_a_server_writes_to_stderr_is_redacted_from_why_it_stopped(
+    tmp_path: Path, env: dict[str, str], forget: Callable[[str], None]
+) -> None:
+    secret = "sk-LEAKY-" + os.urandom(12).hex()
+    forget("leaky-key")
+    keyring.set_password("cellblock", "leaky-key", secret)
+    servers = {
+        "leaky": {
+            "command": "/bin/sh",
+            "args": ["-c", 'echo "401 Unauthorized: key=$API_KEY rejected" >&2; exit 1'],
+            "secrets": {"API_KEY": "leaky-key"},
+        },
+        # a held catalog, so that the status tool is offered
+        "alpha": {
+            "command": sys.executable,
+            "args": [str(PROBE)],
+            "jail": {"read_only": [str(PROBE.parent)]},
+            "lock": {"enabled": True, "first": "review"},
+        },
+    }
+    config = write_config(tmp_path, servers)
+    async with gateway(config, tmp_path / "state", env=env) as client:
+        refused = _text(await client.call_tool("leaky__anything", {}))
+        assert "401 Unauthorized: key=[redacted] rejected" in refused and secret not in refused
+        status = _text(await client.call_tool("cellblock__status", {}))
+        # every server is in the status, held ones too: what a server wrote is left out of it
+        assert "- leaky: " in status and "Unauthorized" not in status and "`cellblock ps`" in status
+        ps = (await anyio.to_thread.run_sync(cli, env, "ps", "--json")).stdout
+        assert "key=[redacted] rejected" in ps and secret not in ps
+    audit = (tmp_path / "state" / "audit.jsonl").read_text()
+    assert "server_start_failed" in audit and secret not in audit
