@@ -326,6 +326,8 @@ class Downstream:
         if self._restart_reason is None and self._closed is not None:
             logger.warning("server '%s' is restarted: %s", self.name, reason)
             self._restart_reason = reason
+            # calls from now on wait for the new process, never reach the one being ended
+            self._waiting(reason)
             self._closed.set()
 
     def _event(self, event: str, **fields: Any) -> None:
