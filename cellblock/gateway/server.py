@@ -284,9 +284,10 @@ class Gateway:
         parts = [INSTRUCTIONS.format(sep=self.config.names.separator)]
         held = [name for name, items in self.locks.held.items() if items]
         if held:
+            status = tool_name(self.config.names.separator, self.config.names.max_length)
             parts.append(
                 f"The tools of {', '.join(held)} are held for the user's review and not listed yet. Call "
-                f"{tool_name(self.config.names.separator)} to learn what waits, and tell the user what to run."
+                f"{status} to learn what waits, and tell the user what to run."
             )
         for name, listing in self.shown.items():
             if listing.instructions:
@@ -338,7 +339,9 @@ class Gateway:
             hidden=lambda server, tool: self.policies[server].hidden(tool),
         )
         if any(self.locks.held.values()):  # the model can then tell the user what waits, and what to run
-            catalog = dataclasses.replace(catalog, tools=(*catalog.tools, status_tool(self.config.names.separator)))
+            catalog = dataclasses.replace(
+                catalog, tools=(*catalog.tools, status_tool(self.config.names.separator, self.config.names.max_length))
+            )
         old, self.catalog = self.catalog, catalog
         return old
 
@@ -428,7 +431,7 @@ class Gateway:
     async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> CallResult:
         if isinstance(ctx.request, FastCall):
             return await self._adopt(ctx, params, ctx.request)
-        if params.name == tool_name(self.config.names.separator) and params.name in {
+        if params.name == tool_name(self.config.names.separator, self.config.names.max_length) and params.name in {
             t.name for t in self.catalog.tools
         }:
             return self._status()

@@ -31,13 +31,14 @@ class ServerStatus:
     down: str | None  # why it is not running, when it is not
 
 
-def tool_name(separator: str) -> str:
-    return f"{NAMESPACE}{separator}{_TOOL}"
+def tool_name(separator: str, max_length: int) -> str:
+    """`cellblock<sep>status`, cut to the names' length limit (its prefix is never a server's)."""
+    return f"{NAMESPACE}{separator}{_TOOL}"[:max_length]
 
 
-def status_tool(separator: str) -> types.Tool:
+def status_tool(separator: str, max_length: int) -> types.Tool:
     return types.Tool(
-        name=tool_name(separator),
+        name=tool_name(separator, max_length),
         title="Cellblock: what waits for the user",
         description=(
             "Tells what Cellblock holds back until the user acts: servers whose tools are held for the "

@@ -27,7 +27,8 @@ def test_held_waiting_and_down_each_name_the_command_to_run() -> None:
 
 def test_nothing_waiting_says_so_and_the_tool_reads_only() -> None:
     assert status_text([ServerStatus("fs", 0, False, None)], []) == "Nothing is held or waiting for the user."
-    tool = status_tool("__")
+    tool = status_tool("__", 64)
     assert tool.name == "cellblock__status" and tool.annotations is not None
+    assert status_tool("----", 16).name == "cellblock----sta"  # within the shortest names.max_length
     assert tool.annotations.read_only_hint and not tool.annotations.destructive_hint
     assert tool.input_schema == {"type": "object", "properties": {}, "additionalProperties": False}
