@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import time
 import warnings
@@ -230,19 +229,7 @@ def _lock_command(command: str, config_path: str | None, server: str | None) -> 
     if command == "approve-all":
         return lock_cli.approve_all(config, state, audit)
     if command == "review":
-        unmet = lock_cli.unmet(config, state)
-        if unmet:
-            print(
-                f"cellblock: meeting {', '.join(unmet)}: each starts once in its jail to say what it offers",
-                file=sys.stderr,
-            )
-            anyio.run(lock_cli.meet, source, dict(os.environ))
-            for name in lock_cli.unmet(config, state):
-                print(
-                    f"cellblock: '{name}' did not say what it offers (see the log above); it is not reviewed",
-                    file=sys.stderr,
-                )
-        return lock_cli.review(config, state, audit, sys.stdin)
+        return lock_cli.review(config, source, state, audit, sys.stdin)
     return lock_cli.approve_server(config, state, audit, server or "")
 
 

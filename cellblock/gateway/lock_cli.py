@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, TextIO
+
+import anyio
 
 from cellblock.gateway.audit import Audit
 from cellblock.gateway.config import Config
@@ -96,11 +99,24 @@ def approve_all(config: Config, state: Path, audit: Audit) -> int:
     return max(approve_server(config, state, audit, server) for server in servers)
 
 
-def review(config: Config, state: Path, audit: Audit, answers: TextIO) -> int:
-    """Each held catalog in turn: its diff, then approve it or leave it held (answers from `answers`).
+def review(config: Config, source: Path, state: Path, audit: Audit, answers: TextIO) -> int:
+    """Meet the servers of `source` no gateway has met, then each held catalog in turn: its diff,
+    then approve it or leave it held (answers from `answers`).
 
     0 when nothing is left held, 1 when something is (a "no", or the end of the answers).
     """
+    waiting = unmet(config, state)
+    if waiting:
+        print(
+            f"cellblock: meeting {', '.join(waiting)}: each starts once in its jail to say what it offers",
+            file=sys.stderr,
+        )
+        anyio.run(meet, source, dict(os.environ))
+        for name in unmet(config, state):
+            print(
+                f"cellblock: '{name}' did not say what it offers (see the log above); it is not reviewed",
+                file=sys.stderr,
+            )
     servers = held(config, state)
     if not servers:
         _nothing_held(config, state)
