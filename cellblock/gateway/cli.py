@@ -79,11 +79,24 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument("server", nargs="?", help="only this server")
     probe.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
     probe.add_argument("--json", action="store_true", help="print JSON")
+    install = sub.add_parser(
+        "install", help="install servers' packages (install: in the config) once, in a jail, to run read-only"
+    )
+    install.add_argument("servers", nargs="*", metavar="SERVER")
+    install.add_argument("--all", action="store_true", help="every server with install:")
+    install.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
+    update = sub.add_parser("update", help="move a server's installed package to another version (default: newest)")
+    update.add_argument("server", metavar="SERVER")
+    update.add_argument("--to", metavar="VERSION", help="this exact version")
+    update.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
     sub.add_parser("demo", help="run the gateway on built-in demo servers and show what it does")
     wrap = sub.add_parser("wrap", help="move a client's MCP servers behind one Cellblock entry (see docs/wrap.md)")
     wrap.add_argument("path", nargs="?", metavar="CLIENT_CONFIG", help="the client's config file")
     wrap.add_argument("--dry-run", action="store_true", help="print what would change, change nothing")
     wrap.add_argument("--list", action="store_true", help="find the known client configs here; say which are wrapped")
+    wrap.add_argument(
+        "--no-install", action="store_true", help="do not install the servers' packages now (`cellblock install` later)"
+    )
     wrap.add_argument("--config", help="Cellblock's config to add the servers to (default: the usual one)")
     unwrap = sub.add_parser("unwrap", help="put a wrapped client's own servers back (from CLIENT_CONFIG.bak)")
     unwrap.add_argument("path", metavar="CLIENT_CONFIG")
@@ -154,6 +167,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _wrap(args)
         if args.command == "unwrap":
             return _unwrap(args)
+        if args.command == "install":
+            if args.all == bool(args.servers):
+                print("cellblock install: name servers, or pass --all (not both)", file=sys.stderr)
+                return EXIT_USAGE
+            from cellblock.gateway.packages import install_command
+
+            return install_command(args.servers, args.all, args.config)
+        if args.command == "update":
+            from cellblock.gateway.packages import update_command
+
+            return update_command(args.server, args.to, args.config)
         if args.command == "demo":
             from cellblock.gateway.demo import run_demo
 
@@ -173,13 +197,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _check(config_path: str | None) -> int:
-    from cellblock.gateway.config import load_config
+    from cellblock.gateway.config import LocalServer, load_config
     from cellblock.gateway.policies import lint_config
     from cellblock.gateway.state import state_dir
 
     config, source = load_config(config_path)
     for name, server in sorted(config.servers.items()):
-        kind = f"stdio: {server.command}" if hasattr(server, "command") else f"http: {server.url}"
+        if isinstance(server, LocalServer):
+            package = server.install.package.spec() if server.install else None
+            kind = f"stdio: {server.command or ''}" + (f" (installed {package})" if package else "")
+        else:
+            kind = f"http: {server.url}"
         print(f"{name}\t{config.start_of(name)}\t{kind}")
     findings = lint_config(config, state_dir())
     for finding in findings:
@@ -391,7 +419,7 @@ def _wrap(args: argparse.Namespace) -> int:
         print("cellblock: wrap needs CLIENT_CONFIG (or --list)", file=sys.stderr)
         return EXIT_USAGE
     config = Path(args.config).expanduser() if args.config else default_config_path()
-    return wrap.wrap(Path(args.path).expanduser(), config.absolute(), dry_run=args.dry_run)
+    return wrap.wrap(Path(args.path).expanduser(), config.absolute(), dry_run=args.dry_run, install=not args.no_install)
 
 
 def _unwrap(args: argparse.Namespace) -> int:

@@ -31,6 +31,7 @@ from cellblock.policy.errors import CellblockError
 from cellblock.policy.hosts import parse_rule
 from cellblock.policy.rules import Policy, parse_rule_entry
 from cellblock.policy.types import Decision
+from cellblock.sandbox.packages import Package, PackageError, parse_package
 from cellblock.sandbox.types import Limits
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "CredentialsConfig",
     "DefaultsConfig",
     "ExecConfig",
+    "InstallConfig",
     "JailConfig",
     "LimitsConfig",
     "LocalServer",
@@ -225,8 +227,10 @@ class _ServerBase(_Model):
     @model_validator(mode="before")
     @classmethod
     def _one_kind(cls, data: Any) -> Any:
-        if isinstance(data, Mapping) and ("command" in data) == ("url" in data):
-            raise ValueError("a server needs exactly one of 'command' (local, stdio) or 'url' (remote, HTTP)")
+        if isinstance(data, Mapping) and ("command" in data or "install" in data) == ("url" in data):
+            raise ValueError(
+                "a server needs exactly one of 'command' or 'install' (local, stdio) or 'url' (remote, HTTP)"
+            )
         return data
 
     start: Start | None = None
@@ -300,10 +304,37 @@ Jail = Annotated[
 ]
 
 
+class InstallConfig(_Model):
+    """A package Cellblock installs for the server (`cellblock install`) and runs read-only:
+    exactly one of `npm` (`name@1.2.3`) or `pypi` (`name==1.2.3`); a bare name is pinned to the
+    newest release when installed, in the install's record."""
+
+    npm: str | None = None
+    pypi: str | None = None
+
+    @model_validator(mode="after")
+    def _one_valid_package(self) -> InstallConfig:
+        given = [(kind, spec) for kind, spec in (("npm", self.npm), ("pypi", self.pypi)) if spec is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of npm: or pypi:")
+        try:
+            parse_package(*given[0])
+        except PackageError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @property
+    def package(self) -> Package:
+        kind, spec = ("npm", self.npm) if self.npm is not None else ("pypi", self.pypi or "")
+        return parse_package(kind, spec)
+
+
 class LocalServer(_ServerBase):
     """A server Cellblock starts as a child process and talks to over stdio."""
 
-    command: str = Field(min_length=1)
+    # with install: one of the package's programs by name, by default the package's own
+    command: str | None = Field(default=None, min_length=1)
+    install: InstallConfig | None = None
     args: list[str] = []
     env: dict[str, str] = {}
     # environment variable -> keyring entry, read when the server starts; never written to disk
@@ -329,6 +360,17 @@ class LocalServer(_ServerBase):
     @classmethod
     def _expand_args(cls, value: list[str]) -> list[str]:
         return [expand_path(arg) for arg in value]
+
+    @model_validator(mode="after")
+    def _a_command_to_run(self) -> LocalServer:
+        if self.install is None and self.command is None:
+            raise ValueError("a local server needs command: (or install:, to run an installed package)")
+        if self.install is not None and self.command is not None and "/" in self.command:
+            raise ValueError(
+                f"command {self.command!r}: with install, name one of the package's programs (no path), "
+                "or leave command out to run the package's own"
+            )
+        return self
 
     @model_validator(mode="after")
     def _secrets_own_their_names(self) -> LocalServer:
@@ -387,7 +429,7 @@ class RemoteServer(_ServerBase):
 
 def _server_kind(body: Any) -> str:
     keys = body if isinstance(body, Mapping) else vars(body) if isinstance(body, BaseModel) else {}
-    return "local" if "command" in keys else "remote"
+    return "local" if "command" in keys or "install" in keys else "remote"
 
 
 ServerConfig = Annotated[

@@ -10,6 +10,7 @@ server whose jail reached a resource limit is stopped like one that crashed, wit
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -43,6 +44,7 @@ from cellblock.gateway.launch import granted_roots, launch_plan, stdio_parameter
 from cellblock.gateway.lines import remote_message
 from cellblock.gateway.local import LocalChannel, local_transport
 from cellblock.gateway.oauth import KeyringTokenStorage
+from cellblock.gateway.packages import InstallError
 from cellblock.gateway.ratelimit import Budget
 from cellblock.gateway.remote import HttpWatch, explain, login, remote_client
 from cellblock.gateway.stdio import DEFAULT_LINE_LIMIT
@@ -291,6 +293,10 @@ class Downstream:
             try:
                 await self._run_once()
                 reason = self._exit_reason
+            except InstallError as exc:
+                # `cellblock install` puts it right; the next call retries
+                self._fail(self._with_last_words(str(exc)), retry_on_use=True)
+                return
             except JailError as exc:
                 # no jail, no start: retrying cannot help and running unjailed is not an option
                 self._fail(self._with_last_words(str(exc)))
@@ -519,7 +525,11 @@ class Downstream:
                 values[variable] = value
                 self._secret(value)
             private = self.runtime / "servers" / self.name
-            plan = launch_plan(self.name, self.config, egress_socket, private, values, self.limits, self.own)
+            # off the event loop: building a jail looks at the disk (an installed tree is checked file by file)
+            build = functools.partial(
+                launch_plan, self.name, self.config, egress_socket, private, values, self.limits, self.own
+            )
+            plan = await anyio.to_thread.run_sync(build)
             self._tell_limits(plan)
             if sys.platform == "win32":  # no process groups: the SDK's transport, and no fast path
                 return stdio_client(stdio_parameters(plan), errlog=sys.stderr)

@@ -18,6 +18,7 @@ from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, StdioServerParameters
 from platformdirs import user_cache_dir, user_cache_path
 
 from cellblock.gateway.config import Config, JailConfig, LocalServer
+from cellblock.gateway.packages import Installed, installed
 from cellblock.gateway.state import default_config_path, own_dirs
 from cellblock.sandbox.bwrap import EGRESS_SOCKET, PIN_FILTER, bwrap_plan, check_bwrap
 from cellblock.sandbox.closure import exec_closure
@@ -78,9 +79,19 @@ def jail_spec(
     _refuse_own_grants(name, jail, own)
     home = os.path.expanduser("~")
     host_path = os.environ.get("PATH", JAIL_PATH)
-    command = resolve_command(server.command, host_path)
-    launchers = launcher_mounts(command, home, host_path)
-    bins = [os.path.join(m.path, "bin") for m in launchers if os.path.isdir(os.path.join(m.path, "bin"))]
+    package = installed(name, server)
+    command = _command(server, package, host_path)
+    if package is None:
+        launchers = launcher_mounts(command, home, host_path)
+        bins = []
+    else:
+        # the tree whole, read-only, and what runs its programs (an npm package's node) beside it
+        runtime = [os.path.dirname(package.record.runtime)] if package.record.runtime else []
+        tree = package.record.tree
+        found = launcher_mounts(command, home, ":".join([package.bin_dir, *runtime, host_path]))
+        launchers = [Mount(tree, MountMode.READ_ONLY, package.why), *(m for m in found if not _within(m.path, tree))]
+        bins = [package.bin_dir, *runtime]
+    bins += [os.path.join(m.path, "bin") for m in launchers if os.path.isdir(os.path.join(m.path, "bin"))]
     env = {key: os.environ[key] for key in PASSED_ENV if key in os.environ}
     env |= {"PATH": ":".join([*bins, JAIL_PATH]), "HOME": home, "TMPDIR": "/tmp"}
     env |= server.env
@@ -131,6 +142,15 @@ def jail_spec(
         hidden=_hidden([*jail.read_only, *jail.read_write, *(m.path for m in launchers)], own),
     )
     return spec, launchers
+
+
+def _command(server: LocalServer, package: Installed | None, path: str) -> str:
+    """The absolute path of what `server` runs: its installed package's program, else its command."""
+    if package is not None:
+        return package.program
+    if server.command is None:  # the config allows none only with install:
+        raise JailError("a local server needs a command")
+    return resolve_command(server.command, path)
 
 
 def _refuse_writable_programs(name: str, allowed: Sequence[str], jail: JailConfig) -> None:
@@ -206,12 +226,14 @@ def granted_roots(server: LocalServer) -> list[str]:
     caches = [user_cache_dir(), *(os.path.join(home, c) for c in PACKAGE_CACHES)]
     not_work = [os.path.realpath(p) for p in [*map(str, own_dirs()), *caches]]
     # what the command line names: a script, `--require=FILE`, relative to the server's cwd
-    named = [part for arg in [server.command, *server.args] for part in (arg, arg.partition("=")[2]) if part]
+    named = [part for arg in [server.command or "", *server.args] for part in (arg, arg.partition("=")[2]) if part]
     cwd = server.cwd or os.getcwd()
     code = [os.path.realpath(os.path.join(cwd, a)) for a in named if os.path.isfile(os.path.join(cwd, a))]
+    # (an installed package's tree is in Cellblock's data directory, which is no one's work)
     with contextlib.suppress(JailError):  # a command that cannot be found holds no grant either
-        command = resolve_command(server.command, os.environ.get("PATH", JAIL_PATH))
-        code += [os.path.realpath(m.path) for m in launcher_mounts(command, home, os.environ.get("PATH", JAIL_PATH))]
+        command = _command(server, None, os.environ.get("PATH", JAIL_PATH)) if server.install is None else ""
+        mounts = launcher_mounts(command, home, os.environ.get("PATH", JAIL_PATH)) if command else []
+        code += [os.path.realpath(m.path) for m in mounts]
     roots = []
     for path in sorted({*server.jail.read_only, *server.jail.read_write}):
         real = os.path.realpath(path)
@@ -246,7 +268,7 @@ def launch_plan(
     """
     if server.jail is False:
         env = {key: os.environ[key] for key in PASSED_ENV if key in os.environ} | server.env | dict(secrets or {})
-        command = (server.command, *server.args)
+        command = (_command(server, installed(name, server), os.environ.get("PATH", JAIL_PATH)), *server.args)
         return LaunchPlan(argv=command, env=env, cwd=server.cwd, mounts=(), network=Network.OPEN, jailed=False)
     jail = server.jail
     if jail.network == "allowlist" and egress_socket is None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from cellblock.gateway.config import Config, LocalServer
 from cellblock.gateway.launch import jail_spec, own_paths
+from cellblock.gateway.packages import read_record
 from cellblock.gateway.state import read_json
 from cellblock.sandbox.bwrap import bwrap_plan
 from cellblock.sandbox.closure import GUARANTEE
@@ -48,11 +49,19 @@ def describe_server(
         }
     info |= {
         "kind": "local",
-        "command": [server.command, *server.args],
+        "command": [server.command or "(the package's own program)", *server.args],
         "env": sorted(server.env),
         # variable -> keyring entry; the values are read only when the server starts
         "secrets": dict(server.secrets),
     }
+    if server.install is not None:
+        record = read_record(name)
+        info["install"] = {
+            "package": server.install.package.spec(),
+            "installed": record.package.spec() if record else None,
+            "tree": record.tree if record else None,
+            "digest": record.digest if record else None,
+        }
     if server.jail is False:
         return info | {"jail": "OFF (jail: false): runs as you, with your files and network"}
     linux = sys.platform.startswith("linux")
@@ -98,6 +107,10 @@ def show(config: Config, only: str | None, as_json: bool, state: Path | None = N
         print(f"{item['name']}  ({item['kind']}, start: {item['start']}, timeout: {item['timeout']:g}s)")
         if item["kind"] == "local":
             print(f"  command  {' '.join(item['command'])}")
+            if "install" in item:
+                install = item["install"]
+                at = f"{install['installed']} in {install['tree']} ({install['digest']})" if install["tree"] else ""
+                print(f"  install  {install['package']}: " + (f"installed {at}" if at else "NOT INSTALLED"))
         else:
             print(f"  url      {item['url']}")
             print(f"  auth     {item['auth']}")

@@ -19,6 +19,7 @@ import os
 import posixpath
 import re
 import shlex
+import sys
 import tomllib
 import unicodedata
 from collections import Counter
@@ -26,6 +27,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from cellblock.sandbox.packages import PackageError, parse_package
 
 __all__ = [
     "KNOWN_HOSTS",
@@ -54,6 +57,9 @@ KNOWN_HOSTS: Mapping[str, tuple[str, tuple[str, ...]]] = {
 _HOST_FROM_ENV = {"@modelcontextprotocol/server-gitlab": "GITLAB_API_URL"}
 # Servers that fetch whatever URL they are given: their hosts cannot be inferred.
 _FETCHERS = frozenset({"mcp-server-fetch", "@modelcontextprotocol/server-fetch"})
+# Servers that keep their data beside their own code unless a variable says where: an installed
+# package is read-only, so the data goes to a directory of the user's (variable, default file).
+_DATA_FILE = {"@modelcontextprotocol/server-memory": ("MEMORY_FILE_PATH", "~/.local/share/mcp-memory/memory.jsonl")}
 # Servers that change the directories their arguments name (besides any filesystem server): the
 # git server commits to its --repository
 _WORKS_IN = frozenset({"mcp-server-git"})
@@ -134,6 +140,8 @@ class Starter:
     config: dict[str, Any]
     secrets: tuple[Secret, ...]
     notes: tuple[str, ...]
+    # directories the server keeps its data in, which wrap creates (a jail grants only what exists)
+    make: tuple[str, ...] = ()
 
 
 class ClientEntryLike(Protocol):
@@ -231,7 +239,13 @@ def starter(
     _extra(draft, entry.extra)
     draft.body["tools"] = {"default": "ask"}
     draft.body["lock"] = {"first": "review"}
-    return Starter(name=draft.name, config=draft.body, secrets=tuple(draft.secrets), notes=tuple(draft.notes))
+    return Starter(
+        name=draft.name,
+        config=draft.body,
+        secrets=tuple(draft.secrets),
+        notes=tuple(draft.notes),
+        make=tuple(draft.make),
+    )
 
 
 @dataclass
@@ -245,6 +259,7 @@ class _Draft:
     notes: list[str] = field(default_factory=list)
     read_only: dict[str, None] = field(default_factory=dict)
     read_write: dict[str, None] = field(default_factory=dict)
+    make: list[str] = field(default_factory=list)
 
     def secret(self, key: str, value: str, kind: Literal["env", "header", "bearer", "stash"]) -> str:
         """Record a secret and return its keyring entry, unique within this server."""
@@ -295,8 +310,15 @@ def _local(draft: _Draft, entry: ClientEntryLike, cache_root: str) -> None:
     package = package or program
     _paths(draft, args, cwd, writable="filesystem" in package or package in _WORKS_IN, skip=script)
     network = _network(draft, package, entry.env, node=launcher == "npx" or program in _NODES)
+    install: dict[str, str] | None = None
     if launcher in ("npx", "uvx") and index is not None and spec is not None:
-        args = _cache(draft, launcher, args, index, spec, env, cache_root)
+        found = _installable(draft, launcher, args, index, spec) if _INSTALLS else None
+        if found is not None:
+            install, command, args = found
+        else:
+            args = _cache(draft, launcher, args, index, spec, env, cache_root)
+    if package in _DATA_FILE:
+        _data_file(draft, package, env)
     if program in ("docker", "podman"):
         draft.notes.append(
             "runs a container: the jail does not share the docker socket, so this will fail; "
@@ -311,7 +333,10 @@ def _local(draft: _Draft, entry: ClientEntryLike, cache_root: str) -> None:
         draft.notes.append(f"transport {entry.transport!r} ignored: a server with a command speaks stdio")
 
     body = draft.body
-    body["command"] = command
+    if install is not None:
+        body["install"] = install
+    if command:
+        body["command"] = command
     if args:
         body["args"] = args
     if env:
@@ -591,6 +616,64 @@ def _network(draft: _Draft, package: str, env: Mapping[str, str], *, node: bool)
     if node:
         draft.notes.append("the allowlist reaches Node's fetch from Node 24 on; older Node fails closed")
     return {"network": "allowlist", "allow_hosts": list(hosts)}
+
+
+def _data_file(draft: _Draft, package: str, env: dict[str, str]) -> None:
+    """A writable directory for the data file of a server that would keep it beside its code."""
+    variable, default = _DATA_FILE[package]
+    given = env.get(variable)
+    if given is not None and not posixpath.isabs(draft.expand(given)):
+        draft.notes.append(f"{variable} is relative, so {package} writes beside its code: make it absolute")
+        return
+    path = draft.expand(given or default)
+    env[variable] = path
+    directory = posixpath.dirname(path)
+    draft.share(directory, writable=True)
+    if not os.path.isdir(directory):
+        draft.make.append(directory)
+    draft.notes.append(f"{package} keeps its data in {path} ({variable}), so {directory} is writable")
+
+
+# A package is installed in a bubblewrap jail: on Linux only, for now (elsewhere the launcher stays).
+_INSTALLS = sys.platform.startswith("linux")
+# launcher options that change nothing about what an installed package runs
+_NPX_PLAIN = frozenset({"-y", "--yes", "--offline", "-q", "--quiet", "--no-install"})
+
+
+def _installable(
+    draft: _Draft, launcher: str, args: list[str], index: int, spec: str
+) -> tuple[dict[str, str], str, list[str]] | None:
+    """(install:, command, args) for an npx or uvx entry Cellblock can install instead: the package
+    named once, with no launcher options but the plain ones (`-y`; uvx's `--from PKG CMD`). None
+    for what only the launcher can do (`--with`, `-p A -p B`, a git URL, a local path)."""
+    before = args[:index]
+    if launcher == "npx":
+        if any(a not in _NPX_PLAIN for a in before):
+            return None
+        kind, name, version = "npm", _package_name(spec, "npx"), spec.removeprefix("npm:").lstrip("@").partition("@")[2]
+        command = ""
+    else:
+        tool_run = before[:2] == ["tool", "run"]
+        options = before[2:] if tool_run else before
+        if options not in ([], ["--from", spec]):
+            return None
+        kind = "pypi"
+        name, _, version = spec.partition("==") if "==" in spec else spec.partition("@")
+        # `--from PKG CMD` runs CMD of PKG; `uvx PKG` runs PKG's own program
+        command = args[index] if options else ""
+    pinned = version not in ("", "latest")
+    package = (f"{name}@{version}" if kind == "npm" else f"{name}=={version}") if pinned else name
+    try:
+        parse_package(kind, package)
+    except PackageError:
+        return None  # a range, a tag, a URL: only the launcher knows what it means
+    draft.notes.append(
+        f"{launcher} {spec}: installed once by `cellblock install {draft.name}` (wrap runs it) and run "
+        "read-only from Cellblock's data directory, checked before each start; "
+        + ("pinned" if pinned else "the newest release is pinned when installed")
+        + f"; move it with `cellblock update {draft.name}`"
+    )
+    return {kind: package}, command, args[index + 1 :]
 
 
 def _cache(

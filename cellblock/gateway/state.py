@@ -23,6 +23,7 @@ __all__ = [
     "atomic_write_json",
     "atomic_write_text",
     "config_file",
+    "data_dir",
     "default_config_path",
     "own_dirs",
     "private_dir",
@@ -52,37 +53,57 @@ class RuntimeDirError(CellblockError):
 
 def state_dir() -> Path:
     """`$CELLBLOCK_STATE_DIR`, else the per-user state directory (it holds the locks and the
-    approvals): created 0700, and made 0700 when it is this user's and only readable by others.
+    approvals); see `_own_dir`.
+
+    Raises:
+        RuntimeDirError: see `_own_dir`.
+    """
+    env = os.environ.get("CELLBLOCK_STATE_DIR")
+    path = Path(env).expanduser().absolute() if env else user_state_path("cellblock")
+    return _own_dir(path, "state", "CELLBLOCK_STATE_DIR", "its locks and approvals")
+
+
+def data_dir() -> Path:
+    """`$CELLBLOCK_DATA_DIR`, else the per-user data directory (it holds the packages installed for
+    servers and their records); see `_own_dir`.
+
+    Raises:
+        RuntimeDirError: see `_own_dir`.
+    """
+    env = os.environ.get("CELLBLOCK_DATA_DIR")
+    path = Path(env).expanduser().absolute() if env else user_data_path("cellblock")
+    return _own_dir(path, "data", "CELLBLOCK_DATA_DIR", "the code servers run")
+
+
+def _own_dir(path: Path, what: str, variable: str, holds: str) -> Path:
+    """`path`, created 0700, and made 0700 when it is this user's and only readable by others.
 
     Raises:
         RuntimeDirError: it cannot be made; it belongs to another user, or another user can write
             it or replace it (through a directory on its path they can write).
     """
-    env = os.environ.get("CELLBLOCK_STATE_DIR")
-    path = Path(env).expanduser().absolute() if env else user_state_path("cellblock")
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         info = path.stat()
         if info.st_uid == os.getuid() and info.st_mode & 0o077 and not info.st_mode & 0o022:
             path.chmod(0o700)  # others could read it, but not have put anything in it
     except OSError as exc:
-        raise RuntimeDirError(f"cannot use the state directory {path}: {exc.strerror or exc}") from exc
+        raise RuntimeDirError(f"cannot use the {what} directory {path}: {exc.strerror or exc}") from exc
     if info.st_uid != os.getuid():
         raise RuntimeDirError(
-            f"the state directory {path} belongs to uid {info.st_uid}, not to this user (uid {os.getuid()}): "
-            "another user could change its locks and approvals; use a directory of your own "
-            "(CELLBLOCK_STATE_DIR)"
+            f"the {what} directory {path} belongs to uid {info.st_uid}, not to this user (uid {os.getuid()}): "
+            f"another user could change {holds}; use a directory of your own ({variable})"
         )
     if info.st_mode & 0o022:
         raise RuntimeDirError(
-            f"the state directory {path} is writable by others (mode {info.st_mode & 0o7777:o}): another user "
-            f"could have changed its locks and approvals; check what is in it, then `chmod 700 {path}`"
+            f"the {what} directory {path} is writable by others (mode {info.st_mode & 0o7777:o}): another user "
+            f"could have changed {holds}; check what is in it, then `chmod 700 {path}`"
         )
     unsafe = swappable(path)
     if unsafe is not None:
         raise RuntimeDirError(
-            f"the state directory {path} can be replaced by another user: {unsafe}; "
-            "use a directory whose every parent only you or root can write (CELLBLOCK_STATE_DIR)"
+            f"the {what} directory {path} can be replaced by another user: {unsafe}; "
+            f"use a directory whose every parent only you or root can write ({variable})"
         )
     return path
 
@@ -111,8 +132,9 @@ def own_dirs() -> list[Path]:
     """Every directory Cellblock keeps files of its own in: config, state, cache, data, runtime."""
     dirs = [user_config_path("cellblock"), user_state_path("cellblock"), user_cache_path("cellblock")]
     dirs.append(user_data_path("cellblock"))
-    if os.environ.get("CELLBLOCK_STATE_DIR"):
-        dirs.append(Path(os.environ["CELLBLOCK_STATE_DIR"]).expanduser())
+    for variable in ("CELLBLOCK_STATE_DIR", "CELLBLOCK_DATA_DIR"):
+        if os.environ.get(variable):
+            dirs.append(Path(os.environ[variable]).expanduser())
     if os.environ.get("XDG_RUNTIME_DIR"):
         dirs.append(Path(os.environ["XDG_RUNTIME_DIR"]) / "cellblock")
     dirs.append(Path(f"/run/user/{os.getuid()}/cellblock"))

@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from cellblock.gateway import packages
 from cellblock.gateway.clients import (
     ClientEntry,
     ServersBlock,
@@ -36,12 +37,13 @@ from cellblock.gateway.clients import (
     render_block,
     replace_span,
 )
-from cellblock.gateway.config import Config, ConfigError, parse_config
+from cellblock.gateway.config import Config, ConfigError, LocalServer, parse_config
 from cellblock.gateway.credentials import CredentialError, Keyring
 from cellblock.gateway.literals import replace_in_literals
 from cellblock.gateway.starter import Secret, Starter, server_name, starter
 from cellblock.gateway.state import atomic_write_text
 from cellblock.policy.errors import CellblockError
+from cellblock.sandbox.types import JailError
 
 __all__ = [
     "ENTRY_KEY",
@@ -396,8 +398,9 @@ def _insert_servers(text: str, entries: str) -> str:
 # -- doing it ------------------------------------------------------------------------------------
 
 
-def wrap(path: Path, config_path: Path, dry_run: bool = False, out: TextIO | None = None) -> int:
-    """Wrap `path`; with `dry_run` only print what would happen. Returns the exit code."""
+def wrap(path: Path, config_path: Path, dry_run: bool = False, out: TextIO | None = None, install: bool = True) -> int:
+    """Wrap `path`; with `dry_run` only print what would happen. Then install the packages of the
+    servers it added (`install: false`: leave that to `cellblock install`). Returns the exit code."""
     out = out or sys.stdout
     plan = plan_wrap(path, config_path)
     if plan.wrapped:
@@ -425,14 +428,36 @@ def wrap(path: Path, config_path: Path, dry_run: bool = False, out: TextIO | Non
         for _, secret in secrets:
             store.set(secret.entry, secret.value)
     mode = path.stat().st_mode & 0o777
+    for each in plan.moved:
+        for directory in each.starter.make:
+            Path(directory).mkdir(mode=0o700, parents=True, exist_ok=True)
     atomic_write_text(config_path, plan.new_config_text)
     atomic_write_text(_backup_path(path), plan.backup_text, 0o600)
     atomic_write_text(path.resolve(), plan.new_text, mode)
     moved = [m.starter.name for m in plan.moved]
     _say(f"OK: {path} now starts only Cellblock; {len(moved)} server(s) in {config_path}: {', '.join(moved)}")
     _say(f"the original is {_backup_path(path)}, secrets replaced by keyring references; undo: cellblock unwrap {path}")
-    _say("each server's catalog is held for review at first start: `cellblock diff NAME`, `cellblock approve NAME`")
-    return 0
+    failed = _install(plan, config_path) if install else []
+    if failed:
+        _say(f"not installed: {', '.join(failed)}; when the cause is fixed, run `cellblock install {' '.join(failed)}`")
+    _say("each server's catalog is held for review at first start: run `cellblock review`, then restart the client")
+    return 1 if failed else 0
+
+
+def _install(plan: Plan, config_path: Path) -> list[str]:
+    """Install the packages of the servers wrap added; the names of those that failed."""
+    config = parse_config(plan.new_config_text, str(config_path))
+    failed = []
+    for moved in plan.moved:
+        server = config.servers[moved.starter.name]
+        if moved.reused or not isinstance(server, LocalServer) or server.install is None:
+            continue
+        try:
+            packages.install(moved.starter.name, server)
+        except JailError as exc:  # packages.InstallError too: the others still install
+            _say(str(exc))
+            failed.append(moved.starter.name)
+    return failed
 
 
 def _print_plan(plan: Plan, out: TextIO, dry_run: bool) -> None:

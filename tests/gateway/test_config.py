@@ -317,7 +317,7 @@ def test_a_server_needs_exactly_one_of_command_and_url() -> None:
     both = error_of("version: 1\nservers:\n  a:\n    command: x\n    url: http://h/\n")
     neither = error_of("version: 1\nservers:\n  a:\n    env: {}\n")
     for message in (both, neither):
-        assert "servers.a: a server needs exactly one of 'command'" in message
+        assert "servers.a: a server needs exactly one of 'command' or 'install'" in message
 
 
 def test_every_error_is_reported_at_once() -> None:

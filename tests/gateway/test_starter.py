@@ -220,35 +220,29 @@ def test_names_values_and_references_that_are_not_secrets(name: str, value: str)
 # --- local servers ------------------------------------------------------------------------------
 
 
-def test_filesystem_server_gets_its_directories_writable_and_an_offline_npx_cache(home: Path) -> None:
+def test_filesystem_server_is_installed_and_gets_its_directories_writable(home: Path) -> None:
     result = one("filesystem", home)
     assert result.name == "filesystem"
     assert result.config == {
-        "command": "npx",
-        "args": ["--offline", "-y", FS_PACKAGE, "~/projects", f"{home}/notes"],
-        "env": {"npm_config_cache": f"{home}/.cache/cellblock/npm-filesystem"},
-        "jail": {"network": "none", "read_write": ["~/projects", f"{home}/notes", "~/.cache/cellblock/npm-filesystem"]},
+        "install": {"npm": FS_PACKAGE},
+        "args": ["~/projects", f"{home}/notes"],
+        "jail": {"network": "none", "read_write": ["~/projects", f"{home}/notes"]},
         **ASK_AND_REVIEW,
     }
     assert result.secrets == ()
-    cache = f"{home}/.cache/cellblock/npm-filesystem"
-    fill = f"fill the npx cache once: npm_config_cache={cache} npx -y {FS_PACKAGE} </dev/null"
-    assert fill in result.notes
+    assert any(
+        n.startswith(f"npx {FS_PACKAGE}: installed once by `cellblock install filesystem`") for n in result.notes
+    )
     assert "no network: if it needs one, set jail.network" in result.notes
+    parse_config(yaml.safe_dump({"version": 1, "servers": {"filesystem": result.config}}))
 
 
 def test_an_inline_token_moves_to_the_keyring_and_a_known_api_gets_its_host(home: Path) -> None:
     result = one("github", home)
     assert result.config == {
-        "command": "npx",
-        "args": ["--offline", "-y", "@modelcontextprotocol/server-github"],
-        "env": {"npm_config_cache": f"{home}/.cache/cellblock/npm-github"},
+        "install": {"npm": "@modelcontextprotocol/server-github"},
         "secrets": {"GITHUB_PERSONAL_ACCESS_TOKEN": "github-github-personal-access-token"},
-        "jail": {
-            "network": "allowlist",
-            "allow_hosts": ["api.github.com"],
-            "read_write": ["~/.cache/cellblock/npm-github"],
-        },
+        "jail": {"network": "allowlist", "allow_hosts": ["api.github.com"]},
         **ASK_AND_REVIEW,
     }
     assert result.secrets == (
@@ -257,43 +251,56 @@ def test_an_inline_token_moves_to_the_keyring_and_a_known_api_gets_its_host(home
         ),
     )
     assert any(n.startswith("network: allowlist api.github.com (inferred: ") for n in result.notes)
-    assert any("has no version" in n for n in result.notes)  # unpinned: the cache decides what runs
+    assert any("the newest release is pinned when installed" in n for n in result.notes)  # unpinned
 
 
-def test_uvx_gets_its_own_offline_cache(home: Path) -> None:
+def test_uvx_is_installed_from_pypi(home: Path) -> None:
     result = one("time", home)
     assert result.config == {
-        "command": "uvx",
-        "args": ["mcp-server-time==2025.9.25", "--local-timezone=Europe/Paris"],
-        "env": {"UV_CACHE_DIR": f"{home}/.cache/cellblock/uv-time", "UV_OFFLINE": "1"},
-        "jail": {"network": "none", "read_write": ["~/.cache/cellblock/uv-time"]},
+        "install": {"pypi": "mcp-server-time==2025.9.25"},
+        "args": ["--local-timezone=Europe/Paris"],
+        "jail": {"network": "none"},
         **ASK_AND_REVIEW,
     }
-    cache = f"{home}/.cache/cellblock/uv-time"
-    fill = f"fill the uvx cache once: UV_CACHE_DIR={cache} uvx mcp-server-time==2025.9.25 </dev/null"
-    assert fill in result.notes
-    assert not any("has no version" in n for n in result.notes)
-
-
-def test_uv_tool_run_is_treated_like_uvx(home: Path) -> None:
-    result = starter("git", Entry(command="uv", args=("tool", "run", "mcp-server-git@0.6.2")), taken=(), home=str(home))
-    assert result.config["env"] == {"UV_CACHE_DIR": f"{home}/.cache/cellblock/uv-git", "UV_OFFLINE": "1"}
-    assert any(n.endswith("uv tool run mcp-server-git@0.6.2 </dev/null") for n in result.notes)
+    assert not any("newest release" in n for n in result.notes)
 
 
 @pytest.mark.parametrize(
-    ("args", "expected"),
+    ("command", "args", "install", "rest"),
     [
-        (("pkg@1",), ["--offline", "pkg@1"]),
-        (("--yes", "pkg@1"), ["--offline", "--yes", "pkg@1"]),
-        (("--offline", "-y", "pkg@1"), ["--offline", "-y", "pkg@1"]),
-        (("-p", "pkg@1", "pkg-bin", "-y"), ["-p", "pkg@1", "--offline", "pkg-bin", "-y"]),  # a -y after is the server's
+        ("uv", ("tool", "run", "mcp-server-git@0.6.2", "-r", "~/repo"), {"pypi": "mcp-server-git==0.6.2"}, []),
+        ("uvx", ("mcp-server-git@latest",), {"pypi": "mcp-server-git"}, []),
+        ("uvx", ("--from", "mcp-server-git==0.6.2", "mcp-server-git"), {"pypi": "mcp-server-git==0.6.2"}, []),
+        ("npx", ("--yes", "pkg@1.0.0", "--flag"), {"npm": "pkg@1.0.0"}, ["--flag"]),
+        ("npx", ("pkg@latest",), {"npm": "pkg"}, []),
     ],
 )
-def test_npx_runs_offline_and_the_flag_goes_before_the_package(
-    home: Path, args: tuple[str, ...], expected: list[str]
+def test_launcher_forms_that_name_one_package_are_installed(
+    home: Path, command: str, args: tuple[str, ...], install: dict[str, str], rest: list[str]
 ) -> None:
-    assert starter("p", Entry(command="npx", args=args), taken=(), home=str(home)).config["args"] == expected
+    config = starter("p", Entry(command=command, args=args), taken=(), home=str(home)).config
+    assert config["install"] == install
+    assert config.get("args", [])[: len(rest)] == rest
+    assert ("command" in config) == ("--from" in args)  # the package's own program, unless --from names one
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "expected"),
+    [
+        ("npx", ("pkg@^1",), ["--offline", "pkg@^1"]),  # a range: only npm knows what it means each day
+        ("npx", ("-p", "pkg@1.0.0", "pkg-bin", "-y"), ["-p", "pkg@1.0.0", "--offline", "pkg-bin", "-y"]),
+        ("uvx", ("--with", "extra", "mcp-server-time"), ["--with", "extra", "mcp-server-time"]),
+        ("uvx", ("git+https://example.com/srv.git",), ["git+https://example.com/srv.git"]),
+    ],
+)
+def test_what_only_the_launcher_can_do_keeps_it_with_an_offline_cache(
+    home: Path, command: str, args: tuple[str, ...], expected: list[str]
+) -> None:
+    result = starter("p", Entry(command=command, args=args), taken=(), home=str(home))
+    assert "install" not in result.config
+    assert result.config["command"] == command
+    assert result.config["args"] == expected
+    assert any(n.startswith(f"fill the {command} cache once: ") for n in result.notes)
 
 
 def test_a_node_script_shares_its_package_root_read_only(home: Path) -> None:
@@ -335,9 +342,9 @@ def test_a_script_in_the_home_folder_itself_is_shared_alone(home: Path) -> None:
 
 
 def test_the_home_folder_or_root_is_never_shared(home: Path) -> None:
-    fs = "@modelcontextprotocol/server-filesystem@1"
+    fs = "@modelcontextprotocol/server-filesystem@1.0.0"
     result = starter("fs", Entry(command="npx", args=("-y", fs, "~", "/", str(home))), taken=(), home=str(home))
-    assert result.config["jail"]["read_write"] == ["~/.cache/cellblock/npm-fs"]
+    assert "read_write" not in result.config["jail"]
     assert sum("your home or above it" in n for n in result.notes) == 3
 
 
@@ -430,7 +437,9 @@ def test_secrets_in_arguments_are_redacted_not_written(home: Path) -> None:
 
 def test_version_pins_and_plain_options_are_not_taken_for_secrets(home: Path) -> None:
     args = ("mcp-server-token==1.2", "--max-tokens", "4096", "--password-file=/run/pw", "-e", "GITHUB_TOKEN")
-    assert starter("s", Entry(command="uvx", args=args), taken=(), home=str(home)).config["args"] == list(args)
+    config = starter("s", Entry(command="uvx", args=args), taken=(), home=str(home)).config
+    assert config["install"] == {"pypi": "mcp-server-token==1.2"}
+    assert config["args"] == list(args[1:])
 
 
 def test_client_keys_cellblock_does_not_use_are_listed_with_secret_values_hidden(home: Path) -> None:
@@ -557,3 +566,17 @@ def test_the_secret_repr_hides_its_value() -> None:
     assert re.search(
         r"Secret\(key='T', entry='e', kind='env'\)", repr(Secret(key="T", entry="e", value="v", kind="env"))
     )
+
+
+def test_the_memory_server_keeps_its_data_in_a_directory_of_its_own_not_beside_its_read_only_code(
+    home: Path,
+) -> None:
+    entry = Entry(command="npx", args=("-y", "@modelcontextprotocol/server-memory@2026.8.31"))
+    result = starter("memory", entry, taken=(), home=str(home))
+    data = f"{home}/.local/share/mcp-memory"
+    assert result.config["env"] == {"MEMORY_FILE_PATH": f"{data}/memory.jsonl"}
+    assert result.config["jail"]["read_write"] == [data]
+    assert result.make == (data,)  # wrap creates it: a jail grants only what exists
+    given = Entry(command="npx", args=entry.args, env={"MEMORY_FILE_PATH": "~/notes/graph.jsonl"})
+    chosen = starter("memory", given, taken=(), home=str(home))
+    assert chosen.config["jail"]["read_write"] == [f"{home}/notes"] and chosen.make == ()

@@ -193,7 +193,7 @@ def test_no_secret_value_is_in_the_wrapped_file_the_config_the_backup_or_the_dry
     config = tmp_path / "cellblock.yaml"
     plan = plan_wrap(path, config, home=HOME)
     out = StringIO()
-    assert wrap(path, config, dry_run=True, out=out) == 0
+    assert wrap(path, config, dry_run=True, out=out, install=False) == 0
     err = capsys.readouterr().err
     assert out.getvalue().strip() and "dry run: nothing changed" in err
     assert leaks(stem, plan.new_text, plan.new_config_text, plan.backup_text, out.getvalue(), err) == []
@@ -212,7 +212,7 @@ def test_wrap_stores_each_secret_under_the_entry_the_config_names_and_unwrap_res
     original = path.read_bytes()
     assert [e for e in KEYRING[stem] if keyring.get_password(SERVICE, e) is not None] == [], "left over"
 
-    assert wrap(path, config, out=StringIO()) == 0
+    assert wrap(path, config, out=StringIO(), install=False) == 0
 
     assert path.read_bytes() == (GOLDEN / f"{stem}.client{suffix(stem)}").read_bytes()
     named = {entry for entry, _, _ in parse_config(config.read_text(), str(config)).credential_entries()}
@@ -235,7 +235,7 @@ def test_the_backup_is_private_holds_no_secret_and_unwrap_removes_it(
     backup = path.with_name(path.name + ".bak")
     stored |= planned_entries(path, config)
 
-    wrap(path, config, out=StringIO())
+    wrap(path, config, out=StringIO(), install=False)
 
     assert stat.S_IMODE(backup.stat().st_mode) == 0o600
     assert leaks(stem, backup.read_text(encoding="utf-8")) == []
@@ -251,7 +251,7 @@ def test_unwrap_without_secrets_leaves_placeholders_exactly_where_the_secrets_we
     stored |= planned_entries(path, config)
     original = path.read_bytes().decode("utf-8")
 
-    wrap(path, config, out=StringIO())
+    wrap(path, config, out=StringIO(), install=False)
     unwrap(path, with_secrets=False)
 
     restored = path.read_bytes().decode("utf-8")
@@ -277,7 +277,7 @@ def test_a_dry_run_changes_no_file_and_stores_nothing(
     stored |= entries
     before = snapshot(path, config, backup)
 
-    assert wrap(path, config, dry_run=True, out=StringIO()) == 0
+    assert wrap(path, config, dry_run=True, out=StringIO(), install=False) == 0
 
     assert snapshot(path, config, backup) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [PLACES[stem].split("/")[0]]
@@ -291,12 +291,12 @@ def test_wrapping_a_wrapped_file_again_says_so_and_changes_nothing(
     path, config = place(tmp_path, "windsurf"), tmp_path / "cellblock.yaml"
     backup = path.with_name(path.name + ".bak")
     stored |= planned_entries(path, config)
-    wrap(path, config, out=StringIO())
+    wrap(path, config, out=StringIO(), install=False)
     capsys.readouterr()
     before = snapshot(path, config, backup)
 
     out = StringIO()
-    assert wrap(path, config, out=out) == 0
+    assert wrap(path, config, out=out, install=False) == 0
 
     assert "already wrapped" in capsys.readouterr().err
     assert out.getvalue() == ""
@@ -310,7 +310,7 @@ def test_an_existing_backup_is_never_overwritten(tmp_path: Path) -> None:
     before = snapshot(path, config, backup)
 
     with pytest.raises(WrapError, match=r"\.claude\.json\.bak exists"):
-        wrap(path, config, out=StringIO())
+        wrap(path, config, out=StringIO(), install=False)
 
     assert snapshot(path, config, backup) == before
 
@@ -327,7 +327,7 @@ def test_a_name_taken_by_another_server_in_cellblock_yaml_is_refused_naming_both
     before = snapshot(path, config, path.with_name(path.name + ".bak"))
 
     with pytest.raises(WrapError, match="name clash, nothing changed") as caught:
-        wrap(path, config, out=StringIO())
+        wrap(path, config, out=StringIO(), install=False)
 
     assert "'Team Docs.Ünïcode'" in str(caught.value) and "'team-docs-unicode'" in str(caught.value)
     assert snapshot(path, config, path.with_name(path.name + ".bak")) == before
@@ -344,10 +344,10 @@ def test_the_same_server_from_a_second_client_is_reused_not_duplicated(tmp_path:
     second.write_text(json.dumps({"mcpServers": {"notes": entry}}, indent=2))
     config = tmp_path / "cellblock.yaml"
 
-    wrap(first, config, out=StringIO())
+    wrap(first, config, out=StringIO(), install=False)
     after_first = config.read_text()
     out = StringIO()
-    wrap(second, config, out=out)
+    wrap(second, config, out=out, install=False)
 
     assert list(yaml.safe_load(config.read_text())["servers"]) == ["notes"]
     assert config.read_text() == after_first
@@ -367,10 +367,10 @@ def test_reusing_a_server_never_swaps_the_second_clients_secret_for_the_first(tm
     config = tmp_path / "cellblock.yaml"
     stored |= planned_entries(first, config)
     original = second.read_bytes()
-    wrap(first, config, out=StringIO())
+    wrap(first, config, out=StringIO(), install=False)
 
     with pytest.raises(WrapError, match="differs from keyring entry 'github-github-token'"):
-        wrap(second, config, out=StringIO())
+        wrap(second, config, out=StringIO(), install=False)
 
     assert second.read_bytes() == original
     assert not second.with_name(second.name + ".bak").exists()
@@ -393,7 +393,7 @@ def test_a_file_that_starts_cellblock_and_other_servers_is_refused(tmp_path: Pat
     before = snapshot(path, config)
 
     with pytest.raises(WrapError, match=r"also other servers \(memory\); unwrap it first"):
-        wrap(path, config, out=StringIO())
+        wrap(path, config, out=StringIO(), install=False)
 
     assert snapshot(path, config) == before
 
@@ -411,7 +411,7 @@ def test_secrets_with_no_usable_keyring_are_refused_before_any_file_changes(tmp_
     before = snapshot(path, config, path.with_name(path.name + ".bak"))
 
     with pytest.raises(WrapError, match="secrets that must move to the keyring, nothing changed"):
-        wrap(path, config, out=StringIO())
+        wrap(path, config, out=StringIO(), install=False)
 
     assert snapshot(path, config, path.with_name(path.name + ".bak")) == before
 
@@ -420,7 +420,7 @@ def test_a_client_without_secrets_wraps_with_no_keyring_at_all(tmp_path: Path, n
     path = tmp_path / "claude_desktop_config.json"
     path.write_text(json.dumps({"mcpServers": {"memory": {"command": "/usr/local/bin/memory-mcp"}}}))
 
-    assert wrap(path, tmp_path / "cellblock.yaml", out=StringIO()) == 0
+    assert wrap(path, tmp_path / "cellblock.yaml", out=StringIO(), install=False) == 0
 
     assert list(json.loads(path.read_text())["mcpServers"]) == ["cellblock"]
 
@@ -431,7 +431,7 @@ def test_a_crlf_file_survives_wrap_and_unwrap_byte_for_byte(stem: str, tmp_path:
     path, config = place(tmp_path, stem, crlf), tmp_path / "cellblock.yaml"
     stored |= planned_entries(path, config)
 
-    wrap(path, config, out=StringIO())
+    wrap(path, config, out=StringIO(), install=False)
     wrapped = path.read_bytes()
     unwrap(path, with_secrets=True)
 
@@ -466,7 +466,7 @@ def test_merging_into_an_existing_config_keeps_its_text_and_validates(tmp_path: 
     path = tmp_path / "claude_desktop_config.json"
     path.write_text(json.dumps({"mcpServers": {"memory": {"command": "/usr/local/bin/memory-mcp"}}}))
 
-    wrap(path, config, out=StringIO())
+    wrap(path, config, out=StringIO(), install=False)
 
     text = config.read_text()
     assert is_subsequence(EXISTING_CONFIG.splitlines(), text.splitlines())
@@ -493,7 +493,7 @@ def test_merging_keeps_every_existing_server_and_line(existing: str, tmp_path: P
     path = tmp_path / "claude_desktop_config.json"
     path.write_text(json.dumps({"mcpServers": {"memory": {"command": "/usr/local/bin/memory-mcp"}}}))
 
-    wrap(path, config, out=StringIO())
+    wrap(path, config, out=StringIO(), install=False)
 
     text = config.read_text()
     assert is_subsequence(existing.splitlines(), text.splitlines())
@@ -509,7 +509,7 @@ def test_merging_into_an_inline_servers_mapping_is_refused(tmp_path: Path) -> No
     before = path.read_bytes()
 
     with pytest.raises(WrapError, match="written inline"):
-        wrap(path, config, out=StringIO())
+        wrap(path, config, out=StringIO(), install=False)
 
     assert config.read_text() == existing and path.read_bytes() == before
 
@@ -560,7 +560,7 @@ def test_workspace_folder_in_a_user_level_file_is_refused(
     before = snapshot(path, config)
 
     with pytest.raises(WrapError, match=r"'Tool' in .* uses \$\{workspaceFolder\}, which only the client knows here"):
-        wrap(path, config, out=StringIO())
+        wrap(path, config, out=StringIO(), install=False)
 
     assert snapshot(path, config) == before
 
@@ -582,7 +582,7 @@ def test_the_client_files_mode_is_kept(tmp_path: Path) -> None:
     path.write_text(json.dumps({"mcpServers": {"memory": {"command": "/usr/local/bin/memory-mcp"}}}))
     path.chmod(0o640)
 
-    wrap(path, tmp_path / "cellblock.yaml", out=StringIO())
+    wrap(path, tmp_path / "cellblock.yaml", out=StringIO(), install=False)
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
     unwrap(path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
@@ -596,7 +596,7 @@ def test_a_symlinked_client_file_is_written_through_to_its_target(tmp_path: Path
     link = tmp_path / "claude_desktop_config.json"
     link.symlink_to(target)
 
-    wrap(link, tmp_path / "cellblock.yaml", out=StringIO())
+    wrap(link, tmp_path / "cellblock.yaml", out=StringIO(), install=False)
     assert link.is_symlink() and link.resolve() == target
     assert list(json.loads(target.read_text())["mcpServers"]) == ["cellblock"]
 
@@ -648,7 +648,7 @@ def test_list_clients_says_which_configs_are_wrapped(tmp_path: Path, capsys: pyt
     wrapped = home / ".cursor" / "mcp.json"
     wrapped.parent.mkdir(parents=True)
     wrapped.write_text(json.dumps({"mcpServers": {"memory": {"command": "/usr/local/bin/memory-mcp"}}}))
-    wrap(wrapped, tmp_path / "cellblock.yaml", out=StringIO())
+    wrap(wrapped, tmp_path / "cellblock.yaml", out=StringIO(), install=False)
     plain = home / ".codeium" / "windsurf" / "mcp_config.json"
     plain.parent.mkdir(parents=True)
     plain.write_text(json.dumps({"mcpServers": {"a": {"command": "/bin/a"}, "b": {"url": "https://b.example/mcp"}}}))

@@ -90,3 +90,20 @@ def cli(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess
         timeout=120,
         check=False,
     )
+
+
+def bus_at_the_standard_path(bus_dir: str | None) -> list[str]:
+    """A command prefix: a mount namespace whose /run holds only `/run/user/<uid>`, bound to `bus_dir`
+    (where a desktop session has its D-Bus socket; a client gives no DBUS_SESSION_BUS_ADDRESS). Root only."""
+    place = f"/run/user/{os.getuid()}"
+    bind = f' && mkdir -p -m 0700 {place} && mount --bind "{bus_dir}" {place}' if bus_dir else ""
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "/bin/sh",
+        "-c",
+        f'mount -t tmpfs tmpfs /run{bind} && exec "$@"',
+        "sh",
+    ]

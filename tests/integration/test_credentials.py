@@ -24,7 +24,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from tests.integration.conftest import PROBE, cli, gateway, write_config
+from tests.integration.conftest import PROBE, bus_at_the_standard_path, cli, gateway, write_config
 from tests.servers.remote_run import run_remote
 
 pytestmark = pytest.mark.anyio
@@ -285,22 +285,6 @@ async def test_a_login_needed_while_serving_goes_through_the_clients_url_elicita
     assert keyring.get_password("cellblock", "cloud/oauth-tokens")
 
 
-def _bus_at_the_standard_path(bus_dir: str | None) -> list[str]:
-    """A command prefix: a mount namespace whose /run holds only `/run/user/<uid>`, bound to `bus_dir`."""
-    place = f"/run/user/{os.getuid()}"
-    bind = f' && mkdir -p -m 0700 {place} && mount --bind "{bus_dir}" {place}' if bus_dir else ""
-    return [
-        "unshare",
-        "--mount",
-        "--propagation",
-        "private",
-        "/bin/sh",
-        "-c",
-        f'mount -t tmpfs tmpfs /run{bind} && exec "$@"',
-        "sh",
-    ]
-
-
 @pytest.mark.skipif(os.getuid() != 0, reason="placing a bus at /run/user/<uid> needs a mount namespace (root)")
 async def test_secrets_load_when_the_client_gives_only_home_user_and_path(
     tmp_path: Path, keyring_env: dict[str, str], forget: Callable[[str], None]
@@ -331,10 +315,10 @@ async def test_secrets_load_when_the_client_gives_only_home_user_and_path(
             return await client.call_tool("holder__environment", {})
 
     # control: the same start with no bus at the standard path cannot reach the keyring, and says why
-    unreachable = await environment(_bus_at_the_standard_path(None))
+    unreachable = await environment(bus_at_the_standard_path(None))
     assert unreachable.is_error
     assert "no DBUS_SESSION_BUS_ADDRESS" in _text(unreachable) and f"/run/user/{os.getuid()}/bus" in _text(unreachable)
-    reached = await environment(_bus_at_the_standard_path(bus_dir))
+    reached = await environment(bus_at_the_standard_path(bus_dir))
     assert not reached.is_error, _text(reached)
     assert json.loads(_text(reached))["PROBE_KEY"] == hashlib.sha256(secret.encode()).hexdigest()
 
@@ -352,11 +336,11 @@ def test_doctor_checks_the_keyring_from_the_environment_a_client_gives(
     def run(prefix: list[str]) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*prefix, *doctor], env=shell, capture_output=True, text=True, timeout=120)
 
-    unreachable = run(_bus_at_the_standard_path(None))
+    unreachable = run(bus_at_the_standard_path(None))
     assert "OK    keyring: Secret Service" in unreachable.stdout  # from the shell, all is well
     assert "FAIL  keyring from a client" in unreachable.stdout and "no DBUS_SESSION_BUS_ADDRESS" in unreachable.stdout
     assert unreachable.returncode == 1
-    reached = run(_bus_at_the_standard_path(bus_dir))
+    reached = run(bus_at_the_standard_path(bus_dir))
     assert "OK    keyring from a client (HOME, USER and PATH only): Secret Service" in reached.stdout, reached.stdout
 
 

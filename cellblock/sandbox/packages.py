@@ -1,0 +1,321 @@
+"""A server's package installed once, in a jail of its own, then recorded file by file.
+
+`npx`/`uvx` fetch whatever a registry holds under a name at every start, and run it as the user.
+Instead a package is installed once into a directory of its own by npm or uv (pip without uv),
+in a jail that has the network but can write only that directory and a scratch one (an install
+script reaches neither the home nor anything else). Its tree is then recorded (`manifest`), run
+from a read-only mount, and compared with the record before each start (`changes`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from cellblock.sandbox.types import JailSpec, Network
+
+__all__ = [
+    "REGISTRY_ENV",
+    "Ecosystem",
+    "Package",
+    "PackageError",
+    "changes",
+    "digest",
+    "installed_version",
+    "installer_steps",
+    "manifest",
+    "parse_package",
+    "program_of",
+    "programs_dir",
+    "tree_of",
+]
+
+# The registry and proxy settings an install is given (a private mirror, a company proxy); nothing
+# else of the user's environment reaches the installer.
+REGISTRY_ENV = (
+    *("npm_config_registry", "NPM_CONFIG_REGISTRY", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_INDEX"),
+    *("UV_EXTRA_INDEX_URL", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "HTTPS_PROXY", "https_proxy"),
+    *("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "PIP_CERT"),
+    *("REQUESTS_CA_BUNDLE", "UV_NATIVE_TLS", "npm_config_cafile", "NPM_CONFIG_CAFILE"),
+)
+_NPM_NAME = r"(?:@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*"
+_NPM = re.compile(rf"(?P<name>{_NPM_NAME})(?:@(?P<version>[^@]+))?")
+_PYPI = re.compile(
+    r"(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)(?P<extras>\[[A-Za-z0-9._,-]+\])?(?:==(?P<version>.+))?"
+)
+# exact versions only: a range or a tag would pick another release at the next install
+_SEMVER = re.compile(r"\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?")
+_PEP440 = re.compile(r"(?:\d+!)?\d+(?:\.\d+)*(?:(?:a|b|rc)\d+)?(?:\.post\d+)?(?:\.dev\d+)?(?:\+[a-z0-9.]+)?", re.I)
+
+
+class PackageError(ValueError):
+    """A package spec, install or installed tree is not what it must be; the message says what to do."""
+
+
+class Ecosystem(StrEnum):
+    NPM = "npm"
+    PYPI = "pypi"
+
+
+@dataclass(frozen=True, slots=True)
+class Package:
+    """A package of a registry, at an exact version or at none (the newest, pinned when installed)."""
+
+    ecosystem: Ecosystem
+    name: str
+    version: str | None = None
+    extras: str = ""  # pypi: "[cli,extra]"
+
+    def spec(self, version: str | None = None) -> str:
+        """What npm or pip is asked for: at `version`, else at this one, else the newest."""
+        version = version or self.version
+        if self.ecosystem is Ecosystem.NPM:
+            return f"{self.name}@{version or 'latest'}"
+        return f"{self.name}{self.extras}" + (f"=={version}" if version else "")
+
+    def at(self, version: str) -> Package:
+        return Package(self.ecosystem, self.name, version, self.extras)
+
+
+def parse_package(ecosystem: str, spec: str) -> Package:
+    """`name@1.2.3` (npm) or `name[extras]==1.2.3` (PyPI), or the bare name.
+
+    Raises:
+        PackageError: not a package name, or a version that is not exact (a range, a tag).
+    """
+    kind = Ecosystem(ecosystem)
+    match = (_NPM if kind is Ecosystem.NPM else _PYPI).fullmatch(spec.strip())
+    if match is None:
+        raise PackageError(f"{spec!r} is not a {kind.value} package name")
+    version = match.group("version")
+    exact = _SEMVER if kind is Ecosystem.NPM else _PEP440
+    if version is not None and not exact.fullmatch(version):
+        example = "name@1.2.3" if kind is Ecosystem.NPM else "name==1.2.3"
+        raise PackageError(
+            f"{spec!r}: {version!r} is not an exact version; pin one ({example}) or give the name alone "
+            "(the install pins the newest)"
+        )
+    extras = match.groupdict().get("extras") or ""
+    name = match.group("name")
+    return Package(kind, name.lower() if kind is Ecosystem.NPM else name, version, extras)
+
+
+def installer_steps(package: Package, staging: str, tool: str, home: str) -> list[JailSpec]:
+    """The jailed commands that install `package` into `staging`/pkg (`tree_of`), in order, with
+    `tool` (npm; uv, or a Python to make a virtualenv with pip when there is no uv). `staging`/work
+    is scratch space (caches), made before and removed after; `home` is the user's home, which the
+    jail replaces with an empty one. `staging` is all an installer can write."""
+    tree, work = tree_of(staging), os.path.join(staging, "work")
+    env = {k: os.environ[k] for k in REGISTRY_ENV if k in os.environ}
+    env |= {"HOME": work, "TMPDIR": "/tmp", "PATH": f"{os.path.dirname(tool)}:/usr/local/bin:/usr/bin:/bin"}
+    if package.ecosystem is Ecosystem.NPM:
+        env |= {"npm_config_cache": os.path.join(work, "npm"), "npm_config_update_notifier": "false"}
+        argv = [tool, "install", "--prefix", tree, "--omit=dev", "--no-audit", "--no-fund", package.spec()]
+        return [_step(package, argv, env, staging, home)]
+    if os.path.basename(tool) == "uv":
+        # a Python uv must download goes into the tree too, so the tree is all the server runs from
+        env |= {"UV_CACHE_DIR": os.path.join(work, "uv"), "UV_PYTHON_INSTALL_DIR": os.path.join(tree, ".python")}
+        python = os.path.join(tree, "bin", "python")
+        return [
+            _step(package, [tool, "venv", "--quiet", tree], env, staging, home),
+            _step(
+                package,
+                [
+                    tool,
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--python",
+                    python,
+                    "--compile-bytecode",
+                    "--link-mode",
+                    "copy",
+                    package.spec(),
+                ],
+                env,
+                staging,
+                home,
+            ),
+        ]
+    env["PIP_CACHE_DIR"] = os.path.join(work, "pip")
+    pip = [os.path.join(tree, "bin", "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    return [
+        _step(package, [tool, "-m", "venv", tree], env, staging, home),
+        _step(package, [*pip, package.spec()], env, staging, home),
+    ]
+
+
+def tree_of(staging: str) -> str:
+    """Where `installer_steps` puts the package in `staging`."""
+    return os.path.join(staging, "pkg")
+
+
+def _step(package: Package, argv: Sequence[str], env: Mapping[str, str], staging: str, home: str) -> JailSpec:
+    return JailSpec(
+        name=f"install of {package.name}",
+        argv=tuple(argv),
+        env=dict(env),
+        cwd=staging,
+        read_write=(staging,),
+        network=Network.OPEN,
+        home=home,
+    )
+
+
+def programs_dir(ecosystem: Ecosystem, tree: str) -> str:
+    """Where an installed tree keeps its programs."""
+    return os.path.join(tree, "node_modules", ".bin") if ecosystem is Ecosystem.NPM else os.path.join(tree, "bin")
+
+
+def installed_version(package: Package, tree: str) -> str:
+    """The version of `package` that `tree` holds.
+
+    Raises:
+        PackageError: the tree does not hold it.
+    """
+    if package.ecosystem is Ecosystem.NPM:
+        version = _npm_manifest(package, tree).get("version")
+        if not isinstance(version, str):
+            raise PackageError(f"{package.name} in {tree} has no version in its package.json")
+        return version
+    return _dist_info(package, tree)[1]
+
+
+def program_of(package: Package, tree: str, command: str | None) -> str:
+    """The path of the program to run: `command` (a name among the package's programs), else the
+    package's own, as npx and uvx pick it (its only one, or the one named after the package).
+
+    Raises:
+        PackageError: no such program, or none can be told to be the package's own.
+    """
+    names = _npm_programs(package, tree) if package.ecosystem is Ecosystem.NPM else _console_scripts(package, tree)
+    if command is not None:
+        if "/" in command:
+            raise PackageError(f"command {command!r}: with install, name one of the package's programs, not a path")
+        chosen = command
+    elif len(names) == 1:
+        chosen = names[0]
+    else:
+        own = package.name.rpartition("/")[2]
+        chosen = next((n for n in names if _normal(n) == _normal(own)), "")
+    if chosen not in names:
+        offered = ", ".join(names) or "none"
+        what = f"has no program {chosen!r}" if chosen else "has more than one program"
+        raise PackageError(f"{package.name} {what} (it has: {offered}); set command: to one of them")
+    path = os.path.join(programs_dir(package.ecosystem, tree), chosen)
+    if not os.path.exists(path):
+        raise PackageError(f"{package.name}'s program {chosen} is missing from {path}")
+    return path
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _npm_manifest(package: Package, tree: str) -> dict[str, object]:
+    path = os.path.join(tree, "node_modules", *package.name.split("/"), "package.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise PackageError(f"{package.name} is not installed in {tree} ({path}: {exc})") from None
+    if not isinstance(data, dict):
+        raise PackageError(f"{path} is not a package manifest")
+    return data
+
+
+def _npm_programs(package: Package, tree: str) -> list[str]:
+    bins = _npm_manifest(package, tree).get("bin")
+    if isinstance(bins, str):
+        return [package.name.rpartition("/")[2]]
+    return sorted(k for k in bins if isinstance(k, str)) if isinstance(bins, dict) else []
+
+
+def _dist_info(package: Package, tree: str) -> tuple[str, str]:
+    """(the `*.dist-info` directory of `package` in the virtualenv `tree`, its version)."""
+    lib = os.path.join(tree, "lib")
+    for python in sorted(os.listdir(lib)) if os.path.isdir(lib) else []:
+        site = os.path.join(lib, python, "site-packages")
+        for entry in sorted(os.listdir(site)) if os.path.isdir(site) else []:
+            name, _, version = entry.removesuffix(".dist-info").partition("-")
+            if entry.endswith(".dist-info") and _normal(name) == _normal(package.name):
+                return os.path.join(site, entry), version
+    raise PackageError(f"{package.name} is not installed in {tree}")
+
+
+def _console_scripts(package: Package, tree: str) -> list[str]:
+    path = os.path.join(_dist_info(package, tree)[0], "entry_points.txt")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return []
+    names: list[str] = []
+    section = ""
+    for line in (ln.strip() for ln in lines):
+        if line.startswith("["):
+            section = line.strip("[]").strip()
+        elif section == "console_scripts" and "=" in line:
+            names.append(line.partition("=")[0].strip())
+    return sorted(names)
+
+
+def manifest(tree: str, known: Mapping[str, tuple[str, str]] | None = None) -> tuple[dict[str, str], dict[str, str]]:
+    """Every entry under `tree` (relative path -> what it is: a file's sha256 and whether it is
+    executable, a link's target, a directory), and each one's fingerprint (inode, size, mode and
+    change times). Special files are refused: no package needs one.
+
+    An entry whose fingerprint is the one `known` holds for it (path -> (fingerprint, entry)) is
+    taken from there unread: its content cannot have changed, since any write, rename or chmod
+    moves its change time (ctime), which no process but the kernel can set. So a check before
+    each start reads only what changed.
+    """
+    known = known or {}
+    entries: dict[str, str] = {}
+    prints: dict[str, str] = {}
+    tree = os.path.normpath(tree)
+    for directory, dirs, files in os.walk(tree):
+        dirs.sort()
+        for name in sorted(dirs + files):
+            path = f"{directory}/{name}"
+            rel = path[len(tree) + 1 :]
+            info = os.lstat(path)
+            prints[rel] = f"{info.st_ino}:{info.st_size}:{info.st_mode:o}:{info.st_mtime_ns}:{info.st_ctime_ns}"
+            if rel in known and known[rel][0] == prints[rel]:
+                entries[rel] = known[rel][1]
+            elif stat.S_ISLNK(info.st_mode):
+                entries[rel] = f"link {os.readlink(path)}"
+            elif stat.S_ISDIR(info.st_mode):
+                entries[rel] = "dir"
+            elif stat.S_ISREG(info.st_mode):
+                with open(path, "rb") as handle:
+                    sha = hashlib.file_digest(handle, "sha256").hexdigest()
+                entries[rel] = f"{'exec' if info.st_mode & 0o111 else 'file'} {sha}"
+            else:
+                raise PackageError(f"{path} is not a file, directory or link")
+    return entries, prints
+
+
+def digest(entries: Mapping[str, str]) -> str:
+    """One sha256 for a whole manifest."""
+    text = json.dumps(dict(sorted(entries.items())), separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def changes(recorded: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
+    """What differs between two manifests, one phrase per path, in path order."""
+    found = []
+    for path in sorted(set(recorded) | set(now)):
+        if path not in now:
+            found.append(f"{path} removed")
+        elif path not in recorded:
+            found.append(f"{path} added")
+        elif recorded[path] != now[path]:
+            found.append(f"{path} changed")
+    return found

@@ -1,0 +1,163 @@
+"""sandbox/packages.py: package specs, the installer's jail, and the record of an installed tree."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap
+from cellblock.sandbox.packages import (
+    Ecosystem,
+    Package,
+    PackageError,
+    changes,
+    digest,
+    installer_steps,
+    manifest,
+    parse_package,
+    program_of,
+    tree_of,
+)
+from cellblock.sandbox.spawn import run_plan
+from cellblock.sandbox.types import Network
+
+
+@pytest.mark.parametrize(
+    ("ecosystem", "spec", "expected"),
+    [
+        (
+            "npm",
+            "@modelcontextprotocol/server-memory@2026.8.31",
+            Package(Ecosystem.NPM, "@modelcontextprotocol/server-memory", "2026.8.31"),
+        ),
+        ("npm", "mcp-remote", Package(Ecosystem.NPM, "mcp-remote")),
+        ("npm", "pkg@1.0.0-rc.1", Package(Ecosystem.NPM, "pkg", "1.0.0-rc.1")),
+        ("pypi", "mcp-server-git==2026.10.19", Package(Ecosystem.PYPI, "mcp-server-git", "2026.10.19")),
+        ("pypi", "mcp-server-fetch", Package(Ecosystem.PYPI, "mcp-server-fetch")),
+        ("pypi", "srv[cli]==1.0rc1", Package(Ecosystem.PYPI, "srv", "1.0rc1", "[cli]")),
+    ],
+)
+def test_a_package_is_a_name_and_an_exact_version_or_none(ecosystem: str, spec: str, expected: Package) -> None:
+    assert parse_package(ecosystem, spec) == expected
+
+
+@pytest.mark.parametrize(
+    ("ecosystem", "spec"),
+    [
+        ("npm", "pkg@^1.0.0"),  # a range picks another release each time
+        ("npm", "pkg@latest"),  # so does a tag
+        ("npm", "pkg@1"),
+        ("npm", "git+https://example.com/x.git"),
+        ("npm", "../local"),
+        ("pypi", "srv>=1.0"),
+        ("pypi", "srv==1.*"),
+        ("pypi", "srv @ https://example.com/srv.whl"),
+        ("pypi", "-e ."),
+    ],
+)
+def test_ranges_tags_urls_and_paths_are_refused(ecosystem: str, spec: str) -> None:
+    with pytest.raises(PackageError):
+        parse_package(ecosystem, spec)
+
+
+def test_npm_spec_without_a_version_asks_for_the_newest_and_pip_for_any() -> None:
+    assert Package(Ecosystem.NPM, "pkg").spec() == "pkg@latest"
+    assert Package(Ecosystem.PYPI, "srv", extras="[cli]").spec("2.0") == "srv[cli]==2.0"
+
+
+def _tree(root: Path) -> Path:
+    package = root / "node_modules" / "pkg"
+    package.mkdir(parents=True)
+    (package / "package.json").write_text(
+        '{"name": "pkg", "version": "1.0.0", "bin": {"pkg": "index.js", "pkg-admin": "admin.js"}}'
+    )
+    (package / "index.js").write_text("#!/usr/bin/env node\n")
+    (package / "index.js").chmod(0o755)
+    (root / "node_modules" / ".bin").mkdir()
+    (root / "node_modules" / ".bin" / "pkg").symlink_to("../pkg/index.js")
+    return root
+
+
+def test_every_change_to_a_tree_is_named(tmp_path: Path) -> None:
+    tree = _tree(tmp_path / "t")
+    recorded, prints = manifest(str(tree))
+    assert changes(recorded, manifest(str(tree))[0]) == [] and digest(recorded) == digest(manifest(str(tree))[0])
+    known = {path: (prints[path], entry) for path, entry in recorded.items()}
+    index = tree / "node_modules" / "pkg" / "index.js"
+    index.write_text("#!/usr/bin/env node\nfetch('https://evil.example')\n")
+    (tree / "node_modules" / "pkg" / "extra.js").write_text("")
+    (tree / "node_modules" / "pkg" / "package.json").chmod(0o755)  # made executable
+    (tree / "node_modules" / ".bin" / "pkg").unlink()
+    (tree / "node_modules" / ".bin" / "pkg").symlink_to("/tmp/elsewhere")
+    now, _ = manifest(str(tree), known)  # what the record knows is taken only where nothing moved
+    assert changes(recorded, now) == [
+        "node_modules/.bin/pkg changed",
+        "node_modules/pkg/extra.js added",
+        "node_modules/pkg/index.js changed",
+        "node_modules/pkg/package.json changed",
+    ]
+    assert digest(now) != digest(recorded)
+
+
+def test_a_special_file_in_a_tree_is_refused(tmp_path: Path) -> None:
+    tree = _tree(tmp_path / "t")
+    os.mkfifo(tree / "pipe")
+    with pytest.raises(PackageError, match="not a file, directory or link"):
+        manifest(str(tree))
+
+
+def test_a_change_that_keeps_the_size_and_puts_the_times_back_is_still_read(tmp_path: Path) -> None:
+    tree = _tree(tmp_path / "t")
+    recorded, prints = manifest(str(tree))
+    known = {path: (prints[path], entry) for path, entry in recorded.items()}
+    index = tree / "node_modules" / "pkg" / "index.js"
+    before = index.stat()
+    index.write_text("#!/usr/bin/env nodX\n")  # same size
+    os.utime(index, ns=(before.st_atime_ns, before.st_mtime_ns))  # as `touch -r` would
+    assert changes(recorded, manifest(str(tree), known)[0]) == ["node_modules/pkg/index.js changed"]
+
+
+def test_the_program_is_the_one_named_or_the_one_named_after_the_package(tmp_path: Path) -> None:
+    tree = str(_tree(tmp_path / "t"))
+    package = Package(Ecosystem.NPM, "pkg", "1.0.0")
+    assert program_of(package, tree, None) == f"{tree}/node_modules/.bin/pkg"
+    with pytest.raises(PackageError, match=r"has no program 'rm' \(it has: pkg, pkg-admin\)"):
+        program_of(package, tree, "rm")
+    with pytest.raises(PackageError, match="not a path"):
+        program_of(package, tree, "../../../bin/sh")
+
+
+@pytest.mark.jail
+def test_an_install_script_reaches_neither_the_home_nor_anything_but_its_staging_directory(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("PRIVATE-KEY-MATERIAL")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    staging = tmp_path / "installs" / "srv" / "a1b2"
+    (staging / "work").mkdir(parents=True)
+    Path(tree_of(str(staging))).mkdir()
+    # what a hostile postinstall does, run where npm's install step runs
+    script = (
+        f'cat "{home}/.ssh/id_rsa"; echo pwned > "{home}/.bashrc"; echo pwned > "{outside}/x"; '
+        f'echo installed > "{tree_of(str(staging))}/marker"'
+    )
+    (step,) = installer_steps(Package(Ecosystem.NPM, "pkg"), str(staging), "/usr/bin/npm", str(home))
+    assert step.network is Network.OPEN and step.read_write == (str(staging),)
+    attack = ("/bin/sh", "-c", script)
+
+    # control: the same script, run as npx would run it, gets everything
+    plain = subprocess.run(attack, capture_output=True, text=True, check=False)
+    assert "PRIVATE-KEY-MATERIAL" in plain.stdout and (home / ".bashrc").exists() and (outside / "x").exists()
+    (home / ".bashrc").unlink()
+    (outside / "x").unlink()
+    (Path(tree_of(str(staging))) / "marker").unlink()
+
+    jailed = run_plan(bwrap_plan(replace(step, argv=attack), [], check_bwrap()), 60)
+    assert "PRIVATE-KEY-MATERIAL" not in jailed.stdout + jailed.stderr
+    assert not (home / ".bashrc").exists() and not (outside / "x").exists()
+    assert (Path(tree_of(str(staging))) / "marker").read_text() == "installed\n"  # its own tree it writes
