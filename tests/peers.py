@@ -102,6 +102,11 @@ def fetch_server(*args: str) -> list[str]:
     return [_py_bin("mcp-server-fetch"), *args]
 
 
+def pipx() -> str:
+    """PyPI pipx, pinned."""
+    return _py_bin("pipx")
+
+
 def uv_standalone(bin_dir: Path) -> Path:
     """`uv` and `uvx` (PyPI uv, pinned) placed in `bin_dir` as uv's own installer places them:
     two static binaries side by side, in a directory that is no installation. Returns uvx."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -68,9 +69,14 @@ class WrapError(CellblockError):
 
 
 def gateway_command(config: Path) -> tuple[str, list[str]]:
-    """The command a client runs to start this Cellblock on `config`, by absolute path."""
+    """The command a client runs to start this Cellblock on `config`, by absolute path: the
+    `cellblock` on PATH when it is this one (`uv tool install` and pipx link it into ~/.local/bin;
+    that path stays when the tool is reinstalled), else the script beside this Python."""
     script = Path(sys.executable).parent / "cellblock"
     if script.is_file() and os.access(script, os.X_OK):
+        found = shutil.which("cellblock")
+        if found is not None and os.path.isabs(found) and os.path.realpath(found) == os.path.realpath(script):
+            return found, ["serve", "--config", str(config)]
         return str(script), ["serve", "--config", str(config)]
     return sys.executable, ["-m", "cellblock.gateway.cli", "serve", "--config", str(config)]
 
