@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 from cellblock import __version__
-from cellblock.gateway.config import Config
+from cellblock.gateway.config import Config, LocalServer
 from cellblock.gateway.credentials import CredentialError, Keyring, active_backend
+from cellblock.gateway.launch import jail_spec
 from cellblock.sandbox.bwrap import check_bwrap, namespace_hint
 from cellblock.sandbox.limits import enforcement
 from cellblock.sandbox.pins import landlock_abi
@@ -39,7 +40,25 @@ def doctor(config: Config | None = None) -> int:
         )
     results.append(_keyring(config))
     results.append(_keyring_as_clients_start_it(config))
+    results += _servers(config)
     return 0 if all(results) else 1
+
+
+def _servers(config: Config | None) -> list[bool]:
+    """Each jailed local server's jail, built as a start would build it: a failure, or what its
+    launcher needs that the jail lacks (a warning: the start will say more)."""
+    results = []
+    for name, server in sorted((config.servers if config else {}).items()):
+        if not isinstance(server, LocalServer) or server.jail is False:
+            continue
+        try:
+            spec, _ = jail_spec(name, server, server.jail)
+        except JailError as exc:
+            results.append(_line(False, f"server '{name}'", str(exc)))
+            continue
+        for gap in spec.gaps:
+            print(f"WARN  server '{name}': {gap}")
+    return results
 
 
 def _keyring(config: Config | None) -> bool:

@@ -22,7 +22,7 @@ from cellblock.gateway.packages import Installed, installed
 from cellblock.gateway.state import default_config_path, own_dirs
 from cellblock.sandbox.bwrap import EGRESS_SOCKET, PIN_FILTER, bwrap_plan, check_bwrap
 from cellblock.sandbox.closure import exec_closure
-from cellblock.sandbox.launchers import launcher_mounts, resolve_command
+from cellblock.sandbox.launchers import launcher_gaps, launcher_mounts, resolve_command
 from cellblock.sandbox.limits import limit_plan
 from cellblock.sandbox.pins import landlock_abi, verify_pins
 from cellblock.sandbox.seatbelt import seatbelt_plan
@@ -140,6 +140,7 @@ def jail_spec(
         pinned=dict(pinned or {}),
         exec_closure=closure,
         hidden=_hidden([*jail.read_only, *jail.read_write, *(m.path for m in launchers)], own),
+        gaps=tuple(launcher_gaps(command, env["PATH"], [m.path for m in launchers])),
     )
     return spec, launchers
 

@@ -87,6 +87,7 @@ def describe_server(
         "allow_hosts": list(spec.allow_hosts),
         "mounts": [{"path": m.path, "mode": m.mode.value, "why": m.why} for m in plan.mounts],
         "seccomp": SUMMARY if plan.seccomp is not None else "off",
+        "warnings": list(spec.gaps),
         "jail_env": sorted(spec.env),
         "exec_allow": list(spec.exec_allow),
         "exec_guarantee": GUARANTEE if spec.exec_closure is not None else None,
@@ -119,6 +120,8 @@ def show(config: Config, only: str | None, as_json: bool, state: Path | None = N
             print(f"  secret   {variable} <- keyring entry '{entry}'")
         if "error" in item:
             print(f"  error    {item['error']}")
+        for warning in item.get("warnings", []):
+            print(f"  warning  {warning}")
         if "network" in item:
             hosts = f" ({', '.join(item['allow_hosts'])})" if item["allow_hosts"] else ""
             print(

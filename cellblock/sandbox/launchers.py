@@ -16,12 +16,21 @@ from __future__ import annotations
 import os
 import shutil
 from collections import deque
+from collections.abc import Sequence
 
 from cellblock.sandbox.installs import installation_of
 from cellblock.sandbox.pin import is_elf, shebang
 from cellblock.sandbox.types import InstallKind, JailError, Mount, MountMode
 
-__all__ = ["COMMAND", "SYSTEM_PREFIXES", "is_interpreter", "launcher_mounts", "link_chain", "resolve_command"]
+__all__ = [
+    "COMMAND",
+    "SYSTEM_PREFIXES",
+    "is_interpreter",
+    "launcher_gaps",
+    "launcher_mounts",
+    "link_chain",
+    "resolve_command",
+]
 
 # Shared with every jail already (read-only); an installation inside these needs no mount.
 SYSTEM_PREFIXES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -37,6 +46,8 @@ ENV_VALUED = ("-u", "--unset", "-C", "--chdir")
 # Launchers that run a program beside their own executable rather than one on the PATH: uvx
 # execs the `uv` next to it (uv's installer puts both in ~/.local/bin, which is no installation).
 SIBLINGS = {"uvx": ("uv",)}
+# Version managers' shims: scripts that need the whole manager (its config, its other versions).
+SHIMS = ("/.pyenv/shims/", "/.asdf/shims/", "/.rbenv/shims/", "/.nodenv/shims/", "/.local/share/mise/shims/")
 
 
 def resolve_command(command: str, path: str) -> str:
@@ -84,6 +95,43 @@ def launcher_mounts(executable: str, home: str, path: str, role: str = COMMAND) 
         queue.extend((found, f"interpreter named by #! of {program}") for found in _interpreters(hops[-1], path))
         queue.extend(_siblings(hops[-1]))
     return [Mount(p, MountMode.READ_ONLY, why) for p, why in shares.items() if not _inside_another(p, shares)]
+
+
+def launcher_gaps(executable: str, jail_path: str, shared: Sequence[str]) -> list[str]:
+    """What `executable` needs that its jail will not have, one sentence each (for `show` and
+    `doctor`; the server would fail at start): a version manager's shim, a launcher's missing
+    sibling, a `#!/usr/bin/env NAME` with no NAME on the jail's `jail_path` among what it shows
+    (the system, the `shared` mounts)."""
+    gaps = []
+    real = link_chain(executable)[-1]
+    if any(shim in path for shim in SHIMS for path in (executable, real)):
+        gaps.append(
+            f"{executable} is a version manager's shim, which needs the whole manager: point command at "
+            "the program it runs (`pyenv which python`, `asdf which node`)"
+        )
+    name = os.path.basename(real)
+    for sibling in SIBLINGS.get(name, ()):
+        beside = os.path.join(os.path.dirname(real), sibling)
+        if not is_interpreter(beside):
+            gaps.append(f"{name} runs the {sibling} beside it, and {beside} is not there: reinstall uv, or use its uvx")
+    words = shebang(real)
+    if words and os.path.basename(words[0]) == "env" and len(words) > 1:
+        program = _env_program(words[1].split())
+        if program and "/" not in program and not _shown_on(program, jail_path, shared):
+            gaps.append(
+                f"{executable} starts `#!/usr/bin/env {program}`, and the jail has no {program} on its PATH "
+                f"({jail_path}): put the directory of your {program} on the gateway's PATH, or run it by its "
+                "absolute path as the command"
+            )
+    return gaps
+
+
+def _shown_on(program: str, jail_path: str, shared: Sequence[str]) -> bool:
+    for directory in jail_path.split(":"):
+        candidate = os.path.join(directory, program)
+        if is_interpreter(candidate) and (_system(candidate) or any(_within(candidate, m) for m in shared)):
+            return True
+    return False
 
 
 def link_chain(path: str) -> list[str]:
@@ -179,6 +227,10 @@ def _physical(path: str) -> str:
 
 def _system(path: str) -> bool:
     return any(path == p or path.startswith(p + "/") for p in SYSTEM_PREFIXES)
+
+
+def _within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def _inside_another(path: str, shares: dict[str, str]) -> bool:

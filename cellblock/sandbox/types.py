@@ -92,6 +92,8 @@ class JailSpec:
     # Cellblock's own files and directories inside a granted one (its config, state, runtime, control
     # socket): the jail shows an empty directory (or /dev/null) there instead
     hidden: tuple[str, ...] = ()
+    # what the command needs that this jail will not have (sandbox/launchers.launcher_gaps), for show and doctor
+    gaps: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -142,3 +142,16 @@ def test_doctor_says_what_enforces_a_jails_limits_here() -> None:
     processes = "FAIL" if how.processes.mechanism.value == "none" else "OK  "
     assert f"{processes}  process limit: {how.processes.how}\n" in done.stdout
     assert f"  memory limit: {how.memory.how}\n" in done.stdout
+
+
+def test_show_and_doctor_warn_of_a_launcher_the_jail_cannot_run(tmp_path: Path) -> None:
+    shim = tmp_path / "home" / ".pyenv" / "shims" / "python3"
+    shim.parent.mkdir(parents=True)
+    shim.write_text('#!/bin/sh\nexec pyenv exec python3 "$@"\n')
+    shim.chmod(0o755)
+    path = tmp_path / "c.yaml"
+    path.write_text(f"version: 1\nservers:\n  shimmed:\n    command: {shim}\n")
+    shown = cellblock("show", "--config", str(path))
+    assert f"  warning  {shim} is a version manager's shim" in shown.stdout, shown.stdout
+    doctor = cellblock("doctor", "--config", str(path))
+    assert f"WARN  server 'shimmed': {shim} is a version manager's shim" in doctor.stdout, doctor.stdout

@@ -414,3 +414,34 @@ def test_uvx_from_uvs_installer_runs_its_uv_in_a_jail(tmp_path: Path) -> None:
     alone = [m for m in mounts if not m.path.endswith("/uv")]
     failed = run_plan(bwrap_plan(spec, alone), 60)
     assert failed.returncode != 0 and "Could not find the `uv` binary" in failed.stderr
+
+
+def test_what_a_launcher_needs_and_its_jail_lacks_is_named(tmp_path: Path) -> None:
+    from cellblock.sandbox.launchers import launcher_gaps
+    from tests import peers
+
+    home = tmp_path / "home"
+    uvx = peers.uv_standalone(home / ".local" / "bin")
+    mounts = [m.path for m in launcher_mounts(str(uvx), str(home), "/usr/bin")]
+    assert launcher_gaps(str(uvx), "/usr/bin:/bin", mounts) == []
+    (uvx.parent / "uv").unlink()  # a uvx copied somewhere without its uv
+    assert any("uvx runs the uv beside it" in g for g in launcher_gaps(str(uvx), "/usr/bin:/bin", []))
+
+    shim = home / ".pyenv" / "shims" / "python"
+    shim.parent.mkdir(parents=True)
+    shim.write_text('#!/bin/sh\nexec pyenv exec python "$@"\n')
+    shim.chmod(0o755)
+    assert any("version manager's shim" in g for g in launcher_gaps(str(shim), "/usr/bin:/bin", [str(shim)]))
+
+    # `#!/usr/bin/env mynode`: found where the jail shows it, named where it does not
+    node = make_prefix(home / "tools" / "node", "node")
+    (node.parent / "mynode").symlink_to("node")
+    script = tmp_path / "srv" / "cli.js"
+    script.parent.mkdir()
+    script.write_text("#!/usr/bin/env mynode\n")
+    script.chmod(0o755)
+    jail_path = f"{node.parent}:/usr/bin:/bin"
+    shown = [str(script), str(home / "tools" / "node")]
+    assert launcher_gaps(str(script), jail_path, shown) == []
+    gaps = launcher_gaps(str(script), "/usr/bin:/bin", [str(script)])
+    assert len(gaps) == 1 and "#!/usr/bin/env mynode" in gaps[0] and "no mynode on its PATH" in gaps[0]
