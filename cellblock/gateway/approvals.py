@@ -83,10 +83,14 @@ def approval_form(server: str, tool: str, rule: str, arguments: dict[str, Any] |
     return message, choice_schema(CHOICES, LABELS)
 
 
-def review_form(server: str, diff: str) -> tuple[str, dict[str, Any]]:
-    """The question for a held catalog: the per-item change, and approve or keep it held."""
-    message = f"Cellblock: the catalog of server '{server}' changed since you approved it.\n\n{diff}"
-    return message, choice_schema(("approve", "keep_held"), ("Approve the new catalog", "Keep it held"))
+def review_form(server: str, diff: str, first: bool = False) -> tuple[str, dict[str, Any]]:
+    """The question for a held catalog (`first`: one never approved): the per-item change, and
+    approve or keep it held."""
+    if first:
+        message = f"Cellblock: server '{server}' is new; it offers what follows. Approve it to use it.\n\n{diff}"
+    else:
+        message = f"Cellblock: the catalog of server '{server}' changed since you approved it.\n\n{diff}"
+    return message, choice_schema(("approve", "keep_held"), ("Approve the catalog", "Keep it held"))
 
 
 @dataclass

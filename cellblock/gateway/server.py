@@ -56,7 +56,7 @@ from cellblock.gateway.namespacing import expose_uri
 from cellblock.gateway.pipeline import Asking, Call, Pipeline
 from cellblock.gateway.policies import policy_for
 from cellblock.gateway.state import atomic_write_json, read_json
-from cellblock.gateway.status import ServerStatus, status_text, status_tool, tool_name
+from cellblock.gateway.status import REVIEW, STATUS, ServerStatus, review_tool, status_text, status_tool, tool_name
 from cellblock.gateway.stdio import client_stdio
 from cellblock.gateway.wire import Wire
 from cellblock.policy.lock import check, describe, load_lock, load_pending
@@ -284,10 +284,10 @@ class Gateway:
         parts = [INSTRUCTIONS.format(sep=self.config.names.separator)]
         held = [name for name, items in self.locks.held.items() if items]
         if held:
-            status = tool_name(self.config.names.separator, self.config.names.max_length)
             parts.append(
                 f"The tools of {', '.join(held)} are held for the user's review and not listed yet. Call "
-                f"{status} to learn what waits, and tell the user what to run."
+                f"{self._own_tool(STATUS)} to learn what waits, and tell the user what to run; where the user "
+                f"wants a held server now, {self._own_tool(REVIEW)} asks them in a form."
             )
         for name, listing in self.shown.items():
             if listing.instructions:
@@ -338,12 +338,37 @@ class Gateway:
             offered=offered,
             hidden=lambda server, tool: self.policies[server].hidden(tool),
         )
-        if any(self.locks.held.values()):  # the model can then tell the user what waits, and what to run
-            catalog = dataclasses.replace(
-                catalog, tools=(*catalog.tools, status_tool(self.config.names.separator, self.config.names.max_length))
-            )
+        held = [name for name, items in self.locks.held.items() if items]
+        if held:  # the model can then tell the user what waits, and what to run, or ask them
+            names = self.config.names
+            own = (status_tool(names.separator, names.max_length), review_tool(names.separator, names.max_length, held))
+            catalog = dataclasses.replace(catalog, tools=(*catalog.tools, *own))
         old, self.catalog = self.catalog, catalog
         return old
+
+    def _own_tool(self, tool: str) -> str:
+        return tool_name(self.config.names.separator, self.config.names.max_length, tool)
+
+    async def _review(self, call: Call) -> CallResult:
+        """The review tool: the held catalog of the server named put before the user in the
+        client's form. Only the user's answer approves (see `_review_lock`)."""
+        held = sorted(name for name, items in self.locks.held.items() if items)
+        server = (call.arguments or {}).get("server")
+        if set(call.arguments or {}) - {"server"} or server not in held:
+            return error_result(f"name one server whose catalog is held: {', '.join(held) or 'none is'}")
+        call.server = str(server)
+        if call.ctx is None or not can_elicit(call.ctx.session):
+            return error_result(
+                f"this client shows no forms: the user runs `cellblock review` (or `cellblock diff {server}`, "
+                f"then `cellblock approve {server}`) in a terminal"
+            )
+        try:
+            approved = await self._review_lock(call)
+        except NeedsInput as needed:
+            return needed.result
+        if not approved:
+            return _text_result(f"The user keeps the catalog of '{server}' held: its tools stay unlisted.")
+        return _text_result(f"The user approved the catalog of '{server}': its tools are listed now.")
 
     def _status(self) -> types.CallToolResult:
         servers = [
@@ -355,8 +380,7 @@ class Gateway:
             )
             for name, ds in self.downstreams.items()
         ]
-        text = status_text(servers, self.approvals.listing())
-        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+        return _text_result(status_text(servers, self.approvals.listing(), self._own_tool(REVIEW)))
 
     async def _on_listing(self, ds: Downstream) -> None:
         if ds.listing is None:
@@ -431,9 +455,10 @@ class Gateway:
     async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> CallResult:
         if isinstance(ctx.request, FastCall):
             return await self._adopt(ctx, params, ctx.request)
-        if params.name == tool_name(self.config.names.separator, self.config.names.max_length) and params.name in {
-            t.name for t in self.catalog.tools
-        }:
+        own = params.name in (self._own_tool(STATUS), self._own_tool(REVIEW))
+        if own and params.name not in {t.name for t in self.catalog.tools}:
+            own = False  # offered only while something is held: otherwise the name routes as any other
+        if own and params.name == self._own_tool(STATUS):
             return self._status()
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         call = Call(params.name, params.arguments, ctx=Asking(ctx.session, ctx.request_id, modern, self._teller(ctx)))
@@ -452,6 +477,8 @@ class Gateway:
                 call.human = types.ElicitResult(action="cancel")
             # the approval round is over: from here on this is a first call to the server
             params = params.model_copy(update={"request_state": None, "input_responses": None})
+        if own:
+            return await self._review(call)
         server = self.pipeline.server_of(call.name)
         if server is not None:  # its credentials are redacted from the record of this call
             await self.downstreams[server].register_secrets()
@@ -694,9 +721,9 @@ class Gateway:
         if answer is None:
             if call.ctx is None or not can_elicit(call.ctx.session):
                 return False
+            lock = lock_path(self.state, call.server)
             message, schema = review_form(
-                call.server,
-                describe(check(load_lock(lock_path(self.state, call.server)), dict(pending.items)), call.server),
+                call.server, describe(check(load_lock(lock), dict(pending.items)), call.server), not lock.exists()
             )
             if call.ctx.modern:
                 request = types.ElicitRequest(
@@ -784,3 +811,7 @@ def _exposed(server: str, result: R) -> R:
     if result.meta and SERVER_INFO_META_KEY in result.meta:
         update["meta"] = {k: v for k, v in result.meta.items() if k != SERVER_INFO_META_KEY} or None
     return result.model_copy(update=update) if update else result
+
+
+def _text_result(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)])

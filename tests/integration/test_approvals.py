@@ -224,12 +224,47 @@ async def test_a_held_catalog_can_be_approved_through_the_form(tmp_path: Path, a
     async with gateway(write_config(tmp_path, {"p": server}), state, mode=mode, elicitation_callback=human) as client:
         result = await client.call_tool("p__echo", {"message": "after review"})
         listed = {t.name for t in (await client.list_tools()).tools}
-    assert len(human.asked) == 1 and "catalog of server 'p'" in human.asked[0] and "tool:echo" in human.asked[0]
+    assert len(human.asked) == 1 and "server 'p' is new" in human.asked[0] and "tool:echo" in human.asked[0]
     if answer == "approve":
         assert text(result) == "after review" and "p__echo" in listed
         assert (state / "locks" / "p.json").exists()
     else:
         assert result.is_error and "cellblock approve p" in text(result) and "p__echo" not in listed
+
+
+@pytest.mark.parametrize(("answer", "mode"), [("approve", "legacy"), ("approve", "auto"), ("keep_held", "auto")])
+async def test_at_first_contact_the_review_tool_asks_the_user_in_the_clients_form(
+    tmp_path: Path, answer: str, mode: str
+) -> None:
+    human = Human(answer)
+    server = probe_server("--name", "p", tools={"default": "allow"}, lock={"enabled": True, "first": "review"})
+    state = tmp_path / "state"
+    async with gateway(write_config(tmp_path, {"p": server}), state, mode=mode, elicitation_callback=human) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(tools) == {"cellblock__status", "cellblock__review"}  # the model knows no held tool's name
+        assert tools["cellblock__review"].input_schema["properties"] == {"server": {"type": "string", "enum": ["p"]}}
+        # no decision can be passed in: only the user's answer approves
+        forged = await client.call_tool("cellblock__review", {"server": "p", "decision": "approve"})
+        assert forged.is_error and not human.asked and not (state / "locks" / "p.json").exists()
+        result = await client.call_tool("cellblock__review", {"server": "p"})
+        listed = {t.name for t in (await client.list_tools()).tools}
+    assert len(human.asked) == 1 and "server 'p' is new" in human.asked[0] and "tool:echo" in human.asked[0]
+    if answer == "approve":
+        assert "approved the catalog of 'p'" in text(result) and "p__echo" in listed
+        assert (state / "locks" / "p.json").exists()
+        assert [e["via"] for e in events(state) if e["event"] == "lock_approved"] == ["elicitation"]
+    else:
+        assert "keeps the catalog of 'p' held" in text(result) and "p__echo" not in listed
+        assert not (state / "locks" / "p.json").exists()
+
+
+async def test_the_review_tool_in_a_client_without_forms_says_what_the_user_runs(tmp_path: Path) -> None:
+    server = probe_server("--name", "p", lock={"enabled": True, "first": "review"})
+    state = tmp_path / "state"
+    async with gateway(write_config(tmp_path, {"p": server}), state) as client:
+        result = await client.call_tool("cellblock__review", {"server": "p"})
+    assert result.is_error and "`cellblock review`" in text(result)
+    assert not (state / "locks" / "p.json").exists()
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])

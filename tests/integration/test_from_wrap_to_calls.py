@@ -99,7 +99,7 @@ async def test_wrap_then_approve_and_every_server_works_from_its_jail(
 
     async with Client(params, elicitation_callback=allow_once, cache=None) as session:
         # first contact: every catalog is held, and the status tool says so
-        assert [t.name for t in (await session.list_tools()).tools] == ["cellblock__status"]
+        assert [t.name for t in (await session.list_tools()).tools] == ["cellblock__status", "cellblock__review"]
         status = _text(await session.call_tool("cellblock__status", {}))
         assert all(name in status for name in servers), status
     approved = _run(client, "approve", "--all")

@@ -76,7 +76,7 @@ async def test_installed_as_a_tool_cellblock_is_on_path_and_wrap_writes_that_pat
 
     params = StdioServerParameters(command=entry["command"], args=entry["args"], env=client)
     async with Client(params, cache=None) as session:
-        assert [t.name for t in (await session.list_tools()).tools] == ["cellblock__status"]
+        assert [t.name for t in (await session.list_tools()).tools] == ["cellblock__status", "cellblock__review"]
     approved = _run(shell, "cellblock", "approve", "--all")
     assert approved.returncode == 0, approved.stderr
     async with Client(params, elicitation_callback=allow_once, cache=None) as session:

@@ -331,7 +331,8 @@ async def test_while_catalogs_are_held_the_client_is_told_why_and_what_to_run_an
     env = {"CELLBLOCK_STATE_DIR": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(run)}
     pending = tmp_path / "state" / "locks" / "alpha.pending.json"
     async with gateway(config, tmp_path / "state", env={"XDG_RUNTIME_DIR": str(run)}) as client:
-        (status,) = (await client.list_tools()).tools  # before, the list was empty and nothing said why
+        status, review = (await client.list_tools()).tools  # before, the list was empty and nothing said why
+        assert review.name == "cellblock__review"
         assert status.name == "cellblock__status" and status.annotations and status.annotations.read_only_hint
         assert "alpha" in (client.instructions or "") and "cellblock__status" in (client.instructions or "")
         told = text(await client.call_tool("cellblock__status", {}))

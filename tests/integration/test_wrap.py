@@ -82,7 +82,7 @@ async def test_wrap_a_claude_desktop_config_of_real_servers_then_unwrap(
     servers = ("filesystem", "everything", "time-zones")
     async with Client(params, elicitation_callback=allow_once, cache=None) as client:
         # the status tool only, which says what is held and what to run
-        assert [t.name for t in (await client.list_tools()).tools] == ["cellblock__status"]
+        assert [t.name for t in (await client.list_tools()).tools] == ["cellblock__status", "cellblock__review"]
     for name in servers:
         approved = cli(env, "approve", name, "--config", str(config))
         assert approved.returncode == 0, approved.stderr
