@@ -302,6 +302,11 @@ def _local(draft: _Draft, entry: ClientEntryLike, cache_root: str) -> None:
     args = _arg_secrets(draft, args)
     env, secrets = _env(draft, entry.env)
     program = posixpath.basename(command).lower()
+    if program == "uv" and "run" in args:
+        project = _uv_run(draft, args, cwd)
+        if project is not None:
+            command, args, cwd = project
+            program = posixpath.basename(command).lower()
     launcher, index, spec = _package(program, args)
     package = _package_name(spec, launcher) if spec else None
     script, root = _script(draft, program, args, cwd)
@@ -351,6 +356,55 @@ def _local(draft: _Draft, entry: ClientEntryLike, cache_root: str) -> None:
     if draft.read_write:
         jail["read_write"] = list(draft.read_write)
     body["jail"] = jail
+
+
+# `uv run` options that take a value; the ones that change what runs (--with, --python…) are not
+# the project's environment as it is, so such an entry keeps uv
+_UV_RUN_PLAIN = frozenset({"--directory", "--project"})
+_UV_RUN_FLAGS = frozenset({"--frozen", "--locked", "--no-sync", "--offline", "-q", "--quiet", "--no-dev"})
+
+
+def _uv_run(draft: _Draft, args: list[str], cwd: str | None) -> tuple[str, list[str], str] | None:
+    """(command, args, cwd) that run `uv run [--directory DIR] TARGET ARGS…` from the project's own
+    `.venv` as it is: uv would first sync it (network, its cache), which the jail has neither of.
+    TARGET is a script (run by the virtualenv's Python) or one of its programs. None when the
+    project has no `.venv`, or options change what runs."""
+    project = cwd
+    at = args.index("run")  # also `uv --directory DIR run …`
+    words = [*args[:at], *args[at + 1 :]]
+    j = 0
+    while j < len(words):
+        word = words[j]
+        name, eq, value = word.partition("=")
+        if name in _UV_RUN_PLAIN:
+            if not eq:
+                j += 1
+                value = words[j] if j < len(words) else ""
+            project = value
+        elif word in _UV_RUN_FLAGS:
+            pass
+        elif word.startswith("-"):
+            return None
+        else:
+            break
+        j += 1
+    target, target_args = (words[j], words[j + 1 :]) if j < len(words) else ("", [])
+    full = draft.path(project, None) if project else None
+    if not target or full is None or not os.path.isdir(draft.expand(full) + "/.venv/bin"):
+        return None
+    venv = posixpath.join(full, ".venv", "bin")
+    if target.endswith(".py"):
+        command, new_args = posixpath.join(venv, "python"), [target, *target_args]
+    elif target in ("python", "python3") or os.path.isfile(posixpath.join(draft.expand(venv), target)):
+        command, new_args = posixpath.join(venv, target), target_args
+    else:
+        return None
+    draft.share(full, writable=False)
+    draft.notes.append(
+        f"uv run: runs {full}/.venv as it is (uv would sync it first, with the network and its cache, "
+        f"which the jail has not); after changing the project, run `uv sync` in {full}"
+    )
+    return command, new_args, full
 
 
 def _client_refs(draft: _Draft, where: str, value: str) -> str:

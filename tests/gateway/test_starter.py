@@ -580,3 +580,50 @@ def test_the_memory_server_keeps_its_data_in_a_directory_of_its_own_not_beside_i
     given = Entry(command="npx", args=entry.args, env={"MEMORY_FILE_PATH": "~/notes/graph.jsonl"})
     chosen = starter("memory", given, taken=(), home=str(home))
     assert chosen.config["jail"]["read_write"] == [f"{home}/notes"] and chosen.make == ()
+
+
+@pytest.fixture
+def project(home: Path) -> Path:
+    """A uv project as `uv sync` leaves it: pyproject.toml, a script, and `.venv` with its programs."""
+    root = home / "proj"
+    (root / ".venv" / "bin").mkdir(parents=True)
+    (root / "pyproject.toml").write_text('[project]\nname = "weather-srv"\n')
+    (root / "server.py").write_text("")
+    for name in ("python", "weather-srv"):
+        (root / ".venv" / "bin" / name).write_text("")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("args", "command", "rest"),
+    [
+        (("run", "--directory", "~/proj", "server.py"), "~/proj/.venv/bin/python", ["server.py"]),
+        (
+            ("--directory", "~/proj", "run", "weather-srv", "--units", "metric"),
+            "~/proj/.venv/bin/weather-srv",
+            ["--units", "metric"],
+        ),
+        (("run", "--project=~/proj", "--frozen", "python", "server.py"), "~/proj/.venv/bin/python", ["server.py"]),
+    ],
+)
+def test_uv_run_runs_the_projects_virtualenv_as_it_is(
+    home: Path, project: Path, args: tuple[str, ...], command: str, rest: list[str]
+) -> None:
+    result = starter("weather", Entry(command="uv", args=args), taken=(), home=str(home))
+    assert result.config["command"] == command and result.config.get("args", []) == rest
+    assert result.config["cwd"] == "~/proj" and "~/proj" in result.config["jail"]["read_only"]
+    assert any("run `uv sync` in ~/proj" in n for n in result.notes)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("run", "--with", "mcp", "--directory", "~/proj", "server.py"),  # not the project's environment as it is
+        ("run", "--directory", "~/elsewhere", "server.py"),  # no .venv there
+        ("run", "server.py"),  # no project named: it depends on the client's working directory
+    ],
+)
+def test_uv_run_that_only_uv_can_do_keeps_uv_with_a_note(home: Path, project: Path, args: tuple[str, ...]) -> None:
+    result = starter("weather", Entry(command="uv", args=args), taken=(), home=str(home))
+    assert result.config["command"] == "uv"
+    assert any(n.startswith("uv run: the jail shares no uv cache") for n in result.notes)
