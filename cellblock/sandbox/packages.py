@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from cellblock.sandbox.launchers import link_chain
 from cellblock.sandbox.types import JailSpec, Network
 
 __all__ = [
@@ -52,6 +53,12 @@ _PYPI = re.compile(
 # exact versions only: a range or a tag would pick another release at the next install
 _SEMVER = re.compile(r"\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?")
 _PEP440 = re.compile(r"(?:\d+!)?\d+(?:\.\d+)*(?:(?:a|b|rc)\d+)?(?:\.post\d+)?(?:\.dev\d+)?(?:\+[a-z0-9.]+)?", re.I)
+
+
+# A program's name, as npm and pip make them: no path, nothing hidden.
+_PROGRAM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# A package's metadata file is read only this far: its name, version and programs are near the top.
+MAX_METADATA = 1024 * 1024
 
 
 class PackageError(ValueError):
@@ -194,7 +201,8 @@ def program_of(package: Package, tree: str, command: str | None) -> str:
     Raises:
         PackageError: no such program, or none can be told to be the package's own.
     """
-    names = _npm_programs(package, tree) if package.ecosystem is Ecosystem.NPM else _console_scripts(package, tree)
+    found = _npm_programs(package, tree) if package.ecosystem is Ecosystem.NPM else _console_scripts(package, tree)
+    names = [n for n in found if _PROGRAM.fullmatch(n)]  # a "program" named `../x` or `/bin/sh` is none
     if command is not None:
         if "/" in command:
             raise PackageError(f"command {command!r}: with install, name one of the package's programs, not a path")
@@ -211,7 +219,29 @@ def program_of(package: Package, tree: str, command: str | None) -> str:
     path = os.path.join(programs_dir(package.ecosystem, tree), chosen)
     if not os.path.exists(path):
         raise PackageError(f"{package.name}'s program {chosen} is missing from {path}")
+    # what the program's links lead to must be the package's too: the jail shares each file a link
+    # passes through, and a link out of the tree would share that file of yours with the server
+    outside = [os.path.realpath(h) for h in link_chain(path) if not _within(os.path.realpath(h), tree)]
+    if outside:
+        raise PackageError(f"{package.name}'s program {chosen} leads out of its install, to {outside[0]}: refused")
     return path
+
+
+def _within(path: str, tree: str) -> bool:
+    real = os.path.realpath(tree)
+    return path == real or path.startswith(real + "/")
+
+
+def _read_inside(path: str, tree: str) -> str:
+    """The text of `path`, a file of the install `tree`: never one a link in it leads to elsewhere.
+
+    Raises:
+        OSError: it cannot be read, or leads out of the tree.
+    """
+    if not _within(os.path.realpath(path), tree):
+        raise OSError(f"{path} leads out of its install")
+    with open(path, encoding="utf-8") as handle:
+        return handle.read(MAX_METADATA)
 
 
 def _normal(name: str) -> str:
@@ -221,8 +251,7 @@ def _normal(name: str) -> str:
 def _npm_manifest(package: Package, tree: str) -> dict[str, object]:
     path = os.path.join(tree, "node_modules", *package.name.split("/"), "package.json")
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+        data = json.loads(_read_inside(path, tree))
     except (OSError, ValueError) as exc:
         raise PackageError(f"{package.name} is not installed in {tree} ({path}: {exc})") from None
     if not isinstance(data, dict):
@@ -252,9 +281,8 @@ def _dist_info(package: Package, tree: str) -> tuple[str, str]:
 def _console_scripts(package: Package, tree: str) -> list[str]:
     path = os.path.join(_dist_info(package, tree)[0], "entry_points.txt")
     try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
+        lines = _read_inside(path, tree).splitlines()
+    except (OSError, ValueError):
         return []
     names: list[str] = []
     section = ""

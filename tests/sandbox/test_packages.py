@@ -161,3 +161,32 @@ def test_an_install_script_reaches_neither_the_home_nor_anything_but_its_staging
     assert "PRIVATE-KEY-MATERIAL" not in jailed.stdout + jailed.stderr
     assert not (home / ".bashrc").exists() and not (outside / "x").exists()
     assert (Path(tree_of(str(staging))) / "marker").read_text() == "installed\n"  # its own tree it writes
+
+
+def test_a_program_that_leads_out_of_its_install_is_refused_and_nothing_outside_is_read(tmp_path: Path) -> None:
+    tree = _tree(tmp_path / "t")
+    secret = tmp_path / "home" / ".ssh" / "id_rsa"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("PRIVATE")
+    secret.chmod(0o755)
+    package = Package(Ecosystem.NPM, "pkg", "1.0.0")
+    link = tree / "node_modules" / ".bin" / "pkg"
+    link.unlink()
+    link.symlink_to(secret)  # the jail would share each file a link passes through
+    with pytest.raises(PackageError, match=r"leads out of its install, to .*id_rsa"):
+        program_of(package, str(tree), None)
+    # metadata read through a link out of the tree is not read: the package has no programs then
+    manifest_file = tree / "node_modules" / "pkg" / "package.json"
+    manifest_file.unlink()
+    (tmp_path / "elsewhere.json").write_text('{"name": "pkg", "version": "9.9.9", "bin": "index.js"}')
+    manifest_file.symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(PackageError, match="leads out of its install"):
+        program_of(package, str(tree), None)
+
+
+def test_program_names_that_are_paths_are_no_programs(tmp_path: Path) -> None:
+    tree = _tree(tmp_path / "t")
+    manifest_file = tree / "node_modules" / "pkg" / "package.json"
+    manifest_file.write_text('{"name": "pkg", "version": "1.0.0", "bin": {"/bin/sh": "index.js", "../x": "index.js"}}')
+    with pytest.raises(PackageError, match=r"it has: none"):
+        program_of(Package(Ecosystem.NPM, "pkg", "1.0.0"), str(tree), None)
