@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from cellblock.sandbox.elf import Elf, find_library, read_elf, system_library_dirs
-from cellblock.sandbox.launchers import SYSTEM_PREFIXES, link_chain
+from cellblock.sandbox.launchers import SYSTEM_PREFIXES, env_program, link_chain
 from cellblock.sandbox.pin import shebang
 from cellblock.sandbox.types import Closure
 
@@ -145,7 +145,7 @@ def _interpreters(script: str, path: str) -> list[str]:
         return []
     found = [words[0]]
     if os.path.basename(words[0]) == "env" and len(words) > 1:
-        name = next((w for w in words[1].split() if not w.startswith("-") and "=" not in w), None)
+        name = env_program(words[1])
         located = shutil.which(name, path=path) if name and "/" not in name else name
         if located:
             found.append(located)

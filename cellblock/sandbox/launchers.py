@@ -25,6 +25,7 @@ from cellblock.sandbox.types import InstallKind, JailError, Mount, MountMode
 __all__ = [
     "COMMAND",
     "SYSTEM_PREFIXES",
+    "env_program",
     "is_interpreter",
     "launcher_gaps",
     "launcher_mounts",
@@ -116,7 +117,7 @@ def launcher_gaps(executable: str, jail_path: str, shared: Sequence[str]) -> lis
             gaps.append(f"{name} runs the {sibling} beside it, and {beside} is not there: reinstall uv, or use its uvx")
     words = shebang(real)
     if words and os.path.basename(words[0]) == "env" and len(words) > 1:
-        program = _env_program(words[1].split())
+        program = env_program(words[1])
         if program and "/" not in program and not _shown_on(program, jail_path, shared):
             gaps.append(
                 f"{executable} starts `#!/usr/bin/env {program}`, and the jail has no {program} on its PATH "
@@ -190,7 +191,7 @@ def _interpreters(script: str, search: str) -> list[str]:
         return []
     found = [interpreter]
     if os.path.basename(interpreter) == "env" and len(words) > 1:
-        name = _env_program(words[1].split())
+        name = env_program(words[1])
         located = shutil.which(name, path=search) if name and "/" not in name else name
         if located and os.path.isabs(located) and is_interpreter(_physical(located)):
             found.append(_physical(located))
@@ -202,6 +203,18 @@ def _siblings(program: str) -> list[tuple[str, str]]:
     name, directory = os.path.basename(program), os.path.dirname(program)
     found = [os.path.join(directory, sibling) for sibling in SIBLINGS.get(name, ())]
     return [(s, f"the {os.path.basename(s)} that {name} runs, beside it") for s in found if is_interpreter(s)]
+
+
+def env_program(argument: str) -> str | None:
+    """The program `#!/usr/bin/env ARGUMENT` runs. The kernel hands env ARGUMENT as one word, which
+    env splits only after `-S` (`#!/usr/bin/env tool x` runs a program named "tool x")."""
+    if argument.startswith("--split-string"):
+        words = argument.removeprefix("--split-string").lstrip("=").split()
+    elif argument.startswith("-S"):
+        words = argument[2:].split()
+    else:
+        words = [argument]
+    return _env_program(words)
 
 
 def _env_program(words: list[str]) -> str | None:

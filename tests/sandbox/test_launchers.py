@@ -445,3 +445,12 @@ def test_what_a_launcher_needs_and_its_jail_lacks_is_named(tmp_path: Path) -> No
     assert launcher_gaps(str(script), jail_path, shown) == []
     gaps = launcher_gaps(str(script), "/usr/bin:/bin", [str(script)])
     assert len(gaps) == 1 and "#!/usr/bin/env mynode" in gaps[0] and "no mynode on its PATH" in gaps[0]
+
+
+def test_env_in_a_shebang_runs_its_whole_argument_as_one_program_unless_split(tmp_path: Path) -> None:
+    from cellblock.sandbox.launchers import env_program
+
+    assert env_program("node") == "node"
+    assert env_program("tool x") == "tool x"  # the kernel passes one word: env looks for "tool x"
+    assert env_program("-S node --flag") == "node"
+    assert env_program("--split-string=PATH=/x node") == "node"
