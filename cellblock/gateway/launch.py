@@ -20,8 +20,9 @@ from platformdirs import user_cache_dir, user_cache_path
 from cellblock.gateway.config import Config, JailConfig, LocalServer
 from cellblock.gateway.packages import Installed, installed
 from cellblock.gateway.state import default_config_path, own_dirs
-from cellblock.sandbox.bwrap import EGRESS_SOCKET, PIN_FILTER, bwrap_plan, check_bwrap
+from cellblock.sandbox.bwrap import PIN_FILTER, bwrap_plan, check_bwrap
 from cellblock.sandbox.closure import exec_closure
+from cellblock.sandbox.egress import relayed
 from cellblock.sandbox.launchers import launcher_gaps, launcher_mounts, resolve_command
 from cellblock.sandbox.limits import limit_plan
 from cellblock.sandbox.pins import landlock_abi, verify_pins
@@ -32,10 +33,6 @@ __all__ = ["JAIL_PATH", "PACKAGE_CACHES", "granted_roots", "jail_spec", "launch_
 
 # PATH inside a jail: the launchers' own bin directories come first, then the system's.
 JAIL_PATH = "/usr/local/bin:/usr/bin:/bin"
-# The in-jail end of the egress path: a stdlib script, and the loopback port it listens on (the
-# jail has its own network namespace, so a fixed port collides with nothing).
-RELAY = Path(__file__).resolve().parent.parent / "sandbox" / "relay.py"
-RELAY_PORT = 3128
 PIN = Path(__file__).resolve().parent.parent / "sandbox" / "pin.py"
 # Passed through from the gateway when set: locale only, never anything that can hold a secret.
 PASSED_ENV = ("LANG", "LC_ALL", "TZ")
@@ -118,10 +115,8 @@ def jail_spec(
         options = [*(w for p in runs.executables for w in ("--allow", p)), *(w for p in keep for w in ("--exec", p))]
         argv = (python, "-I", "-S", str(PIN), *options, "--seccomp", PIN_FILTER, "--", *argv)
     if jail.network == "allowlist":
-        relaying = launcher_mounts(python, home, host_path, role="the gateway's Python, which runs the egress relay")
-        launchers += [*relaying, Mount(str(RELAY), MountMode.READ_ONLY, "egress relay")]
-        relay = (python, "-I", "-S", str(RELAY), "--listen", f"127.0.0.1:{RELAY_PORT}", "--socket", EGRESS_SOCKET)
-        argv = (*relay, "--set-proxy-env", "--", *argv)
+        argv, relaying = relayed(argv, python, home, host_path)
+        launchers += relaying
         env["NODE_USE_ENV_PROXY"] = "1"  # Node 24's fetch uses the proxy variables only when asked
     spec = JailSpec(
         name=name,

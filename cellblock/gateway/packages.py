@@ -11,21 +11,29 @@ code it runs next time.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import secrets
 import shutil
+import socket
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+import anyio.from_thread
 from pydantic import BaseModel, ValidationError
 
 from cellblock.gateway.config import ConfigError, LocalServer, load_config, parse_config
-from cellblock.gateway.state import atomic_write_json, atomic_write_text, data_dir, read_json
+from cellblock.gateway.state import atomic_write_json, atomic_write_text, data_dir, read_json, runtime_dir
+from cellblock.gateway.terminal import printable
+from cellblock.policy.hosts import HostRule, parse_rule
 from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap
-from cellblock.sandbox.launchers import launcher_mounts, resolve_command
+from cellblock.sandbox.egress import Decision, EgressProxy
+from cellblock.sandbox.launchers import resolve_command
 from cellblock.sandbox.packages import (
     Ecosystem,
     Package,
@@ -37,6 +45,8 @@ from cellblock.sandbox.packages import (
     manifest,
     program_of,
     programs_dir,
+    registry_hosts,
+    seal,
     tree_of,
 )
 from cellblock.sandbox.spawn import run_plan
@@ -70,6 +80,7 @@ class Record(BaseModel):
 
     ecosystem: Ecosystem
     name: str
+    extras: str = ""
     version: str
     tree: str
     runtime: str | None = None  # the node an npm package's programs run with
@@ -81,7 +92,7 @@ class Record(BaseModel):
 
     @property
     def package(self) -> Package:
-        return Package(self.ecosystem, self.name, self.version)
+        return Package(self.ecosystem, self.name, self.version, self.extras)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +134,8 @@ def installed(name: str, server: LocalServer) -> Installed | None:
     if record is None:
         raise InstallError(f"server '{name}': {wanted.spec()} is not installed; run `cellblock install {name}`")
     have = record.package
-    if (have.ecosystem, have.name) != (wanted.ecosystem, wanted.name) or wanted.version not in (None, have.version):
+    same = (have.ecosystem, have.name, have.extras) == (wanted.ecosystem, wanted.name, wanted.extras)
+    if not same or wanted.version not in (None, have.version):
         raise InstallError(
             f"server '{name}': the config asks for {wanted.spec()}, but {have.spec()} is installed; "
             f"run `cellblock install {name}`"
@@ -137,7 +149,7 @@ def installed(name: str, server: LocalServer) -> Installed | None:
             f"reinstall it with `cellblock install {name}`"
         ) from None
     if digest(now) != record.digest or digest(record.files) != record.digest:
-        found = changes(record.files, now) or ["its record"]
+        found = [printable(c) for c in changes(record.files, now)] or ["its record"]
         more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
         raise InstallError(
             f"server '{name}': its installed tree {record.tree} changed since it was installed "
@@ -175,30 +187,72 @@ def install(
         package = Package(package.ecosystem, package.name, version, package.extras)
     base = data_dir() / "installs" / name
     base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with _only_install(base, name):
+        return _install(name, server, package, base, version, out)
+
+
+@contextlib.contextmanager
+def _only_install(base: Path, name: str) -> Iterator[None]:
+    """One install of a server at a time: two would remove each other's trees."""
+    with open(base / ".lock", "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InstallError(f"server '{name}' is being installed by another cellblock; wait for it") from None
+        yield
+
+
+def _install(name: str, server: LocalServer, package: Package, base: Path, version: str | None, out: TextIO) -> Record:
+    assert server.install is not None
+    before = read_record(name)
     staging = base / secrets.token_hex(4)
     tree, work = Path(tree_of(str(staging))), staging / "work"
     tool = _installer(package)
     home = os.path.expanduser("~")
     how = "npm" if package.ecosystem is Ecosystem.NPM else os.path.basename(tool)
-    print(f"cellblock: installing {package.spec()} for '{name}' ({how}, in a jail with the network)…", file=out)
+    print(
+        f"cellblock: installing {package.spec()} for '{name}' ({how}, in a jail that reaches the registry)…", file=out
+    )
     began = time.monotonic()
+    refused: list[str] = []
+
+    def decided(decision: Decision) -> None:
+        if not decision.allowed:
+            refused.append(f"{printable(decision.host)}:{decision.port}")
+
+    hosts = registry_hosts(package.ecosystem)
+    egress = str(runtime_dir() / f"egress-install-{os.getpid()}-{name}.sock")
+    proxy = EgressProxy(f"install of {name}", _registry_rules(hosts), egress, decided)
+    python = os.path.realpath(sys.executable)
     try:
         work.mkdir(mode=0o700, parents=True)
-        for step in installer_steps(package, str(staging), tool, home):
-            plan = bwrap_plan(step, launcher_mounts(tool, home, os.environ.get("PATH", "")), check_bwrap())
-            result = run_plan(plan, INSTALL_SECONDS)
-            if result.returncode != 0:
-                lines = [ln for ln in (result.stderr or result.stdout).splitlines() if ln.strip()][-SHOWN:]
-                raise InstallError(
-                    f"installing {package.spec()} for server '{name}' failed ({os.path.basename(step.argv[0])} "
-                    f"exited {result.returncode}):\n  " + "\n  ".join(lines or ["(no output)"])
-                )
-        shutil.rmtree(work)
+        with anyio.from_thread.start_blocking_portal() as portal:
+            serving, _ = portal.start_task(proxy.serve)
+            try:
+                for step, mounts in installer_steps(package, str(staging), tool, home, python, egress):
+                    result = run_plan(bwrap_plan(step, mounts, check_bwrap()), INSTALL_SECONDS)
+                    if result.returncode != 0:
+                        output = (result.stderr or result.stdout).splitlines()
+                        lines = [printable(ln) for ln in output if ln.strip()][-SHOWN:]
+                        if refused:
+                            lines.append(
+                                f"(it reached for {', '.join(dict.fromkeys(refused))}: refused; it may "
+                                f"reach only {', '.join(hosts)})"
+                            )
+                        raise InstallError(
+                            f"installing {package.spec()} for server '{name}' failed "
+                            f"({os.path.basename(step.argv[step.argv.index('--') + 1])} exited "
+                            f"{result.returncode}):\n  " + "\n  ".join(lines or ["(no output)"])
+                        )
+            finally:
+                serving.cancel()
+        seal(str(staging), package.ecosystem)  # removes work/ too
+        files, prints = manifest(str(tree))  # before anything in the tree is read
         found = installed_version(package, str(tree))
-        files, prints = manifest(str(tree))
         record = Record(
             ecosystem=package.ecosystem,
             name=package.name,
+            extras=package.extras,
             version=found,
             tree=str(tree),
             runtime=_runtime(tool) if package.ecosystem is Ecosystem.NPM else None,
@@ -215,8 +269,10 @@ def install(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     atomic_write_json(_record_path(name), record.model_dump(mode="json"))
+    # the tree before stays until the next install: a gateway running it goes on until it restarts
+    keep = {staging, *([Path(before.tree).parent] if before else []), base / ".lock"}
     for old in base.iterdir():
-        if old != staging:
+        if old not in keep:
             shutil.rmtree(old, ignore_errors=True)
     pinned = "" if server.install.package.version or version else f" (the config pins no version: pinned at {found})"
     print(
@@ -225,6 +281,23 @@ def install(
         file=out,
     )
     return record
+
+
+def _registry_rules(hosts: list[str]) -> list[HostRule]:
+    """The proxy's rules for an install: the registry's hosts, and the addresses they have now.
+
+    The proxy refuses a name that leads to a private or reserved address (DNS rebinding onto the
+    machine's own services); a registry may well have one (a mirror in your network, a company's
+    TLS gateway), so exactly the addresses its names resolve to as the install begins are allowed.
+    """
+    rules = [parse_rule(h) for h in hosts]
+    for host in hosts:
+        name, _, port = host.partition(":")
+        with contextlib.suppress(OSError):
+            for *_, address in socket.getaddrinfo(name, int(port or 443), proto=socket.IPPROTO_TCP):
+                ip = str(address[0])
+                rules.append(parse_rule(f"[{ip}]:{port or 443}" if ":" in ip else f"{ip}:{port or 443}"))
+    return rules
 
 
 def _installer(package: Package) -> str:
@@ -288,6 +361,15 @@ def update_command(name: str, to: str | None, config_path: str | None) -> int:
         return 2
     before = read_record(name)
     pinned = server.install.package
+    source = source.resolve()  # a config kept as a link (dotfiles) is changed where it lives
+    if pinned.version is not None and source.read_text(encoding="utf-8").count(pinned.spec()) != 1:
+        print(
+            f"cellblock: {source} pins {pinned.spec()} for '{name}' where update cannot change it alone (not "
+            "once, as written); change the version there by hand, then run `cellblock install "
+            f"{name}`",
+            file=sys.stderr,
+        )
+        return 1
     try:
         record = install(name, server, version=to, newest=to is None)
     except (InstallError, JailError) as exc:
@@ -323,3 +405,8 @@ def _repin(source: Path, name: str, pinned: Package, record: Record) -> None:
     ):
         raise ConfigError(f"{source}: could not change servers.{name}.install to {new}; set it by hand")
     atomic_write_text(source, changed, source.stat().st_mode & 0o777)
+
+
+def _spec(server: object) -> str | None:
+    install = getattr(server, "install", None)
+    return None if install is None else install.package.spec()

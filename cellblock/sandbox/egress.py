@@ -32,6 +32,9 @@ import anyio.lowlevel
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from cellblock.policy.hosts import HostRule, address_allowed, host_allowed, normalize_host
+from cellblock.sandbox.bwrap import EGRESS_SOCKET
+from cellblock.sandbox.launchers import launcher_mounts
+from cellblock.sandbox.types import Mount, MountMode
 from cellblock.sandbox.unix import bind_private
 
 __all__ = [
@@ -567,3 +570,19 @@ def _authority(host: str, port: int | None) -> str:
 
 def _clip(text: str) -> str:
     return text[:_MAX_REPORTED_HOST]
+
+
+# The in-jail end of the egress path: a stdlib script, and the loopback port it listens on (the
+# jail has its own network namespace, so a fixed port collides with nothing).
+RELAY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "relay.py")
+RELAY_PORT = 3128
+
+
+def relayed(argv: Sequence[str], python: str, home: str, host_path: str) -> tuple[tuple[str, ...], list[Mount]]:
+    """`argv` started by the egress relay inside its jail (run by `python`, isolated from site and
+    home), which carries each connection to the proxy's socket at `EGRESS_SOCKET` and points the
+    proxy variables at itself; and what the jail must show for it."""
+    mounts = launcher_mounts(python, home, host_path, role="the gateway's Python, which runs the egress relay")
+    mounts.append(Mount(RELAY, MountMode.READ_ONLY, "egress relay"))
+    relay = (python, "-I", "-S", RELAY, "--listen", f"127.0.0.1:{RELAY_PORT}", "--socket", EGRESS_SOCKET)
+    return (*relay, "--set-proxy-env", "--", *argv), mounts

@@ -13,13 +13,16 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from urllib.parse import urlsplit
 
-from cellblock.sandbox.launchers import link_chain
-from cellblock.sandbox.types import JailSpec, Network
+from cellblock.sandbox.egress import relayed
+from cellblock.sandbox.launchers import launcher_mounts, link_chain
+from cellblock.sandbox.types import JailSpec, Mount, Network
 
 __all__ = [
     "REGISTRY_ENV",
@@ -34,16 +37,22 @@ __all__ = [
     "parse_package",
     "program_of",
     "programs_dir",
+    "registry_hosts",
+    "seal",
     "tree_of",
 ]
 
-# The registry and proxy settings an install is given (a private mirror, a company proxy); nothing
-# else of the user's environment reaches the installer.
+# The registry settings an install is given (a private mirror, CA bundles); nothing else of the
+# user's environment reaches the installer. Proxy variables do not: it goes out through Cellblock's.
 REGISTRY_ENV = (
     *("npm_config_registry", "NPM_CONFIG_REGISTRY", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_INDEX"),
-    *("UV_EXTRA_INDEX_URL", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "HTTPS_PROXY", "https_proxy"),
-    *("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "PIP_CERT"),
-    *("REQUESTS_CA_BUNDLE", "UV_NATIVE_TLS", "npm_config_cafile", "NPM_CONFIG_CAFILE"),
+    *("UV_EXTRA_INDEX_URL", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS"),
+    *("PIP_CERT", "REQUESTS_CA_BUNDLE", "UV_NATIVE_TLS", "npm_config_cafile", "NPM_CONFIG_CAFILE"),
+)
+# PyPI, where it keeps its files, and where uv downloads a Python from (its GitHub releases).
+PYPI_HOSTS = (
+    *("pypi.org", "files.pythonhosted.org"),
+    *("github.com", "objects.githubusercontent.com", "release-assets.githubusercontent.com"),
 )
 _NPM_NAME = r"(?:@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*"
 _NPM = re.compile(rf"(?P<name>{_NPM_NAME})(?:@(?P<version>[^@]+))?")
@@ -55,6 +64,8 @@ _SEMVER = re.compile(r"\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?")
 _PEP440 = re.compile(r"(?:\d+!)?\d+(?:\.\d+)*(?:(?:a|b|rc)\d+)?(?:\.post\d+)?(?:\.dev\d+)?(?:\+[a-z0-9.]+)?", re.I)
 
 
+# What npm and uv read as a file on the disk rather than a registry's package.
+_ARCHIVES = (".tgz", ".tar", ".tar.gz", ".tar.bz2", ".zip", ".whl")
 # A program's name, as npm and pip make them: no path, nothing hidden.
 _PROGRAM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # A package's metadata file is read only this far: its name, version and programs are near the top.
@@ -98,6 +109,8 @@ def parse_package(ecosystem: str, spec: str) -> Package:
     """
     kind = Ecosystem(ecosystem)
     match = (_NPM if kind is Ecosystem.NPM else _PYPI).fullmatch(spec.strip())
+    if spec.strip().lower().endswith(_ARCHIVES):
+        raise PackageError(f"{spec!r} names a file, which npm and uv would read from the disk: name a package")
     if match is None:
         raise PackageError(f"{spec!r} is not a {kind.value} package name")
     version = match.group("version")
@@ -113,66 +126,82 @@ def parse_package(ecosystem: str, spec: str) -> Package:
     return Package(kind, name.lower() if kind is Ecosystem.NPM else name, version, extras)
 
 
-def installer_steps(package: Package, staging: str, tool: str, home: str) -> list[JailSpec]:
+def installer_steps(
+    package: Package, staging: str, tool: str, home: str, python: str, egress_socket: str
+) -> list[tuple[JailSpec, list[Mount]]]:
     """The jailed commands that install `package` into `staging`/pkg (`tree_of`), in order, with
-    `tool` (npm; uv, or a Python to make a virtualenv with pip when there is no uv). `staging`/work
-    is scratch space (caches), made before and removed after; `home` is the user's home, which the
-    jail replaces with an empty one. `staging` is all an installer can write."""
+    what each jail shows besides the system: `tool` (npm; uv, or a Python to make a virtualenv with
+    pip when there is no uv) and the egress relay (run by `python`), through which the installer
+    reaches the network: only the hosts `registry_hosts` names, by the proxy at `egress_socket`.
+    `staging`/work is scratch space (caches), made before and removed after; `home` is the user's
+    home, which the jail replaces with an empty one. `staging` is all an installer can write."""
     tree, work = tree_of(staging), os.path.join(staging, "work")
     env = {k: os.environ[k] for k in REGISTRY_ENV if k in os.environ}
     env |= {"HOME": work, "TMPDIR": "/tmp", "PATH": f"{os.path.dirname(tool)}:/usr/local/bin:/usr/bin:/bin"}
     if package.ecosystem is Ecosystem.NPM:
         env |= {"npm_config_cache": os.path.join(work, "npm"), "npm_config_update_notifier": "false"}
         argv = [tool, "install", "--prefix", tree, "--omit=dev", "--no-audit", "--no-fund", package.spec()]
-        return [_step(package, argv, env, staging, home)]
-    if os.path.basename(tool) == "uv":
+        commands = [argv]
+    elif os.path.basename(tool) == "uv":
         # a Python uv must download goes into the tree too, so the tree is all the server runs from
         env |= {"UV_CACHE_DIR": os.path.join(work, "uv"), "UV_PYTHON_INSTALL_DIR": os.path.join(tree, ".python")}
-        python = os.path.join(tree, "bin", "python")
-        return [
-            _step(package, [tool, "venv", "--quiet", tree], env, staging, home),
-            _step(
-                package,
-                [
-                    tool,
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--python",
-                    python,
-                    "--compile-bytecode",
-                    "--link-mode",
-                    "copy",
-                    package.spec(),
-                ],
-                env,
-                staging,
-                home,
-            ),
+        python_of_tree = os.path.join(tree, "bin", "python")
+        pip = [
+            tool,
+            "pip",
+            "install",
+            "--quiet",
+            "--python",
+            python_of_tree,
+            "--compile-bytecode",
+            "--link-mode",
+            "copy",
         ]
-    env["PIP_CACHE_DIR"] = os.path.join(work, "pip")
-    pip = [os.path.join(tree, "bin", "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    return [
-        _step(package, [tool, "-m", "venv", tree], env, staging, home),
-        _step(package, [*pip, package.spec()], env, staging, home),
-    ]
+        commands = [[tool, "venv", "--quiet", tree], [*pip, package.spec()]]
+    else:
+        env["PIP_CACHE_DIR"] = os.path.join(work, "pip")
+        pip = [os.path.join(tree, "bin", "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        commands = [[tool, "-m", "venv", tree], [*pip, package.spec()]]
+    steps = []
+    for command in commands:
+        relayed_argv, relay = relayed(command, python, home, env["PATH"])
+        spec = JailSpec(
+            name=f"install of {package.name}",
+            argv=relayed_argv,
+            env=dict(env),
+            cwd=staging,
+            read_write=(staging,),
+            network=Network.ALLOWLIST,
+            home=home,
+            egress_socket=egress_socket,
+        )
+        steps.append((spec, [*launcher_mounts(tool, home, env["PATH"]), *relay]))
+    return steps
+
+
+def registry_hosts(ecosystem: Ecosystem) -> list[str]:
+    """The hosts an installer may reach: the registry (or the index your environment names) and
+    where it keeps its files; for PyPI also where uv downloads a Python from, when it needs one."""
+    if ecosystem is Ecosystem.NPM:
+        urls = [os.environ.get(v, "") for v in ("npm_config_registry", "NPM_CONFIG_REGISTRY")]
+        hosts = [h for h in map(_host_of, urls) if h] or ["registry.npmjs.org"]
+        return hosts
+    variables = ("UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_INDEX", "PIP_INDEX_URL")
+    urls = [u for v in (*variables, "PIP_EXTRA_INDEX_URL") for u in os.environ.get(v, "").split()]
+    named = [h for h in (_host_of(u.rpartition("=")[2] if "=" in u else u) for u in urls) if h]
+    return list(dict.fromkeys([*named, *PYPI_HOSTS]))
+
+
+def _host_of(url: str) -> str:
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return ""
+    return f"{parts.hostname}:{parts.port}" if parts.port else parts.hostname
 
 
 def tree_of(staging: str) -> str:
     """Where `installer_steps` puts the package in `staging`."""
     return os.path.join(staging, "pkg")
-
-
-def _step(package: Package, argv: Sequence[str], env: Mapping[str, str], staging: str, home: str) -> JailSpec:
-    return JailSpec(
-        name=f"install of {package.name}",
-        argv=tuple(argv),
-        env=dict(env),
-        cwd=staging,
-        read_write=(staging,),
-        network=Network.OPEN,
-        home=home,
-    )
 
 
 def programs_dir(ecosystem: Ecosystem, tree: str) -> str:
@@ -295,39 +324,95 @@ def _console_scripts(package: Package, tree: str) -> list[str]:
 
 
 def manifest(tree: str, known: Mapping[str, tuple[str, str]] | None = None) -> tuple[dict[str, str], dict[str, str]]:
-    """Every entry under `tree` (relative path -> what it is: a file's sha256 and whether it is
-    executable, a link's target, a directory), and each one's fingerprint (inode, size, mode and
-    change times). Special files are refused: no package needs one.
+    """Every entry under `tree` (relative path -> what it is: a file's mode and sha256, a link's
+    target, a directory's mode), and each one's fingerprint (inode, size, mode and change times).
 
     An entry whose fingerprint is the one `known` holds for it (path -> (fingerprint, entry)) is
     taken from there unread: its content cannot have changed, since any write, rename or chmod
     moves its change time (ctime), which no process but the kernel can set. So a check before
     each start reads only what changed.
+
+    Raises:
+        PackageError: `tree` is not a directory (a link to one is not), it holds a special file, a
+            name that is not text, a directory that cannot be listed, or is nested too deep.
     """
     known = known or {}
     entries: dict[str, str] = {}
     prints: dict[str, str] = {}
     tree = os.path.normpath(tree)
-    for directory, dirs, files in os.walk(tree):
-        dirs.sort()
-        for name in sorted(dirs + files):
-            path = f"{directory}/{name}"
-            rel = path[len(tree) + 1 :]
-            info = os.lstat(path)
-            prints[rel] = f"{info.st_ino}:{info.st_size}:{info.st_mode:o}:{info.st_mtime_ns}:{info.st_ctime_ns}"
-            if rel in known and known[rel][0] == prints[rel]:
-                entries[rel] = known[rel][1]
-            elif stat.S_ISLNK(info.st_mode):
-                entries[rel] = f"link {os.readlink(path)}"
-            elif stat.S_ISDIR(info.st_mode):
-                entries[rel] = "dir"
-            elif stat.S_ISREG(info.st_mode):
-                with open(path, "rb") as handle:
-                    sha = hashlib.file_digest(handle, "sha256").hexdigest()
-                entries[rel] = f"{'exec' if info.st_mode & 0o111 else 'file'} {sha}"
-            else:
-                raise PackageError(f"{path} is not a file, directory or link")
+    try:
+        top = os.lstat(tree)
+    except OSError as exc:
+        raise PackageError(f"{tree} cannot be read: {exc.strerror}") from None
+    if not stat.S_ISDIR(top.st_mode):
+        raise PackageError(f"{tree} is not a directory of its own (a link, or a file)")
+
+    def unreadable(exc: OSError) -> None:
+        raise PackageError(f"{exc.filename} cannot be listed: {exc.strerror}")
+
+    try:
+        for directory, dirs, files in os.walk(tree, onerror=unreadable):
+            dirs.sort()
+            for name in sorted(dirs + files):
+                path = f"{directory}/{name}"
+                rel = path[len(tree) + 1 :]
+                try:
+                    rel.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise PackageError(f"{path!r}: a file name that is not text (UTF-8)") from None
+                info = os.lstat(path)
+                prints[rel] = f"{info.st_ino}:{info.st_size}:{info.st_mode:o}:{info.st_mtime_ns}:{info.st_ctime_ns}"
+                if rel in known and known[rel][0] == prints[rel]:
+                    entries[rel] = known[rel][1]
+                    continue
+                mode = f"{stat.S_IMODE(info.st_mode):o}"
+                if stat.S_ISLNK(info.st_mode):
+                    entries[rel] = f"link {os.readlink(path)}"
+                elif stat.S_ISDIR(info.st_mode):
+                    entries[rel] = f"dir {mode}"
+                elif stat.S_ISREG(info.st_mode):
+                    with open(path, "rb") as handle:
+                        sha = hashlib.file_digest(handle, "sha256").hexdigest()
+                    entries[rel] = f"file {mode} {sha}"
+                else:
+                    raise PackageError(f"{path} is not a file, directory or link")
+    except RecursionError:
+        raise PackageError(f"{tree} is nested too deep to be checked") from None
     return entries, prints
+
+
+def seal(staging: str, ecosystem: Ecosystem) -> str:
+    """Make an installer's `staging` hold its tree only, and the tree nothing a jail must not run:
+    whatever else the installer left is removed, set-id and group/other write bits are cleared,
+    and a link that leads out of the tree is refused (it would make the jail show, or the check
+    follow, a file of the host), except a virtualenv's `bin/python*` to its interpreter. Returns
+    the tree.
+
+    Raises:
+        PackageError: the tree is missing or not a directory, or a link leads out of it.
+    """
+    tree = tree_of(staging)
+    for entry in os.listdir(staging):
+        path = os.path.join(staging, entry)
+        if path != tree:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+    entries, _ = manifest(tree)  # also refuses a tree that is a link, special files, odd names
+    real = os.path.realpath(tree)
+    for rel, what in entries.items():
+        path = os.path.join(tree, rel)
+        if what.startswith("link "):
+            target = os.path.realpath(path)
+            venv_python = ecosystem is Ecosystem.PYPI and re.fullmatch(r"bin/python[0-9.]*", rel)
+            if not (target == real or target.startswith(real + "/")) and not venv_python:
+                raise PackageError(f"{rel} in the install is a link out of it, to {target}: refused")
+            continue
+        mode = stat.S_IMODE(os.lstat(path).st_mode)
+        if mode & 0o6022:
+            os.chmod(path, mode & ~0o6022)
+    return tree
 
 
 def digest(entries: Mapping[str, str]) -> str:

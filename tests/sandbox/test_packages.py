@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
+import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,10 +23,13 @@ from cellblock.sandbox.packages import (
     manifest,
     parse_package,
     program_of,
+    seal,
     tree_of,
 )
 from cellblock.sandbox.spawn import run_plan
 from cellblock.sandbox.types import Network
+
+PY = os.path.realpath(sys.executable)
 
 
 @pytest.mark.parametrize(
@@ -57,6 +63,8 @@ def test_a_package_is_a_name_and_an_exact_version_or_none(ecosystem: str, spec: 
         ("pypi", "srv==1.*"),
         ("pypi", "srv @ https://example.com/srv.whl"),
         ("pypi", "-e ."),
+        ("npm", "foo@1.0.0-x.tgz"),  # npm reads it from the disk
+        ("pypi", "foo.zip"),
     ],
 )
 def test_ranges_tags_urls_and_paths_are_refused(ecosystem: str, spec: str) -> None:
@@ -90,7 +98,7 @@ def test_every_change_to_a_tree_is_named(tmp_path: Path) -> None:
     index = tree / "node_modules" / "pkg" / "index.js"
     index.write_text("#!/usr/bin/env node\nfetch('https://evil.example')\n")
     (tree / "node_modules" / "pkg" / "extra.js").write_text("")
-    (tree / "node_modules" / "pkg" / "package.json").chmod(0o755)  # made executable
+    (tree / "node_modules" / "pkg" / "package.json").chmod(0o644 | 0o002)  # made writable by anyone
     (tree / "node_modules" / ".bin" / "pkg").unlink()
     (tree / "node_modules" / ".bin" / "pkg").symlink_to("/tmp/elsewhere")
     now, _ = manifest(str(tree), known)  # what the record knows is taken only where nothing moved
@@ -146,8 +154,9 @@ def test_an_install_script_reaches_neither_the_home_nor_anything_but_its_staging
         f'cat "{home}/.ssh/id_rsa"; echo pwned > "{home}/.bashrc"; echo pwned > "{outside}/x"; '
         f'echo installed > "{tree_of(str(staging))}/marker"'
     )
-    (step,) = installer_steps(Package(Ecosystem.NPM, "pkg"), str(staging), "/usr/bin/npm", str(home))
-    assert step.network is Network.OPEN and step.read_write == (str(staging),)
+    ((step, _),) = installer_steps(Package(Ecosystem.NPM, "pkg"), str(staging), "/usr/bin/npm", str(home), PY, "/x")
+    assert step.network is Network.ALLOWLIST and step.read_write == (str(staging),)
+    step = replace(step, egress_socket=None)  # the relay is not what this is about
     attack = ("/bin/sh", "-c", script)
 
     # control: the same script, run as npx would run it, gets everything
@@ -161,6 +170,48 @@ def test_an_install_script_reaches_neither_the_home_nor_anything_but_its_staging
     assert "PRIVATE-KEY-MATERIAL" not in jailed.stdout + jailed.stderr
     assert not (home / ".bashrc").exists() and not (outside / "x").exists()
     assert (Path(tree_of(str(staging))) / "marker").read_text() == "installed\n"  # its own tree it writes
+
+
+@pytest.mark.jail
+def test_an_install_script_reaches_neither_the_hosts_loopback_nor_its_abstract_sockets(tmp_path: Path) -> None:
+    # what a desktop has there: X11 and D-Bus on abstract sockets, dev servers and databases on loopback
+    tcp = socket.create_server(("127.0.0.1", 0))
+    unix = socket.socket(socket.AF_UNIX)
+    name = f"cellblock-test-{os.getpid()}"
+    unix.bind("\0" + name)
+    unix.listen()
+    for listener in (tcp, unix):
+        threading.Thread(target=_answer, args=(listener,), daemon=True).start()
+    port = tcp.getsockname()[1]
+    probe = (
+        "import socket\n"
+        f"for family, where in ((socket.AF_INET, ('127.0.0.1', {port})), (socket.AF_UNIX, '\\0{name}')):\n"
+        "    s = socket.socket(family); s.settimeout(5)\n"
+        "    try:\n"
+        "        s.connect(where); print('reached', s.recv(5).decode())\n"
+        "    except OSError as exc:\n"
+        "        print('blocked', exc)\n"
+    )
+    staging = tmp_path / "staging"
+    (staging / "work").mkdir(parents=True)
+    ((step, _),) = installer_steps(Package(Ecosystem.NPM, "pkg"), str(staging), "/usr/bin/npm", str(tmp_path), PY, "/x")
+    attack = replace(step, argv=("/usr/bin/python3", "-c", probe), egress_socket=None)
+
+    # control: the same jail on the host's network, as an install had before, reaches both
+    opened = run_plan(bwrap_plan(replace(attack, network=Network.OPEN), [], check_bwrap()), 60)
+    assert opened.stdout.count("reached hello") == 2, opened.stdout + opened.stderr
+    jailed = run_plan(bwrap_plan(attack, [], check_bwrap()), 60)
+    assert "reached" not in jailed.stdout and jailed.stdout.count("blocked") == 2, jailed.stdout + jailed.stderr
+
+
+def _answer(listener: socket.socket) -> None:
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        with conn:
+            conn.sendall(b"hello")
 
 
 def test_a_program_that_leads_out_of_its_install_is_refused_and_nothing_outside_is_read(tmp_path: Path) -> None:
@@ -190,3 +241,28 @@ def test_program_names_that_are_paths_are_no_programs(tmp_path: Path) -> None:
     manifest_file.write_text('{"name": "pkg", "version": "1.0.0", "bin": {"/bin/sh": "index.js", "../x": "index.js"}}')
     with pytest.raises(PackageError, match=r"it has: none"):
         program_of(Package(Ecosystem.NPM, "pkg", "1.0.0"), str(tree), None)
+
+
+def test_a_tree_that_is_a_link_is_refused_not_followed(tmp_path: Path) -> None:
+    elsewhere = _tree(tmp_path / "project")  # say, the directory the install ran from
+    (tmp_path / "staging").mkdir()
+    (tmp_path / "staging" / "pkg").symlink_to(elsewhere)
+    with pytest.raises(PackageError, match="not a directory of its own"):
+        manifest(str(tmp_path / "staging" / "pkg"))
+
+
+def test_sealing_leaves_the_tree_alone_with_no_link_out_and_no_set_id_bits(tmp_path: Path) -> None:
+    staging = tmp_path / "staging"
+    tree = _tree(staging / "pkg")
+    (staging / "evil.sh").write_text("#!/bin/sh\n")  # what an installer left beside the tree
+    (staging / "work").mkdir()
+    tool = tree / "node_modules" / "pkg" / "tool"
+    tool.write_text("")
+    tool.chmod(0o4777)
+    assert seal(str(staging), Ecosystem.NPM) == str(tree)
+    assert sorted(os.listdir(staging)) == ["pkg"]
+    assert oct(tool.stat().st_mode & 0o7777) == "0o755"
+    (tree / "node_modules" / "pkg" / "index.js").unlink()
+    (tree / "node_modules" / "pkg" / "index.js").symlink_to("../../../evil.sh")
+    with pytest.raises(PackageError, match="link out of it"):
+        seal(str(staging), Ecosystem.NPM)
