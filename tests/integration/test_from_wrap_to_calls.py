@@ -151,7 +151,8 @@ async def test_wrap_then_approve_and_every_server_works_from_its_jail(
         again = await session.call_tool("filesystem__read_text_file", {"path": str(projects / "notes.txt")})
         assert not again.is_error, _text(again)
 
-    # another version: installed beside, the config's pin moved, the old tree gone
+    # another version: installed beside, the config's pin moved, the tree before kept (for a gateway
+    # still running it) until the next install
     installs = home / ".local" / "share" / "cellblock" / "installs"
     before = json.loads((installs / "git.json").read_text())["tree"]
     moved = _run(shell, "update", "git", "--to", "2026.10.10")
@@ -160,7 +161,7 @@ async def test_wrap_then_approve_and_every_server_works_from_its_jail(
     config = (home / ".config" / "cellblock" / "cellblock.yaml").read_text()
     assert "pypi: mcp-server-git==2026.10.10" in config and "==2026.10.19" not in config
     assert json.loads((installs / "git.json").read_text())["version"] == "2026.10.10"
-    assert not await anyio.Path(before).exists()
+    assert await anyio.Path(before).exists()
     status = {"repo_path": str(repo)}
     async with Client(params, elicitation_callback=allow_once, cache=None) as session:
         held = await session.call_tool("git__git_status", status)  # this release describes its tools anew
