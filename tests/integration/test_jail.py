@@ -125,7 +125,8 @@ def attacks(host: Host, port: int) -> list[tuple[str, dict[str, Any]]]:
 
     return [
         ("read_file", {"path": str(host.key)}),
-        ("read_file", {"path": "/etc/shadow"}),
+        # only where the control can read it: as root (a user is refused it without any jail)
+        *([("read_file", {"path": "/etc/shadow"})] if os.access("/etc/shadow", os.R_OK) else []),
         ("read_file", {"path": str(host.config)}),
         ("list_dir", {"path": str(host.home), "expect": [".ssh", ".bashrc"]}),
         ("list_dir", {"path": str(host.state), "expect": []}),
