@@ -23,7 +23,7 @@ from cellblock.gateway.state import default_config_path, own_dirs
 from cellblock.sandbox.bwrap import PIN_FILTER, bwrap_plan, check_bwrap
 from cellblock.sandbox.closure import exec_closure
 from cellblock.sandbox.egress import relayed
-from cellblock.sandbox.launchers import launcher_gaps, launcher_mounts, resolve_command
+from cellblock.sandbox.launchers import launcher_gaps, launcher_mounts, resolve_command, within
 from cellblock.sandbox.limits import limit_plan
 from cellblock.sandbox.pins import landlock_abi, verify_pins
 from cellblock.sandbox.seatbelt import seatbelt_plan
@@ -86,7 +86,7 @@ def jail_spec(
         runtime = [os.path.dirname(package.record.runtime)] if package.record.runtime else []
         tree = package.record.tree
         found = launcher_mounts(command, home, ":".join([package.bin_dir, *runtime, host_path]))
-        launchers = [Mount(tree, MountMode.READ_ONLY, package.why), *(m for m in found if not _within(m.path, tree))]
+        launchers = [Mount(tree, MountMode.READ_ONLY, package.why), *(m for m in found if not within(m.path, tree))]
         bins = [package.bin_dir, *runtime]
     bins += [os.path.join(m.path, "bin") for m in launchers if os.path.isdir(os.path.join(m.path, "bin"))]
     env = {key: os.environ[key] for key in PASSED_ENV if key in os.environ}
@@ -155,7 +155,7 @@ def _refuse_writable_programs(name: str, allowed: Sequence[str], jail: JailConfi
     pinned = {os.path.realpath(p) for p in jail.exec.sha256}
     for program in allowed:
         real = os.path.realpath(program)
-        grant = next((g for g in jail.read_write if _within(real, os.path.realpath(g))), None)
+        grant = next((g for g in jail.read_write if within(real, os.path.realpath(g))), None)
         if grant is not None and real not in pinned:
             raise JailError(
                 f"server '{name}': exec.allow program {program} is inside the read_write grant {grant}, where "
@@ -189,7 +189,7 @@ def _refuse_own_grants(name: str, jail: JailConfig, own: Sequence[Path]) -> None
                     f"server '{name}': jail.{key} path {path} is Cellblock's cache, which holds every "
                     "server's package cache; grant the server's own directory inside it"
                 )
-            held = next((p for p in private if _within(real, p) and p != cache), None)
+            held = next((p for p in private if within(real, p) and p != cache), None)
             if held is not None:
                 where = held if real == held else f"inside {held}"
                 raise JailError(
@@ -206,7 +206,7 @@ def _hidden(shared: Sequence[str], own: Sequence[Path]) -> tuple[str, ...]:
     hidden: set[str] = set()
     for path in shared:
         real = os.path.realpath(path)
-        hidden |= {os.path.normpath(os.path.join(path, os.path.relpath(p, real))) for p in found if _within(p, real)}
+        hidden |= {os.path.normpath(os.path.join(path, os.path.relpath(p, real))) for p in found if within(p, real)}
     return tuple(sorted(hidden))
 
 
@@ -233,13 +233,9 @@ def granted_roots(server: LocalServer) -> list[str]:
     roots = []
     for path in sorted({*server.jail.read_only, *server.jail.read_write}):
         real = os.path.realpath(path)
-        if not any(_within(real, other) for other in not_work) and not any(_within(c, real) for c in code):
+        if not any(within(real, other) for other in not_work) and not any(within(c, real) for c in code):
             roots.append(path)
     return roots
-
-
-def _within(path: str, directory: str) -> bool:
-    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def launch_plan(

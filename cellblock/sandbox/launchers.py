@@ -31,6 +31,7 @@ __all__ = [
     "launcher_mounts",
     "link_chain",
     "resolve_command",
+    "within",
 ]
 
 # Shared with every jail already (read-only); an installation inside these needs no mount.
@@ -130,7 +131,7 @@ def launcher_gaps(executable: str, jail_path: str, shared: Sequence[str]) -> lis
 def _shown_on(program: str, jail_path: str, shared: Sequence[str]) -> bool:
     for directory in jail_path.split(":"):
         candidate = os.path.join(directory, program)
-        if is_interpreter(candidate) and (_system(candidate) or any(_within(candidate, m) for m in shared)):
+        if is_interpreter(candidate) and (_system(candidate) or any(within(candidate, m) for m in shared)):
             return True
     return False
 
@@ -242,7 +243,8 @@ def _system(path: str) -> bool:
     return any(path == p or path.startswith(p + "/") for p in SYSTEM_PREFIXES)
 
 
-def _within(path: str, directory: str) -> bool:
+def within(path: str, directory: str) -> bool:
+    """Whether `path` is `directory` or under it, as written (resolve both first where links matter)."""
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 

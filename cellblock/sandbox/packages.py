@@ -21,7 +21,7 @@ from enum import StrEnum
 from urllib.parse import urlsplit
 
 from cellblock.sandbox.egress import relayed
-from cellblock.sandbox.launchers import launcher_mounts, link_chain
+from cellblock.sandbox.launchers import launcher_mounts, link_chain, within
 from cellblock.sandbox.types import JailSpec, Mount, Network
 
 __all__ = [
@@ -250,15 +250,10 @@ def program_of(package: Package, tree: str, command: str | None) -> str:
         raise PackageError(f"{package.name}'s program {chosen} is missing from {path}")
     # what the program's links lead to must be the package's too: the jail shares each file a link
     # passes through, and a link out of the tree would share that file of yours with the server
-    outside = [os.path.realpath(h) for h in link_chain(path) if not _within(os.path.realpath(h), tree)]
+    outside = [os.path.realpath(h) for h in link_chain(path) if not within(os.path.realpath(h), os.path.realpath(tree))]
     if outside:
         raise PackageError(f"{package.name}'s program {chosen} leads out of its install, to {outside[0]}: refused")
     return path
-
-
-def _within(path: str, tree: str) -> bool:
-    real = os.path.realpath(tree)
-    return path == real or path.startswith(real + "/")
 
 
 def _read_inside(path: str, tree: str) -> str:
@@ -267,7 +262,7 @@ def _read_inside(path: str, tree: str) -> str:
     Raises:
         OSError: it cannot be read, or leads out of the tree.
     """
-    if not _within(os.path.realpath(path), tree):
+    if not within(os.path.realpath(path), os.path.realpath(tree)):
         raise OSError(f"{path} leads out of its install")
     with open(path, encoding="utf-8") as handle:
         return handle.read(MAX_METADATA)
@@ -406,7 +401,7 @@ def seal(staging: str, ecosystem: Ecosystem) -> str:
         if what.startswith("link "):
             target = os.path.realpath(path)
             venv_python = ecosystem is Ecosystem.PYPI and re.fullmatch(r"bin/python[0-9.]*", rel)
-            if not (target == real or target.startswith(real + "/")) and not venv_python:
+            if not within(target, real) and not venv_python:
                 raise PackageError(f"{rel} in the install is a link out of it, to {target}: refused")
             continue
         mode = stat.S_IMODE(os.lstat(path).st_mode)
