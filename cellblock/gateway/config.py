@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from cellblock.gateway.credentials import ENTRY_NAME
+from cellblock.gateway.namespacing import check_separator
 from cellblock.gateway.state import config_file, default_config_path
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.hosts import parse_rule
@@ -205,8 +206,14 @@ class DefaultsConfig(_Model):
 
 
 class NamesConfig(_Model):
-    separator: str = Field(default="__", pattern=r"^[A-Za-z0-9_-]{1,4}$")
+    separator: str = "__"
     max_length: int = Field(default=64, ge=16, le=128)
+
+    @field_validator("separator")
+    @classmethod
+    def _unambiguous(cls, value: str) -> str:
+        check_separator(value)
+        return value
 
 
 class ApprovalsConfig(_Model):
@@ -454,8 +461,8 @@ class Config(_Model):
 
     @model_validator(mode="after")
     def _own_namespace(self) -> Config:
-        # no server's tools may be named like the gateway's own: `cellblock`, and with a separator
-        # of letters a name that joined with it spells the same (`cellblo` + `ck`)
+        # no server's tools may be named like the gateway's own: with an unambiguous separator
+        # (namespacing.check_separator) only a server called `cellblock` could be
         own = f"{RESERVED_SERVER}{self.names.separator}"
         for name in self.servers:
             if own.startswith(f"{name}{self.names.separator}"):

@@ -25,6 +25,7 @@ __all__ = [
     "Collision",
     "NameTable",
     "assign_names",
+    "check_separator",
     "expose_uri",
     "route_uri",
 ]
@@ -104,6 +105,26 @@ def _candidates(server: str, original: str, plain: str, max_length: int) -> Iter
         salt += 1
 
 
+def check_separator(separator: str) -> None:
+    """Refuse a separator that leaves an exposed name ambiguous.
+
+    A server name holds only `[a-z0-9-]`, so a separator with a `_` or an upper-case letter marks
+    where the server's name ends wherever the first such character of a name is: `a` + `-` +
+    `b-c` and `a-b` + `-` + `c` would both be `a-b-c`, and one server could take another's name.
+
+    Raises:
+        ValueError: the separator is malformed or could be read as part of a server name.
+    """
+    if not _SEPARATOR.fullmatch(separator):
+        raise ValueError(f"invalid separator {separator!r}: expected 1-4 characters of [A-Za-z0-9_-]")
+    if not re.search(r"[A-Z_]", separator):
+        raise ValueError(
+            f"separator {separator!r} could be part of a server name, so one server's tool could take "
+            "another's exposed name (`a-b-c` is server `a` with tool `b-c`, or `a-b` with `c`); "
+            "use one with `_` or an upper-case letter, such as the default `__`"
+        )
+
+
 def _check_server(server: str) -> None:
     if not _SERVER_NAME.fullmatch(server):
         raise ValueError(f"invalid server name {server!r}: expected {_SERVER_NAME.pattern}")
@@ -120,8 +141,7 @@ def assign_names(
     Call once per kind (tools, prompts) with the whole catalog: the result depends only on the set
     of pairs, never on their order, so the same servers always produce the same names.
     """
-    if not _SEPARATOR.fullmatch(separator):
-        raise ValueError(f"invalid separator {separator!r}: expected 1-4 characters of [A-Za-z0-9_-]")
+    check_separator(separator)
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < _MIN_LENGTH:
         raise ValueError(f"max_length must be an integer >= {_MIN_LENGTH}, got {max_length!r}")
 

@@ -17,7 +17,7 @@ version: 1
 defaults:
   start: lazy
   timeout: 5
-names: {separator: "-", max_length: 40}
+names: {separator: "-_", max_length: 40}
 servers:
   files:
     command: ~/bin/fs
@@ -51,7 +51,7 @@ def test_a_full_config_loads_with_expansion_and_defaults(monkeypatch: pytest.Mon
     assert config.start_of("files") == "eager" and config.start_of("web") == "lazy"
     assert config.timeout_of("files") == 5 and config.timeout_of("web") == 9
     assert web.protocol == "legacy" and files.protocol == "auto"
-    assert config.names.separator == "-"
+    assert config.names.separator == "-_"
 
 
 def test_an_empty_config_gets_the_safe_defaults() -> None:
@@ -305,12 +305,22 @@ def test_bad_server_names_are_refused(name: str) -> None:
     assert f"servers.{name}: server name" in message and "c.yaml:3" in message
 
 
-@pytest.mark.parametrize(("name", "separator"), [("cellblock", "__"), ("cellblock", "-"), ("cellblo", "ck")])
+@pytest.mark.parametrize(("name", "separator"), [("cellblock", "__"), ("cellblock", "_"), ("cellblock", "X")])
 def test_no_server_may_name_its_tools_like_the_gateways_own(name: str, separator: str) -> None:
     message = error_of(f"version: 1\nnames: {{separator: '{separator}'}}\nservers:\n  {name}:\n    command: x\n")
     assert f"server name '{name}' would name its tools like the gateway's own" in message
     # control: the same server beside another separator, or another name, is fine
     assert parse_config("version: 1\nnames: {separator: '__'}\nservers:\n  cellblocks:\n    command: x\n")
+
+
+@pytest.mark.parametrize("separator", ["-", "x", "-x-", "0"])
+def test_a_separator_that_could_be_part_of_a_server_name_is_refused(separator: str) -> None:
+    # with "-", server `a` + tool `b-c` and server `a-b` + tool `c` both spell `a-b-c`
+    message = error_of(f"version: 1\nnames: {{separator: '{separator}'}}\nservers:\n  a:\n    command: x\n")
+    assert f"separator '{separator}' could be part of a server name" in message and "c.yaml:2" in message
+    # control: with an underscore or a capital in it, the same separator is fine
+    for fine in (f"{separator}_", f"{separator}X"[-4:]):
+        assert parse_config(f"version: 1\nnames: {{separator: '{fine}'}}\n").names.separator == fine
 
 
 def test_a_server_needs_exactly_one_of_command_and_url() -> None:
@@ -405,6 +415,32 @@ def test_check_exits_1_with_lint_findings_and_names_them(tmp_path: Path) -> None
     )
     assert done.returncode == 1
     assert "lint: server 'a': tools.rules.read_file.args.path: under /etc is not shared" in done.stderr
+
+
+def test_check_reports_the_names_that_collide_in_the_approved_catalogs(tmp_path: Path) -> None:
+    from cellblock.gateway.locking import lock_path
+    from cellblock.policy.lock import approve, save_lock
+
+    path = tmp_path / "c.yaml"
+    path.write_text("version: 1\nservers:\n  git: {command: x}\n  web: {command: x}\n")
+    state = tmp_path / "state"
+    (state / "locks").mkdir(parents=True)
+    tools = {"tool:repo.status": {"name": "repo.status"}, "tool:repo_status": {"name": "repo_status"}}
+    save_lock(lock_path(state, "git"), approve("git", tools, 0))
+    save_lock(lock_path(state, "web"), approve("web", {"tool:repo.status": {"name": "repo.status"}}, 0))
+    env = {**os.environ, "CELLBLOCK_STATE_DIR": str(state)}
+
+    def check() -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "cellblock.gateway.cli", "check", "--config", str(path)]
+        return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+
+    done = check()
+    assert done.returncode == 1
+    assert "lint: tool name collision: server 'git': name 'repo.status' wanted 'git__repo_status'" in done.stderr
+    assert "web" not in done.stderr.partition("collision")[2]  # the same tool of another server is its own
+    # control: without the look-alike the same catalogs are clean
+    save_lock(lock_path(state, "git"), approve("git", {"tool:repo.status": {"name": "repo.status"}}, 0))
+    assert check().returncode == 0
 
 
 def test_a_jail_is_limited_by_default_and_a_server_overrides_defaults_key_by_key() -> None:

@@ -68,8 +68,8 @@ def test_plain_name_is_server_then_separator_then_tool() -> None:
 
 
 def test_custom_separator_is_used() -> None:
-    table = assign_names([("files", "read")], separator="-x-")
-    assert exposed(table, "files", "read") == "files-x-read"
+    table = assign_names([("files", "read")], separator="-X-")
+    assert exposed(table, "files", "read") == "files-X-read"
 
 
 def test_dotted_tool_name_is_sanitized() -> None:
@@ -182,11 +182,30 @@ def test_when_no_name_is_verbatim_the_smallest_pair_keeps_the_plain_form() -> No
     assert exposed(table, "s", "a:b") == hashed("s", "a:b", 64)
 
 
-def test_when_several_names_are_verbatim_the_smallest_pair_keeps_the_plain_form() -> None:
-    # With "-" as separator, server "a-b" + tool "c" and server "a" + tool "b-c" are both "a-b-c".
-    table = assign_names([("a-b", "c"), ("a", "b-c")], separator="-")
-    assert exposed(table, "a", "b-c") == "a-b-c"
-    assert exposed(table, "a-b", "c") == hashed("a-b", "c", 64, "-")
+def test_a_separator_a_server_name_could_hold_is_refused() -> None:
+    # With "-" as separator, server "a-b" + tool "c" and server "a" + tool "b-c" would both be
+    # "a-b-c": one server's tool would take the other's name.
+    with pytest.raises(ValueError, match="could be part of a server name"):
+        assign_names([("a-b", "c"), ("a", "b-c")], separator="-")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.from_regex(r"[a-z][a-z0-9-]{0,6}", fullmatch=True), st.from_regex(r"[a-zA-Z0-9_.-]{1,8}", fullmatch=True)
+        ),
+        max_size=12,
+    ),
+    st.sampled_from(["__", "_", "-_", "X", "_-_"]),
+)
+def test_with_an_accepted_separator_servers_never_collide(pairs: list[tuple[str, str]], separator: str) -> None:
+    # Whatever the tool names, two servers never want the same plain name: only names of one server
+    # (sanitized alike) can collide, and those are that server's own.
+    table = assign_names(pairs, separator=separator)
+    for collision in table.collisions:
+        rivals = [pair for pair, name in table.by_original.items() if name == collision.wanted]
+        assert [server for server, _ in rivals] == [collision.server]
 
 
 def test_a_verbatim_name_beats_a_long_name_whose_shortened_form_it_equals() -> None:
@@ -306,7 +325,7 @@ NAMES = st.one_of(
     st.text(max_size=12),
 )
 PAIRS = st.sets(st.tuples(SERVERS, NAMES), max_size=30)
-SEPARATORS = st.sampled_from(["__", "_", "-", "--", "x", "_9-Z"])
+SEPARATORS = st.sampled_from(["__", "_", "-_", "--X", "X", "_9-Z"])
 
 
 @settings(max_examples=300)
