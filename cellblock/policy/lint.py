@@ -94,15 +94,24 @@ def lint_policy(
                                 f"{where}.args.{arg}: under {root} is not shared with the jail, so the server "
                                 "cannot reach it; add it to jail.read_only or jail.read_write"
                             )
-                        elif (
-                            constraint.kind is ConstraintKind.UNDER
-                            and any(_writes(t, catalog.get(t) if catalog else None) for t in matched)
-                            and not _inside(real, shared_rw)
+                        elif constraint.kind is ConstraintKind.UNDER and any(
+                            _writes(t, catalog.get(t) if catalog else None) for t in matched
                         ):
-                            findings.append(
-                                f"{where}.args.{arg}: under {root} is for a tool that writes, but the jail shares it "
-                                "read-only; add it to jail.read_write, or the writes will fail"
-                            )
+                            wider = [g for g, r in zip(jail.read_write, shared_rw, strict=True) if _inside(real, [r])]
+                            if not wider:
+                                findings.append(
+                                    f"{where}.args.{arg}: under {root} is for a tool that writes, but the jail shares "
+                                    "it read-only; add it to jail.read_write, or the writes will fail"
+                                )
+                            elif all(_real(g, home) != real for g in wider):
+                                # the check runs before the server opens the path: a link swapped in
+                                # between gets past it, and only the mounts hold then
+                                findings.append(
+                                    f"{where}.args.{arg}: under {root} is for a tool that writes, but the jail shares "
+                                    f"all of {wider[0]} read-write, so only the check keeps writes inside {root} "
+                                    f"(not the kernel); share {root} in jail.read_write and {wider[0]} in "
+                                    "jail.read_only"
+                                )
                 if constraint.kind is ConstraintKind.HOSTS:
                     if jail.network == "none":
                         findings.append(f"{where}.args.{arg}: hosts rule, but the jail has no network (network: none)")

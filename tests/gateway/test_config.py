@@ -391,13 +391,17 @@ def test_check_exits_2_with_the_error_on_stderr(tmp_path: Path) -> None:
     assert done.stderr == f"cellblock: {path}:5: servers.a.bogus: unknown key\n"
 
 
-def test_shipped_configs_are_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_shipped_configs_are_valid(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from cellblock.gateway.policies import lint_config
+
     root = Path(__file__).resolve().parents[2]
     monkeypatch.setenv("CELLBLOCK_PYTHON", sys.executable)
     monkeypatch.setenv("CELLBLOCK_DEMO", str(root / "cellblock" / "demo"))
     monkeypatch.setenv("CELLBLOCK_SCRATCH", "/tmp/scratch")
     for path in [*root.glob("configs/*.yaml"), root / "cellblock" / "demo" / "demo.yaml"]:
-        load_config(path)
+        config, _ = load_config(path)
+        # and their jails share for writing exactly what their write rules allow (docs/policy.md)
+        assert lint_config(config, tmp_path) == [], path
 
 
 def test_check_exits_1_with_lint_findings_and_names_them(tmp_path: Path) -> None:

@@ -61,3 +61,16 @@ def test_a_rule_that_matches_no_locked_tool_is_named(tmp_path: Path) -> None:
     found = lint_policy("fs", rules(**{"read_fil": "allow", "list_*": "allow"}), None, "/h", {"read_file": True})
     assert len(found) == 2 and all("matches no tool of the locked catalog" in f for f in found)
     assert "read_fil " in found[0] and "list_*" in found[1]
+
+
+def test_a_write_grant_wider_than_the_writing_tools_under_is_named(tmp_path: Path) -> None:
+    # `under:` is checked before the server opens the path; a symlink swapped in between gets past the
+    # check, so the jail's mounts must hold the same line, or only the check does
+    body = {"decision": "allow", "args": {"path": {"under": [str(tmp_path / "rw" / "scratch")]}}}
+    found = lint_policy("fs", rules(write_file=body), jail(tmp_path), "/home/u", {"write_file": False})
+    assert len(found) == 1 and f"shares all of {tmp_path / 'rw'} read-write" in found[0]
+    # the fix it names: the parent read-only, only the scratch folder writable
+    narrow = JailView((str(tmp_path / "rw"),), (str(tmp_path / "rw" / "scratch"),), "none", ())
+    assert lint_policy("fs", rules(write_file=body), narrow, "/home/u", {"write_file": False}) == []
+    # a tool that only reads may be constrained inside a wider share
+    assert lint_policy("fs", rules(read_file=body), jail(tmp_path), "/home/u", {"read_file": True}) == []
