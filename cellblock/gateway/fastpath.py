@@ -40,6 +40,7 @@ from cellblock.gateway.catalog import LIST_KINDS, Catalog
 from cellblock.gateway.downstream import CALL_RESULT, Downstream, DownstreamError, InFlight, forwardable
 from cellblock.gateway.local import LocalChannel, Pending
 from cellblock.gateway.pipeline import Call
+from cellblock.gateway.scrub import Scrubbed, scrub, scrub_result
 from cellblock.gateway.shaping import exposed_result, wire_result
 from cellblock.gateway.wire import Wire
 
@@ -305,8 +306,9 @@ class FastPath:
     def _shape(self, fc: FastCall) -> dict[str, Any]:
         stamp = self.stamp
         try:
-            return wire_result("tools/call", fc.version, exposed_result(fc.call.server, fc.result()), stamp)
-        except (TimeoutError, MCPError, DownstreamError, ValueError) as exc:
+            result = scrub_result(exposed_result(fc.call.server, fc.result()), self.gateway.secrets())
+            return wire_result("tools/call", fc.version, result, stamp)
+        except (TimeoutError, MCPError, DownstreamError, ValueError) as exc:  # Scrubbed is a ValueError
             failed = fc.ds.failed_call(fc.call.tool, exc)
             return wire_result("tools/call", fc.version, failed.model_dump(by_alias=True, mode="json"), stamp)
 
@@ -321,6 +323,10 @@ class FastPath:
             if level and _LOG_ORDER.index(params.level) < _LOG_ORDER.index(level):
                 return
             body = params.model_dump(by_alias=True, mode="json", exclude_none=True)
+            try:
+                body, _ = scrub(body, self.gateway.secrets())
+            except Scrubbed:
+                return  # a log too deep to check for secrets is not passed on
             with contextlib.suppress(OSError):
                 self.wire.send({"jsonrpc": "2.0", "method": "notifications/message", "params": body})
 
@@ -337,7 +343,7 @@ class FastPath:
             if total is not None:
                 params["total"] = total
             if message is not None:
-                params["message"] = message
+                params["message"] = scrub(message, self.gateway.secrets())[0]
             with contextlib.suppress(OSError):
                 self.wire.send({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
 

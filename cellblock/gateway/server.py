@@ -13,13 +13,14 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 import anyio.abc
@@ -55,6 +56,7 @@ from cellblock.gateway.locking import POLL_SECONDS, Locks, lock_path, pending_pa
 from cellblock.gateway.namespacing import expose_uri
 from cellblock.gateway.pipeline import Asking, Call, Pipeline
 from cellblock.gateway.policies import policy_for
+from cellblock.gateway.scrub import Scrubbed, pattern_of, scrub, scrub_result
 from cellblock.gateway.state import atomic_write_json, read_json
 from cellblock.gateway.status import REVIEW, STATUS, ServerStatus, review_tool, status_text, status_tool, tool_name
 from cellblock.gateway.stdio import client_stdio
@@ -526,7 +528,7 @@ class Gateway:
         entry.asker = DirectAsker(ctx.session, ctx.request_id)
         if fast is not None:
             fast.adopted.set()
-        result = _exposed(call.server, await ds.call_tool(call.tool, params, entry, fast, recheck))
+        result = _exposed(call.server, await ds.call_tool(call.tool, params, entry, fast, recheck), self.secrets())
         done(result)
         return result
 
@@ -575,7 +577,7 @@ class Gateway:
                 parked = True
                 call.entry.progress = call.entry.log = None  # this request ends here
                 return types.InputRequiredResult(input_requests={INPUT_KEY: event.request}, request_state=state)
-            result = _exposed(call.server, event)
+            result = _exposed(call.server, event, self.secrets())
             if call.done is not None and isinstance(result, types.CallToolResult):
                 call.done(result)
             return result
@@ -602,6 +604,7 @@ class Gateway:
         token = (ctx.meta or {}).get("progress_token")
 
         async def progress(value: float, total: float | None, message: str | None) -> None:
+            message = message if message is None else scrub(message, self.secrets())[0]
             with contextlib.suppress(Exception):  # the client may be gone; progress is best effort
                 await session.report_progress(value, total, message)
 
@@ -653,9 +656,20 @@ class Gateway:
         ds = self.downstreams[server]
         ds.start(self.tasks)
         try:
-            return await ds.request(request, result_type)
+            result = await ds.request(request, result_type)
         except DownstreamError as exc:
             raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
+        try:  # a prompt, resource or completion passes on no secret the gateway holds either
+            clean, count = scrub(result.model_dump(by_alias=True, mode="json", exclude_none=True), self.secrets())
+            return result_type.model_validate(clean) if count else result
+        except ValueError as exc:  # too deep to check, or a number that held a secret in a typed field
+            raise MCPError(
+                types.INTERNAL_ERROR, f"server '{server}' answered with a secret the gateway holds, not passed on"
+            ) from exc
+
+    def secrets(self) -> re.Pattern[str] | None:
+        """What finds the secret values the gateway holds, in what a server sends toward the client."""
+        return pattern_of(self.audit.secrets())
 
     def _route_uri(self, uri: str) -> tuple[str, str]:
         try:
@@ -780,14 +794,15 @@ class Gateway:
         if self.log_level and _LOG_ORDER.index(params.level) < _LOG_ORDER.index(self.log_level):
             return
         with contextlib.suppress(Exception):  # logs are best effort; a gone client must not fail a call
-            await session.send_log_message(params.level, params.data, logger=params.logger)
+            (data, logger_name), _ = scrub([params.data, params.logger], self.secrets())
+            await session.send_log_message(params.level, data, logger=logger_name)
 
     async def _on_idle_log(self, ds: Downstream, params: types.LoggingMessageNotificationParams) -> None:
         if self.log_level and _LOG_ORDER.index(params.level) < _LOG_ORDER.index(self.log_level):
             return
-        self._notify_handshake_client(
-            "notifications/message", params.model_dump(by_alias=True, mode="json", exclude_none=True)
-        )
+        with contextlib.suppress(Scrubbed):  # a log too deep to check for secrets is not passed on
+            body, _ = scrub(params.model_dump(by_alias=True, mode="json", exclude_none=True), self.secrets())
+            self._notify_handshake_client("notifications/message", body)
 
 
 async def _stop_on_signal(scope: anyio.CancelScope) -> None:
@@ -799,10 +814,11 @@ async def _stop_on_signal(scope: anyio.CancelScope) -> None:
             return
 
 
-def _exposed(server: str, result: R) -> R:
+def _exposed(server: str, result: R, secrets: re.Pattern[str] | None) -> R:
     """A downstream result as the client may see it: resource URIs routed back through the
-    gateway, and the server's own `serverInfo` stamp dropped (the gateway stamps its own).
-    `fastpath.exposed_result` is the same for a result the fast path carries as JSON."""
+    gateway, the server's own `serverInfo` stamp dropped (the gateway stamps its own), and the
+    secrets the gateway holds taken out. `shaping.exposed_result` and `scrub.scrub_result` are the
+    same for a result the fast path carries as JSON."""
     if not isinstance(result, types.CallToolResult):
         return result
     update: dict[str, Any] = {}
@@ -810,7 +826,15 @@ def _exposed(server: str, result: R) -> R:
         update["content"] = expose_content(server, result.content)
     if result.meta and SERVER_INFO_META_KEY in result.meta:
         update["meta"] = {k: v for k, v in result.meta.items() if k != SERVER_INFO_META_KEY} or None
-    return result.model_copy(update=update) if update else result
+    result = result.model_copy(update=update) if update else result
+    if secrets is None:
+        return result
+    try:
+        dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        clean = scrub_result(dumped, secrets)
+    except Scrubbed as exc:
+        return cast(R, error_result(f"the result of server '{server}' was not passed on: {exc}"))
+    return result if clean is dumped else cast(R, types.CallToolResult.model_validate(clean))
 
 
 def _text_result(text: str) -> types.CallToolResult:

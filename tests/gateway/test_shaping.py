@@ -16,11 +16,13 @@ from mcp.server.lowlevel import Server
 from mcp.server.runner import ServerRunner
 from mcp_types import SERVER_INFO_META_KEY
 
+from cellblock.gateway.scrub import pattern_of, scrub_result
 from cellblock.gateway.server import _exposed
 from cellblock.gateway.shaping import exposed_result, wire_result
 
 VERSIONS = ["2025-06-18", "2025-11-25", "2026-07-28"]
 STAMP_OF_SERVER = {"name": "probe", "version": "0.1.0"}
+SECRETS = pattern_of(("tok-5f1e9a2b77c4", "918273645546372819"))
 
 RESULTS: dict[str, dict[str, Any]] = {
     "text": {"content": [{"type": "text", "text": "hi"}], "isError": False},
@@ -39,6 +41,11 @@ RESULTS: dict[str, dict[str, Any]] = {
     },
     "error": {"content": [{"type": "text", "text": "boom"}], "isError": True, "_meta": {SERVER_INFO_META_KEY: {}}},
     "unknown fields": {"content": [], "surprise": {"nested": True}, "isError": False},
+    "secrets": {
+        "content": [{"type": "text", "text": "authorization: Bearer tok-5f1e9a2b77c4"}],
+        "structuredContent": {"key": 918273645546372819, "tok-5f1e9a2b77c4": 1},
+        "_meta": {"probe/echo": "tok-5f1e9a2b77c4"},
+    },
 }
 
 
@@ -47,15 +54,16 @@ def sdk_answer(version: str, result: dict[str, Any]) -> dict[str, Any]:
     model = types.CallToolResult.model_validate(result, by_name=False)
     server: Server[Any] = Server("cellblock", version="0.1.0")
     runner = ServerRunner(server, connection=None, lifespan_state=None)  # type: ignore[arg-type]  # reason: _serialize reads only the server
-    return runner._serialize("tools/call", version, _exposed("probe", model))
+    return runner._serialize("tools/call", version, _exposed("probe", model, SECRETS))
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("name", list(RESULTS))
 def test_the_fast_path_answers_what_the_sdk_path_answers(version: str, name: str) -> None:
     stamp = Server("cellblock", version="0.1.0").server_info_stamp
-    fast = wire_result("tools/call", version, exposed_result("probe", RESULTS[name]), stamp)
+    fast = wire_result("tools/call", version, scrub_result(exposed_result("probe", RESULTS[name]), SECRETS), stamp)
     assert fast == sdk_answer(version, RESULTS[name])
+    assert "tok-5f1e9a2b77c4" not in str(fast) and "918273645546372819" not in str(fast)
 
 
 def test_resource_uris_route_back_and_the_servers_stamp_is_replaced() -> None:

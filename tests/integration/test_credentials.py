@@ -116,9 +116,10 @@ async def test_bearer_token_from_the_keyring(
             assert_nowhere([token], tmp_path, wrong.stderr, right.stdout, right.stderr, listed.stdout, listed.stderr)
         assert_nowhere([token], tmp_path)
 
-        # a token the model itself sends (say, pasted from somewhere) is still redacted in the audit log
+        # a token the model itself sends (say, pasted from somewhere) is still redacted in the audit log,
+        # and in the echo that comes back
         async with gateway(config, tmp_path / "state", env=env) as client:
-            assert _text(await client.call_tool("api__echo", {"text": f"leak {token}"})) == f"leak {token}"
+            assert _text(await client.call_tool("api__echo", {"text": f"leak {token}"})).startswith("leak [redacted]")
         audit = (tmp_path / "state" / "audit.jsonl").read_text()
         assert token not in audit and "[redacted]" in audit
 
@@ -210,6 +211,10 @@ async def test_secrets_reach_only_their_server_and_never_argv(
         other = json.loads(_text(await client.call_tool("other__environment", {})))
         assert "PROBE_KEY" not in other
         assert not any(hashlib.sha256(secret.encode()).hexdigest() == v for v in other.values())
+        # a server that hands a secret back (the model's, or its own) hands the model "[redacted]"
+        echoed = await client.call_tool("other__echo", {"message": f"key={secret}"})
+        assert echoed.structured_content == {"message": "key=[redacted]"}
+        assert _text(echoed).startswith("key=[redacted][Cellblock redacted 2 secret value(s)")
         assert_nowhere([secret], tmp_path, stored.stdout, stored.stderr)  # both servers are running now
 
 
@@ -375,3 +380,41 @@ async def test_a_secret_a_server_writes_to_stderr_is_redacted_from_why_it_stoppe
         assert "key=[redacted] rejected" in ps and secret not in ps
     audit = (tmp_path / "state" / "audit.jsonl").read_text()
     assert "server_start_failed" in audit and secret not in audit
+
+
+async def test_secrets_a_server_hands_back_are_taken_out_of_what_the_model_sees(
+    tmp_path: Path, env: dict[str, str], forget: Callable[[str], None]
+) -> None:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    token = "bearer-" + os.urandom(12).hex()
+    key = str(10**17 + int.from_bytes(os.urandom(7)) % 10**17)  # an API key of digits only: echoed as a number
+    forget("api")
+    forget("api-key")
+    keyring.set_password("cellblock", "api", token)
+    keyring.set_password("cellblock", "api-key", key)
+    with run_remote("bearer", env={"REMOTE_TOKEN": token}) as url:
+        # the honest control: called directly with the same headers, the server hands both back
+        headers = {"Authorization": f"Bearer {token}", "X-Api-Key": key}
+        async with (
+            httpx2.AsyncClient(headers=headers) as http,
+            Client(streamable_http_client(url, http_client=http), cache=None) as direct,
+        ):
+            echoed = (await direct.call_tool("headers", {})).structured_content
+        assert echoed is not None and echoed["authorization"] == f"Bearer {token}" and echoed["x-api-key"] == int(key)
+
+        servers = {"api": {"url": url, "auth": {"type": "bearer"}, "secrets": {"X-Api-Key": "api-key"}}}
+        config = write_config(tmp_path, servers)
+        async with gateway(config, tmp_path / "state", env=env) as client:
+            result = await client.call_tool("api__headers", {})
+            assert not result.is_error, _text(result)
+            seen = json.dumps(result.model_dump(mode="json"))
+            assert token not in seen and key not in seen
+            assert result.structured_content is not None
+            assert result.structured_content["authorization"] == "Bearer [redacted]"
+            assert result.structured_content["x-api-key"] == "[redacted]"
+            assert "[Cellblock redacted 4 secret value(s) it holds from this result]" in _text(result)
+            # what the model sends itself is its own: an echo of it is scrubbed all the same
+            assert _text(await client.call_tool("api__echo", {"text": f"leak {token}"})).startswith("leak [redacted]")
+    assert_nowhere([token, key], tmp_path)

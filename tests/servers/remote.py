@@ -4,7 +4,8 @@ Run as ``python tests/servers/remote.py --auth none|bearer|oauth [--port 0] [--t
 It binds 127.0.0.1 (port 0 lets the OS choose), and once it listens prints exactly one line,
 ``READY http://127.0.0.1:PORT/mcp``, to stdout. SIGTERM shuts it down with exit status 0.
 
-Tools: ``echo(text)`` returns the text; ``whoami()`` says who called:
+Tools: ``echo(text)`` returns the text; ``headers()`` returns the request's headers (as a hostile
+server that echoes them would; a value of digits as a number); ``whoami()`` says who called:
 
 - ``none``: ``anonymous``.
 - ``bearer``: ``token ok``. The expected token is read from ``REMOTE_TOKEN`` (never argv: tests
@@ -44,7 +45,7 @@ from mcp.server.auth.provider import (
     construct_redirect_uri,
 )
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 Auth = Literal["none", "bearer", "oauth"]
@@ -239,6 +240,11 @@ def build_server(auth: Auth, base_url: str, token_lifetime: int) -> MCPServer:
     def echo(text: str) -> str:
         """Return `text` unchanged."""
         return text
+
+    @server.tool()
+    def headers(ctx: Context) -> dict[str, str | int]:
+        """The headers this request came with."""
+        return {k: int(v) if v.isdigit() else v for k, v in (ctx.headers or {}).items()}
 
     @server.tool()
     def whoami() -> str:

@@ -1,0 +1,87 @@
+"""Known secret values taken out of what goes to the client: tool results, prompts, resources, logs.
+
+The gateway knows the values it holds for its servers (keyring tokens, OAuth tokens, `secrets:`).
+A server may hand one back (a remote one that echoes request headers, a local one that prints its
+environment): every occurrence is replaced by `[redacted]` before the client, and so the model,
+sees it, whatever the value's JSON type (a number whose digits hold a secret is replaced whole).
+Names of keys are not judged here: only values the gateway knows are secrets.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+__all__ = ["REDACTED", "Scrubbed", "pattern_of", "scrub", "scrub_result"]
+
+REDACTED = "[redacted]"
+
+
+class Scrubbed(ValueError):
+    """What was to be scrubbed is nested too deeply to be checked (refused rather than passed on)."""
+
+
+@functools.lru_cache(maxsize=8)  # the set of secrets changes rarely; the pattern is asked for per message
+def pattern_of(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One pattern that finds any of `secrets` (longest first, so no secret is half replaced)."""
+    alternatives = sorted({s for s in secrets if s}, key=lambda s: (-len(s), s))
+    return re.compile("|".join(map(re.escape, alternatives))) if alternatives else None
+
+
+def scrub(value: Any, pattern: re.Pattern[str] | None) -> tuple[Any, int]:
+    """`value` with every secret `pattern` finds replaced, and how many were; `value` itself when none.
+
+    Raises:
+        Scrubbed: `value` is nested too deeply to be walked.
+    """
+    if pattern is None:
+        return value, 0
+    try:
+        return _walk(value, pattern)
+    except RecursionError:
+        raise Scrubbed("nested too deeply to be checked for secrets") from None
+
+
+def _walk(value: Any, pattern: re.Pattern[str]) -> tuple[Any, int]:
+    if isinstance(value, str):
+        clean, count = pattern.subn(REDACTED, value)
+        return (clean, count) if count else (value, 0)
+    if isinstance(value, bool) or value is None:
+        return value, 0
+    if isinstance(value, int | float):
+        # str() of a huge integer is refused past 4300 digits: such a number is no secret's text
+        text = repr(value) if not isinstance(value, int) or value.bit_length() <= 14000 else ""
+        return (REDACTED, 1) if text and pattern.search(text) else (value, 0)
+    if isinstance(value, dict):
+        total = 0
+        out: dict[Any, Any] = {}
+        for key, item in value.items():
+            clean_key, n = _walk(key, pattern) if isinstance(key, str) else (key, 0)
+            clean_item, m = _walk(item, pattern)
+            out[clean_key] = clean_item
+            total += n + m
+        return (out, total) if total else (value, 0)
+    if isinstance(value, list | tuple):
+        total = 0
+        items = []
+        for item in value:
+            clean_item, n = _walk(item, pattern)
+            items.append(clean_item)
+            total += n
+        return (items, total) if total else (value, 0)
+    return value, 0
+
+
+def scrub_result(result: dict[str, Any], pattern: re.Pattern[str] | None) -> dict[str, Any]:
+    """A tool result (as JSON) with the secrets taken out and, when any were, a line that says so.
+
+    Raises:
+        Scrubbed: the result is nested too deeply to be checked.
+    """
+    clean, count = scrub(result, pattern)
+    if not count:
+        return result
+    content = clean.get("content") if isinstance(clean.get("content"), list) else []
+    note = {"type": "text", "text": f"[Cellblock redacted {count} secret value(s) it holds from this result]"}
+    return {**clean, "content": [*content, note]}
