@@ -17,10 +17,12 @@ from typing import IO
 
 import anyio
 
+from cellblock.gateway.audit import Audit
 from cellblock.gateway.config import Config, ConfigError, RemoteServer
 from cellblock.gateway.credentials import CredentialError, Keyring, active_backend, oauth_entries
 from cellblock.gateway.oauth import LOGIN_SECONDS, KeyringTokenStorage
 from cellblock.gateway.remote import login
+from cellblock.gateway.state import state_dir
 
 __all__ = ["auth_list", "auth_login", "auth_logout", "auth_set", "read_secret"]
 
@@ -133,7 +135,12 @@ def auth_login(config: Config, name: str, notify: Callable[[str], None], open_br
             # not awaited: some browser commands return only when the browser exits
             threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
 
-    tools = anyio.run(login, name, server, store, show)
+    # a URL the server points OAuth at that discovery refuses is audited, as in the gateway
+    audit = Audit(config.audit_file(state_dir()))
+    try:
+        tools = anyio.run(login, name, server, store, show, None, lambda refused: refused.record(audit))
+    finally:
+        audit.close()
     _say(f"OK: logged in to '{name}' ({tools} tools); tokens are in {store.backend.label}")
     notify(name)
     return 0

@@ -38,6 +38,7 @@ from pydantic import FileUrl, TypeAdapter
 from cellblock.gateway.audit import Audit
 from cellblock.gateway.config import LocalServer, RemoteServer
 from cellblock.gateway.credentials import CredentialError, Keyring
+from cellblock.gateway.discovery import DiscoveryRefused
 from cellblock.gateway.elicitation import Asker
 from cellblock.gateway.errors import first_line
 from cellblock.gateway.launch import granted_roots, launch_plan, stdio_parameters
@@ -309,7 +310,7 @@ class Downstream:
                 # a jail that reached a limit while starting failed for that reason, whatever broke next
                 breach = self.channel.breach() if self.channel is not None else None
                 reason = breach or self._with_last_words(self._explain(exc), exc)
-                if self._watch.login is not None or self._watch.unauthorized:
+                if self._watch.login is not None or self._watch.unauthorized or self._watch.refused is not None:
                     self._fail(reason, retry_on_use=True)
                     return
             self._down(reason)
@@ -368,6 +369,12 @@ class Downstream:
         if isinstance(self.config, RemoteServer):
             return explain(self.name, self.config, self._watch, exc) or _describe(exc)
         return _describe(exc)
+
+    def _refused(self, refused: DiscoveryRefused) -> None:
+        # the server pointed OAuth somewhere it may not go: recorded with the origin only, never a path or token
+        logger.warning("%s", refused)
+        if self.audit is not None:
+            refused.record(self.audit)
 
     def _secret(self, value: str) -> None:
         # a credential the gateway handed out: redacted wherever it turns up in the audit log
@@ -543,7 +550,9 @@ class Downstream:
             return local_transport(plan, self.channel, sys.stderr)
         self._watch = HttpWatch()
         keyring = self._keyring() if self.config.auth.type != "none" or self.config.secrets else None
-        http = await remote_client(self.name, self.config, keyring, self._watch, self._secret, self.max_message)
+        http = await remote_client(
+            self.name, self.config, keyring, self._watch, self._secret, self.max_message, self._refused
+        )
         return streamable_http_client(self.config.url, http_client=http, max_sse_event_size=self.max_message)
 
     def _tell_limits(self, plan: LaunchPlan) -> None:
@@ -729,7 +738,7 @@ class Downstream:
                         f"log in with `cellblock auth login {self.name}`"
                     )
 
-            tools = await login(self.name, config, self._keyring(), show, self._secret)
+            tools = await login(self.name, config, self._keyring(), show, self._secret, self._refused)
             self._event("login", tools=tools)
             logger.info("server '%s': logged in through the client", self.name)
             self.retry()

@@ -15,12 +15,13 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import anyio.abc
+import httpx2
 from anyio.abc import SocketAttribute
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.auth.oauth2 import OAuthContext
@@ -34,6 +35,7 @@ from mcp.shared.auth import (
 from pydantic import AnyUrl, ValidationError
 
 from cellblock.gateway.credentials import CredentialError, Keyring, oauth_entries
+from cellblock.gateway.discovery import PIN, DiscoveryGuard
 
 __all__ = [
     "CALLBACK_PATH",
@@ -154,12 +156,59 @@ class _Provider(OAuthClientProvider):
     the authorization server it came from. Without the expiry an old token looks valid forever
     (a 401 then forces a new login); without the metadata a refresh would go to the MCP server's
     own `/token`, handing the refresh token to a host that may not be its issuer. So a stored
-    token is refreshed only when both are known."""
+    token is refreshed only when both are known.
 
-    def __init__(self, storage: KeyringTokenStorage, **kwargs: Any) -> None:
-        super().__init__(storage=storage, **kwargs)
+    Every request the flow makes, and the authorization URL it shows, passes `guard` first
+    (gateway/discovery.py): the server's 401 and metadata cannot send it anywhere else."""
+
+    def __init__(
+        self,
+        storage: KeyringTokenStorage,
+        guard: DiscoveryGuard,
+        redirect_handler: Callable[[str], Awaitable[None]],
+        **kwargs: Any,
+    ) -> None:
+        async def vetted_redirect(url: str) -> None:
+            await guard.admit(url, self._authorization_servers())
+            await redirect_handler(url)
+
+        super().__init__(storage=storage, redirect_handler=vetted_redirect, **kwargs)
         self._keyring_storage = storage
+        self._guard = guard
         storage.context = self.context
+
+    def _authorization_servers(self) -> list[str]:
+        """The authorization servers the flow may use: those the (origin-checked) resource metadata
+        names, and the issuer of the metadata in use, which the SDK checked against them (or which
+        was stored after such a check)."""
+        named = []
+        if self.context.protected_resource_metadata is not None:
+            named += [str(server) for server in self.context.protected_resource_metadata.authorization_servers]
+        if self.context.oauth_metadata is not None:
+            named.append(str(self.context.oauth_metadata.issuer))
+        return named
+
+    async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        """The SDK's flow, with each of its own requests (discovery, registration, token, the
+        redirects it follows) admitted by the guard and pinned to the checked address."""
+        flow = super().async_auth_flow(request)
+        try:
+            outgoing = await flow.__anext__()
+            while True:
+                if outgoing is not request:
+                    address = await self._guard.admit(outgoing.url, self._authorization_servers())
+                    if address is None:
+                        outgoing.extensions.pop(PIN, None)
+                    else:
+                        outgoing.extensions[PIN] = address
+                response = yield outgoing
+                if outgoing is request:
+                    self._guard.check_challenge(response)
+                outgoing = await flow.asend(response)
+        except StopAsyncIteration:
+            return
+        finally:
+            await flow.aclose()
 
     async def _initialize(self) -> None:
         await super()._initialize()
@@ -190,10 +239,14 @@ def oauth_provider(
     scope: str | None,
     redirect_handler: Callable[[str], Awaitable[None]],
     callback_handler: Callable[[], Awaitable[AuthorizationCodeResult]],
+    guard: DiscoveryGuard | None = None,
 ) -> OAuthClientProvider:
-    """An httpx2 auth that adds, refreshes and (through the handlers) obtains tokens for `url`."""
+    """An httpx2 auth that adds, refreshes and (through the handlers) obtains tokens for `url`;
+    its requests go only where `guard` (by default one for `server` at `url`) admits. Send them
+    through a `PinnedTransport`, which connects to the addresses the guard checked."""
     return _Provider(
         storage,
+        guard if guard is not None else DiscoveryGuard(server, url),
         server_url=url,
         client_metadata=client_metadata(redirect_uri, scope),
         redirect_handler=redirect_handler,

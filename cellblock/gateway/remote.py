@@ -2,8 +2,9 @@
 
 A bearer token is read from the keyring at each connect (so `cellblock auth set` takes effect at
 the next reconnect) and sent only to the server's own origin: a redirect elsewhere does not carry
-it. OAuth goes through gateway/oauth.py. The SDK reports HTTP failures without the status, so a
-response hook notes a 401 and `explain` turns what happened into an error that says what to do.
+it. OAuth goes through gateway/oauth.py, its discovery only where gateway/discovery.py admits.
+The SDK reports HTTP failures without the status, so a response hook notes a 401 and `explain`
+turns what happened into an error that says what to do.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from mcp.shared.auth import AuthorizationCodeResult
 
 from cellblock.gateway.config import RemoteServer
 from cellblock.gateway.credentials import CredentialError, Keyring
+from cellblock.gateway.discovery import DiscoveryGuard, DiscoveryRefused, PinnedTransport, origin
 from cellblock.gateway.errors import first_line
 from cellblock.gateway.oauth import (
     CALLBACK_PATH,
@@ -41,23 +43,17 @@ __all__ = ["BearerAuth", "BoundedTransport", "HttpWatch", "MessageTooLarge", "ex
 _TIMEOUT = httpx2.Timeout(30.0, read=None)
 
 
-def _origin(url: str | httpx2.URL) -> tuple[str, str, int | None]:
-    parts = urlsplit(str(url))
-    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
-    return parts.scheme, (parts.hostname or "").lower(), port
-
-
 class BearerAuth(httpx2.Auth):
     """`Authorization: Bearer …` on requests to the server's own origin, and nowhere else."""
 
     def __init__(self, token: str, url: str) -> None:
-        self._token, self._origin = token, _origin(url)
+        self._token, self._origin = token, origin(url)
 
     def __repr__(self) -> str:  # the default repr would show the token in any debug dump
         return f"BearerAuth(origin={self._origin!r})"
 
     def auth_flow(self, request: httpx2.Request) -> Generator[httpx2.Request, httpx2.Response, None]:
-        if _origin(request.url) == self._origin:
+        if origin(request.url) == self._origin:
             request.headers["Authorization"] = f"Bearer {self._token}"
         yield request
 
@@ -112,6 +108,8 @@ class HttpWatch:
 
     unauthorized: bool = False
     login: LoginNeeded | None = None
+    # an OAuth URL the server pointed us at that discovery refused (already audited)
+    refused: DiscoveryRefused | None = None
     # a 404 to a request that carried a session id: the server restarted and forgot the session
     session_lost: bool = False
 
@@ -129,9 +127,10 @@ async def remote_client(
     watch: HttpWatch,
     on_secret: Callable[[str], None] | None = None,
     limit: int = DEFAULT_LINE_LIMIT,
+    on_refused: Callable[[DiscoveryRefused], None] | None = None,
 ) -> httpx2.AsyncClient:
-    """The HTTP client for `server`, authenticated as its `auth:` says; `on_secret` is told each token;
-    JSON answers longer than `limit` bytes fail (`BoundedTransport`).
+    """The HTTP client for `server`, authenticated as its `auth:` says; `on_secret` is told each token,
+    `on_refused` each OAuth URL refused; JSON answers longer than `limit` bytes fail (`BoundedTransport`).
 
     Raises:
         CredentialError: the credential is not in the keyring, or no keyring is usable.
@@ -161,12 +160,13 @@ async def remote_client(
                 on_secret(token)
             auth = BearerAuth(token, server.url)
         else:
-            auth = await _serving_oauth(name, server, keyring, watch, on_secret)
+            auth = await _serving_oauth(name, server, keyring, watch, on_secret, on_refused)
     hooks: dict[str, list[Any]] = {"response": [watch.on_response]}
     if secret_headers:
         hooks["request"] = [_origin_headers(secret_headers, server.url)]
+    transport = BoundedTransport(limit, PinnedTransport())
     return httpx2.AsyncClient(
-        headers=server.headers, auth=auth, timeout=_TIMEOUT, event_hooks=hooks, transport=BoundedTransport(limit)
+        headers=server.headers, auth=auth, timeout=_TIMEOUT, event_hooks=hooks, transport=transport
     )
 
 
@@ -174,10 +174,10 @@ def _origin_headers(headers: Mapping[str, str], url: str) -> Callable[[httpx2.Re
     """A request hook adding `headers` to requests for the server's own origin only (not to an
     authorization server, not after a redirect elsewhere). A redirect copies the previous
     request's headers, so for any other origin they are removed, not just left out."""
-    origin = _origin(url)
+    own = origin(url)
 
     async def add(request: httpx2.Request) -> None:
-        if _origin(request.url) == origin:
+        if origin(request.url) == own:
             request.headers.update(headers)
         else:
             for header in headers:
@@ -187,10 +187,21 @@ def _origin_headers(headers: Mapping[str, str], url: str) -> Callable[[httpx2.Re
 
 
 async def _serving_oauth(
-    name: str, server: RemoteServer, keyring: Keyring, watch: HttpWatch, on_secret: Callable[[str], None] | None
+    name: str,
+    server: RemoteServer,
+    keyring: Keyring,
+    watch: HttpWatch,
+    on_secret: Callable[[str], None] | None,
+    on_refused: Callable[[DiscoveryRefused], None] | None,
 ) -> httpx2.Auth:
     """OAuth while serving: tokens are used and refreshed; a needed login is reported, not started."""
     storage = KeyringTokenStorage(keyring, name, on_secret)
+
+    def refused(exc: DiscoveryRefused) -> None:
+        watch.refused = exc
+        if on_refused is not None:
+            on_refused(exc)
+
     redirect = redirect_uri_of(await storage.get_client_info()) or f"http://127.0.0.1:{LOGIN_PORT}{CALLBACK_PATH}"
 
     async def no_browser(url: str) -> None:
@@ -200,11 +211,14 @@ async def _serving_oauth(
     async def no_callback() -> AuthorizationCodeResult:
         raise LoginNeeded(name, server.url)
 
-    return oauth_provider(name, server.url, storage, redirect, server.auth.scope, no_browser, no_callback)
+    guard = DiscoveryGuard(name, server.url, refused)
+    return oauth_provider(name, server.url, storage, redirect, server.auth.scope, no_browser, no_callback, guard)
 
 
 def explain(name: str, server: RemoteServer, watch: HttpWatch, exc: BaseException) -> str | None:
     """A plain reason for a failed connection to `server`, or None when it is not an HTTP matter."""
+    if watch.refused is not None:
+        return str(watch.refused)
     if watch.login is not None:
         return str(watch.login)
     if watch.unauthorized:
@@ -239,10 +253,12 @@ async def login(
     store: Keyring,
     show: Callable[[str], Awaitable[None]],
     on_secret: Callable[[str], None] | None = None,
+    on_refused: Callable[[DiscoveryRefused], None] | None = None,
 ) -> int:
     """An interactive OAuth login: `show` puts the authorization URL before the user (a browser,
     a printed line, the client's URL elicitation); the redirect is caught on loopback. The tokens
-    land in the keyring. Returns how many tools the server lists with them.
+    land in the keyring. Returns how many tools the server lists with them. `on_refused` is told
+    each OAuth URL the server pointed at that discovery refused.
 
     Raises:
         CredentialError: the login was refused, declined, timed out or failed.
@@ -273,8 +289,16 @@ async def login(
                 raise outcome[0]
             return outcome[0]
 
-        auth = oauth_provider(name, server.url, storage, catcher.redirect_uri, server.auth.scope, show, caught)
-        http = httpx2.AsyncClient(headers=server.headers, auth=auth, timeout=_TIMEOUT)
+        refusals: list[DiscoveryRefused] = []
+
+        def refused(exc: DiscoveryRefused) -> None:
+            refusals.append(exc)
+            if on_refused is not None:
+                on_refused(exc)
+
+        guard = DiscoveryGuard(name, server.url, refused)
+        auth = oauth_provider(name, server.url, storage, catcher.redirect_uri, server.auth.scope, show, caught, guard)
+        http = httpx2.AsyncClient(headers=server.headers, auth=auth, timeout=_TIMEOUT, transport=PinnedTransport())
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(catch)
@@ -283,6 +307,8 @@ async def login(
                 tg.cancel_scope.cancel()
             return tools
         except Exception as exc:  # the SDK's flow errors, HTTP failures, ours: one plain message
+            if refusals:  # the SDK may have wrapped it, or answered in its place
+                raise refusals[0] from None
             leaves = _leaves(exc)
             ours = next((e for e in leaves if isinstance(e, CredentialError)), None)
             if ours is not None:

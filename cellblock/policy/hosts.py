@@ -32,6 +32,7 @@ __all__ = [
     "HostRule",
     "address_allowed",
     "host_allowed",
+    "is_ip",
     "is_special_address",
     "normalize_host",
     "parse_rule",
@@ -135,7 +136,7 @@ def parse_rule(text: str) -> HostRule:
         if not host_text.startswith("*.") or "*" in host_text[2:]:
             raise ValueError(f"allow_hosts entry {text!r}: a wildcard is only allowed as a leading '*.'")
         suffix = _normalize_rule_name(text, host_text[2:])
-        if _is_ip(suffix):
+        if is_ip(suffix):
             raise ValueError(f"allow_hosts entry {text!r}: a wildcard cannot apply to an IP address")
         if "." not in suffix:
             raise ValueError(
@@ -354,7 +355,8 @@ def _to_ascii_label(label: str, host: str) -> str:
     return ascii_label
 
 
-def _is_ip(text: str) -> bool:
+def is_ip(text: str) -> bool:
+    """Whether `text` is an IP address literal (IPv4 or IPv6, no brackets)."""
     try:
         ipaddress.ip_address(text)
     except ValueError:

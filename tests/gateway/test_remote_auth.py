@@ -9,10 +9,9 @@ from __future__ import annotations
 import contextlib
 import secrets
 import socket
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import anyio
 import httpx2
@@ -24,6 +23,7 @@ from cellblock.gateway.config import RemoteServer, parse_config
 from cellblock.gateway.credentials import SERVICE, CredentialError, Keyring
 from cellblock.gateway.oauth import LoginNeeded
 from cellblock.gateway.remote import BearerAuth, HttpWatch, explain, remote_client
+from tests.servers.threaded import serving
 
 pytestmark = pytest.mark.anyio
 
@@ -289,16 +289,8 @@ def origin() -> Iterator[Origin]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    record.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    try:
+    with serving(Handler) as record.url:
         yield record
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(DEADLINE)
 
 
 @pytest.fixture
