@@ -17,7 +17,6 @@ connect, to the checked IP itself, so DNS cannot change the answer in between. A
 from __future__ import annotations
 
 import errno
-import ipaddress
 import logging
 import os
 import re
@@ -31,7 +30,7 @@ import anyio.abc
 import anyio.lowlevel
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from cellblock.policy.hosts import HostRule, address_allowed, host_allowed, normalize_host
+from cellblock.policy.hosts import HostRule, address_allowed, host_allowed, is_ip, normalize_host
 from cellblock.sandbox.bwrap import EGRESS_SOCKET
 from cellblock.sandbox.launchers import launcher_mounts
 from cellblock.sandbox.types import Mount, MountMode
@@ -309,7 +308,7 @@ class EgressProxy:
             await _pipe(reader, stream, upstream)
 
     async def _resolve(self, host: str, port: int) -> list[str]:
-        if _is_ip(host):
+        if is_ip(host):
             return [host]
         try:
             with anyio.fail_after(RESOLVE_TIMEOUT):
@@ -553,14 +552,6 @@ class _UnixStream(anyio.abc.ByteStream):
 
 
 # -- small helpers -------------------------------------------------------------------------
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def _authority(host: str, port: int | None) -> str:
