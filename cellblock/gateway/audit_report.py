@@ -21,6 +21,7 @@ from typing import Any
 
 from cellblock.gateway.audit import rotated_paths
 from cellblock.policy.jsontext import loads
+from cellblock.policy.text import visible as _printable  # event text comes partly from servers
 
 __all__ = [
     "RECENT",
@@ -180,11 +181,6 @@ def read_report(path: Path, since: float | None = None, server: str | None = Non
             continue
         report.add(event)
     return report
-
-
-def _printable(text: str) -> str:
-    # event text comes partly from downstream servers: no terminal escapes or line breaks get through
-    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
 
 
 def _value(value: Any) -> str:

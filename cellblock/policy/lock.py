@@ -37,7 +37,6 @@ import json
 import math
 import os
 import re
-import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +45,7 @@ from typing import Any, TypedDict
 
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.files import atomic_write_json
+from cellblock.policy.text import visible as _visible
 
 __all__ = [
     "LOCK_VERSION",
@@ -84,9 +84,6 @@ _INSTRUCTIONS = "instructions"
 _PROTOCOL_META = "io.modelcontextprotocol/"
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _TEXT_FIELDS = ("title", "description", "text")  # shown as text diffs, in this order
-# Characters a terminal would hide or act on: controls, format characters (bidi overrides,
-# zero-width, Unicode tag "ASCII smuggling"), separators, surrogates, private and unassigned.
-_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 
 class LockError(CellblockError):
@@ -470,16 +467,6 @@ def save_pending(path: str | os.PathLike[str], server: str, items: Mapping[str, 
 
 
 # -- describe ---------------------------------------------------------------------------------
-
-
-def _visible(text: str) -> str:
-    """`text` with every character a terminal would hide or obey written as an escape."""
-    return "".join(
-        (f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}")
-        if unicodedata.category(c) in _INVISIBLE and c != "\t"
-        else c
-        for c in text
-    )
 
 
 def _show(value: Any) -> str:
