@@ -18,7 +18,6 @@ applied before this module is consulted, so an approval cannot widen them.
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import os
 import secrets
@@ -31,8 +30,18 @@ import anyio
 import mcp.types as types
 from mcp.server.session import ServerSession
 
-from cellblock.gateway.audit import Audit, redact, shorten
-from cellblock.gateway.elicitation import Sealer, StateRejected, args_digest
+from cellblock.gateway.audit import Audit
+from cellblock.gateway.elicitation import Sealer, StateRejected
+from cellblock.gateway.forms import (
+    MAX_VALUE,
+    SHOW_FULL,
+    approval_form,
+    args_digest,
+    argument_lines,
+    choice_schema,
+    identity,
+    review_form,
+)
 from cellblock.gateway.notify import notify
 from cellblock.gateway.state import atomic_write_json, read_json
 from cellblock.policy.types import Decision, Verdict
@@ -46,8 +55,6 @@ logger = logging.getLogger(__name__)
 
 # The input key of an approval question inside an InputRequiredResult.
 APPROVAL_KEY = "cellblock_approval"
-CHOICES = ("allow_once", "allow_session", "allow_always", "deny")
-LABELS = ("Allow once", "Allow for this session", "Always allow", "Deny")
 # A pending approval answered after its call timed out still lets the same call through once,
 # for this long (the model is told to retry after the user approves).
 PENDING_TTL = 600.0
@@ -61,36 +68,6 @@ class NeedsInput(Exception):
     def __init__(self, result: types.InputRequiredResult) -> None:
         super().__init__("input required")
         self.result = result
-
-
-def choice_schema(choices: tuple[str, ...], labels: tuple[str, ...]) -> dict[str, Any]:
-    """A flat form with one required choice, the only shape every eliciting client renders."""
-    return {
-        "type": "object",
-        "properties": {
-            "decision": {"type": "string", "title": "Decision", "enum": list(choices), "enumNames": list(labels)}
-        },
-        "required": ["decision"],
-    }
-
-
-def approval_form(server: str, tool: str, rule: str, arguments: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
-    """The question and the flat form schema shown to the human."""
-    shown = json.dumps(shorten(redact(arguments or {})), indent=1, ensure_ascii=False)
-    message = (
-        f"Cellblock: may server '{server}' run its tool '{tool}'? (policy rule '{rule}' says ask)\nArguments:\n{shown}"
-    )
-    return message, choice_schema(CHOICES, LABELS)
-
-
-def review_form(server: str, diff: str, first: bool = False) -> tuple[str, dict[str, Any]]:
-    """The question for a held catalog (`first`: one never approved): the per-item change, and
-    approve or keep it held."""
-    if first:
-        message = f"Cellblock: server '{server}' is new; it offers what follows. Approve it to use it.\n\n{diff}"
-    else:
-        message = f"Cellblock: the catalog of server '{server}' changed since you approved it.\n\n{diff}"
-    return message, choice_schema(("approve", "keep_held"), ("Approve the catalog", "Keep it held"))
 
 
 @dataclass
@@ -181,12 +158,13 @@ class Approvals:
         if self._once.pop(key, 0.0) > time.time():
             return Verdict(Decision.ALLOW, "approval:once", f"approved by the user from the CLI ({verdict.rule})")
         human = getattr(call, "human", None)
-        if human is not None:  # the answer a 2026-07-28 client sent back with the retried call
+        full = human is not None and _choice(human) == SHOW_FULL  # asked to read every argument first
+        if human is not None and not full:  # the answer a 2026-07-28 client sent back with the retried call
             return self._granted(server, tool, verdict, human, "elicitation")
         ctx = call.ctx
         if ctx is not None and can_elicit(ctx.session):
             if ctx.modern:
-                message, schema = approval_form(server, tool, verdict.rule, arguments)
+                message, schema = self._form(server, tool, verdict.rule, arguments, full)
                 request = types.ElicitRequest(
                     params=types.ElicitRequestFormParams(message=message, requested_schema=schema)
                 )
@@ -199,23 +177,31 @@ class Approvals:
             return await self._elicit(ctx.session, ctx.request_id, server, tool, verdict, arguments)
         return await self._wait_for_cli(server, tool, exposed, verdict, arguments, ctx)
 
+    def _form(
+        self, server: str, tool: str, rule: str, arguments: dict[str, Any] | None, full: bool
+    ) -> tuple[str, dict[str, Any]]:
+        return approval_form(server, tool, rule, arguments, secrets=self.audit.secrets(), full=full)
+
     async def _elicit(
         self, session: ServerSession, request_id: Any, server: str, tool: str, verdict: Verdict, arguments: Any
     ) -> Verdict:
-        message, schema = approval_form(server, tool, verdict.rule, arguments)
-        self.audit.write("approval_asked", server, tool=tool, via="elicitation")
-        try:
-            # the human has approvals.timeout to answer; silence is a refusal
-            with anyio.fail_after(self.timeout):
-                result = await session.elicit_form(message, schema, related_request_id=request_id)
-        except TimeoutError:
-            return self._refused(server, tool, verdict, "approval_timeout", f"no answer within {self.timeout:g}s")
-        except Exception as exc:  # the client failed the request: no answer is a refusal
-            return self._refused(server, tool, verdict, "approval_denied", f"the client could not ask ({exc})")
+        for full in (False, True):  # a cut form offers only "show all" or deny; then every argument, uncut
+            message, schema = self._form(server, tool, verdict.rule, arguments, full)
+            self.audit.write("approval_asked", server, tool=tool, via="elicitation")
+            try:
+                # the human has approvals.timeout to answer; silence is a refusal
+                with anyio.fail_after(self.timeout):
+                    result = await session.elicit_form(message, schema, related_request_id=request_id)
+            except TimeoutError:
+                return self._refused(server, tool, verdict, "approval_timeout", f"no answer within {self.timeout:g}s")
+            except Exception as exc:  # the client failed the request: no answer is a refusal
+                return self._refused(server, tool, verdict, "approval_denied", f"the client could not ask ({exc})")
+            if full or _choice(result) != SHOW_FULL:
+                break
         return self._granted(server, tool, verdict, result, "elicitation")
 
     def _granted(self, server: str, tool: str, verdict: Verdict, result: types.ElicitResult, via: str) -> Verdict:
-        choice = (result.content or {}).get("decision") if result.action == "accept" else None
+        choice = _choice(result)
         if choice not in ("allow_once", "allow_session", "allow_always"):
             why = "the user denied it" if choice == "deny" else f"the user answered '{result.action}'"
             return self._refused(server, tool, verdict, "approval_denied", why)
@@ -322,13 +308,14 @@ class Approvals:
             "last_message": params.messages[-1].model_dump(mode="json") if params.messages else None,
         }
         if entry.can_elicit and entry.asker is not None:
-            message, _ = approval_form(server, "sampling (use your model)", "sampling: ask", summary)
+            # every part of the request, uncut: the human decides once on all of it
+            message, _ = approval_form(
+                server, "sampling (use your model)", "sampling: ask", summary, secrets=self.audit.secrets(), full=True
+            )
             schema = choice_schema(("allow_once", "deny"), ("Allow once", "Deny"))
             self.audit.write("approval_asked", server, tool="sampling", via="elicitation")
             with anyio.move_on_after(self.timeout):
-                answer = await entry.asker.elicit(
-                    server, types.ElicitRequestFormParams(message=message, requested_schema=schema)
-                )
+                answer = await entry.asker.ask(types.ElicitRequestFormParams(message=message, requested_schema=schema))
                 decided = self._granted(server, "sampling", verdict, answer, "elicitation")
                 return None if decided.decision is Decision.ALLOW else decided.reason
             return self._refused(server, "sampling", verdict, "approval_timeout", "no answer in time").reason
@@ -355,21 +342,37 @@ class Approvals:
 
     # -- what the control socket shows -----------------------------------------------------
 
-    def listing(self) -> list[dict[str, Any]]:
+    def listing(self, full: str | None = None) -> list[dict[str, Any]]:
+        """The pending approvals, each argument a `"key": value` line of escaped JSON, cut (`cut`
+        says how many); with `full`, only that approval, nothing cut. Only values Cellblock knows
+        are secrets are hidden."""
         self._expire()
-        return [
-            {
-                "id": p.id,
-                "server": p.server,
-                "tool": p.tool,
-                "arguments": shorten(redact(p.arguments or {})),
-                "created": p.created,
-                # the waiting call gives up at `waits_until`; an answer until `expires` lets its retry through
-                "waits_until": p.created + self.timeout if p.waiting else None,
-                "expires": p.expires,
-            }
-            for p in self.pending.values()
-        ]
+        secrets = self.audit.secrets()
+        listed = []
+        for p in self.pending.values():
+            if full is not None and p.id != full:
+                continue
+            lines, cut = argument_lines(p.arguments, secrets, None if full is not None else MAX_VALUE)
+            listed.append(
+                {
+                    "id": p.id,
+                    "server": p.server,
+                    "tool": p.tool,
+                    "identity": identity(p.server, p.tool, p.arguments),
+                    "digest": p.digest,
+                    "arguments": lines,
+                    "cut": cut,
+                    "created": p.created,
+                    # the waiting call gives up at `waits_until`; an answer until `expires` lets its retry through
+                    "waits_until": p.created + self.timeout if p.waiting else None,
+                    "expires": p.expires,
+                }
+            )
+        return listed
+
+
+def _choice(result: types.ElicitResult) -> Any:
+    return (result.content or {}).get("decision") if result.action == "accept" else None
 
 
 def can_elicit(session: ServerSession) -> bool:

@@ -21,6 +21,7 @@ from cellblock import __version__
 from cellblock.gateway.credentials import CredentialError
 from cellblock.gateway.terminal import printable
 from cellblock.policy.errors import CellblockError
+from cellblock.policy.text import visible
 
 if TYPE_CHECKING:
     from cellblock.gateway.config import Config
@@ -56,8 +57,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     approve.add_argument("--all", action="store_true", help="every held catalog (read 'cellblock diff --all' first)")
     scope = approve.add_mutually_exclusive_group()
-    scope.add_argument("--session", action="store_true", help="allow this tool with these arguments for the session")
-    scope.add_argument("--always", action="store_true", help="always allow this tool with these arguments (revocable)")
+    scope.add_argument(
+        "--session",
+        action="store_true",
+        help="allow the whole tool, with any arguments, until the gateway stops (not only this call)",
+    )
+    scope.add_argument(
+        "--always",
+        action="store_true",
+        help="allow the whole tool, with any arguments, for good (until 'cellblock revoke SERVER:TOOL')",
+    )
     approve.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
     review = sub.add_parser(
         "review",
@@ -67,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     deny = sub.add_parser("deny", help="refuse a pending call")
     deny.add_argument("id", metavar="ID", help="the pending call's id (see 'pending')")
     pending = sub.add_parser("pending", help="list the calls waiting for approval in every running gateway")
+    pending.add_argument("--full", metavar="ID", help="show every argument of this pending call in full")
     pending.add_argument("--json", action="store_true", help="print JSON")
     ps = sub.add_parser("ps", help="list the running gateways, their servers and pending approvals")
     ps.add_argument("--json", action="store_true", help="print JSON")
@@ -148,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "deny":
             return _answer_pending({"op": "deny", "id": args.id}, f"denied '{printable(args.id)}'")
         if args.command == "pending":
-            return _pending(args.json)
+            return _pending(args.json) if args.full is None else _pending_full(args.full, args.json)
         if args.command == "ps":
             return _ps(args.json)
         if args.command == "revoke":
@@ -264,6 +274,7 @@ def _lock_command(command: str, config_path: str | None, server: str | None) -> 
 # -- pending approvals, through the control sockets of the running gateways ----------------------------
 
 _SCOPE_TEXT = {"once": "once", "session": "for this session", "always": "always"}
+_TOOL_WIDTH = 80  # a tool name is the server's: bounded in the table, whole in `pending --full`
 
 
 def _running() -> list[Path]:
@@ -348,11 +359,21 @@ def _pending(as_json: bool) -> int:
             waits, expires = item.get("waits_until"), _number(item.get("expires"), now) - now
             # while the call waits, its time is what counts; after, what is left to let its retry through
             left = _duration(_number(waits, now) - now) if waits else f"retry {_duration(expires)}"
-            fields = [printable(str(item.get(key, "?"))) for key in ("id", "server", "tool")]
+            fields = [printable(str(item.get(key, "?"))) for key in ("id", "server")]
             age = _duration(now - _number(item.get("created"), now))
-            # ensure_ascii: the arguments come from the model; escape anything a terminal would act on
-            arguments = json.dumps(item.get("arguments", {}), sort_keys=True)
-            print("\t".join([*fields, age, left if expires > 0 else "expired", arguments]))
+            # the gateway escaped what the model and the server sent; escaping again costs nothing
+            arguments = ", ".join(visible(str(line)) for line in item.get("arguments", []))
+            tool = printable(str(item.get("tool", "?")))
+            tool = tool if len(tool) <= _TOOL_WIDTH else f"{tool[:_TOOL_WIDTH]}…"
+            print("\t".join([*fields, tool, age, left if expires > 0 else "expired", arguments]))
+        for item in items:
+            if item.get("cut"):
+                ident = printable(str(item.get("id")))
+                print(
+                    f"cellblock: {ident}: {item['cut']} argument(s) cut above; "
+                    f"read every one in full with 'cellblock pending --full {ident}'",
+                    file=sys.stderr,
+                )
         print(
             "cellblock: allow with 'cellblock approve ID' (--session, --always); refuse with 'cellblock deny ID'",
             file=sys.stderr,
@@ -361,6 +382,29 @@ def _pending(as_json: bool) -> int:
         if not replies:
             print("cellblock: no running gateway", file=sys.stderr)
         print("cellblock: no pending approvals", file=sys.stderr)
+    return EXIT_OK
+
+
+def _pending_full(ident: str, as_json: bool) -> int:
+    """One pending call with every argument in full, escaped; exit 1 if no gateway holds it."""
+    replies = _ask_all({"op": "pending", "full": ident})
+    items = [item for _, reply in replies if reply["ok"] for item in reply.get("pending", []) if isinstance(item, dict)]
+    if not items:
+        print(f"cellblock: no pending approval '{printable(ident)}' (see 'cellblock pending')", file=sys.stderr)
+        return EXIT_FINDING
+    item = items[0]
+    if as_json:
+        print(json.dumps(item, indent=1))
+        return EXIT_OK
+    print(visible(str(item.get("identity", ""))))
+    lines = [visible(str(line)) for line in item.get("arguments", [])]
+    print(f"arguments ({len(lines)}), in full, as escaped JSON; only values Cellblock knows are secrets are hidden:")
+    print("\n".join(f"  {line}" for line in lines) or "  (no arguments)")
+    print(
+        f"cellblock: allow this call with 'cellblock approve {printable(ident)}'; --session or --always allow "
+        f"the whole tool with any arguments; refuse with 'cellblock deny {printable(ident)}'",
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 

@@ -3,7 +3,8 @@
 Each gateway (`cellblock serve`, one per MCP client) listens on `control-<pid>.sock` in the 0700
 runtime dir. The protocol is one JSON object per line, one exchange per connection:
 
-    -> {"op": "pending"}                      <- {"ok": true, "pending": [...]}
+    -> {"op": "pending"}                      <- {"ok": true, "pending": [...]}   (arguments cut)
+    -> {"op": "pending", "full": ID}          <- the same, only ID, its arguments uncut
     -> {"op": "approve", "id": ..., "scope": "once"|"session"|"always"}
     -> {"op": "deny", "id": ...}              <- {"ok": true} | {"ok": false, "error": "..."}
     -> {"op": "ps"}                           <- {"ok": true, "pid": ..., "config": ..., ...}

@@ -41,6 +41,7 @@ from cellblock.gateway.credentials import CredentialError, Keyring
 from cellblock.gateway.discovery import DiscoveryRefused
 from cellblock.gateway.elicitation import Asker
 from cellblock.gateway.errors import first_line
+from cellblock.gateway.forms import refusal
 from cellblock.gateway.launch import granted_roots, launch_plan, stdio_parameters
 from cellblock.gateway.lines import remote_message
 from cellblock.gateway.local import LocalChannel, local_transport
@@ -576,7 +577,18 @@ class Downstream:
         entry = self._in_flight[-1] if self._in_flight else None
         if entry is not None:
             await entry.reach_client()
+        return await self._ask_user(params, entry)
+
+    async def _ask_user(self, params: types.ElicitRequestParams, entry: InFlight | None) -> types.ElicitResult:
+        """The server's question put to the user, or declined: nobody to ask, or it may not be
+        shown (`forms.refusal`: a URL a browser should not open, or the look of an approval)."""
         if entry is None or entry.asker is None:
+            return types.ElicitResult(action="decline")
+        why = refusal(params)
+        if why is not None:
+            url = params.url if isinstance(params, types.ElicitRequestURLParams) else None
+            self._event("elicitation_refused", mode=params.mode, reason=why, url=url)
+            logger.warning("server '%s': its question was not shown to the user: %s", self.name, why)
             return types.ElicitResult(action="decline")
         return await entry.asker.elicit(self.name, params)
 
@@ -862,9 +874,7 @@ class Downstream:
 
     async def _answer(self, request: types.InputRequest, entry: InFlight) -> types.InputResponse:
         if isinstance(request, types.ElicitRequest):
-            if entry.asker is None:
-                return types.ElicitResult(action="decline")
-            return await entry.asker.elicit(self.name, request.params)
+            return await self._ask_user(request.params, entry)
         if isinstance(request, types.ListRootsRequest):
             return self.roots()
         return await self.sample(request.params, entry)

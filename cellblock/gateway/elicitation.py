@@ -9,7 +9,8 @@ reaches the client depends on the client's era:
   `InputRequiredResult` and keeps the downstream call waiting (`ParkedCall`); the client's retry
   carries the answer and a sealed `request_state` that names the waiting call (`ParkedCalls`).
 
-Either way the question is prefixed with the server's name, so the user knows who is asking.
+Either way the question is framed as that server's own (`forms.framed`): a fixed first line names
+the server and says it is not a Cellblock approval, so the user knows who is asking.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from mcp.server.session import ServerSession
 from mcp.shared.message import ServerMessageMetadata
 from pydantic import BaseModel
 
+from cellblock.gateway.forms import args_digest, framed
+
 __all__ = [
     "Asker",
     "DirectAsker",
@@ -40,8 +43,6 @@ __all__ = [
     "ParkedCalls",
     "Sealer",
     "StateRejected",
-    "args_digest",
-    "prefixed",
 ]
 
 # How long a parked call waits for the client's retry before the question counts as cancelled:
@@ -53,16 +54,17 @@ MAX_PARKED = 256
 
 class Asker(Protocol):
     """Carries one downstream server's request to the client: a question for the human, or a
-    request to sample the client's model."""
+    request to sample the client's model; or a question of Cellblock's own during its call."""
 
-    async def elicit(self, server: str, params: types.ElicitRequestParams) -> types.ElicitResult: ...
+    async def elicit(self, server: str, params: types.ElicitRequestParams) -> types.ElicitResult:
+        """`server`'s question, framed as that server's (`forms.framed`)."""
+        ...
+
+    async def ask(self, params: types.ElicitRequestParams) -> types.ElicitResult:
+        """Cellblock's own question (an approval), as it is."""
+        ...
 
     async def sample(self, params: types.CreateMessageRequestParams) -> types.CreateMessageResult: ...
-
-
-def prefixed(server: str, params: types.ElicitRequestParams) -> types.ElicitRequestParams:
-    """The same request with the server's name in front of its message."""
-    return params.model_copy(update={"message": f"[{server}] {params.message}"})
 
 
 @dataclass
@@ -73,9 +75,12 @@ class DirectAsker:
     request_id: types.RequestId | None
 
     async def elicit(self, server: str, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return await self.ask(framed(server, params))
+
+    async def ask(self, params: types.ElicitRequestParams) -> types.ElicitResult:
         metadata = ServerMessageMetadata(related_request_id=self.request_id) if self.request_id else None
         return await self.session.send_request(
-            types.ElicitRequest(params=prefixed(server, params)), types.ElicitResult, metadata=metadata
+            types.ElicitRequest(params=params), types.ElicitResult, metadata=metadata
         )
 
     async def sample(self, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
@@ -119,7 +124,10 @@ class ParkedCall:
         return question.raw
 
     async def elicit(self, server: str, params: types.ElicitRequestParams) -> types.ElicitResult:
-        raw = await self._ask(types.ElicitRequest(params=prefixed(server, params)))
+        return await self.ask(framed(server, params))
+
+    async def ask(self, params: types.ElicitRequestParams) -> types.ElicitResult:
+        raw = await self._ask(types.ElicitRequest(params=params))
         try:
             return types.ElicitResult.model_validate(raw, by_name=False) if raw is not None else _CANCEL
         except ValueError:
@@ -162,11 +170,6 @@ _CANCEL = types.ElicitResult(action="cancel")
 
 class StateRejected(Exception):
     """A retried call's `request_state` is forged, expired, replayed or bound to another call."""
-
-
-def args_digest(arguments: dict[str, Any] | None) -> str:
-    canonical = json.dumps(arguments or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 class Sealer:

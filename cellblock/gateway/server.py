@@ -694,7 +694,10 @@ class Gateway:
         """One request from the control socket (the CLI of the same user)."""
         op = message.get("op")
         if op == "pending":
-            return {"ok": True, "pending": self.approvals.listing()}
+            full = message.get("full")  # one approval's id: its arguments in full
+            if full is not None and not isinstance(full, str):
+                return {"ok": False, "error": "'full' must be a pending approval's id"}
+            return {"ok": True, "pending": self.approvals.listing(full)}
         if op in ("approve", "deny"):
             ident = str(message.get("id", ""))
             scope = str(message.get("scope", "once")) if op == "approve" else None

@@ -54,7 +54,8 @@ class FakeGateway:
                 "id": "k3x9",
                 "server": "fs",
                 "tool": "write_file",
-                "arguments": {"path": "/tmp/a", "text": "hi"},
+                "arguments": ['"path": "/tmp/a"', '"text": "hi"'],
+                "cut": 0,
                 "created": now - 12,
                 "waits_until": now + 100,
                 "expires": now + 580,
@@ -63,7 +64,8 @@ class FakeGateway:
                 "id": "p2m4",
                 "server": "fs",
                 "tool": "delete_file",
-                "arguments": {"path": "/tmp/b"},
+                "arguments": ['"path": "/tmp/b"'],
+                "cut": 0,
                 "created": now - 130,
                 "waits_until": None,
                 "expires": now + 470,
@@ -361,7 +363,7 @@ async def test_cli_pending_lists_the_call(runtime: tuple[Path, FakeGateway]) -> 
     assert rows[0] == ["id", "server", "tool", "age", "left", "arguments"]
     assert rows[1][:3] == ["k3x9", "fs", "write_file"]
     assert 12 <= int(rows[1][3].removesuffix("s")) < 60 and rows[1][4].startswith("1m")
-    assert json.loads(rows[1][5]) == {"path": "/tmp/a", "text": "hi"}
+    assert rows[1][5] == '"path": "/tmp/a", "text": "hi"'
     assert rows[2][:4] == ["p2m4", "fs", "delete_file", "2m10s"] and rows[2][4].startswith("retry 7m")
     assert handler.seen == [{"op": "pending"}]
 
@@ -372,7 +374,7 @@ async def test_cli_pending_lists_the_call(runtime: tuple[Path, FakeGateway]) -> 
 async def test_cli_pending_escapes_what_a_terminal_would_act_on(runtime: tuple[Path, FakeGateway]) -> None:
     xdg, handler = runtime
     handler.pending[0]["tool"] = "rm\x1b[2K\rread_file"
-    handler.pending[0]["arguments"] = {"path": "\x1b]0;owned\x07"}
+    handler.pending[0]["arguments"] = ['"path": "\x1b]0;owned\x07"']
     _, out, _ = await cellblock(xdg, "pending")
     assert "\x1b" not in out and "\\u001b" in out
 

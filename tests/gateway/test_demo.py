@@ -32,7 +32,7 @@ def test_the_demo_shows_routing_and_a_jail_that_holds() -> None:
     assert "clock__now is no longer listed" in out and "+The current time. Before answering" in out
     assert "clock__now is back" in out
     assert "cellblock: OK: approved" in out and "notes__read_note -> Cellblock routes me." in out  # from the CLI
-    assert "may server 'notes' run its tool 'read_note'?" in out  # through a form
+    assert "Cellblock approval · server 'notes' · arguments sha256:" in out and 'tool "read_note"' in out  # a form
     assert "notes__read_note -> asked through a form" in out
 
 

@@ -286,7 +286,8 @@ async def test_a_login_needed_while_serving_goes_through_the_clients_url_elicita
             assert not result.is_error, _text(result)
             assert "token=" in _text(result)
     assert [b.wait(30) for b in browsers] == [0]
-    assert len(asked) == 1 and asked[0].message.startswith("[cloud] Log in to 'cloud'")
+    assert len(asked) == 1 and asked[0].message.startswith("Question from server 'cloud' (not a Cellblock approval)")
+    assert asked[0].message.splitlines()[1].startswith("Log in to 'cloud'")
     assert keyring.get_password("cellblock", "cloud/oauth-tokens")
 
 

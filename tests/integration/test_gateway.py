@@ -143,12 +143,11 @@ async def test_cancelling_a_call_cancels_it_downstream(session: Any, server: str
 
 
 @pytest.mark.parametrize("server", SERVERS)
-async def test_downstream_elicitation_is_forwarded_with_the_server_name(session: Any, server: str) -> None:
+async def test_downstream_elicitation_is_forwarded_under_the_servers_name(session: Any, server: str) -> None:
     client, seen, *_ = session
     result = await client.call_tool(f"{server}__ask", {"question": "what is the answer?"})
     assert text(result) == "forty-two"
-    assert seen.questions[-1].startswith(f"[{server}] ")
-    assert "what is the answer?" in seen.questions[-1]
+    assert seen.questions[-1] == f"Question from server '{server}' (not a Cellblock approval):\nwhat is the answer?"
 
 
 @pytest.mark.parametrize("server", SERVERS)

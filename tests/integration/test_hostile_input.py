@@ -142,7 +142,7 @@ async def test_a_question_holding_one_reaches_the_user_replaced(hostile: Any, se
     client, seen = hostile
     result = await client.call_tool(f"{server}__ask", {})
     assert text(result) == "answer: accept", text(result)
-    assert seen.questions[-1] == f"[{server}] allow {REPLACED}?"
+    assert seen.questions[-1] == f"Question from server '{server}' (not a Cellblock approval):\nallow {REPLACED}?"
     await probe_still_answers(client)
 
 

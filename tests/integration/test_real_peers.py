@@ -170,7 +170,8 @@ async def test_real_server_progress_is_forwarded(client: Any) -> None:
 async def test_real_server_elicitation_is_forwarded_and_answered(client: Any) -> None:
     c, asked = client
     result = await c.call_tool("everything__trigger-elicitation-request", {})
-    assert asked.messages and asked.messages[-1].startswith("[everything] ")
+    assert asked.messages, "the server's question never reached the client"
+    assert asked.messages[-1].startswith("Question from server 'everything' (not a Cellblock approval):\n")
     assert "Ada" in text(result)
 
 

@@ -184,8 +184,9 @@ class Raw:
             return None
         return text("ok")
 
-    def ask(self, ident: Any, params: dict[str, Any]) -> dict[str, Any] | None:
-        question = {"message": f"allow {LONE}?", "requestedSchema": {"type": "object", "properties": {}}}
+    def ask(self, ident: Any, params: dict[str, Any], question: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """Ask the client `question` (elicitation params; a form with a lone surrogate by default)."""
+        question = question or {"message": f"allow {LONE}?", "requestedSchema": {"type": "object", "properties": {}}}
         if self.era == "modern":
             answers = params.get("inputResponses")
             if answers:
@@ -202,13 +203,14 @@ class Raw:
         return None
 
 
-def main() -> None:
+def main(kind: type[Raw] = Raw) -> None:
+    """Serve stdio as `kind` (a subclass adds tools of its own)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--era", choices=["legacy", "modern"], default="legacy")
     parser.add_argument("--surrogates", action="store_true")
     parser.add_argument("--meta-file")
     args = parser.parse_args()
-    raw = Raw(args.era, args.surrogates, json.loads(Path(args.meta_file).read_text()) if args.meta_file else None)
+    raw = kind(args.era, args.surrogates, json.loads(Path(args.meta_file).read_text()) if args.meta_file else None)
     for line in sys.stdin:
         try:
             message = json.loads(line)
