@@ -20,7 +20,6 @@ server, the refused URL's origin (never its path or query) and why.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit
 
@@ -30,7 +29,7 @@ from mcp.client.auth.utils import extract_resource_metadata_from_www_auth
 
 from cellblock.gateway.audit import Audit
 from cellblock.gateway.credentials import CredentialError
-from cellblock.policy.hosts import is_ip, is_special_address, normalize_host
+from cellblock.policy.hosts import is_ip, is_loopback, is_special_address, normalize_host
 from cellblock.sandbox.egress import RESOLVE_TIMEOUT, Resolver, default_resolver
 
 __all__ = ["PIN", "DiscoveryGuard", "DiscoveryRefused", "Origin", "PinnedTransport", "origin", "show_origin"]
@@ -129,7 +128,7 @@ class DiscoveryGuard:
         if host is None:
             raise self._refuse(url, "its host is not a plain name or IP address")
         own_host = host == self._own_host
-        if target[0] == "http" and not (own_host and _is_loopback(host)):
+        if target[0] == "http" and not (own_host and is_loopback(host)):
             raise self._refuse(url, "OAuth URLs must be https: (http: only to the server's own loopback host)")
         if own_host:
             return None
@@ -218,6 +217,3 @@ def _canonical(host: str) -> str | None:
     except ValueError:
         return None
 
-
-def _is_loopback(host: str) -> bool:
-    return host == "localhost" or (is_ip(host) and ipaddress.ip_address(host).is_loopback)

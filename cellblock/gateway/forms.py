@@ -20,7 +20,6 @@ approval choices, or asks to open a URL a browser cannot safely open is refused 
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import unicodedata
 from collections.abc import Iterable
@@ -30,6 +29,7 @@ from urllib.parse import urlsplit
 import mcp.types as types
 
 from cellblock.gateway.audit import REDACTED
+from cellblock.policy.hosts import is_loopback
 from cellblock.policy.text import visible
 
 __all__ = [
@@ -223,15 +223,6 @@ def _strings(value: Any, depth: int = 0) -> list[str]:
     return []
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _host(url: str) -> str:
     """The host of `url` as a browser shows it after IDNA (a look-alike name shows as xn--)."""
     try:
@@ -263,7 +254,7 @@ def unsafe_url(url: str) -> str | None:
         host.encode("idna")
     except UnicodeError:
         return "has a host name that is not valid"
-    if scheme == "http" and not _loopback(host):
+    if scheme == "http" and not is_loopback(host):
         return "is http: to a host that is not this machine (only https:, or http: to loopback)"
     return None
 

@@ -33,6 +33,7 @@ __all__ = [
     "address_allowed",
     "host_allowed",
     "is_ip",
+    "is_loopback",
     "is_special_address",
     "normalize_host",
     "parse_rule",
@@ -353,6 +354,11 @@ def _to_ascii_label(label: str, host: str) -> str:
             f"(letters, digits, '-', '_'; 1 to 63 characters; no leading or trailing '-')"
         )
     return ascii_label
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a normalised name or IP literal) is this machine: `localhost` or a loopback IP."""
+    return host == "localhost" or (is_ip(host) and ipaddress.ip_address(host).is_loopback)
 
 
 def is_ip(text: str) -> bool:
