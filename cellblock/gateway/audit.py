@@ -22,6 +22,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from cellblock.gateway.scrub import REDACTED, pattern_of
+
 try:  # POSIX: rotation by two gateway processes sharing one state dir is serialised on a lock file
     import fcntl
 except ImportError:  # pragma: no cover - Windows: rotation is guarded within the process only
@@ -49,7 +51,6 @@ MAX_ITEMS = 50  # items of a list (or keys of a mapping) kept
 MAX_DEPTH = 6  # containers nested deeper than this become a one-line summary
 # `redact` alone does not shorten, but it must still end: anything deeper is hidden, not inspected
 _REDACT_DEPTH = 64
-REDACTED = "[redacted]"
 SECRET_KEY_PARTS = (
     "token",
     "secret",
@@ -84,13 +85,7 @@ def shorten(value: Any) -> Any:
 
 def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
     """A copy of `value` where secret-keyed values and strings containing any of `secrets` are `[redacted]`."""
-    return _walk(value, 0, cut=False, hide=True, secrets=_pattern(secrets))
-
-
-def _pattern(secrets: Iterable[str]) -> re.Pattern[str] | None:
-    """One pattern matching any of `secrets` (a single search per string, however many secrets)."""
-    alternatives = sorted({re.escape(s) for s in secrets if s})
-    return re.compile("|".join(alternatives)) if alternatives else None
+    return _walk(value, 0, cut=False, hide=True, secrets=pattern_of(tuple(secrets)))
 
 
 def _clean(value: Any, secrets: re.Pattern[str] | None) -> Any:
@@ -193,12 +188,16 @@ class Audit:
         if value:
             with self._lock:
                 self._secrets.add(value)
-                self._secret_pattern = _pattern(self._secrets)
+                self._secret_pattern = pattern_of(tuple(sorted(self._secrets)))
 
     def secrets(self) -> tuple[str, ...]:
         """The values registered with `add_secret`, for text that leaves the gateway by another way."""
         with self._lock:
             return tuple(self._secrets)
+
+    def secret_pattern(self) -> re.Pattern[str] | None:
+        """What finds any of `secrets()` (compiled once per new secret, read without the lock)."""
+        return self._secret_pattern
 
     def write(self, event: str, server: str, **fields: Any) -> None:
         """Append one event; on failure log it and set `failed` (the event's fields are never logged)."""

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 import mcp.types as types
 
-from cellblock.gateway.audit import REDACTED
+from cellblock.gateway.scrub import pattern_of, scrub
 from cellblock.policy.hosts import is_loopback
 from cellblock.policy.text import visible
 
@@ -95,16 +95,6 @@ def choice_schema(choices: tuple[str, ...], labels: tuple[str, ...]) -> dict[str
 # -- showing data ------------------------------------------------------------------------------
 
 
-def _hidden(text: str, secrets: Iterable[str]) -> str:
-    """`text` (JSON) with every known secret value replaced, as written raw or as a JSON string."""
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
-        quoted = json.dumps(secret, ensure_ascii=False)[1:-1]
-        if quoted != secret:
-            text = text.replace(quoted, REDACTED)
-    return text
-
-
 def _clip(text: str, limit: int | None) -> tuple[str, bool]:
     extra = len(text) - limit if limit is not None else 0
     return (text, False) if extra <= 0 or limit is None else (f"{text[:limit]}…(+{extra} chars)", True)
@@ -112,8 +102,9 @@ def _clip(text: str, limit: int | None) -> tuple[str, bool]:
 
 def shown(value: Any, secrets: Iterable[str] = (), limit: int | None = None) -> str:
     """`value` as a JSON literal a human reads as data: escaped, known secrets hidden, cut at `limit`."""
-    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
-    return _clip(visible(_hidden(text, secrets)), limit)[0]
+    clean, _ = scrub(value, pattern_of(tuple(secrets)))
+    text = json.dumps(clean, ensure_ascii=False, separators=(", ", ": "), default=str)
+    return _clip(visible(text), limit)[0]
 
 
 def argument_lines(

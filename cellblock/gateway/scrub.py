@@ -50,9 +50,11 @@ def _walk(value: Any, pattern: re.Pattern[str]) -> tuple[Any, int]:
     if isinstance(value, bool) or value is None:
         return value, 0
     if isinstance(value, int | float):
-        # str() of a huge integer is refused past 4300 digits: such a number is no secret's text
-        text = repr(value) if not isinstance(value, int) or value.bit_length() <= 14000 else ""
-        return (REDACTED, 1) if text and pattern.search(text) else (value, 0)
+        try:
+            text = repr(value)
+        except ValueError:  # an integer past Python's 4300-digit limit for text: no secret's text
+            return value, 0
+        return (REDACTED, 1) if pattern.search(text) else (value, 0)
     if isinstance(value, dict):
         total = 0
         out: dict[Any, Any] = {}

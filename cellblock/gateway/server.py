@@ -56,7 +56,7 @@ from cellblock.gateway.locking import POLL_SECONDS, Locks, lock_path, pending_pa
 from cellblock.gateway.namespacing import expose_uri
 from cellblock.gateway.pipeline import Asking, Call, Pipeline
 from cellblock.gateway.policies import policy_for
-from cellblock.gateway.scrub import Scrubbed, pattern_of, scrub, scrub_result
+from cellblock.gateway.scrub import Scrubbed, scrub, scrub_result
 from cellblock.gateway.state import atomic_write_json, read_json
 from cellblock.gateway.status import REVIEW, STATUS, ServerStatus, review_tool, status_text, status_tool, tool_name
 from cellblock.gateway.stdio import client_stdio
@@ -669,7 +669,7 @@ class Gateway:
 
     def secrets(self) -> re.Pattern[str] | None:
         """What finds the secret values the gateway holds, in what a server sends toward the client."""
-        return pattern_of(self.audit.secrets())
+        return self.audit.secret_pattern()
 
     def _route_uri(self, uri: str) -> tuple[str, str]:
         try:

@@ -52,7 +52,7 @@ def test_only_values_cellblock_knows_are_secret_are_hidden_whatever_their_type()
     lines, _ = argument_lines(arguments, secrets=("918273645546372819", "s3cr3t-value", 'a"b'))
     assert lines == [
         '"page_token": "abc"',
-        '"n": [redacted]',
+        '"n": "[redacted]"',  # as in results and the audit log: a string in place of the number
         '"header": "Bearer [redacted]"',
         '"quoted": "[redacted]"',
     ]
