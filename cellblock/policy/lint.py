@@ -97,13 +97,17 @@ def lint_policy(
                         elif constraint.kind is ConstraintKind.UNDER and any(
                             _writes(t, catalog.get(t) if catalog else None) for t in matched
                         ):
-                            wider = [g for g, r in zip(jail.read_write, shared_rw, strict=True) if _inside(real, [r])]
-                            if not wider:
+                            holding = [
+                                (g, r) for g, r in zip(jail.read_write, shared_rw, strict=True) if _inside(real, [r])
+                            ]
+                            # a grant around the root lets the kernel allow writes beside it, whatever else is granted
+                            wider = [g for g, r in holding if r != real]
+                            if not holding:
                                 findings.append(
                                     f"{where}.args.{arg}: under {root} is for a tool that writes, but the jail shares "
                                     "it read-only; add it to jail.read_write, or the writes will fail"
                                 )
-                            elif all(_real(g, home) != real for g in wider):
+                            elif wider:
                                 # the check runs before the server opens the path: a link swapped in
                                 # between gets past it, and only the mounts hold then
                                 findings.append(

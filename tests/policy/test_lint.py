@@ -72,5 +72,8 @@ def test_a_write_grant_wider_than_the_writing_tools_under_is_named(tmp_path: Pat
     # the fix it names: the parent read-only, only the scratch folder writable
     narrow = JailView((str(tmp_path / "rw"),), (str(tmp_path / "rw" / "scratch"),), "none", ())
     assert lint_policy("fs", rules(write_file=body), narrow, "/home/u", {"write_file": False}) == []
+    # granting the root itself as well does not narrow the wider grant around it
+    both = JailView((), (str(tmp_path / "rw"), str(tmp_path / "rw" / "scratch")), "none", ())
+    assert len(lint_policy("fs", rules(write_file=body), both, "/home/u", {"write_file": False})) == 1
     # a tool that only reads may be constrained inside a wider share
     assert lint_policy("fs", rules(read_file=body), jail(tmp_path), "/home/u", {"read_file": True}) == []
