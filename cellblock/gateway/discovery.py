@@ -216,4 +216,3 @@ def _canonical(host: str) -> str | None:
         return normalize_host(host)
     except ValueError:
         return None
-

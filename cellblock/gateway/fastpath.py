@@ -304,13 +304,14 @@ class FastPath:
             self.wire.send({"jsonrpc": "2.0", "id": fc.id, "result": shaped})
 
     def _shape(self, fc: FastCall) -> dict[str, Any]:
-        stamp = self.stamp
+        stamp, secrets = self.stamp, self.gateway.secrets()
         try:
-            result = scrub_result(exposed_result(fc.call.server, fc.result()), self.gateway.secrets())
+            result = scrub_result(exposed_result(fc.call.server, fc.result()), secrets)
             return wire_result("tools/call", fc.version, result, stamp)
         except (TimeoutError, MCPError, DownstreamError, ValueError) as exc:  # Scrubbed is a ValueError
-            failed = fc.ds.failed_call(fc.call.tool, exc)
-            return wire_result("tools/call", fc.version, failed.model_dump(by_alias=True, mode="json"), stamp)
+            # the server's error text is its own too (one line of text: it cannot be too deep to scrub)
+            failed = scrub_result(fc.ds.failed_call(fc.call.tool, exc).model_dump(by_alias=True, mode="json"), secrets)
+            return wire_result("tools/call", fc.version, failed, stamp)
 
     # -- what a fast call reports while it runs -----------------------------------------------
 

@@ -657,8 +657,8 @@ class Gateway:
         ds.start(self.tasks)
         try:
             result = await ds.request(request, result_type)
-        except DownstreamError as exc:
-            raise MCPError(types.INTERNAL_ERROR, str(exc)) from exc
+        except DownstreamError as exc:  # the server's error text may hand back a secret as well
+            raise MCPError(types.INTERNAL_ERROR, scrub(str(exc), self.secrets())[0]) from exc
         try:  # a prompt, resource or completion passes on no secret the gateway holds either
             clean, count = scrub(result.model_dump(by_alias=True, mode="json", exclude_none=True), self.secrets())
             return result_type.model_validate(clean) if count else result

@@ -419,3 +419,35 @@ async def test_secrets_a_server_hands_back_are_taken_out_of_what_the_model_sees(
             # what the model sends itself is its own: an echo of it is scrubbed all the same
             assert _text(await client.call_tool("api__echo", {"text": f"leak {token}"})).startswith("leak [redacted]")
     assert_nowhere([token, key], tmp_path)
+
+
+async def test_a_secret_in_a_servers_error_is_taken_out_of_what_the_model_sees(
+    tmp_path: Path, env: dict[str, str], forget: Callable[[str], None]
+) -> None:
+    from mcp.shared.exceptions import MCPError
+
+    leaky = ROOT / "tests" / "servers" / "leaky.py"
+    secret = "leak-" + os.urandom(12).hex()
+    forget("leak-key")
+    keyring.set_password("cellblock", "leak-key", secret)
+    base = {"command": sys.executable, "args": [str(leaky)], "jail": {"read_only": [str(leaky.parent)]}}
+    # the honest control: a value in plain `env:`, which the gateway does not hold as a secret
+    plain = "plain-" + os.urandom(12).hex()
+    servers = {"held": {**base, "secrets": {"LEAK": "leak-key"}}, "plain": {**base, "env": {"LEAK": plain}}}
+    async with gateway(write_config(tmp_path, servers), tmp_path / "state", env=env) as client:
+
+        async def errors(server: str) -> list[str]:
+            seen = [_text(await client.call_tool(f"{server}__fail", {}))]  # the fast path: a local server
+            for request in (
+                client.get_prompt(f"{server}__fail"),
+                client.read_resource(f"cellblock://{server}/leak://fail"),
+            ):
+                with pytest.raises(MCPError) as caught:
+                    await request
+                seen.append(str(caught.value))
+            return seen
+
+        assert all(plain in text for text in await errors("plain"))
+        held = await errors("held")
+        assert all("failed with key [redacted]" in text for text in held), held
+        assert not any(secret in text for text in held)

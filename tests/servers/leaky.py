@@ -1,0 +1,53 @@
+"""Leaky: a raw JSON-RPC MCP server (handshake era) whose errors carry the value of $LEAK.
+
+Its tool `fail`, prompt `fail` and resource `leak://fail` each answer with a JSON-RPC error whose
+message holds the value, as a server that puts its credentials in an error would.
+"""
+
+import json
+import os
+import sys
+
+LEAK = os.environ.get("LEAK", "")
+VERSIONS = ("2025-06-18", "2025-11-25")
+
+
+def answer(method: str, params: dict) -> dict | str | None:
+    """The result of `method`, or the text of its error."""
+    if method == "initialize":
+        asked = params.get("protocolVersion")
+        return {
+            "protocolVersion": asked if asked in VERSIONS else VERSIONS[-1],
+            "capabilities": {"tools": {}, "prompts": {}, "resources": {}},
+            "serverInfo": {"name": "leaky", "version": "1"},
+        }
+    if method == "tools/list":
+        return {"tools": [{"name": "fail", "inputSchema": {"type": "object"}}]}
+    if method == "prompts/list":
+        return {"prompts": [{"name": "fail"}]}
+    if method == "resources/list":
+        return {"resources": [{"uri": "leak://fail", "name": "fail"}]}
+    if method == "resources/templates/list":
+        return {"resourceTemplates": []}
+    if method in ("tools/call", "prompts/get", "resources/read"):
+        return f"{method} failed with key {LEAK}"
+    return {} if method == "ping" else None
+
+
+def main() -> None:
+    for line in sys.stdin:
+        message = json.loads(line)
+        if "id" not in message or "method" not in message:
+            continue
+        outcome = answer(message["method"], message.get("params") or {})
+        reply: dict = {"jsonrpc": "2.0", "id": message["id"]}
+        if isinstance(outcome, dict):
+            reply["result"] = outcome
+        else:
+            reply["error"] = {"code": -32603, "message": outcome or f"no method {message['method']}"}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
