@@ -49,6 +49,7 @@ from cellblock.gateway.oauth import KeyringTokenStorage
 from cellblock.gateway.packages import InstallError
 from cellblock.gateway.ratelimit import Budget
 from cellblock.gateway.remote import HttpWatch, explain, login, remote_client
+from cellblock.gateway.scrub import scrub as scrub_secrets
 from cellblock.gateway.stdio import DEFAULT_LINE_LIMIT
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.hosts import parse_rule
@@ -368,8 +369,11 @@ class Downstream:
 
     def _explain(self, exc: BaseException) -> str:
         if isinstance(self.config, RemoteServer):
-            return explain(self.name, self.config, self._watch, exc) or _describe(exc)
-        return _describe(exc)
+            text = explain(self.name, self.config, self._watch, exc) or _describe(exc)
+        else:
+            text = _describe(exc)
+        # what the server answered (a refused handshake) may hold a secret the gateway gave it
+        return scrub_secrets(text, self.audit.secret_pattern() if self.audit is not None else None)[0]
 
     def _refused(self, refused: DiscoveryRefused) -> None:
         # the server pointed OAuth somewhere it may not go: recorded with the origin only, never a path or token

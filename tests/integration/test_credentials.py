@@ -451,3 +451,29 @@ async def test_a_secret_in_a_servers_error_is_taken_out_of_what_the_model_sees(
         held = await errors("held")
         assert all("failed with key [redacted]" in text for text in held), held
         assert not any(secret in text for text in held)
+
+
+async def test_a_secret_in_a_refused_handshake_is_taken_out_of_the_reason_the_gateway_gives(
+    tmp_path: Path, env: dict[str, str], forget: Callable[[str], None]
+) -> None:
+    leaky = ROOT / "tests" / "servers" / "leaky.py"
+    secret = "leak-" + os.urandom(12).hex()
+    forget("start-key")
+    keyring.set_password("cellblock", "start-key", secret)
+    base = {"command": sys.executable, "args": [str(leaky)], "jail": {"read_only": [str(leaky.parent)]}}
+    # the honest control: a value in plain `env:`, which the gateway does not hold as a secret
+    plain = "plain-" + os.urandom(12).hex()
+    servers = {
+        "held": {**base, "env": {"LEAK_AT_START": "1"}, "secrets": {"LEAK": "start-key"}},
+        "plain": {**base, "env": {"LEAK_AT_START": "1", "LEAK": plain}},
+    }
+    log = tmp_path / "gateway.log"
+    async with gateway(write_config(tmp_path, servers), tmp_path / "state", env=env, stderr=log) as client:
+        control = _text(await client.call_tool("plain__fail", {}))
+        assert f"initialize failed with key {plain}" in control, control
+        refused = _text(await client.call_tool("held__fail", {}))
+        assert "initialize failed with key [redacted]" in refused, refused
+        ps = (await anyio.to_thread.run_sync(cli, env, "ps", "--json")).stdout
+        assert "key [redacted]" in ps
+    assert plain in log.read_text()  # the log says why, with what the gateway does not hold
+    assert_nowhere([secret], tmp_path, refused, ps)

@@ -1,7 +1,8 @@
 """Leaky: a raw JSON-RPC MCP server (handshake era) whose errors carry the value of $LEAK.
 
 Its tool `fail`, prompt `fail` and resource `leak://fail` each answer with a JSON-RPC error whose
-message holds the value, as a server that puts its credentials in an error would.
+message holds the value, as a server that puts its credentials in an error would. With
+$LEAK_AT_START set, it refuses the handshake itself that way.
 """
 
 import json
@@ -15,6 +16,8 @@ VERSIONS = ("2025-06-18", "2025-11-25")
 def answer(method: str, params: dict) -> dict | str | None:
     """The result of `method`, or the text of its error."""
     if method == "initialize":
+        if os.environ.get("LEAK_AT_START"):
+            return f"initialize failed with key {LEAK}"
         asked = params.get("protocolVersion")
         return {
             "protocolVersion": asked if asked in VERSIONS else VERSIONS[-1],
