@@ -14,6 +14,7 @@ import functools
 import logging
 import math
 import os
+import re
 import secrets
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -33,7 +34,7 @@ from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import FileUrl, TypeAdapter
+from pydantic import BaseModel, FileUrl, TypeAdapter
 
 from cellblock.gateway.audit import Audit
 from cellblock.gateway.config import LocalServer, RemoteServer
@@ -49,6 +50,7 @@ from cellblock.gateway.oauth import KeyringTokenStorage
 from cellblock.gateway.packages import InstallError
 from cellblock.gateway.ratelimit import Budget
 from cellblock.gateway.remote import HttpWatch, explain, login, remote_client
+from cellblock.gateway.scrub import Scrubbed
 from cellblock.gateway.scrub import scrub as scrub_secrets
 from cellblock.gateway.stdio import DEFAULT_LINE_LIMIT
 from cellblock.policy.errors import CellblockError
@@ -84,6 +86,7 @@ CALL_RESULT: TypeAdapter[types.CallToolResult | types.InputRequiredResult] = Typ
     types.CallToolResult | types.InputRequiredResult
 )
 R = TypeVar("R", bound=types.Result)
+P = TypeVar("P", bound=BaseModel)  # a server's question or sampling request
 _LIST_CHANGED = (
     types.ToolListChangedNotification,
     types.PromptListChangedNotification,
@@ -129,6 +132,12 @@ class Listing:
             templates=tuple(types.ResourceTemplate.model_validate(t) for t in data.get("templates", [])),
             instructions=data.get("instructions"),
         ).unstamped()
+
+    def scrubbed(self, secrets: re.Pattern[str] | None) -> Listing:
+        """This listing with every secret `secrets` finds replaced: what a server lists goes to the
+        model and into the catalogs kept on disk, and it may hold a value the gateway gave it."""
+        clean, count = scrub_secrets(self.dump(), secrets)
+        return Listing.load(clean) if count else self
 
     def unstamped(self) -> Listing:
         """This listing without the protocol stamps in its items' `_meta`: the lock does not hash
@@ -373,7 +382,23 @@ class Downstream:
         else:
             text = _describe(exc)
         # what the server answered (a refused handshake) may hold a secret the gateway gave it
-        return scrub_secrets(text, self.audit.secret_pattern() if self.audit is not None else None)[0]
+        return cast(str, scrub_secrets(text, self._secrets())[0])
+
+    def _without_secrets(self, params: P) -> tuple[P, int]:
+        """A server's question or sampling request with every secret the gateway holds replaced,
+        and how many were.
+
+        Raises:
+            DownstreamError: it is nested too deeply to be checked.
+        """
+        try:
+            clean, count = scrub_secrets(params.model_dump(by_alias=True, mode="json"), self._secrets())
+        except Scrubbed as exc:
+            raise DownstreamError(f"server '{self.name}' sent a request that is {exc}") from None
+        return (type(params).model_validate(clean), count) if count else (params, 0)
+
+    def _secrets(self) -> re.Pattern[str] | None:
+        return self.audit.secret_pattern() if self.audit is not None else None
 
     def _refused(self, refused: DiscoveryRefused) -> None:
         # the server pointed OAuth somewhere it may not go: recorded with the origin only, never a path or token
@@ -479,7 +504,7 @@ class Downstream:
         # One deadline covers spawn, handshake and first lists; lifted once the server is ready.
         with anyio.CancelScope(deadline=anyio.current_time() + START_SECONDS) as scope:
             async with client:
-                listing = await _fetch_listing(client)
+                listing = await _fetch_listing(client, self._secrets())
                 scope.deadline = math.inf
                 if self.channel is not None:
                     self.channel.answered = True
@@ -588,7 +613,14 @@ class Downstream:
         shown (`forms.refusal`: a URL a browser should not open, or the look of an approval)."""
         if entry is None or entry.asker is None:
             return types.ElicitResult(action="decline")
-        why = refusal(params)
+        try:
+            params, found = self._without_secrets(params)
+            why = refusal(params)
+        except DownstreamError as exc:
+            found, why = 0, str(exc)
+        if found and isinstance(params, types.ElicitRequestURLParams):
+            # a page the user opens could be told what the gateway gave the server; it is not opened
+            why = "its URL or message holds a secret the gateway gave the server"
         if why is not None:
             url = params.url if isinstance(params, types.ElicitRequestURLParams) else None
             self._event("elicitation_refused", mode=params.mode, reason=why, url=url)
@@ -628,6 +660,7 @@ class Downstream:
                 self._event("sampling", decision="deny", reason=refusal)
                 raise DownstreamError(f"server '{self.name}' may not use the client's model: {refusal}")
         self._event("sampling", decision="allow", max_tokens=params.max_tokens)
+        params, _ = self._without_secrets(params)  # the client's model sees no secret of the gateway's
         try:
             return await entry.asker.sample(params)
         except (MCPError, ValueError) as exc:
@@ -713,7 +746,7 @@ class Downstream:
             return
         try:
             with anyio.fail_after(START_SECONDS):
-                self.listing = await _fetch_listing(client)
+                self.listing = await _fetch_listing(client, self._secrets())
         except (MCPError, TimeoutError, anyio.ClosedResourceError) as exc:
             logger.warning("server '%s': could not re-read its catalog: %s", self.name, _describe(exc))
             return
@@ -933,7 +966,7 @@ def forwardable(meta: Any) -> dict[str, Any] | None:
     return kept or None
 
 
-async def _fetch_listing(client: Client) -> Listing:
+async def _fetch_listing(client: Client, secrets: re.Pattern[str] | None) -> Listing:
     caps = client.server_capabilities
 
     async def pages(fetch: Callable[[str | None], Awaitable[Any]], attr: str) -> tuple[Any, ...]:
@@ -953,7 +986,7 @@ async def _fetch_listing(client: Client) -> Listing:
     if caps.resources:
         resources = await pages(lambda c: client.list_resources(cursor=c), "resources")
         templates = await pages(lambda c: client.list_resource_templates(cursor=c), "resource_templates")
-    return Listing(tools, prompts, resources, templates, client.instructions).unstamped()
+    return Listing(tools, prompts, resources, templates, client.instructions).unstamped().scrubbed(secrets)
 
 
 @asynccontextmanager

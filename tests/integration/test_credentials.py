@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import keyring
@@ -68,6 +69,23 @@ def assert_nowhere(secrets: list[str], root: Path, *outputs: str) -> None:
             continue  # the process ended
         found += [f"argv of pid {cmdline.parent.name}" for s in secrets if s.encode() in data]
     assert not found, f"a secret leaked into: {found}"
+
+
+def held_and_plain(
+    forget: Callable[[str], None], script: str, env: dict[str, str] | None = None, **extra: object
+) -> tuple[str, str, dict[str, Any]]:
+    """A test server run twice, given $LEAK: `held` from the keyring, as a secret the gateway
+    holds, and `plain` (the honest control) in plain `env:`, which it does not hold as one."""
+    path = ROOT / "tests" / "servers" / script
+    secret, plain = "leak-" + os.urandom(12).hex(), "plain-" + os.urandom(12).hex()
+    forget("leak-key")
+    keyring.set_password("cellblock", "leak-key", secret)
+    base = {"command": sys.executable, "args": [str(path)], "jail": {"read_only": [str(path.parent)]}, **extra}
+    servers = {
+        "held": {**base, "env": {**(env or {})}, "secrets": {"LEAK": "leak-key"}},
+        "plain": {**base, "env": {**(env or {}), "LEAK": plain}},
+    }
+    return secret, plain, servers
 
 
 @pytest.fixture
@@ -426,14 +444,7 @@ async def test_a_secret_in_a_servers_error_is_taken_out_of_what_the_model_sees(
 ) -> None:
     from mcp.shared.exceptions import MCPError
 
-    leaky = ROOT / "tests" / "servers" / "leaky.py"
-    secret = "leak-" + os.urandom(12).hex()
-    forget("leak-key")
-    keyring.set_password("cellblock", "leak-key", secret)
-    base = {"command": sys.executable, "args": [str(leaky)], "jail": {"read_only": [str(leaky.parent)]}}
-    # the honest control: a value in plain `env:`, which the gateway does not hold as a secret
-    plain = "plain-" + os.urandom(12).hex()
-    servers = {"held": {**base, "secrets": {"LEAK": "leak-key"}}, "plain": {**base, "env": {"LEAK": plain}}}
+    secret, plain, servers = held_and_plain(forget, "leaky.py")
     async with gateway(write_config(tmp_path, servers), tmp_path / "state", env=env) as client:
 
         async def errors(server: str) -> list[str]:
@@ -451,22 +462,20 @@ async def test_a_secret_in_a_servers_error_is_taken_out_of_what_the_model_sees(
         held = await errors("held")
         assert all("failed with key [redacted]" in text for text in held), held
         assert not any(secret in text for text in held)
+        # what it lists and its instructions: to the model, and into the catalogs kept on disk
+        descriptions = {t.name: t.description for t in (await client.list_tools()).tools}
+        assert descriptions["plain__fail"] == f"Fails with key {plain}."
+        assert descriptions["held__fail"] == "Fails with key [redacted]."
+        instructions = client.instructions or ""
+        assert f"[plain] Signed in with key {plain}." in instructions
+        assert "[held] Signed in with key [redacted]." in instructions
+    assert_nowhere([secret], tmp_path, *held, instructions)
 
 
 async def test_a_secret_in_a_refused_handshake_is_taken_out_of_the_reason_the_gateway_gives(
     tmp_path: Path, env: dict[str, str], forget: Callable[[str], None]
 ) -> None:
-    leaky = ROOT / "tests" / "servers" / "leaky.py"
-    secret = "leak-" + os.urandom(12).hex()
-    forget("start-key")
-    keyring.set_password("cellblock", "start-key", secret)
-    base = {"command": sys.executable, "args": [str(leaky)], "jail": {"read_only": [str(leaky.parent)]}}
-    # the honest control: a value in plain `env:`, which the gateway does not hold as a secret
-    plain = "plain-" + os.urandom(12).hex()
-    servers = {
-        "held": {**base, "env": {"LEAK_AT_START": "1"}, "secrets": {"LEAK": "start-key"}},
-        "plain": {**base, "env": {"LEAK_AT_START": "1", "LEAK": plain}},
-    }
+    secret, plain, servers = held_and_plain(forget, "leaky.py", env={"LEAK_AT_START": "1"})
     log = tmp_path / "gateway.log"
     async with gateway(write_config(tmp_path, servers), tmp_path / "state", env=env, stderr=log) as client:
         control = _text(await client.call_tool("plain__fail", {}))
@@ -477,3 +486,38 @@ async def test_a_secret_in_a_refused_handshake_is_taken_out_of_the_reason_the_ga
         assert "key [redacted]" in ps
     assert plain in log.read_text()  # the log says why, with what the gateway does not hold
     assert_nowhere([secret], tmp_path, refused, ps)
+
+
+async def test_a_secret_in_a_servers_own_question_or_sampling_request_never_reaches_the_user_or_model(
+    tmp_path: Path, env: dict[str, str], forget: Callable[[str], None]
+) -> None:
+    secret, plain, servers = held_and_plain(forget, "forger.py", tools={"default": "allow"}, sampling="allow")
+    questions: list[types.ElicitRequestParams] = []
+    prompts: list[str] = []
+
+    async def elicit(ctx: object, params: types.ElicitRequestParams) -> types.ElicitResult:
+        questions.append(params)
+        return types.ElicitResult(action="accept", content={} if params.mode == "form" else None)
+
+    async def sample(ctx: object, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        prompts.append(json.dumps(params.model_dump(mode="json")))
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="ok"), model="m")
+
+    config = write_config(tmp_path, servers)
+    async with gateway(
+        config, tmp_path / "state", env=env, elicitation_callback=elicit, sampling_callback=sample
+    ) as client:
+        for server, shown in (("plain", plain), ("held", "[redacted]")):
+            await client.call_tool(f"{server}__ask_as", {"message": "Enter the code for key $LEAK"})
+            assert questions[-1].message.endswith(f"Enter the code for key {shown}"), questions[-1].message
+            await client.call_tool(f"{server}__sample", {"message": "Summarise key $LEAK"})
+            assert f"Summarise key {shown}" in prompts[-1]
+        seen = len(questions)
+        control = await client.call_tool("plain__open_url", {"url": "https://example.com/?k=$LEAK"})
+        assert "answer: accept" in _text(control) and questions[-1].url == f"https://example.com/?k={plain}"
+        # a page the user opens could be handed the secret: the question is not shown at all
+        refused = await client.call_tool("held__open_url", {"url": "https://example.com/?k=$LEAK"})
+        assert "answer: decline" in _text(refused) and len(questions) == seen + 1
+    events = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "elicitation_refused" and e["server"] == "held" for e in events)
+    assert_nowhere([secret], tmp_path, *prompts, *(q.model_dump_json() for q in questions))

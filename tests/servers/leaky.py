@@ -1,8 +1,9 @@
 """Leaky: a raw JSON-RPC MCP server (handshake era) whose errors carry the value of $LEAK.
 
 Its tool `fail`, prompt `fail` and resource `leak://fail` each answer with a JSON-RPC error whose
-message holds the value, as a server that puts its credentials in an error would. With
-$LEAK_AT_START set, it refuses the handshake itself that way.
+message holds the value, as a server that puts its credentials in an error would; its instructions
+and the description of `fail` hold it too. With $LEAK_AT_START set, it refuses the handshake itself
+that way.
 """
 
 import json
@@ -23,9 +24,11 @@ def answer(method: str, params: dict) -> dict | str | None:
             "protocolVersion": asked if asked in VERSIONS else VERSIONS[-1],
             "capabilities": {"tools": {}, "prompts": {}, "resources": {}},
             "serverInfo": {"name": "leaky", "version": "1"},
+            "instructions": f"Signed in with key {LEAK}.",
         }
     if method == "tools/list":
-        return {"tools": [{"name": "fail", "inputSchema": {"type": "object"}}]}
+        tool = {"name": "fail", "description": f"Fails with key {LEAK}.", "inputSchema": {"type": "object"}}
+        return {"tools": [tool]}
     if method == "prompts/list":
         return {"prompts": [{"name": "fail"}]}
     if method == "resources/list":

@@ -184,22 +184,30 @@ class Raw:
             return None
         return text("ok")
 
-    def ask(self, ident: Any, params: dict[str, Any], question: dict[str, Any] | None = None) -> dict[str, Any] | None:
-        """Ask the client `question` (elicitation params; a form with a lone surrogate by default)."""
+    def ask(
+        self,
+        ident: Any,
+        params: dict[str, Any],
+        question: dict[str, Any] | None = None,
+        method: str = "elicitation/create",
+    ) -> dict[str, Any] | None:
+        """Ask the client `question` (elicitation params, a form with a lone surrogate by default;
+        or the params of `method`, such as sampling/createMessage)."""
         question = question or {"message": f"allow {LONE}?", "requestedSchema": {"type": "object", "properties": {}}}
         if self.era == "modern":
             answers = params.get("inputResponses")
             if answers:
                 return text(f"answer: {answers.get('q', {}).get('action', 'none')}")
+            asked = {"mode": "form", **question} if method == "elicitation/create" else question
             return {
                 "resultType": "input_required",
-                "inputRequests": {"q": {"method": "elicitation/create", "params": {"mode": "form", **question}}},
+                "inputRequests": {"q": {"method": method, "params": asked}},
                 "requestState": "raw-state",
             }
         self.serial += 1
         mine = f"raw-{self.serial}"
         self.asked[mine] = ident
-        write({"jsonrpc": "2.0", "id": mine, "method": "elicitation/create", "params": question})
+        write({"jsonrpc": "2.0", "id": mine, "method": method, "params": question})
         return None
 
 
