@@ -196,9 +196,25 @@ def review_form(server: str, diff: str, first: bool = False) -> tuple[str, dict[
 # -- a server's own question -------------------------------------------------------------------
 
 
+# Letters of other scripts (and digits) that a reader takes for Latin ones, after case folding:
+# "\u0421ellblock" must read as "Cellblock" to the check as it does to the eye. NFKD already
+# folds the fullwidth, mathematical and circled forms, and splits off accents, which are dropped.
+_LOOKALIKES = str.maketrans(
+    {
+        **dict(zip("авсеһіјкӏмнорԛѕтуԝхьѵԁ", "abcehijklmhopqstywxbvd", strict=True)),  # Cyrillic
+        **dict(zip("αβεηικμνορτυχωϲ", "abehikmvoptuxwc", strict=True)),  # Greek
+        **dict(zip("օոսհ", "onuh", strict=True)),  # Armenian  # noqa: RUF001 - look-alikes are the point
+        **dict(zip("ɑıɩ01", "aiiol", strict=True)),  # Latin variants, digits  # noqa: RUF001 - the same
+    }
+)
+
+
 def _squeezed(text: str) -> str:
-    """`text` compatibility-folded, without case, spacing, punctuation or invisible characters."""
-    return "".join(ch for ch in unicodedata.normalize("NFKC", text).casefold() if ch.isalnum())
+    """`text` compatibility-folded, without case, accents, spacing, punctuation or invisible
+    characters, and with look-alike letters read as the Latin ones they look like."""
+    # before and after the folding: it turns some look-alikes (lunate sigma) into other letters
+    folded = unicodedata.normalize("NFKD", text.casefold().translate(_LOOKALIKES)).casefold().translate(_LOOKALIKES)
+    return "".join(ch for ch in folded if ch.isalnum())
 
 
 def _strings(value: Any, depth: int = 0) -> list[str]:

@@ -165,9 +165,22 @@ def test_the_pending_listing_hides_known_secrets_only_and_says_what_it_cut(tmp_p
     assert approvals.listing("other") == []
 
 
-def test_a_lookalike_script_is_not_refused_but_still_comes_under_the_servers_name() -> None:
-    """GAP: letters from another script that look like "Cellblock" pass the word check; the first
-    line, which the server cannot write, still says whose question it is."""
-    params = form("\u0421ellblock approval \u00b7 server 'files'")  # a Cyrillic Es
-    assert refusal(params) is None
-    assert framed("x", params).message.splitlines()[0] == "Question from server 'x' (not a Cellblock approval):"
+@pytest.mark.parametrize(
+    "message",
+    [
+        "\u0421ellblock approval \u00b7 server 'files'",  # a Cyrillic Es
+        "C\u0435llbl\u043e\u0441k approval",  # Cyrillic ie, o and es
+        "\u03f9ellbl\u03bfck: may server 'files' run",  # Greek lunate sigma and omicron
+        "CE11BL0CK approval",  # digits for letters
+        "\uff23ellblock approval",  # fullwidth C
+        "C\u0301ellblock approval",  # a combining accent
+    ],
+)
+def test_a_lookalike_of_cellblocks_name_is_refused(message: str) -> None:
+    assert refusal(form(message)) == "it speaks in Cellblock's name (only Cellblock's own approvals may)"
+
+
+def test_words_of_other_scripts_that_name_no_cellblock_reach_the_user() -> None:
+    # the honest control: the folding reads look-alikes as Latin, it does not refuse other scripts
+    for message in ("Введите код подтверждения", "Εισάγετε τον κωδικό", "cell 10 block B"):
+        assert refusal(form(message)) is None, message
