@@ -10,9 +10,11 @@ server chooses every one of these URLs, so each is checked before the SDK's OAut
    authorization server metadata kept from the last login) names;
 3. `https:` only, except `http:` to a loopback host that is the MCP server's own host;
 4. never a loopback, private, link-local, multicast or otherwise special address, unless the MCP
-   server's own host is on that address: names are resolved and every address must pass, and the
-   request then goes to the checked address (`PinnedTransport`), so DNS cannot answer otherwise
-   at connect time. Redirects the flow follows are requests like the others and pass the same check.
+   server itself was reached on that address (its URL names it, or a connection that answered as
+   the server went there; never what its name resolves to later, which a rebinding DNS could
+   choose): names are resolved and every address must pass, and the request then goes to the
+   checked address (`PinnedTransport`), so DNS cannot answer otherwise at connect time. Redirects
+   the flow follows are requests like the others and pass the same check.
 
 A refusal is told to `on_refused` (the audit log) and raised as `DiscoveryRefused`, naming the
 server, the refused URL's origin (never its path or query) and why.
@@ -32,10 +34,12 @@ from cellblock.gateway.credentials import CredentialError
 from cellblock.policy.hosts import is_ip, is_loopback, is_special_address, normalize_host
 from cellblock.sandbox.egress import RESOLVE_TIMEOUT, Resolver, default_resolver
 
-__all__ = ["PIN", "DiscoveryGuard", "DiscoveryRefused", "Origin", "PinnedTransport", "origin", "show_origin"]
+__all__ = ["PEER", "PIN", "DiscoveryGuard", "DiscoveryRefused", "Origin", "PinnedTransport", "origin", "show_origin"]
 
 # The request extension that carries the checked address an auth-flow request must be sent to.
 PIN = "cellblock.pinned_address"
+# The response extension that carries the address the connection it came on went to.
+PEER = "cellblock.peer_address"
 
 Origin = tuple[str, str, int | None]
 
@@ -88,7 +92,15 @@ class DiscoveryGuard:
         self._own_host = _canonical(self.own[1])
         self._on_refused = on_refused
         self._resolver = resolver
-        self._own_addresses: set[str] | None = None
+        # the addresses the MCP server was reached on: special ones among them may be used
+        self._own_addresses = {self._own_host} if self._own_host is not None and is_ip(self._own_host) else set()
+
+    def connected(self, response: httpx2.Response) -> None:
+        """Note the address a response of the MCP server itself came from (`PinnedTransport` notes it)."""
+        peer = response.extensions.get(PEER)
+        address = _canonical(peer) if isinstance(peer, str) else None
+        if address is not None:
+            self._own_addresses.add(address)
 
     def check_challenge(self, response: httpx2.Response) -> None:
         """A 401 (or 403) may name its protected resource metadata only on the server's own origin.
@@ -135,10 +147,10 @@ class DiscoveryGuard:
         port = target[2] or 443
         addresses = [host] if is_ip(host) else await self._resolve(host, port)
         for address in addresses:
-            if is_special_address(address) and address not in await self._own():
+            if is_special_address(address) and address not in self._own_addresses:
                 where = f"{host} is at {address}, an" if address != host else f"{address} is an"
                 raise self._refuse(
-                    url, f"{where} address (loopback, private, link-local...) that the server's own URL is not on"
+                    url, f"{where} address (loopback, private, link-local...) the server itself was not reached on"
                 )
         return addresses[0]
 
@@ -159,25 +171,11 @@ class DiscoveryGuard:
             raise httpx2.ConnectError(f"cannot resolve {host} (no addresses)")
         return addresses
 
-    async def _own(self) -> set[str]:
-        """The addresses of the MCP server's own host: the special ones among them may be used."""
-        if self._own_addresses is None:
-            host = self._own_host
-            if host is None:
-                self._own_addresses = set()
-            elif is_ip(host):
-                self._own_addresses = {host}
-            else:
-                try:
-                    self._own_addresses = set(await self._resolve(host, self.own[2] or 443))
-                except httpx2.ConnectError:
-                    self._own_addresses = set()
-        return self._own_addresses
-
 
 class PinnedTransport(httpx2.AsyncBaseTransport):
     """Sends a request that carries a `PIN` to that checked address, with the TLS name and Host of
-    its URL; every other request as it is. A pinned connection is not kept for reuse: another host
+    its URL; every other request as it is, its response noting (`PEER`) the address it came from
+    while the connection is still open. A pinned connection is not kept for reuse: another host
     on the same address must not get a connection made for this one's name."""
 
     def __init__(self, inner: httpx2.AsyncBaseTransport | None = None) -> None:
@@ -186,7 +184,11 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         address = request.extensions.get(PIN)
         if not isinstance(address, str):
-            return await self._inner.handle_async_request(request)
+            response = await self._inner.handle_async_request(request)
+            peer = _peer(response)
+            if peer is not None:
+                response.extensions[PEER] = peer
+            return response
         headers = request.headers.copy()
         headers["Connection"] = "close"
         extensions = {key: value for key, value in request.extensions.items() if key != PIN}
@@ -202,6 +204,15 @@ class PinnedTransport(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+def _peer(response: httpx2.Response) -> str | None:
+    stream = response.extensions.get("network_stream")
+    try:
+        peer = stream.get_extra_info("server_addr") if stream is not None else None
+    except (OSError, AttributeError):  # the connection is gone, or it is not a socket
+        return None
+    return str(peer[0]) if isinstance(peer, tuple) and peer else None
 
 
 def _origin_or_none(url: str | httpx2.URL) -> Origin | None:

@@ -203,6 +203,7 @@ class _Provider(OAuthClientProvider):
                         outgoing.extensions[PIN] = address
                 response = yield outgoing
                 if outgoing is request:
+                    self._guard.connected(response)
                     self._guard.check_challenge(response)
                 outgoing = await flow.asend(response)
         except StopAsyncIteration:

@@ -18,7 +18,7 @@ from mcp.client.auth import OAuthClientProvider
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthToken
 
 from cellblock.gateway.credentials import Keyring
-from cellblock.gateway.discovery import PIN, DiscoveryGuard, DiscoveryRefused, PinnedTransport, show_origin
+from cellblock.gateway.discovery import PEER, PIN, DiscoveryGuard, DiscoveryRefused, PinnedTransport, show_origin
 from cellblock.gateway.oauth import KeyringTokenStorage, client_metadata, oauth_provider
 from tests.servers.threaded import serving
 
@@ -47,6 +47,11 @@ async def resolve(host: str, port: int) -> list[str]:
     if host not in DNS:
         raise OSError(f"no such host {host}")
     return DNS[host]
+
+
+def answered_from(address: str) -> httpx2.Response:
+    """A response of the MCP server that came over a connection to `address`, as `PinnedTransport` notes it."""
+    return httpx2.Response(401, extensions={PEER: address})
 
 
 def guard(url: str = SERVER) -> tuple[DiscoveryGuard, list[DiscoveryRefused]]:
@@ -132,8 +137,24 @@ async def test_a_special_address_is_admitted_only_where_the_server_itself_is(
     server: str, url: str, servers: list[str], address: str | None
 ) -> None:
     check, told = guard(server)
+    host = httpx2.URL(server).host
+    if host in DNS:  # the server was reached where its name pointed when the client connected
+        check.connected(answered_from(DNS[host][0]))
     assert await check.admit(url, servers) == address
     assert told == []
+
+
+async def test_a_special_address_the_servers_name_resolves_to_later_opens_nothing() -> None:
+    """The server's name, asked again, says 10.9.9.9 (a rebinding DNS): that is not where the
+    server was reached, so an authorization server there is refused."""
+    check, told = guard("https://lan-mcp.example/mcp")
+    check.connected(answered_from("93.184.215.14"))
+    with pytest.raises(DiscoveryRefused, match="the server itself was not reached on"):
+        await check.admit("https://10.9.9.9:8443/token", ["https://10.9.9.9:8443"])
+    assert len(told) == 1
+    # the honest control: reached on 10.9.9.9, the same URL is admitted, pinned there
+    check.connected(answered_from("10.9.9.9"))
+    assert await check.admit("https://10.9.9.9:8443/token", ["https://10.9.9.9:8443"]) == "10.9.9.9"
 
 
 @pytest.mark.parametrize(
@@ -381,3 +402,23 @@ async def test_a_pinned_request_reaches_the_checked_address_without_asking_dns_a
             with pytest.raises(httpx2.ConnectError):  # the control: unpinned, the name goes to DNS
                 await client.get(f"http://pinned.invalid:{port}/x")
     assert hosts == [f"pinned.invalid:{port}"]
+
+
+async def test_the_address_a_real_connection_went_to_is_what_the_guard_learns() -> None:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(401)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with serving(Handler) as base, anyio.fail_after(DEADLINE):
+        check, _ = guard(f"http://localhost:{base.rsplit(':', 1)[1]}/mcp")
+        async with httpx2.AsyncClient(transport=PinnedTransport()) as client:
+            check.connected(await client.post(f"{base}/mcp"))
+        # reached on 127.0.0.1 by name: that loopback address may be used, and no other
+        assert await check.admit("https://127.0.0.1/token", ["https://127.0.0.1"]) == "127.0.0.1"
+        with pytest.raises(DiscoveryRefused):
+            await check.admit("https://127.0.0.2/token", ["https://127.0.0.2"])
