@@ -12,9 +12,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from cellblock.policy.hosts import HostKind, parse_rule
+from cellblock.policy.templates import template_matches
 from cellblock.policy.types import ConstraintKind, Decision, ToolRule
 
-__all__ = ["WRITING_WORDS", "JailView", "lint_policy"]
+__all__ = ["WRITING_WORDS", "JailView", "lint_items", "lint_policy"]
 
 # Without a catalog to read annotations from, a tool whose name has one of these writes.
 WRITING_WORDS = ("write", "edit", "create", "move", "delete", "remove", "put", "save", "append", "rename", "mkdir")
@@ -126,4 +127,31 @@ def lint_policy(
                                     f"{where}.args.{arg}: hosts {pattern} is wider than the jail's allow_hosts "
                                     f"({', '.join(jail.allow_hosts)}); the egress proxy refuses what it adds"
                                 )
+    return findings
+
+
+def lint_items(server: str, kind: str, rules: Iterable[ToolRule], names: Iterable[str] | None) -> list[str]:
+    """Findings for one server's `prompts` or `resources` rules (`kind` "prompt" or "resource").
+    `names`: the locked catalog's prompt names, or its resource URIs and template texts, if known.
+    A resource rule matches a template when it matches the template's text or the template can
+    expand to the rule's URI."""
+    if names is None:
+        return []
+    names = list(names)
+    findings = []
+    for rule in rules:
+        matched = [
+            n
+            for n in names
+            if n == rule.pattern
+            or fnmatch.fnmatchcase(n, rule.pattern)
+            or (kind == "resource" and template_matches(n, rule.pattern))
+        ]
+        if not matched:
+            what = "prompt" if kind == "prompt" else "resource or template"
+            own = "prompt names" if kind == "prompt" else "URIs (not the cellblock:// ones the client sees)"
+            findings.append(
+                f"server '{server}': {kind}s.rules.{rule.pattern} matches no {what} of the locked catalog; "
+                f"check it (rules use the server's own {own})"
+            )
     return findings

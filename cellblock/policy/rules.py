@@ -1,5 +1,8 @@
 """Per-tool policy: which rule applies to a tool, and whether a call's arguments meet its constraints.
 
+The same machinery decides prompts (by name, with their arguments) and resources (by URI): a
+`Policy` whose `kind` is "prompt" or "resource" differs only in the words of its reasons.
+
 Precedence (DESIGN.md, "Rules"): an exact tool name beats a glob; among globs the one with the most
 literal (non-wildcard) characters wins; equally specific globs are ordered strictest decision first
 (deny, ask, allow) and then by the lexicographically smallest pattern; then `default`.
@@ -60,7 +63,8 @@ class _Reject(Exception):
 class Policy:
     """The tool policy of one server.
 
-    `cwd` is the server's working directory (relative path arguments resolve against it; with None
+    `kind` names what the rules match in reasons ("tool", "prompt", "resource"). `cwd` is the
+    server's working directory (relative path arguments resolve against it; with None
     they are denied); `home` expands a leading `~` (with None such paths are denied).
 
     Raises:
@@ -74,6 +78,7 @@ class Policy:
     rules: tuple[ToolRule, ...] = ()
     cwd: str | None = None
     home: str | None = None
+    kind: str = "tool"
     _exact: dict[str, _Compiled] = field(init=False, repr=False, compare=False)
     _globs: dict[str, list[tuple[int, re.Pattern[str], _Compiled]]] = field(init=False, repr=False, compare=False)
     _cache: dict[str, tuple[_Compiled | None, Verdict]] = field(init=False, repr=False, compare=False)
@@ -83,7 +88,7 @@ class Policy:
         try:
             default = Decision(self.default)
         except ValueError:
-            raise ValueError(f"tools.default {self.default!r} is not one of allow, deny, ask") from None
+            raise ValueError(f"{self.kind}s.default {self.default!r} is not one of allow, deny, ask") from None
         object.__setattr__(self, "default", default)
         object.__setattr__(self, "rules", tuple(self.rules))
         if self.home is not None and not os.path.isabs(self.home):
@@ -103,7 +108,7 @@ class Policy:
             if not isinstance(rule, ToolRule):
                 raise TypeError(f"policy rules must be ToolRule values (got {type(rule).__name__})")
             if rule.pattern in seen:
-                raise ValueError(f"tool rule {rule.pattern!r} appears twice; keep one")
+                raise ValueError(f"{self.kind} rule {rule.pattern!r} appears twice; keep one")
             seen.add(rule.pattern)
             compiled = self._compile(rule)
             if _GLOB_CHARS.isdisjoint(rule.pattern):
@@ -155,23 +160,23 @@ class Policy:
 
     def _match(self, tool: str) -> tuple[_Compiled | None, Verdict]:
         if not isinstance(tool, str):
-            return None, Verdict(Decision.DENY, DEFAULT_RULE, f"tool name {_show(tool)} is not text")
+            return None, Verdict(Decision.DENY, DEFAULT_RULE, f"{self.kind} name {_show(tool)} is not text")
         compiled = self._exact.get(tool)
         if compiled is None:
             compiled = self._glob_for(tool)
-        shown = _show(tool)
+        shown = f"{self.kind} {_show(tool)}"
         if compiled is None:
             reasons = {
-                Decision.ALLOW: f"tool {shown} matches no rule and the default allows it",
-                Decision.ASK: f"tool {shown} matches no rule and the default asks for approval",
-                Decision.DENY: f"tool {shown} matches no rule and the default denies it",
+                Decision.ALLOW: f"{shown} matches no rule and the default allows it",
+                Decision.ASK: f"{shown} matches no rule and the default asks for approval",
+                Decision.DENY: f"{shown} matches no rule and the default denies it",
             }
             return None, Verdict(self.default, DEFAULT_RULE, reasons[self.default])
         pattern = compiled.rule.pattern
         reasons = {
-            Decision.ALLOW: f"tool {shown} is allowed by rule {pattern!r}",
-            Decision.ASK: f"tool {shown} needs approval by rule {pattern!r}",
-            Decision.DENY: f"tool {shown} is denied by rule {pattern!r}",
+            Decision.ALLOW: f"{shown} is allowed by rule {pattern!r}",
+            Decision.ASK: f"{shown} needs approval by rule {pattern!r}",
+            Decision.DENY: f"{shown} is denied by rule {pattern!r}",
         }
         return compiled, Verdict(compiled.rule.decision, pattern, reasons[compiled.rule.decision])
 
@@ -193,7 +198,7 @@ class Policy:
                 try:
                     checks.append(_compile_constraint(constraint, self._cwd_real, self.home))
                 except ValueError as exc:
-                    raise ValueError(f"tool rule {rule.pattern!r}: argument {name!r}: {exc}") from exc
+                    raise ValueError(f"{self.kind} rule {rule.pattern!r}: argument {name!r}: {exc}") from exc
             args.append((name, tuple(name.split(".")), tuple(checks)))
         return _Compiled(rule, tuple(args))
 
@@ -521,8 +526,9 @@ def _url_host_port(value: object) -> tuple[str, int]:
 # -- config-shaped rules ---------------------------------------------------------------------
 
 
-def parse_rule_entry(pattern: str, body: str | Mapping[str, Any]) -> ToolRule:
-    """Build a ToolRule from one `tools.rules` entry.
+def parse_rule_entry(pattern: str, body: str | Mapping[str, Any], kind: str = "tool") -> ToolRule:
+    """Build a ToolRule from one `tools.rules` entry (`kind`: "prompt" or "resource" for those
+    sections; a resource rule has no `args`, as a read has no arguments).
 
     `body` is a decision (`"allow"`) or `{decision: ..., args: {<argument path>: {<kind>: value
     or [values]}}}`. Regular expressions and host rules are checked here; path roots are checked
@@ -531,9 +537,9 @@ def parse_rule_entry(pattern: str, body: str | Mapping[str, Any]) -> ToolRule:
     Raises:
         ValueError: an unknown key, decision or constraint kind, `args` that is not a mapping, an
             argument without constraints, a constraint without values, a value that is not text,
-            an invalid host rule or regular expression, or `args` on a `deny` rule.
+            an invalid host rule or regular expression, `args` on a `deny` rule, or on a resource rule.
     """
-    where = f"tool rule {pattern!r}"
+    where = f"{kind} rule {pattern!r}"
     if isinstance(body, str):
         return ToolRule(pattern, _decision(where, body))
     if not isinstance(body, Mapping):
@@ -545,6 +551,8 @@ def parse_rule_entry(pattern: str, body: str | Mapping[str, Any]) -> ToolRule:
         raise ValueError(f"{where}: 'decision' is missing; add 'decision: allow', 'ask' or 'deny'")
     decision = _decision(where, body["decision"])
     raw_args = body.get("args", {})
+    if kind == "resource" and raw_args:
+        raise ValueError(f"{where}: a resource read has no arguments to constrain; remove 'args'")
     if not isinstance(raw_args, Mapping):  # an empty mapping is no constraints, as a dumped model gives
         raise ValueError(f"{where}: 'args' must map argument names to constraints (got {raw_args!r})")
     args: dict[str, tuple[Constraint, ...]] = {}
