@@ -10,7 +10,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -157,21 +157,40 @@ Rule = Annotated[
 ]
 
 
-class ToolsConfig(_Model):
-    """Per-tool policy: a default, and rules by exact name or glob."""
+class _RulesConfig(_Model):
+    """A default and rules by exact name (or URI) or glob; the shape of `tools`, `prompts`, `resources`."""
 
-    default: DecisionName = "ask"
+    kind: ClassVar[str] = "tool"
+    default: DecisionName | None = None
     rules: dict[Annotated[str, Field(min_length=1)], Rule] = {}
 
     @model_validator(mode="after")
-    def _compiles(self) -> ToolsConfig:
+    def _compiles(self) -> _RulesConfig:
         # regexes and host patterns are compiled now, so a bad one is a config error with a line
         rules = [
-            parse_rule_entry(pattern, body.model_dump() if isinstance(body, RuleConfig) else body)
+            parse_rule_entry(pattern, body.model_dump() if isinstance(body, RuleConfig) else body, self.kind)
             for pattern, body in self.rules.items()
         ]
-        Policy(default=Decision(self.default), rules=tuple(rules), cwd=None, home="/")
+        Policy(default=Decision(self.default or "ask"), rules=tuple(rules), cwd=None, home="/", kind=self.kind)
         return self
+
+
+class ToolsConfig(_RulesConfig):
+    """Per-tool policy: a default, and rules by exact name or glob."""
+
+    default: DecisionName = "ask"
+
+
+class PromptsConfig(_RulesConfig):
+    """Per-prompt policy, by prompt name; without a `default`, the server's tools default applies."""
+
+    kind: ClassVar[str] = "prompt"
+
+
+class ResourcesConfig(_RulesConfig):
+    """Per-resource policy, by the server's own URI (or glob); without a `default`, the server's tools default."""
+
+    kind: ClassVar[str] = "resource"
 
 
 class LockConfig(_Model):
@@ -196,6 +215,8 @@ class DefaultsConfig(_Model):
     start: Start = "eager"
     timeout: Seconds = 60.0
     tools: ToolsConfig = ToolsConfig()
+    prompts: PromptsConfig = PromptsConfig()
+    resources: ResourcesConfig = ResourcesConfig()
     lock: LockConfig = LockConfig()
     # a server asking the client's model for a completion: refused, asked about, or passed on
     sampling: DecisionName = "deny"
@@ -244,6 +265,8 @@ class _ServerBase(_Model):
     # seconds a single call may take before it is cancelled downstream and answered with an error
     timeout: Seconds | None = None
     tools: ToolsConfig | None = None
+    prompts: PromptsConfig | None = None
+    resources: ResourcesConfig | None = None
     lock: LockConfig | None = None
     sampling: DecisionName | None = None
     # auto: probe the 2026-07-28 protocol and fall back to the handshake; legacy: handshake only
@@ -495,6 +518,16 @@ class Config(_Model):
 
     def tools_of(self, name: str) -> ToolsConfig:
         return self.servers[name].tools or self.defaults.tools
+
+    def rules_of(self, name: str, kind: str) -> tuple[str, dict[str, Any]]:
+        """(default, rules) of a server's `tools`, `prompts` or `resources` (`kind` "tool", "prompt",
+        "resource"): its own section, else `defaults`'; a prompts or resources section without a
+        `default` takes the server's tools default, so `tools: {default: deny}` denies them too."""
+        tools = self.tools_of(name)
+        if kind == "tool":
+            return tools.default, dict(tools.rules)
+        section: _RulesConfig = getattr(self.servers[name], f"{kind}s") or getattr(self.defaults, f"{kind}s")
+        return section.default or tools.default, dict(section.rules)
 
     def lock_of(self, name: str) -> LockConfig:
         return self.servers[name].lock or self.defaults.lock

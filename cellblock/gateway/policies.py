@@ -1,14 +1,16 @@
-"""Turning a server's `tools:` config into the pure policy the call path asks."""
+"""Turning a server's `tools:`, `prompts:` and `resources:` config into the pure policies the gateway asks."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from cellblock.gateway.config import Config, LocalServer, RuleConfig
 from cellblock.gateway.locking import lock_path
 from cellblock.gateway.namespacing import assign_names
-from cellblock.policy.lint import JailView, lint_policy
+from cellblock.policy.lint import JailView, lint_items, lint_policy
 from cellblock.policy.lock import LockError, load_lock
 from cellblock.policy.rules import Policy, parse_rule_entry
 from cellblock.policy.types import Decision
@@ -16,20 +18,21 @@ from cellblock.policy.types import Decision
 __all__ = ["lint_config", "policy_for"]
 
 
-def policy_for(config: Config, server: str) -> Policy:
-    """The policy of `server`: its own `tools`, else `defaults.tools`, else ask for everything.
+def policy_for(config: Config, server: str, kind: str = "tool") -> Policy:
+    """The policy of `server` for its tools (or "prompt", "resource"): its own section, else the
+    one in `defaults`, else ask for everything (`Config.rules_of` says how the defaults fall back).
 
     Raises:
         ValueError: a rule cannot be compiled (the config's own validation catches this first).
     """
-    tools = config.tools_of(server)
+    default, raw = config.rules_of(server, kind)
     rules = tuple(
-        parse_rule_entry(pattern, body.model_dump() if isinstance(body, RuleConfig) else body)
-        for pattern, body in tools.rules.items()
+        parse_rule_entry(pattern, body.model_dump() if isinstance(body, RuleConfig) else body, kind)
+        for pattern, body in raw.items()
     )
     entry = config.servers[server]
     cwd = entry.cwd if isinstance(entry, LocalServer) else None
-    return Policy(default=Decision(tools.default), rules=rules, cwd=cwd, home=os.path.expanduser("~"))
+    return Policy(default=Decision(default), rules=rules, cwd=cwd, home=os.path.expanduser("~"), kind=kind)
 
 
 def lint_config(config: Config, state: Path) -> list[str]:
@@ -62,7 +65,17 @@ def lint_config(config: Config, state: Path) -> list[str]:
                 if key.startswith("tool:")
             }
         findings += lint_policy(name, policy_for(config, name).rules, view, home, catalog)
+        for kind in ("prompt", "resource"):
+            names = _locked_names(lock.snapshot, kind) if lock is not None else None
+            findings += lint_items(name, kind, policy_for(config, name, kind).rules, names)
     for kind, pairs in items.items():
         table = assign_names(pairs, separator=config.names.separator, max_length=config.names.max_length)
         findings += [f"{kind} name collision: {collision}" for collision in table.collisions]
     return findings
+
+
+def _locked_names(snapshot: Mapping[str, Any], kind: str) -> list[str]:
+    """The prompt names, or the resource URIs and template texts, of a locked catalog."""
+    if kind == "prompt":
+        return [key.removeprefix("prompt:") for key in snapshot if key.startswith("prompt:")]
+    return [key.partition(":")[2] for key in snapshot if key.startswith(("resource:", "template:"))]

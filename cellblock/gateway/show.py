@@ -20,21 +20,25 @@ from cellblock.sandbox.types import JailError
 __all__ = ["describe_server", "show"]
 
 
+def _policy(config: Config, name: str, kind: str) -> dict[str, Any]:
+    default, rules = config.rules_of(name, kind)
+    return {"default": default, "rules": {p: (r if isinstance(r, str) else r.model_dump()) for p, r in rules.items()}}
+
+
 def describe_server(
     config: Config, name: str, always: dict[str, list[str]] | None = None, own: tuple[Path, ...] = ()
 ) -> dict[str, Any]:
     """The effective settings of one server, as data (env values are never included); `own` as
     for `jail_spec`."""
     server = config.servers[name]
-    tools = config.tools_of(name)
     info: dict[str, Any] = {
         "name": name,
         "start": config.start_of(name),
         "timeout": config.timeout_of(name),
-        "policy": {
-            "default": tools.default,
-            "rules": {p: (r if isinstance(r, str) else r.model_dump()) for p, r in tools.rules.items()},
-        },
+        "policy": _policy(config, name, "tool"),
+        # the effective default: a section without one takes the tools default
+        "prompt_policy": _policy(config, name, "prompt"),
+        "resource_policy": _policy(config, name, "resource"),
         "lock": config.lock_of(name).model_dump(),
         "always_allowed": sorted((always or {}).get(name, [])),
     }
@@ -141,10 +145,11 @@ def show(config: Config, only: str | None, as_json: bool, state: Path | None = N
             for path, digest in item["exec_sha256"].items():
                 print(f"  pinned   {path}  sha256 {digest}")
             print(f"  env      {', '.join(item['jail_env'])}")
-        policy = item["policy"]
-        print(f"  policy   default {policy['default']}")
-        for pattern, rule in policy["rules"].items():
-            print(f"  rule     {pattern}: {rule if isinstance(rule, str) else json.dumps(rule)}")
+        for key, what in (("policy", "tools"), ("prompt_policy", "prompts"), ("resource_policy", "resources")):
+            policy = item[key]
+            print(f"  policy   {what}: default {policy['default']}")
+            for pattern, rule in policy["rules"].items():
+                print(f"  rule     {pattern}: {rule if isinstance(rule, str) else json.dumps(rule)}")
         print(f"  lock     {'first ' + item['lock']['first'] if item['lock']['enabled'] else 'off'}")
         if item["always_allowed"]:
             print(f"  always   {', '.join(item['always_allowed'])}  (revoke with 'cellblock revoke {item['name']}')")

@@ -482,3 +482,53 @@ def test_bad_limits_are_named_at_their_line(limits: str, expected: str) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config(f"version: 1\nservers:\n  a:\n    command: /bin/true\n    jail:\n      limits: {limits}\n")
     assert str(caught.value).startswith(f"cellblock.yaml:6: {expected}")
+
+
+def test_prompts_and_resources_take_the_servers_tools_default_unless_they_say_otherwise() -> None:
+    config = parse_config(
+        "version: 1\n"
+        "defaults:\n  resources: {default: allow}\n"
+        "servers:\n"
+        "  a:\n    command: x\n    tools: {default: deny}\n"
+        "  b:\n    command: x\n    prompts: {rules: {greet: allow}}\n    resources: {rules: {'n://*': ask}}\n"
+    )
+    # a: a deny tools default denies its prompts too; the resources default of `defaults` is explicit
+    assert config.rules_of("a", "prompt") == ("deny", {})
+    assert config.rules_of("a", "resource") == ("allow", {})
+    # b: its own sections replace `defaults`' whole, and without a default take the tools default (ask)
+    assert config.rules_of("b", "prompt") == ("ask", {"greet": "allow"})
+    assert config.rules_of("b", "resource") == ("ask", {"n://*": "ask"})
+    assert config.rules_of("b", "tool") == ("ask", {})
+
+
+def test_a_resource_rule_with_args_or_a_bad_decision_is_a_config_error_with_its_line() -> None:
+    message = error_of(
+        "version: 1\nservers:\n  a:\n    command: x\n    resources:\n      rules:\n"
+        "        'n://*': {decision: allow, args: {x: {one_of: ['1']}}}\n"
+    )
+    assert message.startswith("c.yaml:5: servers.a.resources") and "a resource read has no arguments" in message
+    message = error_of("version: 1\nservers:\n  a:\n    command: x\n    prompts: {default: maybe}\n")
+    assert message.startswith("c.yaml:5: servers.a.prompts.default") and "maybe" in message
+
+
+def test_check_names_prompt_and_resource_rules_that_match_nothing_the_lock_approved(tmp_path: Path) -> None:
+    from cellblock.gateway.locking import lock_path
+    from cellblock.gateway.policies import lint_config
+    from cellblock.policy.lock import approve, item_keys, save_lock
+
+    catalog = {
+        "tools": [{"name": "read", "inputSchema": {"type": "object"}}],
+        "prompts": [{"name": "greet"}],
+        "resources": [{"uri": "note://a", "name": "a"}],
+        "templates": [{"uriTemplate": "item://{id}", "name": "item"}],
+    }
+    save_lock(lock_path(tmp_path, "a"), approve("a", item_keys(catalog), 0.0))
+    config = parse_config(
+        "version: 1\nservers:\n  a:\n    command: x\n    tools: {rules: {read: allow}}\n"
+        "    prompts: {rules: {greet: allow, gret: allow}}\n"
+        "    resources: {rules: {'note://*': allow, 'item://7': ask, 'cellblock://a/*': deny}}\n"
+    )
+    found = lint_config(config, tmp_path)
+    assert len(found) == 2, found
+    assert found[0].startswith("server 'a': prompts.rules.gret matches no prompt of the locked catalog")
+    assert found[1].startswith("server 'a': resources.rules.cellblock://a/* matches no resource or template")

@@ -39,6 +39,8 @@ servers:
   loose:
     command: {sys.executable}
     jail: false
+    tools: {{default: deny}}
+    resources: {{rules: {{"note://*": allow}}}}
   missing:
     command: {sys.executable}
     jail: {{read_write: ["{tmp_path / "nope"}"]}}
@@ -72,6 +74,14 @@ def test_show_text_marks_the_unjailed_server(config: Path) -> None:
     done = cellblock("show", "--config", str(config), "loose")
     assert done.returncode == 0
     assert "jail     OFF (jail: false)" in done.stdout
+
+
+def test_show_gives_the_effective_prompt_and_resource_policy(config: Path) -> None:
+    done = cellblock("show", "--config", str(config), "loose")
+    assert done.returncode == 0
+    # no prompts section: the tools default; a resources section without a default: the same
+    assert "policy   tools: default deny" in done.stdout and "policy   prompts: default deny" in done.stdout
+    assert "policy   resources: default deny\n  rule     note://*: allow" in done.stdout
 
 
 def test_show_of_an_unknown_server_is_a_usage_error(config: Path) -> None:
