@@ -13,6 +13,11 @@ Nothing the model sends can approve anything: answers come from the client's UI 
 a retried call's state is checked against a key that exists only in this process. Remembered
 approvals only turn `ask` into `allow`: the policy's `deny` rules and argument constraints are
 applied before this module is consulted, so an approval cannot widen them.
+
+A prompt get or a resource read under `ask` goes the same way: its key in the remembered tables
+is "prompt:NAME" or "resource:URI" (the server's own), and the form says what is got or read. A
+tool whose own name starts like such a key is never allowed by a remembered approval (it is asked
+each time), so approving a server's prompt can never let its look-alike tool through.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from cellblock.gateway.forms import (
 )
 from cellblock.gateway.notify import notify
 from cellblock.gateway.state import atomic_write_json, read_json
+from cellblock.policy.text import visible
 from cellblock.policy.types import Decision, Verdict
 
 if TYPE_CHECKING:
@@ -60,6 +66,8 @@ APPROVAL_KEY = "cellblock_approval"
 PENDING_TTL = 600.0
 MAX_PENDING = 64  # pending approvals are created by the model's calls: keep them bounded
 STATE_PREFIX = "ap1."
+# how a prompt's and a resource's keys begin in the remembered tables (and in audit records)
+ITEM_PREFIXES = ("prompt:", "resource:")
 
 
 class NeedsInput(Exception):
@@ -82,6 +90,7 @@ class Pending:
     answer: anyio.Event = field(default_factory=anyio.Event)
     scope: str | None = None  # "once", "session", "always"; None = denied or unanswered
     waiting: bool = True  # False once the call gave up waiting (timed out)
+    kind: str = "tool"  # or "prompt", "resource": `tool` is then "prompt:NAME" or "resource:URI"
 
 
 class Approvals:
@@ -150,9 +159,12 @@ class Approvals:
             NeedsInput: a 2026-07-28 client must be asked through an InputRequiredResult.
         """
         arguments = call.arguments
-        if tool in self.always().get(server, set()):
+        kind = getattr(call, "kind", "tool")
+        # a tool named like a prompt's or a resource's key gets none of their remembered approvals
+        remembered = kind != "tool" or not tool.startswith(ITEM_PREFIXES)
+        if remembered and tool in self.always().get(server, set()):
             return Verdict(Decision.ALLOW, "approval:always", f"always allowed by the user ({verdict.rule})")
-        if (server, tool) in self.session:
+        if remembered and (server, tool) in self.session:
             return Verdict(Decision.ALLOW, "approval:session", f"allowed for this session ({verdict.rule})")
         key = (server, tool, args_digest(arguments))
         if self._once.pop(key, 0.0) > time.time():
@@ -164,7 +176,7 @@ class Approvals:
         ctx = call.ctx
         if ctx is not None and can_elicit(ctx.session):
             if ctx.modern:
-                message, schema = self._form(server, tool, verdict.rule, arguments, full)
+                message, schema = self._form(server, tool, verdict.rule, arguments, full, kind)
                 request = types.ElicitRequest(
                     params=types.ElicitRequestFormParams(message=message, requested_schema=schema)
                 )
@@ -174,19 +186,26 @@ class Approvals:
                         input_requests={APPROVAL_KEY: request}, request_state=self.seal(exposed, arguments)
                     )
                 )
-            return await self._elicit(ctx.session, ctx.request_id, server, tool, verdict, arguments)
-        return await self._wait_for_cli(server, tool, exposed, verdict, arguments, ctx)
+            return await self._elicit(ctx.session, ctx.request_id, server, tool, verdict, arguments, kind)
+        return await self._wait_for_cli(server, tool, exposed, verdict, arguments, ctx, kind)
 
     def _form(
-        self, server: str, tool: str, rule: str, arguments: dict[str, Any] | None, full: bool
+        self, server: str, tool: str, rule: str, arguments: dict[str, Any] | None, full: bool, kind: str = "tool"
     ) -> tuple[str, dict[str, Any]]:
-        return approval_form(server, tool, rule, arguments, secrets=self.audit.secrets(), full=full)
+        return approval_form(server, tool, rule, arguments, secrets=self.audit.secrets(), full=full, kind=kind)
 
     async def _elicit(
-        self, session: ServerSession, request_id: Any, server: str, tool: str, verdict: Verdict, arguments: Any
+        self,
+        session: ServerSession,
+        request_id: Any,
+        server: str,
+        tool: str,
+        verdict: Verdict,
+        arguments: Any,
+        kind: str = "tool",
     ) -> Verdict:
         for full in (False, True):  # a cut form offers only "show all" or deny; then every argument, uncut
-            message, schema = self._form(server, tool, verdict.rule, arguments, full)
+            message, schema = self._form(server, tool, verdict.rule, arguments, full, kind)
             self.audit.write("approval_asked", server, tool=tool, via="elicitation")
             try:
                 # the human has approvals.timeout to answer; silence is a refusal
@@ -216,7 +235,9 @@ class Approvals:
     def _refused(self, server: str, tool: str, verdict: Verdict, event: str, why: str) -> Verdict:
         self.audit.write(event, server, tool=tool, reason=why)
         return Verdict(
-            Decision.DENY, verdict.rule, f"tool '{tool}' needs the user's approval and did not get it: {why}"
+            Decision.DENY,
+            verdict.rule,
+            f"{_what(tool)} of server '{server}' needs the user's approval and did not get it: {why}",
         )
 
     async def _wait_for_cli(
@@ -227,13 +248,14 @@ class Approvals:
         verdict: Verdict,
         arguments: dict[str, Any] | None,
         ctx: Asking | None = None,
+        kind: str = "tool",
     ) -> Verdict:
         self._expire()
         if len(self.pending) >= MAX_PENDING:
             return self._refused(server, tool, verdict, "approval_denied", "too many approvals are pending")
         now = time.time()
         ident = base64.b32encode(os.urandom(5)).decode().lower()
-        item = Pending(ident, server, tool, arguments, args_digest(arguments), now, now + PENDING_TTL)
+        item = Pending(ident, server, tool, arguments, args_digest(arguments), now, now + PENDING_TTL, kind=kind)
         self.pending[ident] = item
         self.audit.write("approval_asked", server, tool=tool, via="cli", id=ident)
         logger.warning(
@@ -245,7 +267,7 @@ class Approvals:
             ident,
         )
         waiting = (
-            f"Cellblock: the call to '{exposed}' waits up to {self.timeout:g}s for the user's approval. "
+            f"Cellblock: {_what(exposed)} waits up to {self.timeout:g}s for the user's approval. "
             f"Ask the user to run 'cellblock pending' to see it, then 'cellblock approve {ident}' "
             f"or 'cellblock deny {ident}' in a terminal."
         )
@@ -253,7 +275,7 @@ class Approvals:
             # never a silent wait: the client hears why (and so can the model), the desktop shows it
             if ctx is not None and ctx.tell is not None:
                 tg.start_soon(ctx.tell, waiting)
-            tg.start_soon(notify, f"'{exposed}' waits for your approval: cellblock approve {ident}")
+            tg.start_soon(notify, f"{_what(exposed)} waits for your approval: cellblock approve {ident}")
             with anyio.move_on_after(self.timeout):
                 await item.answer.wait()
             tg.cancel_scope.cancel()
@@ -266,8 +288,8 @@ class Approvals:
         return Verdict(
             Decision.DENY,
             verdict.rule,
-            f"tool '{exposed}' needs the user's approval. Ask the user to run 'cellblock approve {ident}' "
-            f"(or 'cellblock approve {ident} --always') in a terminal, then call it again with the same "
+            f"{_what(exposed)} needs the user's approval. Ask the user to run 'cellblock approve {ident}' "
+            f"(or 'cellblock approve {ident} --always') in a terminal, then ask again with the same "
             "arguments; or 'cellblock deny " + ident + "'.",
         )
 
@@ -358,7 +380,8 @@ class Approvals:
                     "id": p.id,
                     "server": p.server,
                     "tool": p.tool,
-                    "identity": identity(p.server, p.tool, p.arguments),
+                    "kind": p.kind,
+                    "identity": identity(p.server, p.tool, p.arguments, p.kind),
                     "digest": p.digest,
                     "arguments": lines,
                     "cut": cut,
@@ -369,6 +392,14 @@ class Approvals:
                 }
             )
         return listed
+
+
+def _what(tool: str) -> str:
+    """How a message names what was asked about: "tool 'x'", "prompt 'greet'", "resource 'a://b'"."""
+    kind, sep, name = tool.partition(":")
+    if sep and f"{kind}:" in ITEM_PREFIXES:
+        return f"{kind} {visible(name)!r}"
+    return f"tool {visible(tool)!r}"
 
 
 def _choice(result: types.ElicitResult) -> Any:

@@ -81,12 +81,15 @@ def build_catalog(
     max_length: int,
     offered: Mapping[str, Listing] | None = None,
     hidden: Callable[[str, str], bool] = lambda server, tool: False,
+    hidden_item: Callable[[str, str, str], bool] = lambda kind, server, name: False,
 ) -> Catalog:
     """Merge the servers' listings; name collisions are resolved deterministically and logged.
 
     `listings` is what may be shown (after the lock); `offered` is everything the servers offer,
     so names stay the same when a held item is approved. `hidden(server, tool)` keeps a tool out of
-    the list (a policy `deny`) while it stays routable, so a call to it is refused by the policy.
+    the list (a policy `deny`) while it stays routable, so a call to it is refused by the policy;
+    `hidden_item(kind, server, name)` does the same for a "prompt" (by name) and a "resource" (by
+    the server's URI, or a template's text).
     """
     offered = offered if offered is not None else listings
     tool_names = assign_names(
@@ -118,11 +121,13 @@ def build_catalog(
         r.model_copy(update={"uri": expose_uri(server, str(r.uri))})
         for server, lst in listings.items()
         for r in lst.resources
+        if not hidden_item("resource", server, str(r.uri))
     ]
     templates = [
         t.model_copy(update={"uri_template": expose_uri(server, t.uri_template)})
         for server, lst in listings.items()
         for t in lst.templates
+        if not hidden_item("resource", server, t.uri_template)
     ]
     shown_tools, shown_prompts = _pairs(listings, "tools"), _pairs(listings, "prompts")
     tool_routes = {name: route for name, route in tool_names.by_exposed.items() if route in shown_tools}
@@ -130,6 +135,7 @@ def build_catalog(
     held = {n: r for n, r in tool_names.by_exposed.items() if n not in tool_routes}
     held |= {n: r for n, r in prompt_names.by_exposed.items() if n not in prompt_routes}
     listed = [t for t in tools if not hidden(*tool_routes[t.name])]
+    prompts = [p for p in prompts if not hidden_item("prompt", *prompt_routes[p.name])]
     return Catalog(
         tools=tuple(sorted(_unique(listed, "name"), key=lambda t: t.name)),
         prompts=tuple(sorted(_unique(prompts, "name"), key=lambda p: p.name)),

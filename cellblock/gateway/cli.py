@@ -364,6 +364,9 @@ def _pending(as_json: bool) -> int:
             # the gateway escaped what the model and the server sent; escaping again costs nothing
             arguments = ", ".join(visible(str(line)) for line in item.get("arguments", []))
             tool = printable(str(item.get("tool", "?")))
+            kind = str(item.get("kind", "tool"))
+            if kind in ("prompt", "resource"):  # a get or a read: "prompt greet", never "prompt:greet"
+                tool = f"{kind} {tool.removeprefix(kind + ':')}"
             tool = tool if len(tool) <= _TOOL_WIDTH else f"{tool[:_TOOL_WIDTH]}…"
             print("\t".join([*fields, tool, age, left if expires > 0 else "expired", arguments]))
         for item in items:

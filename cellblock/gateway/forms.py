@@ -129,12 +129,22 @@ def argument_lines(
     return lines, cut
 
 
-def identity(server: str, tool: str, arguments: dict[str, Any] | None) -> str:
-    """The first line of a call's form: server, a digest of the arguments, and the tool, bounded."""
-    # the tool comes last: whatever a forged name holds stays inside its quotes, after the digest
+# what the human is asked, by what a rule decides: a tool call, a prompt get, a resource read
+_QUESTIONS = {
+    "tool": "May this call run?",
+    "prompt": "May the client get this prompt from the server?",
+    "resource": "May the client read this resource from the server?",
+}
+
+
+def identity(server: str, tool: str, arguments: dict[str, Any] | None, kind: str = "tool") -> str:
+    """The first line of a call's form: server, a digest of the arguments, and the tool (or the
+    prompt, or the resource: `tool` is then "prompt:NAME" or "resource:URI"), bounded."""
+    name = tool if kind == "tool" else tool.removeprefix(f"{kind}:")
+    # the name comes last: whatever a forged name holds stays inside its quotes, after the digest
     return (
         f"{APPROVAL_HEADER} · server '{visible(server)}' · arguments sha256:{args_digest(arguments)[:12]}"
-        f" · tool {shown(tool, limit=MAX_NAME)}"
+        f" · {kind} {shown(name, limit=MAX_NAME)}"
     )
 
 
@@ -149,8 +159,10 @@ def approval_form(
     *,
     secrets: Iterable[str] = (),
     full: bool = False,
+    kind: str = "tool",
 ) -> tuple[str, dict[str, Any]]:
-    """The question and the flat form schema for one call (`full`: every argument uncut).
+    """The question and the flat form schema for one call (`full`: every argument uncut); `kind`
+    "prompt" or "resource" asks about a prompt get or a resource read instead (see `identity`).
 
     A call whose arguments do not fit FORM_BUDGET is shown cut, with the choices SHOW_FULL and
     deny only; the caller asks again with `full` when the human picks SHOW_FULL.
@@ -160,8 +172,8 @@ def approval_form(
     if not full and (len(lines) > MAX_ARGS or sum(len(line) + 3 for line in lines) > FORM_BUDGET):
         lines, cut = argument_lines(arguments, secrets, MAX_VALUE)
     head = [
-        identity(server, tool, arguments),
-        f"May this call run? Policy rule {shown(rule)} says ask. The arguments follow as data (escaped JSON):",
+        identity(server, tool, arguments, kind),
+        f"{_QUESTIONS[kind]} Policy rule {shown(rule)} says ask. The arguments follow as data (escaped JSON):",
     ]
     if cut:
         head.append(f"{cut} of them are cut here. Choose 'Show all arguments' to read every one in full first.")

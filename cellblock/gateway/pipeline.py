@@ -4,7 +4,10 @@ Each stage can only refuse or pass a call on; none can widen what an earlier one
 refusal is a tool error the model can read, and every decision is written to the audit log
 before anything is forwarded: if that write fails, the call is refused.
 
-`admit` runs every stage. `allow_now` is the fast path's admission (gateway/fastpath.py): the
+`admit` runs every stage. `admit_item` runs the policy, approval and audit stages for a prompt get
+or a resource read that the gateway has routed and checked against the lock itself: the same
+rules machinery, the same approvals, the same `call` audit record (its `tool` is "prompt:NAME"
+or "resource:URI"). `allow_now` is the fast path's admission (gateway/fastpath.py): the
 same route, lock and policy stages, taken only when they allow the call without asking anyone;
 whatever else they would say, it says nothing and leaves the call to `admit`.
 """
@@ -30,12 +33,13 @@ STAGES = ("route", "lock", "policy", "approval")
 
 @dataclass
 class Call:
-    """One tools/call as it moves through the stages."""
+    """One tools/call (or prompts/get, resources/read) as it moves through the stages."""
 
-    name: str  # the exposed name the client used
+    name: str  # the exposed name the client used ("prompt:NAME" or "resource:URI" for those)
     arguments: dict[str, Any] | None
     server: str = ""
-    tool: str = ""
+    tool: str = ""  # the server's tool; for a prompt or resource its kind and name: "prompt:greet"
+    kind: str = "tool"  # "tool", "prompt" or "resource"
     verdict: Verdict | None = None
     ctx: Asking | None = None  # how to reach the human who may approve it
     human: types.ElicitResult | None = None  # their answer, when a 2026-07-28 retry carries it
@@ -102,14 +106,25 @@ class Pipeline:
             )
             return self._refuse(call, Verdict(Decision.DENY, "route", reason))
         call.server, call.tool = route
-        verdict = self._policies[call.server].decide(call.tool, call.arguments)
+        refused = await self.admit_item(call, self._policies[call.server], call.tool)
+        return None if refused is None else error_result(refused)
+
+    async def admit_item(self, call: Call, policy: Policy, name: str) -> str | None:
+        """Policy, approval and audit for a routed call that the lock lets through: a tool call,
+        a prompt (`name`, with `call.arguments`) or a resource (`name` is the server's URI).
+        None when it may be forwarded (its allow audited), else the refusal's text (audited).
+
+        Raises:
+            NeedsInput: a 2026-07-28 client must be asked through an InputRequiredResult.
+        """
+        verdict = policy.decide(name, call.arguments)
         call.verdict = verdict
         if verdict.decision is Decision.ASK:
             verdict = await self._approver(call)
             call.verdict = verdict
         if verdict.decision is not Decision.ALLOW:
-            return self._refuse(call, verdict)
-        return self._allow(call, verdict)
+            return self.refusal(call, verdict)
+        return self._allowed(call, verdict)
 
     def server_of(self, name: str) -> str | None:
         """The server an exposed name belongs to, whether the lock holds it or not."""
@@ -149,6 +164,10 @@ class Pipeline:
         self._audit.write("call_end", call.server, tool=call.tool, duration_ms=round(duration_ms, 3), is_error=is_error)
 
     def _allow(self, call: Call, verdict: Verdict) -> types.CallToolResult | None:
+        refused = self._allowed(call, verdict)
+        return None if refused is None else error_result(refused)
+
+    def _allowed(self, call: Call, verdict: Verdict) -> str | None:
         self._audit.write(
             "call",
             call.server,
@@ -159,12 +178,14 @@ class Pipeline:
             arguments=call.arguments,
         )
         if self._audit.failed:
-            return error_result(
-                f"refused: the audit log {self._audit.path} cannot be written, and no call runs unrecorded"
-            )
+            return f"refused: the audit log {self._audit.path} cannot be written, and no call runs unrecorded"
         return None
 
     def _refuse(self, call: Call, verdict: Verdict) -> types.CallToolResult:
+        return error_result(self.refusal(call, verdict))
+
+    def refusal(self, call: Call, verdict: Verdict) -> str:
+        """Audit the refusal of `call` and give its text."""
         call.verdict = verdict
         self._audit.write(
             "call",
@@ -176,4 +197,4 @@ class Pipeline:
             arguments=call.arguments,
         )
         prefix = "denied by policy" if verdict.rule not in ("route", "lock") else "refused"
-        return error_result(f"{prefix}: {verdict.rule}: {verdict.reason}")
+        return f"{prefix}: {verdict.rule}: {verdict.reason}"

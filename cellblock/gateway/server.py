@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Coroutine
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, NoReturn, TypeVar, cast
 
 import anyio
 import anyio.abc
@@ -50,6 +50,7 @@ from cellblock.gateway.downstream import START_SECONDS, Downstream, DownstreamEr
 from cellblock.gateway.early import SAVE_AFTER_SECONDS, Early, Handover
 from cellblock.gateway.elicitation import DirectAsker, InputNeeded, ParkedCall, ParkedCalls, StateRejected
 from cellblock.gateway.fastpath import FastCall, FastPath
+from cellblock.gateway.items import Standing, held_reason, resource_standing, template_standing
 from cellblock.gateway.launch import own_paths
 from cellblock.gateway.lock_cli import approve_pending
 from cellblock.gateway.locking import POLL_SECONDS, Locks, lock_path, pending_path
@@ -131,6 +132,10 @@ class Gateway:
         # what each server offers, and what the lock lets the client see of it
         self.shown: dict[str, Listing] = {}
         self.policies = {name: policy_for(config, name) for name in config.servers}
+        # the same rules machinery for prompts (by name) and resources (by the server's URI)
+        self.item_policies = {
+            kind: {name: policy_for(config, name, kind) for name in config.servers} for kind in ("prompt", "resource")
+        }
         self.approvals = Approvals(state, self.audit, config.approvals.timeout)
         self.state = state
         self.pipeline = Pipeline(
@@ -339,6 +344,7 @@ class Gateway:
             max_length=self.config.names.max_length,
             offered=offered,
             hidden=lambda server, tool: self.policies[server].hidden(tool),
+            hidden_item=lambda kind, server, name: self.item_policies[kind][server].hidden(name),
         )
         held = [name for name, items in self.locks.held.items() if items]
         if held:  # the model can then tell the user what waits, and what to run, or ask them
@@ -472,11 +478,7 @@ class Gateway:
             why = self.approvals.redeem(params.request_state, params.name, params.arguments)
             if why is not None:
                 return error_result(f"retry of '{params.name}' refused: {why}")
-            raw = (params.input_responses or {}).get(APPROVAL_KEY)
-            try:
-                call.human = types.ElicitResult.model_validate(raw, by_name=False)
-            except ValueError:
-                call.human = types.ElicitResult(action="cancel")
+            call.human = _human_answer(params.input_responses)
             # the approval round is over: from here on this is a first call to the server
             params = params.model_copy(update={"request_state": None, "input_responses": None})
         if own:
@@ -619,34 +621,116 @@ class Gateway:
             can_elicit_url=can_elicit_url(session),
         )
 
-    async def _get_prompt(self, ctx: Ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
-        route = self.catalog.prompt_routes.get(params.name)
-        if route is None:
-            raise MCPError(types.INVALID_PARAMS, self._unknown(params.name, "prompt"))
-        server, name = route
+    async def _get_prompt(
+        self, ctx: Ctx, params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult | types.InputRequiredResult:
+        call = Call(f"prompt:{params.name}", dict(params.arguments or {}) or None, kind="prompt")
+        server, name = self._prompt_route(call, params.name)
+        waiting = await self._admit_item(ctx, call, params, name)
+        if waiting is not None:
+            return waiting
         request = types.GetPromptRequest(params=types.GetPromptRequestParams(name=name, arguments=params.arguments))
         return await self._forward(server, request, types.GetPromptResult)
 
-    async def _read_resource(self, ctx: Ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+    async def _read_resource(
+        self, ctx: Ctx, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult | types.InputRequiredResult:
         server, uri = self._route_uri(str(params.uri))
+        call = Call(f"resource:{params.uri}", None, server, f"resource:{uri}", kind="resource")
+        standing = resource_standing(self._offered(server), self._approved(server), uri)
+        if standing is Standing.HELD:
+            self._refuse_item(call, "lock", held_reason("resource", uri, server))
+        if standing is Standing.UNLISTED and self.item_policies["resource"][server].rule_for(uri)[1] is None:
+            # never reviewed, so no default lets it through: only a rule that names it
+            self._refuse_item(
+                call,
+                "route",
+                f"resource {uri!r} of server '{server}' is not in its catalog (no listed resource or template "
+                f"covers it); to read it anyway, name it in servers.{server}.resources.rules",
+            )
+        waiting = await self._admit_item(ctx, call, params, uri)
+        if waiting is not None:
+            return waiting
         request = types.ReadResourceRequest(params=types.ReadResourceRequestParams(uri=uri))
         result = await self._forward(server, request, types.ReadResourceResult)
         contents = [c.model_copy(update={"uri": expose_uri(server, str(c.uri))}) for c in result.contents]
         return result.model_copy(update={"contents": contents})
 
     async def _complete(self, ctx: Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
+        """Completion for a prompt or template the client may see: held or denied ones get none.
+        An `ask` is not asked here: the get or read that follows is."""
         ref = params.ref
         if isinstance(ref, types.PromptReference):
-            route = self.catalog.prompt_routes.get(ref.name)
-            if route is None:
-                raise MCPError(types.INVALID_PARAMS, self._unknown(ref.name, "prompt"))
-            server, name = route
+            call = Call(f"prompt:{ref.name}", None, kind="prompt")
+            server, name = self._prompt_route(call, ref.name)
             ref = ref.model_copy(update={"name": name})
         else:
-            server, uri = self._route_uri(ref.uri)
-            ref = ref.model_copy(update={"uri": uri})
+            server, name = self._route_uri(ref.uri)
+            call = Call(f"resource:{ref.uri}", None, server, f"resource:{name}", kind="resource")
+            if template_standing(self._offered(server), self._approved(server), name) is not Standing.LISTED:
+                self._refuse_item(call, "lock", held_reason("resource template", name, server))
+            ref = ref.model_copy(update={"uri": name})
+        policy = self.item_policies[call.kind][server]
+        if policy.hidden(name):
+            self._refuse_item(call, policy.rule_for(name)[0], f"completion: {policy.decide(name, None).reason}")
         request = types.CompleteRequest(params=params.model_copy(update={"ref": ref, "meta": None}))
         return await self._forward(server, request, types.CompleteResult)
+
+    def _prompt_route(self, call: Call, exposed: str) -> tuple[str, str]:
+        """(server, prompt) for an exposed prompt name that is listed; a held or unknown one is refused.
+
+        Raises:
+            MCPError: the prompt is held by the lock (audited), or not in the catalog.
+        """
+        route = self.catalog.prompt_routes.get(exposed)
+        if route is not None:
+            call.server, call.tool = route[0], f"prompt:{route[1]}"
+            return route
+        held = self.catalog.held.get(exposed)
+        offered = self._offered(held[0]) if held is not None else None
+        if held is not None and offered is not None and any(p.name == held[1] for p in offered.prompts):
+            call.server, call.tool = held[0], f"prompt:{held[1]}"
+            self._refuse_item(call, "lock", held_reason("prompt", held[1], held[0]))
+        raise MCPError(types.INVALID_PARAMS, self._unknown(exposed, "prompt"))
+
+    async def _admit_item(self, ctx: Ctx, call: Call, params: Any, name: str) -> types.InputRequiredResult | None:
+        """The policy (and, for `ask`, the human) on a routed prompt get or resource read that the
+        lock lets through: None to forward it, or the question for a 2026-07-28 client.
+
+        Raises:
+            MCPError: refused (audited), or a retry whose approval state does not fit.
+        """
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        call.ctx = Asking(ctx.session, ctx.request_id, modern, self._teller(ctx))
+        if params.request_state and modern:  # the retry that carries the human's answer
+            why = self.approvals.redeem(params.request_state, call.name, call.arguments)
+            if why is not None:
+                raise MCPError(types.INVALID_PARAMS, f"retry of {call.name} refused: {why}")
+            call.human = _human_answer(params.input_responses)
+        await self.downstreams[call.server].register_secrets()  # redacted from the record of this get or read
+        try:
+            refusal = await self.pipeline.admit_item(call, self.item_policies[call.kind][call.server], name)
+        except NeedsInput as needed:
+            return needed.result
+        if refusal is not None:
+            raise MCPError(types.INVALID_PARAMS, refusal)
+        return None
+
+    def _refuse_item(self, call: Call, rule: str, reason: str) -> NoReturn:
+        """Audit the refusal of a prompt, resource or completion, and answer the client with it."""
+        raise MCPError(types.INVALID_PARAMS, self.pipeline.refusal(call, Verdict(Decision.DENY, rule, reason)))
+
+    def _offered(self, server: str) -> Listing | None:
+        """Everything `server` offers, held items included (for one not started: its approved catalog)."""
+        ds = self.downstreams[server]
+        return ds.listing if ds.listing is not None else self.shown.get(server)
+
+    def _approved(self, server: str) -> frozenset[str] | None:
+        """The items the lock approved for `server`; None when its lock is off. A server whose
+        lock is on but not yet read has nothing approved."""
+        if server in self.locks.approved:
+            return self.locks.approved[server]
+        return frozenset() if self.locks.enabled(server) else None
 
     async def _set_level(self, ctx: Ctx, params: types.SetLevelRequestParams) -> types.EmptyResult:
         self.log_level = params.level
@@ -678,12 +762,6 @@ class Gateway:
             raise MCPError(types.INVALID_PARAMS, str(exc)) from None
         if server not in self.downstreams:
             raise MCPError(types.INVALID_PARAMS, f"no server named '{server}' for resource {uri}")
-        if self.locks.approved.get(server) == frozenset():
-            raise MCPError(
-                types.INVALID_PARAMS,
-                f"the catalog of '{server}' is held for review; see 'cellblock diff {server}', "
-                f"accept with 'cellblock approve {server}'",
-            )
         return server, original
 
     def _server_pids(self) -> set[int]:
@@ -838,6 +916,14 @@ def _exposed(server: str, result: R, secrets: re.Pattern[str] | None) -> R:
     except Scrubbed as exc:
         return cast(R, error_result(f"the result of server '{server}' was not passed on: {exc}"))
     return result if clean is dumped else cast(R, types.CallToolResult.model_validate(clean))
+
+
+def _human_answer(responses: dict[str, Any] | None) -> types.ElicitResult:
+    """The human's answer to an approval question, as a 2026-07-28 retry carries it (else: cancel)."""
+    try:
+        return types.ElicitResult.model_validate((responses or {}).get(APPROVAL_KEY), by_name=False)
+    except ValueError:
+        return types.ElicitResult(action="cancel")
 
 
 def _text_result(text: str) -> types.CallToolResult:

@@ -42,6 +42,7 @@ from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.resolve import Elicit, Resolve
+from mcp.server.mcpserver.resources import FunctionResource
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -185,6 +186,16 @@ async def add_tool(name: str, ctx: Context) -> str:
     return f"added {name}"
 
 
+async def add_resource(uri: str, text: str, ctx: Context) -> str:
+    """Add a text resource at `uri` and announce resources list_changed (a catalog change the lock holds)."""
+    ctx.mcp_server.add_resource(FunctionResource.from_function(lambda: text, uri=uri, name=uri, mime_type="text/plain"))
+    if _modern(ctx):
+        await ctx.notify_resources_changed()
+    else:
+        await ctx.session.send_resource_list_changed()
+    return f"added {uri}"
+
+
 def _add_echo(server: MCPServer, description: str | None = None) -> None:
     server.add_tool(
         echo,
@@ -276,7 +287,21 @@ def build_server(name: str = "probe", extra_tools: int = 0) -> MCPServer:
     # the file named by $PROBE_ECHO_DESCRIPTION: a server whose tool says something else after a restart
     described = os.environ.get("PROBE_ECHO_DESCRIPTION", "")
     _add_echo(server, Path(described).read_text() if described and os.path.exists(described) else None)
-    for fn in (slow, hang, crash, garbage, malformed, forge, link, ask, add_tool, rug_pull, log, environment):
+    for fn in (
+        slow,
+        hang,
+        crash,
+        garbage,
+        malformed,
+        forge,
+        link,
+        ask,
+        add_tool,
+        add_resource,
+        rug_pull,
+        log,
+        environment,
+    ):
         server.add_tool(fn)
     server.add_tool(files_read_dotted, name="files.read")
     server.add_tool(files_read_underscore, name="files_read")
