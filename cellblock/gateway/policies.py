@@ -64,7 +64,8 @@ def lint_config(config: Config, state: Path) -> list[str]:
                 for key, item in lock.snapshot.items()
                 if key.startswith("tool:")
             }
-        findings += lint_policy(name, policy_for(config, name).rules, view, home, catalog)
+        cwd = entry.cwd if isinstance(entry, LocalServer) else None
+        findings += lint_policy(name, policy_for(config, name).rules, view, home, catalog, cwd)
         for kind in ("prompt", "resource"):
             names = _locked_names(lock.snapshot, kind) if lock is not None else None
             findings += lint_items(name, kind, policy_for(config, name, kind).rules, names)

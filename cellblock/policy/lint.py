@@ -31,9 +31,10 @@ class JailView:
     allow_hosts: tuple[str, ...]
 
 
-def _real(path: str, home: str) -> str:
+def _real(path: str, home: str, cwd: str | None = None) -> str:
+    """`path` as the policy resolves it: `~` is `home`, a relative one is under the server's `cwd`."""
     expanded = home + path[1:] if path == "~" or path.startswith("~/") else path
-    return os.path.realpath(expanded)
+    return os.path.realpath(os.path.join(cwd, expanded) if cwd is not None else expanded)
 
 
 def _inside(path: str, roots: Iterable[str]) -> bool:
@@ -71,8 +72,10 @@ def lint_policy(
     jail: JailView | None,
     home: str,
     catalog: Mapping[str, bool | None] | None = None,
+    cwd: str | None = None,
 ) -> list[str]:
-    """Findings for one server's rules. `catalog`: locked tool name -> its readOnlyHint, if known."""
+    """Findings for one server's rules. `catalog`: locked tool name -> its readOnlyHint, if known;
+    `cwd`: the server's working directory, which relative roots resolve against."""
     findings: list[str] = []
     for rule in rules:
         where = f"server '{server}': tools.rules.{rule.pattern}"
@@ -84,12 +87,22 @@ def lint_policy(
         if rule.decision is Decision.DENY or jail is None:
             continue
         shared_rw = [_real(p, home) for p in jail.read_write]
-        shared = [_real(p, home) for p in (*jail.read_only, *jail.read_write)]
+        grants = (*jail.read_only, *jail.read_write)
+        shared = [_real(p, home) for p in grants]
         for arg, constraints in rule.args.items():
             for constraint in constraints:
                 if constraint.kind in (ConstraintKind.UNDER, ConstraintKind.NOT_UNDER):
                     for root in constraint.values:
-                        real = _real(root, home)
+                        real = _real(root, home, cwd)
+                        grant = next((g for g, r in zip(grants, shared, strict=True) if _inside(real, [r])), None)
+                        if constraint.kind is ConstraintKind.NOT_UNDER and grant is not None:
+                            # the server reaches it through its mounts: only the check keeps calls out,
+                            # and a link swapped in after the check gets past it
+                            findings.append(
+                                f"{where}.args.{arg}: not_under {root} lies inside {grant}, which the jail shares, "
+                                f"so only the check keeps the server out of it (not the kernel); share the "
+                                f"folders beside {root} instead of {grant}"
+                            )
                         if constraint.kind is ConstraintKind.UNDER and not _inside(real, shared):
                             findings.append(
                                 f"{where}.args.{arg}: under {root} is not shared with the jail, so the server "

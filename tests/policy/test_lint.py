@@ -77,3 +77,21 @@ def test_a_write_grant_wider_than_the_writing_tools_under_is_named(tmp_path: Pat
     assert len(lint_policy("fs", rules(write_file=body), both, "/home/u", {"write_file": False})) == 1
     # a tool that only reads may be constrained inside a wider share
     assert lint_policy("fs", rules(read_file=body), jail(tmp_path), "/home/u", {"read_file": True}) == []
+
+
+def test_a_not_under_root_inside_a_grant_is_named_and_one_outside_every_grant_is_not(tmp_path: Path) -> None:
+    secret = str(tmp_path / "ro" / "keys")
+    body = {"decision": "allow", "args": {"path": {"not_under": [secret, "/etc"]}}}
+    found = lint_policy("fs", rules(read_file=body), jail(tmp_path), "/h")
+    # /etc is not shared at all: the kernel keeps the server out, and lint says nothing of it
+    assert len(found) == 1, found
+    assert f"not_under {secret} lies inside {tmp_path / 'ro'}" in found[0] and "only the check" in found[0]
+
+
+def test_a_relative_root_is_judged_where_the_server_resolves_it(tmp_path: Path) -> None:
+    body = {"decision": "allow", "args": {"path": {"under": ["rw"]}}}
+    # resolved against the server's cwd it is the read-write share itself: sound
+    assert lint_policy("fs", rules(write_file=body), jail(tmp_path), "/h", cwd=str(tmp_path)) == []
+    # the control: against another cwd the same root is outside the jail, and lint says so
+    elsewhere = lint_policy("fs", rules(write_file=body), jail(tmp_path), "/h", cwd=str(tmp_path / "other"))
+    assert len(elsewhere) == 1 and "under rw is not shared" in elsewhere[0]
