@@ -22,7 +22,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from cellblock.gateway.scrub import REDACTED, pattern_of
+from cellblock.gateway.scrub import REDACTED, number_holds, pattern_of
 
 try:  # POSIX: rotation by two gateway processes sharing one state dir is serialised on a lock file
     import fcntl
@@ -107,9 +107,13 @@ def _walk(value: Any, depth: int, *, cut: bool, hide: bool, secrets: re.Pattern[
         return value
     if isinstance(value, int):
         # str() of a huge integer is slow and, past 4300 digits, refused by Python
-        return value if value.bit_length() <= 256 else f"<integer of {value.bit_length()} bits>"
+        if value.bit_length() > 256:
+            return f"<integer of {value.bit_length()} bits>"
+        return REDACTED if secrets is not None and number_holds(value, secrets) else value
     if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)  # NaN and Infinity are not JSON
+        if not math.isfinite(value):
+            return str(value)  # NaN and Infinity are not JSON
+        return REDACTED if secrets is not None and number_holds(value, secrets) else value
     if isinstance(value, bytes | bytearray | memoryview):
         return f"<{len(value)} bytes>"
     if isinstance(value, Mapping):

@@ -13,7 +13,7 @@ import functools
 import re
 from typing import Any
 
-__all__ = ["REDACTED", "Scrubbed", "pattern_of", "scrub", "scrub_result"]
+__all__ = ["REDACTED", "Scrubbed", "number_holds", "pattern_of", "scrub", "scrub_result"]
 
 REDACTED = "[redacted]"
 
@@ -27,6 +27,16 @@ def pattern_of(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
     """One pattern that finds any of `secrets` (longest first, so no secret is half replaced)."""
     alternatives = sorted({s for s in secrets if s}, key=lambda s: (-len(s), s))
     return re.compile("|".join(map(re.escape, alternatives))) if alternatives else None
+
+
+def number_holds(value: int | float, pattern: re.Pattern[str]) -> bool:
+    """Whether the text of a number (as JSON writes it) holds a secret: `918273645546372819` passed
+    as an integer is the secret "918273645546372819"."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer past Python's 4300-digit limit for text: no secret's text
+        return False
+    return pattern.search(text) is not None
 
 
 def scrub(value: Any, pattern: re.Pattern[str] | None) -> tuple[Any, int]:
@@ -50,11 +60,7 @@ def _walk(value: Any, pattern: re.Pattern[str]) -> tuple[Any, int]:
     if isinstance(value, bool) or value is None:
         return value, 0
     if isinstance(value, int | float):
-        try:
-            text = repr(value)
-        except ValueError:  # an integer past Python's 4300-digit limit for text: no secret's text
-            return value, 0
-        return (REDACTED, 1) if pattern.search(text) else (value, 0)
+        return (REDACTED, 1) if number_holds(value, pattern) else (value, 0)
     if isinstance(value, dict):
         total = 0
         out: dict[Any, Any] = {}

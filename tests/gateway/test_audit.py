@@ -259,6 +259,18 @@ def test_every_field_is_shortened_and_checked_not_only_the_arguments(tmp_path: P
     assert event["flag"] is True and event["nothing"] is None
 
 
+def test_a_secret_passed_as_a_number_is_redacted_and_other_numbers_are_kept(tmp_path: Path) -> None:
+    audit = Audit(tmp_path / "audit.jsonl")
+    audit.add_secret("918273645546372819")
+    audit.add_secret("3141592653.5")
+    audit.write_call(
+        "s", "t", decision="allow", arguments={"id": 918273645546372819, "pi": 3141592653.5, "n": 918273645, "f": 2.5}
+    )
+    (event,) = events(tmp_path / "audit.jsonl")
+    assert event["arguments"] == {"id": REDACTED, "pi": REDACTED, "n": 918273645, "f": 2.5}
+    assert "918273645546372819" not in (tmp_path / "audit.jsonl").read_text()
+
+
 def test_new_file_is_0600(tmp_path: Path) -> None:
     Audit(tmp_path / "state" / "audit.jsonl").write("server_ready", "a")
     assert mode(tmp_path / "state" / "audit.jsonl") == 0o600

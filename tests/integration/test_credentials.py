@@ -190,13 +190,10 @@ async def test_oauth_login_then_silent_refresh(
         assert_nowhere(tokens, tmp_path, login.stdout, login.stderr)
 
 
-async def test_secrets_reach_only_their_server_and_never_argv(
-    tmp_path: Path, env: dict[str, str], forget: Callable[[str], None]
-) -> None:
-    secret = "secret-" + os.urandom(12).hex()
-    forget("probe-key")
+def _holder_and_other() -> dict[str, Any]:
+    """Two jailed probes: `holder` gets keyring entry `probe-key` as PROBE_KEY, `other` nothing."""
     jail = {"read_only": [str(PROBE.parent)]}
-    servers = {
+    return {
         "holder": {
             "command": sys.executable,
             "args": [str(PROBE)],
@@ -205,7 +202,14 @@ async def test_secrets_reach_only_their_server_and_never_argv(
         },
         "other": {"command": sys.executable, "args": [str(PROBE)], "jail": jail},
     }
-    config = write_config(tmp_path, servers)
+
+
+async def test_secrets_reach_only_their_server_and_never_argv(
+    tmp_path: Path, env: dict[str, str], forget: Callable[[str], None]
+) -> None:
+    secret = "secret-" + os.urandom(12).hex()
+    forget("probe-key")
+    config = write_config(tmp_path, _holder_and_other())
     log = tmp_path / "gateway.log"
     async with gateway(config, tmp_path / "state", env=env, stderr=log, serve_args=("-v",)) as client:
         missing = await client.call_tool("holder__environment", {})
@@ -521,3 +525,29 @@ async def test_a_secret_in_a_servers_own_question_or_sampling_request_never_reac
     events = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
     assert any(e["event"] == "elicitation_refused" and e["server"] == "held" for e in events)
     assert_nowhere([secret], tmp_path, *prompts, *(q.model_dump_json() for q in questions))
+
+
+async def test_a_secret_passed_as_a_number_never_reaches_the_audit_log(
+    tmp_path: Path, env: dict[str, str], forget: Callable[[str], None]
+) -> None:
+    digits = str(int.from_bytes(os.urandom(8)) % 9 * 10**17 + 10**17 + int.from_bytes(os.urandom(7)) % 10**17)
+    plain = 112233445566778899  # control: a number the gateway does not hold is written as it is
+    forget("probe-key")
+    keyring.set_password("cellblock", "probe-key", digits)
+    config = write_config(tmp_path, _holder_and_other())
+    async with gateway(config, tmp_path / "state", env=env) as client:
+        assert not (await client.call_tool("holder__environment", {})).is_error  # the secret is fetched
+        await client.call_tool("other__echo", {"message": int(digits)})
+        await client.call_tool("other__echo", {"message": [float(digits[:9] + ".5"), plain]})
+    calls = [
+        e
+        for e in map(json.loads, (tmp_path / "state" / "audit.jsonl").read_text().splitlines())
+        if e["event"] == "call"
+    ]
+    assert [c["arguments"] for c in calls if c["tool"] == "echo"] == [
+        {"message": "[redacted]"},
+        {"message": [float(digits[:9] + ".5"), plain]},
+    ]
+    report = cli(env, "audit", "--json", "--config", str(config))
+    assert report.returncode == 0 and str(plain) in report.stdout
+    assert_nowhere([digits], tmp_path, report.stdout, report.stderr)
