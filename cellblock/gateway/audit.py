@@ -2,12 +2,16 @@
 
 Every value is redacted (secret-looking keys, registered secret values) and shortened (long strings,
 long lists, deep nesting) before it is written, so an event line stays small and never carries a
-secret. A write that fails is logged and flagged on `Audit.failed`, never raised into the caller:
-the caller decides what a lost record means (for a tool call: deny). `docs/audit.md` is the schema.
+secret. Each line ends with a MAC chained to the line before (`audit_chain`), and what a server
+triggers by itself is held to a budget (`audit_budget`) and to half of each file, so a flood can
+neither fill the log nor rotate decisions out. A write that fails is logged and flagged on
+`Audit.failed`, never raised into the caller: the caller decides what a lost record means (for a
+tool call: deny). `docs/audit.md` is the schema.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -22,9 +26,11 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from cellblock.gateway.audit_budget import Budget, kind_of
+from cellblock.gateway.audit_chain import KEY_NAME, TAIL_BYTES, Chain, last_mac, load_key
 from cellblock.gateway.scrub import REDACTED, number_holds, pattern_of
 
-try:  # POSIX: rotation by two gateway processes sharing one state dir is serialised on a lock file
+try:  # POSIX: two gateway processes sharing one state dir take turns on a lock file
     import fcntl
 except ImportError:  # pragma: no cover - Windows: rotation is guarded within the process only
     fcntl = None  # type: ignore[assignment]  # reason: the module is optional on Windows
@@ -67,6 +73,7 @@ DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 # one encoder for every event: json.dumps builds a new one per call when given any option
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 DEFAULT_KEEP = 5
+_CHAIN_FIELDS = frozenset({"prev", "mac"})  # the chain's own, never a caller's
 
 
 _SECRET_KEY = re.compile("|".join(SECRET_KEY_PARTS))
@@ -162,17 +169,23 @@ class Audit:
     """Appends events to a JSONL file; a failed write is logged and sets `failed`, never raised.
 
     `failed` describes the most recent `write()`; `failures` counts every failed write. The file
-    is opened with O_APPEND and each event is one `os.write` of the whole line, so lines from
-    several writers (threads, or two gateway processes on one state dir) never interleave. When
-    the next line would take the file past `max_bytes`, it is renamed to `<name>.1` (older ones
-    shift up to `<name>.<keep>`, the oldest is dropped) and a new 0600 file is started.
+    is opened with O_APPEND and each event is one `os.write` of the whole line, under an `flock`
+    on `<name>.lock`, so lines from several writers (threads, or two gateway processes on one
+    state dir) never interleave and each chains to the one before it (`audit_chain`). A write
+    that fails part way is cut back off, so the next line starts whole. When the next line would
+    take the file past `max_bytes`, it is renamed to `<name>.1` (older ones shift up to
+    `<name>.<keep>`, the oldest is dropped) and a new 0600 file is started. What a server
+    triggers by itself is held to `audit_budget` and to the first half of each file, so only
+    decisions fill a file and cause a rotation: a flood cannot push them out.
 
     Raises:
-        OSError: (constructor) the file or its directory cannot be created or opened.
+        OSError: (constructor) the file, its directory or the key cannot be created or opened.
         ValueError: (constructor) `max_bytes` or `keep` is not positive.
     """
 
-    def __init__(self, path: Path, max_bytes: int = DEFAULT_MAX_BYTES, keep: int = DEFAULT_KEEP) -> None:
+    def __init__(
+        self, path: Path, max_bytes: int = DEFAULT_MAX_BYTES, keep: int = DEFAULT_KEEP, key: Path | None = None
+    ) -> None:
         if max_bytes <= 0 or keep <= 0:
             raise ValueError(f"audit rotation needs max_bytes > 0 and keep > 0, got {max_bytes} and {keep}")
         self.path = path
@@ -183,7 +196,13 @@ class Audit:
         self._secrets: set[str] = set()
         self._secret_pattern: re.Pattern[str] | None = None
         self._lock = threading.Lock()
+        self._budget = Budget()
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._chain = Chain(load_key(key if key is not None else path.with_name(KEY_NAME)))
+        self._mac = ""  # the MAC of the last line this writer wrote
+        self._sealed = ""  # the MAC of the line being written
+        self._end = -1  # where that line ended in the current file (-1: not known)
+        self._lock_fd = os.open(path.with_name(f"{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
         self._fd: int | None = self._open()
         self._identity = self._stat_identity(os.fstat(self._fd))
 
@@ -204,14 +223,28 @@ class Audit:
         return self._secret_pattern
 
     def write(self, event: str, server: str, **fields: Any) -> None:
-        """Append one event; on failure log it and set `failed` (the event's fields are never logged)."""
-        record: dict[str, Any] = {"ts": round(time.time(), 3), "event": event, "server": server}
+        """Append one event; on failure log it and set `failed` (the event's fields are never logged).
+
+        An event a server triggers by itself may be counted instead (see `audit_budget`): that is
+        not a failure.
+        """
+        now = time.time()
+        record: dict[str, Any] = {"ts": round(now, 3), "event": event, "server": server}
         for key, value in fields.items():
-            record.setdefault(key, value)  # ts, event and server are the gateway's, not a caller's
+            if key not in _CHAIN_FIELDS:
+                record.setdefault(key, value)  # ts, event and server are the gateway's, not a caller's
+        kind = kind_of(event, fields)
         with self._lock:
             try:
-                data = self._encode(record)
-                self._append(data)
+                if kind is not None and not self._budget.admit(server, kind, now):
+                    self._budget.leave_out(server, kind, now)
+                    kind = None  # nothing of this event is written; only summaries that are due
+                    record = {}
+                if kind is not None or self._budget.next_due <= now:
+                    for summary in self._budget.summaries(now, server, kind):
+                        self._summarise(summary, now, floor=True)
+                if record and not self._append(self._encode(record), floor=kind is not None):
+                    self._budget.leave_out(server, kind or event, now)
             except (OSError, ValueError, TypeError, RecursionError) as exc:
                 self.failures += 1
                 if not self.failed:
@@ -254,14 +287,25 @@ class Audit:
         )
 
     def close(self) -> None:
+        """Write the counts of events left out that are still pending, then close the file."""
         with self._lock:
             if self._fd is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    for summary in self._budget.pending():
+                        self._summarise(summary, time.time(), floor=False)
                 os.close(self._fd)
+                os.close(self._lock_fd)
                 self._fd = None
 
     # -- internals (called with self._lock held) --------------------------------------------------
 
+    def _summarise(self, summary: dict[str, Any], now: float, *, floor: bool) -> None:
+        record = {"ts": round(now, 3), "event": "suppressed", **summary}
+        if not self._append(self._encode(record), floor=floor):
+            self._budget.restore(summary)
+
     def _encode(self, record: dict[str, Any]) -> bytes:
+        """The event as one JSON object, without the newline and the chain's fields."""
         secrets = self._secret_pattern
         clean: dict[str, Any] = {}
         for key, value in record.items():
@@ -275,18 +319,66 @@ class Audit:
                 clean[key] = value
             else:
                 clean[key] = _clean(value, secrets)
-        line = _ENCODER.encode(clean) + "\n"
-        return line.encode("utf-8", errors="backslashreplace")
+        return _ENCODER.encode(clean).encode("utf-8", errors="backslashreplace")
 
-    def _append(self, data: bytes) -> None:
+    def _append(self, body: bytes, *, floor: bool) -> bool:
+        """Write `body` as the next chained line; False (nothing written) when `floor` and it would
+        take the file past half of `max_bytes`, the half a server's own events may fill."""
         if self._fd is None:
             raise ValueError("the audit log is closed")
-        size = self._current_size()
-        if size > 0 and size + len(data) > self.max_bytes:
-            self._rotate()
-        written = os.write(self._fd, data)
-        if written != len(data):
-            raise OSError(f"short write: {written} of {len(data)} bytes (disk full?)")
+        if fcntl is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            size = self._current_size()
+            prev, first = self._prev(size)
+            line = self._seal(body, prev, first)
+            if floor and size + len(line) > self.max_bytes // 2:
+                return False
+            if size > 0 and size + len(line) > self.max_bytes and self._rotate():
+                size, line = 0, self._seal(body, prev, True)
+            self._write_whole(line, size)
+            return True
+        finally:
+            if fcntl is not None:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _prev(self, size: int) -> tuple[str, bool]:
+        """The MAC the next line chains to, and whether the line must name it (a file's first line)."""
+        if size == 0:
+            return self._mac, True
+        if size == self._end:
+            return self._mac, False  # the last line is this writer's own
+        assert self._fd is not None
+        found = last_mac(os.pread(self._fd, TAIL_BYTES, max(0, size - TAIL_BYTES)))
+        return (found, False) if found is not None else ("", True)
+
+    def _seal(self, body: bytes, prev: str, first: bool) -> bytes:
+        if first:
+            body = body[:-1] + b',"prev":"' + prev.encode("ascii") + b'"}'
+        mac = self._chain.seal(prev, body)
+        self._sealed = mac
+        return body[:-1] + b',"mac":"' + mac.encode("ascii") + b'"}\n'
+
+    def _write_whole(self, line: bytes, size: int) -> None:
+        """One write of `line` at the end (`size`); if only part of it lands, the part is cut off again."""
+        assert self._fd is not None
+        try:
+            written = os.write(self._fd, line)
+        except OSError:
+            self._cut_back(size)
+            raise
+        if written != len(line):
+            self._cut_back(size)
+            raise OSError(f"short write: {written} of {len(line)} bytes (disk full?)")
+        self._mac, self._end = self._sealed, size + written
+
+    def _cut_back(self, size: int) -> None:
+        assert self._fd is not None
+        try:
+            os.ftruncate(self._fd, size)
+        except OSError as exc:  # the next line then starts after a part: `--verify` and the report name it
+            logger.error("audit: could not remove a partly written line from %s: %s", self.path, exc)
+        self._end = -1
 
     def _current_size(self) -> int:
         """The size of the file at `path`; reopens it first if someone rotated or removed it."""
@@ -298,40 +390,33 @@ class Audit:
             info = self._reopen()
         return info.st_size
 
-    def _rotate(self) -> None:
-        with self._rotation_lock():
-            try:
-                info = os.stat(self.path)
-            except FileNotFoundError:
-                info = None
-            # another process may have rotated while we waited for its lock: then just follow it
-            if info is not None and self._stat_identity(info) == self._identity:
-                try:
-                    for n in range(self.keep - 1, 0, -1):
-                        older = self._numbered(n)
-                        if older.exists():
-                            os.replace(older, self._numbered(n + 1))
-                    os.replace(self.path, self._numbered(1))
-                except OSError as exc:
-                    # the event still goes into the current file: a bigger file beats a lost record
-                    logger.warning("audit: could not rotate %s: %s", self.path, exc)
-                    return
-            self._reopen()
-
-    def _rotation_lock(self) -> Any:
-        return _FileLock(self.path.with_name(f"{self.path.name}.lock"))
+    def _rotate(self) -> bool:
+        """Shift the files up and start a new one (under the flock); False if that failed."""
+        try:
+            for n in range(self.keep - 1, 0, -1):
+                older = self._numbered(n)
+                if older.exists():
+                    os.replace(older, self._numbered(n + 1))
+            os.replace(self.path, self._numbered(1))
+        except OSError as exc:
+            # the event still goes into the current file: a bigger file beats a lost record
+            logger.warning("audit: could not rotate %s: %s", self.path, exc)
+            return False
+        self._reopen()
+        return True
 
     def _numbered(self, n: int) -> Path:
         return self.path.with_name(f"{self.path.name}.{n}")
 
     def _open(self) -> int:
-        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        return os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
 
     def _reopen(self) -> os.stat_result:
         fd = self._open()
         old, self._fd = self._fd, fd
         info = os.fstat(fd)
         self._identity = self._stat_identity(info)
+        self._end = -1
         if old is not None:
             os.close(old)
         return info
@@ -339,23 +424,3 @@ class Audit:
     @staticmethod
     def _stat_identity(info: os.stat_result) -> tuple[int, int]:
         return info.st_dev, info.st_ino
-
-
-class _FileLock:
-    """An exclusive `flock` on a 0600 side file, held for a rotation; a no-op where flock does not exist."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd: int | None = None
-
-    def __enter__(self) -> _FileLock:
-        if fcntl is not None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from cellblock.gateway.audit import rotated_paths
+from cellblock.gateway.audit_chain import verify
 from cellblock.policy.jsontext import loads
 from cellblock.policy.text import visible as _printable  # event text comes partly from servers
 
@@ -31,6 +32,7 @@ __all__ = [
     "parse_since",
     "read_report",
     "run",
+    "verify_log",
 ]
 
 RECENT = 20  # events shown after the summary
@@ -227,6 +229,25 @@ def _print_text(report: AuditReport) -> None:
     print(f"recent events ({shown} of {report.matched}):" if shown else "no events")
     for event in report.recent:
         print(format_event(event))
+
+
+def verify_log(path: Path, key_path: Path) -> int:
+    """`cellblock audit --verify`: check the chain through the log and its rotated files; 0 whole, 1 broken."""
+    paths = rotated_paths(path)
+    if not paths:
+        print(f"cellblock: no audit log at {path} yet: nothing to verify", file=sys.stderr)
+        return 0
+    try:
+        checked, broken = verify(paths, key_path.read_bytes())
+    except OSError as exc:
+        print(f"cellblock: cannot verify the audit log: {exc.filename or path}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    if broken is not None:
+        print(f"cellblock: the audit chain breaks at {broken}", file=sys.stderr)
+        print(f"({checked} line(s) before it check out)", file=sys.stderr)
+        return 1
+    print(f"audit chain whole: {checked} line(s) in {len(paths)} file(s), oldest {paths[0].name}")
+    return 0
 
 
 def run(path: Path, since: str | None, server: str | None, as_json: bool) -> int:

@@ -17,7 +17,6 @@ from typing import IO
 
 import anyio
 
-from cellblock.gateway.audit import Audit
 from cellblock.gateway.config import Config, ConfigError, RemoteServer
 from cellblock.gateway.credentials import CredentialError, Keyring, active_backend, oauth_entries
 from cellblock.gateway.oauth import LOGIN_SECONDS, KeyringTokenStorage
@@ -136,7 +135,7 @@ def auth_login(config: Config, name: str, notify: Callable[[str], None], open_br
             threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
 
     # a URL the server points OAuth at that discovery refuses is audited, as in the gateway
-    audit = Audit(config.audit_file(state_dir()))
+    audit = config.audit_log(state_dir())
     try:
         tools = anyio.run(login, name, server, store, show, None, lambda refused: refused.record(audit))
     finally:

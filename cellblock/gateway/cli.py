@@ -128,6 +128,12 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("--since", help="only events newer than this: 30m, 12h, 7d, or an ISO date")
     audit.add_argument("--server", help="only this server")
     audit.add_argument("--json", action="store_true", help="print JSON")
+    audit.add_argument(
+        "--verify",
+        action="store_true",
+        help="check every line's MAC chain instead (through rotation): name the first edited, moved or missing "
+        "line; exit 1 if the chain breaks",
+    )
     audit.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
     return parser
 
@@ -168,8 +174,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "doctor":
             return _doctor(args.config)
         if args.command == "audit":
-            from cellblock.gateway.audit_report import audit_path, run
+            from cellblock.gateway.audit_report import audit_path, run, verify_log
 
+            if args.verify:
+                from cellblock.gateway.audit_chain import KEY_NAME
+                from cellblock.gateway.state import state_dir
+
+                return verify_log(audit_path(args.config), state_dir() / KEY_NAME)
             return run(audit_path(args.config), args.since, args.server, args.json)
         if args.command == "auth":
             return _auth(args)
@@ -254,7 +265,6 @@ def _load(config_path: str | None, server: str | None) -> tuple[Config, Path]:
 
 def _lock_command(command: str, config_path: str | None, server: str | None) -> int:
     from cellblock.gateway import lock_cli
-    from cellblock.gateway.audit import Audit
     from cellblock.gateway.state import state_dir
 
     config, source = _load(config_path, server)
@@ -263,7 +273,7 @@ def _lock_command(command: str, config_path: str | None, server: str | None) -> 
         return lock_cli.diff_all(config, state)
     if server is not None and command == "diff":
         return lock_cli.diff_server(config, state, server)
-    audit = Audit(config.audit_file(state))
+    audit = config.audit_log(state)
     if command == "approve-all":
         return lock_cli.approve_all(config, state, audit)
     if command == "review":
@@ -526,14 +536,13 @@ def _auth(args: argparse.Namespace) -> int:
 def _revoke(config_path: str | None, target: str) -> int:
 
     from cellblock.gateway.approvals import Approvals
-    from cellblock.gateway.audit import Audit
     from cellblock.gateway.config import load_config
     from cellblock.gateway.state import state_dir
 
     config, _ = load_config(config_path)
     server, _, tool = target.partition(":")
     state = state_dir()
-    audit = Audit(config.audit_file(state))
+    audit = config.audit_log(state)
     gone = Approvals(state, audit, config.approvals.timeout).revoke(server, tool or None)
     if not gone:
         print(f"cellblock: no 'always' approval for {target}", file=sys.stderr)

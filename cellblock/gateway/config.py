@@ -25,6 +25,8 @@ from pydantic import (
     model_validator,
 )
 
+from cellblock.gateway.audit import DEFAULT_KEEP, DEFAULT_MAX_BYTES, Audit
+from cellblock.gateway.audit_chain import KEY_NAME
 from cellblock.gateway.credentials import ENTRY_NAME
 from cellblock.gateway.namespacing import check_separator
 from cellblock.gateway.state import config_file, default_config_path
@@ -244,6 +246,8 @@ class ApprovalsConfig(_Model):
 
 class AuditConfig(_Model):
     path: str | None = None
+    max_bytes: Annotated[ByteSize, Field(ge=16 << 10, le=1 << 40)] = ByteSize(DEFAULT_MAX_BYTES)
+    keep: Annotated[int, Field(ge=1, le=1000)] = DEFAULT_KEEP
 
     @field_validator("path")
     @classmethod
@@ -512,6 +516,14 @@ class Config(_Model):
     def audit_file(self, state: Path) -> Path:
         """Where the audit log goes: `audit.path`, else `<state dir>/audit.jsonl`."""
         return Path(self.audit.path) if self.audit.path else state / "audit.jsonl"
+
+    def audit_log(self, state: Path) -> Audit:
+        """The audit log as this config sets it up, its chain's key in the state dir (which no jail mounts).
+
+        Raises:
+            OSError: the log or the key cannot be opened or made.
+        """
+        return Audit(self.audit_file(state), int(self.audit.max_bytes), self.audit.keep, key=state / KEY_NAME)
 
     def timeout_of(self, name: str) -> float:
         return self.servers[name].timeout or self.defaults.timeout

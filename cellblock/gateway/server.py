@@ -42,7 +42,6 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from cellblock import __version__
 from cellblock.gateway.approvals import APPROVAL_KEY, Approvals, NeedsInput, can_elicit, can_elicit_url, review_form
 from cellblock.gateway.approvals import STATE_PREFIX as APPROVAL_STATE
-from cellblock.gateway.audit import Audit
 from cellblock.gateway.catalog import Catalog, build_catalog, expose_content
 from cellblock.gateway.config import Config
 from cellblock.gateway.control import NOT_FOUND, ControlServer, socket_path
@@ -107,7 +106,7 @@ class Gateway:
         self.runtime = runtime
         self.source = source
         self.catalog_dir = state / "catalogs"
-        self.audit = Audit(config.audit_file(state))
+        self.audit = config.audit_log(state)
         self.downstreams = {
             name: Downstream(
                 name,
@@ -189,6 +188,7 @@ class Gateway:
         finally:
             if self.early is not None:
                 self.early.save()
+            self.audit.close()  # writes the counts of events a budget left out (audit_budget)
 
     def _record(self, key: str, result: Callable[[], str | None]) -> None:
         """An opening answer, kept for the next start while the catalog is still the one it starts with."""

@@ -60,6 +60,17 @@ def test_an_empty_config_gets_the_safe_defaults() -> None:
     assert config.defaults.start == "eager" and config.names.max_length == 64
 
 
+def test_audit_rotation_is_configurable_and_bounded(tmp_path: Path) -> None:
+    assert parse_config("version: 1\n").audit.max_bytes == 10 << 20
+    config = parse_config("version: 1\naudit:\n  max_bytes: 64KiB\n  keep: 2\n")
+    audit = config.audit_log(tmp_path)
+    assert (audit.max_bytes, audit.keep, audit.path) == (64 << 10, 2, tmp_path / "audit.jsonl")
+    audit.close()
+    assert (tmp_path / "audit.key").stat().st_mode & 0o777 == 0o600
+    assert "audit.max_bytes" in error_of("version: 1\naudit:\n  max_bytes: 100\n")
+    assert "audit.keep" in error_of("version: 1\naudit:\n  keep: 0\n")
+
+
 def test_unknown_key_names_file_line_and_key() -> None:
     message = error_of("version: 1\nservers:\n  a:\n    command: x\n    comand: y\n")
     assert message == "c.yaml:5: servers.a.comand: unknown key"

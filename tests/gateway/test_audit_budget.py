@@ -1,0 +1,104 @@
+"""What a server triggers by itself is held to a budget and to half of each file; decisions never are."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import cellblock.gateway.audit as audit_module
+from cellblock.gateway.audit import Audit, rotated_paths
+from cellblock.gateway.audit_budget import BURST, REFILL, WINDOW
+
+
+def events(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for file in rotated_paths(path) for line in file.read_text().splitlines()]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr(audit_module.time, "time", clock)
+    return clock
+
+
+def test_a_burst_then_counted_and_one_summary_per_kind(tmp_path: Path, clock: Clock) -> None:
+    audit = Audit(tmp_path / "audit.jsonl")
+    for n in range(100):
+        audit.write("egress", "web", host=f"h{n}", port=443, decision="deny", reason="not allowed")
+        audit.write("egress", "web", host="ok", port=443, decision="allow")
+    audit.write_call("web", "fetch", decision="allow")  # a decision: written whatever the budget says
+    audit.close()
+    found = events(tmp_path / "audit.jsonl")
+    refused = [e for e in found if e["event"] == "egress" and e["decision"] == "deny"]
+    assert len(refused) == BURST and refused[-1]["host"] == f"h{BURST - 1}"
+    summaries = {e["kind"]: e for e in found if e["event"] == "suppressed"}
+    assert summaries["egress_refused"]["count"] == 100 - BURST
+    assert summaries["egress_allowed"]["count"] == 100 - BURST
+    assert summaries["egress_refused"]["server"] == "web" and summaries["egress_refused"]["since"] == clock.now
+    assert [e["event"] for e in found][-3:] == ["call", "suppressed", "suppressed"]
+
+
+def test_the_summary_comes_when_the_window_ends_and_the_budget_refills(tmp_path: Path, clock: Clock) -> None:
+    audit = Audit(tmp_path / "audit.jsonl")
+    for _ in range(BURST + 5):
+        audit.write("lock_changed", "churn", items=["tool:a"])
+    clock.now += WINDOW  # the next event of any kind from anyone writes what is due
+    audit.write_call("other", "t", decision="allow")
+    found = events(tmp_path / "audit.jsonl")
+    assert [e["event"] for e in found][-2:] == ["suppressed", "call"]
+    assert found[-2]["count"] == 5 and found[-2]["kind"] == "lock_changed"
+    clock.now += REFILL  # one more is allowed again
+    audit.write("lock_changed", "churn", items=["tool:b"])
+    audit.close()
+    assert events(tmp_path / "audit.jsonl")[-1]["items"] == ["tool:b"]
+
+
+def test_decisions_are_never_counted_away(tmp_path: Path, clock: Clock) -> None:
+    audit = Audit(tmp_path / "audit.jsonl")
+    for n in range(500):
+        audit.write_call("files", "read_file", decision="deny", arguments={"n": n})
+        audit.write("approval_denied", "files", tool="read_file", reason="no")
+        audit.write("lock_approved", "files", items=["tool:x"], removed=[], via="cli")
+    audit.close()
+    assert len(events(tmp_path / "audit.jsonl")) == 1500
+
+
+def flood(audit: Audit, event: str, servers: int) -> None:
+    """Catalog churn from many servers at once, each within its own budget: about 2 KB per event."""
+    items = [f"tool:t{n}" for n in range(40)]
+    for round_ in range(BURST):
+        for s in range(servers):
+            audit.write(event, f"s{s}", items=items, round=round_)
+
+
+def test_a_flood_fills_only_half_of_each_file_so_it_cannot_rotate_a_decision_out(tmp_path: Path, clock: Clock) -> None:
+    audit = Audit(tmp_path / "audit.jsonl", max_bytes=64 << 10, keep=2)
+    audit.write_call("files", "read_file", decision="allow", arguments={"path": "marker"})
+    flood(audit, "lock_changed", servers=50)  # 1000 events, ~1.5 MB asked for
+    audit.close()
+    found = events(tmp_path / "audit.jsonl")
+    assert found[0]["arguments"] == {"path": "marker"}
+    assert len(rotated_paths(tmp_path / "audit.jsonl")) == 1  # no rotation at all
+    assert (tmp_path / "audit.jsonl").stat().st_size <= (64 << 10) // 2 + (16 << 10)  # the summaries at close
+    left_out = sum(e["count"] for e in found if e["event"] == "suppressed")
+    written = sum(1 for e in found if e["event"] == "lock_changed")
+    assert written + left_out == 50 * BURST and left_out > 0
+
+
+def test_control_the_same_flood_as_unbudgeted_events_rotates_the_marker_out(tmp_path: Path, clock: Clock) -> None:
+    audit = Audit(tmp_path / "audit.jsonl", max_bytes=64 << 10, keep=2)
+    audit.write_call("files", "read_file", decision="allow", arguments={"path": "marker"})
+    flood(audit, "lock_approved", servers=50)  # the same bytes, as events that are always written
+    audit.close()
+    assert not any(e.get("arguments") == {"path": "marker"} for e in events(tmp_path / "audit.jsonl"))
