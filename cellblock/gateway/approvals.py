@@ -48,7 +48,7 @@ from cellblock.gateway.forms import (
     review_form,
 )
 from cellblock.gateway.notify import notify
-from cellblock.gateway.state import atomic_write_json, read_json
+from cellblock.gateway.state import StateWriteError, atomic_write_json, read_json
 from cellblock.policy.text import visible
 from cellblock.policy.types import Decision, Verdict
 
@@ -132,6 +132,11 @@ class Approvals:
         self._mtime = -1.0
 
     def remember(self, server: str, tool: str) -> None:
+        """Allow `tool` of `server` always, from now on and after restarts.
+
+        Raises:
+            StateWriteError: the approvals file could not be saved (nothing is remembered).
+        """
         table = {s: set(t) for s, t in self.always().items()}
         table.setdefault(server, set()).add(tool)
         self._save_always(table)
@@ -228,7 +233,10 @@ class Approvals:
         if scope == "session":
             self.session.add((server, tool))
         elif scope == "always":
-            self.remember(server, tool)
+            try:
+                self.remember(server, tool)
+            except StateWriteError as exc:  # an "always" that would be forgotten is not what was granted
+                return self._refused(server, tool, verdict, "approval_denied", f"'always' could not be saved: {exc}")
         self.audit.write("approval_granted", server, tool=tool, scope=scope, via=via)
         return Verdict(Decision.ALLOW, f"approval:{scope}", f"approved by the user ({verdict.rule})")
 
@@ -294,7 +302,11 @@ class Approvals:
         )
 
     def answer(self, ident: str, scope: str | None) -> bool:
-        """The CLI's answer to pending approval `ident` (scope None: deny). False if there is none."""
+        """The CLI's answer to pending approval `ident` (scope None: deny). False if there is none.
+
+        Raises:
+            StateWriteError: "always" could not be saved; the approval stays pending, unanswered.
+        """
         self._expire()
         item = self.pending.get(ident)
         if item is None:

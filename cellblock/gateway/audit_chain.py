@@ -11,14 +11,14 @@ file, or a whole log removed.
 
 from __future__ import annotations
 
-import contextlib
 import hmac
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from hashlib import sha256
 from pathlib import Path
+
+from cellblock.gateway.state import create_once
 
 __all__ = ["KEY_NAME", "Break", "Chain", "last_mac", "load_key", "verify"]
 
@@ -40,15 +40,7 @@ def load_key(path: Path) -> bytes:
     try:
         key = path.read_bytes()
     except FileNotFoundError:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            os.write(fd, os.urandom(_KEY_BYTES))
-            os.fsync(fd)
-            os.close(fd)
-            with contextlib.suppress(FileExistsError):  # another gateway's key, made first, wins
-                os.link(tmp, path)  # whole or absent, never half written
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        create_once(path, os.urandom(_KEY_BYTES))  # whole or absent; another gateway's, made first, wins
         key = path.read_bytes()
     if len(key) != _KEY_BYTES:
         raise OSError(f"the audit key {path} is {len(key)} bytes, not {_KEY_BYTES}: it is damaged")

@@ -350,7 +350,8 @@ def _answer_pending(message: dict[str, Any], done: str) -> int:
             refusals.append(f"{_pid_of(path)}: {printable(str(reply.get('error', 'refused')))}")
     for refusal in refusals:
         print(f"cellblock: gateway {refusal}", file=sys.stderr)
-    print(f"cellblock: no pending approval '{printable(message['id'])}' (see 'cellblock pending')", file=sys.stderr)
+    if not refusals:
+        print(f"cellblock: no pending approval '{printable(message['id'])}' (see 'cellblock pending')", file=sys.stderr)
     return EXIT_FINDING
 
 

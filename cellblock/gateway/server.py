@@ -57,7 +57,7 @@ from cellblock.gateway.namespacing import expose_uri
 from cellblock.gateway.pipeline import Asking, Call, Pipeline
 from cellblock.gateway.policies import policy_for
 from cellblock.gateway.scrub import Scrubbed, scrub, scrub_result
-from cellblock.gateway.state import atomic_write_json, read_json
+from cellblock.gateway.state import StateWriteError, atomic_write_json, clean_stale_temps, read_json
 from cellblock.gateway.status import REVIEW, STATUS, ServerStatus, review_tool, status_text, status_tool, tool_name
 from cellblock.gateway.stdio import client_stdio
 from cellblock.gateway.wire import Wire
@@ -106,6 +106,9 @@ class Gateway:
         self.runtime = runtime
         self.source = source
         self.catalog_dir = state / "catalogs"
+        stale = clean_stale_temps(state, time.time())  # left by a gateway or command that was killed mid-write
+        if stale:
+            logger.info("removed %d temp file(s) a killed writer left in %s", stale, state)
         self.audit = config.audit_log(state)
         self.downstreams = {
             name: Downstream(
@@ -781,7 +784,11 @@ class Gateway:
             scope = str(message.get("scope", "once")) if op == "approve" else None
             if scope not in (None, "once", "session", "always"):
                 return {"ok": False, "error": f"unknown scope {scope!r}"}
-            if not self.approvals.answer(ident, scope):
+            try:
+                found = self.approvals.answer(ident, scope)
+            except StateWriteError as exc:  # the approval stays pending: approve it for now, or free space
+                return {"ok": False, "error": f"the 'always' approval was not saved: {exc}; it is still pending"}
+            if not found:
                 return {"ok": False, "error": f"no pending approval '{ident}'", "code": NOT_FOUND}
             return {"ok": True}
         if op == "reconnect":

@@ -1,28 +1,41 @@
 """Where Cellblock keeps its files, and how it writes them without losing any.
 
-State files are written atomically (temp file, fsync, rename) and created 0600, so a crash
-mid-write leaves the old file, never half of a new one.
+State files are written atomically by one writer (`_commit`: temp file, fsync, rename, fsync of
+the directory) and created 0600, so a crash mid-write leaves the old file, never half of a new
+one; the temp file a killed writer leaves is removed at the next start (`clean_stale_temps`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import re
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from platformdirs import user_cache_path, user_config_path, user_data_path, user_state_path
 
 from cellblock.policy.errors import CellblockError
+
+try:  # POSIX: a temp file being written is locked, so a start removes only a dead writer's
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: temp files are removed by age alone
+    fcntl = None  # type: ignore[assignment]  # reason: the module is optional on Windows
 from cellblock.policy.jsontext import loads
 
 __all__ = [
     "RuntimeDirError",
+    "StateWriteError",
     "atomic_write_json",
     "atomic_write_text",
+    "clean_stale_temps",
     "config_file",
+    "create_once",
     "data_dir",
     "default_config_path",
     "own_dirs",
@@ -177,25 +190,115 @@ def private_dir(path: Path, uid: int) -> bool:
     return stat.S_ISDIR(info.st_mode) and info.st_uid == uid and not info.st_mode & 0o077
 
 
+class StateWriteError(OSError):
+    """A state file could not be written; the message names the file and why (a full disk says so)."""
+
+
 def atomic_write_json(path: Path, data: Any) -> None:
-    """Replace `path` with `data` as JSON in one step; the file is 0600."""
+    """Replace `path` with `data` as JSON in one step; the file is 0600.
+
+    Raises:
+        StateWriteError: see `atomic_write_text`.
+    """
     atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:
-    """Replace `path` with `text` in one step (temp file, fsync, rename); the file gets `mode`."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Replace `path` with `text` in one step (temp file, fsync, rename, fsync of the directory);
+    the file gets `mode`. A crash leaves the old file whole, and at worst a temp file that the
+    next gateway start removes (`clean_stale_temps`).
+
+    Raises:
+        StateWriteError: it could not be written (the old file, if any, is unchanged).
+    """
+    _commit(path, text.encode("utf-8"), mode, os.replace)
+
+
+def create_once(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Make `path` with `data`, whole, unless it exists (then whoever made it first wins).
+
+    Raises:
+        StateWriteError: it could not be written.
+    """
+    with contextlib.suppress(FileExistsError):
+        _commit(path, data, mode, os.link)
+
+
+def _commit(path: Path, data: bytes, mode: int, put: Callable[[str, Path], None]) -> None:
+    """`data` into a temp file beside `path` (locked while it is written, so a start can tell a
+    live writer's from a dead one's), synced, then `put` in place and the directory synced."""
+    tmp = ""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TEMP_SUFFIX)
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+            put(tmp, path)
+        finally:
+            os.close(fd)
+        _sync_dir(path.parent)
+    except FileExistsError:
         raise
+    except OSError as exc:
+        full = " (the disk is full)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+        raise StateWriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}{full}") from exc
+    finally:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _sync_dir(directory: Path) -> None:
+    """Make a rename in `directory` survive a power cut (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on a directory; the rename itself is done
+    finally:
+        os.close(fd)
+
+
+_TEMP_SUFFIX = ".tmp"
+_TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")  # what `tempfile.mkstemp` makes for `_commit`
+
+
+def clean_stale_temps(directory: Path, before: float) -> int:
+    """Remove the temp files `_commit` left in `directory` (and below) when a writer was killed:
+    only ours by name, only made before `before`, only when no live writer holds their lock.
+    How many were removed."""
+    removed = 0
+    for candidate in directory.rglob("*.tmp"):
+        if not _TEMP_NAME.match(candidate.name):
+            continue
+        try:
+            fd = os.open(candidate, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue  # gone already, or a link: not ours
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_mtime >= before or info.st_uid != os.getuid():
+                continue
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a live writer's
+            candidate.unlink(missing_ok=True)
+            removed += 1
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return removed
 
 
 def read_json(path: Path) -> Any | None:
