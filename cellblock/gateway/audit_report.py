@@ -104,6 +104,12 @@ class AuditReport:
             event["server"], {"tools": {}, "lock_events": 0, "egress_denied": 0, "server_failed": 0}
         )
         kind = event["event"]
+        count = 1
+        if kind == "suppressed" and isinstance(event.get("count"), int):
+            # events a budget counted instead of writing count as what they were (audit_budget)
+            kind, count = str(event.get("kind")), event["count"]
+            if kind == "egress_refused":
+                kind, event = "egress", {"decision": "deny"}
         if kind == "call":
             counts = entry["tools"].setdefault(str(event.get("tool")), _counts())
             counts["calls"] += 1
@@ -117,11 +123,11 @@ class AuditReport:
             if event.get("is_error") is True:
                 entry["tools"].setdefault(str(event.get("tool")), _counts())["errors"] += 1
         elif kind.startswith("lock_"):
-            entry["lock_events"] += 1
+            entry["lock_events"] += count
         elif kind == "egress" and event.get("decision") == "deny":
-            entry["egress_denied"] += 1
+            entry["egress_denied"] += count
         elif kind == "server_failed":
-            entry["server_failed"] += 1
+            entry["server_failed"] += count
 
     def as_json(self) -> dict[str, Any]:
         return {

@@ -68,6 +68,19 @@ def test_summary_counts_calls_by_decision_and_errors(log: Path) -> None:
     assert summary["web"]["lock_events"] == 1 and summary["web"]["egress_denied"] == 1
 
 
+def test_events_a_budget_counted_are_in_the_summary(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    written = [
+        line(NOW, "egress", "web", host="evil.example", port=443, decision="deny"),
+        line(NOW, "suppressed", "web", kind="egress_refused", count=1966, since=NOW),
+        line(NOW, "suppressed", "web", kind="egress_allowed", count=7, since=NOW),
+        line(NOW, "suppressed", "web", kind="lock_changed", count=40, since=NOW),
+    ]
+    path.write_text("\n".join(written) + "\n")
+    summary = read_report(path).as_json()["summary"]["web"]
+    assert summary["egress_denied"] == 1967 and summary["lock_events"] == 40
+
+
 def test_bad_lines_are_counted_not_skipped_silently(log: Path) -> None:
     report = read_report(log)
     assert sum(report.unreadable.values()) == 2
