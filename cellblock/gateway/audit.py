@@ -170,7 +170,7 @@ class Audit:
 
     `failed` describes the most recent `write()`; `failures` counts every failed write. The file
     is opened with O_APPEND and each event is one `os.write` of the whole line, under an `flock`
-    on `<name>.lock`, so lines from several writers (threads, or two gateway processes on one
+    on `<name>.lock` beside the key, so lines from several writers (threads, or two gateway processes on one
     state dir) never interleave and each chains to the one before it (`audit_chain`). A write
     that fails part way is cut back off, so the next line starts whole. When the next line would
     take the file past `max_bytes`, it is renamed to `<name>.1` (older ones shift up to
@@ -186,6 +186,7 @@ class Audit:
     def __init__(
         self, path: Path, max_bytes: int = DEFAULT_MAX_BYTES, keep: int = DEFAULT_KEEP, key: Path | None = None
     ) -> None:
+        """`key`: the chain's key file (made if missing), `<dir of path>/audit.key` unless given."""
         if max_bytes <= 0 or keep <= 0:
             raise ValueError(f"audit rotation needs max_bytes > 0 and keep > 0, got {max_bytes} and {keep}")
         self.path = path
@@ -198,11 +199,13 @@ class Audit:
         self._lock = threading.Lock()
         self._budget = Budget()
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._chain = Chain(load_key(key if key is not None else path.with_name(KEY_NAME)))
+        key = key if key is not None else path.with_name(KEY_NAME)
+        self._chain = Chain(load_key(key))
         self._mac = ""  # the MAC of the last line this writer wrote
         self._sealed = ""  # the MAC of the line being written
         self._end = -1  # where that line ended in the current file (-1: not known)
-        self._lock_fd = os.open(path.with_name(f"{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        # beside the key, in the state dir: the log itself may be somewhere no lock file can be made
+        self._lock_fd = os.open(key.with_name(f"{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
         self._fd: int | None = self._open()
         self._identity = self._stat_identity(os.fstat(self._fd))
 

@@ -335,8 +335,8 @@ def test_200_concurrent_writers_produce_200_whole_lines(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
-def test_a_write_to_a_full_disk_sets_failed_and_logs(caplog: pytest.LogCaptureFixture) -> None:
-    audit = Audit(Path("/dev/full"))
+def test_a_write_to_a_full_disk_sets_failed_and_logs(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    audit = Audit(Path("/dev/full"), key=tmp_path / "audit.key")
     audit.write("call", "s", tool="t", arguments={"password": "never-logged"})
     assert audit.failed and audit.failures == 1
     assert "could not write a 'call' event for 's'" in caplog.text
