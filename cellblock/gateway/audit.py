@@ -26,7 +26,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from cellblock.gateway.audit_budget import Budget, kind_of
+from cellblock.gateway.audit_budget import BUDGETED, Budget, kind_of
 from cellblock.gateway.audit_chain import KEY_NAME, TAIL_BYTES, Chain, last_mac, load_key
 from cellblock.gateway.scrub import REDACTED, number_holds, pattern_of
 
@@ -74,6 +74,9 @@ DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 DEFAULT_KEEP = 5
 _CHAIN_FIELDS = frozenset({"prev", "mac"})  # the chain's own, never a caller's
+# a line of the log and its event's name (every line starts with ts, then event)
+_LINE = re.compile(rb'^\{"ts":[^,]*,"event":"([a-z_]+)"[^\n]*', re.MULTILINE)
+_SERVERS_OWN = BUDGETED | {"suppressed"}
 
 
 _SECRET_KEY = re.compile("|".join(SECRET_KEY_PARTS))
@@ -175,8 +178,9 @@ class Audit:
     that fails part way is cut back off, so the next line starts whole. When the next line would
     take the file past `max_bytes`, it is renamed to `<name>.1` (older ones shift up to
     `<name>.<keep>`, the oldest is dropped) and a new 0600 file is started. What a server
-    triggers by itself is held to `audit_budget` and to the first half of each file, so only
-    decisions fill a file and cause a rotation: a flood cannot push them out.
+    triggers by itself is held to `audit_budget` and to half of each file (a share, wherever it
+    falls), so decisions fill at least the other half before a file rotates: a flood cannot push
+    them out.
 
     Raises:
         OSError: (constructor) the file, its directory or the key cannot be created or opened.
@@ -204,6 +208,8 @@ class Audit:
         self._mac = ""  # the MAC of the last line this writer wrote
         self._sealed = ""  # the MAC of the line being written
         self._end = -1  # where that line ended in the current file (-1: not known)
+        # bytes of the current file that servers' own events (and their summaries) take; None: not counted yet
+        self._budgeted: int | None = None
         # beside the key, in the state dir: the log itself may be somewhere no lock file can be made
         self._lock_fd = os.open(key.with_name(f"{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
         self._fd: int | None = self._open()
@@ -326,7 +332,7 @@ class Audit:
 
     def _append(self, body: bytes, *, floor: bool) -> bool:
         """Write `body` as the next chained line; False (nothing written) when `floor` and it would
-        take the file past half of `max_bytes`, the half a server's own events may fill."""
+        take servers' own events past half of `max_bytes` in this file, the share they may fill."""
         if self._fd is None:
             raise ValueError("the audit log is closed")
         if fcntl is not None:
@@ -335,15 +341,26 @@ class Audit:
             size = self._current_size()
             prev, first = self._prev(size)
             line = self._seal(body, prev, first)
-            if floor and size + len(line) > self.max_bytes // 2:
+            if floor and size + len(line) > self.max_bytes // 2 and self._share(size) + len(line) > self.max_bytes // 2:
                 return False
             if size > 0 and size + len(line) > self.max_bytes and self._rotate():
                 size, line = 0, self._seal(body, prev, True)
             self._write_whole(line, size)
+            if floor and self._budgeted is not None:
+                self._budgeted += len(line)
             return True
         finally:
             if fcntl is not None:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _share(self, size: int) -> int:
+        """How many of the current file's first `size` bytes servers' own events take: read from
+        the file once (only when the file is past half, where it matters), then kept count of."""
+        if self._budgeted is None:
+            assert self._fd is not None
+            data = os.pread(self._fd, size, 0)
+            self._budgeted = sum(len(m[0]) + 1 for m in _LINE.finditer(data) if m[1].decode() in _SERVERS_OWN)
+        return self._budgeted
 
     def _prev(self, size: int) -> tuple[str, bool]:
         """The MAC the next line chains to, and whether the line must name it (a file's first line)."""
@@ -420,6 +437,7 @@ class Audit:
         info = os.fstat(fd)
         self._identity = self._stat_identity(info)
         self._end = -1
+        self._budgeted = None  # another file: counted again when it matters
         if old is not None:
             os.close(old)
         return info

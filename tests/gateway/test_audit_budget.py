@@ -102,3 +102,29 @@ def test_control_the_same_flood_as_unbudgeted_events_rotates_the_marker_out(tmp_
     flood(audit, "lock_approved", servers=50)  # the same bytes, as events that are always written
     audit.close()
     assert not any(e.get("arguments") == {"path": "marker"} for e in events(tmp_path / "audit.jsonl"))
+
+
+def test_past_half_a_file_of_decisions_a_servers_own_events_are_still_written(tmp_path: Path, clock: Clock) -> None:
+    """The half is a share, not a place: in a file that decisions filled past half, a server's
+    restart and catalog change are written in full, and a flood still gets no more than half."""
+    path = tmp_path / "audit.jsonl"
+    audit = Audit(path, max_bytes=64 << 10, keep=2)
+    calls = 0
+    while path.stat().st_size < 40 << 10:
+        audit.write_call("files", "read_file", decision="allow", arguments={"path": "x" * 200})
+        calls += 1
+    audit.write("server_ready", "git", protocol="2025-11-25", tools=3)
+    audit.write("lock_changed", "git", items=["tool:git_status"])
+    assert [e["event"] for e in events(path)][-2:] == ["server_ready", "lock_changed"]
+    audit.close()
+    # a new writer on the same file counts what is there before it judges the next one
+    again = Audit(path, max_bytes=64 << 10, keep=2)
+    flood(again, "lock_changed", servers=50)
+    again.close()
+    for file in rotated_paths(path):  # each file: no more than half is the flood's
+        lines = file.read_text().splitlines()
+        own = sum(len(line) + 1 for line in lines if json.loads(line)["event"] in ("lock_changed", "suppressed"))
+        assert own <= (64 << 10) // 2 + (16 << 10)  # the summaries at close
+    found = events(path)
+    assert sum(1 for e in found if e["event"] == "call") == calls  # not one decision rotated out
+    assert sum(e["count"] for e in found if e["event"] == "suppressed") > 0
