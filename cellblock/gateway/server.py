@@ -63,6 +63,7 @@ from cellblock.gateway.stdio import client_stdio
 from cellblock.gateway.wire import Wire
 from cellblock.policy.lock import check, describe, load_lock, load_pending
 from cellblock.policy.types import Decision, Verdict
+from cellblock.policy.uris import spellings
 
 __all__ = ["Gateway"]
 
@@ -640,7 +641,12 @@ class Gateway:
     ) -> types.ReadResourceResult | types.InputRequiredResult:
         server, uri = self._route_uri(str(params.uri))
         call = Call(f"resource:{params.uri}", None, server, f"resource:{uri}", kind="resource")
-        standing = resource_standing(self._offered(server), self._approved(server), uri)
+        # judged under every spelling the server may read it as (escapes decoded, `..` resolved)
+        forms = spellings(uri)
+        offered, approved = self._offered(server), self._approved(server)
+        standing = resource_standing(offered, approved, uri)
+        if any(resource_standing(offered, approved, form) is Standing.HELD for form in forms):
+            standing = Standing.HELD
         if standing is Standing.HELD:
             self._refuse_item(call, "lock", held_reason("resource", uri, server))
         if standing is Standing.UNLISTED and self.item_policies["resource"][server].rule_for(uri)[1] is None:
@@ -651,7 +657,7 @@ class Gateway:
                 f"resource {uri!r} of server '{server}' is not in its catalog (no listed resource or template "
                 f"covers it); to read it anyway, name it in servers.{server}.resources.rules",
             )
-        waiting = await self._admit_item(ctx, call, params, uri)
+        waiting = await self._admit_item(ctx, call, params, self.item_policies["resource"][server].strictest(forms))
         if waiting is not None:
             return waiting
         request = types.ReadResourceRequest(params=types.ReadResourceRequestParams(uri=uri))

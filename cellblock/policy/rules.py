@@ -25,7 +25,7 @@ import os
 import re
 import sys
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,6 +136,11 @@ class Policy:
         if failure is not None:
             return Verdict(Decision.DENY, compiled.rule.pattern, failure)
         return verdict
+
+    def strictest(self, names: Sequence[str], arguments: Mapping[str, Any] | None = None) -> str:
+        """Of several names for one item (the spellings of a URI), the one whose verdict is the
+        strictest: deny, then ask, then allow; the first of those that tie."""
+        return min(names, key=lambda name: _STRICTNESS[self.decide(name, arguments).decision])
 
     def rule_for(self, tool: str) -> tuple[str, ToolRule | None]:
         """The name of the rule that applies to `tool` (its pattern, or "default") and the rule."""

@@ -6,9 +6,13 @@ and the description of `fail` hold it too. With $LEAK_AT_START set, it refuses t
 that way.
 """
 
-import json
 import os
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # answers.py beside it, also inside a jail
+
+from answers import serve
 
 LEAK = os.environ.get("LEAK", "")
 VERSIONS = ("2025-06-18", "2025-11-25")
@@ -40,20 +44,5 @@ def answer(method: str, params: dict) -> dict | str | None:
     return {} if method == "ping" else None
 
 
-def main() -> None:
-    for line in sys.stdin:
-        message = json.loads(line)
-        if "id" not in message or "method" not in message:
-            continue
-        outcome = answer(message["method"], message.get("params") or {})
-        reply: dict = {"jsonrpc": "2.0", "id": message["id"]}
-        if isinstance(outcome, dict):
-            reply["result"] = outcome
-        else:
-            reply["error"] = {"code": -32603, "message": outcome or f"no method {message['method']}"}
-        sys.stdout.write(json.dumps(reply) + "\n")
-        sys.stdout.flush()
-
-
 if __name__ == "__main__":
-    main()
+    serve(answer)
