@@ -629,6 +629,9 @@ class Gateway:
         self, ctx: Ctx, params: types.GetPromptRequestParams
     ) -> types.GetPromptResult | types.InputRequiredResult:
         call = Call(f"prompt:{params.name}", dict(params.arguments or {}) or None, kind="prompt")
+        owner = self.catalog.prompt_routes.get(params.name) or self.catalog.held.get(params.name)
+        if owner is not None:
+            await self._started(owner[0])
         server, name = self._prompt_route(call, params.name)
         waiting = await self._admit_item(ctx, call, params, name)
         if waiting is not None:
@@ -640,6 +643,7 @@ class Gateway:
         self, ctx: Ctx, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult | types.InputRequiredResult:
         server, uri = self._route_uri(str(params.uri))
+        await self._started(server)
         call = Call(f"resource:{params.uri}", None, server, f"resource:{uri}", kind="resource")
         # judged under every spelling the server may read it as (escapes decoded, `..` resolved)
         forms = spellings(uri)
@@ -728,6 +732,13 @@ class Gateway:
     def _refuse_item(self, call: Call, rule: str, reason: str) -> NoReturn:
         """Audit the refusal of a prompt, resource or completion, and answer the client with it."""
         raise MCPError(types.INVALID_PARAMS, self.pipeline.refusal(call, Verdict(Decision.DENY, rule, reason)))
+
+    async def _started(self, server: str) -> None:
+        """Start `server` if it is not running, and wait (bounded) until the lock has seen what it
+        offers now: a get or read is judged by that, not by the catalog approved at its last start."""
+        ds = self.downstreams[server]
+        ds.start(self.tasks)
+        await ds.wait_settled(START_SECONDS)
 
     def _offered(self, server: str) -> Listing | None:
         """Everything `server` offers, held items included (for one not started: its approved catalog)."""

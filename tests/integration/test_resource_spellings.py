@@ -84,9 +84,28 @@ async def test_a_held_resource_is_held_under_a_spelling_an_approved_template_cov
     server = spelled(resources={"default": "allow"}, lock={"enabled": True, "first": "trust"})
     async with gateway(write_config(tmp_path, {"s": server}), state) as client:
         assert await text_of(client, "cellblock://s/note://public") == "a public note"
-    server["env"] = {"SPELLED_LISTS_SECRET": "1"}
+    server["env"] = {"SPELLED_CHANGED": "1"}
     async with gateway(write_config(tmp_path, {"s": server}), state) as client:
         assert await text_of(client, "cellblock://s/note://public") == "a public note"  # approved template
         for uri in ("note://secret", "note://%73ecret", "NOTE://secret"):
             seen = await text_of(client, f"cellblock://s/{uri}")
             assert seen.startswith("error: refused: lock") and "TOP SECRET" not in seen, (uri, seen)
+
+
+@pytest.mark.parametrize("first", ["get", "read"])
+async def test_a_server_started_by_a_get_or_read_is_judged_by_what_it_offers_once_started(
+    tmp_path: Path, first: str
+) -> None:
+    """A lazy server is judged from its approved catalog until it starts; a get or read that
+    starts it waits for the lock to see what it offers now, and a changed item is held."""
+    state = tmp_path / "state"
+    server = spelled(tools={"default": "allow"}, lock={"enabled": True, "first": "trust"}, start="lazy")
+    async with gateway(write_config(tmp_path, {"s": server}), state) as client:
+        assert (await client.get_prompt("s__greet")).messages  # starts it: the catalog is trusted
+    server["env"] = {"SPELLED_CHANGED": "1"}
+    async with gateway(write_config(tmp_path, {"s": server}), state) as client:
+        if first == "get":
+            with pytest.raises(MCPError, match="refused: lock: prompt 'greet'"):
+                await client.get_prompt("s__greet")
+        else:
+            assert (await text_of(client, "cellblock://s/note://secret")).startswith("error: refused: lock")
