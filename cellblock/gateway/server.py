@@ -704,7 +704,8 @@ class Gateway:
         if held is not None and offered is not None and any(p.name == held[1] for p in offered.prompts):
             call.server, call.tool = held[0], f"prompt:{held[1]}"
             self._refuse_item(call, "lock", held_reason("prompt", held[1], held[0]))
-        raise MCPError(types.INVALID_PARAMS, self._unknown(exposed, "prompt"))
+        call.tool = f"prompt:{exposed}"
+        self._unrouted(call, self._unknown(exposed, "prompt"))
 
     async def _admit_item(self, ctx: Ctx, call: Call, params: Any, name: str) -> types.InputRequiredResult | None:
         """The policy (and, for `ask`, the human) on a routed prompt get or resource read that the
@@ -776,13 +777,24 @@ class Gateway:
         return self.audit.secret_pattern()
 
     def _route_uri(self, uri: str) -> tuple[str, str]:
+        """(server, its own URI) for an exposed resource URI; one that routes nowhere is refused.
+
+        Raises:
+            MCPError: the URI is not a `cellblock://SERVER/` one of a configured server (audited).
+        """
+        call = Call(f"resource:{uri}", None, tool=f"resource:{uri}", kind="resource")
         try:
             server, original = self.catalog.route_resource(uri)
         except ValueError as exc:
-            raise MCPError(types.INVALID_PARAMS, str(exc)) from None
+            self._unrouted(call, str(exc))
         if server not in self.downstreams:
-            raise MCPError(types.INVALID_PARAMS, f"no server named '{server}' for resource {uri}")
+            self._unrouted(call, f"no server named '{server}' for resource {uri}")
         return server, original
+
+    def _unrouted(self, call: Call, reason: str) -> NoReturn:
+        """Audit a get, read or completion that routes to no server, and answer the client with why."""
+        self.pipeline.refusal(call, Verdict(Decision.DENY, "route", reason))
+        raise MCPError(types.INVALID_PARAMS, reason)
 
     def _server_pids(self) -> set[int]:
         """The processes started for the local servers: the control socket refuses them and theirs."""

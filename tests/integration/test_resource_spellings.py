@@ -109,3 +109,19 @@ async def test_a_server_started_by_a_get_or_read_is_judged_by_what_it_offers_onc
                 await client.get_prompt("s__greet")
         else:
             assert (await text_of(client, "cellblock://s/note://secret")).startswith("error: refused: lock")
+
+
+async def test_a_get_or_read_that_routes_nowhere_is_refused_and_audited(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    async with gateway(write_config(tmp_path, {"s": spelled(tools={"default": "allow"})}), state) as client:
+        with pytest.raises(MCPError, match="unknown prompt 's__nope'"):
+            await client.get_prompt("s__nope")
+        for uri in ("note://index", "cellblock://nosuch/note://index"):
+            assert (await text_of(client, uri)).startswith("error: ")
+    records = [json.loads(line) for line in (state / "audit.jsonl").read_text().splitlines()]
+    refused = [(e["tool"], e["rule"]) for e in records if e["event"] == "call" and e["decision"] == "deny"]
+    assert refused == [
+        ("prompt:s__nope", "route"),
+        ("resource:note://index", "route"),
+        ("resource:cellblock://nosuch/note://index", "route"),
+    ]
