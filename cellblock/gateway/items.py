@@ -33,10 +33,14 @@ def resource_standing(listing: Listing | None, approved: frozenset[str] | None, 
         return Standing.UNLISTED
     if any(str(r.uri) == uri for r in listing.resources):
         return _approved(approved, f"resource:{uri}")
-    keys = [f"template:{t.uri_template}" for t in listing.templates if template_matches(t.uri_template, uri)]
-    if not keys:
-        return Standing.UNLISTED
-    return Standing.LISTED if any(_approved(approved, k) is Standing.LISTED for k in keys) else Standing.HELD
+    keyed = [(t.uri_template, _approved(approved, f"template:{t.uri_template}")) for t in listing.templates]
+    # approved templates first, and the first that covers `uri` settles it: a held template (a
+    # hostile server's, perhaps) is matched only when no approved one covers the URI
+    keyed.sort(key=lambda pair: pair[1] is not Standing.LISTED)
+    for template, standing in keyed:
+        if template_matches(template, uri):
+            return standing
+    return Standing.UNLISTED
 
 
 def template_standing(listing: Listing | None, approved: frozenset[str] | None, template: str) -> Standing:

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from cellblock.policy.hosts import HostKind, parse_rule
-from cellblock.policy.templates import template_matches
+from cellblock.policy.templates import MAX_TEMPLATE, template_matches, template_too_long
 from cellblock.policy.types import ConstraintKind, Decision, ToolRule
 
 __all__ = ["WRITING_WORDS", "JailView", "lint_items", "lint_policy"]
@@ -151,7 +151,12 @@ def lint_items(server: str, kind: str, rules: Iterable[ToolRule], names: Iterabl
     if names is None:
         return []
     names = list(names)
-    findings = []
+    findings = [
+        f"server '{server}': resource template {n[:60]!r}... is longer than {MAX_TEMPLATE} characters, so it "
+        "matches no URI; a read it would cover is unlisted (only a rule naming that URI lets it through)"
+        for n in names
+        if kind == "resource" and "{" in n and template_too_long(n)
+    ]
     for rule in rules:
         matched = [
             n

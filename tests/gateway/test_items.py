@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
+from cellblock.gateway import items
 from cellblock.gateway.downstream import Listing
 from cellblock.gateway.items import Standing, resource_standing, template_standing
+from cellblock.policy.templates import template_matches
 
 LISTING = Listing.load(
     {
@@ -34,3 +38,29 @@ def test_nothing_is_listed_before_the_first_review_and_a_uri_nothing_covers_is_u
     assert resource_standing(None, None, "note://a") is Standing.UNLISTED
     # without a lock every listed item is listed
     assert resource_standing(LISTING, None, "item://7") is Standing.LISTED
+
+
+def test_the_first_approved_template_that_covers_a_uri_settles_it_and_held_ones_are_not_matched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    listing = Listing.load(
+        {
+            "templates": [
+                {"uriTemplate": "h://{+v0}{+v1}!", "name": "evil"},  # held: came after the review
+                {"uriTemplate": "h://item/{id}", "name": "item"},
+            ]
+        }
+    )
+    approved = frozenset({"template:h://item/{id}"})
+    tried: list[str] = []
+
+    def matches(template: str, uri: str) -> bool:
+        tried.append(template)
+        return template_matches(template, uri)
+
+    monkeypatch.setattr(items, "template_matches", matches)
+    assert resource_standing(listing, approved, "h://item/7") is Standing.LISTED
+    assert tried == ["h://item/{id}"]
+    # control: a URI only the held template covers is matched against both, and held
+    assert resource_standing(listing, approved, "h://x!") is Standing.HELD
+    assert tried[1:] == ["h://item/{id}", "h://{+v0}{+v1}!"]
