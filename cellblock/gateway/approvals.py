@@ -14,10 +14,12 @@ a retried call's state is checked against a key that exists only in this process
 approvals only turn `ask` into `allow`: the policy's `deny` rules and argument constraints are
 applied before this module is consulted, so an approval cannot widen them.
 
-A prompt get or a resource read under `ask` goes the same way: its key in the remembered tables
-is "prompt:NAME" or "resource:URI" (the server's own), and the form says what is got or read. A
-tool whose own name starts like such a key is never allowed by a remembered approval (it is asked
-each time), so approving a server's prompt can never let its look-alike tool through.
+A prompt get or a resource read under `ask` goes the same way, and the form says what is got or
+read. Every remembered approval (once, session, always, pending) is keyed by kind as well as by
+name: a server's tool named "prompt:greet" and its prompt "greet" never share a grant, whichever
+of them was approved. approvals.json (version 2) keeps tools under "always" and prompts and
+resources under "items"; a version 1 file's "prompt:NAME"/"resource:URI" entries are read as the
+prompt's or resource's approval, which is what they granted then.
 """
 
 from __future__ import annotations
@@ -55,7 +57,17 @@ from cellblock.policy.types import Decision, Verdict
 if TYPE_CHECKING:
     from cellblock.gateway.pipeline import Asking
 
-__all__ = ["APPROVAL_KEY", "Approvals", "NeedsInput", "approval_form", "can_elicit", "choice_schema", "review_form"]
+__all__ = [
+    "APPROVAL_KEY",
+    "Approvals",
+    "NeedsInput",
+    "approval_form",
+    "can_elicit",
+    "choice_schema",
+    "describe",
+    "read_always",
+    "review_form",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +78,10 @@ APPROVAL_KEY = "cellblock_approval"
 PENDING_TTL = 600.0
 MAX_PENDING = 64  # pending approvals are created by the model's calls: keep them bounded
 STATE_PREFIX = "ap1."
-# how a prompt's and a resource's keys begin in the remembered tables (and in audit records)
+# how a prompt's and a resource's `tool` begins inside the gateway ("prompt:greet")
 ITEM_PREFIXES = ("prompt:", "resource:")
+ITEM_KINDS = ("prompt", "resource")
+FILE_VERSION = 2
 
 
 class NeedsInput(Exception):
@@ -100,59 +114,70 @@ class Approvals:
         self.path = state / "approvals.json"
         self.audit = audit
         self.timeout = timeout
-        self.session: set[tuple[str, str]] = set()
+        self.session: set[tuple[str, str, str]] = set()  # (server, kind, tool)
         self.pending: dict[str, Pending] = {}
-        self._once: dict[tuple[str, str, str], float] = {}  # granted after the call timed out
+        self._once: dict[tuple[str, str, str, str], float] = {}  # (server, kind, tool, digest): after a timeout
         self._sealer = Sealer(STATE_PREFIX)
         self._used: dict[str, float] = {}
-        self._always: dict[str, set[str]] = {}
+        self._always: dict[str, set[tuple[str, str]]] = {}  # server -> {(kind, tool)}
         self._mtime = -1.0
 
     # -- remembered ------------------------------------------------------------------------
 
-    def always(self) -> dict[str, set[str]]:
-        """server -> tools always allowed; re-read when the file changed (a revoke elsewhere)."""
+    def always(self) -> dict[str, set[tuple[str, str]]]:
+        """server -> {(kind, tool)} always allowed; re-read when the file changed (a revoke elsewhere)."""
         try:
             mtime = os.stat(self.path).st_mtime_ns / 1e9
         except OSError:
             mtime = 0.0
         if mtime != self._mtime:
-            data = read_json(self.path)
-            raw = data.get("always", {}) if isinstance(data, dict) else {}
-            self._always = {
-                s: {t for t in tools if isinstance(t, str)}
-                for s, tools in raw.items()
-                if isinstance(s, str) and isinstance(tools, list)
-            }
+            self._always = read_always(read_json(self.path))
             self._mtime = mtime
         return self._always
 
-    def _save_always(self, table: dict[str, set[str]]) -> None:
-        atomic_write_json(self.path, {"version": 1, "always": {s: sorted(t) for s, t in sorted(table.items()) if t}})
+    def _save_always(self, table: dict[str, set[tuple[str, str]]]) -> None:
+        tools = {s: sorted(t for k, t in keys if k == "tool") for s, keys in sorted(table.items())}
+        items = {
+            s: {k: sorted(t.removeprefix(f"{k}:") for kk, t in keys if kk == k) for k in ITEM_KINDS}
+            for s, keys in sorted(table.items())
+        }
+        atomic_write_json(
+            self.path,
+            {
+                "version": FILE_VERSION,
+                "always": {s: t for s, t in tools.items() if t},
+                "items": {
+                    s: {k: n for k, n in kinds.items() if n} for s, kinds in items.items() if any(kinds.values())
+                },
+            },
+        )
         self._mtime = -1.0
 
-    def remember(self, server: str, tool: str) -> None:
-        """Allow `tool` of `server` always, from now on and after restarts.
+    def remember(self, server: str, tool: str, kind: str = "tool") -> None:
+        """Allow `tool` (of `kind`) of `server` always, from now on and after restarts.
 
         Raises:
             StateWriteError: the approvals file could not be saved (nothing is remembered).
         """
         table = {s: set(t) for s, t in self.always().items()}
-        table.setdefault(server, set()).add(tool)
+        table.setdefault(server, set()).add((kind, tool))
         self._save_always(table)
 
-    def revoke(self, server: str, tool: str | None) -> list[str]:
-        """Forget always- and session-approvals of `server` (one tool, or all); what was removed."""
+    def revoke(self, server: str, tool: str | None, kind: str = "tool") -> list[tuple[str, str]]:
+        """Forget always- and session-approvals of `server` (one tool, prompt or resource, or all);
+        what was removed, each (kind, tool)."""
         table = {s: set(t) for s, t in self.always().items()}
-        gone = sorted(table.get(server, set()) if tool is None else table.get(server, set()) & {tool})
+        key = (kind, tool if kind == "tool" or tool is None else f"{kind}:{tool}")
+        stored = table.get(server, set())
+        gone = sorted(stored if tool is None else stored & {key})
         if tool is None:
             table.pop(server, None)
         else:
-            table.get(server, set()).discard(tool)
+            stored.discard(key)
         self._save_always(table)
-        self.session = {(s, t) for s, t in self.session if not (s == server and (tool is None or t == tool))}
-        for name in gone:
-            self.audit.write("approval_revoked", server, tool=name)
+        self.session = {(s, k, t) for s, k, t in self.session if not (s == server and (tool is None or (k, t) == key))}
+        for k, name in gone:
+            self.audit.write("approval_revoked", server, tool=name, **_kind(k))
         return gone
 
     # -- asking ----------------------------------------------------------------------------
@@ -165,19 +190,17 @@ class Approvals:
         """
         arguments = call.arguments
         kind = getattr(call, "kind", "tool")
-        # a tool named like a prompt's or a resource's key gets none of their remembered approvals
-        remembered = kind != "tool" or not tool.startswith(ITEM_PREFIXES)
-        if remembered and tool in self.always().get(server, set()):
+        # keyed by kind too: a tool named "prompt:greet" and the prompt greet share no grant
+        if (kind, tool) in self.always().get(server, set()):
             return Verdict(Decision.ALLOW, "approval:always", f"always allowed by the user ({verdict.rule})")
-        if remembered and (server, tool) in self.session:
+        if (server, kind, tool) in self.session:
             return Verdict(Decision.ALLOW, "approval:session", f"allowed for this session ({verdict.rule})")
-        key = (server, tool, args_digest(arguments))
-        if self._once.pop(key, 0.0) > time.time():
+        if self._once.pop((server, kind, tool, args_digest(arguments)), 0.0) > time.time():
             return Verdict(Decision.ALLOW, "approval:once", f"approved by the user from the CLI ({verdict.rule})")
         human = getattr(call, "human", None)
         full = human is not None and _choice(human) == SHOW_FULL  # asked to read every argument first
         if human is not None and not full:  # the answer a 2026-07-28 client sent back with the retried call
-            return self._granted(server, tool, verdict, human, "elicitation")
+            return self._granted(server, tool, verdict, human, "elicitation", kind)
         ctx = call.ctx
         if ctx is not None and can_elicit(ctx.session):
             if ctx.modern:
@@ -185,7 +208,7 @@ class Approvals:
                 request = types.ElicitRequest(
                     params=types.ElicitRequestFormParams(message=message, requested_schema=schema)
                 )
-                self.audit.write("approval_asked", server, tool=tool, via="elicitation")
+                self.audit.write("approval_asked", server, tool=tool, via="elicitation", **_kind(kind))
                 raise NeedsInput(
                     types.InputRequiredResult(
                         input_requests={APPROVAL_KEY: request}, request_state=self.seal(exposed, arguments)
@@ -211,41 +234,49 @@ class Approvals:
     ) -> Verdict:
         for full in (False, True):  # a cut form offers only "show all" or deny; then every argument, uncut
             message, schema = self._form(server, tool, verdict.rule, arguments, full, kind)
-            self.audit.write("approval_asked", server, tool=tool, via="elicitation")
+            self.audit.write("approval_asked", server, tool=tool, via="elicitation", **_kind(kind))
             try:
                 # the human has approvals.timeout to answer; silence is a refusal
                 with anyio.fail_after(self.timeout):
                     result = await session.elicit_form(message, schema, related_request_id=request_id)
             except TimeoutError:
-                return self._refused(server, tool, verdict, "approval_timeout", f"no answer within {self.timeout:g}s")
+                return self._refused(
+                    server, tool, verdict, "approval_timeout", f"no answer within {self.timeout:g}s", kind
+                )
             except Exception as exc:  # the client failed the request: no answer is a refusal
-                return self._refused(server, tool, verdict, "approval_denied", f"the client could not ask ({exc})")
+                return self._refused(
+                    server, tool, verdict, "approval_denied", f"the client could not ask ({exc})", kind
+                )
             if full or _choice(result) != SHOW_FULL:
                 break
-        return self._granted(server, tool, verdict, result, "elicitation")
+        return self._granted(server, tool, verdict, result, "elicitation", kind)
 
-    def _granted(self, server: str, tool: str, verdict: Verdict, result: types.ElicitResult, via: str) -> Verdict:
+    def _granted(
+        self, server: str, tool: str, verdict: Verdict, result: types.ElicitResult, via: str, kind: str = "tool"
+    ) -> Verdict:
         choice = _choice(result)
         if choice not in ("allow_once", "allow_session", "allow_always"):
             why = "the user denied it" if choice == "deny" else f"the user answered '{result.action}'"
-            return self._refused(server, tool, verdict, "approval_denied", why)
+            return self._refused(server, tool, verdict, "approval_denied", why, kind)
         scope = str(choice).removeprefix("allow_")
         if scope == "session":
-            self.session.add((server, tool))
+            self.session.add((server, kind, tool))
         elif scope == "always":
             try:
-                self.remember(server, tool)
+                self.remember(server, tool, kind)
             except StateWriteError as exc:  # an "always" that would be forgotten is not what was granted
-                return self._refused(server, tool, verdict, "approval_denied", f"'always' could not be saved: {exc}")
-        self.audit.write("approval_granted", server, tool=tool, scope=scope, via=via)
+                return self._refused(
+                    server, tool, verdict, "approval_denied", f"'always' could not be saved: {exc}", kind
+                )
+        self.audit.write("approval_granted", server, tool=tool, scope=scope, via=via, **_kind(kind))
         return Verdict(Decision.ALLOW, f"approval:{scope}", f"approved by the user ({verdict.rule})")
 
-    def _refused(self, server: str, tool: str, verdict: Verdict, event: str, why: str) -> Verdict:
-        self.audit.write(event, server, tool=tool, reason=why)
+    def _refused(self, server: str, tool: str, verdict: Verdict, event: str, why: str, kind: str = "tool") -> Verdict:
+        self.audit.write(event, server, tool=tool, reason=why, **_kind(kind))
         return Verdict(
             Decision.DENY,
             verdict.rule,
-            f"{_what(tool)} of server '{server}' needs the user's approval and did not get it: {why}",
+            f"{_what(tool, kind)} of server '{server}' needs the user's approval and did not get it: {why}",
         )
 
     async def _wait_for_cli(
@@ -260,12 +291,12 @@ class Approvals:
     ) -> Verdict:
         self._expire()
         if len(self.pending) >= MAX_PENDING:
-            return self._refused(server, tool, verdict, "approval_denied", "too many approvals are pending")
+            return self._refused(server, tool, verdict, "approval_denied", "too many approvals are pending", kind)
         now = time.time()
         ident = base64.b32encode(os.urandom(5)).decode().lower()
         item = Pending(ident, server, tool, arguments, args_digest(arguments), now, now + PENDING_TTL, kind=kind)
         self.pending[ident] = item
-        self.audit.write("approval_asked", server, tool=tool, via="cli", id=ident)
+        self.audit.write("approval_asked", server, tool=tool, via="cli", id=ident, **_kind(kind))
         logger.warning(
             "approval %s: server '%s' wants to run '%s'; run 'cellblock approve %s' or 'cellblock deny %s'",
             ident,
@@ -289,10 +320,10 @@ class Approvals:
             tg.cancel_scope.cancel()
         if item.answer.is_set():
             if item.scope is None:
-                return self._refused(server, tool, verdict, "approval_denied", f"denied from the CLI ({ident})")
+                return self._refused(server, tool, verdict, "approval_denied", f"denied from the CLI ({ident})", kind)
             return Verdict(Decision.ALLOW, f"approval:{item.scope}", f"approved from the CLI ({verdict.rule})")
         item.waiting = False
-        self.audit.write("approval_timeout", server, tool=tool, id=ident)
+        self.audit.write("approval_timeout", server, tool=tool, id=ident, **_kind(kind))
         return Verdict(
             Decision.DENY,
             verdict.rule,
@@ -312,17 +343,17 @@ class Approvals:
         if item is None:
             return False
         if scope == "session":
-            self.session.add((item.server, item.tool))
+            self.session.add((item.server, item.kind, item.tool))
         elif scope == "always":
-            self.remember(item.server, item.tool)
+            self.remember(item.server, item.tool, item.kind)
         if scope is not None and not item.waiting:
-            # the call already timed out: let the same call through once when the model retries
-            self._once[(item.server, item.tool, item.digest)] = item.expires
+            # the call already timed out: let the same call (same kind too) through once when the model retries
+            self._once[(item.server, item.kind, item.tool, item.digest)] = item.expires
         item.scope = scope
         item.answer.set()
         self.pending.pop(ident, None)
         event = "approval_granted" if scope is not None else "approval_denied"
-        self.audit.write(event, item.server, tool=item.tool, scope=scope, via="cli", id=ident)
+        self.audit.write(event, item.server, tool=item.tool, scope=scope, via="cli", id=ident, **_kind(item.kind))
         return True
 
     def _expire(self) -> None:
@@ -406,12 +437,50 @@ class Approvals:
         return listed
 
 
-def _what(tool: str) -> str:
-    """How a message names what was asked about: "tool 'x'", "prompt 'greet'", "resource 'a://b'"."""
-    kind, sep, name = tool.partition(":")
-    if sep and f"{kind}:" in ITEM_PREFIXES:
-        return f"{kind} {visible(name)!r}"
+def read_always(data: Any) -> dict[str, set[tuple[str, str]]]:
+    """The always-approvals in approvals.json's `data`: server -> {(kind, tool)}; anything malformed is left out."""
+    if not isinstance(data, dict):
+        return {}
+    table: dict[str, set[tuple[str, str]]] = {}
+    tools = data.get("always", {})
+    for server, names in tools.items() if isinstance(tools, dict) else ():
+        if isinstance(server, str) and isinstance(names, list):
+            for name in (n for n in names if isinstance(n, str)):
+                # version 1 kept a prompt's or resource's approval here as "prompt:NAME"/"resource:URI"
+                kind = (
+                    name.partition(":")[0]
+                    if data.get("version") != FILE_VERSION and name.startswith(ITEM_PREFIXES)
+                    else "tool"
+                )
+                table.setdefault(server, set()).add((kind, name))
+    items = data.get("items", {}) if data.get("version") == FILE_VERSION else {}
+    for server, kinds in items.items() if isinstance(items, dict) else ():
+        for kind in ITEM_KINDS if isinstance(server, str) and isinstance(kinds, dict) else ():
+            names = kinds.get(kind, [])
+            for name in (n for n in names if isinstance(n, str)) if isinstance(names, list) else ():
+                table.setdefault(server, set()).add((kind, f"{kind}:{name}"))
+    return table
+
+
+def describe(kind: str, tool: str, server: str = "") -> str:
+    """How the CLI names a remembered approval: `p:echo` for a tool, `prompt p:greet`, `resource p:h://index`
+    (without `server`: `echo`, `prompt greet`)."""
+    where = f"{server}:" if server else ""
+    return f"{where}{tool}" if kind == "tool" else f"{kind} {where}{tool.removeprefix(kind + ':')}"
+
+
+def _what(tool: str, kind: str | None = None) -> str:
+    """How a message names what was asked about: "tool 'x'", "prompt 'greet'", "resource 'a://b'".
+    Without `kind`, `tool` is an exposed name ("prompt:p__greet" is the client's prompt get)."""
+    prefix, sep, name = tool.partition(":")
+    if kind in ITEM_KINDS or (kind is None and sep and prefix in ITEM_KINDS):
+        return f"{prefix} {visible(name)!r}"
     return f"tool {visible(tool)!r}"
+
+
+def _kind(kind: str) -> dict[str, str]:
+    """The `kind` field of an approval's audit event: none for a tool, so tool records stay as they were."""
+    return {} if kind == "tool" else {"kind": kind}
 
 
 def _choice(result: types.ElicitResult) -> Any:

@@ -80,8 +80,14 @@ def _parser() -> argparse.ArgumentParser:
     pending.add_argument("--json", action="store_true", help="print JSON")
     ps = sub.add_parser("ps", help="list the running gateways, their servers and pending approvals")
     ps.add_argument("--json", action="store_true", help="print JSON")
-    revoke = sub.add_parser("revoke", help="forget 'always' approvals: SERVER or SERVER:TOOL")
-    revoke.add_argument("target", metavar="SERVER[:TOOL]")
+    revoke = sub.add_parser("revoke", help="forget 'always' approvals: SERVER, SERVER:TOOL, or a prompt or resource")
+    revoke.add_argument("target", metavar="SERVER[:NAME]")
+    revoke.add_argument(
+        "--kind",
+        choices=("tool", "prompt", "resource"),
+        default="tool",
+        help="what NAME is: a tool (default), a prompt's name or a resource's URI",
+    )
     revoke.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
     doctor = sub.add_parser("doctor", help="check that this machine can build jails and keep secrets; exit 1 on a gap")
     doctor.add_argument("--config", help="config file (default: $CELLBLOCK_CONFIG or the user config dir)")
@@ -168,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "ps":
             return _ps(args.json)
         if args.command == "revoke":
-            return _revoke(args.config, args.target)
+            return _revoke(args.config, args.target, args.kind)
         if args.command == "probe":
             return _probe(args.config, args.server, args.json)
         if args.command == "doctor":
@@ -534,9 +540,9 @@ def _auth(args: argparse.Namespace) -> int:
     return auth_cli.auth_list(config)
 
 
-def _revoke(config_path: str | None, target: str) -> int:
+def _revoke(config_path: str | None, target: str, kind: str = "tool") -> int:
 
-    from cellblock.gateway.approvals import Approvals
+    from cellblock.gateway.approvals import Approvals, describe
     from cellblock.gateway.config import load_config
     from cellblock.gateway.state import state_dir
 
@@ -544,12 +550,17 @@ def _revoke(config_path: str | None, target: str) -> int:
     server, _, tool = target.partition(":")
     state = state_dir()
     audit = config.audit_log(state)
-    gone = Approvals(state, audit, config.approvals.timeout).revoke(server, tool or None)
+    gone = Approvals(state, audit, config.approvals.timeout).revoke(server, tool or None, kind)
     if not gone:
-        print(f"cellblock: no 'always' approval for {target}", file=sys.stderr)
+        what = f"{kind} {target}" if tool and kind != "tool" else target
+        print(f"cellblock: no 'always' approval for {printable(what)}", file=sys.stderr)
+        item, sep, name = tool.partition(":")
+        if kind == "tool" and sep and item in ("prompt", "resource"):  # the spelling before kinds were kept apart
+            hint = f"{server}:{name} --kind {item}"
+            print(f"cellblock: for the {item}, run 'cellblock revoke {printable(hint)}'", file=sys.stderr)
         return EXIT_FINDING
     # a running gateway re-reads approvals.json before its next question; no restart needed
-    print(f"cellblock: OK: revoked {', '.join(f'{server}:{t}' for t in gone)}", file=sys.stderr)
+    print(f"cellblock: OK: revoked {', '.join(printable(describe(k, t, server)) for k, t in gone)}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cellblock.gateway.approvals import describe, read_always
 from cellblock.gateway.config import Config, LocalServer
 from cellblock.gateway.launch import jail_spec, own_paths
 from cellblock.gateway.packages import read_record
@@ -101,8 +102,8 @@ def describe_server(
 
 def show(config: Config, only: str | None, as_json: bool, state: Path | None = None, source: Path | None = None) -> int:
     names = [only] if only else sorted(config.servers)
-    stored = read_json(state / "approvals.json") if state is not None else None
-    always = stored.get("always", {}) if isinstance(stored, dict) else {}
+    stored = read_always(read_json(state / "approvals.json")) if state is not None else {}
+    always = {server: [describe(kind, name) for kind, name in keys] for server, keys in stored.items()}
     own = own_paths(config, state, source) if state is not None else ()
     described = [describe_server(config, n, always, own) for n in names]
     if as_json:

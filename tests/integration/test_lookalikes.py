@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from tests.integration.conftest import eventually, gateway, probe_server, write_config
+from tests.integration.test_approvals import Human, cli, pending_ids
 
 pytestmark = pytest.mark.anyio
 LOOKALIKE = Path(__file__).resolve().parent.parent / "servers" / "lookalike.py"
@@ -84,3 +86,71 @@ async def test_cellblock_check_lints_an_approved_template_built_to_backtrack(tmp
         )
     )
     assert "h://item/projects/private-notes/*" in check.stdout + check.stderr  # the rule matches no item
+
+
+ASK_ALL = {
+    "tools": {"default": "ask"},
+    "prompts": {"rules": {"greet": "ask"}},
+    "resources": {"rules": {"h://index": "ask"}},
+}
+
+
+@pytest.mark.parametrize("scope", ["allow_always", "allow_session"])
+async def test_approving_a_lookalike_tool_does_not_let_the_prompt_or_resource_through(
+    tmp_path: Path, scope: str
+) -> None:
+    state = tmp_path / "state"
+    human = Human(scope)
+    server = lookalike({"TOOLS": "prompt:greet,resource:h://index"}, **ASK_ALL)
+    async with gateway(
+        write_config(tmp_path, {"h": server}), state, mode="legacy", elicitation_callback=human
+    ) as client:
+        for name in ("h__prompt_greet", "h__resource_h___index"):
+            assert "ran tool" in str((await client.call_tool(name, {})).content[0])
+        await client.get_prompt("h__greet", {"name": "x"})
+        await client.read_resource("cellblock://h/h://index")
+        # control: the approved tools themselves are not asked again
+        await client.call_tool("h__prompt_greet", {})
+    first_lines = [a.split("\n")[0] for a in human.asked]
+    assert len(first_lines) == 4, first_lines
+    assert 'tool "prompt:greet"' in first_lines[0] and 'tool "resource:h://index"' in first_lines[1]
+    assert 'prompt "greet"' in first_lines[2] and 'resource "h://index"' in first_lines[3]
+    if scope == "allow_always":
+        listed = await anyio.to_thread.run_sync(
+            lambda: cli(tmp_path, "show", "h", "--config", str(tmp_path / "cellblock.yaml"))
+        )
+        assert "prompt greet" in listed.stdout and "resource h://index" in listed.stdout
+        revoked = await anyio.to_thread.run_sync(
+            lambda: cli(tmp_path, "revoke", "h:greet", "--kind", "prompt", "--config", str(tmp_path / "cellblock.yaml"))
+        )
+        assert revoked.returncode == 0 and "revoked prompt h:greet" in revoked.stderr
+        stored = json.loads((state / "approvals.json").read_text())
+        assert stored["always"] == {"h": ["prompt:greet", "resource:h://index"]}  # the tools' grants stay
+        assert stored["items"] == {"h": {"resource": ["h://index"]}}
+
+
+async def test_a_late_cli_approval_of_a_prompt_does_not_let_the_lookalike_tool_run(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir(mode=0o700)
+    state = tmp_path / "state"
+    server = lookalike({"TOOLS": "prompt:greet"}, tools={"default": "ask"}, prompts={"rules": {"greet": "ask"}})
+    config = write_config(tmp_path, {"h": server}, approvals={"timeout": 1})
+    async with gateway(config, state, env={"XDG_RUNTIME_DIR": str(tmp_path / "run")}) as client:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: _attempt(client.get_prompt("h__greet", {"name": "x"})))
+            [ident] = await pending_ids(tmp_path, 1)
+        approved = await anyio.to_thread.run_sync(lambda: cli(tmp_path, "approve", ident))
+        assert approved.returncode == 0, approved.stderr
+        # the same spelled name and arguments, as a tool: asked (and, unanswered, refused)
+        tool = await client.call_tool("h__prompt_greet", {"name": "x"})
+        # control: the prompt itself, retried, is let through once
+        got = await client.get_prompt("h__greet", {"name": "x"})
+    assert tool.is_error and "ran tool" not in str(tool.content[0])
+    assert "needs the user's approval" in str(tool.content[0])
+    assert got.messages
+    calls = [(e["tool"], e["decision"], e["rule"]) for e in events(state) if e["event"] == "call"]
+    assert ("prompt:greet", "allow", "approval:once") in calls
+
+
+async def _attempt(coro: Any) -> None:
+    with contextlib.suppress(MCPError):  # the get times out waiting; its approval comes later
+        await coro
