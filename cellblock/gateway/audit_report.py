@@ -111,7 +111,7 @@ class AuditReport:
             if kind == "egress_refused":
                 kind, event = "egress", {"decision": "deny"}
         if kind == "call":
-            counts = entry["tools"].setdefault(str(event.get("tool")), _counts())
+            counts = entry["tools"].setdefault(_row(event), _counts())
             counts["calls"] += 1
             outcome = _DECISIONS.get(str(event.get("decision")))
             if outcome is not None:
@@ -121,7 +121,7 @@ class AuditReport:
         elif kind == "call_end":
             # the outcome of a call already counted: its `call` event came when it was admitted
             if event.get("is_error") is True:
-                entry["tools"].setdefault(str(event.get("tool")), _counts())["errors"] += 1
+                entry["tools"].setdefault(_row(event), _counts())["errors"] += 1
         elif kind.startswith("lock_"):
             entry["lock_events"] += count
         elif kind == "egress" and event.get("decision") == "deny":
@@ -214,6 +214,13 @@ def _table(rows: list[list[str]], left: int) -> list[str]:
         "  ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
         for row in rows
     ]
+
+
+def _row(event: dict[str, Any]) -> str:
+    """A call's row: its tool, or "prompt greet" / "resource note://a" for a get or a read (with
+    `kind`), so a tool named "prompt:greet" is a row of its own."""
+    tool, kind = str(event.get("tool")), event.get("kind")
+    return f"{kind} {tool.removeprefix(f'{kind}:')}" if kind in ("prompt", "resource") else tool
 
 
 def _print_text(report: AuditReport) -> None:

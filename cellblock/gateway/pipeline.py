@@ -161,7 +161,14 @@ class Pipeline:
         return self._refuse(call, Verdict(Decision.DENY, "lock", reason))
 
     def finished(self, call: Call, is_error: bool, duration_ms: float) -> None:
-        self._audit.write("call_end", call.server, tool=call.tool, duration_ms=round(duration_ms, 3), is_error=is_error)
+        self._audit.write(
+            "call_end",
+            call.server,
+            tool=call.tool,
+            duration_ms=round(duration_ms, 3),
+            is_error=is_error,
+            **_kind(call),
+        )
 
     def _allow(self, call: Call, verdict: Verdict) -> types.CallToolResult | None:
         refused = self._allowed(call, verdict)
@@ -176,6 +183,7 @@ class Pipeline:
             rule=verdict.rule,
             reason=verdict.reason,
             arguments=call.arguments,
+            **_kind(call),
         )
         if self._audit.failed:
             return f"refused: the audit log {self._audit.path} cannot be written, and no call runs unrecorded"
@@ -195,6 +203,13 @@ class Pipeline:
             rule=verdict.rule,
             reason=verdict.reason,
             arguments=call.arguments,
+            **_kind(call),
         )
         prefix = "denied by policy" if verdict.rule not in ("route", "lock") else "refused"
         return f"{prefix}: {verdict.rule}: {verdict.reason}"
+
+
+def _kind(call: Call) -> dict[str, str]:
+    """A prompt get's or resource read's `kind` field; a tool call's record has none (and no extra bytes),
+    so a tool named "prompt:greet" and the prompt greet are told apart."""
+    return {} if call.kind == "tool" else {"kind": call.kind}

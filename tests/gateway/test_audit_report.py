@@ -81,6 +81,27 @@ def test_events_a_budget_counted_are_in_the_summary(tmp_path: Path) -> None:
     assert summary["egress_denied"] == 1967 and summary["lock_events"] == 40
 
 
+def test_a_tool_named_like_a_prompt_is_a_row_apart_from_the_prompt_get(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    written = [
+        call(NOW, "h", "prompt:greet", "allow"),  # the server's tool whose own name is "prompt:greet"
+        line(NOW, "call", "h", tool="prompt:greet", kind="prompt", decision="allow", rule="r", reason=""),
+        line(NOW, "call", "h", tool="prompt:greet", kind="prompt", decision="deny", rule="r", reason=""),
+        line(NOW, "call", "h", tool="resource:h://index", kind="resource", decision="ask", rule="r", reason=""),
+        line(NOW, "call_end", "h", tool="prompt:greet", kind="prompt", duration_ms=1.0, is_error=True),
+    ]
+    path.write_text("\n".join(written) + "\n")
+    tools = read_report(path).as_json()["summary"]["h"]["tools"]
+    assert tools == {
+        "prompt:greet": {"calls": 1, "allowed": 1, "denied": 0, "asked": 0, "errors": 0},
+        "prompt greet": {"calls": 2, "allowed": 1, "denied": 1, "asked": 0, "errors": 1},
+        "resource h://index": {"calls": 1, "allowed": 0, "denied": 0, "asked": 1, "errors": 0},
+    }
+    # control: without `kind` (as records were before) the tool and the get share one row
+    path.write_text("\n".join(written[:3]).replace(', "kind": "prompt"', "") + "\n")
+    assert list(read_report(path).as_json()["summary"]["h"]["tools"]) == ["prompt:greet"]
+
+
 def test_bad_lines_are_counted_not_skipped_silently(log: Path) -> None:
     report = read_report(log)
     assert sum(report.unreadable.values()) == 2

@@ -154,3 +154,35 @@ async def test_a_late_cli_approval_of_a_prompt_does_not_let_the_lookalike_tool_r
 async def _attempt(coro: Any) -> None:
     with contextlib.suppress(MCPError):  # the get times out waiting; its approval comes later
         await coro
+
+
+async def test_the_audit_tells_a_tool_named_like_a_prompt_from_the_prompt_get(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    server = lookalike({"TOOLS": "prompt:greet"}, tools={"default": "allow"}, resources={"rules": {"h://x": "deny"}})
+    async with gateway(write_config(tmp_path, {"h": server}), state) as client:
+        await client.call_tool("h__prompt_greet", {"name": "x"})
+        await client.get_prompt("h__greet", {"name": "x"})
+        with pytest.raises(MCPError):
+            await client.read_resource("cellblock://h/h://x")  # a refusal carries the kind too
+    recorded = [e for e in events(state) if e["event"] in ("call", "call_end")]
+    assert [(e["event"], e["tool"], e.get("kind")) for e in recorded] == [
+        ("call", "prompt:greet", None),  # the tool's records are as they always were
+        ("call_end", "prompt:greet", None),
+        ("call", "prompt:greet", "prompt"),
+        ("call", "resource:h://x", "resource"),
+    ]
+    assert "kind" not in json.dumps(recorded[0])
+    env = {"CELLBLOCK_STATE_DIR": str(state), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    report = await anyio.to_thread.run_sync(
+        lambda: subprocess.run(
+            [sys.executable, "-m", "cellblock.gateway.cli", "audit", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    )
+    rows = json.loads(report.stdout)["summary"]["h"]["tools"]
+    assert rows["prompt:greet"]["calls"] == 1 and rows["prompt greet"]["calls"] == 1
+    assert rows["resource h://x"]["denied"] == 1
