@@ -15,7 +15,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # answers.py beside it, also inside a jail
+
+from answers import serve
 
 VERSIONS = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"]
 K = int(os.environ.get("EVIL_K", "50"))
@@ -81,20 +86,5 @@ def answer(method: str, params: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def main() -> None:
-    for line in sys.stdin:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(message, dict) or "id" not in message or "method" not in message:
-            continue
-        result = answer(message["method"], message.get("params") or {})
-        if result is None:
-            write({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": "no such method"}})
-        else:
-            write({"jsonrpc": "2.0", "id": message["id"], "result": result})
-
-
 if __name__ == "__main__":
-    main()
+    serve(answer)
