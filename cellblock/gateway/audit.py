@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cellblock.gateway.audit_budget import BUDGETED, Budget, kind_of
+from cellblock.gateway.audit_chain import FIELDS as CHAIN_FIELDS
 from cellblock.gateway.audit_chain import KEY_NAME, TAIL_BYTES, Chain, last_mac, load_key
 from cellblock.gateway.scrub import REDACTED, number_holds, pattern_of
 
@@ -73,7 +74,6 @@ DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 # one encoder for every event: json.dumps builds a new one per call when given any option
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 DEFAULT_KEEP = 5
-_CHAIN_FIELDS = frozenset({"prev", "mac"})  # the chain's own, never a caller's
 # a line of the log and its event's name (every line starts with ts, then event)
 _LINE = re.compile(rb'^\{"ts":[^,]*,"event":"([a-z_]+)"[^\n]*', re.MULTILINE)
 _SERVERS_OWN = BUDGETED | {"suppressed"}
@@ -240,7 +240,7 @@ class Audit:
         now = time.time()
         record: dict[str, Any] = {"ts": round(now, 3), "event": event, "server": server}
         for key, value in fields.items():
-            if key not in _CHAIN_FIELDS:
+            if key not in CHAIN_FIELDS:  # the chain's own, never a caller's
                 record.setdefault(key, value)  # ts, event and server are the gateway's, not a caller's
         kind = kind_of(event, fields)
         with self._lock:

@@ -20,13 +20,14 @@ from pathlib import Path
 
 from cellblock.gateway.state import create_once
 
-__all__ = ["KEY_NAME", "Break", "Chain", "last_mac", "load_key", "verify"]
+__all__ = ["FIELDS", "KEY_NAME", "Break", "Chain", "last_mac", "load_key", "verify"]
 
 KEY_NAME = "audit.key"
 _KEY_BYTES = 32
 _MAC_HEX = 32
 # a chained line ends with exactly this; the MAC is the last field so a writer can find the last
 # one by reading a few bytes from the end of the file
+FIELDS = frozenset({"prev", "mac"})  # the chain's own fields of a line, never an event's
 _TAIL = re.compile(rb',"mac":"([0-9a-f]{32})"\}\n?$')
 TAIL_BYTES = 64
 

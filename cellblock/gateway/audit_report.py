@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from cellblock.gateway.audit import rotated_paths
+from cellblock.gateway.audit_chain import FIELDS as CHAIN_FIELDS
 from cellblock.gateway.audit_chain import verify
 from cellblock.policy.jsontext import loads
 from cellblock.policy.text import visible as _printable  # event text comes partly from servers
@@ -198,9 +199,10 @@ def _value(value: Any) -> str:
 
 
 def format_event(event: dict[str, Any]) -> str:
-    """One line for one event: local time, event, server, then its fields as `key=value`."""
+    """One line for one event: local time, event, server, then its fields as `key=value` (not the
+    chain's MACs, which `--verify` reads)."""
     when = datetime.fromtimestamp(event["ts"]).strftime("%Y-%m-%d %H:%M:%S")
-    rest = {k: v for k, v in event.items() if k not in ("ts", "event", "server")}
+    rest = {k: v for k, v in event.items() if k not in ("ts", "event", "server") and k not in CHAIN_FIELDS}
     keys = [k for k in _CALL_ORDER if k in rest] + [k for k in rest if k not in _CALL_ORDER]
     parts = [f"{k}={_value(rest[k])}" for k in keys if rest[k] is not None and rest[k] != ""]
     line = f"{when}  {_printable(event['event'])}  {_printable(event['server'])}  {' '.join(parts)}".rstrip()

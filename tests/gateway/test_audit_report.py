@@ -248,3 +248,14 @@ def test_cli_a_named_config_that_is_missing_exits_2(tmp_path: Path) -> None:
     done = cellblock(tmp_path, "--config", str(tmp_path / "missing.yaml"))
     assert done.returncode == 2
     assert "no such config file" in done.stderr
+
+
+def test_an_event_line_leaves_out_the_chains_macs_which_are_kept_in_the_json(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    audit = Audit(path)
+    audit.write_call("s", "t", decision="allow")
+    audit.close()
+    [event] = read_report(path).recent
+    assert "mac" in event and "prev" in event  # the record as written, for --json and --verify
+    assert "mac=" not in format_event(event) and "prev=" not in format_event(event)
+    assert "tool=t decision=allow" in format_event(event)
