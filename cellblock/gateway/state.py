@@ -21,12 +21,12 @@ from typing import Any
 from platformdirs import user_cache_path, user_config_path, user_data_path, user_state_path
 
 from cellblock.policy.errors import CellblockError
+from cellblock.policy.jsontext import loads
 
 try:  # POSIX: a temp file being written is locked, so a start removes only a dead writer's
     import fcntl
 except ImportError:  # pragma: no cover - Windows: temp files are removed by age alone
     fcntl = None  # type: ignore[assignment]  # reason: the module is optional on Windows
-from cellblock.policy.jsontext import loads
 
 __all__ = [
     "RuntimeDirError",
