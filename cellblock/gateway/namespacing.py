@@ -36,7 +36,7 @@ SEPARATOR_DEFAULT = "__"
 MAX_LENGTH_DEFAULT = 64
 URI_SCHEME = "cellblock"
 
-# Mirrors `cellblock.gateway.config.SERVER_NAME` (a test keeps them equal); redefined here so this
+# Mirrors `cellblock.gateway.config.model.SERVER_NAME` (a test keeps them equal); redefined here so this
 # module does not import pydantic and yaml. Used with fullmatch: `$` alone would accept "name\n".
 _SERVER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
 _SEPARATOR = re.compile(r"^[A-Za-z0-9_-]{1,4}$")

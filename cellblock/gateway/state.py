@@ -38,7 +38,9 @@ __all__ = [
     "create_once",
     "data_dir",
     "default_config_path",
+    "lock_path",
     "own_dirs",
+    "pending_path",
     "private_dir",
     "read_json",
     "runtime_dir",
@@ -62,6 +64,16 @@ def config_file(path: str | Path | None) -> Path:
 
 class RuntimeDirError(CellblockError):
     """No private directory for the gateway's state or sockets can be had; the message says where and why."""
+
+
+def lock_path(state: Path, server: str) -> Path:
+    """The lock file of `server`: its approved catalog."""
+    return state / "locks" / f"{server}.json"
+
+
+def pending_path(state: Path, server: str) -> Path:
+    """What `server` lists that its lock holds for review."""
+    return state / "locks" / f"{server}.pending.json"
 
 
 def state_dir() -> Path:

@@ -26,14 +26,14 @@ import yaml
 from mcp_types.version import LATEST_PROTOCOL_VERSION
 
 from cellblock import __version__
-from cellblock.gateway.audit import Audit
-from cellblock.gateway.catalog import build_catalog
-from cellblock.gateway.config import parse_config
-from cellblock.gateway.downstream import Listing
-from cellblock.gateway.locking import Locks
-from cellblock.gateway.pipeline import Call, Pipeline
-from cellblock.gateway.policies import policy_for
-from cellblock.gateway.shaping import exposed_result, wire_result
+from cellblock.gateway.audit.log import Audit
+from cellblock.gateway.config.compile import policy_for
+from cellblock.gateway.config.model import parse_config
+from cellblock.gateway.downstream.supervisor import Listing
+from cellblock.gateway.serve.catalog import build_catalog
+from cellblock.gateway.serve.locking import Locks
+from cellblock.gateway.serve.pipeline import Call, Pipeline
+from cellblock.gateway.serve.shaping import exposed_result, wire_result
 from cellblock.policy.types import Verdict
 from tests.bench.report import Table, fmt, median, say
 from tests.bench.spawn import TOOLS, Scratch, connect, direct
@@ -122,7 +122,7 @@ def hot_path_tables(tools: tuple[types.Tool, ...], echo: dict[str, Any], quick: 
         )
         # the probe's tools collide with each other by design (files.read, files_read); the
         # gateway says so once per name, which would be 50 lines here
-        logging.getLogger("cellblock.gateway.catalog").setLevel(logging.ERROR)
+        logging.getLogger("cellblock.gateway.serve.catalog").setLevel(logging.ERROR)
         for count in (16, 50):
             subset = {name: listings[name] for name in servers[:count]}
             build_ms, wire_ms = _catalog_ms(subset, slow)

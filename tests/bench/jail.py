@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cellblock.gateway.config import LocalServer
-from cellblock.gateway.launch import launch_plan
+from cellblock.gateway.config.model import LocalServer
+from cellblock.gateway.downstream.launch import launch_plan
 from cellblock.sandbox.bwrap import check_bwrap
 from cellblock.sandbox.seccomp import jail_filter
 from cellblock.sandbox.spawn import spawn_args

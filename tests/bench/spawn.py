@@ -94,7 +94,7 @@ def gateway(
     env = {"CELLBLOCK_STATE_DIR": str(scratch.path(f"state-{state or label}"))}
     return StdioServerParameters(
         command=sys.executable,
-        args=["-m", "cellblock.gateway.cli", "serve", "--config", str(path)],
+        args=["-m", "cellblock.gateway.cli.main", "serve", "--config", str(path)],
         env=env,
         cwd=ROOT,
     )

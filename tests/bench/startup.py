@@ -22,7 +22,7 @@ import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from cellblock.gateway.early import RECORD
+from cellblock.gateway.wire.early import RECORD
 from tests.bench.report import Table, Target, fmt, median, say
 from tests.bench.spawn import PROBE, Scratch, child_pid, connect, direct, gateway, probe_argv, rss_mb
 
@@ -31,7 +31,7 @@ __all__ = ["COLD_TARGET", "LAZY_TARGET", "RSS_TARGET", "cold_start", "list_all",
 COLD_TARGET = Target(1.3, "x")
 LAZY_TARGET = Target(0.3, " s")
 RSS_TARGET = Target(60, " MB")
-GATEWAY_MARKER = "cellblock.gateway.cli"
+GATEWAY_MARKER = "cellblock.gateway.cli.main"
 # the first start of a gateway learns and locks the catalogs, the second records its opening answers
 WARM_UPS = 2
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cellblock.gateway.audit import (
+from cellblock.gateway.audit.log import (
     MAX_DEPTH,
     MAX_ITEMS,
     MAX_STRING,

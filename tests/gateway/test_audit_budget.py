@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-import cellblock.gateway.audit as audit_module
-from cellblock.gateway.audit import Audit, rotated_paths
-from cellblock.gateway.audit_budget import BURST, REFILL, WINDOW
+import cellblock.gateway.audit.log as audit_module
+from cellblock.gateway.audit.budget import BURST, REFILL, WINDOW
+from cellblock.gateway.audit.log import Audit, rotated_paths
 
 
 def events(path: Path) -> list[dict[str, Any]]:

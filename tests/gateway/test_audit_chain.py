@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from cellblock.gateway.audit import Audit, rotated_paths
-from cellblock.gateway.audit_chain import KEY_NAME, verify
+from cellblock.gateway.audit.chain import KEY_NAME, verify
+from cellblock.gateway.audit.log import Audit, rotated_paths
 
 
 def verify_cli(state: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CELLBLOCK_STATE_DIR": str(state), "CELLBLOCK_CONFIG": str(state / "none.yaml")}
     return subprocess.run(
-        [sys.executable, "-m", "cellblock.gateway.cli", "audit", *extra],
+        [sys.executable, "-m", "cellblock.gateway.cli.main", "audit", *extra],
         capture_output=True,
         text=True,
         env=env,

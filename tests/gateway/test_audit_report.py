@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from cellblock.gateway.audit import Audit
-from cellblock.gateway.audit_report import RECENT, format_event, parse_since, read_report
+from cellblock.gateway.audit.log import Audit
+from cellblock.gateway.cli.audit import RECENT, format_event, parse_since, read_report
 
 NOW = time.time()
 HOUR = 3600.0
@@ -185,7 +185,7 @@ def cellblock(state: Path, *args: str, config: Path | None = None) -> subprocess
     env = {**os.environ, "CELLBLOCK_STATE_DIR": str(state)}
     env["CELLBLOCK_CONFIG"] = str(config if config is not None else state / "no-such-config.yaml")
     return subprocess.run(
-        [sys.executable, "-m", "cellblock.gateway.cli", "audit", *args],
+        [sys.executable, "-m", "cellblock.gateway.cli.main", "audit", *args],
         capture_output=True,
         text=True,
         check=False,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cellblock.gateway.clients import (
+from cellblock.gateway.clients.kinds import (
     KINDS,
     ClientConfigError,
     ClientEntry,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cellblock.gateway.config import ConfigError, JailConfig, LocalServer, RemoteServer, load_config, parse_config
+from cellblock.gateway.config.model import ConfigError, JailConfig, LocalServer, RemoteServer, load_config, parse_config
 from cellblock.sandbox.types import Limits
 
 GOOD = """\
@@ -380,7 +380,7 @@ def test_config_location_comes_from_the_environment(tmp_path: Path, monkeypatch:
 
 def cellblock(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cellblock.gateway.cli", *args], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "cellblock.gateway.cli.main", *args], capture_output=True, text=True, check=False
     )
 
 
@@ -403,7 +403,7 @@ def test_check_exits_2_with_the_error_on_stderr(tmp_path: Path) -> None:
 
 
 def test_shipped_configs_are_valid(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from cellblock.gateway.policies import lint_config
+    from cellblock.gateway.config.compile import lint_config
 
     root = Path(__file__).resolve().parents[2]
     monkeypatch.setenv("CELLBLOCK_PYTHON", sys.executable)
@@ -422,7 +422,7 @@ def test_check_exits_1_with_lint_findings_and_names_them(tmp_path: Path) -> None
         "        read_file: {decision: allow, args: {path: {under: [/etc]}}}\n"
     )
     done = subprocess.run(
-        [sys.executable, "-m", "cellblock.gateway.cli", "check", "--config", str(path)],
+        [sys.executable, "-m", "cellblock.gateway.cli.main", "check", "--config", str(path)],
         capture_output=True,
         text=True,
         env={**os.environ, "CELLBLOCK_STATE_DIR": str(tmp_path / "state")},
@@ -433,7 +433,7 @@ def test_check_exits_1_with_lint_findings_and_names_them(tmp_path: Path) -> None
 
 
 def test_check_reports_the_names_that_collide_in_the_approved_catalogs(tmp_path: Path) -> None:
-    from cellblock.gateway.locking import lock_path
+    from cellblock.gateway.state import lock_path
     from cellblock.policy.lock import approve, save_lock
 
     path = tmp_path / "c.yaml"
@@ -446,7 +446,7 @@ def test_check_reports_the_names_that_collide_in_the_approved_catalogs(tmp_path:
     env = {**os.environ, "CELLBLOCK_STATE_DIR": str(state)}
 
     def check() -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "cellblock.gateway.cli", "check", "--config", str(path)]
+        command = [sys.executable, "-m", "cellblock.gateway.cli.main", "check", "--config", str(path)]
         return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
 
     done = check()
@@ -523,8 +523,8 @@ def test_a_resource_rule_with_args_or_a_bad_decision_is_a_config_error_with_its_
 
 
 def test_check_names_prompt_and_resource_rules_that_match_nothing_the_lock_approved(tmp_path: Path) -> None:
-    from cellblock.gateway.locking import lock_path
-    from cellblock.gateway.policies import lint_config
+    from cellblock.gateway.config.compile import lint_config
+    from cellblock.gateway.state import lock_path
     from cellblock.policy.lock import approve, item_keys, save_lock
 
     catalog = {

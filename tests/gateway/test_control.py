@@ -19,8 +19,8 @@ from typing import Any
 import anyio
 import pytest
 
-from cellblock.gateway import control
-from cellblock.gateway.control import ControlError, ControlServer, gateways, request, socket_path
+from cellblock.gateway.serve import control
+from cellblock.gateway.serve.control import ControlError, ControlServer, gateways, request, socket_path
 
 pytestmark = pytest.mark.anyio
 
@@ -260,7 +260,7 @@ async def test_a_handler_exception_is_an_internal_error_and_logged(
     served: tuple[Path, FakeGateway], caplog: pytest.LogCaptureFixture
 ) -> None:
     path, _ = served
-    with caplog.at_level(logging.ERROR, logger="cellblock.gateway.control"):
+    with caplog.at_level(logging.ERROR, logger="cellblock.gateway.serve.control"):
         reply = await ask(path, {"op": "boom"})
     assert reply == {"ok": False, "error": "internal error"}
     assert "handler bug" not in json.dumps(reply)
@@ -351,7 +351,9 @@ async def cellblock(xdg: Path, *args: str, state: Path | None = None) -> tuple[i
     env = {**os.environ, "XDG_RUNTIME_DIR": str(xdg), "CELLBLOCK_STATE_DIR": str(state or xdg / "state")}
     env["CELLBLOCK_CONFIG"] = str(xdg / "no-such-config.yaml")
     with anyio.fail_after(30):
-        done = await anyio.run_process([sys.executable, "-m", "cellblock.gateway.cli", *args], check=False, env=env)
+        done = await anyio.run_process(
+            [sys.executable, "-m", "cellblock.gateway.cli.main", *args], check=False, env=env
+        )
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 

@@ -13,7 +13,7 @@ import pytest
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="the demo servers run in bubblewrap jails")
 def test_the_demo_shows_routing_and_a_jail_that_holds() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "cellblock.gateway.cli", "demo"],
+        [sys.executable, "-m", "cellblock.gateway.cli.main", "demo"],
         capture_output=True,
         text=True,
         timeout=180,
@@ -54,7 +54,7 @@ NO_USERNS = [
 def test_where_no_namespace_can_be_made_the_demo_and_doctor_say_why_and_what_to_do_at_once() -> None:
     for command, code in (("demo", 1), ("doctor", 1)):
         done = subprocess.run(
-            [*NO_USERNS, sys.executable, "-m", "cellblock.gateway.cli", command],
+            [*NO_USERNS, sys.executable, "-m", "cellblock.gateway.cli.main", command],
             capture_output=True,
             text=True,
             timeout=60,

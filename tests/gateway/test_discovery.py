@@ -18,8 +18,15 @@ from mcp.client.auth import OAuthClientProvider
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthToken
 
 from cellblock.gateway.credentials import Keyring
-from cellblock.gateway.discovery import PEER, PIN, DiscoveryGuard, DiscoveryRefused, PinnedTransport, show_origin
-from cellblock.gateway.oauth import KeyringTokenStorage, client_metadata, oauth_provider
+from cellblock.gateway.downstream.discovery import (
+    PEER,
+    PIN,
+    DiscoveryGuard,
+    DiscoveryRefused,
+    PinnedTransport,
+    show_origin,
+)
+from cellblock.gateway.downstream.oauth import KeyringTokenStorage, client_metadata, oauth_provider
 from tests.servers.threaded import serving
 
 pytestmark = pytest.mark.anyio

@@ -1,4 +1,4 @@
-"""Opening answers from the last start (`gateway/early.py`): what is answered, what stops the
+"""Opening answers from the last start (`gateway/wire/early.py`): what is answered, what stops the
 answering, what is handed over, and what the fingerprint covers."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cellblock.gateway.early import RECORD, Early, EarlyAnswers, fingerprint, load_answers, request_key
+from cellblock.gateway.wire.early import RECORD, Early, EarlyAnswers, fingerprint, load_answers, request_key
 
 HELLO = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
 ANSWERS = {
@@ -221,7 +221,7 @@ def test_the_answers_start_before_the_sdk_or_pydantic_is_loaded() -> None:
     """What `cellblock serve` imports up to `Early.begin` loads neither: that is the head start."""
     code = (
         "import sys\n"
-        "import cellblock.gateway.cli, cellblock.gateway.early, cellblock.gateway.state\n"
+        "import cellblock.gateway.cli.main, cellblock.gateway.wire.early, cellblock.gateway.state\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'mcp', 'mcp_types', 'pydantic', 'yaml'}))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)

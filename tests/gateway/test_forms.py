@@ -9,9 +9,7 @@ from typing import Any
 import mcp.types as types
 import pytest
 
-from cellblock.gateway.approvals import Approvals, Pending
-from cellblock.gateway.audit import Audit
-from cellblock.gateway.forms import (
+from cellblock.gateway.ask.forms import (
     FORM_BUDGET,
     MAX_REVIEW,
     approval_form,
@@ -22,6 +20,8 @@ from cellblock.gateway.forms import (
     review_form,
     unsafe_url,
 )
+from cellblock.gateway.audit.log import Audit
+from cellblock.gateway.serve.approvals import Approvals, Pending
 
 INVISIBLE = ["\n", "\r", "\x1b", "\u2028", "\u202a", "\u202e", "\u2066", "\u2069", "\u200e", "\u200f", "\u061c"]
 INVISIBLE += ["\u200b", "\U000e0041"]  # zero-width space, a Unicode tag

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cellblock.gateway import items
-from cellblock.gateway.downstream import Listing
-from cellblock.gateway.items import Standing, resource_standing, template_standing
+from cellblock.gateway.downstream.supervisor import Listing
+from cellblock.gateway.serve import items
+from cellblock.gateway.serve.items import Standing, resource_standing, template_standing
 from cellblock.policy.templates import template_matches
 
 LISTING = Listing.load(

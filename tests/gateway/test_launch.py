@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cellblock.gateway.config import LocalServer, parse_config
-from cellblock.gateway.launch import granted_roots, jail_spec, launch_plan
+from cellblock.gateway.config.model import LocalServer, parse_config
+from cellblock.gateway.downstream.launch import granted_roots, jail_spec, launch_plan
 from cellblock.sandbox.types import JailError
 
 

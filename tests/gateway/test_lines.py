@@ -13,8 +13,8 @@ import mcp.types as types
 import pytest
 from mcp.shared.message import SessionMessage
 
-from cellblock.gateway.lines import MAX_VALUES, SessionLines, remote_message, request_id
-from cellblock.gateway.stdio import LineReader, Oversized, PipeWriter
+from cellblock.gateway.wire.lines import MAX_VALUES, SessionLines, remote_message, request_id
+from cellblock.gateway.wire.stdio import LineReader, Oversized, PipeWriter
 
 pytestmark = pytest.mark.anyio
 

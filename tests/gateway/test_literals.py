@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cellblock.gateway.literals import replace_in_literals
+from cellblock.gateway.clients.literals import replace_in_literals
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from cellblock.gateway.local import LocalChannel, Pending, local_transport
+from cellblock.gateway.downstream.local import LocalChannel, Pending, local_transport
 from cellblock.sandbox.types import LaunchPlan, Network
 from tests.integration.conftest import eventually
 

@@ -310,7 +310,8 @@ def test_invalid_server_name_is_rejected(server: str) -> None:
 
 
 def test_server_name_rule_matches_the_config_rule() -> None:
-    from cellblock.gateway import config, namespacing
+    from cellblock.gateway import namespacing
+    from cellblock.gateway.config import model as config
 
     assert namespacing._SERVER_NAME.pattern == config.SERVER_NAME.pattern
 

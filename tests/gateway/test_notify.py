@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from cellblock.gateway import notify
+from cellblock.gateway.serve import notify
 
 HOSTILE = '" & do shell script "touch /tmp/owned" & "'
 

@@ -21,9 +21,9 @@ from keyring.errors import PasswordDeleteError
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthMetadata, OAuthToken
 from pydantic import AnyUrl
 
-from cellblock.gateway import oauth
 from cellblock.gateway.credentials import SERVICE, CredentialError, Keyring, oauth_entries
-from cellblock.gateway.oauth import (
+from cellblock.gateway.downstream import oauth
+from cellblock.gateway.downstream.oauth import (
     KeyringTokenStorage,
     LoopbackCatcher,
     client_metadata,

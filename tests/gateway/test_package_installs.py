@@ -1,4 +1,4 @@
-"""gateway/packages.py: an installed package is checked before each start and runs read-only.
+"""gateway/downstream/packages.py: an installed package is checked before each start and runs read-only.
 
 The tree here is made by hand in npm's layout (the real install, by npm and uv from the registries,
 is tested end to end in tests/integration/test_from_wrap_to_calls.py); what is tested is what the
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from cellblock.gateway.config import LocalServer
-from cellblock.gateway.launch import jail_spec
-from cellblock.gateway.packages import InstallError, Record, installed
+from cellblock.gateway.config.model import LocalServer
+from cellblock.gateway.downstream.launch import jail_spec
+from cellblock.gateway.downstream.packages import InstallError, Record, installed
 from cellblock.gateway.state import atomic_write_json
 from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap
 from cellblock.sandbox.packages import Ecosystem, digest, manifest

@@ -9,9 +9,9 @@ from pathlib import Path
 import mcp.types as types
 import pytest
 
-from cellblock.gateway.approvals import Approvals
-from cellblock.gateway.audit import Audit
-from cellblock.gateway.pipeline import Call
+from cellblock.gateway.audit.log import Audit
+from cellblock.gateway.serve.approvals import Approvals
+from cellblock.gateway.serve.pipeline import Call
 from cellblock.policy.types import Decision, Verdict
 
 pytestmark = pytest.mark.anyio

@@ -19,10 +19,10 @@ import pytest
 from keyring.backends import SecretService
 from keyring.errors import PasswordDeleteError
 
-from cellblock.gateway.config import RemoteServer, parse_config
+from cellblock.gateway.config.model import RemoteServer, parse_config
 from cellblock.gateway.credentials import SERVICE, CredentialError, Keyring
-from cellblock.gateway.oauth import LoginNeeded
-from cellblock.gateway.remote import BearerAuth, HttpWatch, explain, remote_client
+from cellblock.gateway.downstream.oauth import LoginNeeded
+from cellblock.gateway.downstream.remote import BearerAuth, HttpWatch, explain, remote_client
 from tests.servers.threaded import serving
 
 pytestmark = pytest.mark.anyio

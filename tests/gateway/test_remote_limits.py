@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import httpx2
 import pytest
 
-from cellblock.gateway.remote import BoundedTransport, MessageTooLarge
+from cellblock.gateway.downstream.remote import BoundedTransport, MessageTooLarge
 
 pytestmark = pytest.mark.anyio
 

@@ -17,8 +17,8 @@ from mcp.server.runner import ServerRunner
 from mcp_types import SERVER_INFO_META_KEY
 
 from cellblock.gateway.scrub import pattern_of, scrub_result
-from cellblock.gateway.server import _exposed
-from cellblock.gateway.shaping import exposed_result, wire_result
+from cellblock.gateway.serve.gateway import _exposed
+from cellblock.gateway.serve.shaping import exposed_result, wire_result
 
 VERSIONS = ["2025-06-18", "2025-11-25", "2026-07-28"]
 STAMP_OF_SERVER = {"name": "probe", "version": "0.1.0"}

@@ -16,7 +16,7 @@ HOME = os.path.expanduser("~")
 
 def cellblock(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cellblock.gateway.cli", *args],
+        [sys.executable, "-m", "cellblock.gateway.cli.main", *args],
         capture_output=True,
         text=True,
         check=False,

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from cellblock.gateway.config import SERVER_NAME, parse_config
+from cellblock.gateway.config.model import SERVER_NAME, parse_config
+from cellblock.gateway.config.starter import REDACTED, Secret, Starter, looks_secret, server_name, starter
 from cellblock.gateway.credentials import ENTRY_NAME
-from cellblock.gateway.starter import REDACTED, Secret, Starter, looks_secret, server_name, starter
 
 GH_TOKEN = "ghp_" + "Ab3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI2kL4"
 BEARER = "mcp-tok-" + "Zq8Wx2Vb6Nm4Lk0Jh5Gf3Ds1Ap9Oi7Uy"

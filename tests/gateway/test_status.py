@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from cellblock.gateway.status import ServerStatus, review_tool, status_text, status_tool
+from cellblock.gateway.serve.status import ServerStatus, review_tool, status_text, status_tool
 
 
 def test_held_waiting_and_down_each_name_the_command_to_run() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from cellblock.gateway.stderr import LAST_LINES, StderrRelay
+from cellblock.gateway.downstream.stderr import LAST_LINES, StderrRelay
 
 
 def relayed(*chunks: bytes) -> tuple[StderrRelay, bytes]:

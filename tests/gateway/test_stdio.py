@@ -12,7 +12,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from cellblock.gateway.stdio import LineReader, Oversized, PipeWriter
+from cellblock.gateway.wire.stdio import LineReader, Oversized, PipeWriter
 
 pytestmark = pytest.mark.anyio
 
@@ -149,7 +149,7 @@ def test_stray_prints_and_children_never_reach_the_wire() -> None:
     script = textwrap.dedent(
         """
         import anyio, subprocess, sys
-        from cellblock.gateway.stdio import PipeWriter, client_stdio
+        from cellblock.gateway.wire.stdio import PipeWriter, client_stdio
         with client_stdio() as (make_reader, writer):
             assert isinstance(writer, PipeWriter)
             print("stray print", flush=True)
@@ -165,7 +165,7 @@ def test_stray_prints_and_children_never_reach_the_wire() -> None:
 ECHO = textwrap.dedent(
     """
     import anyio
-    from cellblock.gateway.stdio import FileWriter, client_stdio
+    from cellblock.gateway.wire.stdio import FileWriter, client_stdio
 
     async def echo(make_reader, writer):
         ended = anyio.Event()
@@ -235,7 +235,7 @@ async def test_lines_at_the_limit_pass_and_one_byte_over_is_dropped_between_them
 OVERSIZED = textwrap.dedent(
     """
     import anyio
-    from cellblock.gateway.stdio import client_stdio
+    from cellblock.gateway.wire.stdio import client_stdio
 
     async def run(make_reader, writer):
         ended = anyio.Event()

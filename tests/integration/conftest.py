@@ -60,7 +60,7 @@ async def gateway(
 
     `stderr`: a file that collects the gateway's log (else it goes to the test's stderr).
     """
-    command = [sys.executable, "-m", "cellblock.gateway.cli", "serve", "--config", str(config), *serve_args]
+    command = [sys.executable, "-m", "cellblock.gateway.cli.main", "serve", "--config", str(config), *serve_args]
     if stderr is not None:
         command = ["/bin/sh", "-c", f'exec "$@" 2>>"{stderr}"', "sh", *command]
     params = StdioServerParameters(
@@ -82,7 +82,7 @@ async def eventually(check: Callable[[], bool], timeout: float = 10) -> None:
 def cli(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """`cellblock ARGS` as a subprocess with `env` added, its output captured as text."""
     return subprocess.run(
-        [sys.executable, "-m", "cellblock.gateway.cli", *args],
+        [sys.executable, "-m", "cellblock.gateway.cli.main", *args],
         input=stdin,
         capture_output=True,
         text=True,

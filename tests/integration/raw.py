@@ -95,7 +95,7 @@ class Raw:
 
 @asynccontextmanager
 async def raw_gateway(config: Path, state: Path, answer: Answer = approve) -> AsyncIterator[Raw]:
-    command = [sys.executable, "-m", "cellblock.gateway.cli", "serve", "--config", str(config)]
+    command = [sys.executable, "-m", "cellblock.gateway.cli.main", "serve", "--config", str(config)]
     with (state.parent / "gateway.log").open("a") as errlog:
         async with await anyio.open_process(
             command, stderr=errlog, env={**os.environ, "CELLBLOCK_STATE_DIR": str(state)}

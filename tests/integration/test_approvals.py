@@ -145,7 +145,7 @@ async def test_a_2026_approval_state_cannot_be_forged_replayed_or_moved_to_other
 
 def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CELLBLOCK_STATE_DIR": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(tmp_path / "run")}
-    argv = [sys.executable, "-m", "cellblock.gateway.cli", *args]
+    argv = [sys.executable, "-m", "cellblock.gateway.cli.main", *args]
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
 
 

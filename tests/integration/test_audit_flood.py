@@ -12,7 +12,7 @@ from typing import Any
 import mcp.types as types
 import pytest
 
-from cellblock.gateway.audit import Audit, rotated_paths
+from cellblock.gateway.audit.log import Audit, rotated_paths
 from tests.integration.conftest import PROBE, cli, gateway, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.jail, pytest.mark.slow]

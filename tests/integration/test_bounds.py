@@ -12,7 +12,7 @@ import anyio
 import mcp.types as types
 import pytest
 
-from cellblock.gateway.ratelimit import NOTICE_BURST
+from cellblock.gateway.downstream.ratelimit import NOTICE_BURST
 from tests.integration.conftest import eventually, gateway, probe_server, write_config
 from tests.integration.raw import Raw, open_session, raw_gateway
 

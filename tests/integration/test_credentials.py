@@ -331,7 +331,7 @@ async def test_secrets_load_when_the_client_gives_only_home_user_and_path(
         }
     }
     config = write_config(tmp_path, servers)
-    serve = [sys.executable, "-m", "cellblock.gateway.cli", "serve", "--config", str(config)]
+    serve = [sys.executable, "-m", "cellblock.gateway.cli.main", "serve", "--config", str(config)]
     client_env = {"HOME": os.environ["HOME"], "USER": "root", "PATH": os.environ["PATH"]}
     client_env["CELLBLOCK_STATE_DIR"] = str(tmp_path / "state")
     bus_dir = str(Path(keyring_env["DBUS_SESSION_BUS_ADDRESS"].removeprefix("unix:path=").split(",")[0]).parent)
@@ -358,7 +358,7 @@ def test_doctor_checks_the_keyring_from_the_environment_a_client_gives(
     servers = {"holder": {"command": sys.executable, "args": [str(PROBE)], "secrets": {"PROBE_KEY": "probe-key"}}}
     config = write_config(tmp_path, servers)
     bus_dir = str(Path(keyring_env["DBUS_SESSION_BUS_ADDRESS"].removeprefix("unix:path=").split(",")[0]).parent)
-    doctor = [sys.executable, "-m", "cellblock.gateway.cli", "doctor", "--config", str(config)]
+    doctor = [sys.executable, "-m", "cellblock.gateway.cli.main", "doctor", "--config", str(config)]
     shell = {**os.environ, **keyring_env}  # a shell in the desktop session: the bus address is set
 
     def run(prefix: list[str]) -> subprocess.CompletedProcess[str]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cellblock.gateway.early import RECORD, request_key
+from cellblock.gateway.wire.early import RECORD, request_key
 from tests.integration.conftest import eventually, probe_server, write_config
 from tests.integration.raw import MODERN_META, Raw, raw_gateway
 

@@ -54,7 +54,7 @@ def _git(repo: Path, *args: str) -> str:
 
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """`cellblock ARGS` from the user's shell: exactly `env`."""
-    command = [sys.executable, "-m", "cellblock.gateway.cli", *args]
+    command = [sys.executable, "-m", "cellblock.gateway.cli.main", *args]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
 
 

@@ -313,7 +313,7 @@ async def test_sigterm_stops_every_server_before_the_gateway_exits(tmp_path: Pat
     marker = tmp_path / "stubborn.pid"
     sleeper = f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); time.sleep(600)"
     config = write_config(tmp_path, {"stubborn": {"command": sys.executable, "args": ["-c", sleeper], "jail": False}})
-    command = [sys.executable, "-m", "cellblock.gateway.cli", "serve", "--config", str(config)]
+    command = [sys.executable, "-m", "cellblock.gateway.cli.main", "serve", "--config", str(config)]
     env = {**os.environ, "CELLBLOCK_STATE_DIR": str(state)}
     async with await anyio.open_process(command, env=env, stderr=subprocess.DEVNULL) as process:
         assert process.stdin is not None
@@ -344,7 +344,7 @@ async def test_a_server_that_dies_at_start_says_why_in_the_refusal_the_log_ps_an
         assert refused.is_error
         assert "server 'git' " in text(refused) and f"exited at start: starting... | {said}" in text(refused)
         ps = await anyio.run_process(
-            [sys.executable, "-m", "cellblock.gateway.cli", "ps", "--json"],
+            [sys.executable, "-m", "cellblock.gateway.cli.main", "ps", "--json"],
             env={**os.environ, **env, "CELLBLOCK_STATE_DIR": str(tmp_path / "state")},
         )
         (server,) = json.loads(ps.stdout)[0]["servers"]

@@ -20,7 +20,7 @@ import anyio
 import mcp.types as types
 import pytest
 
-from cellblock.gateway.locking import lock_path
+from cellblock.gateway.state import lock_path
 from cellblock.policy.lock import approve, item_keys, save_lock
 from tests.integration.conftest import gateway, probe_server, write_config
 

@@ -77,7 +77,7 @@ async def test_cellblock_check_lints_an_approved_template_built_to_backtrack(tmp
     env = {"CELLBLOCK_STATE_DIR": str(state), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     check = await anyio.to_thread.run_sync(
         lambda: subprocess.run(
-            [sys.executable, "-m", "cellblock.gateway.cli", "check", "--config", str(config)],
+            [sys.executable, "-m", "cellblock.gateway.cli.main", "check", "--config", str(config)],
             env=env,
             capture_output=True,
             text=True,
@@ -175,7 +175,7 @@ async def test_the_audit_tells_a_tool_named_like_a_prompt_from_the_prompt_get(tm
     env = {"CELLBLOCK_STATE_DIR": str(state), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     report = await anyio.to_thread.run_sync(
         lambda: subprocess.run(
-            [sys.executable, "-m", "cellblock.gateway.cli", "audit", "--json"],
+            [sys.executable, "-m", "cellblock.gateway.cli.main", "audit", "--json"],
             env=env,
             capture_output=True,
             text=True,

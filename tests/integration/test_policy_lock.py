@@ -39,7 +39,7 @@ def events(state: Path) -> list[dict[str, Any]]:
 
 def cli(config: Path, state: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CELLBLOCK_STATE_DIR": str(state)}
-    argv = [sys.executable, "-m", "cellblock.gateway.cli", *args, "--config", str(config)]
+    argv = [sys.executable, "-m", "cellblock.gateway.cli.main", *args, "--config", str(config)]
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
 
 
@@ -357,7 +357,7 @@ async def test_while_catalogs_are_held_the_client_is_told_why_and_what_to_run_an
 def test_no_server_may_take_the_gateways_own_name(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"cellblock": probe_server("--name", "x")})
     done = subprocess.run(
-        [sys.executable, "-m", "cellblock.gateway.cli", "check", "--config", str(config)],
+        [sys.executable, "-m", "cellblock.gateway.cli.main", "check", "--config", str(config)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -23,7 +23,7 @@ def probe(tmp_path: Path, servers: str, *args: str) -> subprocess.CompletedProce
     config.write_text(f"version: 1\nservers:\n{servers}")
     env = {**os.environ, "HOME": str(home), "CELLBLOCK_STATE_DIR": str(tmp_path / "state")}
     return subprocess.run(
-        [sys.executable, "-m", "cellblock.gateway.cli", "probe", "--config", str(config), "--json", *args],
+        [sys.executable, "-m", "cellblock.gateway.cli.main", "probe", "--config", str(config), "--json", *args],
         capture_output=True,
         text=True,
         env=env,

@@ -179,7 +179,7 @@ async def test_inspector_cli_lists_and_calls_through_the_gateway(peer_config: An
     config, state, *_ = peer_config
     # the Inspector reads --config itself, so the gateway gets its config from the environment
     env = ["-e", f"CELLBLOCK_STATE_DIR={state}", "-e", f"CELLBLOCK_CONFIG={config}"]
-    base = [*peers.inspector_cli(), *env, sys.executable, "-m", "cellblock.gateway.cli", "serve"]
+    base = [*peers.inspector_cli(), *env, sys.executable, "-m", "cellblock.gateway.cli.main", "serve"]
 
     def run(*args: str) -> dict[str, Any]:
         done = subprocess.run(

@@ -76,7 +76,7 @@ async def test_remote_server_joins_catalog_policy_lock_and_audit(
 def test_show_says_a_remote_server_has_no_jail(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"web": {"url": "https://mcp.example.com/mcp", "auth": {"type": "bearer"}}})
     done = subprocess.run(
-        [sys.executable, "-m", "cellblock.gateway.cli", "show", "--config", str(config)],
+        [sys.executable, "-m", "cellblock.gateway.cli.main", "show", "--config", str(config)],
         capture_output=True,
         text=True,
         check=True,

@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.jail]
 
 def ps(env: dict[str, str]) -> list[dict[str, Any]]:
     """`cellblock ps --json` in exactly `env` (plus PATH)."""
-    argv = [sys.executable, "-m", "cellblock.gateway.cli", "ps", "--json"]
+    argv = [sys.executable, "-m", "cellblock.gateway.cli.main", "ps", "--json"]
     done = subprocess.run(
         argv, capture_output=True, text=True, env={"PATH": os.environ["PATH"], **env}, timeout=60, check=False
     )
@@ -112,7 +112,7 @@ def test_no_private_runtime_dir_is_a_clear_error_not_a_traceback(tmp_path: Path)
     if Path(f"/run/user/{os.getuid()}").is_dir():
         pytest.skip("this machine has a private /run/user/UID, which the gateway would use")
     config = write_config(tmp_path, {"probe": probe_server()})
-    argv = [sys.executable, "-m", "cellblock.gateway.cli", "serve", "--config", str(config)]
+    argv = [sys.executable, "-m", "cellblock.gateway.cli.main", "serve", "--config", str(config)]
     done = subprocess.run(argv, input="", capture_output=True, text=True, env=env, timeout=60, check=False)
     assert done.returncode != 0
     assert f"the runtime directory {state / 'run'} is not private to this user" in done.stderr

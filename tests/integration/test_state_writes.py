@@ -25,7 +25,7 @@ import anyio
 import mcp.types as types
 import pytest
 
-from cellblock.gateway.audit import rotated_paths
+from cellblock.gateway.audit.log import rotated_paths
 from tests.integration.conftest import cli, gateway, probe_server, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.jail]

@@ -1,0 +1,3 @@
+"""The `cellblock` commands, one module per command group."""
+
+__all__: list[str] = []

@@ -1,0 +1,145 @@
+"""`cellblock auth set|login|logout|list`: put credentials into the keyring, and take them out.
+
+A value is read from a hidden prompt or from stdin, never from the command line (argv is visible
+to every process). Nothing here prints a value. After a change, running gateways are asked to
+start again the servers that use the entry, so a server that failed for want of it comes up.
+"""
+
+from __future__ import annotations
+
+import getpass
+import sys
+import threading
+import time
+import webbrowser
+from collections.abc import Callable
+from typing import IO
+
+import anyio
+
+from cellblock.gateway.config.model import Config, ConfigError, RemoteServer
+from cellblock.gateway.credentials import CredentialError, Keyring, active_backend, oauth_entries
+from cellblock.gateway.downstream.oauth import LOGIN_SECONDS, KeyringTokenStorage
+from cellblock.gateway.downstream.remote import login
+from cellblock.gateway.state import state_dir
+
+__all__ = ["auth_list", "auth_login", "auth_logout", "auth_set", "read_secret"]
+
+
+def _say(text: str) -> None:
+    print(f"cellblock: {text}", file=sys.stderr)
+
+
+def _users(config: Config, entry: str) -> list[tuple[str, str]]:
+    """(server, what) for every use of keyring entry `entry` in the config."""
+    return [(server, what) for name, server, what in config.credential_entries() if name == entry]
+
+
+def read_secret(entry: str, stream: IO[str] | None = None) -> str:
+    """The value for `entry`: a hidden prompt on a terminal, else all of stdin (one trailing newline dropped).
+
+    Raises:
+        CredentialError: the value is empty.
+    """
+    stream = stream or sys.stdin
+    if stream.isatty():
+        value = getpass.getpass(f"value for keyring entry '{entry}' (input hidden): ")
+    else:
+        value = stream.read()
+        value = value[:-2] if value.endswith("\r\n") else value[:-1] if value.endswith("\n") else value
+    if not value:
+        raise CredentialError(f"no value given for '{entry}'; nothing stored")
+    return value
+
+
+def auth_set(config: Config, entry: str, notify: Callable[[str], None], stream: IO[str] | None = None) -> int:
+    """Store the value of keyring entry `entry` (a bearer server's name, or a `secrets:` entry)."""
+    users = _users(config, entry)
+    if not users:
+        known = sorted({name for name, _, _ in config.credential_entries()})
+        hint = f" (it uses: {', '.join(known)})" if known else ""
+        raise ConfigError(
+            f"nothing in the config uses keyring entry '{entry}'{hint}; give a remote server "
+            f"auth: {{type: bearer}}, or a local one secrets: {{VAR: {entry}}}, first"
+        )
+    if any(what == "oauth token" for _, what in users):
+        raise ConfigError(f"server '{entry}' uses OAuth; its tokens come from `cellblock auth login {entry}`")
+    store = Keyring(config.credentials.allow_insecure)
+    store.set(entry, read_secret(entry, stream))
+    uses = ", ".join(f"{what} of '{server}'" for server, what in users)
+    _say(f"OK: stored keyring entry '{entry}' ({uses}) in {store.backend.label}")
+    for server in sorted({server for server, _ in users}):
+        notify(server)
+    return 0
+
+
+def auth_logout(config: Config, name: str, notify: Callable[[str], None]) -> int:
+    """Remove what the keyring holds for `name`: its token or secret, and its OAuth records.
+
+    Running gateways reconnect the servers that used it, so they stop using the old credential.
+    Tokens are not revoked at the authorization server.
+    """
+    store = Keyring(config.credentials.allow_insecure)
+    removed = [entry for entry in (name, *oauth_entries(name)) if store.delete(entry)]
+    if not removed:
+        _say(f"nothing stored for '{name}'")
+        return 1
+    _say(f"OK: removed {', '.join(repr(e) for e in removed)} from {store.backend.label}")
+    for server in sorted({server for server, _ in _users(config, name)}):
+        notify(server)
+    return 0
+
+
+def auth_list(config: Config, out: IO[str] | None = None) -> int:
+    """Which configured credentials are in the keyring (never their values)."""
+    out = out or sys.stdout
+    backend = active_backend()
+    _say(f"keyring backend: {backend.describe()}")
+    entries = config.credential_entries()
+    if not entries:
+        _say("the config names no credentials (no auth: on remote servers, no secrets: on local ones)")
+        return 0
+    store = Keyring(config.credentials.allow_insecure)
+    print("entry\tserver\tkind\tstate", file=out)
+    for entry, server, what in entries:
+        state = _oauth_state(store, server) if what == "oauth token" else "set" if store.get(entry) else "NOT SET"
+        print(f"{entry}\t{server}\t{what}\t{state}", file=out)
+    return 0
+
+
+def _oauth_state(store: Keyring, server: str) -> str:
+    state = anyio.run(KeyringTokenStorage(store, server).token_state)
+    if state is None:
+        return f"NOT LOGGED IN (run `cellblock auth login {server}`)"
+    expires, refresh = state
+    if expires is None:
+        return "logged in"
+    left = expires - time.time()
+    if left > 0:
+        return f"logged in (access token valid {int(left // 60)}m{int(left % 60):02d}s)"
+    return "logged in (access token expired; refreshed at next use)" if refresh else "LOGIN EXPIRED"
+
+
+def auth_login(config: Config, name: str, notify: Callable[[str], None], open_browser: bool = True) -> int:
+    """OAuth login for remote server `name`: browser (or printed URL), redirect caught on loopback."""
+    server = config.servers[name]
+    if not isinstance(server, RemoteServer) or server.auth.type != "oauth":
+        raise ConfigError(f"server '{name}' does not use OAuth (auth: {{type: oauth}}); nothing to log in to")
+    store = Keyring(config.credentials.allow_insecure)
+
+    async def show(url: str) -> None:
+        _say(f"to log in to '{name}', open this URL in a browser (waiting {LOGIN_SECONDS / 60:g} minutes):")
+        print(url, file=sys.stderr)
+        if open_browser:
+            # not awaited: some browser commands return only when the browser exits
+            threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+
+    # a URL the server points OAuth at that discovery refuses is audited, as in the gateway
+    audit = config.audit_log(state_dir())
+    try:
+        tools = anyio.run(login, name, server, store, show, None, lambda refused: refused.record(audit))
+    finally:
+        audit.close()
+    _say(f"OK: logged in to '{name}' ({tools} tools); tokens are in {store.backend.label}")
+    notify(name)
+    return 0

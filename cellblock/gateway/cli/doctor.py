@@ -1,0 +1,135 @@
+"""`cellblock doctor`: can this machine build jails and keep credentials, and what to do about each gap."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from cellblock import __version__
+from cellblock.gateway.config.model import Config, LocalServer
+from cellblock.gateway.credentials import CredentialError, Keyring, active_backend
+from cellblock.gateway.downstream.launch import jail_spec
+from cellblock.sandbox.bwrap import check_bwrap, namespace_hint
+from cellblock.sandbox.limits import enforcement
+from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.types import JailError, Mechanism
+
+__all__ = ["doctor"]
+
+
+def _line(ok: bool, what: str, detail: str) -> bool:
+    print(f"{'OK  ' if ok else 'FAIL'}  {what}: {detail}")
+    return ok
+
+
+def doctor(config: Config | None = None) -> int:
+    """Print one line per check; return 1 if any check failed. `config`: the user's, when it loads."""
+    results = [_line(True, "cellblock", f"{__version__} on Python {platform.python_version()}, {sys.platform}")]
+    if sys.platform.startswith("linux"):
+        results.append(_linux())
+    elif sys.platform == "darwin":
+        found = shutil.which("sandbox-exec")
+        results.append(_line(found is not None, "sandbox-exec", found or "not found: macOS jails need it"))
+    else:
+        results.append(
+            _line(False, "jail", f"Cellblock has no jail for {sys.platform}: only 'jail: false' servers can run")
+        )
+    results.append(_keyring(config))
+    results.append(_keyring_as_clients_start_it(config))
+    results += _servers(config)
+    return 0 if all(results) else 1
+
+
+def _servers(config: Config | None) -> list[bool]:
+    """Each jailed local server's jail, built as a start would build it: a failure, or what its
+    launcher needs that the jail lacks (a warning: the start will say more)."""
+    results = []
+    for name, server in sorted((config.servers if config else {}).items()):
+        if not isinstance(server, LocalServer) or server.jail is False:
+            continue
+        try:
+            spec, _ = jail_spec(name, server, server.jail)
+        except JailError as exc:
+            results.append(_line(False, f"server '{name}'", str(exc)))
+            continue
+        for gap in spec.gaps:
+            print(f"WARN  server '{name}': {gap}")
+    return results
+
+
+def _keyring(config: Config | None) -> bool:
+    """The active keyring backend; a failure only when the config needs credentials it cannot keep."""
+    backend = active_backend()
+    if backend.secure:
+        return _line(True, "keyring", backend.describe())
+    if config is not None and config.credentials.allow_insecure and backend.usable:
+        return _line(True, "keyring", f"{backend.describe()}: allowed by credentials.allow_insecure")
+    try:
+        Keyring()
+        refusal = ""
+    except CredentialError as exc:
+        refusal = str(exc)
+    if config is None or not config.credential_entries():
+        return _line(True, "keyring", f"{backend.describe()}: unused, no auth: or secrets: configured. {refusal}")
+    return _line(False, "keyring", refusal)
+
+
+# What Claude Desktop and other clients give the process they start, and little else
+CLIENT_ENV = ("HOME", "USER", "PATH")
+_CHECK = (
+    "import sys\nfrom cellblock.gateway.credentials import CredentialError, Keyring\n"
+    "try:\n    print(Keyring(allow_insecure=sys.argv[1] == 'yes').backend.describe())\n"
+    "except CredentialError as exc:\n    print(exc)\n    raise SystemExit(1)\n"
+)
+
+
+def _keyring_as_clients_start_it(config: Config | None) -> bool:
+    """The keyring again, from the environment a client gives: a shell's D-Bus address is not there."""
+    env = {name: os.environ[name] for name in CLIENT_ENV if name in os.environ}
+    what = "keyring from a client (HOME, USER and PATH only)"
+    try:
+        insecure = "yes" if config is not None and config.credentials.allow_insecure else "no"
+        child = subprocess.run(
+            [sys.executable, "-c", _CHECK, insecure], env=env, capture_output=True, text=True, timeout=60
+        )
+    except subprocess.TimeoutExpired:
+        return _line(False, what, "the check did not finish in 60 s: the keyring hangs")
+    lines = (child.stdout.strip() or child.stderr.strip()).splitlines()
+    told = lines[-1] if lines else f"the check exited with status {child.returncode} and said nothing"
+    needed = config is not None and bool(config.credential_entries())
+    if child.returncode == 0:
+        return _line(True, what, told)
+    return _line(not needed, what, told if needed else f"unused, no auth: or secrets: configured. {told}")
+
+
+def _linux() -> bool:
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return _line(False, "bubblewrap", "not installed: apt-get install bubblewrap (or dnf install bubblewrap)")
+    version = subprocess.run([bwrap, "--version"], capture_output=True, text=True, check=False).stdout.strip()
+    _line(True, "bubblewrap", f"{bwrap} ({version})")
+    userns = Path("/proc/sys/user/max_user_namespaces")
+    if userns.exists() and userns.read_text().strip() == "0":
+        return _line(False, "user namespaces", namespace_hint())
+    abi = landlock_abi()
+    if abi:
+        _line(True, "landlock", f"ABI {abi}: jail.exec.allow can be enforced")
+    else:
+        _line(True, "landlock", "missing: servers with jail.exec.allow will not start (the rest work)")
+    try:
+        check_bwrap()
+    except JailError as exc:
+        return _line(False, "trial jail", str(exc))
+    _line(True, "trial jail", "a jail with new namespaces, no capabilities and the seccomp filter started and exited")
+    return _limits()
+
+
+def _limits() -> bool:
+    """What enforces a jail's resource limits here; a failure when nothing bounds its processes."""
+    how = enforcement()
+    _line(how.memory.mechanism is not Mechanism.NONE, "memory limit", how.memory.how)
+    return _line(how.processes.mechanism is not Mechanism.NONE, "process limit", how.processes.how)

@@ -1,0 +1,136 @@
+"""`cellblock diff`, `approve SERVER` and `review`: read and accept the catalogs the lock holds."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import TextIO
+
+import anyio
+
+from cellblock.gateway.audit.log import Audit
+from cellblock.gateway.config.model import Config
+from cellblock.gateway.serve.locking import approve_pending, held_catalog
+from cellblock.gateway.state import lock_path, pending_path
+from cellblock.gateway.terminal import printable
+from cellblock.policy.lock import check, describe, load_lock
+
+__all__ = ["approve_all", "approve_server", "diff_all", "diff_server", "held", "review", "unmet"]
+
+
+def diff_server(config: Config, state: Path, server: str) -> int:
+    """Print what changed since `server` was approved; 1 when something is held, 0 when not."""
+    current = held_catalog(state, server)
+    if current is None:
+        print(f"cellblock: nothing held for '{server}': its catalog matches its lock", file=sys.stderr)
+        return 0
+    print(describe(check(load_lock(lock_path(state, server)), current), server))
+    return 1
+
+
+def approve_server(config: Config, state: Path, audit: Audit, server: str) -> int:
+    """Accept the held catalog of `server`; a running gateway picks it up within a second."""
+    count = approve_pending(state, audit, server, via="cli")
+    if count is None:
+        print(f"cellblock: nothing held for '{server}'; nothing to approve", file=sys.stderr)
+        return 1
+    print(f"cellblock: OK: approved the catalog of '{server}' ({count} items)", file=sys.stderr)
+    return 0
+
+
+def held(config: Config, state: Path) -> list[str]:
+    """The servers of `config` whose catalog is held for review, in the config's order."""
+    return [name for name in config.servers if pending_path(state, name).exists()]
+
+
+def unmet(config: Config, state: Path) -> list[str]:
+    """The servers of `config` no gateway has met yet: nothing approved, nothing held."""
+    return [n for n in config.servers if not lock_path(state, n).exists() and not pending_path(state, n).exists()]
+
+
+def _nothing_held(config: Config, state: Path) -> None:
+    waiting = unmet(config, state)
+    later = f"; not met yet: {', '.join(waiting)} (run 'cellblock review' to meet them)" if waiting else ""
+    print(f"cellblock: no catalog is held{later}", file=sys.stderr)
+
+
+def diff_all(config: Config, state: Path) -> int:
+    """`diff_server` for every held catalog; 1 when something is held."""
+    servers = held(config, state)
+    if not servers:
+        _nothing_held(config, state)
+        return 0
+    for server in servers:
+        diff_server(config, state, server)
+    return 1
+
+
+def approve_all(config: Config, state: Path, audit: Audit) -> int:
+    """Accept every held catalog, as after reading `diff --all`; 1 when there was none."""
+    servers = held(config, state)
+    if not servers:
+        _nothing_held(config, state)
+        return 1
+    return max(approve_server(config, state, audit, server) for server in servers)
+
+
+def review(config: Config, source: Path, state: Path, audit: Audit, answers: TextIO) -> int:
+    """Meet the servers of `source` no gateway has met, then each held catalog in turn: its diff,
+    then approve it or leave it held (answers from `answers`).
+
+    0 when nothing is left held, 1 when something is (a "no", or the end of the answers).
+    """
+    waiting = unmet(config, state)
+    if waiting:
+        print(
+            f"cellblock: meeting {', '.join(waiting)}: each starts once in its jail to say what it offers",
+            file=sys.stderr,
+        )
+        anyio.run(meet, source, dict(os.environ))
+        for name in unmet(config, state):
+            print(
+                f"cellblock: '{name}' did not say what it offers (see the log above); it is not reviewed",
+                file=sys.stderr,
+            )
+    servers = held(config, state)
+    if not servers:
+        _nothing_held(config, state)
+        return 0
+    left = []
+    for index, server in enumerate(servers, 1):
+        shown = held_catalog(state, server)
+        if shown is None:
+            continue  # approved meanwhile (by another terminal, or through the client)
+        print(f"\n[{index}/{len(servers)}] {describe(check(load_lock(lock_path(state, server)), shown), server)}")
+        print(f"Approve the catalog of '{server}'? [y/N] ", end="", flush=True)
+        if answers.readline().strip().lower() not in ("y", "yes"):
+            left.append(server)
+            print(f"cellblock: '{server}' stays held: its tools are not offered", file=sys.stderr)
+        elif (count := approve_pending(state, audit, server, via="cli", shown=shown)) is not None:
+            print(f"cellblock: OK: approved the catalog of '{server}' ({count} items)", file=sys.stderr)
+        else:
+            left.append(server)
+            print(f"cellblock: '{server}' changed what it offers while you read it; nothing approved", file=sys.stderr)
+    return 1 if left else 0
+
+
+async def meet(config_file: Path, env: dict[str, str]) -> None:
+    """Start the gateway on `config_file` once, as a client does, so that it meets every server it
+    has not met: each starts in its jail, and the lock holds what it offers for review."""
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    serve = ["-m", "cellblock.gateway.cli.main", "serve", "--config", str(config_file)]
+    params = StdioServerParameters(command=sys.executable, args=serve, env=env)
+    # the servers' own stderr is in the gateway's: shown line by line as text, never as it was
+    # written, since what a server writes to the terminal could fake the review that follows
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:
+        try:
+            async with Client(stdio_client(params, errlog=log), cache=None) as client:
+                await client.list_tools()  # answered once the servers it starts have settled (bounded)
+        finally:
+            log.seek(0)
+            for line in log:
+                print(printable(line.rstrip("\n")), file=sys.stderr)

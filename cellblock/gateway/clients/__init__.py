@@ -1,0 +1,3 @@
+"""Other tools' MCP config files (Claude Desktop, Cursor, ...) and `cellblock wrap`. No MCP SDK import."""
+
+__all__: list[str] = []

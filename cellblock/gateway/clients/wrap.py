@@ -1,0 +1,574 @@
+"""`cellblock wrap` / `unwrap`: a client's MCP servers moved behind one Cellblock entry, and back.
+
+wrap PATH reads a client's config (gateway/clients/kinds.py knows each format), derives a starter jail
+and policy per server (gateway/config/starter.py), and then, only when nothing stands in the way:
+stores the inline secrets in the keyring, appends the servers to cellblock.yaml (validated
+before it is written), keeps the original as PATH.bak with each secret replaced by a reference
+to its keyring entry, and rewrites PATH so the client starts only `cellblock serve`. Every file
+is replaced atomically; comments and unrelated keys of the client's file are left byte for byte.
+
+It stops before changing anything when a server's name is taken in cellblock.yaml by a different
+server, when PATH.bak already exists, or when secrets must move and no safe keyring is there.
+A wrapped file is left as it is. unwrap PATH puts the original entries back from PATH.bak (the
+secret values too, only when asked) and removes the backup.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from cellblock.gateway.clients.kinds import (
+    ClientEntry,
+    ServersBlock,
+    detect,
+    entry_dict,
+    known_locations,
+    name_budget,
+    read_blocks,
+    render_block,
+    replace_span,
+)
+from cellblock.gateway.clients.literals import replace_in_literals
+from cellblock.gateway.config.model import Config, ConfigError, LocalServer, parse_config
+from cellblock.gateway.config.starter import Secret, Starter, server_name, starter
+from cellblock.gateway.credentials import CredentialError, Keyring
+from cellblock.gateway.downstream import packages
+from cellblock.gateway.state import atomic_write_text
+from cellblock.policy.errors import CellblockError
+from cellblock.sandbox.types import JailError
+
+__all__ = [
+    "ENTRY_KEY",
+    "Plan",
+    "WrapError",
+    "gateway_command",
+    "is_cellblock_entry",
+    "list_clients",
+    "plan_wrap",
+    "unwrap",
+    "wrap",
+]
+
+# The key of the one entry a wrapped client keeps.
+ENTRY_KEY = "cellblock"
+# What stands for a secret value in PATH.bak and in an unwrapped file restored without secrets.
+PLACEHOLDER = "<keyring:cellblock/{entry}>"
+
+
+class WrapError(CellblockError):
+    """Wrapping or unwrapping cannot go ahead; nothing was changed. The message says why."""
+
+
+def gateway_command(config: Path) -> tuple[str, list[str]]:
+    """The command a client runs to start this Cellblock on `config`, by absolute path: the
+    `cellblock` on PATH when it is this one (`uv tool install` and pipx link it into ~/.local/bin;
+    that path stays when the tool is reinstalled), else the script beside this Python."""
+    script = Path(sys.executable).parent / "cellblock"
+    if script.is_file() and os.access(script, os.X_OK):
+        found = shutil.which("cellblock")
+        if found is not None and os.path.isabs(found) and os.path.realpath(found) == os.path.realpath(script):
+            return found, ["serve", "--config", str(config)]
+        return str(script), ["serve", "--config", str(config)]
+    return sys.executable, ["-m", "cellblock.gateway.cli.main", "serve", "--config", str(config)]
+
+
+def is_cellblock_entry(entry: ClientEntry) -> bool:
+    """An entry that starts `cellblock serve` (by the script, or the module)."""
+    if entry.command is None or "serve" not in entry.args:
+        return False
+    return Path(entry.command).name == "cellblock" or "cellblock.gateway.cli.main" in entry.args
+
+
+@dataclass
+class Moved:
+    """One client entry on its way into cellblock.yaml."""
+
+    block: ServersBlock
+    entry: ClientEntry
+    starter: Starter
+    reused: bool = False  # cellblock.yaml already has this very server under this name
+
+
+@dataclass
+class Plan:
+    """Everything wrap would do to PATH and cellblock.yaml, computed without changing anything."""
+
+    path: Path
+    kind: str
+    text: str
+    config_path: Path
+    config_text: str | None  # the current cellblock.yaml, None when there is none
+    moved: list[Moved] = field(default_factory=list)
+    wrapped: bool = False  # PATH already starts only Cellblock
+    new_text: str = ""
+    backup_text: str = ""
+    new_config_text: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def secrets(self) -> list[tuple[str, Secret]]:
+        """What wrap stores in the keyring: new servers' secrets, and what unwrap needs of reused ones."""
+        return [(m.starter.name, s) for m in self.moved for s in m.starter.secrets if not m.reused or s.kind == "stash"]
+
+    @property
+    def checks(self) -> list[tuple[str, Secret]]:
+        """Secrets of reused servers, which the keyring must already hold with the same value."""
+        return [(m.starter.name, s) for m in self.moved if m.reused for s in m.starter.secrets if s.kind != "stash"]
+
+    @property
+    def allow_insecure(self) -> bool:
+        if self.config_text is None:
+            return False
+        return parse_config(self.config_text, str(self.config_path)).credentials.allow_insecure
+
+
+def _read(path: Path) -> str:
+    try:
+        # newline="": a CRLF file must come back as CRLF, byte for byte
+        with open(path, encoding="utf-8", newline="") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        raise WrapError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WrapError(f"{path}: cannot read: {exc}") from None
+
+
+def plan_wrap(path: Path, config_path: Path, home: str | None = None) -> Plan:
+    """What wrapping `path` into `config_path` would do.
+
+    Raises:
+        WrapError: the file cannot be read or parsed, a name clashes, a backup already exists,
+            or the client's file mixes the Cellblock entry with other servers.
+        ConfigError: the existing cellblock.yaml is invalid.
+    """
+    home = home or os.path.expanduser("~")
+    text = _read(path)
+    try:
+        kind = detect(path, text)
+        blocks = read_blocks(kind, text)
+    except ValueError as exc:
+        raise WrapError(str(exc)) from None
+    config_text = _read(config_path) if config_path.exists() else None
+    existing = parse_config(config_text, str(config_path)) if config_text is not None else None
+    existing_raw: dict[str, Any] = (yaml.safe_load(config_text) or {}).get("servers") or {} if config_text else {}
+    plan = Plan(path=path, kind=kind, text=text, config_path=config_path, config_text=config_text)
+
+    own = [e for b in blocks for e in b.entries if is_cellblock_entry(e)]
+    others = [(b, e) for b in blocks for e in b.entries if not is_cellblock_entry(e)]
+    if own and not others:
+        plan.wrapped = True
+        return plan
+    if own:
+        names = ", ".join(e.name for _, e in others)
+        raise WrapError(
+            f"{path} starts Cellblock and also other servers ({names}); unwrap it first "
+            f"(`cellblock unwrap {path}`), then wrap again, or move them into {config_path} by hand"
+        )
+    if not others:
+        raise WrapError(f"{path}: no MCP servers to wrap")
+    backup = _backup_path(path)
+    if backup.exists():
+        raise WrapError(f"{backup} exists from an earlier wrap; move it away first (it is never overwritten)")
+
+    taken = set(existing_raw)
+    clashes: list[str] = []
+    for block, entry in others:
+        entry = _with_workspace(kind, path, entry)
+        name = server_name(entry.name, set())
+        if name in existing_raw:
+            start = starter(entry.name, entry, taken=set(), home=home)
+            if _same_server(existing_raw[name], start.config):
+                secrets, missing = _existing_entries(name, existing_raw[name], start.secrets)
+                if missing:
+                    clashes.append(
+                        f"'{entry.name}' is the same server as '{name}' in {config_path}, which does not take "
+                        f"{', '.join(missing)} from the keyring"
+                    )
+                else:
+                    plan.moved.append(Moved(block, entry, replace(start, secrets=secrets), reused=True))
+            else:
+                clashes.append(f"'{entry.name}' would be '{name}', which {config_path} already has for another server")
+            continue
+        start = starter(entry.name, entry, taken=taken, home=home)
+        taken.add(start.name)
+        plan.moved.append(Moved(block, entry, start))
+    clashes += _entry_clashes(plan, existing)
+    if clashes:
+        raise WrapError(
+            "name clash, nothing changed: "
+            + "; ".join(clashes)
+            + f". Rename the server in {path} or in {config_path}, then wrap again"
+        )
+    plan.notes += _client_notes(kind, path, text)
+    budget = name_budget(kind, ENTRY_KEY)
+    if existing is not None and existing.names.max_length > budget:
+        plan.notes.append(
+            f"{config_path} has names.max_length {existing.names.max_length}; this client accepts "
+            f"{budget} under the key '{ENTRY_KEY}': set names: {{max_length: {budget}}}"
+        )
+    plan.new_text = _client_text(plan, blocks)
+    plan.backup_text = _backup_text(plan, blocks)
+    plan.new_config_text = _config_text(plan, budget)
+    try:
+        parse_config(plan.new_config_text, str(config_path))
+    except ConfigError as exc:  # a bug in the starter, never the user's fault: say so plainly
+        raise WrapError(f"the generated config does not validate, nothing changed:\n{exc}") from None
+    return plan
+
+
+def _client_notes(kind: str, path: Path, text: str) -> list[str]:
+    """What the client itself may still need before it starts the new entry."""
+    notes = []
+    if kind == "gemini" and ('"allowed"' in text or '"excluded"' in text):
+        notes.append(f"{path} has mcp.allowed / mcp.excluded: make sure '{ENTRY_KEY}' is allowed there")
+    if kind == "claude-code" and path.name == ".mcp.json":
+        notes.append(f"Claude Code asks once to approve the project's '{ENTRY_KEY}' server from .mcp.json")
+    return notes
+
+
+def _backup_path(path: Path) -> Path:
+    return path.with_name(path.name + ".bak")
+
+
+def _same_server(existing: Any, derived: dict[str, Any]) -> bool:
+    """cellblock.yaml already runs this server (a second client with the same entry)."""
+    if not isinstance(existing, dict):
+        return False
+    keys = ("url",) if "url" in derived else ("command", "args")
+    return all(existing.get(k) == derived.get(k) for k in keys)
+
+
+def _existing_entries(
+    name: str, existing: dict[str, Any], secrets: tuple[Secret, ...]
+) -> tuple[tuple[Secret, ...], list[str]]:
+    """A reused server's secrets under the keyring entries cellblock.yaml already names for them,
+    and the keys it does not take from the keyring at all."""
+    named = existing.get("secrets") or {}
+    bearer = (existing.get("auth") or {}).get("type") == "bearer"
+    out, missing = [], []
+    for secret in secrets:
+        entry = (
+            secret.entry
+            if secret.kind == "stash"
+            else name
+            if secret.kind == "bearer" and bearer
+            else named.get(secret.key)
+        )
+        if entry is None:
+            missing.append(secret.key)
+        else:
+            out.append(replace(secret, entry=entry))
+    return tuple(out), missing
+
+
+def _entry_clashes(plan: Plan, existing: Config | None) -> list[str]:
+    """Keyring entries two servers would share: a later `auth set` would change both."""
+    owners: dict[str, str] = {}
+    if existing is not None:
+        owners = {entry: server for entry, server, _ in existing.credential_entries()}
+    clashes = []
+    for server, secret in plan.secrets:
+        if owners.setdefault(secret.entry, server) != server:
+            clashes.append(f"keyring entry '{secret.entry}' of '{server}' is already used by '{owners[secret.entry]}'")
+    return clashes
+
+
+def _project_dir(path: Path) -> Path:
+    """The folder a client config belongs to: the parent of `.vscode/`, `.cursor/`, … or its own folder."""
+    parent = path.parent.resolve()
+    return parent.parent if parent.name.startswith(".") else parent
+
+
+def _with_workspace(kind: str, path: Path, entry: ClientEntry) -> ClientEntry:
+    """The entry with what only the client could resolve made concrete: `${workspaceFolder}` (VS
+    Code, Cursor) becomes the project folder, and a relative `cwd` is taken from it.
+
+    Raises:
+        WrapError: `${workspaceFolder}` in a config that belongs to no project (a user-level one).
+    """
+    folder = _project_dir(path)
+    texts = [entry.command or "", *entry.args, *entry.env.values(), entry.cwd or ""]
+    if any("${workspaceFolder}" in t for t in texts) and (
+        kind not in ("vscode", "cursor") or path.parent.name not in (".vscode", ".cursor") or folder == Path.home()
+    ):
+        raise WrapError(
+            f"'{entry.name}' in {path} uses ${{workspaceFolder}}, which only the client knows here; "
+            "write the folder in its place, then wrap again"
+        )
+
+    def sub(value: str) -> str:
+        return value.replace("${workspaceFolder}", str(folder))
+
+    cwd = sub(entry.cwd) if entry.cwd else entry.cwd
+    if cwd and not os.path.isabs(os.path.expanduser(cwd)):
+        cwd = os.path.normpath(folder / cwd)
+    return replace(
+        entry,
+        command=sub(entry.command) if entry.command else entry.command,
+        args=tuple(sub(a) for a in entry.args),
+        env={k: sub(v) for k, v in entry.env.items()},
+        cwd=cwd,
+    )
+
+
+def _client_text(plan: Plan, blocks: list[ServersBlock]) -> str:
+    command, args = gateway_command(plan.config_path)
+    text = plan.text
+    # later blocks first, so earlier spans stay where they are
+    for block in sorted(blocks, key=lambda b: b.start, reverse=True):
+        if not block.entries:
+            continue
+        replacement = render_block(plan.kind, block, text, {ENTRY_KEY: entry_dict(plan.kind, command, args)})
+        text = replace_span(text, block.start, block.end, replacement)
+    return text
+
+
+def _backup_text(plan: Plan, blocks: list[ServersBlock]) -> str:
+    """The original file, with every secret value in its servers replaced by its keyring reference."""
+    text = plan.text
+    for block in sorted(blocks, key=lambda b: b.start, reverse=True):
+        secrets = {
+            secret.value: PLACEHOLDER.format(entry=secret.entry)
+            for moved in plan.moved
+            if moved.block is block
+            for secret in moved.starter.secrets
+        }
+        redacted = replace_in_literals(text[block.start : block.end], secrets, toml=plan.kind == "codex")
+        text = replace_span(text, block.start, block.end, redacted)
+    return text
+
+
+def _config_text(plan: Plan, budget: int) -> str:
+    added = [m for m in plan.moved if not m.reused]
+    entries = "".join(_yaml_entry(m, plan) for m in added)
+    if plan.config_text is None:
+        head = (
+            "# Cellblock's config: the servers behind the one client entry. See docs/config.md.\n"
+            f"# Written by `cellblock wrap {plan.path}`.\n"
+            "version: 1\n"
+            f"names: {{max_length: {budget}}}\n"
+            "servers:\n"
+        )
+        return head + entries
+    return _insert_servers(plan.config_text, entries)
+
+
+def _yaml_entry(moved: Moved, plan: Plan) -> str:
+    body = yaml.safe_dump({moved.starter.name: moved.starter.config}, sort_keys=False, default_flow_style=False)
+    lines = [f"  # '{moved.entry.name}' from {plan.path} ({plan.kind})\n"]
+    lines += [f"  # note: {note}\n" for note in moved.starter.notes]
+    lines += [f"  {line}\n" if line else "\n" for line in body.splitlines()]
+    return "".join(lines)
+
+
+def _insert_servers(text: str, entries: str) -> str:
+    """`entries` (indented two spaces) appended to the `servers:` mapping of an existing config,
+    at that mapping's own indentation; every existing line is kept.
+
+    Raises:
+        WrapError: `servers:` is written inline (`servers: {a: …}`), where nothing can be appended.
+    """
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    start = next((i for i, line in enumerate(lines) if re.match(r"servers\s*:", line)), None)
+    if start is None:
+        return "".join(lines) + "servers:\n" + entries
+    value = lines[start].split("#", 1)[0].split(":", 1)[1].strip()
+    if value == "{}":
+        lines[start] = "servers:" + (" #" + lines[start].split("#", 1)[1] if "#" in lines[start] else "\n")
+    elif value:
+        raise WrapError("servers: in the existing cellblock.yaml is written inline; make it a block mapping first")
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or lines[end][0] in " \t#"):
+        end += 1
+    # keep trailing blank lines and column-0 comments with whatever follows the block
+    while end - 1 > start and (not lines[end - 1].strip() or lines[end - 1].startswith("#")):
+        end -= 1
+    body = [line for line in lines[start + 1 : end] if line.strip() and not line.lstrip().startswith("#")]
+    indent = re.match(r"[ ]*", body[0]).group(0) if body else "  "  # type: ignore[union-attr]
+    if indent != "  ":
+        entries = "".join(indent + line[2:] if line.startswith("  ") else line for line in entries.splitlines(True))
+    return "".join([*lines[:end], entries, *lines[end:]])
+
+
+# -- doing it ------------------------------------------------------------------------------------
+
+
+def wrap(path: Path, config_path: Path, dry_run: bool = False, out: TextIO | None = None, install: bool = True) -> int:
+    """Wrap `path`; with `dry_run` only print what would happen. Then install the packages of the
+    servers it added (`install: false`: leave that to `cellblock install`). Returns the exit code."""
+    out = out or sys.stdout
+    plan = plan_wrap(path, config_path)
+    if plan.wrapped:
+        _say(f"{path} is already wrapped: it starts only Cellblock; nothing to do")
+        return 0
+    secrets = plan.secrets
+    store: Keyring | None = None
+    if (secrets or plan.checks) and not dry_run:
+        try:
+            store = Keyring(plan.allow_insecure)
+        except CredentialError as exc:
+            raise WrapError(f"{path} holds secrets that must move to the keyring, nothing changed: {exc}") from None
+        for server, secret in plan.checks:
+            if store.get(secret.entry) != secret.value:
+                raise WrapError(
+                    f"'{server}' in {config_path} is the same server, but its {secret.key} differs from keyring "
+                    f"entry '{secret.entry}'; nothing changed. A new token: `cellblock auth set {secret.entry}`, "
+                    f"then wrap again; another account: rename the server in {path}"
+                )
+    _print_plan(plan, out, dry_run)
+    if dry_run:
+        _say("dry run: nothing changed")
+        return 0
+    if store is not None:
+        for _, secret in secrets:
+            store.set(secret.entry, secret.value)
+    mode = path.stat().st_mode & 0o777
+    for each in plan.moved:
+        for directory in each.starter.make:
+            Path(directory).mkdir(mode=0o700, parents=True, exist_ok=True)
+    atomic_write_text(config_path, plan.new_config_text)
+    atomic_write_text(_backup_path(path), plan.backup_text, 0o600)
+    atomic_write_text(path.resolve(), plan.new_text, mode)
+    moved = [m.starter.name for m in plan.moved]
+    _say(f"OK: {path} now starts only Cellblock; {len(moved)} server(s) in {config_path}: {', '.join(moved)}")
+    _say(f"the original is {_backup_path(path)}, secrets replaced by keyring references; undo: cellblock unwrap {path}")
+    failed = _install(plan, config_path) if install else []
+    if failed:
+        _say(f"not installed: {', '.join(failed)}; when the cause is fixed, run `cellblock install {' '.join(failed)}`")
+    _say("each server's catalog is held for review at first start: run `cellblock review`, then restart the client")
+    return 1 if failed else 0
+
+
+def _install(plan: Plan, config_path: Path) -> list[str]:
+    """Install the packages of the servers wrap added; the names of those that failed."""
+    config = parse_config(plan.new_config_text, str(config_path))
+    failed = []
+    for moved in plan.moved:
+        server = config.servers[moved.starter.name]
+        if moved.reused or not isinstance(server, LocalServer) or server.install is None:
+            continue
+        try:
+            packages.install(moved.starter.name, server)
+        except JailError as exc:  # packages.InstallError too: the others still install
+            _say(str(exc))
+            failed.append(moved.starter.name)
+    return failed
+
+
+def _print_plan(plan: Plan, out: TextIO, dry_run: bool) -> None:
+    verb = "would" if dry_run else "will"
+    print(f"# {plan.path} ({plan.kind}) {verb} start only:", file=out)
+    command, args = gateway_command(plan.config_path)
+    print(json.dumps({ENTRY_KEY: entry_dict(plan.kind, command, args)}, indent=2), file=out)
+    added = [m for m in plan.moved if not m.reused]
+    print(f"\n# {verb} be added to {plan.config_path}:", file=out)
+    print("servers:", file=out)
+    print("".join(_yaml_entry(m, plan) for m in added).rstrip(), file=out)
+    for moved in plan.moved:
+        if moved.reused:
+            print(f"# '{moved.entry.name}' is already in {plan.config_path} as '{moved.starter.name}'", file=out)
+    if plan.secrets:
+        print(f"\n# secrets that {verb} move to the keyring (values not shown):", file=out)
+        for server, secret in plan.secrets:
+            print(f"#   {server}: {secret.kind} {secret.key} -> keyring entry '{secret.entry}'", file=out)
+    for note in plan.notes:
+        print(f"# note: {note}", file=out)
+
+
+def unwrap(path: Path, with_secrets: bool = False, allow_insecure: bool = False) -> int:
+    """Put the servers of PATH.bak back into PATH; their secret values too with `with_secrets`
+    (from the keyring, which must be a safe one unless `allow_insecure`). Returns the exit code.
+
+    Raises:
+        WrapError: there is no backup, or the file and its backup do not match.
+    """
+    backup = _backup_path(path)
+    if not backup.exists():
+        raise WrapError(f"{backup} not found: {path} was not wrapped by Cellblock (or the backup was moved)")
+    text, saved = _read(path), _read(backup)
+    try:
+        kind = detect(path, text)
+        now = {b.where: b for b in read_blocks(kind, text)}
+        before = {b.where: b for b in read_blocks(kind, saved)}
+    except ValueError as exc:
+        raise WrapError(str(exc)) from None
+    wrapped = [b for b in now.values() if b.entries and all(is_cellblock_entry(e) for e in b.entries)]
+    if not wrapped:
+        raise WrapError(f"{path} does not start Cellblock; nothing to unwrap")
+    missing = [b.where for b in wrapped if b.where not in before]
+    if missing:
+        raise WrapError(f"{backup} has no servers at {', '.join('.'.join(w) for w in missing)}; restore it by hand")
+    restored = text
+    for block in sorted(wrapped, key=lambda b: b.start, reverse=True):
+        original = saved[before[block.where].start : before[block.where].end]
+        restored = replace_span(restored, block.start, block.end, original)
+    placeholders = _placeholders(restored)
+    if with_secrets and placeholders:
+        store = Keyring(allow_insecure)
+        for entry in placeholders:
+            value = store.get(entry)
+            if value is None:
+                raise WrapError(f"keyring entry '{entry}' is gone; nothing changed (set it with `cellblock auth set`)")
+            restored = restored.replace(PLACEHOLDER.format(entry=entry), json.dumps(value, ensure_ascii=False)[1:-1])
+    atomic_write_text(path.resolve(), restored, path.stat().st_mode & 0o777)
+    backup.unlink()
+    _say(f"OK: {path} starts its own servers again; cellblock.yaml is unchanged")
+    if placeholders and not with_secrets:
+        _say(
+            f"{len(placeholders)} secret value(s) are left as {PLACEHOLDER.format(entry='ENTRY')}: "
+            "they are in the keyring; put them back with `cellblock auth` or unwrap with --secrets next time"
+        )
+    return 0
+
+
+def _placeholders(text: str) -> list[str]:
+    head, _, tail = PLACEHOLDER.partition("{entry}")
+    found: list[str] = []
+    at = text.find(head)
+    while at != -1:
+        end = text.find(tail, at + len(head))
+        if end == -1:
+            break
+        found.append(text[at + len(head) : end])
+        at = text.find(head, end)
+    return sorted(set(found))
+
+
+def list_clients(home: Path, cwd: Path, out: TextIO | None = None) -> int:
+    """The known client configs on this machine and whether each is wrapped."""
+    out = out or sys.stdout
+    found = 0
+    for kind, path in known_locations(home, cwd):
+        if not path.is_file():
+            continue
+        found += 1
+        try:
+            blocks = read_blocks(kind, path.read_text(encoding="utf-8"))
+            entries = [e for b in blocks for e in b.entries]
+            if entries and all(is_cellblock_entry(e) for e in entries):
+                state = "wrapped"
+            elif any(is_cellblock_entry(e) for e in entries):
+                state = f"partly wrapped ({len(entries) - 1} other servers)"
+            else:
+                state = f"{len(entries)} server(s), not wrapped"
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            state = f"unreadable: {str(exc).splitlines()[0]}"
+        print(f"{kind}\t{state}\t{path}", file=out)
+    if not found:
+        _say("no known MCP client config found here")
+    return 0
+
+
+def _say(text: str) -> None:
+    print(f"cellblock: {text}", file=sys.stderr)

@@ -1,0 +1,677 @@
+"""`cellblock.yaml`: typed models, loading, and errors that name file, line and key.
+
+The models forbid unknown keys and default to the safe value. The config never holds a secret:
+tokens and `secrets:` values are keyring entries it names (see gateway/credentials.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ByteSize,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from cellblock.gateway.audit.chain import KEY_NAME
+from cellblock.gateway.audit.log import DEFAULT_KEEP, DEFAULT_MAX_BYTES, Audit
+from cellblock.gateway.credentials import ENTRY_NAME
+from cellblock.gateway.namespacing import check_separator
+from cellblock.gateway.state import config_file, default_config_path
+from cellblock.policy.errors import CellblockError
+from cellblock.policy.hosts import parse_rule
+from cellblock.policy.rules import Policy, parse_rule_entry
+from cellblock.policy.types import Decision
+from cellblock.sandbox.packages import Package, PackageError, parse_package
+from cellblock.sandbox.types import Limits
+
+__all__ = [
+    "ApprovalsConfig",
+    "AuditConfig",
+    "AuthConfig",
+    "Config",
+    "ConfigError",
+    "CredentialsConfig",
+    "DefaultsConfig",
+    "ExecConfig",
+    "InstallConfig",
+    "JailConfig",
+    "LimitsConfig",
+    "LocalServer",
+    "LockConfig",
+    "NamesConfig",
+    "RemoteServer",
+    "RuleConfig",
+    "ServerConfig",
+    "ToolsConfig",
+    "default_config_path",
+    "expand_path",
+    "load_config",
+    "parse_config",
+]
+
+SERVER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
+RESERVED_SERVER = "cellblock"  # the namespace of the gateway's own tools (gateway/serve/status.py)
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+HEADER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
+# Set by the launcher itself (and the variables the SDK's spawner adds, which the jail removes):
+# a secret of one of these names would be overwritten or dropped, so it is refused.
+_LAUNCHER_ENV = {
+    *("PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ", "LOGNAME", "SHELL", "TERM", "USER"),
+    "NODE_USE_ENV_PROXY",
+}
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class ConfigError(CellblockError):
+    """A config file is missing, unreadable or invalid; the message names file, line and key."""
+
+
+def _expand_keep_tilde(value: str) -> str:
+    """`${ENV}` expanded, `~` left for the policy to resolve against the user's home."""
+    return value if value.startswith("~") and "${" not in value else expand_path(value)
+
+
+def expand_path(value: str) -> str:
+    """Expand `${ENV}` references and a leading `~` in a path-like string.
+
+    Raises:
+        ValueError: a referenced environment variable is not set.
+    """
+
+    def env(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in os.environ:
+            raise ValueError(f"environment variable ${{{name}}} is not set")
+        return os.environ[name]
+
+    return os.path.expanduser(_ENV_REF.sub(env, value))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+ServerName = Annotated[str, Field(pattern=SERVER_NAME.pattern)]
+Start = Literal["eager", "lazy"]
+Protocol = Literal["auto", "legacy"]
+Seconds = Annotated[float, Field(gt=0, le=3600)]
+# The longest message (one JSON-RPC line) taken from a server or the client: "32MiB", "500KB", or bytes.
+MessageSize = Annotated[ByteSize, Field(ge=64 << 10, le=1 << 30)]
+DEFAULT_MESSAGE_SIZE = 32 << 20
+# What one jail may take. Tasks are processes and threads alike (the kernel counts both): a Node
+# server runs 10-20, npx on top of it as many again, a Python server's thread pools up to 40 or so,
+# a headless browser a few hundred; 512 leaves room for all of that, and a fork bomb stopped at 512
+# costs the machine nothing. Memory: V8 sizes its heap to the limit it finds, and a server that
+# needs more than 4 GiB is rare; set it higher for one that does.
+Processes = Annotated[int, Field(ge=8, le=1_000_000)]
+MemorySize = Annotated[ByteSize, Field(ge=32 << 20, le=1 << 40)]
+DEFAULT_PROCESSES = 512
+DEFAULT_MEMORY = 4 << 30
+
+
+DecisionName = Literal["allow", "deny", "ask"]
+ConstraintName = Literal["under", "not_under", "hosts", "one_of", "matches"]
+
+
+class RuleConfig(_Model):
+    """One tool rule with argument constraints: `{decision: allow, args: {path: {under: [~/x]}}}`."""
+
+    decision: DecisionName
+    args: dict[str, dict[ConstraintName, str | list[str]]] = {}
+
+    @field_validator("args")
+    @classmethod
+    def _expand_paths(cls, value: dict[str, dict[str, str | list[str]]]) -> dict[str, dict[str, str | list[str]]]:
+        out: dict[str, dict[str, str | list[str]]] = {}
+        for arg, constraints in value.items():
+            if not constraints:
+                raise ValueError(f"argument {arg!r} has no constraint (under, not_under, hosts, one_of, matches)")
+            out[arg] = {
+                kind: ([_expand_keep_tilde(v) for v in ([values] if isinstance(values, str) else values)])
+                if kind in ("under", "not_under")
+                else values
+                for kind, values in constraints.items()
+            }
+        return out
+
+
+def _rule_kind(value: Any) -> str:
+    return "full" if isinstance(value, Mapping | BaseModel) else "short"
+
+
+# a rule is either just a decision ("read_*": allow) or a mapping with argument constraints
+Rule = Annotated[
+    Annotated[DecisionName, Tag("short")] | Annotated[RuleConfig, Tag("full")],
+    Discriminator(_rule_kind),
+]
+
+
+class _RulesConfig(_Model):
+    """A default and rules by exact name (or URI) or glob; the shape of `tools`, `prompts`, `resources`."""
+
+    kind: ClassVar[str] = "tool"
+    default: DecisionName | None = None
+    rules: dict[Annotated[str, Field(min_length=1)], Rule] = {}
+
+    @model_validator(mode="after")
+    def _compiles(self) -> _RulesConfig:
+        # regexes and host patterns are compiled now, so a bad one is a config error with a line
+        rules = [
+            parse_rule_entry(pattern, body.model_dump() if isinstance(body, RuleConfig) else body, self.kind)
+            for pattern, body in self.rules.items()
+        ]
+        Policy(default=Decision(self.default or "ask"), rules=tuple(rules), cwd=None, home="/", kind=self.kind)
+        return self
+
+
+class ToolsConfig(_RulesConfig):
+    """Per-tool policy: a default, and rules by exact name or glob."""
+
+    default: DecisionName = "ask"
+
+
+class PromptsConfig(_RulesConfig):
+    """Per-prompt policy, by prompt name; without a `default`, the server's tools default applies."""
+
+    kind: ClassVar[str] = "prompt"
+
+
+class ResourcesConfig(_RulesConfig):
+    """Per-resource policy, by the server's own URI (or glob); without a `default`, the server's tools default."""
+
+    kind: ClassVar[str] = "resource"
+
+
+class LockConfig(_Model):
+    """The rug-pull lock: `first: review` holds a new server's catalog until approved."""
+
+    enabled: bool = True
+    first: Literal["review", "trust"] = "review"
+
+
+class LimitsConfig(_Model):
+    """What one jail may take: `{processes: 512, memory: 4GiB}`. A key a server leaves out comes
+    from `defaults.limits`, then from the built-in default."""
+
+    processes: Processes | None = None
+    # bytes, or "256MiB", "4GiB", ...
+    memory: MemorySize | None = None
+
+
+class DefaultsConfig(_Model):
+    """Values every server gets unless it says otherwise (a server's own `tools` replaces these whole)."""
+
+    start: Start = "eager"
+    timeout: Seconds = 60.0
+    tools: ToolsConfig = ToolsConfig()
+    prompts: PromptsConfig = PromptsConfig()
+    resources: ResourcesConfig = ResourcesConfig()
+    lock: LockConfig = LockConfig()
+    # a server asking the client's model for a completion: refused, asked about, or passed on
+    sampling: DecisionName = "deny"
+    # a longer message from a server (or the client) is dropped and its request answered with an error
+    max_message_size: MessageSize = ByteSize(DEFAULT_MESSAGE_SIZE)
+    # what each local server's jail may take, unless its own jail.limits says otherwise
+    limits: LimitsConfig = LimitsConfig()
+
+
+class NamesConfig(_Model):
+    separator: str = "__"
+    max_length: int = Field(default=64, ge=16, le=128)
+
+    @field_validator("separator")
+    @classmethod
+    def _unambiguous(cls, value: str) -> str:
+        check_separator(value)
+        return value
+
+
+class ApprovalsConfig(_Model):
+    # seconds a call waits for a human's answer before it is refused
+    timeout: Annotated[float, Field(gt=0, le=3600)] = 120.0
+
+
+class AuditConfig(_Model):
+    path: str | None = None
+    max_bytes: Annotated[ByteSize, Field(ge=16 << 10, le=1 << 40)] = ByteSize(DEFAULT_MAX_BYTES)
+    keep: Annotated[int, Field(ge=1, le=1000)] = DEFAULT_KEEP
+
+    @field_validator("path")
+    @classmethod
+    def _expand(cls, value: str | None) -> str | None:
+        return None if value is None else expand_path(value)
+
+
+class _ServerBase(_Model):
+    @model_validator(mode="before")
+    @classmethod
+    def _one_kind(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and ("command" in data or "install" in data) == ("url" in data):
+            raise ValueError(
+                "a server needs exactly one of 'command' or 'install' (local, stdio) or 'url' (remote, HTTP)"
+            )
+        return data
+
+    start: Start | None = None
+    # seconds a single call may take before it is cancelled downstream and answered with an error
+    timeout: Seconds | None = None
+    tools: ToolsConfig | None = None
+    prompts: PromptsConfig | None = None
+    resources: ResourcesConfig | None = None
+    lock: LockConfig | None = None
+    sampling: DecisionName | None = None
+    # auto: probe the 2026-07-28 protocol and fall back to the handshake; legacy: handshake only
+    protocol: Protocol = "auto"
+    max_message_size: MessageSize | None = None
+
+
+class ExecConfig(_Model):
+    """Which executables may run in the jail; empty `allow` means no restriction beyond the mounts."""
+
+    allow: list[str] = []
+    # path -> sha256 hex digest, checked before start; the verified bytes are what runs
+    sha256: dict[str, Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")]] = {}
+
+    @field_validator("allow")
+    @classmethod
+    def _expand_allow(cls, value: list[str]) -> list[str]:
+        return [expand_path(p) for p in value]
+
+    @field_validator("sha256")
+    @classmethod
+    def _expand_pins(cls, value: dict[str, str]) -> dict[str, str]:
+        return {expand_path(p): digest.lower() for p, digest in value.items()}
+
+
+class JailConfig(_Model):
+    """What a local server may reach. The defaults share nothing and allow no network."""
+
+    network: Literal["none", "allowlist", "open"] = "none"
+    allow_hosts: list[Annotated[str, Field(min_length=1)]] = []
+    read_only: list[str] = []
+    read_write: list[str] = []
+    tmp: bool = True
+    exec: ExecConfig = ExecConfig()
+    limits: LimitsConfig = LimitsConfig()
+
+    @field_validator("read_only", "read_write")
+    @classmethod
+    def _expand_dirs(cls, value: list[str]) -> list[str]:
+        return [expand_path(p) for p in value]
+
+    @field_validator("allow_hosts")
+    @classmethod
+    def _parse_hosts(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            parse_rule(entry)  # raises ValueError naming the entry and the fix
+        return value
+
+    @model_validator(mode="after")
+    def _hosts_need_allowlist(self) -> JailConfig:
+        if self.allow_hosts and self.network != "allowlist":
+            raise ValueError(f"allow_hosts is only used with network: allowlist (network is {self.network!r})")
+        if self.network == "allowlist" and not self.allow_hosts:
+            raise ValueError("network: allowlist needs at least one entry in allow_hosts")
+        return self
+
+
+def _jail_kind(value: Any) -> str:
+    return "off" if value is False else "on"
+
+
+Jail = Annotated[
+    Annotated[JailConfig, Tag("on")] | Annotated[Literal[False], Tag("off")],
+    Discriminator(_jail_kind),
+]
+
+
+class InstallConfig(_Model):
+    """A package Cellblock installs for the server (`cellblock install`) and runs read-only:
+    exactly one of `npm` (`name@1.2.3`) or `pypi` (`name==1.2.3`); a bare name is pinned to the
+    newest release when installed, in the install's record."""
+
+    npm: str | None = None
+    pypi: str | None = None
+
+    @model_validator(mode="after")
+    def _one_valid_package(self) -> InstallConfig:
+        given = [(kind, spec) for kind, spec in (("npm", self.npm), ("pypi", self.pypi)) if spec is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of npm: or pypi:")
+        try:
+            parse_package(*given[0])
+        except PackageError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @property
+    def package(self) -> Package:
+        kind, spec = ("npm", self.npm) if self.npm is not None else ("pypi", self.pypi or "")
+        return parse_package(kind, spec)
+
+
+class LocalServer(_ServerBase):
+    """A server Cellblock starts as a child process and talks to over stdio."""
+
+    # with install: one of the package's programs by name, by default the package's own
+    command: str | None = Field(default=None, min_length=1)
+    install: InstallConfig | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    # environment variable -> keyring entry, read when the server starts; never written to disk
+    secrets: dict[Annotated[str, Field(pattern=ENV_NAME)], Annotated[str, Field(pattern=ENTRY_NAME.pattern)]] = {}
+    cwd: str | None = None
+    # `false` (YAML `off` too) is the only way to run a server unjailed, and it is shown as such
+    jail: Jail = JailConfig()
+
+    @field_validator("command", "cwd")
+    @classmethod
+    def _expand_one(cls, value: str | None) -> str | None:
+        return None if value is None else expand_path(value)
+
+    @field_validator("cwd")
+    @classmethod
+    def _absolute_cwd(cls, value: str | None) -> str | None:
+        # relative to what? the gateway's own cwd depends on how the client starts it
+        if value is not None and not os.path.isabs(value):
+            raise ValueError(f"cwd must be an absolute path (or start with ~), got {value!r}")
+        return value
+
+    @field_validator("args")
+    @classmethod
+    def _expand_args(cls, value: list[str]) -> list[str]:
+        return [expand_path(arg) for arg in value]
+
+    @model_validator(mode="after")
+    def _a_command_to_run(self) -> LocalServer:
+        if self.install is None and self.command is None:
+            raise ValueError("a local server needs command: (or install:, to run an installed package)")
+        if self.install is not None and self.command is not None and "/" in self.command:
+            raise ValueError(
+                f"command {self.command!r}: with install, name one of the package's programs (no path), "
+                "or leave command out to run the package's own"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _secrets_own_their_names(self) -> LocalServer:
+        for name in self.secrets:
+            if name in self.env:
+                raise ValueError(f"secrets.{name} is also set in env; keep it in one place (secrets, for a secret)")
+            if name in _LAUNCHER_ENV or name.upper().endswith("_PROXY"):
+                raise ValueError(f"secrets.{name}: the launcher sets {name} itself; pick another variable name")
+        return self
+
+
+class AuthConfig(_Model):
+    """How a remote server is authenticated; the credential itself is in the keyring."""
+
+    type: Literal["none", "bearer", "oauth"] = "none"
+    # OAuth scopes to request, space-separated; None asks for what the server advertises
+    scope: str | None = None
+
+    @model_validator(mode="after")
+    def _scope_is_oauth(self) -> AuthConfig:
+        if self.scope is not None and self.type != "oauth":
+            raise ValueError(f"scope is only used with type: oauth (type is {self.type!r})")
+        return self
+
+
+class RemoteServer(_ServerBase):
+    """A server reached over Streamable HTTP."""
+
+    url: str = Field(pattern=r"^https?://")
+    headers: dict[str, str] = {}
+    auth: AuthConfig = AuthConfig()
+    # header -> keyring entry: an API key sent as a header (X-API-Key), never written to disk
+    secrets: dict[Annotated[str, Field(pattern=HEADER_NAME)], Annotated[str, Field(pattern=ENTRY_NAME.pattern)]] = {}
+
+    @field_validator("headers")
+    @classmethod
+    def _no_credentials(cls, value: dict[str, str]) -> dict[str, str]:
+        for header in value:
+            if header.lower() in ("authorization", "proxy-authorization", "cookie"):
+                raise ValueError(
+                    f"headers.{header} would keep a credential in this file; use auth: {{type: bearer}} "
+                    "and store the token with `cellblock auth set NAME`"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _secret_headers_own_their_names(self) -> RemoteServer:
+        plain = {h.lower() for h in self.headers}
+        for header in self.secrets:
+            if header.lower() in plain:
+                raise ValueError(f"secrets.{header} is also set in headers; keep it in one place (secrets)")
+            if header.lower() == "authorization" and self.auth.type != "none":
+                raise ValueError(f"secrets.{header} would replace the token of auth: {self.auth.type}")
+        return self
+
+
+def _server_kind(body: Any) -> str:
+    keys = body if isinstance(body, Mapping) else vars(body) if isinstance(body, BaseModel) else {}
+    return "local" if "command" in keys or "install" in keys else "remote"
+
+
+ServerConfig = Annotated[
+    Annotated[LocalServer, Tag("local")] | Annotated[RemoteServer, Tag("remote")],
+    Discriminator(_server_kind),
+]
+
+
+class CredentialsConfig(_Model):
+    # a keyring backend that keeps secrets in plain files (or nowhere) is refused unless this is set
+    allow_insecure: bool = False
+
+
+class Config(_Model):
+    version: Literal[1]
+    defaults: DefaultsConfig = DefaultsConfig()
+    names: NamesConfig = NamesConfig()
+    approvals: ApprovalsConfig = ApprovalsConfig()
+    audit: AuditConfig = AuditConfig()
+    credentials: CredentialsConfig = CredentialsConfig()
+    servers: dict[ServerName, ServerConfig] = {}
+
+    @model_validator(mode="after")
+    def _own_namespace(self) -> Config:
+        # no server's tools may be named like the gateway's own: with an unambiguous separator
+        # (namespacing.check_separator) only a server called `cellblock` could be
+        own = f"{RESERVED_SERVER}{self.names.separator}"
+        for name in self.servers:
+            if own.startswith(f"{name}{self.names.separator}"):
+                raise ValueError(
+                    f"server name '{name}' would name its tools like the gateway's own ({own}status); pick another"
+                )
+        return self
+
+    def credential_entries(self) -> list[tuple[str, str, str]]:
+        """Every keyring entry the config refers to: (entry, server, what), in config order."""
+        entries: list[tuple[str, str, str]] = []
+        for name, server in self.servers.items():
+            if isinstance(server, RemoteServer) and server.auth.type != "none":
+                entries.append((name, name, f"{server.auth.type} token"))
+            if isinstance(server, RemoteServer):
+                entries += [(entry, name, f"secret header {h}") for h, entry in server.secrets.items()]
+            else:
+                entries += [(entry, name, f"secret {var}") for var, entry in server.secrets.items()]
+        return entries
+
+    def start_of(self, name: str) -> Start:
+        return self.servers[name].start or self.defaults.start
+
+    def audit_file(self, state: Path) -> Path:
+        """Where the audit log goes: `audit.path`, else `<state dir>/audit.jsonl`."""
+        return Path(self.audit.path) if self.audit.path else state / "audit.jsonl"
+
+    def audit_log(self, state: Path) -> Audit:
+        """The audit log as this config sets it up, its chain's key in the state dir (which no jail mounts).
+
+        Raises:
+            OSError: the log or the key cannot be opened or made.
+        """
+        return Audit(self.audit_file(state), int(self.audit.max_bytes), self.audit.keep, key=state / KEY_NAME)
+
+    def timeout_of(self, name: str) -> float:
+        return self.servers[name].timeout or self.defaults.timeout
+
+    def tools_of(self, name: str) -> ToolsConfig:
+        return self.servers[name].tools or self.defaults.tools
+
+    def rules_of(self, name: str, kind: str) -> tuple[str, dict[str, Any]]:
+        """(default, rules) of a server's `tools`, `prompts` or `resources` (`kind` "tool", "prompt",
+        "resource"): its own section, else `defaults`'; a prompts or resources section without a
+        `default` takes the server's tools default, so `tools: {default: deny}` denies them too."""
+        tools = self.tools_of(name)
+        if kind == "tool":
+            return tools.default, dict(tools.rules)
+        section: _RulesConfig = getattr(self.servers[name], f"{kind}s") or getattr(self.defaults, f"{kind}s")
+        return section.default or tools.default, dict(section.rules)
+
+    def lock_of(self, name: str) -> LockConfig:
+        return self.servers[name].lock or self.defaults.lock
+
+    def sampling_of(self, name: str) -> str:
+        return self.servers[name].sampling or self.defaults.sampling
+
+    def limits_of(self, name: str) -> Limits | None:
+        """The resource limits of a server's jail (None: remote, or `jail: false`)."""
+        server = self.servers[name]
+        if not isinstance(server, LocalServer) or server.jail is False:
+            return None
+        own, shared = server.jail.limits, self.defaults.limits
+        return Limits(
+            processes=own.processes or shared.processes or DEFAULT_PROCESSES,
+            memory=int(own.memory or shared.memory or DEFAULT_MEMORY),
+        )
+
+    def max_message_of(self, name: str) -> int:
+        return int(self.servers[name].max_message_size or self.defaults.max_message_size)
+
+
+def load_config(path: str | Path | None = None) -> tuple[Config, Path]:
+    """Read and validate the config at `path` (or the default location).
+
+    Raises:
+        ConfigError: the file is missing, unreadable, not YAML, or not a valid config.
+    """
+    source = config_file(path)
+    try:
+        text = source.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{source}: no such config file; create one (see configs/starter.yaml) or pass --config"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read: {exc.strerror}") from exc
+    return parse_config(text, str(source)), source
+
+
+def parse_config(text: str, source: str = "cellblock.yaml") -> Config:
+    """Validate config text; errors read `source:LINE: key.path: problem`.
+
+    Raises:
+        ConfigError: the text is not YAML or not a valid config.
+    """
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{source}{where}: not valid YAML: {problem}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the config must be a mapping with 'version: 1' and 'servers:'")
+    lines: dict[tuple[str, ...], int] = {}
+    duplicate = _key_lines(node, (), lines)
+    if duplicate is not None:
+        # YAML keeps the last of two equal keys: a second `servers:` would silently replace the first
+        path, line = duplicate
+        raise ConfigError(f"{source}:{line}: {'.'.join(path)}: duplicate key (the earlier one would be ignored)")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError("\n".join(_describe(err, lines, source) for err in exc.errors())) from None
+
+
+def _key_lines(
+    node: yaml.Node | None, path: tuple[str, ...], lines: dict[tuple[str, ...], int]
+) -> tuple[tuple[str, ...], int] | None:
+    """Fill `lines` with the 1-based line of each key path; return the first duplicated key, if any."""
+    duplicate: tuple[tuple[str, ...], int] | None = None
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            sub = (*path, str(key.value))
+            if sub in lines and duplicate is None:
+                duplicate = (sub, key.start_mark.line + 1)
+            lines[sub] = key.start_mark.line + 1
+            found = _key_lines(value, sub, lines)  # always walked: it fills `lines`
+            duplicate = duplicate or found
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            sub = (*path, str(index))
+            lines[sub] = item.start_mark.line + 1
+            found = _key_lines(item, sub, lines)
+            duplicate = duplicate or found
+    return duplicate
+
+
+_TAGS = {"local", "remote", "on", "off", "short", "full"}  # union tags pydantic puts into error locations
+
+
+def _describe(err: Any, lines: dict[tuple[str, ...], int], source: str) -> str:
+    # pydantic puts union member names ("LocalServer") and validator tags into loc; drop them
+    loc = [str(part) for part in err["loc"] if str(part) not in _TAGS]
+    line = 0
+    for end in range(len(loc), -1, -1):
+        if tuple(loc[:end]) in lines:
+            line = lines[tuple(loc[:end])]
+            break
+    key = ".".join(loc) or "(top level)"
+    message = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "string_pattern_mismatch" and loc[-3:-2] == ["secrets"] and loc[-1:] == ["[key]"]:
+        key = ".".join(loc[:-1])
+        if err.get("ctx", {}).get("pattern") == HEADER_NAME:
+            message = f"{loc[-2]!r} is not an HTTP header name (letters, digits, '-' and '_')"
+        else:
+            message = (
+                f"{loc[-2]!r} is not an environment variable name (letters, digits and '_', not starting with a digit)"
+            )
+    elif err["type"] == "string_pattern_mismatch" and loc[-2:-1] == ["secrets"]:
+        message = (
+            f"keyring entry name {err.get('input')!r} must be letters, digits, '.', '_' and '-', "
+            "start with a letter or digit, at most 64 characters"
+        )
+    elif err["type"] == "string_pattern_mismatch" and loc[-1:] == ["[key]"]:
+        key = ".".join(loc[:-1])
+        message = (
+            f"server name {loc[-2]!r} must be lowercase letters, digits and '-', "
+            "start with a letter, at most 24 characters"
+        )
+    elif err["type"] in ("model_type", "dict_type") and loc[-1:] == ["jail"]:
+        message = "expected jail settings (a mapping), or false to run the server unjailed"
+    elif err["type"] in ("greater_than_equal", "less_than_equal") and loc[-1:] in (["memory"], ["max_message_size"]):
+        bound = ByteSize(err["ctx"]["ge" if err["type"] == "greater_than_equal" else "le"]).human_readable()
+        least = "at least" if err["type"] == "greater_than_equal" else "at most"
+        message = f"must be {least} {bound} (got {err['input']})"
+    elif err["type"] == "extra_forbidden":
+        message = "unknown key"
+    elif err["type"] == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "")
+        message = f"{err.get('input')!r} is not one of {expected}"
+    where = f"{source}:{line}" if line else source
+    return f"{where}: {key}: {message}"

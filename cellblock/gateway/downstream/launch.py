@@ -1,0 +1,316 @@
+"""How a local downstream server is started: the one place where the jail is applied.
+
+Every local server is launched from the plan this module returns: in a bubblewrap jail on Linux,
+unless its config says `jail: false`. If the jail cannot be built the server does not start;
+there is no fallback to running it unjailed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, StdioServerParameters
+from platformdirs import user_cache_dir, user_cache_path
+
+from cellblock.gateway.config.model import Config, JailConfig, LocalServer
+from cellblock.gateway.downstream.packages import Installed, installed
+from cellblock.gateway.state import default_config_path, own_dirs
+from cellblock.sandbox.bwrap import PIN_FILTER, bwrap_plan, check_bwrap
+from cellblock.sandbox.closure import exec_closure
+from cellblock.sandbox.egress import relayed
+from cellblock.sandbox.launchers import launcher_gaps, launcher_mounts, resolve_command, within
+from cellblock.sandbox.limits import limit_plan
+from cellblock.sandbox.pins import landlock_abi, verify_pins
+from cellblock.sandbox.seatbelt import seatbelt_plan
+from cellblock.sandbox.types import Closure, JailError, JailSpec, LaunchPlan, Limits, Mount, MountMode, Network
+
+__all__ = ["JAIL_PATH", "PACKAGE_CACHES", "granted_roots", "jail_spec", "launch_plan", "own_paths", "stdio_parameters"]
+
+# PATH inside a jail: the launchers' own bin directories come first, then the system's.
+JAIL_PATH = "/usr/local/bin:/usr/bin:/bin"
+PIN = Path(__file__).resolve().parent.parent / "sandbox" / "pin.py"
+# Passed through from the gateway when set: locale only, never anything that can hold a secret.
+PASSED_ENV = ("LANG", "LC_ALL", "TZ")
+# Where launchers keep the packages they fetch and the tools they install, under the home (besides
+# the cache home): what servers run from, never a place for their work.
+PACKAGE_CACHES = (
+    *(".npm", ".bun", ".yarn", ".pnpm-store", ".local/share/pnpm", ".local/share/uv", ".cargo", ".rustup"),
+    *(".local/pipx", ".local/lib", ".local/share/fnm", ".nvm", ".fnm", ".volta", ".asdf", ".pyenv", "go/pkg"),
+    *(".m2", ".gradle"),
+)
+
+
+def jail_spec(
+    name: str,
+    server: LocalServer,
+    jail: JailConfig,
+    egress_socket: str | None = None,
+    pinned: Mapping[str, str] | None = None,
+    own: Sequence[Path] = (),
+) -> tuple[JailSpec, list[Mount]]:
+    """The jail `server` asks for, and the launcher installations it needs shared.
+
+    Cellblock's own directories and the paths in `own` (the config file, the audit log, the state
+    and runtime directories it was given), and the user's session directory (the D-Bus socket that
+    reaches the keyring), are hidden in the jail where a grant or an installation holds them: a
+    server must not reach the control socket (and approve its own calls), an egress socket of
+    another server, the keyring, the locks or the config. A grant inside them is refused, except
+    one inside Cellblock's cache (where a server's own package cache goes), which is shown.
+
+    Wrappers run inside the jail, outermost first, each by the gateway's own interpreter:
+    with `network: allowlist` the egress relay (a loopback listener carrying each connection to
+    the gateway's proxy at `egress_socket`); with `exec.allow` the pin launcher, which lets only
+    the listed executables (and the server's own command) be executed or loaded, then starts the
+    server (`sandbox/pin.py`). With `exec.allow` the jail shows only what those programs need
+    instead of all of /usr (`sandbox/closure.py`).
+
+    Raises:
+        JailError: the command or an allowed executable cannot be found or lies in a writable grant
+            unpinned, or a grant lies inside Cellblock's own state.
+    """
+    _refuse_own_grants(name, jail, own)
+    home = os.path.expanduser("~")
+    host_path = os.environ.get("PATH", JAIL_PATH)
+    package = installed(name, server)
+    command = _command(server, package, host_path)
+    if package is None:
+        launchers = launcher_mounts(command, home, host_path)
+        bins = []
+    else:
+        # the tree whole, read-only, and what runs its programs (an npm package's node) beside it
+        runtime = [os.path.dirname(package.record.runtime)] if package.record.runtime else []
+        tree = package.record.tree
+        found = launcher_mounts(command, home, ":".join([package.bin_dir, *runtime, host_path]))
+        launchers = [Mount(tree, MountMode.READ_ONLY, package.why), *(m for m in found if not within(m.path, tree))]
+        bins = [package.bin_dir, *runtime]
+    bins += [os.path.join(m.path, "bin") for m in launchers if os.path.isdir(os.path.join(m.path, "bin"))]
+    env = {key: os.environ[key] for key in PASSED_ENV if key in os.environ}
+    env |= {"PATH": ":".join([*bins, JAIL_PATH]), "HOME": home, "TMPDIR": "/tmp"}
+    env |= server.env
+    argv: tuple[str, ...] = (command, *server.args)
+    # the wrappers are stdlib-only scripts, run by the base interpreter isolated from site and home
+    python = os.path.realpath(sys.executable)
+    closure: Closure | None = None
+    # the server's own command is always allowed when anything is
+    allowed = [command, *(resolve_command(p, host_path) for p in jail.exec.allow)] if jail.exec.allow else []
+    _refuse_writable_programs(name, allowed, jail)
+    if allowed and sys.platform.startswith("linux"):  # macOS: the profile itself limits exec
+        # what the server may run, and what the launcher's own interpreter needs: both are shown,
+        # only the first stays executable (the launcher remounts the rest noexec before it starts it)
+        installs = [m.path for m in launchers if os.path.isdir(m.path)]
+        runs, helper = exec_closure(allowed, env["PATH"], installs), exec_closure([python], env["PATH"])
+        keep = [*runs.files, *runs.directories, *(m.path for m in launchers), *(pinned or {})]
+        closure = Closure(
+            tuple(dict.fromkeys([*runs.files, *helper.files])),
+            runs.executables,
+            tuple(dict.fromkeys([*runs.directories, *helper.directories])),
+        )
+        pinning = launcher_mounts(python, home, host_path, role="the gateway's Python, which runs the exec pin")
+        launchers += [*pinning, Mount(str(PIN), MountMode.READ_ONLY, "exec pinning")]
+        options = [*(w for p in runs.executables for w in ("--allow", p)), *(w for p in keep for w in ("--exec", p))]
+        argv = (python, "-I", "-S", str(PIN), *options, "--seccomp", PIN_FILTER, "--", *argv)
+    if jail.network == "allowlist":
+        argv, relaying = relayed(argv, python, home, host_path)
+        launchers += relaying
+        env["NODE_USE_ENV_PROXY"] = "1"  # Node 24's fetch uses the proxy variables only when asked
+    spec = JailSpec(
+        name=name,
+        argv=argv,
+        env=env,
+        cwd=server.cwd,
+        read_only=tuple(jail.read_only),
+        read_write=tuple(jail.read_write),
+        network=Network(jail.network),
+        allow_hosts=tuple(jail.allow_hosts),
+        tmp=jail.tmp,
+        home=home,
+        exec_allow=tuple(allowed),
+        exec_sha256=dict(jail.exec.sha256),
+        egress_socket=egress_socket,
+        pinned=dict(pinned or {}),
+        exec_closure=closure,
+        hidden=_hidden([*jail.read_only, *jail.read_write, *(m.path for m in launchers)], own),
+        gaps=tuple(launcher_gaps(command, env["PATH"], [m.path for m in launchers])),
+    )
+    return spec, launchers
+
+
+def _command(server: LocalServer, package: Installed | None, path: str) -> str:
+    """The absolute path of what `server` runs: its installed package's program, else its command."""
+    if package is not None:
+        return package.program
+    if server.command is None:  # the config allows none only with install:
+        raise JailError("a local server needs a command")
+    return resolve_command(server.command, path)
+
+
+def _refuse_writable_programs(name: str, allowed: Sequence[str], jail: JailConfig) -> None:
+    """An allowed program that a writable grant holds is not pinned: this server (or another one
+    with the same grant) could replace it before its next start. Unless its bytes are pinned."""
+    pinned = {os.path.realpath(p) for p in jail.exec.sha256}
+    for program in allowed:
+        real = os.path.realpath(program)
+        grant = next((g for g in jail.read_write if within(real, os.path.realpath(g))), None)
+        if grant is not None and real not in pinned:
+            raise JailError(
+                f"server '{name}': exec.allow program {program} is inside the read_write grant {grant}, where "
+                "a server can replace what this one may run; pin its bytes with jail.exec.sha256, or move "
+                f"it out of {grant}"
+            )
+
+
+def own_paths(config: Config, state: Path, source: Path | None, runtime: Path | None = None) -> tuple[Path, ...]:
+    """Where this gateway keeps its own things besides Cellblock's usual directories (`jail_spec`'s
+    `own`): the config file, the audit log, the state and runtime directories it was given."""
+    return (*([source] if source else []), config.audit_file(state), state, *([runtime] if runtime else []))
+
+
+def _private_paths(own: Sequence[Path]) -> list[Path]:
+    """What no server may see: Cellblock's own directories and files (of its cache, only what a
+    server is granted: its own package cache), and the user's session directory."""
+    session = [os.environ.get("XDG_RUNTIME_DIR", ""), f"/run/user/{os.getuid()}"]
+    return [*own_dirs(), default_config_path(), *own, *(Path(s) for s in session if s)]
+
+
+def _refuse_own_grants(name: str, jail: JailConfig, own: Sequence[Path]) -> None:
+    """A grant of what `_hidden` would hide (a jail shows a grant whole) is refused, not emptied."""
+    cache = os.path.realpath(user_cache_path("cellblock"))
+    private = [os.path.realpath(p) for p in _private_paths(own)]
+    for key, paths in (("read_only", jail.read_only), ("read_write", jail.read_write)):
+        for path in paths:
+            real = os.path.realpath(path)
+            if real == cache:
+                raise JailError(
+                    f"server '{name}': jail.{key} path {path} is Cellblock's cache, which holds every "
+                    "server's package cache; grant the server's own directory inside it"
+                )
+            held = next((p for p in private if within(real, p) and p != cache), None)
+            if held is not None:
+                where = held if real == held else f"inside {held}"
+                raise JailError(
+                    f"server '{name}': jail.{key} path {path} is {where}, which Cellblock keeps from every "
+                    "server (its state, config, sockets and audit log, and your session's D-Bus, which "
+                    "reaches the keyring); grant another directory"
+                )
+
+
+def _hidden(shared: Sequence[str], own: Sequence[Path]) -> tuple[str, ...]:
+    """Where, in the jail, the shared directories show what no server may see: each such path at
+    the place the jail shows it, which for a grant given through a symlink is not its real path."""
+    found = {os.path.realpath(p) for p in _private_paths(own) if os.path.lexists(p)}
+    hidden: set[str] = set()
+    for path in shared:
+        real = os.path.realpath(path)
+        hidden |= {os.path.normpath(os.path.join(path, os.path.relpath(p, real))) for p in found if within(p, real)}
+    return tuple(sorted(hidden))
+
+
+def granted_roots(server: LocalServer) -> list[str]:
+    """The directories a server is told it may work in when it asks for roots: what its jail was
+    granted (`read_only`, `read_write`), minus every grant that is not the user's work — one inside
+    a package cache or a directory of Cellblock's own, or one holding the server's own code (its
+    command's installation, a script its arguments name) — so it never offers the model a way to
+    change the code it runs or Cellblock's state."""
+    if server.jail is False:
+        return []
+    home = os.path.expanduser("~")
+    caches = [user_cache_dir(), *(os.path.join(home, c) for c in PACKAGE_CACHES)]
+    not_work = [os.path.realpath(p) for p in [*map(str, own_dirs()), *caches]]
+    # what the command line names: a script, `--require=FILE`, relative to the server's cwd
+    named = [part for arg in [server.command or "", *server.args] for part in (arg, arg.partition("=")[2]) if part]
+    cwd = server.cwd or os.getcwd()
+    code = [os.path.realpath(os.path.join(cwd, a)) for a in named if os.path.isfile(os.path.join(cwd, a))]
+    # (an installed package's tree is in Cellblock's data directory, which is no one's work)
+    with contextlib.suppress(JailError):  # a command that cannot be found holds no grant either
+        command = _command(server, None, os.environ.get("PATH", JAIL_PATH)) if server.install is None else ""
+        mounts = launcher_mounts(command, home, os.environ.get("PATH", JAIL_PATH)) if command else []
+        code += [os.path.realpath(m.path) for m in mounts]
+    roots = []
+    for path in sorted({*server.jail.read_only, *server.jail.read_write}):
+        real = os.path.realpath(path)
+        if not any(within(real, other) for other in not_work) and not any(within(c, real) for c in code):
+            roots.append(path)
+    return roots
+
+
+def launch_plan(
+    name: str,
+    server: LocalServer,
+    egress_socket: str | None = None,
+    private: Path | None = None,
+    secrets: Mapping[str, str] | None = None,
+    limits: Limits | None = None,
+    own: Sequence[Path] = (),
+) -> LaunchPlan:
+    """How to start `server`: jailed per its config, or plainly when it says `jail: false`.
+
+    `private` is a directory only the gateway uses for this server (verified copies of pinned
+    executables; the private temp dir on macOS). `secrets` are the values of its `secrets:`
+    variables, read from the keyring; they go into the environment, never the command line.
+    `limits` (`Config.limits_of`) bound what a Linux jail may take; macOS has none yet.
+
+    Raises:
+        JailError: the jail cannot be built here (no bwrap, no user namespaces, a missing path,
+            a feature this OS has no jail for).
+    """
+    if server.jail is False:
+        env = {key: os.environ[key] for key in PASSED_ENV if key in os.environ} | server.env | dict(secrets or {})
+        command = (_command(server, installed(name, server), os.environ.get("PATH", JAIL_PATH)), *server.args)
+        return LaunchPlan(argv=command, env=env, cwd=server.cwd, mounts=(), network=Network.OPEN, jailed=False)
+    jail = server.jail
+    if jail.network == "allowlist" and egress_socket is None:
+        raise JailError(f"server '{name}': network: allowlist needs the gateway's egress proxy, which is not running")
+    if sys.platform == "darwin":
+        plan = _macos_plan(name, server, jail, private, own)
+        return replace(plan, env={**plan.env, **(secrets or {})})
+    if not sys.platform.startswith("linux"):
+        raise JailError(
+            f"server '{name}': Cellblock has no jail for {sys.platform}; set 'jail: false' to run it unjailed "
+            "(it then runs as you, with your files and network)"
+        )
+    if jail.exec.allow and landlock_abi() < 1:
+        raise JailError(
+            f"server '{name}': jail.exec.allow needs Landlock, which this kernel lacks or has disabled "
+            "(Linux 5.13 or newer, with 'landlock' in the lsm= boot list); remove exec.allow to run it without"
+        )
+    pinned: dict[str, str] = {}
+    if jail.exec.sha256:
+        if private is None:
+            raise JailError(f"server '{name}': jail.exec.sha256 needs a private directory for verified copies")
+        pinned = verify_pins(name, jail.exec.sha256, private / "pinned")
+    spec, launchers = jail_spec(name, server, jail, egress_socket, pinned, own)
+    plan = bwrap_plan(spec, launchers, check_bwrap(), secrets, DEFAULT_INHERITED_ENV_VARS)
+    return plan if limits is None else limit_plan(plan, name, limits)
+
+
+def _macos_plan(
+    name: str, server: LocalServer, jail: JailConfig, private: Path | None, own: Sequence[Path]
+) -> LaunchPlan:
+    """sandbox-exec with a generated profile. Not yet run on a Mac: see docs/jail.md."""
+    if jail.network == "allowlist":
+        raise JailError(f"server '{name}': network: allowlist is not available on macOS yet; use none or open")
+    if jail.exec.sha256:
+        raise JailError(f"server '{name}': jail.exec.sha256 is not available on macOS yet")
+    spec, launchers = jail_spec(name, server, jail, own=own)
+    tmp = None
+    if jail.tmp:
+        if private is None:
+            raise JailError(f"server '{name}': a private /tmp needs a private directory")
+        (private / "tmp").mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = str(private / "tmp")
+        spec = replace(spec, env={**spec.env, "TMPDIR": tmp})
+    grants = [Mount(p, MountMode.READ_ONLY, "read_only") for p in jail.read_only]
+    grants += [Mount(p, MountMode.READ_WRITE, "read_write") for p in jail.read_write]
+    return seatbelt_plan(spec, [*launchers, *grants], tmp_dir=tmp)
+
+
+def stdio_parameters(plan: LaunchPlan) -> StdioServerParameters:
+    """The SDK's spawn parameters for a plan."""
+    return StdioServerParameters(
+        command=plan.argv[0], args=list(plan.argv[1:]), env=dict(plan.env), cwd=Path(plan.cwd) if plan.cwd else None
+    )

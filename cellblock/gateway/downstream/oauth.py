@@ -1,0 +1,341 @@
+"""OAuth 2.1 for remote servers, through the SDK's `OAuthClientProvider`, with the keyring as store.
+
+The SDK does discovery, dynamic client registration, PKCE, the code exchange and refresh. This
+module gives it what it needs from Cellblock: a `TokenStorage` in the keyring (the registered
+client too, or every run would register a new one), what the SDK keeps only in memory (the
+token's expiry and the authorization server's metadata, see `_Provider`), and the two ends of an
+interactive login: the browser (or a printed URL) and a loopback listener that catches the redirect.
+
+While serving there is nobody at a browser: `LoginNeeded` is raised instead, and the user is told
+to run `cellblock auth login NAME`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import anyio
+import anyio.abc
+import httpx2
+from anyio.abc import SocketAttribute
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.auth.oauth2 import OAuthContext
+from mcp.shared.auth import (
+    AuthorizationCodeResult,
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthMetadata,
+    OAuthToken,
+)
+from pydantic import AnyUrl, ValidationError
+
+from cellblock.gateway.credentials import CredentialError, Keyring, oauth_entries
+from cellblock.gateway.downstream.discovery import PIN, DiscoveryGuard
+
+__all__ = [
+    "CALLBACK_PATH",
+    "LOGIN_PORT",
+    "LOGIN_SECONDS",
+    "KeyringTokenStorage",
+    "LoginNeeded",
+    "LoopbackCatcher",
+    "client_metadata",
+    "oauth_provider",
+    "redirect_uri_of",
+]
+
+# The loopback port a login listens on first; a registered client's redirect URI names it, so
+# the same port is reused at each login. When it is taken, a free port and a new registration.
+LOGIN_PORT = 33418
+CALLBACK_PATH = "/callback"
+# How long a login waits for the browser to come back with the authorization code.
+LOGIN_SECONDS = 300.0
+# A connection to the loopback listener that sends no request in this time is dropped (browsers
+# open spare connections); the callback waits behind it at most this long.
+IDLE_SECONDS = 10.0
+
+
+class LoginNeeded(CredentialError):
+    """The server needs an interactive OAuth login, which only `cellblock auth login` can do."""
+
+    def __init__(self, server: str, url: str) -> None:
+        super().__init__(f"server '{server}' needs a login: run `cellblock auth login {server}`")
+        self.server, self.url = server, url
+
+
+class KeyringTokenStorage:
+    """The SDK's `TokenStorage`, kept in the keyring entries `<server>/oauth-tokens` and `-client`."""
+
+    def __init__(self, store: Keyring, server: str, on_secret: Callable[[str], None] | None = None) -> None:
+        self.store, self.server = store, server
+        # told every token read or received, so the audit log can redact it wherever it turns up
+        self.on_secret = on_secret
+        self.tokens_entry, self.client_entry = oauth_entries(server)
+        # kept beside the tokens, because the SDK keeps them only in memory: when the access token
+        # expires, and where to refresh it (the authorization server's metadata)
+        self.expires_at: float | None = None
+        self.metadata: OAuthMetadata | None = None
+        self.context: OAuthContext | None = None  # the provider's, to read its discovered metadata
+
+    async def get_tokens(self) -> OAuthToken | None:
+        data = await self._read(self.tokens_entry)
+        if data is None:
+            return None
+        try:
+            expires_at = data.get("expires_at")
+            metadata = OAuthMetadata.model_validate(data["metadata"]) if data.get("metadata") else None
+            tokens = OAuthToken.model_validate(data["token"])
+        except (AttributeError, KeyError, TypeError, ValidationError):
+            raise self._damaged(self.tokens_entry) from None
+        self.expires_at, self.metadata = expires_at if isinstance(expires_at, int | float) else None, metadata
+        self._tell(tokens)
+        return tokens
+
+    def _tell(self, tokens: OAuthToken) -> None:
+        if self.on_secret is not None:
+            for value in (tokens.access_token, tokens.refresh_token):
+                if value:
+                    self.on_secret(value)
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self._tell(tokens)
+        self.expires_at = time.time() + tokens.expires_in if tokens.expires_in is not None else None
+        if self.context is not None and self.context.oauth_metadata is not None:
+            self.metadata = self.context.oauth_metadata
+        record = {
+            "token": tokens.model_dump(mode="json", exclude_none=True),
+            "expires_at": self.expires_at,
+            "metadata": self.metadata.model_dump(mode="json", exclude_none=True) if self.metadata else None,
+        }
+        await self.store.aset(self.tokens_entry, json.dumps(record))
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        data = await self._read(self.client_entry)
+        try:
+            return None if data is None else OAuthClientInformationFull.model_validate(data)
+        except ValidationError:
+            raise self._damaged(self.client_entry) from None
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        await self.store.aset(self.client_entry, client_info.model_dump_json(exclude_none=True))
+
+    async def token_state(self) -> tuple[float | None, bool] | None:
+        """(absolute expiry or None, has a refresh token) of the stored tokens; None when there are none."""
+        tokens = await self.get_tokens()
+        return None if tokens is None else (self.expires_at, bool(tokens.refresh_token))
+
+    async def forget_tokens(self) -> None:
+        await self.store.adelete(self.tokens_entry)
+
+    async def forget_client(self) -> None:
+        await self.store.adelete(self.client_entry)
+
+    async def _read(self, entry: str) -> Any:
+        raw = await self.store.aget(entry)
+        if raw is None:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise self._damaged(entry) from None
+
+    def _damaged(self, entry: str) -> CredentialError:
+        # never the record itself in the message: it holds tokens
+        return CredentialError(
+            f"keyring entry '{entry}' is damaged; run `cellblock auth logout {self.server}` and log in again"
+        )
+
+
+class _Provider(OAuthClientProvider):
+    """The SDK's provider, told what it forgets across restarts: the stored token's expiry and
+    the authorization server it came from. Without the expiry an old token looks valid forever
+    (a 401 then forces a new login); without the metadata a refresh would go to the MCP server's
+    own `/token`, handing the refresh token to a host that may not be its issuer. So a stored
+    token is refreshed only when both are known.
+
+    Every request the flow makes, and the authorization URL it shows, passes `guard` first
+    (gateway/downstream/discovery.py): the server's 401 and metadata cannot send it anywhere else."""
+
+    def __init__(
+        self,
+        storage: KeyringTokenStorage,
+        guard: DiscoveryGuard,
+        redirect_handler: Callable[[str], Awaitable[None]],
+        **kwargs: Any,
+    ) -> None:
+        async def vetted_redirect(url: str) -> None:
+            await guard.admit(url, self._authorization_servers())
+            await redirect_handler(url)
+
+        super().__init__(storage=storage, redirect_handler=vetted_redirect, **kwargs)
+        self._keyring_storage = storage
+        self._guard = guard
+        storage.context = self.context
+
+    def _authorization_servers(self) -> list[str]:
+        """The authorization servers the flow may use: those the (origin-checked) resource metadata
+        names, and the issuer of the metadata in use, which the SDK checked against them (or which
+        was stored after such a check)."""
+        named = []
+        if self.context.protected_resource_metadata is not None:
+            named += [str(server) for server in self.context.protected_resource_metadata.authorization_servers]
+        if self.context.oauth_metadata is not None:
+            named.append(str(self.context.oauth_metadata.issuer))
+        return named
+
+    async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        """The SDK's flow, with each of its own requests (discovery, registration, token, the
+        redirects it follows) admitted by the guard and pinned to the checked address."""
+        flow = super().async_auth_flow(request)
+        try:
+            outgoing = await flow.__anext__()
+            while True:
+                if outgoing is not request:
+                    address = await self._guard.admit(outgoing.url, self._authorization_servers())
+                    if address is None:
+                        outgoing.extensions.pop(PIN, None)
+                    else:
+                        outgoing.extensions[PIN] = address
+                response = yield outgoing
+                if outgoing is request:
+                    self._guard.connected(response)
+                    self._guard.check_challenge(response)
+                outgoing = await flow.asend(response)
+        except StopAsyncIteration:
+            return
+        finally:
+            await flow.aclose()
+
+    async def _initialize(self) -> None:
+        await super()._initialize()
+        stored = self._keyring_storage
+        if self.context.oauth_metadata is None and stored.metadata is not None:
+            self.context.oauth_metadata = stored.metadata
+        if self.context.oauth_metadata is not None:
+            self.context.token_expiry_time = stored.expires_at
+
+
+def client_metadata(redirect_uri: str, scope: str | None) -> OAuthClientMetadata:
+    """What Cellblock registers as: a public client (no secret), code + refresh grants."""
+    return OAuthClientMetadata(
+        client_name="Cellblock",
+        redirect_uris=[AnyUrl(redirect_uri)],
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+        token_endpoint_auth_method="none",
+        scope=scope,
+    )
+
+
+def oauth_provider(
+    server: str,
+    url: str,
+    storage: KeyringTokenStorage,
+    redirect_uri: str,
+    scope: str | None,
+    redirect_handler: Callable[[str], Awaitable[None]],
+    callback_handler: Callable[[], Awaitable[AuthorizationCodeResult]],
+    guard: DiscoveryGuard | None = None,
+) -> OAuthClientProvider:
+    """An httpx2 auth that adds, refreshes and (through the handlers) obtains tokens for `url`;
+    its requests go only where `guard` (by default one for `server` at `url`) admits. Send them
+    through a `PinnedTransport`, which connects to the addresses the guard checked."""
+    return _Provider(
+        storage,
+        guard if guard is not None else DiscoveryGuard(server, url),
+        server_url=url,
+        client_metadata=client_metadata(redirect_uri, scope),
+        redirect_handler=redirect_handler,
+        callback_handler=callback_handler,
+    )
+
+
+def redirect_uri_of(client: OAuthClientInformationFull | None) -> str | None:
+    if client is None or not client.redirect_uris:
+        return None
+    return str(client.redirect_uris[0])
+
+
+class LoopbackCatcher:
+    """A listener on 127.0.0.1 that waits for the authorization server's redirect to `/callback`."""
+
+    def __init__(self, server: str, port: int) -> None:
+        self.server, self.port = server, port
+        self._listener: anyio.abc.SocketListener | None = None
+
+    @property
+    def redirect_uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}{CALLBACK_PATH}"
+
+    async def __aenter__(self) -> LoopbackCatcher:
+        try:
+            multi = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=self.port)
+        except OSError:
+            # the wanted port is taken: any free one (a client registered for the old one registers anew)
+            multi = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        listener = multi.listeners[0]
+        if not isinstance(listener, anyio.abc.SocketListener):  # what create_tcp_listener makes
+            raise OSError("the login listener is not a TCP socket")
+        self._listener = listener
+        self.port = listener.extra(SocketAttribute.local_port)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._listener is not None:
+            await self._listener.aclose()
+
+    async def wait(self) -> AuthorizationCodeResult:
+        """The code and state of the first request to `/callback`; other paths get a 404.
+
+        Raises:
+            CredentialError: the authorization server redirected with an error.
+        """
+        assert self._listener is not None, "use LoopbackCatcher as an async context manager"
+        while True:
+            stream = await self._listener.accept()
+            async with stream:
+                with anyio.move_on_after(IDLE_SECONDS):
+                    outcome = await self._one_request(stream)
+                    if outcome is not None:
+                        return outcome
+
+    async def _one_request(self, stream: anyio.abc.SocketStream) -> AuthorizationCodeResult | None:
+        head = b""
+        while b"\r\n\r\n" not in head and len(head) < 16384:
+            try:
+                head += await stream.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                return None
+        parts = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
+        target = urlsplit(parts[1]) if len(parts) == 3 and parts[0] == "GET" else None
+        if target is None or target.path != CALLBACK_PATH:
+            await _respond(stream, "404 Not Found", "Not the Cellblock login callback.")
+            return None
+        query = {k: v[0] for k, v in parse_qs(target.query).items()}
+        if "error" in query:
+            reason = query.get("error_description") or query["error"]
+            await _respond(stream, "400 Bad Request", f"Login to {self.server} failed: {reason}")
+            raise CredentialError(f"the authorization server for '{self.server}' refused the login: {reason}")
+        try:
+            result = AuthorizationCodeResult(code=query["code"], state=query.get("state"), iss=query.get("iss"))
+        except (KeyError, ValidationError):
+            await _respond(stream, "400 Bad Request", "The redirect carried no authorization code.")
+            return None
+        await _respond(stream, "200 OK", f"Cellblock is logged in to {self.server}. You can close this tab.")
+        return result
+
+
+async def _respond(stream: anyio.abc.SocketStream, status: str, text: str) -> None:
+    body = f"<!doctype html><meta charset=utf-8><title>Cellblock</title><p>{_escape(text)}</p>".encode()
+    head = f"HTTP/1.1 {status}\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+        await stream.send(head.encode() + b"Connection: close\r\n\r\n" + body)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

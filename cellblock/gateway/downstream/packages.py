@@ -1,0 +1,412 @@
+"""Packages installed for servers (`install:`): `cellblock install` / `update`, and the check
+before each start.
+
+A server's package lives in a tree of its own, `<data dir>/installs/<server>/<id>/pkg`, with a
+record beside it, `<data dir>/installs/<server>.json`: the package at its exact version (the pin,
+when the config names none), the tree, and the sha256 of every file in it. Before each start
+`installed()` compares the tree with the record and refuses one that changed, naming what changed;
+the jail then shows the tree read-only, so no server (nor the model through it) can change the
+code it runs next time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import secrets
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import anyio.from_thread
+from pydantic import BaseModel, ValidationError
+
+from cellblock.gateway.config.model import ConfigError, LocalServer, load_config, parse_config
+from cellblock.gateway.state import atomic_write_json, atomic_write_text, data_dir, read_json, runtime_dir
+from cellblock.gateway.terminal import printable
+from cellblock.policy.hosts import HostRule, parse_rule
+from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap
+from cellblock.sandbox.egress import Decision, EgressProxy
+from cellblock.sandbox.launchers import resolve_command
+from cellblock.sandbox.packages import (
+    Ecosystem,
+    Package,
+    PackageError,
+    changes,
+    digest,
+    installed_version,
+    installer_steps,
+    manifest,
+    program_of,
+    programs_dir,
+    registry_hosts,
+    seal,
+    tree_of,
+)
+from cellblock.sandbox.spawn import run_plan
+from cellblock.sandbox.types import JailError
+
+__all__ = [
+    "InstallError",
+    "Installed",
+    "Record",
+    "install",
+    "install_command",
+    "installed",
+    "read_record",
+    "update_command",
+]
+
+# An install that takes longer is ended: a registry that hangs must not hang `wrap`.
+INSTALL_SECONDS = 600.0
+# Lines of an installer's output shown when it fails, and changed paths named when a tree changed.
+SHOWN = 5
+
+
+class InstallError(JailError):
+    """A server's package is not installed as its config asks, or cannot be; the message says what
+    to run. Its jail cannot be built, so it does not start; unlike other jail errors, running the
+    command fixes it without restarting the gateway."""
+
+
+class Record(BaseModel):
+    """What was installed for one server, kept at `<data dir>/installs/<server>.json`."""
+
+    ecosystem: Ecosystem
+    name: str
+    extras: str = ""
+    version: str
+    tree: str
+    runtime: str | None = None  # the node an npm package's programs run with
+    digest: str
+    installed_at: float
+    files: dict[str, str]
+    # each file's fingerprint when installed (sandbox.packages.manifest), so a start reads only what changed
+    prints: dict[str, str] = {}
+
+    @property
+    def package(self) -> Package:
+        return Package(self.ecosystem, self.name, self.version, self.extras)
+
+
+@dataclass(frozen=True, slots=True)
+class Installed:
+    """A server's installed package, checked against its record: what the jail runs and shows."""
+
+    record: Record
+    program: str
+    bin_dir: str
+
+    @property
+    def why(self) -> str:
+        record = self.record
+        return f"installed {record.package.spec()} ({record.digest[:19]}…, checked at start)"
+
+
+def _record_path(server: str) -> Path:
+    return data_dir() / "installs" / f"{server}.json"
+
+
+def read_record(server: str) -> Record | None:
+    data = read_json(_record_path(server))
+    try:
+        return Record.model_validate(data) if data is not None else None
+    except ValidationError:
+        return None
+
+
+def installed(name: str, server: LocalServer) -> Installed | None:
+    """The verified install of `server`, None when it has no `install:`.
+
+    Raises:
+        InstallError: it is not installed, installed at another version, or its tree changed.
+    """
+    if server.install is None:
+        return None
+    wanted = server.install.package
+    record = read_record(name)
+    if record is None:
+        raise InstallError(f"server '{name}': {wanted.spec()} is not installed; run `cellblock install {name}`")
+    have = record.package
+    same = (have.ecosystem, have.name, have.extras) == (wanted.ecosystem, wanted.name, wanted.extras)
+    if not same or wanted.version not in (None, have.version):
+        raise InstallError(
+            f"server '{name}': the config asks for {wanted.spec()}, but {have.spec()} is installed; "
+            f"run `cellblock install {name}`"
+        )
+    known = {path: (print_, record.files[path]) for path, print_ in record.prints.items() if path in record.files}
+    try:
+        now, _ = manifest(record.tree, known)
+    except (OSError, PackageError) as exc:
+        raise InstallError(
+            f"server '{name}': its installed tree {record.tree} cannot be read ({exc}); "
+            f"reinstall it with `cellblock install {name}`"
+        ) from None
+    if digest(now) != record.digest or digest(record.files) != record.digest:
+        found = [printable(c) for c in changes(record.files, now)] or ["its record"]
+        more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
+        raise InstallError(
+            f"server '{name}': its installed tree {record.tree} changed since it was installed "
+            f"({', '.join(found[:SHOWN])}{more}), so it is not started; find out what changed it, then "
+            f"reinstall with `cellblock install {name}`"
+        )
+    try:
+        program = program_of(wanted.at(record.version), record.tree, server.command)
+    except PackageError as exc:
+        raise InstallError(f"server '{name}': {exc}") from None
+    return Installed(record, program, programs_dir(have.ecosystem, record.tree))
+
+
+def install(
+    name: str, server: LocalServer, version: str | None = None, newest: bool = False, out: TextIO | None = None
+) -> Record:
+    """Install `server`'s package (at `version`; else the newest when `newest` or when the config
+    pins none; else the config's) into a new tree, record it, and remove the trees of earlier
+    installs. Progress goes to `out`.
+
+    Raises:
+        InstallError: it has no `install:`, no installer is found, the install failed.
+        JailError: the installer's jail cannot be built here.
+    """
+    out = out or sys.stderr
+    if server.install is None:
+        raise InstallError(f"server '{name}' has no install: to install")
+    if not sys.platform.startswith("linux"):
+        raise InstallError(
+            f"server '{name}': packages are installed in a bubblewrap jail, on Linux only for now; "
+            "here, run it with its launcher (command: npx or uvx) instead of install:"
+        )
+    package = server.install.package
+    if version is not None or newest:
+        package = Package(package.ecosystem, package.name, version, package.extras)
+    base = data_dir() / "installs" / name
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with _only_install(base, name):
+        return _install(name, server, package, base, version, out)
+
+
+@contextlib.contextmanager
+def _only_install(base: Path, name: str) -> Iterator[None]:
+    """One install of a server at a time: two would remove each other's trees."""
+    with open(base / ".lock", "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InstallError(f"server '{name}' is being installed by another cellblock; wait for it") from None
+        yield
+
+
+def _install(name: str, server: LocalServer, package: Package, base: Path, version: str | None, out: TextIO) -> Record:
+    assert server.install is not None
+    before = read_record(name)
+    staging = base / secrets.token_hex(4)
+    tree, work = Path(tree_of(str(staging))), staging / "work"
+    tool = _installer(package)
+    home = os.path.expanduser("~")
+    how = "npm" if package.ecosystem is Ecosystem.NPM else os.path.basename(tool)
+    print(
+        f"cellblock: installing {package.spec()} for '{name}' ({how}, in a jail that reaches the registry)…", file=out
+    )
+    began = time.monotonic()
+    refused: list[str] = []
+
+    def decided(decision: Decision) -> None:
+        if not decision.allowed:
+            refused.append(f"{printable(decision.host)}:{decision.port}")
+
+    hosts = registry_hosts(package.ecosystem)
+    egress = str(runtime_dir() / f"egress-install-{os.getpid()}-{name}.sock")
+    proxy = EgressProxy(f"install of {name}", _registry_rules(hosts), egress, decided)
+    python = os.path.realpath(sys.executable)
+    try:
+        work.mkdir(mode=0o700, parents=True)
+        with anyio.from_thread.start_blocking_portal() as portal:
+            serving, _ = portal.start_task(proxy.serve)
+            try:
+                for step, mounts in installer_steps(package, str(staging), tool, home, python, egress):
+                    result = run_plan(bwrap_plan(step, mounts, check_bwrap()), INSTALL_SECONDS)
+                    if result.returncode != 0:
+                        output = (result.stderr or result.stdout).splitlines()
+                        lines = [printable(ln) for ln in output if ln.strip()][-SHOWN:]
+                        if refused:
+                            lines.append(
+                                f"(it reached for {', '.join(dict.fromkeys(refused))}: refused; it may "
+                                f"reach only {', '.join(hosts)})"
+                            )
+                        raise InstallError(
+                            f"installing {package.spec()} for server '{name}' failed "
+                            f"({os.path.basename(step.argv[step.argv.index('--') + 1])} exited "
+                            f"{result.returncode}):\n  " + "\n  ".join(lines or ["(no output)"])
+                        )
+            finally:
+                serving.cancel()
+        seal(str(staging), package.ecosystem)  # removes work/ too
+        files, prints = manifest(str(tree))  # before anything in the tree is read
+        found = installed_version(package, str(tree))
+        record = Record(
+            ecosystem=package.ecosystem,
+            name=package.name,
+            extras=package.extras,
+            version=found,
+            tree=str(tree),
+            runtime=_runtime(tool) if package.ecosystem is Ecosystem.NPM else None,
+            digest=digest(files),
+            installed_at=time.time(),
+            files=files,
+            prints=prints,
+        )
+        program_of(package.at(found), str(tree), server.command)  # a package with nothing to run fails now
+    except PackageError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise InstallError(f"server '{name}': {exc}") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    atomic_write_json(_record_path(name), record.model_dump(mode="json"))
+    # the tree before stays until the next install: a gateway running it goes on until it restarts
+    keep = {staging, *([Path(before.tree).parent] if before else []), base / ".lock"}
+    for old in base.iterdir():
+        if old not in keep:
+            shutil.rmtree(old, ignore_errors=True)
+    pinned = "" if server.install.package.version or version else f" (the config pins no version: pinned at {found})"
+    print(
+        f"cellblock: installed {record.package.spec()} for '{name}': {len(files)} files, {record.digest[:19]}…, "
+        f"in {time.monotonic() - began:.1f} s{pinned}",
+        file=out,
+    )
+    return record
+
+
+def _registry_rules(hosts: list[str]) -> list[HostRule]:
+    """The proxy's rules for an install: the registry's hosts, and the addresses they have now.
+
+    The proxy refuses a name that leads to a private or reserved address (DNS rebinding onto the
+    machine's own services); a registry may well have one (a mirror in your network, a company's
+    TLS gateway), so exactly the addresses its names resolve to as the install begins are allowed.
+    """
+    rules = [parse_rule(h) for h in hosts]
+    for host in hosts:
+        name, _, port = host.partition(":")
+        with contextlib.suppress(OSError):
+            for *_, address in socket.getaddrinfo(name, int(port or 443), proto=socket.IPPROTO_TCP):
+                ip = str(address[0])
+                rules.append(parse_rule(f"[{ip}]:{port or 443}" if ":" in ip else f"{ip}:{port or 443}"))
+    return rules
+
+
+def _installer(package: Package) -> str:
+    """npm for an npm package; for PyPI uv (on PATH or where its installer puts it), else the
+    Python Cellblock runs on, which makes a virtualenv with pip (a pyenv shim on PATH is a script
+    that needs all of ~/.pyenv, so no `python3` is looked up)."""
+    path = os.environ.get("PATH", "")
+    name = "npm" if package.ecosystem is Ecosystem.NPM else "uv"
+    for search in (path, os.path.join(os.path.expanduser("~"), ".local", "bin")):
+        try:
+            return resolve_command(name, search)
+        except JailError:
+            continue
+    if package.ecosystem is Ecosystem.PYPI:
+        return os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    raise InstallError(f"cannot install {package.spec()}: npm (Node.js) is not on PATH; install it, then try again")
+
+
+def _runtime(npm: str) -> str | None:
+    """The node beside `npm` (nvm, fnm, volta, Homebrew keep them together), else the one on PATH."""
+    beside = os.path.join(os.path.dirname(os.path.realpath(npm)), "node")
+    for candidate in (os.path.join(os.path.dirname(npm), "node"), beside):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which("node")
+
+
+# -- the commands ------------------------------------------------------------------------------
+
+
+def install_command(names: list[str], all_servers: bool, config_path: str | None) -> int:
+    """`cellblock install SERVER… | --all`. Returns the exit code."""
+    config, _ = load_config(config_path)
+    with_install = [n for n, s in config.servers.items() if isinstance(s, LocalServer) and s.install is not None]
+    if all_servers:
+        names = with_install
+        if not names:
+            print("cellblock: no server in the config has install:; nothing to do", file=sys.stderr)
+            return 0
+    failed = 0
+    for name in names:
+        server = config.servers.get(name)
+        if name not in with_install or not isinstance(server, LocalServer):
+            print(f"cellblock: '{name}' is not a server with install: in the config", file=sys.stderr)
+            return 2
+        try:
+            install(name, server)
+        except (InstallError, JailError) as exc:
+            print(f"cellblock: {exc}", file=sys.stderr)
+            failed += 1
+    return 1 if failed else 0
+
+
+def update_command(name: str, to: str | None, config_path: str | None) -> int:
+    """`cellblock update SERVER [--to VERSION]`: install another version (by default the newest);
+    a version the config pins is changed there too. Returns the exit code."""
+    config, source = load_config(config_path)
+    server = config.servers.get(name)
+    if not isinstance(server, LocalServer) or server.install is None:
+        print(f"cellblock: '{name}' is not a server with install: in the config", file=sys.stderr)
+        return 2
+    before = read_record(name)
+    pinned = server.install.package
+    source = source.resolve()  # a config kept as a link (dotfiles) is changed where it lives
+    if pinned.version is not None and source.read_text(encoding="utf-8").count(pinned.spec()) != 1:
+        print(
+            f"cellblock: {source} pins {pinned.spec()} for '{name}' where update cannot change it alone (not "
+            "once, as written); change the version there by hand, then run `cellblock install "
+            f"{name}`",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        record = install(name, server, version=to, newest=to is None)
+    except (InstallError, JailError) as exc:
+        print(f"cellblock: {exc}", file=sys.stderr)
+        return 1
+    if pinned.version is not None and pinned.version != record.version:
+        _repin(source, name, pinned, record)
+    was = f"from {before.version} " if before is not None else ""
+    print(
+        f"cellblock: '{name}' moved {was}to {record.version}; if its catalog changed, the lock holds it "
+        f"at the next start (`cellblock review`)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _repin(source: Path, name: str, pinned: Package, record: Record) -> None:
+    """Write the newly installed version into the config, where it pinned the old one."""
+    text = source.read_text(encoding="utf-8")
+    old, new = pinned.spec(), pinned.spec(record.version)
+    if text.count(old) != 1:
+        raise ConfigError(
+            f"{source}: {record.package.spec()} is installed, but {old} appears {text.count(old)} times in the "
+            f"config; set servers.{name}.install to {new} by hand (until then '{name}' does not start)"
+        )
+    changed = text.replace(old, new)
+    config = parse_config(changed, str(source))
+    server = config.servers[name]
+    if (
+        not isinstance(server, LocalServer)
+        or server.install is None
+        or server.install.package.version != record.version
+    ):
+        raise ConfigError(f"{source}: could not change servers.{name}.install to {new}; set it by hand")
+    atomic_write_text(source, changed, source.stat().st_mode & 0o777)
+
+
+def _spec(server: object) -> str | None:
+    install = getattr(server, "install", None)
+    return None if install is None else install.package.spec()

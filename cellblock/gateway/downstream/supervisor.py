@@ -1,0 +1,1035 @@
+"""One downstream server: its connection, its catalog, and its supervision.
+
+A `Downstream` owns a supervisor task that connects (stdio through `launch_plan`, or Streamable
+HTTP), reads the server's catalog, and waits for the connection to end. A crash is followed by a
+restart with exponential backoff; after `MAX_RESTARTS` quick failures in a row the server is
+marked failed. Calls in flight when a server dies end with an error that names it. A local
+server whose jail reached a resource limit is stopped like one that crashed, with that reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import math
+import os
+import re
+import secrets
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar, cast
+
+import anyio
+import anyio.abc
+import mcp.types as types
+from mcp import Client
+from mcp.client.session import ClientRequestContext
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
+from mcp.shared.exceptions import MCPError
+from mcp.types import CONNECTION_CLOSED
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import BaseModel, FileUrl, TypeAdapter
+
+from cellblock.gateway.ask.elicitation import Asker
+from cellblock.gateway.ask.forms import refusal
+from cellblock.gateway.audit.log import Audit
+from cellblock.gateway.config.model import LocalServer, RemoteServer
+from cellblock.gateway.credentials import CredentialError, Keyring
+from cellblock.gateway.downstream.discovery import DiscoveryRefused
+from cellblock.gateway.downstream.launch import granted_roots, launch_plan, stdio_parameters
+from cellblock.gateway.downstream.local import LocalChannel, local_transport
+from cellblock.gateway.downstream.oauth import KeyringTokenStorage
+from cellblock.gateway.downstream.packages import InstallError
+from cellblock.gateway.downstream.ratelimit import Budget
+from cellblock.gateway.downstream.remote import HttpWatch, explain, login, remote_client
+from cellblock.gateway.errors import first_line
+from cellblock.gateway.scrub import Scrubbed
+from cellblock.gateway.scrub import scrub as scrub_secrets
+from cellblock.gateway.wire.lines import remote_message
+from cellblock.gateway.wire.stdio import DEFAULT_LINE_LIMIT
+from cellblock.policy.errors import CellblockError
+from cellblock.policy.hosts import parse_rule
+from cellblock.policy.jsontext import scrub
+from cellblock.policy.lock import without_protocol_meta
+from cellblock.sandbox.egress import Decision, EgressProxy
+from cellblock.sandbox.limits import describe
+from cellblock.sandbox.types import JailError, LaunchPlan, Limits
+
+__all__ = ["CALL_RESULT", "Downstream", "DownstreamError", "InFlight", "Listing", "forwardable"]
+
+logger = logging.getLogger(__name__)
+
+# A server that takes longer than this to answer its handshake and first lists is treated as
+# failed to start: the client is waiting for a catalog.
+START_SECONDS = 30.0
+# Quick failures in a row before a server is marked failed; a run that lasted HEALTHY_SECONDS
+# resets the count, so a server that crashes once a day is restarted every time.
+MAX_RESTARTS = 5
+HEALTHY_SECONDS = 30.0
+# Messages that are not valid MCP a server may send in one run before it is restarted: a stray
+# print or two is a bug to log, thousands are a server that will not speak the protocol.
+MAX_GARBAGE = 1000
+# A server that announces catalog changes without end is re-read at most this often: each re-read
+# lists its whole catalog and reviews it against the lock.
+REFRESH_SECONDS = 1.0
+BACKOFF_FIRST, BACKOFF_MAX = 0.5, 10.0
+# Downstream 2026-07-28 servers may ask for input in rounds; bound them like the SDK does.
+MAX_INPUT_ROUNDS = 8
+
+CALL_RESULT: TypeAdapter[types.CallToolResult | types.InputRequiredResult] = TypeAdapter(
+    types.CallToolResult | types.InputRequiredResult
+)
+R = TypeVar("R", bound=types.Result)
+P = TypeVar("P", bound=BaseModel)  # a server's question or sampling request
+_LIST_CHANGED = (
+    types.ToolListChangedNotification,
+    types.PromptListChangedNotification,
+    types.ResourceListChangedNotification,
+)
+
+
+class DownstreamError(CellblockError):
+    """A downstream server could not serve a request; the message names the server."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Everything a server offers, as it listed it."""
+
+    tools: tuple[types.Tool, ...] = ()
+    prompts: tuple[types.Prompt, ...] = ()
+    resources: tuple[types.Resource, ...] = ()
+    templates: tuple[types.ResourceTemplate, ...] = ()
+    instructions: str | None = None
+
+    def dump(self) -> dict[str, Any]:
+        def each(items: tuple[Any, ...]) -> list[Any]:
+            return [i.model_dump(mode="json", by_alias=True, exclude_none=True) for i in items]
+
+        return {
+            "tools": each(self.tools),
+            "prompts": each(self.prompts),
+            "resources": each(self.resources),
+            "templates": each(self.templates),
+            "instructions": self.instructions,
+        }
+
+    @classmethod
+    def load(cls, data: dict[str, Any]) -> Listing:
+        """A listing saved earlier (a lock's snapshot, the last catalog seen); text that cannot be
+        encoded, which an older version may have saved, is replaced (see `policy.jsontext`)."""
+        data = scrub(data)
+        return cls(
+            tools=tuple(types.Tool.model_validate(t) for t in data.get("tools", [])),
+            prompts=tuple(types.Prompt.model_validate(p) for p in data.get("prompts", [])),
+            resources=tuple(types.Resource.model_validate(r) for r in data.get("resources", [])),
+            templates=tuple(types.ResourceTemplate.model_validate(t) for t in data.get("templates", [])),
+            instructions=data.get("instructions"),
+        ).unstamped()
+
+    def scrubbed(self, secrets: re.Pattern[str] | None) -> Listing:
+        """This listing with every secret `secrets` finds replaced: what a server lists goes to the
+        model and into the catalogs kept on disk, and it may hold a value the gateway gave it."""
+        clean, count = scrub_secrets(self.dump(), secrets)
+        return Listing.load(clean) if count else self
+
+    def unstamped(self) -> Listing:
+        """This listing without the protocol stamps in its items' `_meta`: the lock does not hash
+        them (`policy.lock.without_protocol_meta`), so the client must not see them either."""
+
+        def each(items: tuple[Any, ...]) -> tuple[Any, ...]:
+            return tuple(_unstamped(item) for item in items)
+
+        return Listing(
+            each(self.tools), each(self.prompts), each(self.resources), each(self.templates), self.instructions
+        )
+
+
+@dataclass
+class InFlight:
+    """A call the gateway is forwarding: who to ask if the server wants input, where logs go."""
+
+    asker: Asker | None
+    log: Callable[[types.LoggingMessageNotificationParams], Awaitable[None]] | None = None
+    can_elicit: bool = False
+    can_elicit_url: bool = False  # the client can open a URL for the user (an OAuth login)
+    progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
+    # a fast-path call (gateway/serve/fastpath.py) has no client session to ask through: this moves it
+    # to the SDK's path, which has one, before the server's question is put to the user
+    hand_over: Callable[[], Awaitable[None]] | None = None
+
+    async def reach_client(self) -> None:
+        """Make sure `asker` can reach the client: a fast-path call is handed to the SDK's path."""
+        if self.hand_over is not None:
+            await self.hand_over()
+
+    async def report(self, progress: float, total: float | None, message: str | None) -> None:
+        # read at each report: a 2026-07-28 call that outlives its first request reports to the retry
+        if self.progress is not None:
+            await self.progress(progress, total, message)
+
+
+class Started(Protocol):
+    """A call already on its way to the server (a fast-path call handed to the SDK's path)."""
+
+    async def outcome(self) -> types.CallToolResult | types.InputRequiredResult: ...
+
+
+# None when the human allowed it, else why not
+SamplingApprover = Callable[["Downstream", types.CreateMessageRequestParams, InFlight], Awaitable[str | None]]
+
+
+@dataclass
+class Downstream:
+    name: str
+    config: LocalServer | RemoteServer
+    timeout: float
+    protocol: str = "auto"
+    on_listing: Callable[[Downstream], Awaitable[None]] | None = None
+    on_log: Callable[[Downstream, types.LoggingMessageNotificationParams], Awaitable[None]] | None = None
+    audit: Audit | None = None
+    runtime: Path = field(default_factory=lambda: Path("/nonexistent"))
+    sampling: str = "deny"
+    # `credentials.allow_insecure`: accept a keyring backend that keeps secrets in plain files
+    allow_insecure: bool = False
+    # asks the human whether this server may use the client's model (for `sampling: ask`)
+    approve_sampling: (
+        Callable[[Downstream, types.CreateMessageRequestParams, InFlight], Awaitable[str | None]] | None
+    ) = None
+    # the longest message taken from a local server (`max_message_size`)
+    max_message: int = DEFAULT_LINE_LIMIT
+    # what a local server's jail may take (`jail.limits`); None: remote, or unjailed
+    limits: Limits | None = None
+    # the gateway's config file, audit log, state and runtime dirs: hidden in a jail whose grants hold them
+    own: tuple[Path, ...] = ()
+    # what the server may send unasked (logs, progress) before the excess is dropped
+    notices: Budget = field(default_factory=Budget)
+    listing: Listing | None = None
+    state: str = "stopped"  # stopped | starting | ready | restarting | failed
+    error: str | None = None
+    last_exit: str | None = None  # why the server last stopped, for `cellblock ps`
+    client: Client | None = None
+    # the pipes of a running local server, for the fast path's calls beside the SDK session
+    channel: LocalChannel | None = None
+    calls: int = 0  # tool calls forwarded to this server, and how many of them on the fast path
+    fast_calls: int = 0
+    _ready: anyio.Event = field(default_factory=anyio.Event)
+    _settled: anyio.Event = field(default_factory=anyio.Event)
+    _started: bool = False
+    # failed for a reason the user can fix while the gateway runs (a credential, a remote server
+    # that was down): the next use starts it again
+    _retry_on_use: bool = False
+    _in_flight: list[InFlight] = field(default_factory=list)
+    _tg: anyio.abc.TaskGroup | None = None
+    _store: Keyring | None = None
+    _secrets_known: bool = False  # register_secrets ran
+    _closed: anyio.Event | None = None  # set to end the current connection
+    _login_lock: anyio.Lock = field(default_factory=anyio.Lock)
+    _watch: HttpWatch = field(default_factory=HttpWatch)
+    _restart_reason: str | None = None  # why the gateway ended the current connection itself
+    _ran: bool = False  # the current run was ready: its end is an exit to tell
+    _words: str = ""  # the last lines the server wrote to stderr, as put into `error`
+    _refresh_due = False  # the server said its catalog changed since the last re-read began
+    _refreshing = False
+    _limits_told = False  # the log said once how the jail's limits are enforced
+    _garbage = 0  # messages that were not valid MCP, in this run
+    _garbage_log: Budget = field(default_factory=lambda: Budget(rate=1.0, burst=20.0))
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Start the supervisor in `tg` (once)."""
+        if not self._started:
+            self._started = True
+            self._tg = tg
+            self.state = "starting"
+            tg.start_soon(self._supervise)
+
+    async def wait_settled(self, timeout: float) -> None:
+        """Wait until the first start attempt has succeeded or failed, at most `timeout` s."""
+        with anyio.move_on_after(timeout):
+            await self._settled.wait()
+
+    async def ready_client(self) -> Client:
+        """The connected client, waiting for a (re)start in progress.
+
+        Raises:
+            DownstreamError: the server is failed or does not come up in time.
+        """
+        self.retry()
+        if self.state == "failed":
+            raise DownstreamError(f"server '{self.name}' is not running: {self.error}")
+        with anyio.move_on_after(START_SECONDS):
+            await self._ready.wait()
+        if self.client is None:
+            raise DownstreamError(f"server '{self.name}' is not running: {self.error or 'did not start in time'}")
+        return self.client
+
+    @property
+    def retryable(self) -> bool:
+        """Failed for a reason the user can fix while the gateway runs; see `retry`."""
+        return self.state == "failed" and self._retry_on_use
+
+    def retry(self) -> bool:
+        """Start again a server that failed for a reason the user may have fixed since (a missing
+        credential, a login, a remote server that was down). True when a new attempt began."""
+        if not self.retryable or self._tg is None:
+            return False
+        self._retry_on_use = False
+        self.state, self._ready, self._settled = "starting", anyio.Event(), anyio.Event()
+        self._tg.start_soon(self._supervise)
+        return True
+
+    def reconnect(self) -> bool:
+        """After a credential changed: start a failed server again, or reconnect a running one so
+        it reads the keyring anew (a token set, replaced or logged out). True when something began."""
+        if self.retry():
+            return True
+        if self.state == "ready" and self._closed is not None:
+            self._event("server_reconnect", reason="its credentials changed")
+            self._closed.set()
+            return True
+        return False
+
+    async def _supervise(self) -> None:
+        failures = 0
+        while True:
+            began = anyio.current_time()
+            self._restart_reason, self._garbage = None, 0
+            try:
+                await self._run_once()
+                reason = self._exit_reason
+            except InstallError as exc:
+                # `cellblock install` puts it right; the next call retries
+                self._fail(self._with_last_words(str(exc)), retry_on_use=True)
+                return
+            except JailError as exc:
+                # no jail, no start: retrying cannot help and running unjailed is not an option
+                self._fail(self._with_last_words(str(exc)))
+                return
+            except CredentialError as exc:
+                # restarting cannot conjure a token; the user adds it, and the next call retries
+                self._fail(str(exc), retry_on_use=True)
+                return
+            except Exception as exc:  # the supervisor: any failure means restart, never a crash
+                # a jail that reached a limit while starting failed for that reason, whatever broke next
+                breach = self.channel.breach() if self.channel is not None else None
+                reason = breach or self._with_last_words(self._explain(exc), exc)
+                if self._watch.login is not None or self._watch.unauthorized or self._watch.refused is not None:
+                    self._fail(reason, retry_on_use=True)
+                    return
+            self._down(reason)
+            failures = 1 if anyio.current_time() - began > HEALTHY_SECONDS else failures + 1
+            if failures > MAX_RESTARTS:
+                self._fail(f"{reason} (gave up after {MAX_RESTARTS} restarts)", retry_on_use=self.is_remote)
+                return
+            delay = min(BACKOFF_FIRST * 2 ** (failures - 1), BACKOFF_MAX)
+            logger.warning("server '%s' is down (%s); restarting in %.1fs", self.name, reason, delay)
+            self._settled.set()
+            await anyio.sleep(delay)
+
+    @property
+    def _exit_reason(self) -> str:
+        breach = self.channel.breach() if self.channel is not None else None
+        return self._restart_reason or breach or self._with_last_words("the server exited")
+
+    def _restart(self, reason: str) -> None:
+        """End the current connection because of how the server behaves; the supervisor restarts it."""
+        if self._restart_reason is None and self._closed is not None:
+            logger.warning("server '%s' is restarted: %s", self.name, reason)
+            self._restart_reason = reason
+            # calls from now on wait for the new process, never reach the one being ended
+            self._waiting(reason)
+            self._closed.set()
+
+    def _event(self, event: str, **fields: Any) -> None:
+        if self.audit is not None:
+            self.audit.write(event, self.name, **fields)
+
+    @property
+    def is_remote(self) -> bool:
+        return isinstance(self.config, RemoteServer)
+
+    @property
+    def error_without_output(self) -> str | None:
+        """Why it is not running, with what the server wrote left out: for whoever has not approved
+        that server's text (the status tool shows every server, held ones too)."""
+        if self.error is None or not self._words:
+            return self.error
+        return self.error.replace(self._words, "(what it wrote to stderr is in `cellblock ps`)")
+
+    def _with_last_words(self, reason: str, exc: BaseException | None = None) -> str:
+        """`reason`, with the last lines the server wrote to stderr: most often they say why it stopped."""
+        relay = self.channel.stderr if self.channel is not None else None
+        # the gateway's secrets (this server's and every other's) never leave in what it wrote
+        words = relay.last_words(self.audit.secrets() if self.audit is not None else ()) if relay else ""
+        if not words:
+            return reason
+        self._words = words
+        if exc is not None and _connection_closed(exc) and self.channel is not None and not self.channel.answered:
+            return f"exited at start: {words}"
+        return f"{reason}; its stderr ended: {words}"
+
+    def _explain(self, exc: BaseException) -> str:
+        if isinstance(self.config, RemoteServer):
+            text = explain(self.name, self.config, self._watch, exc) or _describe(exc)
+        else:
+            text = _describe(exc)
+        # what the server answered (a refused handshake) may hold a secret the gateway gave it
+        return cast(str, scrub_secrets(text, self._secrets())[0])
+
+    def _without_secrets(self, params: P) -> tuple[P, int]:
+        """A server's question or sampling request with every secret the gateway holds replaced,
+        and how many were.
+
+        Raises:
+            DownstreamError: it is nested too deeply to be checked.
+        """
+        try:
+            clean, count = scrub_secrets(params.model_dump(by_alias=True, mode="json"), self._secrets())
+        except Scrubbed as exc:
+            raise DownstreamError(f"server '{self.name}' sent a request that is {exc}") from None
+        return (type(params).model_validate(clean), count) if count else (params, 0)
+
+    def _secrets(self) -> re.Pattern[str] | None:
+        return self.audit.secret_pattern() if self.audit is not None else None
+
+    def _refused(self, refused: DiscoveryRefused) -> None:
+        # the server pointed OAuth somewhere it may not go: recorded with the origin only, never a path or token
+        logger.warning("%s", refused)
+        if self.audit is not None:
+            refused.record(self.audit)
+
+    def _secret(self, value: str) -> None:
+        # a credential the gateway handed out: redacted wherever it turns up in the audit log
+        if self.audit is not None:
+            self.audit.add_secret(value)
+
+    async def register_secrets(self) -> None:
+        """Tell the audit log this server's credentials before a call to it is recorded, so a value
+        echoed in a call's arguments is redacted even before the server has started (once)."""
+        if self._secrets_known or self.audit is None:
+            return
+        self._secrets_known = True
+        entries = list(self.config.secrets.values())
+        oauth = isinstance(self.config, RemoteServer) and self.config.auth.type == "oauth"
+        if isinstance(self.config, RemoteServer) and self.config.auth.type == "bearer":
+            entries.append(self.name)
+        if not entries and not oauth:
+            return
+        with contextlib.suppress(CredentialError):  # missing or refused: starting the server says so
+            for entry in entries:
+                value = await self._keyring().aget(entry)
+                if value:
+                    self._secret(value)
+            if oauth:  # reading the stored tokens tells each one to `_secret`
+                await KeyringTokenStorage(self._keyring(), self.name, self._secret).get_tokens()
+
+    def _keyring(self) -> Keyring:
+        if self._store is None:
+            self._store = Keyring(self.allow_insecure)
+        return self._store
+
+    def _fail(self, reason: str, retry_on_use: bool = False) -> None:
+        self._event("server_failed", reason=reason)
+        self._retry_on_use = retry_on_use
+        self.state, self.error, self.client = "failed", reason, None
+        logger.error("server '%s' failed: %s", self.name, reason)
+        self._settled.set()
+        self._ready.set()  # wake waiting calls: they see the failure
+
+    def _down(self, reason: str) -> None:
+        self._event("server_exit" if self.state == "ready" or self._ran else "server_start_failed", reason=reason)
+        self._ran = False
+        self._waiting(reason)
+
+    def _waiting(self, reason: str) -> None:
+        """Calls from now on wait for the restart instead of failing at once."""
+        self.client = None
+        self.last_exit = reason
+        self.error = reason
+        self.state = "restarting"
+        if self._ready.is_set():
+            self._ready = anyio.Event()
+
+    async def _run_once(self) -> None:
+        jail = self.config.jail if isinstance(self.config, LocalServer) else False
+        if jail is False or jail.network != "allowlist":
+            await self._connect(None)
+            return
+        # the server reaches the network only through this proxy, which lives as long as it does
+        # per gateway process: two clients may each run a gateway with a server of this name
+        socket = str(self.runtime / f"egress-{os.getpid()}-{self.name}.sock")
+        proxy = EgressProxy(self.name, [parse_rule(h) for h in jail.allow_hosts], socket, self._on_egress)
+        async with anyio.create_task_group() as tg:
+            await tg.start(proxy.serve)
+            try:
+                await self._connect(socket)
+            finally:
+                tg.cancel_scope.cancel()
+
+    def _on_egress(self, decision: Decision) -> None:
+        outcome = "allowed" if decision.allowed else "refused"
+        logger.info("egress: '%s' -> %s:%s %s (%s)", self.name, decision.host, decision.port, outcome, decision.reason)
+        self._event(
+            "egress",
+            host=decision.host,
+            port=decision.port,
+            decision="allow" if decision.allowed else "deny",
+            reason=decision.reason,
+            address=decision.address,
+            rule=decision.rule,
+        )
+
+    async def _connect(self, egress_socket: str | None) -> None:
+        closed = self._closed = anyio.Event()
+        client = Client(
+            _watched(await self._transport(egress_socket), closed, remote=isinstance(self.config, RemoteServer)),
+            mode="legacy" if self.protocol == "legacy" else "auto",
+            elicitation_callback=self._on_elicit,
+            list_roots_callback=self._on_roots,
+            sampling_callback=self._on_sampling,
+            logging_callback=self._on_log,
+            message_handler=self._on_message,
+            # 2026-07-28 servers only log to requests that opt in
+            log_level="debug",
+            cache=None,
+        )
+        # One deadline covers spawn, handshake and first lists; lifted once the server is ready.
+        with anyio.CancelScope(deadline=anyio.current_time() + START_SECONDS) as scope:
+            async with client:
+                listing = await _fetch_listing(client, self._secrets())
+                scope.deadline = math.inf
+                if self.channel is not None:
+                    self.channel.answered = True
+                self.client, self.listing = client, listing
+                self.state, self.error = "ready", None
+                self._ready.set()
+                jail = getattr(self.config, "jail", None)
+                confined = self.channel.confinement if self.channel is not None else None
+                self._event(
+                    "server_ready",
+                    protocol=client.protocol_version,
+                    jail="remote" if jail is None else "off" if jail is False else jail.network,
+                    tools=len(listing.tools),
+                    **({"limits": describe(confined.plan)} if confined is not None else {}),
+                )
+                logger.info(
+                    "server '%s' is ready (%s, %d tools)", self.name, client.protocol_version, len(listing.tools)
+                )
+                try:
+                    try:
+                        if self.on_listing is not None:
+                            await self.on_listing(self)
+                    finally:
+                        # settled once the lock has reviewed what it offers: what the handshake tells
+                        # (the instructions, which name held servers) is then known
+                        self._settled.set()
+                    async with anyio.create_task_group() as tg:
+                        if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                            tg.start_soon(self._listen, client)
+                        await closed.wait()
+                        tg.cancel_scope.cancel()
+                finally:
+                    # told and audited by the supervisor, once the server's last words are in
+                    self._ran = True
+                    self._waiting(self._exit_reason)
+        if scope.cancelled_caught:
+            raise TimeoutError
+
+    async def _transport(self, egress_socket: str | None) -> Any:
+        """The connection for one run.
+
+        Raises:
+            CredentialError: a secret or token is not in the keyring, or the keyring is refused.
+            JailError: the jail cannot be built.
+        """
+        if isinstance(self.config, LocalServer):
+            values = {}
+            for variable, entry in self.config.secrets.items():
+                value = await self._keyring().aget(entry)
+                if value is None:
+                    raise CredentialError(
+                        f"server '{self.name}' needs the secret {variable} from keyring entry '{entry}', "
+                        f"which is not set: run `cellblock auth set {entry}`"
+                    )
+                values[variable] = value
+                self._secret(value)
+            private = self.runtime / "servers" / self.name
+            # off the event loop: building a jail looks at the disk (an installed tree is checked file by file)
+            build = functools.partial(
+                launch_plan, self.name, self.config, egress_socket, private, values, self.limits, self.own
+            )
+            plan = await anyio.to_thread.run_sync(build)
+            self._tell_limits(plan)
+            if sys.platform == "win32":  # no process groups: the SDK's transport, and no fast path
+                return stdio_client(stdio_parameters(plan), errlog=sys.stderr)
+            self.channel = LocalChannel(
+                self.name,
+                limit=self.max_message,
+                notices=self.notices,
+                on_list_changed=self._refresh_soon,
+                on_misbehaving=self._restart,
+            )
+            return local_transport(plan, self.channel, sys.stderr)
+        self._watch = HttpWatch()
+        keyring = self._keyring() if self.config.auth.type != "none" or self.config.secrets else None
+        http = await remote_client(
+            self.name, self.config, keyring, self._watch, self._secret, self.max_message, self._refused
+        )
+        return streamable_http_client(self.config.url, http_client=http, max_sse_event_size=self.max_message)
+
+    def _tell_limits(self, plan: LaunchPlan) -> None:
+        """Say once how the jail's limits are enforced here, as a warning where not for the jail as a whole."""
+        if plan.limits is None or self._limits_told:
+            return
+        self._limits_told = True
+        how = plan.limits.enforcement
+        weak = [f"{key} {m.how}" for key, m in (("processes:", how.processes), ("memory:", how.memory)) if not m.whole]
+        if weak:
+            logger.warning(
+                "server '%s': its jail's limits are not all enforced as a whole: %s", self.name, "; ".join(weak)
+            )
+        logger.info("server '%s': limits: %s", self.name, describe(plan.limits))
+
+    # -- what the server sends us ----------------------------------------------------------
+
+    async def _on_elicit(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        # The request carries no link to the call that caused it; the newest call in flight on
+        # this server is the best owner. With none in flight nobody can answer: decline.
+        entry = self._in_flight[-1] if self._in_flight else None
+        if entry is not None:
+            await entry.reach_client()
+        return await self._ask_user(params, entry)
+
+    async def _ask_user(self, params: types.ElicitRequestParams, entry: InFlight | None) -> types.ElicitResult:
+        """The server's question put to the user, or declined: nobody to ask, or it may not be
+        shown (`forms.refusal`: a URL a browser should not open, or the look of an approval)."""
+        if entry is None or entry.asker is None:
+            return types.ElicitResult(action="decline")
+        try:
+            params, found = self._without_secrets(params)
+            why = refusal(params)
+        except DownstreamError as exc:
+            found, why = 0, str(exc)
+        if found and isinstance(params, types.ElicitRequestURLParams):
+            # a page the user opens could be told what the gateway gave the server; it is not opened
+            why = "its URL or message holds a secret the gateway gave the server"
+        if why is not None:
+            url = params.url if isinstance(params, types.ElicitRequestURLParams) else None
+            self._event("elicitation_refused", mode=params.mode, reason=why, url=url)
+            logger.warning("server '%s': its question was not shown to the user: %s", self.name, why)
+            return types.ElicitResult(action="decline")
+        return await entry.asker.elicit(self.name, params)
+
+    async def _on_sampling(
+        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.ErrorData:
+        entry = self._in_flight[-1] if self._in_flight else None
+        if entry is not None:
+            await entry.reach_client()
+        try:
+            return await self.sample(params, entry)
+        except DownstreamError as exc:
+            return types.ErrorData(code=types.INVALID_REQUEST, message=str(exc))
+
+    async def sample(
+        self, params: types.CreateMessageRequestParams, entry: InFlight | None
+    ) -> types.CreateMessageResult:
+        """Pass a request for the client's model on, as `sampling:` allows.
+
+        Raises:
+            DownstreamError: refused by the config or the user, or the client could not answer.
+        """
+        if self.sampling == "deny":
+            self._event("sampling", decision="deny", reason="sampling: deny")
+            raise DownstreamError(
+                f"server '{self.name}' may not use the client's model (sampling: deny in cellblock.yaml)"
+            )
+        if entry is None or entry.asker is None:
+            raise DownstreamError(f"server '{self.name}' asked for sampling outside any call; refused")
+        if self.sampling == "ask" and self.approve_sampling is not None:
+            refusal = await self.approve_sampling(self, params, entry)
+            if refusal is not None:
+                self._event("sampling", decision="deny", reason=refusal)
+                raise DownstreamError(f"server '{self.name}' may not use the client's model: {refusal}")
+        self._event("sampling", decision="allow", max_tokens=params.max_tokens)
+        params, _ = self._without_secrets(params)  # the client's model sees no secret of the gateway's
+        try:
+            return await entry.asker.sample(params)
+        except (MCPError, ValueError) as exc:
+            raise DownstreamError(f"the client did not complete the sampling request of '{self.name}': {exc}") from exc
+
+    async def _on_roots(self, context: ClientRequestContext) -> types.ListRootsResult:
+        return self.roots()
+
+    def roots(self) -> types.ListRootsResult:
+        """The directories granted to the server's jail that are the user's work (`granted_roots`),
+        and never more (none for unjailed or remote servers)."""
+        paths = granted_roots(self.config) if isinstance(self.config, LocalServer) else []
+        return types.ListRootsResult(
+            roots=[types.Root(uri=FileUrl(Path(p).resolve().as_uri()), name=Path(p).name or p) for p in paths]
+        )
+
+    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        if self.is_remote and not self.notices.take():  # a local server's were counted as they came
+            return
+        logger_name = f"{self.name}.{params.logger}" if params.logger else self.name
+        params = params.model_copy(update={"logger": logger_name})
+        sink = self._in_flight[-1].log if self._in_flight else None
+        if sink is not None:
+            await sink(params)
+        elif self.on_log is not None:
+            await self.on_log(self, params)
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, Exception):
+            # logged within a budget of its own: a server writing garbage must not flood the log
+            self._garbage += 1
+            if self._garbage_log.take():
+                logger.warning("server '%s' sent a message that is not valid MCP: %s", self.name, first_line(message))
+            if self._garbage == MAX_GARBAGE:
+                self._restart(f"it sent {MAX_GARBAGE} messages that are not valid MCP")
+        elif isinstance(message, _LIST_CHANGED):
+            self._refresh_soon()
+
+    def _refresh_soon(self) -> None:
+        """Re-read the catalog after a change notification: outside the dispatcher's receive path,
+        which must not block, and once for any number of notifications that arrive meanwhile."""
+        self._refresh_due = True
+        if not self._refreshing and self._tg is not None:
+            self._refreshing = True
+            self._tg.start_soon(self._refresh_while_due)
+
+    async def _refresh_while_due(self) -> None:
+        try:
+            while self._refresh_due:
+                self._refresh_due = False
+                began = anyio.current_time()
+                await self.refresh()
+                if self._refresh_due:  # announced again meanwhile: once more, but not at once
+                    await anyio.sleep(max(0.0, began + REFRESH_SECONDS - anyio.current_time()))
+        finally:
+            self._refreshing = False
+
+    async def _listen(self, client: Client) -> None:
+        """2026-07-28 servers announce catalog changes only on a `subscriptions/listen` stream."""
+        caps = client.server_capabilities
+        wanted = {
+            "tools_list_changed": bool(caps.tools and caps.tools.list_changed),
+            "prompts_list_changed": bool(caps.prompts and caps.prompts.list_changed),
+            "resources_list_changed": bool(caps.resources and caps.resources.list_changed),
+        }
+        if not any(wanted.values()):
+            return
+        try:
+            async with client.listen(
+                tools_list_changed=wanted["tools_list_changed"],
+                prompts_list_changed=wanted["prompts_list_changed"],
+                resources_list_changed=wanted["resources_list_changed"],
+            ) as events:
+                async for _ in events:
+                    self._refresh_soon()
+        except (MCPError, SubscriptionLost, ListenNotSupportedError) as exc:
+            logger.info("server '%s': no change notifications (%s)", self.name, _describe(exc))
+
+    async def refresh(self) -> None:
+        """Re-read the catalog after the server said it changed, and report it."""
+        client = self.client
+        if client is None:
+            return
+        try:
+            with anyio.fail_after(START_SECONDS):
+                self.listing = await _fetch_listing(client, self._secrets())
+        except (MCPError, TimeoutError, anyio.ClosedResourceError) as exc:
+            logger.warning("server '%s': could not re-read its catalog: %s", self.name, _describe(exc))
+            return
+        if self.on_listing is not None:
+            await self.on_listing(self)
+
+    # -- forwarding ------------------------------------------------------------------------
+
+    @property
+    def needs_login(self) -> bool:
+        """Failed because its OAuth tokens are missing or no longer accepted."""
+        return self.retryable and self._watch.login is not None
+
+    async def _login_through_client(self, asker: Asker) -> None:
+        """The OAuth login of `cellblock auth login`, with the client's URL elicitation as the
+        browser: the user opens the authorization URL from the client, the redirect comes back to
+        the gateway's loopback listener, and the server starts with the new tokens.
+
+        Raises:
+            CredentialError: the user declined, or the login failed or timed out.
+        """
+        config = self.config
+        assert isinstance(config, RemoteServer)
+        async with self._login_lock:
+            if not self.needs_login:
+                return  # another call logged in meanwhile
+
+            async def show(url: str) -> None:
+                params = types.ElicitRequestURLParams(
+                    message=f"Log in to '{self.name}' ({config.url}) so Cellblock can call its tools",
+                    url=url,
+                    elicitation_id=secrets.token_urlsafe(12),
+                )
+                answer = await asker.elicit(self.name, params)
+                if answer.action != "accept":
+                    raise CredentialError(
+                        f"the login to '{self.name}' was not completed ({answer.action}); "
+                        f"log in with `cellblock auth login {self.name}`"
+                    )
+
+            tools = await login(self.name, config, self._keyring(), show, self._secret, self._refused)
+            self._event("login", tools=tools)
+            logger.info("server '%s': logged in through the client", self.name)
+            self.retry()
+
+    def _lost_session(self) -> bool:
+        """True (and a reconnect begun) when a remote server answered 404 to our session: it
+        restarted and forgot it. The spec has the client start a new session; the refused request
+        was never processed, so it is safe to send again."""
+        if not self._watch.session_lost:
+            return False
+        self._watch.session_lost = False
+        self._down("the remote server no longer knows our session (it restarted)")
+        if self._closed is not None:
+            self._closed.set()
+        return True
+
+    @asynccontextmanager
+    async def tracking(self, entry: InFlight) -> AsyncIterator[None]:
+        self.track(entry)
+        try:
+            yield
+        finally:
+            self.untrack(entry)
+
+    def track(self, entry: InFlight) -> None:
+        """`entry` is in flight: the server's questions and logs go to the newest such entry."""
+        self._in_flight.append(entry)
+
+    def untrack(self, entry: InFlight) -> None:
+        self._in_flight.remove(entry)
+
+    async def call_tool(
+        self,
+        tool: str,
+        params: types.CallToolRequestParams,
+        entry: InFlight,
+        started: Started | None = None,
+        recheck: Callable[[], types.CallToolResult | None] | None = None,
+    ) -> types.CallToolResult:
+        """Forward one call and return its result; failures become an error result naming the server.
+
+        `started` is a call the fast path already sent: its first round is not sent again.
+        `recheck`, asked once the server is ready and before anything is sent, may refuse the
+        call after all (its answer is returned): what the server offers may have changed.
+        """
+        try:
+            for attempt in (1, 2):
+                if self.needs_login and entry.can_elicit_url and entry.asker is not None:
+                    await self._login_through_client(entry.asker)
+                try:
+                    client = await self.ready_client()
+                except DownstreamError:
+                    if attempt == 1 and self.needs_login and entry.can_elicit_url:
+                        continue  # it failed just now for want of a login: log in through the client
+                    raise
+                refusal = recheck() if recheck is not None and started is None else None
+                if refusal is not None:
+                    return refusal
+                try:
+                    async with self.tracking(entry):
+                        with anyio.fail_after(self.timeout):
+                            return await self._call_rounds(client, tool, params, entry, started)
+                except MCPError:
+                    if attempt == 1 and started is None and self._lost_session():
+                        continue  # the server never saw the call; send it again on a new session
+                    raise
+            raise AssertionError("unreachable")
+        except (TimeoutError, DownstreamError, CredentialError, MCPError, ValueError) as exc:
+            return self.failed_call(tool, exc)
+
+    def failed_call(self, tool: str, exc: BaseException) -> types.CallToolResult:
+        """The error result the model reads when a call to `tool` did not complete."""
+        if isinstance(exc, TimeoutError):
+            return error_result(
+                f"call to '{tool}' on server '{self.name}' took longer than {self.timeout:g}s and was cancelled"
+            )
+        if isinstance(exc, DownstreamError | CredentialError):
+            return error_result(str(exc))
+        if isinstance(exc, MCPError):
+            if exc.code == types.CONNECTION_CLOSED:
+                why = self._restart_reason or (self.channel.breach() if self.channel is not None else None)
+                if why is not None:
+                    return error_result(f"server '{self.name}' was stopped during the call to '{tool}': {why}")
+                return error_result(f"server '{self.name}' closed the connection during the call to '{tool}'")
+            return error_result(f"server '{self.name}' answered '{tool}' with an error: {exc.message}")
+        # a result that does not validate
+        return error_result(f"server '{self.name}' sent an invalid result for '{tool}': {first_line(exc)}")
+
+    async def _call_rounds(
+        self,
+        client: Client,
+        tool: str,
+        params: types.CallToolRequestParams,
+        entry: InFlight,
+        started: Started | None = None,
+    ) -> types.CallToolResult:
+        progress = entry.report if entry.progress is not None else None
+        if progress is not None and self.is_remote:  # a local server's progress was budgeted as it came
+            report = progress
+
+            async def budgeted(progress: float, total: float | None, message: str | None) -> None:
+                if self.notices.take():
+                    await report(progress, total, message)
+
+            progress = budgeted
+        meta = cast("types.RequestParamsMeta | None", forwardable(params.meta))  # plain JSON keys, as given
+        request = types.CallToolRequestParams(name=tool, arguments=params.arguments, _meta=meta)
+        for _ in range(MAX_INPUT_ROUNDS):
+            if started is not None:
+                result, started = await started.outcome(), None
+            else:
+                result = await client.session.send_request(
+                    types.CallToolRequest(params=request), CALL_RESULT, progress_callback=progress
+                )
+            if isinstance(result, types.CallToolResult):
+                return result
+            asked = result.input_requests or {}
+            responses = {key: await self._answer(req, entry) for key, req in asked.items()}
+            request = request.model_copy(update={"input_responses": responses, "request_state": result.request_state})
+        return error_result(f"server '{self.name}' asked for input more than {MAX_INPUT_ROUNDS} times")
+
+    async def _answer(self, request: types.InputRequest, entry: InFlight) -> types.InputResponse:
+        if isinstance(request, types.ElicitRequest):
+            return await self._ask_user(request.params, entry)
+        if isinstance(request, types.ListRootsRequest):
+            return self.roots()
+        return await self.sample(request.params, entry)
+
+    async def request(self, request: Any, result_type: type[R]) -> R:
+        """Forward a non-call request (prompt get, resource read, completion) within the timeout.
+
+        Raises:
+            DownstreamError: the server is down, errs, or times out.
+        """
+        try:
+            for attempt in (1, 2):
+                client = await self.ready_client()
+                try:
+                    with anyio.fail_after(self.timeout):
+                        return await client.session.send_request(request, result_type)
+                except MCPError:
+                    if attempt == 1 and self._lost_session():
+                        continue
+                    raise
+            raise AssertionError("unreachable")
+        except TimeoutError:
+            raise DownstreamError(
+                f"server '{self.name}' did not answer {request.method} in {self.timeout:g}s"
+            ) from None
+        except MCPError as exc:
+            raise DownstreamError(f"server '{self.name}': {exc.message}") from exc
+
+
+def _unstamped(item: Any) -> Any:
+    meta = item.meta
+    if not meta:
+        return item
+    kept = without_protocol_meta(meta)
+    return item if len(kept) == len(meta) else item.model_copy(update={"meta": kept or None})
+
+
+def error_result(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+def forwardable(meta: Any) -> dict[str, Any] | None:
+    """The caller's `_meta` minus what belongs to this hop (progress token, protocol envelope)."""
+    if not meta:
+        return None
+    data = meta if isinstance(meta, dict) else dict(meta)
+    kept = {
+        k: v
+        for k, v in data.items()
+        if k not in ("progressToken", "progress_token") and not k.startswith("io.modelcontextprotocol/")
+    }
+    return kept or None
+
+
+async def _fetch_listing(client: Client, secrets: re.Pattern[str] | None) -> Listing:
+    caps = client.server_capabilities
+
+    async def pages(fetch: Callable[[str | None], Awaitable[Any]], attr: str) -> tuple[Any, ...]:
+        items: list[Any] = []
+        cursor: str | None = None
+        for _ in range(1000):  # a server that pages forever is cut off, not followed
+            page = await fetch(cursor)
+            items.extend(getattr(page, attr))
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tuple(items)
+
+    tools = await pages(lambda c: client.list_tools(cursor=c), "tools") if caps.tools else ()
+    prompts = await pages(lambda c: client.list_prompts(cursor=c), "prompts") if caps.prompts else ()
+    resources, templates = (), ()
+    if caps.resources:
+        resources = await pages(lambda c: client.list_resources(cursor=c), "resources")
+        templates = await pages(lambda c: client.list_resource_templates(cursor=c), "resource_templates")
+    return Listing(tools, prompts, resources, templates, client.instructions).unstamped().scrubbed(secrets)
+
+
+@asynccontextmanager
+async def _watched(transport: Any, closed: anyio.Event, remote: bool = False) -> AsyncIterator[Any]:
+    """The transport's streams, setting `closed` when the server's side ends (exit, crash, EOF);
+    a `remote` server's messages are bounded here (`lines.remote_message`), a local one's as read."""
+    async with transport as streams:
+        read, write = streams[0], streams[1]
+        send, receive = anyio.create_memory_object_stream[Any](0)
+
+        async def pump() -> None:
+            try:
+                async with send:
+                    async for item in read:
+                        await send.send(remote_message(item) if remote else item)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass
+            finally:
+                closed.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pump)
+            try:
+                yield receive, write
+            finally:
+                tg.cancel_scope.cancel()
+
+
+def _connection_closed(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_connection_closed(e) for e in exc.exceptions)
+    return isinstance(exc, MCPError) and exc.error.code == CONNECTION_CLOSED
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return f"command not found: {exc.filename or exc}"
+    if isinstance(exc, PermissionError):
+        return f"command not executable: {exc.filename or exc}"
+    if isinstance(exc, TimeoutError):
+        return f"no answer to the handshake within {START_SECONDS:g}s"
+    if isinstance(exc, MCPError):
+        return f"protocol error: {exc.message}"
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {first_line(exc)}"

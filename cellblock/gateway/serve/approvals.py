@@ -1,0 +1,497 @@
+"""`ask`, answered by a human: through the client's elicitation UI, or from a terminal.
+
+For a call whose policy verdict is `ask`, in order:
+
+1. an approval remembered for the session or for good (`approvals.json`) allows it;
+2. a client that can elicit is asked with a form (handshake era: `elicitation/create` while the
+   call waits; 2026-07-28: an `InputRequiredResult` whose `request_state` is sealed and bound to the
+   server, the tool, a digest of the arguments and an expiry, redeemable once);
+3. otherwise the call waits as a pending approval that `cellblock approve ID` / `cellblock deny ID`
+   answer through the control socket; on timeout it is refused with the ID and the command.
+
+Nothing the model sends can approve anything: answers come from the client's UI or the CLI, and
+a retried call's state is checked against a key that exists only in this process. Remembered
+approvals only turn `ask` into `allow`: the policy's `deny` rules and argument constraints are
+applied before this module is consulted, so an approval cannot widen them.
+
+A prompt get or a resource read under `ask` goes the same way, and the form says what is got or
+read. Every remembered approval (once, session, always, pending) is keyed by kind as well as by
+name: a server's tool named "prompt:greet" and its prompt "greet" never share a grant, whichever
+of them was approved. approvals.json (version 2) keeps tools under "always" and prompts and
+resources under "items"; a version 1 file's "prompt:NAME"/"resource:URI" entries are read as the
+prompt's or resource's approval, which is what they granted then.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import mcp.types as types
+from mcp.server.session import ServerSession
+
+from cellblock.gateway.ask.elicitation import Sealer, StateRejected
+from cellblock.gateway.ask.forms import (
+    MAX_VALUE,
+    SHOW_FULL,
+    approval_form,
+    args_digest,
+    argument_lines,
+    choice_schema,
+    identity,
+    review_form,
+)
+from cellblock.gateway.audit.log import Audit
+from cellblock.gateway.serve.notify import notify
+from cellblock.gateway.state import StateWriteError, atomic_write_json, read_json
+from cellblock.policy.text import visible
+from cellblock.policy.types import Decision, Verdict
+
+if TYPE_CHECKING:
+    from cellblock.gateway.serve.pipeline import Asking
+
+__all__ = [
+    "APPROVAL_KEY",
+    "Approvals",
+    "NeedsInput",
+    "approval_form",
+    "can_elicit",
+    "choice_schema",
+    "describe",
+    "read_always",
+    "review_form",
+]
+
+logger = logging.getLogger(__name__)
+
+# The input key of an approval question inside an InputRequiredResult.
+APPROVAL_KEY = "cellblock_approval"
+# A pending approval answered after its call timed out still lets the same call through once,
+# for this long (the model is told to retry after the user approves).
+PENDING_TTL = 600.0
+MAX_PENDING = 64  # pending approvals are created by the model's calls: keep them bounded
+STATE_PREFIX = "ap1."
+# how a prompt's and a resource's `tool` begins inside the gateway ("prompt:greet")
+ITEM_PREFIXES = ("prompt:", "resource:")
+ITEM_KINDS = ("prompt", "resource")
+FILE_VERSION = 2
+
+
+class NeedsInput(Exception):
+    """The call must be answered with this InputRequiredResult (2026-07-28 elicitation)."""
+
+    def __init__(self, result: types.InputRequiredResult) -> None:
+        super().__init__("input required")
+        self.result = result
+
+
+@dataclass
+class Pending:
+    id: str
+    server: str
+    tool: str
+    arguments: dict[str, Any] | None
+    digest: str
+    created: float
+    expires: float
+    answer: anyio.Event = field(default_factory=anyio.Event)
+    scope: str | None = None  # "once", "session", "always"; None = denied or unanswered
+    waiting: bool = True  # False once the call gave up waiting (timed out)
+    kind: str = "tool"  # or "prompt", "resource": `tool` is then "prompt:NAME" or "resource:URI"
+
+
+class Approvals:
+    """Remembered approvals, pending ones, and the ways of asking."""
+
+    def __init__(self, state: Path, audit: Audit, timeout: float) -> None:
+        self.path = state / "approvals.json"
+        self.audit = audit
+        self.timeout = timeout
+        self.session: set[tuple[str, str, str]] = set()  # (server, kind, tool)
+        self.pending: dict[str, Pending] = {}
+        self._once: dict[tuple[str, str, str, str], float] = {}  # (server, kind, tool, digest): after a timeout
+        self._sealer = Sealer(STATE_PREFIX)
+        self._used: dict[str, float] = {}
+        self._always: dict[str, set[tuple[str, str]]] = {}  # server -> {(kind, tool)}
+        self._mtime = -1.0
+
+    # -- remembered ------------------------------------------------------------------------
+
+    def always(self) -> dict[str, set[tuple[str, str]]]:
+        """server -> {(kind, tool)} always allowed; re-read when the file changed (a revoke elsewhere)."""
+        try:
+            mtime = os.stat(self.path).st_mtime_ns / 1e9
+        except OSError:
+            mtime = 0.0
+        if mtime != self._mtime:
+            self._always = read_always(read_json(self.path))
+            self._mtime = mtime
+        return self._always
+
+    def _save_always(self, table: dict[str, set[tuple[str, str]]]) -> None:
+        tools = {s: sorted(t for k, t in keys if k == "tool") for s, keys in sorted(table.items())}
+        items = {
+            s: {k: sorted(t.removeprefix(f"{k}:") for kk, t in keys if kk == k) for k in ITEM_KINDS}
+            for s, keys in sorted(table.items())
+        }
+        atomic_write_json(
+            self.path,
+            {
+                "version": FILE_VERSION,
+                "always": {s: t for s, t in tools.items() if t},
+                "items": {
+                    s: {k: n for k, n in kinds.items() if n} for s, kinds in items.items() if any(kinds.values())
+                },
+            },
+        )
+        self._mtime = -1.0
+
+    def remember(self, server: str, tool: str, kind: str = "tool") -> None:
+        """Allow `tool` (of `kind`) of `server` always, from now on and after restarts.
+
+        Raises:
+            StateWriteError: the approvals file could not be saved (nothing is remembered).
+        """
+        table = {s: set(t) for s, t in self.always().items()}
+        table.setdefault(server, set()).add((kind, tool))
+        self._save_always(table)
+
+    def revoke(self, server: str, tool: str | None, kind: str = "tool") -> list[tuple[str, str]]:
+        """Forget always- and session-approvals of `server` (one tool, prompt or resource, or all);
+        what was removed, each (kind, tool)."""
+        table = {s: set(t) for s, t in self.always().items()}
+        key = (kind, tool if kind == "tool" or tool is None else f"{kind}:{tool}")
+        stored = table.get(server, set())
+        gone = sorted(stored if tool is None else stored & {key})
+        if tool is None:
+            table.pop(server, None)
+        else:
+            stored.discard(key)
+        self._save_always(table)
+        self.session = {(s, k, t) for s, k, t in self.session if not (s == server and (tool is None or (k, t) == key))}
+        for k, name in gone:
+            self.audit.write("approval_revoked", server, tool=name, **_kind(k))
+        return gone
+
+    # -- asking ----------------------------------------------------------------------------
+
+    async def decide(self, server: str, tool: str, exposed: str, verdict: Verdict, call: Any) -> Verdict:
+        """Turn an `ask` verdict into allow or deny, asking a human if nothing remembered answers.
+
+        Raises:
+            NeedsInput: a 2026-07-28 client must be asked through an InputRequiredResult.
+        """
+        arguments = call.arguments
+        kind = getattr(call, "kind", "tool")
+        # keyed by kind too: a tool named "prompt:greet" and the prompt greet share no grant
+        if (kind, tool) in self.always().get(server, set()):
+            return Verdict(Decision.ALLOW, "approval:always", f"always allowed by the user ({verdict.rule})")
+        if (server, kind, tool) in self.session:
+            return Verdict(Decision.ALLOW, "approval:session", f"allowed for this session ({verdict.rule})")
+        if self._once.pop((server, kind, tool, args_digest(arguments)), 0.0) > time.time():
+            return Verdict(Decision.ALLOW, "approval:once", f"approved by the user from the CLI ({verdict.rule})")
+        human = getattr(call, "human", None)
+        full = human is not None and _choice(human) == SHOW_FULL  # asked to read every argument first
+        if human is not None and not full:  # the answer a 2026-07-28 client sent back with the retried call
+            return self._granted(server, tool, verdict, human, "elicitation", kind)
+        ctx = call.ctx
+        if ctx is not None and can_elicit(ctx.session):
+            if ctx.modern:
+                message, schema = self._form(server, tool, verdict.rule, arguments, full, kind)
+                request = types.ElicitRequest(
+                    params=types.ElicitRequestFormParams(message=message, requested_schema=schema)
+                )
+                self.audit.write("approval_asked", server, tool=tool, via="elicitation", **_kind(kind))
+                raise NeedsInput(
+                    types.InputRequiredResult(
+                        input_requests={APPROVAL_KEY: request}, request_state=self.seal(exposed, arguments)
+                    )
+                )
+            return await self._elicit(ctx.session, ctx.request_id, server, tool, verdict, arguments, kind)
+        return await self._wait_for_cli(server, tool, exposed, verdict, arguments, ctx, kind)
+
+    def _form(
+        self, server: str, tool: str, rule: str, arguments: dict[str, Any] | None, full: bool, kind: str = "tool"
+    ) -> tuple[str, dict[str, Any]]:
+        return approval_form(server, tool, rule, arguments, secrets=self.audit.secrets(), full=full, kind=kind)
+
+    async def _elicit(
+        self,
+        session: ServerSession,
+        request_id: Any,
+        server: str,
+        tool: str,
+        verdict: Verdict,
+        arguments: Any,
+        kind: str = "tool",
+    ) -> Verdict:
+        for full in (False, True):  # a cut form offers only "show all" or deny; then every argument, uncut
+            message, schema = self._form(server, tool, verdict.rule, arguments, full, kind)
+            self.audit.write("approval_asked", server, tool=tool, via="elicitation", **_kind(kind))
+            try:
+                # the human has approvals.timeout to answer; silence is a refusal
+                with anyio.fail_after(self.timeout):
+                    result = await session.elicit_form(message, schema, related_request_id=request_id)
+            except TimeoutError:
+                return self._refused(
+                    server, tool, verdict, "approval_timeout", f"no answer within {self.timeout:g}s", kind
+                )
+            except Exception as exc:  # the client failed the request: no answer is a refusal
+                return self._refused(
+                    server, tool, verdict, "approval_denied", f"the client could not ask ({exc})", kind
+                )
+            if full or _choice(result) != SHOW_FULL:
+                break
+        return self._granted(server, tool, verdict, result, "elicitation", kind)
+
+    def _granted(
+        self, server: str, tool: str, verdict: Verdict, result: types.ElicitResult, via: str, kind: str = "tool"
+    ) -> Verdict:
+        choice = _choice(result)
+        if choice not in ("allow_once", "allow_session", "allow_always"):
+            why = "the user denied it" if choice == "deny" else f"the user answered '{result.action}'"
+            return self._refused(server, tool, verdict, "approval_denied", why, kind)
+        scope = str(choice).removeprefix("allow_")
+        if scope == "session":
+            self.session.add((server, kind, tool))
+        elif scope == "always":
+            try:
+                self.remember(server, tool, kind)
+            except StateWriteError as exc:  # an "always" that would be forgotten is not what was granted
+                return self._refused(
+                    server, tool, verdict, "approval_denied", f"'always' could not be saved: {exc}", kind
+                )
+        self.audit.write("approval_granted", server, tool=tool, scope=scope, via=via, **_kind(kind))
+        return Verdict(Decision.ALLOW, f"approval:{scope}", f"approved by the user ({verdict.rule})")
+
+    def _refused(self, server: str, tool: str, verdict: Verdict, event: str, why: str, kind: str = "tool") -> Verdict:
+        self.audit.write(event, server, tool=tool, reason=why, **_kind(kind))
+        return Verdict(
+            Decision.DENY,
+            verdict.rule,
+            f"{_what(tool, kind)} of server '{server}' needs the user's approval and did not get it: {why}",
+        )
+
+    async def _wait_for_cli(
+        self,
+        server: str,
+        tool: str,
+        exposed: str,
+        verdict: Verdict,
+        arguments: dict[str, Any] | None,
+        ctx: Asking | None = None,
+        kind: str = "tool",
+    ) -> Verdict:
+        self._expire()
+        if len(self.pending) >= MAX_PENDING:
+            return self._refused(server, tool, verdict, "approval_denied", "too many approvals are pending", kind)
+        now = time.time()
+        ident = base64.b32encode(os.urandom(5)).decode().lower()
+        item = Pending(ident, server, tool, arguments, args_digest(arguments), now, now + PENDING_TTL, kind=kind)
+        self.pending[ident] = item
+        self.audit.write("approval_asked", server, tool=tool, via="cli", id=ident, **_kind(kind))
+        logger.warning(
+            "approval %s: server '%s' wants to run '%s'; run 'cellblock approve %s' or 'cellblock deny %s'",
+            ident,
+            server,
+            tool,
+            ident,
+            ident,
+        )
+        waiting = (
+            f"Cellblock: {_what(exposed)} waits up to {self.timeout:g}s for the user's approval. "
+            f"Ask the user to run 'cellblock pending' to see it, then 'cellblock approve {ident}' "
+            f"or 'cellblock deny {ident}' in a terminal."
+        )
+        async with anyio.create_task_group() as tg:
+            # never a silent wait: the client hears why (and so can the model), the desktop shows it
+            if ctx is not None and ctx.tell is not None:
+                tg.start_soon(ctx.tell, waiting)
+            tg.start_soon(notify, f"{_what(exposed)} waits for your approval: cellblock approve {ident}")
+            with anyio.move_on_after(self.timeout):
+                await item.answer.wait()
+            tg.cancel_scope.cancel()
+        if item.answer.is_set():
+            if item.scope is None:
+                return self._refused(server, tool, verdict, "approval_denied", f"denied from the CLI ({ident})", kind)
+            return Verdict(Decision.ALLOW, f"approval:{item.scope}", f"approved from the CLI ({verdict.rule})")
+        item.waiting = False
+        self.audit.write("approval_timeout", server, tool=tool, id=ident, **_kind(kind))
+        return Verdict(
+            Decision.DENY,
+            verdict.rule,
+            f"{_what(exposed)} needs the user's approval. Ask the user to run 'cellblock approve {ident}' "
+            f"(or 'cellblock approve {ident} --always') in a terminal, then ask again with the same "
+            "arguments; or 'cellblock deny " + ident + "'.",
+        )
+
+    def answer(self, ident: str, scope: str | None) -> bool:
+        """The CLI's answer to pending approval `ident` (scope None: deny). False if there is none.
+
+        Raises:
+            StateWriteError: "always" could not be saved; the approval stays pending, unanswered.
+        """
+        self._expire()
+        item = self.pending.get(ident)
+        if item is None:
+            return False
+        if scope == "session":
+            self.session.add((item.server, item.kind, item.tool))
+        elif scope == "always":
+            self.remember(item.server, item.tool, item.kind)
+        if scope is not None and not item.waiting:
+            # the call already timed out: let the same call (same kind too) through once when the model retries
+            self._once[(item.server, item.kind, item.tool, item.digest)] = item.expires
+        item.scope = scope
+        item.answer.set()
+        self.pending.pop(ident, None)
+        event = "approval_granted" if scope is not None else "approval_denied"
+        self.audit.write(event, item.server, tool=item.tool, scope=scope, via="cli", id=ident, **_kind(item.kind))
+        return True
+
+    def _expire(self) -> None:
+        now = time.time()
+        for ident in [i for i, p in self.pending.items() if p.expires < now]:
+            self.pending.pop(ident)
+        for key in [k for k, exp in self._once.items() if exp < now]:
+            self._once.pop(key)
+
+    async def sampling(self, server: str, params: types.CreateMessageRequestParams, entry: Any) -> str | None:
+        """Ask whether `server` may use the client's model for this request; None if allowed, else why not."""
+        verdict = Verdict(Decision.ASK, "sampling", "")
+        summary = {
+            "messages": len(params.messages),
+            "max_tokens": params.max_tokens,
+            "system_prompt": params.system_prompt,
+            "last_message": params.messages[-1].model_dump(mode="json") if params.messages else None,
+        }
+        if entry.can_elicit and entry.asker is not None:
+            # every part of the request, uncut: the human decides once on all of it
+            message, _ = approval_form(
+                server, "sampling (use your model)", "sampling: ask", summary, secrets=self.audit.secrets(), full=True
+            )
+            schema = choice_schema(("allow_once", "deny"), ("Allow once", "Deny"))
+            self.audit.write("approval_asked", server, tool="sampling", via="elicitation")
+            with anyio.move_on_after(self.timeout):
+                answer = await entry.asker.ask(types.ElicitRequestFormParams(message=message, requested_schema=schema))
+                decided = self._granted(server, "sampling", verdict, answer, "elicitation")
+                return None if decided.decision is Decision.ALLOW else decided.reason
+            return self._refused(server, "sampling", verdict, "approval_timeout", "no answer in time").reason
+        decided = await self._wait_for_cli(server, "sampling", f"{server} sampling", verdict, summary)
+        return None if decided.decision is Decision.ALLOW else decided.reason
+
+    # -- sealed request_state (2026-07-28) ---------------------------------------------------
+
+    def seal(self, exposed: str, arguments: dict[str, Any] | None) -> str:
+        return self._sealer.seal(exposed, arguments, self.timeout, nonce=secrets.token_hex(8))
+
+    def redeem(self, state: str, exposed: str, arguments: dict[str, Any] | None) -> str | None:
+        """None if `state` is a valid, unused approval state for exactly this call; else why not."""
+        try:
+            claim = self._sealer.open(state, exposed, arguments)
+        except StateRejected as exc:
+            return f"the approval state {exc}"
+        nonce = str(claim.get("nonce"))
+        if nonce in self._used:
+            return "the approval state was already used"
+        self._used = {n: e for n, e in self._used.items() if e > time.time()}
+        self._used[nonce] = float(claim["exp"])
+        return None
+
+    # -- what the control socket shows -----------------------------------------------------
+
+    def listing(self, full: str | None = None) -> list[dict[str, Any]]:
+        """The pending approvals, each argument a `"key": value` line of escaped JSON, cut (`cut`
+        says how many); with `full`, only that approval, nothing cut. Only values Cellblock knows
+        are secrets are hidden."""
+        self._expire()
+        secrets = self.audit.secrets()
+        listed = []
+        for p in self.pending.values():
+            if full is not None and p.id != full:
+                continue
+            lines, cut = argument_lines(p.arguments, secrets, None if full is not None else MAX_VALUE)
+            listed.append(
+                {
+                    "id": p.id,
+                    "server": p.server,
+                    "tool": p.tool,
+                    "kind": p.kind,
+                    "identity": identity(p.server, p.tool, p.arguments, p.kind),
+                    "digest": p.digest,
+                    "arguments": lines,
+                    "cut": cut,
+                    "created": p.created,
+                    # the waiting call gives up at `waits_until`; an answer until `expires` lets its retry through
+                    "waits_until": p.created + self.timeout if p.waiting else None,
+                    "expires": p.expires,
+                }
+            )
+        return listed
+
+
+def read_always(data: Any) -> dict[str, set[tuple[str, str]]]:
+    """The always-approvals in approvals.json's `data`: server -> {(kind, tool)}; anything malformed is left out."""
+    if not isinstance(data, dict):
+        return {}
+    table: dict[str, set[tuple[str, str]]] = {}
+    tools = data.get("always", {})
+    for server, names in tools.items() if isinstance(tools, dict) else ():
+        if isinstance(server, str) and isinstance(names, list):
+            for name in (n for n in names if isinstance(n, str)):
+                # version 1 kept a prompt's or resource's approval here as "prompt:NAME"/"resource:URI"
+                kind = (
+                    name.partition(":")[0]
+                    if data.get("version") != FILE_VERSION and name.startswith(ITEM_PREFIXES)
+                    else "tool"
+                )
+                table.setdefault(server, set()).add((kind, name))
+    items = data.get("items", {}) if data.get("version") == FILE_VERSION else {}
+    for server, kinds in items.items() if isinstance(items, dict) else ():
+        for kind in ITEM_KINDS if isinstance(server, str) and isinstance(kinds, dict) else ():
+            names = kinds.get(kind, [])
+            for name in (n for n in names if isinstance(n, str)) if isinstance(names, list) else ():
+                table.setdefault(server, set()).add((kind, f"{kind}:{name}"))
+    return table
+
+
+def describe(kind: str, tool: str, server: str = "") -> str:
+    """How the CLI names a remembered approval: `p:echo` for a tool, `prompt p:greet`, `resource p:h://index`
+    (without `server`: `echo`, `prompt greet`)."""
+    where = f"{server}:" if server else ""
+    return f"{where}{tool}" if kind == "tool" else f"{kind} {where}{tool.removeprefix(kind + ':')}"
+
+
+def _what(tool: str, kind: str | None = None) -> str:
+    """How a message names what was asked about: "tool 'x'", "prompt 'greet'", "resource 'a://b'".
+    Without `kind`, `tool` is an exposed name ("prompt:p__greet" is the client's prompt get)."""
+    prefix, sep, name = tool.partition(":")
+    if kind in ITEM_KINDS or (kind is None and sep and prefix in ITEM_KINDS):
+        return f"{prefix} {visible(name)!r}"
+    return f"tool {visible(tool)!r}"
+
+
+def _kind(kind: str) -> dict[str, str]:
+    """The `kind` field of an approval's audit event: none for a tool, so tool records stay as they were."""
+    return {} if kind == "tool" else {"kind": kind}
+
+
+def _choice(result: types.ElicitResult) -> Any:
+    return (result.content or {}).get("decision") if result.action == "accept" else None
+
+
+def can_elicit(session: ServerSession) -> bool:
+    return session.check_client_capability(types.ClientCapabilities(elicitation=types.ElicitationCapability()))
+
+
+def can_elicit_url(session: ServerSession) -> bool:
+    """The client can open a URL for the user (URL-mode elicitation, 2025-11-25 and later)."""
+    caps = session.client_capabilities
+    return bool(caps and caps.elicitation and caps.elicitation.url is not None)

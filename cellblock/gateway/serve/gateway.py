@@ -1,0 +1,999 @@
+"""The gateway's face toward the client: one MCP server that routes to many.
+
+`Gateway` owns the downstream servers, the merged catalog, and the SDK's low-level `Server`
+whose handlers route each call, prompt, resource read and completion to the server it came from.
+It serves both protocol eras; where they differ (notifications, questions to the user) the
+handler picks the era's way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from functools import partial
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar, cast
+
+import anyio
+import anyio.abc
+import mcp.types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.session import ServerSession
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ToolsListChanged,
+)
+from mcp.shared.exceptions import MCPError
+from mcp_types import SERVER_INFO_META_KEY
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from cellblock import __version__
+from cellblock.gateway.ask.elicitation import DirectAsker, InputNeeded, ParkedCall, ParkedCalls, StateRejected
+from cellblock.gateway.config.compile import policy_for
+from cellblock.gateway.config.model import Config
+from cellblock.gateway.downstream.launch import own_paths
+from cellblock.gateway.downstream.supervisor import (
+    START_SECONDS,
+    Downstream,
+    DownstreamError,
+    InFlight,
+    Listing,
+    error_result,
+)
+from cellblock.gateway.namespacing import expose_uri
+from cellblock.gateway.scrub import Scrubbed, scrub, scrub_result
+from cellblock.gateway.serve.approvals import (
+    APPROVAL_KEY,
+    Approvals,
+    NeedsInput,
+    can_elicit,
+    can_elicit_url,
+    review_form,
+)
+from cellblock.gateway.serve.approvals import STATE_PREFIX as APPROVAL_STATE
+from cellblock.gateway.serve.catalog import Catalog, build_catalog, expose_content
+from cellblock.gateway.serve.control import NOT_FOUND, ControlServer, socket_path
+from cellblock.gateway.serve.fastpath import FastCall, FastPath
+from cellblock.gateway.serve.items import Standing, held_reason, resource_standing, template_standing
+from cellblock.gateway.serve.locking import POLL_SECONDS, Locks, approve_pending
+from cellblock.gateway.serve.pipeline import Asking, Call, Pipeline
+from cellblock.gateway.serve.status import (
+    REVIEW,
+    STATUS,
+    ServerStatus,
+    review_tool,
+    status_text,
+    status_tool,
+    tool_name,
+)
+from cellblock.gateway.state import (
+    StateWriteError,
+    atomic_write_json,
+    clean_stale_temps,
+    lock_path,
+    pending_path,
+    read_json,
+)
+from cellblock.gateway.wire.client import Wire
+from cellblock.gateway.wire.early import SAVE_AFTER_SECONDS, Early, Handover
+from cellblock.gateway.wire.stdio import client_stdio
+from cellblock.policy.lock import check, describe, load_lock, load_pending
+from cellblock.policy.types import Decision, Verdict
+from cellblock.policy.uris import spellings
+
+__all__ = ["Gateway"]
+
+logger = logging.getLogger(__name__)
+
+Ctx = ServerRequestContext[Any, Any]
+# what a tools/call handler answers: a result, or (2026-07-28) a round of questions for the client
+CallResult = types.CallToolResult | types.InputRequiredResult
+R = TypeVar("R", bound=types.Result)
+# The key of the one question a parked 2026-07-28 call puts to the client at a time.
+INPUT_KEY = "cellblock"
+_LOG_ORDER = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
+
+# Eager servers whose catalog is known start after the client's first list, or after this long
+# if it asks for none (see Gateway._start_after_first_list).
+KNOWN_START_SECONDS = 2.0
+
+INSTRUCTIONS = (
+    "Cellblock gateway. Every tool, prompt and resource here belongs to one downstream server and is "
+    "named '<server>{sep}<name>'."
+)
+
+
+# what tells the client to list again: the subscription event and the handshake-era notification
+_LIST_CHANGES: dict[str, tuple[Any, str]] = {
+    "tools/list": (ToolsListChanged(), "notifications/tools/list_changed"),
+    "prompts/list": (PromptsListChanged(), "notifications/prompts/list_changed"),
+    "resources/list": (ResourcesListChanged(), "notifications/resources/list_changed"),
+    "resources/templates/list": (ResourcesListChanged(), "notifications/resources/list_changed"),
+}
+
+
+class Gateway:
+    """Downstream servers behind one MCP server."""
+
+    def __init__(
+        self, config: Config, state: Path, runtime: Path | None, source: Path | None = None, early: Early | None = None
+    ) -> None:
+        self.config = config
+        self.early = early  # the opening answers of the last start, and this start's record of them
+        self.runtime = runtime
+        self.source = source
+        self.catalog_dir = state / "catalogs"
+        stale = clean_stale_temps(state, time.time())  # left by a gateway or command that was killed mid-write
+        if stale:
+            logger.info("removed %d temp file(s) a killed writer left in %s", stale, state)
+        self.audit = config.audit_log(state)
+        self.downstreams = {
+            name: Downstream(
+                name,
+                server,
+                timeout=config.timeout_of(name),
+                protocol=server.protocol,
+                on_listing=self._on_listing,
+                on_log=self._on_idle_log,
+                audit=self.audit,
+                runtime=runtime or Path("/nonexistent"),
+                sampling=config.sampling_of(name),
+                max_message=config.max_message_of(name),
+                own=own_paths(config, state, source, runtime),
+                limits=config.limits_of(name),
+                approve_sampling=self._approve_sampling,
+                allow_insecure=config.credentials.allow_insecure,
+            )
+            for name, server in sorted(config.servers.items())
+        }
+        self.catalog = Catalog()
+        self.locks = Locks(config, state, self.audit)
+        # what each server offers, and what the lock lets the client see of it
+        self.shown: dict[str, Listing] = {}
+        self.policies = {name: policy_for(config, name) for name in config.servers}
+        # the same rules machinery for prompts (by name) and resources (by the server's URI)
+        self.item_policies = {
+            kind: {name: policy_for(config, name, kind) for name in config.servers} for kind in ("prompt", "resource")
+        }
+        self.approvals = Approvals(state, self.audit, config.approvals.timeout)
+        self.state = state
+        self.pipeline = Pipeline(
+            lambda: self.catalog,
+            self._unavailable,
+            self.policies,
+            self.audit,
+            approver=self._approve,
+            reviewer=self._review_lock,
+        )
+        self.bus = InMemorySubscriptionBus()
+        self.parked = ParkedCalls()
+        # the client's connection, for notifications sent outside any request (serve_stdio sets it)
+        self.wire: Wire | None = None
+        self.log_level: str | None = None
+        self._settled = anyio.Event()
+        self._listed = anyio.Event()  # the client has asked for a list
+        self._start_catalog: Catalog | None = None  # the catalog once settled, until it changes
+        self._saving = False
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.server = self._build_server()
+
+    @property
+    def stamp(self) -> dict[str, Any]:
+        """The gateway's serverInfo as every result carries it (fixed for its life)."""
+        return self.server.server_info_stamp
+
+    # -- running ---------------------------------------------------------------------------
+
+    @property
+    def tasks(self) -> anyio.abc.TaskGroup:
+        """The task group of the running gateway, where downstream supervisors and calls live."""
+        if self._tg is None:
+            raise RuntimeError("the gateway is not running; call run() first")
+        return self._tg
+
+    async def serve_stdio(self) -> None:
+        """Serve the client on stdin and stdout: the fast path first, the SDK's server for the rest.
+
+        Until the client closes stdin, or sends SIGTERM or SIGINT: either way the servers are
+        stopped before the gateway exits, so none is left running on its own.
+        """
+        handover = self.early.stop() if self.early is not None else Handover()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_stop_on_signal, tg.cancel_scope)
+                limit = int(self.config.defaults.max_message_size)
+                with client_stdio(handover.data, limit) as (make_reader, writer):
+                    self.wire = Wire(
+                        make_reader, writer, served=handover.served, record=self._record, differed=self._differed
+                    )
+                    fast = FastPath(self, self.wire)
+                    async with self.wire.streams(fast.take) as (read, write):
+                        await self.run(read, write)
+                tg.cancel_scope.cancel()
+        finally:
+            if self.early is not None:
+                self.early.save()
+            self.audit.close()  # writes the counts of events a budget left out (audit_budget)
+
+    def _record(self, key: str, result: Callable[[], str | None]) -> None:
+        """An opening answer, kept for the next start while the catalog is still the one it starts with."""
+        if self.early is None or self.catalog is not self._start_catalog:
+            return
+        text = result()
+        if text is not None and self.early.record(key, text):
+            self._save_record_soon()
+
+    def _save_record_soon(self) -> None:
+        if not self._saving:  # see SAVE_AFTER_SECONDS
+            self._saving = True
+            self.tasks.start_soon(self._save_record)
+
+    async def _save_record(self) -> None:
+        await anyio.sleep(SAVE_AFTER_SECONDS)
+        self._saving = False
+        early = self.early
+        record = early.snapshot() if early is not None else None
+        if early is not None and record is not None:
+            await anyio.to_thread.run_sync(early.write, record)
+
+    def _differed(self, key: str, early: str, result: str) -> None:
+        """The client was answered early with something the gateway would not say now."""
+        if self.early is not None and self.early.record(key, result):
+            self._save_record_soon()
+        method = json.loads(key)[0]
+        if method in _LIST_CHANGES:
+            logger.warning("the early answer to %s was out of date; the client is told to list again", method)
+            self.tasks.start_soon(self._announce, method)
+        else:  # the handshake: nothing in the protocol revises it
+            logger.warning(
+                "the early answer to %s was out of date; the client keeps it until it reconnects "
+                "(the record is corrected for the next start)",
+                method,
+            )
+
+    async def run(self, read: Any, write: Any) -> None:
+        """Start the downstream servers and serve one client connection until it closes."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            unknown: list[Downstream] = []
+            known: list[Downstream] = []
+            for ds in self.downstreams.values():
+                # A server whose catalog is known (approved in its lock, or seen last time) is
+                # listed from it until it answers itself; then the lock reviews what it offers.
+                saved = self._saved_listing(ds.name)
+                if saved is not None:
+                    ds.listing = self.shown[ds.name] = saved
+                    if self.config.start_of(ds.name) == "eager":
+                        known.append(ds)
+                else:
+                    # the handshake and the first list wait (bounded) for these; a lazy server
+                    # nobody has seen yet is started once to learn its catalog
+                    unknown.append(ds)
+                    ds.start(tg)
+            self._rebuild()
+            tg.start_soon(self._settle, unknown)
+            tg.start_soon(self._start_after_first_list, known)
+            tg.start_soon(self._watch_locks)
+            if self.runtime is not None:
+                # answers to pending approvals, and `cellblock ps`, arrive on this socket
+                await tg.start(ControlServer(socket_path(self.runtime), self._control, self._server_pids).serve)
+            # The handshake carries the servers' instructions, so it waits (bounded) for them.
+            with anyio.move_on_after(START_SECONDS):
+                await self._settled.wait()
+            self.server.instructions = self._instructions()
+            options = self.server.create_initialization_options(
+                NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True)
+            )
+            await self.server.run(read, write, options)
+            tg.cancel_scope.cancel()
+
+    async def _start_after_first_list(self, known: list[Downstream]) -> None:
+        """Start the eager servers whose catalog is known once the client has its first list:
+        starting many at once would hold up the answer, which does not need them. A call to one
+        before then starts it at once."""
+        with anyio.move_on_after(KNOWN_START_SECONDS):
+            await self._listed.wait()
+        for ds in known:
+            ds.start(self.tasks)
+
+    def _saved_listing(self, server: str) -> Listing | None:
+        """The catalog to show for a server before it answers: its lock, else the last one seen."""
+        if self.locks.enabled(server):
+            return self.locks.approved_listing(server)
+        cached = read_json(self.catalog_dir / f"{server}.json")
+        return Listing.load(cached) if isinstance(cached, dict) else None
+
+    async def _watch_locks(self) -> None:
+        """Pick up approvals made with `cellblock approve` while the gateway runs."""
+        while True:
+            await anyio.sleep(POLL_SECONDS)
+            for server in self.locks.changed_on_disk():
+                ds = self.downstreams[server]
+                if ds.listing is not None:
+                    await self._on_listing(ds)
+
+    def _instructions(self) -> str:
+        parts = [INSTRUCTIONS.format(sep=self.config.names.separator)]
+        held = [name for name, items in self.locks.held.items() if items]
+        if held:
+            parts.append(
+                f"The tools of {', '.join(held)} are held for the user's review and not listed yet. Call "
+                f"{self._own_tool(STATUS)} to learn what waits, and tell the user what to run; where the user "
+                f"wants a held server now, {self._own_tool(REVIEW)} asks them in a form."
+            )
+        for name, listing in self.shown.items():
+            if listing.instructions:
+                parts.append(f"[{name}] {listing.instructions.strip()}")
+        return "\n\n".join(parts)
+
+    async def _settle(self, eager: list[Downstream]) -> None:
+        async with anyio.create_task_group() as tg:
+            for ds in eager:
+                tg.start_soon(ds.wait_settled, START_SECONDS)
+        for ds in eager:
+            # a server waiting for a credential or a login keeps its known tools on offer, so a
+            # call to one gets the error that says which command to run
+            saved = self._saved_listing(ds.name) if ds.retryable and ds.listing is None else None
+            if saved is not None:
+                ds.listing = self.shown[ds.name] = saved
+        self._rebuild()
+        self._start_catalog = self.catalog
+        self._settled.set()
+
+    async def client_catalog(self) -> Catalog:
+        """The catalog to answer a list with, once the eager servers have settled (bounded)."""
+        # the first list waits (bounded) for the eager servers, so the client sees them all
+        with anyio.move_on_after(START_SECONDS):
+            await self._settled.wait()
+        return self._listing_now()
+
+    def settled_catalog(self) -> Catalog | None:
+        """`client_catalog` without waiting: None while the eager servers are still settling."""
+        return self._listing_now() if self._settled.is_set() else None
+
+    def _listing_now(self) -> Catalog:
+        self._listed.set()
+        self._retry_failed()
+        return self.catalog
+
+    def _retry_failed(self) -> None:
+        # a server that failed for want of a credential may have it now; it announces its tools
+        for ds in self.downstreams.values():
+            ds.retry()
+
+    def _rebuild(self) -> Catalog:
+        offered = {name: ds.listing for name, ds in self.downstreams.items() if ds.listing is not None}
+        catalog = build_catalog(
+            self.shown,
+            separator=self.config.names.separator,
+            max_length=self.config.names.max_length,
+            offered=offered,
+            hidden=lambda server, tool: self.policies[server].hidden(tool),
+            hidden_item=lambda kind, server, name: self.item_policies[kind][server].hidden(name),
+        )
+        held = [name for name, items in self.locks.held.items() if items]
+        if held:  # the model can then tell the user what waits, and what to run, or ask them
+            names = self.config.names
+            own = (status_tool(names.separator, names.max_length), review_tool(names.separator, names.max_length, held))
+            catalog = dataclasses.replace(catalog, tools=(*catalog.tools, *own))
+        old, self.catalog = self.catalog, catalog
+        return old
+
+    def _own_tool(self, tool: str) -> str:
+        return tool_name(self.config.names.separator, self.config.names.max_length, tool)
+
+    async def _review(self, call: Call) -> CallResult:
+        """The review tool: the held catalog of the server named put before the user in the
+        client's form. Only the user's answer approves (see `_review_lock`)."""
+        held = sorted(name for name, items in self.locks.held.items() if items)
+        server = (call.arguments or {}).get("server")
+        if set(call.arguments or {}) - {"server"} or server not in held:
+            return error_result(f"name one server whose catalog is held: {', '.join(held) or 'none is'}")
+        call.server = str(server)
+        if call.ctx is None or not can_elicit(call.ctx.session):
+            return error_result(
+                f"this client shows no forms: the user runs `cellblock review` (or `cellblock diff {server}`, "
+                f"then `cellblock approve {server}`) in a terminal"
+            )
+        try:
+            approved = await self._review_lock(call)
+        except NeedsInput as needed:
+            return needed.result
+        if not approved:
+            return _text_result(f"The user keeps the catalog of '{server}' held: its tools stay unlisted.")
+        return _text_result(f"The user approved the catalog of '{server}': its tools are listed now.")
+
+    def _status(self) -> types.CallToolResult:
+        servers = [
+            ServerStatus(
+                name,
+                held=len(self.locks.held.get(name, ())),
+                first_contact=not lock_path(self.state, name).exists(),
+                down=ds.error_without_output if ds.state in ("failed", "restarting") else None,
+            )
+            for name, ds in self.downstreams.items()
+        ]
+        return _text_result(status_text(servers, self.approvals.listing(), self._own_tool(REVIEW)))
+
+    async def _on_listing(self, ds: Downstream) -> None:
+        if ds.listing is None:
+            return
+        self.shown[ds.name] = self.locks.review(ds.name, ds.listing)
+        if not self.locks.enabled(ds.name):
+            try:
+                atomic_write_json(self.catalog_dir / f"{ds.name}.json", ds.listing.dump())
+            except OSError as exc:
+                logger.warning("could not save the catalog of '%s' for lazy start: %s", ds.name, exc)
+        old = self._rebuild()
+        if not self._settled.is_set():
+            return
+        new = self.catalog
+        if old.tools != new.tools:
+            await self._announce("tools/list")
+        if old.prompts != new.prompts:
+            await self._announce("prompts/list")
+        if (old.resources, old.templates) != (new.resources, new.templates):
+            await self._announce("resources/list")
+
+    async def _announce(self, method: str) -> None:
+        """Tell the client that what `method` lists has changed."""
+        event, notification = _LIST_CHANGES[method]
+        await self.bus.publish(event)  # 2026-07-28 clients listening on subscriptions/listen
+        self._notify_handshake_client(notification, None)
+
+    # -- the upstream server ---------------------------------------------------------------
+
+    def _build_server(self) -> Server[Any]:
+        server: Server[Any] = Server(
+            "cellblock",
+            version=__version__,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_list_prompts=self._list_prompts,
+            on_get_prompt=self._get_prompt,
+            on_list_resources=self._list_resources,
+            on_list_resource_templates=self._list_templates,
+            on_read_resource=self._read_resource,
+            on_completion=self._complete,
+            on_subscriptions_listen=ListenHandler(self.bus),
+        )
+        # registered directly: the constructor argument warns that logging is deprecated in 2026
+        server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)
+        server.middleware = []  # no tracing span per message on the hot path
+        return server
+
+    def _notify_handshake_client(self, method: str, params: dict[str, Any] | None) -> None:
+        """A notification outside any request; only a handshake-era client has a channel for it."""
+        wire = self.wire
+        if wire is None or wire.modern or wire.version is None:
+            return
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        with contextlib.suppress(OSError):  # the client left
+            wire.send(message)
+
+    async def _list_tools(self, ctx: Ctx, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=list((await self.client_catalog()).tools))
+
+    async def _list_prompts(self, ctx: Ctx, params: Any) -> types.ListPromptsResult:
+        return types.ListPromptsResult(prompts=list((await self.client_catalog()).prompts))
+
+    async def _list_resources(self, ctx: Ctx, params: Any) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=list((await self.client_catalog()).resources))
+
+    async def _list_templates(self, ctx: Ctx, params: Any) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=list((await self.client_catalog()).templates))
+
+    async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> CallResult:
+        if isinstance(ctx.request, FastCall):
+            return await self._adopt(ctx, params, ctx.request)
+        own = params.name in (self._own_tool(STATUS), self._own_tool(REVIEW))
+        if own and params.name not in {t.name for t in self.catalog.tools}:
+            own = False  # offered only while something is held: otherwise the name routes as any other
+        if own and params.name == self._own_tool(STATUS):
+            return self._status()
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        call = Call(params.name, params.arguments, ctx=Asking(ctx.session, ctx.request_id, modern, self._teller(ctx)))
+        if params.request_state and modern:
+            if not params.request_state.startswith(APPROVAL_STATE):
+                # the retry of a parked call: it was admitted (and audited) when it first came
+                return await self._call_modern(ctx, params, self._in_flight(ctx))
+            # the retry that carries the human's answer to an approval question
+            why = self.approvals.redeem(params.request_state, params.name, params.arguments)
+            if why is not None:
+                return error_result(f"retry of '{params.name}' refused: {why}")
+            call.human = _human_answer(params.input_responses)
+            # the approval round is over: from here on this is a first call to the server
+            params = params.model_copy(update={"request_state": None, "input_responses": None})
+        if own:
+            return await self._review(call)
+        server = self.pipeline.server_of(call.name)
+        if server is not None:  # its credentials are redacted from the record of this call
+            await self.downstreams[server].register_secrets()
+        try:
+            refusal = await self.pipeline.admit(call)
+        except NeedsInput as needed:
+            return needed.result
+        if refusal is not None:
+            return refusal
+        ds = self.downstreams[call.server]
+        ds.start(self.tasks)  # lazy servers start on first use
+        return await self._forward_call(ctx, params, call, self._in_flight(ctx), time.perf_counter())
+
+    async def _adopt(self, ctx: Ctx, params: types.CallToolRequestParams, fast: FastCall) -> CallResult:
+        """Take over a fast-path call that needs the client's session midway: its server asks the
+        user something, or answers with an input round. The call was admitted and audited when it
+        came, and its request is still with the server; from here on it goes as any other."""
+        entry, fresh = fast.entry, self._in_flight(ctx)
+        entry.log, entry.progress = fresh.log, fresh.progress
+        entry.can_elicit, entry.can_elicit_url = fresh.can_elicit, fresh.can_elicit_url
+        entry.hand_over = None
+        return await self._forward_call(ctx, params, fast.call, entry, fast.began, fast)
+
+    async def _forward_call(
+        self,
+        ctx: Ctx,
+        params: types.CallToolRequestParams,
+        call: Call,
+        entry: InFlight,
+        began: float,
+        fast: FastCall | None = None,
+    ) -> CallResult:
+        """Forward an admitted call (or carry on with a fast call already sent) and audit its end."""
+        ds = self.downstreams[call.server]
+        if fast is None:  # a fast call was counted when it was sent
+            ds.calls += 1
+
+        def done(result: types.CallToolResult) -> None:
+            self.pipeline.finished(call, bool(result.is_error), (time.perf_counter() - began) * 1000)
+
+        # a server that was not up at admission may offer something else once it is
+        recheck = partial(self.pipeline.recheck, call)
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return await self._call_modern(ctx, params, entry, ds, call.tool, done, fast, recheck)
+        entry.asker = DirectAsker(ctx.session, ctx.request_id)
+        if fast is not None:
+            fast.adopted.set()
+        result = _exposed(call.server, await ds.call_tool(call.tool, params, entry, fast, recheck), self.secrets())
+        done(result)
+        return result
+
+    async def _call_modern(
+        self,
+        ctx: Ctx,
+        params: types.CallToolRequestParams,
+        entry: InFlight,
+        ds: Downstream | None = None,
+        tool: str = "",
+        done: Callable[[types.CallToolResult], None] | None = None,
+        fast: FastCall | None = None,
+        recheck: Callable[[], types.CallToolResult | None] | None = None,
+    ) -> CallResult:
+        """2026-07-28: the call runs in its own task so that it can outlive a question to the user.
+
+        A first request brings `ds`, `tool` and `done` (the audit of the outcome), and `fast` when
+        the fast path already sent it; a retry brings only the sealed state, which names the parked
+        call that already has them.
+        """
+        if params.request_state:
+            try:
+                call = self.parked.redeem(params.request_state, params.name, params.arguments)
+            except StateRejected as exc:
+                return error_result(f"retry of '{params.name}' refused: {exc}")
+            call.entry.progress, call.entry.log = entry.progress, entry.log
+            call.answer(params.input_responses, INPUT_KEY)
+        elif ds is not None:
+            call = ParkedCall(entry, ds.name, done)
+            entry.asker = call
+            if fast is not None:
+                fast.adopted.set()
+
+            async def forward() -> None:
+                with call.scope:
+                    call.finish(await ds.call_tool(tool, params, entry, fast, recheck))
+
+            self.tasks.start_soon(forward)
+        else:
+            return error_result(f"call to '{params.name}' has no server")
+        parked = False
+        try:
+            event = await call.next_event()
+            if isinstance(event, InputNeeded):
+                state = self.parked.park(call, params.name, params.arguments)
+                parked = True
+                call.entry.progress = call.entry.log = None  # this request ends here
+                return types.InputRequiredResult(input_requests={INPUT_KEY: event.request}, request_state=state)
+            result = _exposed(call.server, event, self.secrets())
+            if call.done is not None and isinstance(result, types.CallToolResult):
+                call.done(result)
+            return result
+        finally:
+            if not parked:
+                call.scope.cancel()  # a cancelled request takes its downstream call with it
+
+    def _teller(self, ctx: Ctx) -> Callable[[str], Coroutine[Any, Any, None]]:
+        """How to tell the client something about its call while it waits, in the way it can hear."""
+        in_flight = self._in_flight(ctx)
+
+        async def tell(message: str) -> None:
+            if in_flight.progress is not None:
+                await in_flight.progress(0, None, message)
+            elif in_flight.log is not None:
+                await in_flight.log(
+                    types.LoggingMessageNotificationParams(level="warning", logger="cellblock", data=message)
+                )
+
+        return tell
+
+    def _in_flight(self, ctx: Ctx) -> InFlight:
+        session = ctx.session
+        token = (ctx.meta or {}).get("progress_token")
+
+        async def progress(value: float, total: float | None, message: str | None) -> None:
+            message = message if message is None else scrub(message, self.secrets())[0]
+            with contextlib.suppress(Exception):  # the client may be gone; progress is best effort
+                await session.report_progress(value, total, message)
+
+        async def log(params: types.LoggingMessageNotificationParams) -> None:
+            await self._send_log(session, params)
+
+        return InFlight(
+            asker=None,
+            log=log,
+            progress=progress if token is not None else None,
+            can_elicit=can_elicit(session),
+            can_elicit_url=can_elicit_url(session),
+        )
+
+    async def _get_prompt(
+        self, ctx: Ctx, params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult | types.InputRequiredResult:
+        call = Call(f"prompt:{params.name}", dict(params.arguments or {}) or None, kind="prompt")
+        owner = self.catalog.prompt_routes.get(params.name) or self.catalog.held.get(params.name)
+        if owner is not None:
+            await self._started(owner[0])
+        server, name = self._prompt_route(call, params.name)
+        waiting = await self._admit_item(ctx, call, params, name)
+        if waiting is not None:
+            return waiting
+        request = types.GetPromptRequest(params=types.GetPromptRequestParams(name=name, arguments=params.arguments))
+        return await self._forward(server, request, types.GetPromptResult)
+
+    async def _read_resource(
+        self, ctx: Ctx, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult | types.InputRequiredResult:
+        server, uri = self._route_uri(str(params.uri))
+        await self._started(server)
+        call = Call(f"resource:{params.uri}", None, server, f"resource:{uri}", kind="resource")
+        # judged under every spelling the server may read it as (escapes decoded, `..` resolved)
+        forms = spellings(uri)
+        offered, approved = self._offered(server), self._approved(server)
+        standing = resource_standing(offered, approved, uri)
+        if any(resource_standing(offered, approved, form) is Standing.HELD for form in forms):
+            standing = Standing.HELD
+        if standing is Standing.HELD:
+            self._refuse_item(call, "lock", held_reason("resource", uri, server))
+        if standing is Standing.UNLISTED and self.item_policies["resource"][server].rule_for(uri)[1] is None:
+            # never reviewed, so no default lets it through: only a rule that names it
+            self._refuse_item(
+                call,
+                "route",
+                f"resource {uri!r} of server '{server}' is not in its catalog (no listed resource or template "
+                f"covers it); to read it anyway, name it in servers.{server}.resources.rules",
+            )
+        waiting = await self._admit_item(ctx, call, params, self.item_policies["resource"][server].strictest(forms))
+        if waiting is not None:
+            return waiting
+        request = types.ReadResourceRequest(params=types.ReadResourceRequestParams(uri=uri))
+        result = await self._forward(server, request, types.ReadResourceResult)
+        contents = [c.model_copy(update={"uri": expose_uri(server, str(c.uri))}) for c in result.contents]
+        return result.model_copy(update={"contents": contents})
+
+    async def _complete(self, ctx: Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
+        """Completion for a prompt or template the client may see: held or denied ones get none.
+        An `ask` is not asked here: the get or read that follows is."""
+        ref = params.ref
+        if isinstance(ref, types.PromptReference):
+            call = Call(f"prompt:{ref.name}", None, kind="prompt")
+            server, name = self._prompt_route(call, ref.name)
+            ref = ref.model_copy(update={"name": name})
+        else:
+            server, name = self._route_uri(ref.uri)
+            call = Call(f"resource:{ref.uri}", None, server, f"resource:{name}", kind="resource")
+            if template_standing(self._offered(server), self._approved(server), name) is not Standing.LISTED:
+                self._refuse_item(call, "lock", held_reason("resource template", name, server))
+            ref = ref.model_copy(update={"uri": name})
+        policy = self.item_policies[call.kind][server]
+        if policy.hidden(name):
+            self._refuse_item(call, policy.rule_for(name)[0], f"completion: {policy.decide(name, None).reason}")
+        request = types.CompleteRequest(params=params.model_copy(update={"ref": ref, "meta": None}))
+        return await self._forward(server, request, types.CompleteResult)
+
+    def _prompt_route(self, call: Call, exposed: str) -> tuple[str, str]:
+        """(server, prompt) for an exposed prompt name that is listed; a held or unknown one is refused.
+
+        Raises:
+            MCPError: the prompt is held by the lock (audited), or not in the catalog.
+        """
+        route = self.catalog.prompt_routes.get(exposed)
+        if route is not None:
+            call.server, call.tool = route[0], f"prompt:{route[1]}"
+            return route
+        held = self.catalog.held.get(exposed)
+        offered = self._offered(held[0]) if held is not None else None
+        if held is not None and offered is not None and any(p.name == held[1] for p in offered.prompts):
+            call.server, call.tool = held[0], f"prompt:{held[1]}"
+            self._refuse_item(call, "lock", held_reason("prompt", held[1], held[0]))
+        call.tool = f"prompt:{exposed}"
+        self._unrouted(call, self._unknown(exposed, "prompt"))
+
+    async def _admit_item(self, ctx: Ctx, call: Call, params: Any, name: str) -> types.InputRequiredResult | None:
+        """The policy (and, for `ask`, the human) on a routed prompt get or resource read that the
+        lock lets through: None to forward it, or the question for a 2026-07-28 client.
+
+        Raises:
+            MCPError: refused (audited), or a retry whose approval state does not fit.
+        """
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        call.ctx = Asking(ctx.session, ctx.request_id, modern, self._teller(ctx))
+        if params.request_state and modern:  # the retry that carries the human's answer
+            why = self.approvals.redeem(params.request_state, call.name, call.arguments)
+            if why is not None:
+                raise MCPError(types.INVALID_PARAMS, f"retry of {call.name} refused: {why}")
+            call.human = _human_answer(params.input_responses)
+        await self.downstreams[call.server].register_secrets()  # redacted from the record of this get or read
+        try:
+            refusal = await self.pipeline.admit_item(call, self.item_policies[call.kind][call.server], name)
+        except NeedsInput as needed:
+            return needed.result
+        if refusal is not None:
+            raise MCPError(types.INVALID_PARAMS, refusal)
+        return None
+
+    def _refuse_item(self, call: Call, rule: str, reason: str) -> NoReturn:
+        """Audit the refusal of a prompt, resource or completion, and answer the client with it."""
+        raise MCPError(types.INVALID_PARAMS, self.pipeline.refusal(call, Verdict(Decision.DENY, rule, reason)))
+
+    async def _started(self, server: str) -> None:
+        """Start `server` if it is not running, and wait (bounded) until the lock has seen what it
+        offers now: a get or read is judged by that, not by the catalog approved at its last start."""
+        ds = self.downstreams[server]
+        ds.start(self.tasks)
+        await ds.wait_settled(START_SECONDS)
+
+    def _offered(self, server: str) -> Listing | None:
+        """Everything `server` offers, held items included (for one not started: its approved catalog)."""
+        ds = self.downstreams[server]
+        return ds.listing if ds.listing is not None else self.shown.get(server)
+
+    def _approved(self, server: str) -> frozenset[str] | None:
+        """The items the lock approved for `server`; None when its lock is off. A server whose
+        lock is on but not yet read has nothing approved."""
+        if server in self.locks.approved:
+            return self.locks.approved[server]
+        return frozenset() if self.locks.enabled(server) else None
+
+    async def _set_level(self, ctx: Ctx, params: types.SetLevelRequestParams) -> types.EmptyResult:
+        self.log_level = params.level
+        return types.EmptyResult()
+
+    async def _forward(self, server: str, request: Any, result_type: type[R]) -> R:
+        ds = self.downstreams[server]
+        ds.start(self.tasks)
+        try:
+            result = await ds.request(request, result_type)
+        except DownstreamError as exc:  # the server's error text may hand back a secret as well
+            raise MCPError(types.INTERNAL_ERROR, scrub(str(exc), self.secrets())[0]) from exc
+        try:  # a prompt, resource or completion passes on no secret the gateway holds either
+            clean, count = scrub(result.model_dump(by_alias=True, mode="json", exclude_none=True), self.secrets())
+            return result_type.model_validate(clean) if count else result
+        except ValueError as exc:  # too deep to check, or a number that held a secret in a typed field
+            raise MCPError(
+                types.INTERNAL_ERROR, f"server '{server}' answered with a secret the gateway holds, not passed on"
+            ) from exc
+
+    def secrets(self) -> re.Pattern[str] | None:
+        """What finds the secret values the gateway holds, in what a server sends toward the client."""
+        return self.audit.secret_pattern()
+
+    def _route_uri(self, uri: str) -> tuple[str, str]:
+        """(server, its own URI) for an exposed resource URI; one that routes nowhere is refused.
+
+        Raises:
+            MCPError: the URI is not a `cellblock://SERVER/` one of a configured server (audited).
+        """
+        call = Call(f"resource:{uri}", None, tool=f"resource:{uri}", kind="resource")
+        try:
+            server, original = self.catalog.route_resource(uri)
+        except ValueError as exc:
+            self._unrouted(call, str(exc))
+        if server not in self.downstreams:
+            self._unrouted(call, f"no server named '{server}' for resource {uri}")
+        return server, original
+
+    def _unrouted(self, call: Call, reason: str) -> NoReturn:
+        """Audit a get, read or completion that routes to no server, and answer the client with why."""
+        self.pipeline.refusal(call, Verdict(Decision.DENY, "route", reason))
+        raise MCPError(types.INVALID_PARAMS, reason)
+
+    def _server_pids(self) -> set[int]:
+        """The processes started for the local servers: the control socket refuses them and theirs."""
+        return {ds.channel.pid for ds in self.downstreams.values() if ds.channel is not None and ds.channel.pid}
+
+    async def _control(self, message: dict[str, Any]) -> dict[str, Any]:
+        """One request from the control socket (the CLI of the same user)."""
+        op = message.get("op")
+        if op == "pending":
+            full = message.get("full")  # one approval's id: its arguments in full
+            if full is not None and not isinstance(full, str):
+                return {"ok": False, "error": "'full' must be a pending approval's id"}
+            return {"ok": True, "pending": self.approvals.listing(full)}
+        if op in ("approve", "deny"):
+            ident = str(message.get("id", ""))
+            scope = str(message.get("scope", "once")) if op == "approve" else None
+            if scope not in (None, "once", "session", "always"):
+                return {"ok": False, "error": f"unknown scope {scope!r}"}
+            try:
+                found = self.approvals.answer(ident, scope)
+            except StateWriteError as exc:  # the approval stays pending: approve it for now, or free space
+                return {"ok": False, "error": f"the 'always' approval was not saved: {exc}; it is still pending"}
+            if not found:
+                return {"ok": False, "error": f"no pending approval '{ident}'", "code": NOT_FOUND}
+            return {"ok": True}
+        if op == "reconnect":
+            # `cellblock auth set|login|logout` changed a credential this server uses
+            ds = self.downstreams.get(str(message.get("server", "")))
+            if ds is None:
+                return {"ok": False, "error": f"no server '{message.get('server')}'", "code": NOT_FOUND}
+            return {"ok": True, "restarted": ds.reconnect(), "state": ds.state}
+        if op == "ps":
+            servers = [
+                {
+                    "name": name,
+                    "state": ds.state,
+                    "jail": "remote" if not hasattr(ds.config, "jail") else getattr(ds.config.jail, "network", False),
+                    "tools": len(ds.listing.tools) if ds.listing else 0,
+                    "calls": ds.calls,
+                    "fast_calls": ds.fast_calls,
+                    "last_exit": ds.last_exit,
+                }
+                for name, ds in self.downstreams.items()
+            ]
+            pending = len(self.approvals.listing())
+            return {"ok": True, "pid": os.getpid(), "config": str(self.source), "servers": servers, "pending": pending}
+        return {"ok": False, "error": f"unknown op {op!r}"}
+
+    async def _review_lock(self, call: Call) -> bool:
+        """Offer the held catalog of the call's server for approval through the client's form."""
+        answer, call.human = call.human, None  # the retry's answer belongs to this question, if any
+        pending = load_pending(pending_path(self.state, call.server))
+        if pending is None:
+            return False
+        if answer is None:
+            if call.ctx is None or not can_elicit(call.ctx.session):
+                return False
+            lock = lock_path(self.state, call.server)
+            message, schema = review_form(
+                call.server, describe(check(load_lock(lock), dict(pending.items)), call.server), not lock.exists()
+            )
+            if call.ctx.modern:
+                request = types.ElicitRequest(
+                    params=types.ElicitRequestFormParams(message=message, requested_schema=schema)
+                )
+                raise NeedsInput(
+                    types.InputRequiredResult(
+                        input_requests={APPROVAL_KEY: request},
+                        request_state=self.approvals.seal(call.name, call.arguments),
+                    )
+                )
+            try:
+                # the human has approvals.timeout to decide; silence keeps the catalog held
+                with anyio.fail_after(self.config.approvals.timeout):
+                    ask = call.ctx.session.elicit_form
+                    answer = await ask(message, schema, related_request_id=call.ctx.request_id)
+            except Exception:  # no answer (timeout, a client that failed the request): stays held
+                return False
+        if answer.action != "accept" or (answer.content or {}).get("decision") != "approve":
+            self.audit.write("lock_kept", call.server, via="elicitation")
+            return False
+        approve_pending(self.state, self.audit, call.server, via="elicitation")
+        await self._on_listing(self.downstreams[call.server])
+        return True
+
+    async def _approve_sampling(
+        self, ds: Downstream, params: types.CreateMessageRequestParams, entry: InFlight
+    ) -> str | None:
+        return await self.approvals.sampling(ds.name, params, entry)
+
+    async def _approve(self, call: Call) -> Verdict:
+        verdict = call.verdict or Verdict(Decision.ASK, "default", "")
+        return await self.approvals.decide(call.server, call.tool, call.name, verdict, call)
+
+    def _unavailable(self, name: str) -> str | None:
+        """Why a name that is not in the catalog may belong to a server that is down, if it does."""
+        prefix, sep, _ = name.partition(self.config.names.separator)
+        ds = self.downstreams.get(prefix) if sep else None
+        if ds is not None and ds.retry():
+            return f"server '{ds.name}' is starting again (it had failed: {ds.error}); list the tools in a moment"
+        if ds is not None and ds.state in ("failed", "restarting", "starting"):
+            return f"server '{ds.name}' is not available ({ds.state}): {ds.error or 'starting'}"
+        return None
+
+    def _unknown(self, name: str, kind: str) -> str:
+        return (
+            self._unavailable(name)
+            or f"unknown {kind} '{name}': it is not in Cellblock's catalog; list the {kind}s again"
+        )
+
+    # -- logs ------------------------------------------------------------------------------
+
+    async def _send_log(self, session: ServerSession, params: types.LoggingMessageNotificationParams) -> None:
+        if self.log_level and _LOG_ORDER.index(params.level) < _LOG_ORDER.index(self.log_level):
+            return
+        with contextlib.suppress(Exception):  # logs are best effort; a gone client must not fail a call
+            (data, logger_name), _ = scrub([params.data, params.logger], self.secrets())
+            await session.send_log_message(params.level, data, logger=logger_name)
+
+    async def _on_idle_log(self, ds: Downstream, params: types.LoggingMessageNotificationParams) -> None:
+        if self.log_level and _LOG_ORDER.index(params.level) < _LOG_ORDER.index(self.log_level):
+            return
+        with contextlib.suppress(Scrubbed):  # a log too deep to check for secrets is not passed on
+            body, _ = scrub(params.model_dump(by_alias=True, mode="json", exclude_none=True), self.secrets())
+            self._notify_handshake_client("notifications/message", body)
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    if sys.platform == "win32":  # no signal handlers on Windows' event loop; the client's kill is final
+        return
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return
+
+
+def _exposed(server: str, result: R, secrets: re.Pattern[str] | None) -> R:
+    """A downstream result as the client may see it: resource URIs routed back through the
+    gateway, the server's own `serverInfo` stamp dropped (the gateway stamps its own), and the
+    secrets the gateway holds taken out. `shaping.exposed_result` and `scrub.scrub_result` are the
+    same for a result the fast path carries as JSON."""
+    if not isinstance(result, types.CallToolResult):
+        return result
+    update: dict[str, Any] = {}
+    if any(isinstance(c, types.ResourceLink | types.EmbeddedResource) for c in result.content):
+        update["content"] = expose_content(server, result.content)
+    if result.meta and SERVER_INFO_META_KEY in result.meta:
+        update["meta"] = {k: v for k, v in result.meta.items() if k != SERVER_INFO_META_KEY} or None
+    result = result.model_copy(update=update) if update else result
+    if secrets is None:
+        return result
+    try:
+        dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        clean = scrub_result(dumped, secrets)
+    except Scrubbed as exc:
+        return cast(R, error_result(f"the result of server '{server}' was not passed on: {exc}"))
+    return result if clean is dumped else cast(R, types.CallToolResult.model_validate(clean))
+
+
+def _human_answer(responses: dict[str, Any] | None) -> types.ElicitResult:
+    """The human's answer to an approval question, as a 2026-07-28 retry carries it (else: cancel)."""
+    try:
+        return types.ElicitResult.model_validate((responses or {}).get(APPROVAL_KEY), by_name=False)
+    except ValueError:
+        return types.ElicitResult(action="cancel")
+
+
+def _text_result(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)])

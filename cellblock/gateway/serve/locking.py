@@ -1,0 +1,163 @@
+"""The rug-pull lock as the gateway applies it: what each server may show, and noticing approvals.
+
+For every server with the lock enabled, each catalog the server lists is checked against its lock
+file (`<state>/locks/<server>.json`). Items that are new or changed since they were approved are
+held: kept out of the catalog and refused when called, and written to a pending file that
+`cellblock diff` shows and `cellblock approve` accepts. The gateway looks at the lock files every
+`POLL_SECONDS`, so an approval made from another process takes effect without a restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cellblock.gateway.audit.log import Audit
+from cellblock.gateway.config.model import Config
+from cellblock.gateway.downstream.supervisor import Listing
+from cellblock.gateway.state import lock_path, pending_path
+from cellblock.policy.lock import LockError, approve, check, item_keys, load_lock, load_pending, save_lock, save_pending
+
+__all__ = ["POLL_SECONDS", "Locks", "approve_pending", "filter_listing", "held_catalog"]
+
+logger = logging.getLogger(__name__)
+
+# How often a running gateway looks for approvals made by `cellblock approve` in another process.
+POLL_SECONDS = 1.0
+
+
+def held_catalog(state: Path, server: str) -> dict[str, dict[str, Any]] | None:
+    """The catalog held for review of `server`, as it was written to its pending file; None when none is."""
+    pending = load_pending(pending_path(state, server))
+    return None if pending is None else dict(pending.items)
+
+
+def approve_pending(
+    state: Path, audit: Audit, server: str, via: str, shown: dict[str, dict[str, Any]] | None = None
+) -> int | None:
+    """Accept the held catalog of `server`; how many items it has, or None when nothing is held.
+
+    `shown`: the held catalog as the user saw it; when the one on disk is no longer that (the
+    server changed it meanwhile), nothing is approved and None returned.
+    """
+    current = held_catalog(state, server)
+    if current is None or (shown is not None and current != shown):
+        return None
+    result = check(load_lock(lock_path(state, server)), current)
+    save_lock(lock_path(state, server), approve(server, current, time.time()))
+    pending_path(state, server).unlink(missing_ok=True)
+    audit.write("lock_approved", server, items=sorted(result.held), removed=sorted(result.removed), via=via)
+    return len(current)
+
+
+def filter_listing(listing: Listing, approved: frozenset[str] | None) -> Listing:
+    """The part of `listing` whose items are approved (`None`: no lock, everything)."""
+    if approved is None:
+        return listing
+    return Listing(
+        tools=tuple(t for t in listing.tools if f"tool:{t.name}" in approved),
+        prompts=tuple(p for p in listing.prompts if f"prompt:{p.name}" in approved),
+        resources=tuple(r for r in listing.resources if f"resource:{r.uri}" in approved),
+        templates=tuple(t for t in listing.templates if f"template:{t.uri_template}" in approved),
+        instructions=listing.instructions if "instructions" in approved else None,
+    )
+
+
+def snapshot_listing(snapshot: Mapping[str, Any]) -> Listing:
+    """A catalog rebuilt from a lock's snapshot: what was approved, for a server not started yet."""
+
+    def kind(prefix: str) -> list[Any]:
+        return [item for key, item in sorted(snapshot.items()) if key.startswith(prefix)]
+
+    instructions = snapshot.get("instructions", {}).get("text")
+    data = {
+        "tools": kind("tool:"),
+        "prompts": kind("prompt:"),
+        "resources": kind("resource:"),
+        "templates": kind("template:"),
+        "instructions": instructions,
+    }
+    return Listing.load(data)
+
+
+@dataclass
+class Locks:
+    """Lock decisions for every server, and the lock files' state on disk."""
+
+    config: Config
+    state: Path
+    audit: Audit
+    approved: dict[str, frozenset[str] | None] = field(default_factory=dict)
+    held: dict[str, frozenset[str]] = field(default_factory=dict)
+    _seen: dict[str, float] = field(default_factory=dict)
+
+    def enabled(self, server: str) -> bool:
+        return self.config.lock_of(server).enabled
+
+    def approved_listing(self, server: str) -> Listing | None:
+        """The approved catalog from the lock file, for a lazy server that has not started."""
+        if not self.enabled(server):
+            return None
+        try:
+            lock = load_lock(lock_path(self.state, server))
+        except LockError as exc:
+            logger.error("%s", exc)
+            return None
+        if lock is None:
+            return None
+        self.approved[server] = frozenset(lock.items)
+        self._seen[server] = self._mtime(server)
+        return snapshot_listing(lock.snapshot)
+
+    def review(self, server: str, listing: Listing) -> Listing:
+        """Check `listing` against the lock; return the part the client may see."""
+        if not self.enabled(server):
+            self.approved[server] = None
+            return listing
+        current = item_keys(listing.dump())
+        path = lock_path(self.state, server)
+        try:
+            lock = load_lock(path)
+        except LockError as exc:
+            # a damaged lock approves nothing: hold everything until the user approves again
+            logger.error("%s", exc)
+            lock = None
+        if lock is None and self.config.lock_of(server).first == "trust":
+            lock = approve(server, current, time.time())
+            save_lock(path, lock)
+            self.audit.write("lock_trusted", server, items=len(current))
+        result = check(lock, current)
+        held = frozenset(result.held)
+        if held:
+            save_pending(pending_path(self.state, server), server, current)
+            event = "lock_held" if lock is None else "lock_changed"
+            self.audit.write(event, server, items=sorted(held))
+            logger.warning(
+                "server '%s': %d item(s) %s; see 'cellblock diff %s', accept with 'cellblock approve %s'",
+                server,
+                len(held),
+                "held for review (first contact)" if lock is None else "changed since they were approved",
+                server,
+                server,
+            )
+        else:
+            pending_path(self.state, server).unlink(missing_ok=True)
+        self.approved[server] = result.approved
+        self.held[server] = held
+        self._seen[server] = self._mtime(server)
+        return filter_listing(listing, result.approved)
+
+    def changed_on_disk(self) -> list[str]:
+        """Servers whose lock file changed since the gateway last read it (an approval elsewhere)."""
+        return [s for s in self._seen if self._mtime(s) != self._seen[s]]
+
+    def _mtime(self, server: str) -> float:
+        try:
+            return os.stat(lock_path(self.state, server)).st_mtime_ns / 1e9
+        except OSError:
+            return 0.0
