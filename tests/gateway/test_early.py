@@ -226,3 +226,10 @@ def test_the_answers_start_before_the_sdk_or_pydantic_is_loaded() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_fingerprint_covers_every_cellblock_module() -> None:
+    import cellblock
+    from cellblock.gateway.wire import early
+
+    assert Path(cellblock.__file__).resolve().parent == early.CODE

@@ -24,7 +24,7 @@ from cellblock.sandbox.types import JailError
 
 __all__ = ["probe"]
 
-ESCAPE = Path(__file__).resolve().parent.parent / "sandbox" / "escape.py"
+ESCAPE = Path(__file__).resolve().parents[2] / "sandbox" / "escape.py"
 # Long enough for a slow machine to start Python in a jail and try every attempt.
 PROBE_SECONDS = 120
 CANARY = "cellblock-probe-canary"

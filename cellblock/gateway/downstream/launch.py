@@ -33,7 +33,7 @@ __all__ = ["JAIL_PATH", "PACKAGE_CACHES", "granted_roots", "jail_spec", "launch_
 
 # PATH inside a jail: the launchers' own bin directories come first, then the system's.
 JAIL_PATH = "/usr/local/bin:/usr/bin:/bin"
-PIN = Path(__file__).resolve().parent.parent / "sandbox" / "pin.py"
+PIN = Path(__file__).resolve().parents[2] / "sandbox" / "pin.py"
 # Passed through from the gateway when set: locale only, never anything that can hold a secret.
 PASSED_ENV = ("LANG", "LC_ALL", "TZ")
 # Where launchers keep the packages they fetch and the tools they install, under the home (besides

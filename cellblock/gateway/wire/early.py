@@ -38,7 +38,7 @@ from cellblock import __version__
 from cellblock.gateway.state import atomic_write_json, read_json
 from cellblock.gateway.wire.stdio import is_pipe
 
-__all__ = ["RECORD", "SAVE_AFTER_SECONDS", "Early", "EarlyAnswers", "Handover", "fingerprint", "request_key"]
+__all__ = ["CODE", "RECORD", "SAVE_AFTER_SECONDS", "Early", "EarlyAnswers", "Handover", "fingerprint", "request_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,8 @@ _ENV_SKIPPED = ("CELLBLOCK_STATE_DIR",)
 _CHUNK = 64 * 1024
 # An opening request is a few hundred bytes; a longer line is not one, and is left to the gateway.
 EARLY_LINE_LIMIT = 64 * 1024
+# Cellblock's own code, all of whose modules the fingerprint covers
+CODE = Path(__file__).resolve().parents[2]
 
 
 def request_key(method: Any, params: Any) -> str | None:
@@ -90,7 +92,7 @@ def fingerprint(config: Path, state: Path) -> str | None:
             add(name, os.environ[name])
     # the code: Cellblock's modules as they are on disk, the SDK's as installed (its RECORD
     # lists every file's hash); find_spec locates a package without importing it
-    add(*_modules(Path(__file__).resolve().parent.parent))
+    add(*_modules(CODE))
     for package in ("mcp", "mcp_types"):
         spec = find_spec(package)
         origin = Path(spec.origin) if spec is not None and spec.origin else None
