@@ -161,7 +161,6 @@ OVERSIZED = {
     "gateway/clients/kinds.py",
     "gateway/config/starter.py",
     "gateway/config/model.py",
-    "gateway/cli/main.py",
     "policy/rules.py",
     "sandbox/escape.py",
 }

@@ -20,14 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from cellblock.gateway.audit.chain import FIELDS as CHAIN_FIELDS
-from cellblock.gateway.audit.chain import verify
+from cellblock.gateway.audit.chain import KEY_NAME, verify
 from cellblock.gateway.audit.log import rotated_paths
+from cellblock.gateway.state import state_dir
 from cellblock.policy.jsontext import loads
 from cellblock.policy.text import visible as _printable  # event text comes partly from servers
 
 __all__ = [
     "RECENT",
     "AuditReport",
+    "audit_command",
     "audit_path",
     "format_event",
     "parse_since",
@@ -65,6 +67,13 @@ def parse_since(text: str, now: float | None = None) -> float:
     return moment.timestamp()
 
 
+def audit_command(config_path: str | None, since: str | None, server: str | None, as_json: bool, check: bool) -> int:
+    """`cellblock audit`: the summary, or with `check` (`--verify`) the MAC chain's verdict."""
+    if check:
+        return verify_log(audit_path(config_path), state_dir() / KEY_NAME)
+    return run(audit_path(config_path), since, server, as_json)
+
+
 def audit_path(config_path: str | None) -> Path:
     """Where the gateway writes the audit log: the config's `audit.path`, else `<state dir>/audit.jsonl`.
 
@@ -74,7 +83,6 @@ def audit_path(config_path: str | None) -> Path:
         ConfigError: the config exists (or was named) but cannot be read or is invalid.
     """
     from cellblock.gateway.config.model import default_config_path, load_config
-    from cellblock.gateway.state import state_dir
 
     if config_path is None and not default_config_path().expanduser().exists():
         return state_dir() / "audit.jsonl"

@@ -17,17 +17,38 @@ from typing import IO
 
 import anyio
 
+from cellblock.gateway.cli.gateways import ask_all, pid_of
+from cellblock.gateway.cli.options import load
 from cellblock.gateway.config.model import Config, ConfigError, RemoteServer
 from cellblock.gateway.credentials import CredentialError, Keyring, active_backend, oauth_entries
 from cellblock.gateway.downstream.oauth import LOGIN_SECONDS, KeyringTokenStorage
 from cellblock.gateway.downstream.remote import login
 from cellblock.gateway.state import state_dir
 
-__all__ = ["auth_list", "auth_login", "auth_logout", "auth_set", "read_secret"]
+__all__ = ["auth_command", "auth_list", "auth_login", "auth_logout", "auth_set", "read_secret"]
 
 
 def _say(text: str) -> None:
     print(f"cellblock: {text}", file=sys.stderr)
+
+
+def auth_command(action: str, name: str, config_path: str | None, open_browser: bool = True) -> int:
+    """`cellblock auth ACTION [NAME]` (`list` takes no NAME: ""); running gateways are told of each change."""
+    config, _ = load(config_path, name if action == "login" else None)
+    if action == "set":
+        return auth_set(config, name, _reconnect)
+    if action == "login":
+        return auth_login(config, name, _reconnect, open_browser=open_browser)
+    if action == "logout":
+        return auth_logout(config, name, _reconnect)
+    return auth_list(config)
+
+
+def _reconnect(server: str) -> None:
+    # running gateways start the server again (or reconnect it) so it reads the keyring anew
+    for path, reply in ask_all({"op": "reconnect", "server": server}):
+        if reply.get("ok") and reply.get("restarted"):
+            _say(f"gateway {pid_of(path)} is reconnecting '{server}'")
 
 
 def _users(config: Config, entry: str) -> list[tuple[str, str]]:

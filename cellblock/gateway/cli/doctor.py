@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from cellblock import __version__
+from cellblock.gateway.cli.options import optional_config
 from cellblock.gateway.config.model import Config, LocalServer
 from cellblock.gateway.credentials import CredentialError, Keyring, active_backend
 from cellblock.gateway.downstream.launch import jail_spec
@@ -18,12 +19,17 @@ from cellblock.sandbox.limits import enforcement
 from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.types import JailError, Mechanism
 
-__all__ = ["doctor"]
+__all__ = ["doctor", "doctor_command"]
 
 
 def _line(ok: bool, what: str, detail: str) -> bool:
     print(f"{'OK  ' if ok else 'FAIL'}  {what}: {detail}")
     return ok
+
+
+def doctor_command(config_path: str | None) -> int:
+    """`cellblock doctor`: with the user's config when it loads, else without."""
+    return doctor(optional_config(config_path))
 
 
 def doctor(config: Config | None = None) -> int:

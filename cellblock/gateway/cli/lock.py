@@ -11,13 +11,46 @@ from typing import TextIO
 import anyio
 
 from cellblock.gateway.audit.log import Audit
+from cellblock.gateway.cli.options import load
 from cellblock.gateway.config.model import Config
 from cellblock.gateway.serve.locking import approve_pending, held_catalog
-from cellblock.gateway.state import lock_path, pending_path
+from cellblock.gateway.state import lock_path, pending_path, state_dir
 from cellblock.gateway.terminal import printable
 from cellblock.policy.lock import check, describe, load_lock
 
-__all__ = ["approve_all", "approve_server", "diff_all", "diff_server", "held", "review", "unmet"]
+__all__ = [
+    "approve_all",
+    "approve_command",
+    "approve_server",
+    "diff_all",
+    "diff_command",
+    "diff_server",
+    "held",
+    "review",
+    "review_command",
+    "unmet",
+]
+
+
+def diff_command(config_path: str | None, server: str | None) -> int:
+    """`cellblock diff SERVER`, or `diff --all` when `server` is None."""
+    config, _ = load(config_path, server)
+    state = state_dir()
+    return diff_all(config, state) if server is None else diff_server(config, state, server)
+
+
+def approve_command(config_path: str | None, server: str | None) -> int:
+    """`cellblock approve SERVER`, or `approve --all` when `server` is None."""
+    config, _ = load(config_path, server)
+    state = state_dir()
+    audit = config.audit_log(state)
+    return approve_all(config, state, audit) if server is None else approve_server(config, state, audit, server)
+
+
+def review_command(config_path: str | None) -> int:
+    config, source = load(config_path)
+    state = state_dir()
+    return review(config, source, state, config.audit_log(state), sys.stdin)
 
 
 def diff_server(config: Config, state: Path, server: str) -> int:

@@ -16,13 +16,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cellblock.gateway.cli.options import load
 from cellblock.gateway.config.model import Config, JailConfig, LocalServer
 from cellblock.gateway.downstream.launch import launch_plan, own_paths
+from cellblock.gateway.state import runtime_dir, state_dir
 from cellblock.sandbox.escape import listed_keys
 from cellblock.sandbox.spawn import run_plan
 from cellblock.sandbox.types import JailError
 
-__all__ = ["probe"]
+__all__ = ["probe", "probe_command"]
 
 ESCAPE = Path(__file__).resolve().parents[2] / "sandbox" / "escape.py"
 # Long enough for a slow machine to start Python in a jail and try every attempt.
@@ -127,6 +129,12 @@ def _probe_one(
             result["detail"] = f"in the jail: {result['detail']}; on the host: {'FOUND' if on_host else 'nothing'}"
             result["got_through"] = on_host
     return results
+
+
+def probe_command(config_path: str | None, server: str | None, as_json: bool) -> int:
+    """`cellblock probe [SERVER]`."""
+    config, source = load(config_path, server)
+    return probe(config, source, state_dir(), runtime_dir(), server, as_json)
 
 
 def probe(config: Config, config_path: Path, state: Path, runtime: Path, only: str | None, as_json: bool) -> int:

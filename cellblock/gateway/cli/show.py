@@ -1,4 +1,5 @@
-"""`cellblock show`: what each server will be able to reach, exactly as the gateway would start it."""
+"""`cellblock check` and `show`: a config's servers, and what each will be able to reach, exactly as
+the gateway would start it."""
 
 from __future__ import annotations
 
@@ -7,18 +8,46 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cellblock.gateway.config.model import Config, LocalServer
+from cellblock.gateway.cli.options import EXIT_FINDING, EXIT_OK, load
+from cellblock.gateway.config.compile import lint_config
+from cellblock.gateway.config.model import Config, LocalServer, load_config
 from cellblock.gateway.downstream.launch import jail_spec, own_paths
 from cellblock.gateway.downstream.packages import read_record
 from cellblock.gateway.serve.approvals import describe, read_always
-from cellblock.gateway.state import read_json
+from cellblock.gateway.state import read_json, state_dir
 from cellblock.sandbox.bwrap import bwrap_plan
 from cellblock.sandbox.closure import GUARANTEE
 from cellblock.sandbox.limits import limit_plan, size
 from cellblock.sandbox.seccomp import SUMMARY
 from cellblock.sandbox.types import JailError
 
-__all__ = ["describe_server", "show"]
+__all__ = ["check", "describe_server", "show", "show_command"]
+
+
+def check(config_path: str | None) -> int:
+    """`cellblock check`: each server on stdout, lint findings on stderr; 1 when there are any."""
+    config, source = load_config(config_path)
+    for name, server in sorted(config.servers.items()):
+        if isinstance(server, LocalServer):
+            package = server.install.package.spec() if server.install else None
+            kind = f"stdio: {server.command or ''}" + (f" (installed {package})" if package else "")
+        else:
+            kind = f"http: {server.url}"
+        print(f"{name}\t{config.start_of(name)}\t{kind}")
+    findings = lint_config(config, state_dir())
+    for finding in findings:
+        print(f"cellblock: lint: {finding}", file=sys.stderr)
+    if findings:
+        print(f"cellblock: {source}: valid, with {len(findings)} lint finding(s)", file=sys.stderr)
+        return EXIT_FINDING
+    print(f"cellblock: OK: {source}: {len(config.servers)} server(s)", file=sys.stderr)
+    return EXIT_OK
+
+
+def show_command(config_path: str | None, server: str | None, as_json: bool) -> int:
+    """`cellblock show [SERVER]`."""
+    config, source = load(config_path, server)
+    return show(config, server, as_json, state_dir(), source)
 
 
 def _policy(config: Config, name: str, kind: str) -> dict[str, Any]:

@@ -1,0 +1,172 @@
+"""`cellblock approve ID`, `deny`, `pending` and `revoke`: the approvals of calls, asked of the running gateways."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from cellblock.gateway.cli.gateways import ask_all, pid_of, running
+from cellblock.gateway.cli.options import EXIT_FINDING, EXIT_OK, EXIT_USAGE, optional_config
+from cellblock.gateway.serve.control import NOT_FOUND, ControlError, request
+from cellblock.gateway.terminal import printable
+from cellblock.policy.text import visible
+
+__all__ = ["approve", "deny", "pending", "pending_full", "revoke"]
+
+_SCOPE_TEXT = {"once": "once", "session": "for this session", "always": "always"}
+_TOOL_WIDTH = 80  # a tool name is the server's: bounded in the table, whole in `pending --full`
+
+
+def approve(config_path: str | None, target: str, scope: str | None) -> int:
+    """Allow the pending call `target`, or accept the held catalog of the server `target`."""
+    # approving a pending call needs no config, only a gateway
+    config = optional_config(config_path, say=False)
+    servers = set(config.servers) if config is not None else set()
+    if target in servers:
+        if scope is not None:
+            print(
+                f"cellblock: --{scope} applies to a pending call's ID; '{target}' is a server, "
+                f"whose held catalog is approved as a whole: run 'cellblock approve {target}'",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        from cellblock.gateway.cli.lock import approve_command
+
+        return approve_command(config_path, target)
+    scope = scope or "once"
+    return _answer_pending(
+        {"op": "approve", "id": target, "scope": scope}, f"approved '{printable(target)}' {_SCOPE_TEXT[scope]}"
+    )
+
+
+def deny(ident: str) -> int:
+    return _answer_pending({"op": "deny", "id": ident}, f"denied '{printable(ident)}'")
+
+
+def _answer_pending(message: dict[str, Any], done: str) -> int:
+    """Send an approve/deny to each gateway until one holds the id."""
+    refusals = []
+    paths = running()
+    if not paths:
+        print("cellblock: no running gateway", file=sys.stderr)
+    for path in paths:
+        try:
+            reply = request(path, message)
+        except ControlError as exc:
+            print(f"cellblock: {exc}", file=sys.stderr)
+            continue
+        if reply["ok"]:
+            print(f"cellblock: OK: {done}", file=sys.stderr)
+            return EXIT_OK
+        if reply.get("code") != NOT_FOUND:
+            refusals.append(f"{pid_of(path)}: {printable(str(reply.get('error', 'refused')))}")
+    for refusal in refusals:
+        print(f"cellblock: gateway {refusal}", file=sys.stderr)
+    if not refusals:
+        print(f"cellblock: no pending approval '{printable(message['id'])}' (see 'cellblock pending')", file=sys.stderr)
+    return EXIT_FINDING
+
+
+def pending(as_json: bool) -> int:
+    replies = ask_all({"op": "pending"})
+    items = [item for _, reply in replies if reply["ok"] for item in reply.get("pending", []) if isinstance(item, dict)]
+    for path, reply in replies:
+        if not reply["ok"]:
+            print(f"cellblock: gateway {pid_of(path)}: {printable(str(reply.get('error')))}", file=sys.stderr)
+    if as_json:
+        print(json.dumps(items, indent=1))
+    elif items:
+        now = time.time()
+        print("id\tserver\ttool\tage\tleft\targuments")
+        for item in items:
+            waits, expires = item.get("waits_until"), _number(item.get("expires"), now) - now
+            # while the call waits, its time is what counts; after, what is left to let its retry through
+            left = _duration(_number(waits, now) - now) if waits else f"retry {_duration(expires)}"
+            fields = [printable(str(item.get(key, "?"))) for key in ("id", "server")]
+            age = _duration(now - _number(item.get("created"), now))
+            # the gateway escaped what the model and the server sent; escaping again costs nothing
+            arguments = ", ".join(visible(str(line)) for line in item.get("arguments", []))
+            tool = printable(str(item.get("tool", "?")))
+            kind = str(item.get("kind", "tool"))
+            if kind in ("prompt", "resource"):  # a get or a read: "prompt greet", never "prompt:greet"
+                tool = f"{kind} {tool.removeprefix(kind + ':')}"
+            tool = tool if len(tool) <= _TOOL_WIDTH else f"{tool[:_TOOL_WIDTH]}…"
+            print("\t".join([*fields, tool, age, left if expires > 0 else "expired", arguments]))
+        for item in items:
+            if item.get("cut"):
+                ident = printable(str(item.get("id")))
+                print(
+                    f"cellblock: {ident}: {item['cut']} argument(s) cut above; "
+                    f"read every one in full with 'cellblock pending --full {ident}'",
+                    file=sys.stderr,
+                )
+        print(
+            "cellblock: allow with 'cellblock approve ID' (--session, --always); refuse with 'cellblock deny ID'",
+            file=sys.stderr,
+        )
+    if not items:
+        if not replies:
+            print("cellblock: no running gateway", file=sys.stderr)
+        print("cellblock: no pending approvals", file=sys.stderr)
+    return EXIT_OK
+
+
+def pending_full(ident: str, as_json: bool) -> int:
+    """One pending call with every argument in full, escaped; exit 1 if no gateway holds it."""
+    replies = ask_all({"op": "pending", "full": ident})
+    items = [item for _, reply in replies if reply["ok"] for item in reply.get("pending", []) if isinstance(item, dict)]
+    if not items:
+        print(f"cellblock: no pending approval '{printable(ident)}' (see 'cellblock pending')", file=sys.stderr)
+        return EXIT_FINDING
+    item = items[0]
+    if as_json:
+        print(json.dumps(item, indent=1))
+        return EXIT_OK
+    print(visible(str(item.get("identity", ""))))
+    lines = [visible(str(line)) for line in item.get("arguments", [])]
+    print(f"arguments ({len(lines)}), in full, as escaped JSON; only values Cellblock knows are secrets are hidden:")
+    print("\n".join(f"  {line}" for line in lines) or "  (no arguments)")
+    print(
+        f"cellblock: allow this call with 'cellblock approve {printable(ident)}'; --session or --always allow "
+        f"the whole tool with any arguments; refuse with 'cellblock deny {printable(ident)}'",
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
+def revoke(config_path: str | None, target: str, kind: str = "tool") -> int:
+    from cellblock.gateway.config.model import load_config
+    from cellblock.gateway.serve.approvals import Approvals, describe
+    from cellblock.gateway.state import state_dir
+
+    config, _ = load_config(config_path)
+    server, _, tool = target.partition(":")
+    state = state_dir()
+    audit = config.audit_log(state)
+    gone = Approvals(state, audit, config.approvals.timeout).revoke(server, tool or None, kind)
+    if not gone:
+        what = f"{kind} {target}" if tool and kind != "tool" else target
+        print(f"cellblock: no 'always' approval for {printable(what)}", file=sys.stderr)
+        item, sep, name = tool.partition(":")
+        if kind == "tool" and sep and item in ("prompt", "resource"):  # the spelling before kinds were kept apart
+            hint = f"{server}:{name} --kind {item}"
+            print(f"cellblock: for the {item}, run 'cellblock revoke {printable(hint)}'", file=sys.stderr)
+        return EXIT_FINDING
+    # a running gateway re-reads approvals.json before its next question; no restart needed
+    print(f"cellblock: OK: revoked {', '.join(printable(describe(k, t, server)) for k, t in gone)}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _number(value: Any, default: float) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"

@@ -1,0 +1,70 @@
+"""`cellblock ps`, and asking the running gateways through their control sockets."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from cellblock.gateway.cli.options import EXIT_OK
+from cellblock.gateway.serve.control import ControlError, gateways, request
+from cellblock.gateway.state import runtime_dir
+from cellblock.gateway.terminal import printable
+
+__all__ = ["ask_all", "pid_of", "ps", "running"]
+
+
+def running() -> list[Path]:
+    """The control sockets of the running gateways.
+
+    Raises:
+        ControlError: the runtime directory cannot be read.
+    """
+    try:
+        return gateways(runtime_dir())
+    except OSError as exc:
+        raise ControlError(f"runtime dir: {exc}") from exc
+
+
+def ask_all(message: dict[str, Any]) -> list[tuple[Path, dict[str, Any]]]:
+    """Each running gateway's reply to `message`; one that fails to answer is named on stderr."""
+    replies = []
+    for path in running():
+        try:
+            replies.append((path, request(path, message)))
+        except ControlError as exc:
+            print(f"cellblock: {exc}", file=sys.stderr)
+    return replies
+
+
+def pid_of(path: Path) -> str:
+    return path.name.removeprefix("control-").removesuffix(".sock")
+
+
+def ps(as_json: bool) -> int:
+    replies = ask_all({"op": "ps"})
+    if as_json:
+        listed = [{key: value for key, value in reply.items() if key != "ok"} for _, reply in replies if reply["ok"]]
+        print(json.dumps(listed, indent=1))
+    for path, reply in replies:
+        if not reply["ok"]:
+            print(f"cellblock: gateway {pid_of(path)}: {printable(str(reply.get('error')))}", file=sys.stderr)
+        elif not as_json:
+            pid, config = reply.get("pid", pid_of(path)), printable(str(reply.get("config", "?")))
+            print(f"gateway {pid}\tconfig {config}\tpending {reply.get('pending', 0)}")
+            for server in reply.get("servers", []):
+                jail = server.get("jail")
+                # jail: false is the one way to run unjailed, and ps must say so plainly
+                # a jail's network, which "jail none" would misread as no jail at all
+                jail_text = (
+                    "UNJAILED" if jail is False else "remote" if jail == "remote" else f"network {printable(str(jail))}"
+                )
+                name, state = printable(str(server.get("name", "?"))), printable(str(server.get("state", "?")))
+                calls = f"{server.get('calls', 0)} calls ({server.get('fast_calls', 0)} on the fast path)"
+                print(f"  {name}\t{state}\t{jail_text}\t{server.get('tools', 0)} tools\t{calls}")
+                if server.get("last_exit"):
+                    print(f"    last stopped: {printable(str(server['last_exit']))}")
+    if not replies:
+        print("cellblock: no running gateway", file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,57 @@
+"""`cellblock serve`: the gateway a client starts, on stdio.
+
+The SDK and the config model load after `Early.begin`, which answers the client's opening
+requests as at the last start in the meantime: hence the imports inside `serve`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import warnings
+
+import anyio
+
+from cellblock.gateway.cli.options import EXIT_OK
+from cellblock.gateway.state import config_file, runtime_dir, state_dir
+from cellblock.gateway.wire.early import Early
+
+__all__ = ["serve"]
+
+
+def serve(config_path: str | None, verbose: bool) -> int:
+    """`cellblock serve`: the gateway on stdio, until the client closes it."""
+    # the client's opening requests are answered as at the last start while the rest loads
+    early = Early.begin(config_file(config_path), state_dir())
+    from mcp.shared.exceptions import MCPDeprecationWarning
+
+    from cellblock.gateway.config.model import load_config
+    from cellblock.gateway.serve.gateway import Gateway
+
+    # stdout is the protocol channel: every log line goes to stderr, which clients keep as a log
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="cellblock: %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # the gateway forwards downstream logs on purpose, whatever the 2026 spec thinks of logging
+    warnings.filterwarnings("ignore", category=MCPDeprecationWarning)
+    for noisy in ("mcp", "httpx2"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
+    # quiet even with -v: these handle credentials, and their debug detail is not ours to vouch for
+    for careful in ("httpcore", "keyring"):
+        logging.getLogger(careful).setLevel(logging.WARNING)
+    # the SDK logs each OAuth flow failure with a traceback; the gateway reports it in one line
+    logging.getLogger("mcp.client.auth").setLevel(logging.CRITICAL)
+    config, source = load_config(config_path)
+    log = logging.getLogger("cellblock")
+    log.info("serving %d server(s) from %s", len(config.servers), source)
+    from cellblock.gateway.config.compile import lint_config
+
+    for finding in lint_config(config, state_dir()):
+        log.warning("lint: %s", finding)
+    for name, server in sorted(config.servers.items()):
+        if getattr(server, "jail", None) is False:
+            log.warning("server '%s' runs UNJAILED (jail: false in the config)", name)
+    anyio.run(Gateway(config, state_dir(), runtime_dir(), source, early).serve_stdio)
+    return EXIT_OK
