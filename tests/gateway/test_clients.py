@@ -11,20 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cellblock.gateway.clients.kinds import (
-    KINDS,
-    ClientConfigError,
-    ClientEntry,
-    ServersBlock,
-    detect,
-    entry_dict,
-    insert_block,
-    known_locations,
-    name_budget,
-    read_blocks,
-    render_block,
-    replace_span,
-)
+from cellblock.gateway.clients.blocks import ClientEntry, ServersBlock, detect, read_blocks, render_block, replace_span
+from cellblock.gateway.clients.kinds import KINDS, ClientConfigError, entry_dict, known_locations, name_budget
 
 GOLDEN = Path(__file__).parent / "golden" / "clients"
 CELLBLOCK = "/opt/cellblock/bin/cellblock"
@@ -422,78 +410,6 @@ def test_replace_span_refuses_a_span_outside_the_text() -> None:
     assert replace_span("abcdef", 1, 3, "XY") == "aXYdef"
     with pytest.raises(ClientConfigError, match="not inside"):
         replace_span("abc", 2, 5, "x")
-
-
-# --- inserting a block where there was none -------------------------------------------------------
-
-CELLBLOCK_ONLY = {"cellblock": {"command": CELLBLOCK, "args": SERVE}}
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        (
-            '{\n  "theme": "dark"\n}\n',
-            '{\n  "theme": "dark",\n  "mcpServers": {\n    "cellblock": {\n      "command": '
-            '"/opt/cellblock/bin/cellblock",\n      "args": ["serve", "--config", '
-            '"/home/u/.config/cellblock/cellblock.yaml"]\n    }\n  }\n}\n',
-        ),
-        (  # a trailing comment stays on its member's line
-            '{\n  "theme": "dark" // mine\n}\n',
-            '{\n  "theme": "dark", // mine\n  "mcpServers": {\n    "cellblock": {\n      "command": '
-            '"/opt/cellblock/bin/cellblock",\n      "args": ["serve", "--config", '
-            '"/home/u/.config/cellblock/cellblock.yaml"]\n    }\n  }\n}\n',
-        ),
-        (  # a trailing comma is reused, not doubled
-            '{\n    "theme": "dark",\n}',
-            '{\n    "theme": "dark",\n    "mcpServers": {\n        "cellblock": {\n            "command": '
-            '"/opt/cellblock/bin/cellblock",\n            "args": ["serve", "--config", '
-            '"/home/u/.config/cellblock/cellblock.yaml"]\n        }\n    }\n}',
-        ),
-        (
-            "{}",
-            '{\n  "mcpServers": {\n    "cellblock": {\n      "command": "/opt/cellblock/bin/cellblock",\n      '
-            '"args": ["serve", "--config", "/home/u/.config/cellblock/cellblock.yaml"]\n    }\n  }\n}',
-        ),
-        (
-            "",
-            '{\n  "mcpServers": {\n    "cellblock": {\n      "command": "/opt/cellblock/bin/cellblock",\n      '
-            '"args": ["serve", "--config", "/home/u/.config/cellblock/cellblock.yaml"]\n    }\n  }\n}\n',
-        ),
-    ],
-)
-def test_insert_block_adds_the_key_after_the_last_member(text: str, expected: str) -> None:
-    out = insert_block("cursor", text, CELLBLOCK_ONLY)
-    assert out == expected
-    assert [entry.name for entry in read_blocks("cursor", out)[0].entries] == ["cellblock"]
-
-
-@pytest.mark.parametrize(
-    "text", ['{"a": 1}', "{\n  // only a comment\n}", '{\n  "inputs": [], /* none */\n}', '{"a": [1, {"b": 2}],}']
-)
-def test_insert_block_keeps_the_document_valid_jsonc(text: str) -> None:
-    out = insert_block("vscode", text, {"cellblock": entry_dict("vscode", CELLBLOCK, SERVE)})
-    (block,) = read_blocks("vscode", out)
-    assert block.where == ("servers",) and [entry.name for entry in block.entries] == ["cellblock"]
-    assert out[: block.start].startswith(text[: text.index("{") + 1])
-
-
-def test_insert_block_appends_codex_tables_at_the_end() -> None:
-    text = 'model = "x"\n\n[profiles.p]\nmodel = "y"'
-    out = insert_block("codex", text, CELLBLOCK_ONLY)
-    assert out == text + (
-        '\n\n[mcp_servers.cellblock]\ncommand = "/opt/cellblock/bin/cellblock"\n'
-        'args = ["serve", "--config", "/home/u/.config/cellblock/cellblock.yaml"]\n'
-    )
-    assert tomllib.loads(out)["profiles"] == {"p": {"model": "y"}}
-
-
-@pytest.mark.parametrize(
-    ("kind", "text"), [("gemini", '{"mcpServers": {}}'), ("codex", "[mcp_servers.a]\ncommand = 'x'\n")]
-)
-def test_insert_block_refuses_a_file_that_has_the_key(kind: str, text: str) -> None:
-    with pytest.raises(ClientConfigError, match="render_block"):
-        insert_block(kind, text, CELLBLOCK_ONLY)
 
 
 # --- round trips over generated entries -----------------------------------------------------------

@@ -26,17 +26,8 @@ from typing import Any, TextIO
 
 import yaml
 
-from cellblock.gateway.clients.kinds import (
-    ClientEntry,
-    ServersBlock,
-    detect,
-    entry_dict,
-    known_locations,
-    name_budget,
-    read_blocks,
-    render_block,
-    replace_span,
-)
+from cellblock.gateway.clients.blocks import ClientEntry, ServersBlock, detect, read_blocks, render_block, replace_span
+from cellblock.gateway.clients.kinds import entry_dict, known_locations, name_budget
 from cellblock.gateway.clients.literals import replace_in_literals
 from cellblock.gateway.config.model import Config, ConfigError, LocalServer, parse_config
 from cellblock.gateway.config.starter import Secret, Starter, server_name, starter
