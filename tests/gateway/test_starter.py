@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
+from cellblock.gateway.config.draft import Secret, Starter
 from cellblock.gateway.config.model import SERVER_NAME, parse_config
-from cellblock.gateway.config.starter import REDACTED, Secret, Starter, looks_secret, server_name, starter
+from cellblock.gateway.config.secretlike import looks_secret
+from cellblock.gateway.config.starter import REDACTED, server_name, starter
 from cellblock.gateway.credentials import ENTRY_NAME
 
 GH_TOKEN = "ghp_" + "Ab3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI2kL4"

@@ -29,8 +29,9 @@ import yaml
 from cellblock.gateway.clients.blocks import ClientEntry, ServersBlock, detect, read_blocks, render_block, replace_span
 from cellblock.gateway.clients.kinds import entry_dict, known_locations, name_budget
 from cellblock.gateway.clients.literals import replace_in_literals
+from cellblock.gateway.config.draft import Secret, Starter
 from cellblock.gateway.config.model import Config, ConfigError, LocalServer, parse_config
-from cellblock.gateway.config.starter import Secret, Starter, server_name, starter
+from cellblock.gateway.config.starter import server_name, starter
 from cellblock.gateway.credentials import CredentialError, Keyring
 from cellblock.gateway.downstream import packages
 from cellblock.gateway.state import atomic_write_text

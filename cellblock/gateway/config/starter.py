@@ -8,144 +8,57 @@ package is a known client of a remote API. Inline secrets leave the config: they
 each thing the user must still do, is one line in `notes`. No secret value is ever in `config` or
 `notes`.
 
+Beside it: `draft` (what is built up), `secretlike` (what holds a secret), `launchers` (npx, uvx,
+`uv run`, node or python SCRIPT) and `known` (what Cellblock knows of particular servers).
 Pure apart from looking at the file system (does a path exist, where is a script's package root).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import posixpath
 import re
-import shlex
-import sys
-import tomllib
 import unicodedata
-from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from cellblock.sandbox.packages import PackageError, parse_package
+from cellblock.gateway.config.draft import Draft, Starter
+from cellblock.gateway.config.known import DATA_FILE, EXTRA_HINTS, WORKS_IN, data_file, network_for
+from cellblock.gateway.config.launchers import (
+    INSTALLS,
+    NODES,
+    fill_cache,
+    installable,
+    launched_package,
+    package_name,
+    project_name,
+    script_root,
+    uv_run,
+)
+from cellblock.gateway.config.secretlike import (
+    REF_ANYWHERE,
+    REF_WHOLE,
+    looks_secret,
+    references,
+    secret_name,
+    secret_shape,
+)
 
-__all__ = [
-    "KNOWN_HOSTS",
-    "ClientEntryLike",
-    "Secret",
-    "Starter",
-    "looks_secret",
-    "server_name",
-    "starter",
-]
-
-# Package (or command) name without version -> (what it talks to, the hosts it needs).
-KNOWN_HOSTS: Mapping[str, tuple[str, tuple[str, ...]]] = {
-    "@modelcontextprotocol/server-github": ("the GitHub API", ("api.github.com",)),
-    "github-mcp-server": ("the GitHub API", ("api.github.com",)),
-    "@modelcontextprotocol/server-gitlab": ("the GitLab API", ("gitlab.com",)),
-    "@modelcontextprotocol/server-slack": ("the Slack API", ("slack.com",)),
-    "@modelcontextprotocol/server-brave-search": ("the Brave Search API", ("api.search.brave.com",)),
-    "@brave/brave-search-mcp-server": ("the Brave Search API", ("api.search.brave.com",)),
-    "@modelcontextprotocol/server-google-maps": ("the Google Maps API", ("maps.googleapis.com",)),
-    "mcp-server-sentry": ("the Sentry API", ("sentry.io",)),
-    "@sentry/mcp-server": ("the Sentry API", ("sentry.io",)),
-    "@notionhq/notion-mcp-server": ("the Notion API", ("api.notion.com",)),
-}
-# An environment variable that points a known package at another instance (self-hosted GitLab).
-_HOST_FROM_ENV = {"@modelcontextprotocol/server-gitlab": "GITLAB_API_URL"}
-# Servers that fetch whatever URL they are given: their hosts cannot be inferred.
-_FETCHERS = frozenset({"mcp-server-fetch", "@modelcontextprotocol/server-fetch"})
-# Servers that keep their data beside their own code unless a variable says where: an installed
-# package is read-only, so the data goes to a directory of the user's (variable, default file).
-_DATA_FILE = {"@modelcontextprotocol/server-memory": ("MEMORY_FILE_PATH", "~/.local/share/mcp-memory/memory.jsonl")}
-# Servers that change the directories their arguments name (besides any filesystem server): the
-# git server commits to its --repository
-_WORKS_IN = frozenset({"mcp-server-git"})
+__all__ = ["REDACTED", "SERVER_NAME_MAX", "ClientEntryLike", "server_name", "starter"]
 
 SERVER_NAME_MAX = 24
-ENTRY_MAX = 64  # cellblock.gateway.downstream.credentials.ENTRY_NAME
 # stands in for a secret in an argument: Cellblock can pass a keyring value only as an env var
 REDACTED = "[redacted]"
-# files that mark a script's package root
-_PATH_ANCHORS = ("package.json", "pyproject.toml", "setup.py")
-
-_REF_ANYWHERE = re.compile(r"\$\{[^}]*\}")  # ${X}, ${env:X}, ${input:x}, ${workspaceFolder}
-_REF_WHOLE = re.compile(r"\$\{[^}]*\}|\$[A-Za-z_][A-Za-z0-9_]*")  # also $X, but only as the whole value
 _CELLBLOCK_REF = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")  # what config.expand_path expands
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")  # VS Code's, the same as Cellblock's ${X}
-_SECRET_PREFIX = re.compile(
-    r"^(?:gh[pousr]_|github_pat_|glpat-|sk-|sk_live_|rk_live_|xox[abpors]-|xapp-|AIza|hf_|npm_|pypi-)"
-    r"[A-Za-z0-9_\-.]{10,}$"
-)
 _ASSIGNMENT = re.compile(r"^-{0,2}[A-Za-z_][A-Za-z0-9_.-]*=(?!=)")  # --token=X, TOKEN=X (docker -e)
-_AWS_KEY = re.compile(r"^(?:AKIA|ASIA)[A-Z0-9]{16}$")
-_JWT = re.compile(r"^eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$")
-_AUTH_SCHEME = re.compile(r"^(?:Bearer|Basic)\s+\S{8,}$", re.IGNORECASE)
-_TOKEN_CHARS = re.compile(r"^[A-Za-z0-9_\-+/=]{32,}$")
 _BEARER = re.compile(r"^\s*Bearer\s+(\S.*?)\s*$", re.IGNORECASE)
-
-# Parts of a name that mark a secret, inside one word ("GITHUB_TOKEN", "clientSecret", "DBPASSWORD").
-_SECRET_PARTS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "COOKIE", "SESSION", "AUTHORIZATION")
-# Whole words that mark a secret ("API_KEY", "GITHUB_PAT"; not "KEYBOARD", "MONKEY", "PATH").
-_SECRET_WORDS = frozenset({"KEY", "KEYS", "PAT", "AUTH", "PASS", "APIKEY", "ACCESSKEY", "SECRETKEY", "PRIVATEKEY"})
-# A last word that makes the name about a secret rather than one ("TOKEN_FILE", "SESSION_TIMEOUT").
-_NOT_SECRET_LAST = frozenset(
-    {
-        *("FILE", "PATH", "DIR", "URL", "URI", "HOST", "PORT", "ENDPOINT", "TIMEOUT", "TTL", "EXPIRY"),
-        *("TYPE", "MODE", "LEVEL", "ENABLED", "DISABLED", "COUNT", "LIMIT", "SIZE", "MAX", "MIN"),
-        *("LENGTH", "NAME", "PREFIX", "SCOPE", "SCOPES", "TOKENS", "HEADER", "FORMAT"),
-    }
-)
-_PLAIN_VALUES = frozenset({"true", "false", "yes", "no", "on", "off", "none", "null"})
-
-_NODES = frozenset({"node", "nodejs"})
-_PYTHON = re.compile(r"^python(?:\d+(?:\.\d+)?)?$")
-_NPX_VALUE_OPTIONS = frozenset({"-p", "--package", "-c", "--call", "--registry", "-w", "--workspace"})
-_UVX_VALUE_OPTIONS = frozenset(
-    {
-        *("--from", "--with", "--with-editable", "--with-requirements", "--python", "-p", "--index"),
-        *("--index-url", "--extra-index-url", "--default-index", "--cache-dir", "--directory"),
-        *("--project", "--config-file", "--env-file", "--constraints", "--overrides", "--build-constraints"),
-    }
-)
-# Client keys with a hint on how to get the same in Cellblock.
-_EXTRA_HINTS = {
-    "autoApprove": "to allow tools without asking, add them under tools.rules as allow",
-    "alwaysAllow": "to allow tools without asking, add them under tools.rules as allow",
-    "disabled": "Cellblock starts every server it lists; remove it, or set start: lazy",
-    "timeout": "set timeout: SECONDS on the server",
-    "bearer_token_env_var": "now auth: bearer, see above",
-}
-
-
-@dataclass(frozen=True)
-class Secret:
-    """An inline secret of a client entry, to be stored in the keyring under `entry`."""
-
-    key: str  # the environment variable or header name
-    entry: str  # the keyring entry (under the service "cellblock")
-    value: str = field(repr=False)
-    # env / header / bearer: the server gets it from the keyring; stash: a value the config cannot
-    # carry (an argument, part of a URL), kept in the keyring only so that unwrap can put it back
-    kind: Literal["env", "header", "bearer", "stash"]
-
-
-@dataclass(frozen=True)
-class Starter:
-    """The Cellblock config of one server, the secrets it moved out, and what to tell the user."""
-
-    name: str
-    config: dict[str, Any]
-    secrets: tuple[Secret, ...]
-    notes: tuple[str, ...]
-    # directories the server keeps its data in, which wrap creates (a jail grants only what exists)
-    make: tuple[str, ...] = ()
 
 
 class ClientEntryLike(Protocol):
-    """One server of a client's config (cellblock.gateway.clients.kinds.ClientEntry has this shape)."""
+    """One server of a client's config (cellblock.gateway.clients.blocks.ClientEntry has this shape)."""
 
     @property
     def name(self) -> str: ...
@@ -189,20 +102,6 @@ def server_name(key: str, taken: Collection[str]) -> str:
         number += 1
 
 
-def looks_secret(name: str, value: str) -> bool:
-    """Whether an env var or header `name` with `value` holds a secret, by its name or the value's shape.
-
-    Empty values and references (`${input:x}`, `${env:X}`, `${X}`, `$X`) hold no secret.
-    """
-    if not value.strip() or _REF_WHOLE.fullmatch(value.strip()):
-        return False
-    if _REF_ANYWHERE.search(value):
-        return _secret_shape(_REF_ANYWHERE.sub("", value).strip())
-    if _secret_shape(value):
-        return True
-    return _secret_name(name) and value.strip().lower() not in _PLAIN_VALUES
-
-
 def starter(
     key: str,
     entry: ClientEntryLike,
@@ -219,7 +118,7 @@ def starter(
     Raises:
         ValueError: the entry has neither a command nor a URL.
     """
-    draft = _Draft(server_name(key, taken), home)
+    draft = Draft(server_name(key, taken), home)
     if entry.command:
         if entry.url:
             draft.notes.append("url not carried over: the entry also has a command, which is what runs")
@@ -248,54 +147,7 @@ def starter(
     )
 
 
-@dataclass
-class _Draft:
-    """What `starter` builds up for one server."""
-
-    name: str
-    home: str
-    body: dict[str, Any] = field(default_factory=dict)
-    secrets: list[Secret] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    read_only: dict[str, None] = field(default_factory=dict)
-    read_write: dict[str, None] = field(default_factory=dict)
-    make: list[str] = field(default_factory=list)
-
-    def secret(self, key: str, value: str, kind: Literal["env", "header", "bearer", "stash"]) -> str:
-        """Record a secret and return its keyring entry, unique within this server."""
-        entry = self.name if kind == "bearer" else _entry_name(self.name, key, {s.entry for s in self.secrets})
-        self.secrets.append(Secret(key=key, entry=entry, value=value, kind=kind))
-        return entry
-
-    def expand(self, path: str) -> str:
-        return self.home + path[1:] if path == "~" or path.startswith("~/") else path
-
-    def path(self, arg: str, cwd: str | None, *, bare: bool = False) -> str | None:
-        """`arg` as a normalised absolute or `~/` path, None if it is none; relative ones against `cwd`
-        when they start with `./` or `../` (any relative one when `bare`)."""
-        if arg.startswith(("/", "~/")) or arg == "~":
-            full, tilde = posixpath.normpath(self.expand(arg)), arg.startswith("~")
-        elif cwd and self.expand(cwd).startswith("/") and (bare or arg.startswith(("./", "../")) or arg == ".."):
-            full, tilde = posixpath.normpath(posixpath.join(self.expand(cwd), arg)), cwd.startswith("~")
-        else:
-            return None
-        home = self.home.rstrip("/")
-        if tilde and (full == home or full.startswith(home + "/")):
-            return "~" + full[len(home) :]
-        return full
-
-    def share(self, path: str, writable: bool) -> None:
-        if writable:
-            self.read_only.pop(path, None)
-            self.read_write[path] = None
-        elif path not in self.read_write:
-            self.read_only[path] = None
-
-
-# --- local servers ---------------------------------------------------------------------------
-
-
-def _local(draft: _Draft, entry: ClientEntryLike, cache_root: str) -> None:
+def _local(draft: Draft, entry: ClientEntryLike, cache_root: str) -> None:
     command = _client_refs(draft, "command", entry.command or "")
     cwd = _client_refs(draft, "cwd", entry.cwd) if entry.cwd else None
     args = [_client_refs(draft, f"args[{i}]", arg) for i, arg in enumerate(entry.args)]
@@ -303,27 +155,27 @@ def _local(draft: _Draft, entry: ClientEntryLike, cache_root: str) -> None:
     env, secrets = _env(draft, entry.env)
     program = posixpath.basename(command).lower()
     if program == "uv" and "run" in args:
-        project = _uv_run(draft, args, cwd)
+        project = uv_run(draft, args, cwd)
         if project is not None:
             command, args, cwd = project
             program = posixpath.basename(command).lower()
-    launcher, index, spec = _package(program, args)
-    package = _package_name(spec, launcher) if spec else None
-    script, root = _script(draft, program, args, cwd)
+    launcher, index, spec = launched_package(program, args)
+    package = package_name(spec, launcher) if spec else None
+    script, root = script_root(draft, program, args, cwd)
     if package is None and root is not None:
-        package = _project_name(draft.expand(root))
+        package = project_name(draft.expand(root))
     package = package or program
-    _paths(draft, args, cwd, writable="filesystem" in package or package in _WORKS_IN, skip=script)
-    network = _network(draft, package, entry.env, node=launcher == "npx" or program in _NODES)
+    _paths(draft, args, cwd, writable="filesystem" in package or package in WORKS_IN, skip=script)
+    network = network_for(draft, package, entry.env, node=launcher == "npx" or program in NODES)
     install: dict[str, str] | None = None
     if launcher in ("npx", "uvx") and index is not None and spec is not None:
-        found = _installable(draft, launcher, args, index, spec) if _INSTALLS else None
+        found = installable(draft, launcher, args, index, spec) if INSTALLS else None
         if found is not None:
             install, command, args = found
         else:
-            args = _cache(draft, launcher, args, index, spec, env, cache_root)
-    if package in _DATA_FILE:
-        _data_file(draft, package, env)
+            args = fill_cache(draft, launcher, args, index, spec, env, cache_root)
+    if package in DATA_FILE:
+        data_file(draft, package, env)
     if program in ("docker", "podman"):
         draft.notes.append(
             "runs a container: the jail does not share the docker socket, so this will fail; "
@@ -358,61 +210,12 @@ def _local(draft: _Draft, entry: ClientEntryLike, cache_root: str) -> None:
     body["jail"] = jail
 
 
-# `uv run` options that take a value; the ones that change what runs (--with, --python…) are not
-# the project's environment as it is, so such an entry keeps uv
-_UV_RUN_PLAIN = frozenset({"--directory", "--project"})
-_UV_RUN_FLAGS = frozenset({"--frozen", "--locked", "--no-sync", "--offline", "-q", "--quiet", "--no-dev"})
-
-
-def _uv_run(draft: _Draft, args: list[str], cwd: str | None) -> tuple[str, list[str], str] | None:
-    """(command, args, cwd) that run `uv run [--directory DIR] TARGET ARGS…` from the project's own
-    `.venv` as it is: uv would first sync it (network, its cache), which the jail has neither of.
-    TARGET is a script (run by the virtualenv's Python) or one of its programs. None when the
-    project has no `.venv`, or options change what runs."""
-    project = cwd
-    at = args.index("run")  # also `uv --directory DIR run …`
-    words = [*args[:at], *args[at + 1 :]]
-    j = 0
-    while j < len(words):
-        word = words[j]
-        name, eq, value = word.partition("=")
-        if name in _UV_RUN_PLAIN:
-            if not eq:
-                j += 1
-                value = words[j] if j < len(words) else ""
-            project = value
-        elif word in _UV_RUN_FLAGS:
-            pass
-        elif word.startswith("-"):
-            return None
-        else:
-            break
-        j += 1
-    target, target_args = (words[j], words[j + 1 :]) if j < len(words) else ("", [])
-    full = draft.path(project, None) if project else None
-    if not target or full is None or not os.path.isdir(draft.expand(full) + "/.venv/bin"):
-        return None
-    venv = posixpath.join(full, ".venv", "bin")
-    if target.endswith(".py"):
-        command, new_args = posixpath.join(venv, "python"), [target, *target_args]
-    elif target in ("python", "python3") or os.path.isfile(posixpath.join(draft.expand(venv), target)):
-        command, new_args = posixpath.join(venv, target), target_args
-    else:
-        return None
-    draft.share(full, writable=False)
-    draft.notes.append(
-        f"uv run: runs {full}/.venv as it is (uv would sync it first, with the network and its cache, "
-        f"which the jail has not); after changing the project, run `uv sync` in {full}"
-    )
-    return command, new_args, full
-
-
-def _client_refs(draft: _Draft, where: str, value: str) -> str:
+def _client_refs(draft: Draft, where: str, value: str) -> str:
     """`value` with VS Code's `${env:X}` and `${userHome}` in Cellblock's terms; a note for each variable."""
     value = _ENV_REF.sub(r"${\1}", value)
     if value.startswith("${userHome}"):
         value = "~" + value.removeprefix("${userHome}")
-    for ref in _REF_ANYWHERE.findall(value):
+    for ref in REF_ANYWHERE.findall(value):
         if _CELLBLOCK_REF.fullmatch(ref):
             draft.notes.append(
                 f"{where} uses {ref}: Cellblock expands it from its own environment when the config loads "
@@ -425,16 +228,16 @@ def _client_refs(draft: _Draft, where: str, value: str) -> str:
     return value
 
 
-def _arg_secrets(draft: _Draft, args: list[str]) -> list[str]:
+def _arg_secrets(draft: Draft, args: list[str]) -> list[str]:
     """Arguments with a secret (by shape, or after `--token`-like options) replaced by REDACTED."""
     out: list[str] = []
     option = ""
     for i, arg in enumerate(args):
         name, eq, value = arg.partition("=") if _ASSIGNMENT.match(arg) else ("", "", arg)
-        if eq and (_secret_shape(value) or (_secret_name(name) and looks_secret(name, value))):
+        if eq and (secret_shape(value) or (secret_name(name) and looks_secret(name, value))):
             out.append(f"{name}={REDACTED}")
             draft.secret(f"arg-{i}", value, "stash")
-        elif not arg.startswith("-") and (_secret_shape(arg) or (_secret_name(option) and looks_secret(option, arg))):
+        elif not arg.startswith("-") and (secret_shape(arg) or (secret_name(option) and looks_secret(option, arg))):
             out.append(REDACTED)
             draft.secret(f"arg-{i}", arg, "stash")
         elif parts := _embedded_secrets(arg):
@@ -468,112 +271,7 @@ def _embedded_secrets(arg: str) -> list[str]:
     return [part for part in found if not part.startswith("$")]
 
 
-def _package(program: str, args: Sequence[str]) -> tuple[str | None, int | None, str | None]:
-    """(launcher, index of the package's argument, package spec) for npx, uvx and `uv tool run`."""
-    if program == "npx":
-        return ("npx", *_first_positional(args, _NPX_VALUE_OPTIONS, ("-p", "--package")))
-    if program == "uvx":
-        return ("uvx", *_first_positional(args, _UVX_VALUE_OPTIONS, ("--from",)))
-    if program == "uv" and list(args[:2]) == ["tool", "run"]:
-        index, spec = _first_positional(args[2:], _UVX_VALUE_OPTIONS, ("--from",))
-        return "uvx", None if index is None else index + 2, spec
-    return None, None, None
-
-
-def _first_positional(
-    args: Sequence[str], takes_value: Collection[str], names_package: Collection[str]
-) -> tuple[int | None, str | None]:
-    """The index of the first positional argument and the package: that argument, or an option's."""
-    package: str | None = None
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        option, eq, value = arg.partition("=")
-        if arg == "--":
-            i += 1
-            break
-        if eq and option in names_package:
-            package = value
-        elif arg in takes_value:
-            if arg in names_package and i + 1 < len(args):
-                package = args[i + 1]
-            i += 1
-        elif not arg.startswith("-"):
-            return i, package or arg
-        i += 1
-    return (i, package or args[i]) if i < len(args) else (None, package)
-
-
-def _package_name(spec: str, launcher: str | None) -> str:
-    if launcher == "npx":
-        spec = spec.removeprefix("npm:")
-        if spec.startswith("@"):
-            scope, _, rest = spec.partition("/")
-            return f"{scope}/{rest.split('@', 1)[0]}".lower()
-        return spec.split("@", 1)[0].lower()
-    match = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", spec)
-    return re.sub(r"[-_.]+", "-", match.group(0)).lower() if match else spec.lower()
-
-
-def _pinned(spec: str, launcher: str) -> bool:
-    if launcher == "npx":
-        version = spec.removeprefix("npm:").lstrip("@").partition("@")[2]
-    else:
-        version = spec.partition("==")[2] or spec.partition("@")[2]
-    return version not in ("", "latest")
-
-
-def _script(draft: _Draft, program: str, args: Sequence[str], cwd: str | None) -> tuple[str | None, str | None]:
-    """(script, its package root shared read-only) for `node`/`python SCRIPT`; Nones for `-m`, `-c`…"""
-    if program not in _NODES and not _PYTHON.match(program):
-        return None, None
-    for arg in args:
-        if arg in ("-m", "-c", "-e", "--eval", "-p", "--print"):
-            return None, None
-        if arg.startswith("-"):
-            continue
-        path = draft.path(arg, cwd, bare=True)
-        if path is None or not os.path.isfile(draft.expand(path)):
-            draft.notes.append(f"script {arg!r} not found: nothing shared for it; add its folder to jail.read_only")
-            return None, None
-        root = _package_root(draft, path)
-        # a package installed under node_modules finds its dependencies in the outermost
-        # node_modules (npm hoists them there), so that whole folder is shared
-        parts = root.split("/")
-        code = "/".join(parts[: parts.index("node_modules") + 1]) if "node_modules" in parts else root
-        draft.share(code, writable=False)
-        draft.notes.append(f"read_only: {code} (the code of the script it runs)")
-        return path, root
-    return None, None
-
-
-def _package_root(draft: _Draft, script: str) -> str:
-    """The nearest parent of `script` holding a package manifest, else its folder; never home or `/`."""
-    folder = posixpath.dirname(script)
-    current = folder
-    while current not in ("/", "~", "") and draft.expand(current) != draft.home:
-        if any(os.path.isfile(os.path.join(draft.expand(current), anchor)) for anchor in _PATH_ANCHORS):
-            return current
-        current = posixpath.dirname(current)
-    return script if folder in ("/", "~") or draft.expand(folder) == draft.home else folder
-
-
-def _project_name(root: str) -> str | None:
-    """The package name the manifest in `root` declares (package.json, pyproject.toml), if any."""
-    name: Any = None
-    try:
-        with open(os.path.join(root, "package.json"), encoding="utf-8") as file:
-            name = json.load(file).get("name")
-    except (OSError, ValueError, AttributeError):
-        try:
-            with open(os.path.join(root, "pyproject.toml"), "rb") as file:
-                name = tomllib.load(file).get("project", {}).get("name")
-        except (OSError, ValueError, AttributeError):
-            return None
-    return _package_name(name, None) if isinstance(name, str) else None
-
-
-def _env(draft: _Draft, env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+def _env(draft: Draft, env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     """(literal env, secrets: VAR -> keyring entry), with a note for each reference and secret."""
     literal: dict[str, str] = {}
     secrets: dict[str, str] = {}
@@ -583,9 +281,9 @@ def _env(draft: _Draft, env: Mapping[str, str]) -> tuple[dict[str, str], dict[st
             draft.notes.append(f"{name} is a secret: moved to keyring entry {entry!r} (secrets:)")
             continue
         literal[name] = value
-        refs = _references(value)
+        refs = references(value)
         if refs:
-            hint = "; a secret goes under secrets: (a keyring entry) instead" if _secret_name(name) else ""
+            hint = "; a secret goes under secrets: (a keyring entry) instead" if secret_name(name) else ""
             draft.notes.append(
                 f"env {name} holds the client reference {refs}: Cellblock passes env values literally "
                 f"(it expands ${{NAME}} only in paths), so write the value{hint}"
@@ -598,13 +296,7 @@ def _env(draft: _Draft, env: Mapping[str, str]) -> tuple[dict[str, str], dict[st
     return literal, secrets
 
 
-def _references(value: str) -> str:
-    """The client references in `value`, for a note (never the rest of the value)."""
-    whole = _REF_WHOLE.fullmatch(value.strip())
-    return whole.group(0) if whole else ", ".join(_REF_ANYWHERE.findall(value))
-
-
-def _paths(draft: _Draft, args: Sequence[str], cwd: str | None, *, writable: bool, skip: str | None) -> None:
+def _paths(draft: Draft, args: Sequence[str], cwd: str | None, *, writable: bool, skip: str | None) -> None:
     """Share each directory or file the arguments name; a filesystem server's directories writable."""
     for arg in args:
         value = arg.partition("=")[2] if arg.startswith("--") and "=" in arg else arg
@@ -648,119 +340,7 @@ def _home_or_above(path: str, home: str) -> bool:
     return real == "/" or home == real or home.startswith(real.rstrip("/") + "/")
 
 
-def _network(draft: _Draft, package: str, env: Mapping[str, str], *, node: bool) -> dict[str, Any]:
-    """`network: none`, or an allowlist for a known API client, with the note saying which and why."""
-    if package in _FETCHERS:
-        draft.notes.append(
-            f"network: none, so {package} can fetch nothing until you choose: network: allowlist with "
-            "allow_hosts: [the hosts it may fetch] (only those, checked by Cellblock's proxy), or network: open "
-            "(any host, as it ran before)"
-        )
-        return {"network": "none"}
-    known = KNOWN_HOSTS.get(package)
-    if known is None:
-        draft.notes.append("no network: if it needs one, set jail.network")
-        return {"network": "none"}
-    what, hosts = known
-    override = env.get(_HOST_FROM_ENV.get(package, ""), "")
-    host = urlsplit(override).hostname if override.startswith(("http://", "https://")) else None
-    if host:
-        hosts, what = (host,), f"{what} at {host} ({_HOST_FROM_ENV[package]})"
-    draft.notes.append(f"network: allowlist {', '.join(hosts)} (inferred: {package} talks to {what})")
-    if node:
-        draft.notes.append("the allowlist reaches Node's fetch from Node 24 on; older Node fails closed")
-    return {"network": "allowlist", "allow_hosts": list(hosts)}
-
-
-def _data_file(draft: _Draft, package: str, env: dict[str, str]) -> None:
-    """A writable directory for the data file of a server that would keep it beside its code."""
-    variable, default = _DATA_FILE[package]
-    given = env.get(variable)
-    if given is not None and not posixpath.isabs(draft.expand(given)):
-        draft.notes.append(f"{variable} is relative, so {package} writes beside its code: make it absolute")
-        return
-    path = draft.expand(given or default)
-    env[variable] = path
-    directory = posixpath.dirname(path)
-    draft.share(directory, writable=True)
-    if not os.path.isdir(directory):
-        draft.make.append(directory)
-    draft.notes.append(f"{package} keeps its data in {path} ({variable}), so {directory} is writable")
-
-
-# A package is installed in a bubblewrap jail: on Linux only, for now (elsewhere the launcher stays).
-_INSTALLS = sys.platform.startswith("linux")
-# launcher options that change nothing about what an installed package runs
-_NPX_PLAIN = frozenset({"-y", "--yes", "--offline", "-q", "--quiet", "--no-install"})
-
-
-def _installable(
-    draft: _Draft, launcher: str, args: list[str], index: int, spec: str
-) -> tuple[dict[str, str], str, list[str]] | None:
-    """(install:, command, args) for an npx or uvx entry Cellblock can install instead: the package
-    named once, with no launcher options but the plain ones (`-y`; uvx's `--from PKG CMD`). None
-    for what only the launcher can do (`--with`, `-p A -p B`, a git URL, a local path)."""
-    before = args[:index]
-    if launcher == "npx":
-        if any(a not in _NPX_PLAIN for a in before):
-            return None
-        kind, name, version = "npm", _package_name(spec, "npx"), spec.removeprefix("npm:").lstrip("@").partition("@")[2]
-        command = ""
-    else:
-        tool_run = before[:2] == ["tool", "run"]
-        options = before[2:] if tool_run else before
-        if options not in ([], ["--from", spec]):
-            return None
-        kind = "pypi"
-        name, _, version = spec.partition("==") if "==" in spec else spec.partition("@")
-        # `--from PKG CMD` runs CMD of PKG; `uvx PKG` runs PKG's own program
-        command = args[index] if options else ""
-    pinned = version not in ("", "latest")
-    package = (f"{name}@{version}" if kind == "npm" else f"{name}=={version}") if pinned else name
-    try:
-        parse_package(kind, package)
-    except PackageError:
-        return None  # a range, a tag, a URL: only the launcher knows what it means
-    draft.notes.append(
-        f"{launcher} {spec}: installed once by `cellblock install {draft.name}` (wrap runs it) and run "
-        "read-only from Cellblock's data directory, checked before each start; "
-        + ("pinned" if pinned else "the newest release is pinned when installed")
-        + f"; move it with `cellblock update {draft.name}`"
-    )
-    return {kind: package}, command, args[index + 1 :]
-
-
-def _cache(
-    draft: _Draft, launcher: str, args: list[str], index: int, spec: str, env: dict[str, str], cache_root: str
-) -> list[str]:
-    """A per-server npx or uvx cache, offline in the jail, and the command that fills it once."""
-    cache = posixpath.join(cache_root, f"{'npm' if launcher == 'npx' else 'uv'}-{draft.name}")
-    real = draft.expand(cache)
-    draft.share(cache, writable=True)
-    fill = [a for a in args[: index + 1] if a != "--offline"]
-    if launcher == "npx":
-        env["npm_config_cache"] = real
-        if "-y" not in fill and "--yes" not in fill:
-            fill.insert(0, "-y")
-        if "--offline" not in args:
-            at = next((i for i, a in enumerate(args[:index]) if a in ("-y", "--yes")), index)
-            args = [*args[:at], "--offline", *args[at:]]
-        command = f"npm_config_cache={shlex.quote(real)} npx {shlex.join(fill)} </dev/null"
-    else:
-        env["UV_CACHE_DIR"] = real
-        env["UV_OFFLINE"] = "1"
-        prefix = "uvx" if args[:2] != ["tool", "run"] else "uv"
-        command = f"UV_CACHE_DIR={shlex.quote(real)} {prefix} {shlex.join(fill)} </dev/null"
-    draft.notes.append(f"fill the {launcher} cache once: {command}")
-    if not _pinned(spec, launcher):
-        draft.notes.append(f"{spec} has no version: the jail runs whatever the cache holds; pin one")
-    return args
-
-
-# --- remote servers --------------------------------------------------------------------------
-
-
-def _remote(draft: _Draft, entry: ClientEntryLike) -> None:
+def _remote(draft: Draft, entry: ClientEntryLike) -> None:
     body = draft.body
     body["url"] = _url(draft, entry.url or "")
     body["headers"] = headers = dict[str, str]()
@@ -772,7 +352,7 @@ def _remote(draft: _Draft, entry: ClientEntryLike) -> None:
         if bearer is not None:
             body["auth"] = {"type": "bearer"}
             token = bearer.group(1)
-            if _REF_WHOLE.fullmatch(token):
+            if REF_WHOLE.fullmatch(token):
                 draft.notes.append(
                     f"Authorization held the client reference {token}: auth: bearer; "
                     f"store the token with `cellblock auth set {draft.name}`"
@@ -784,7 +364,7 @@ def _remote(draft: _Draft, entry: ClientEntryLike) -> None:
             secrets[name] = entry_name = draft.secret(name, value, "header")
             draft.notes.append(f"header {name} is a secret: moved to keyring entry {entry_name!r} (secrets:)")
         elif lower in ("authorization", "proxy-authorization", "cookie"):
-            refs = _references(value)
+            refs = references(value)
             draft.notes.append(
                 f"header {name} not carried over"
                 + (f" (it holds the client reference {refs})" if refs else "")
@@ -792,7 +372,7 @@ def _remote(draft: _Draft, entry: ClientEntryLike) -> None:
             )
         else:
             headers[name] = value
-            refs = _references(value)
+            refs = references(value)
             if refs:
                 draft.notes.append(
                     f"header {name} holds the client reference {refs}: Cellblock sends header values literally; "
@@ -814,7 +394,7 @@ def _remote(draft: _Draft, entry: ClientEntryLike) -> None:
         draft.notes.append(f"transport {entry.transport!r} unknown: Cellblock speaks Streamable HTTP")
 
 
-def _url(draft: _Draft, url: str) -> str:
+def _url(draft: Draft, url: str) -> str:
     """`url` without credentials in its userinfo or query, with a note for each one left out."""
     parts = urlsplit(url)
     netloc = parts.netloc.rpartition("@")[2]
@@ -835,15 +415,12 @@ def _url(draft: _Draft, url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc, query=urlencode(kept)))
 
 
-# --- both ------------------------------------------------------------------------------------
-
-
-def _extra(draft: _Draft, extra: Mapping[str, Any]) -> None:
+def _extra(draft: Draft, extra: Mapping[str, Any]) -> None:
     for key, value in extra.items():
         shown = "(value hidden: it may be a secret)" if _holds_secret(key, value) else _show(value)
         if isinstance(value, str) and _holds_secret(key, value):
             draft.secret(key, value, "stash")
-        hint = _EXTRA_HINTS.get(key)
+        hint = EXTRA_HINTS.get(key)
         draft.notes.append(f"not carried over: {key}={shown}" + (f" ({hint})" if hint else ""))
 
 
@@ -863,51 +440,3 @@ def _show(value: Any, limit: int = 80) -> str:
     """`value` as compact JSON on one line, cut to `limit` characters."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _entry_name(server: str, key: str, used: Collection[str]) -> str:
-    """`<server>-<key>` as a keyring entry name: lowercase, '-' for other characters, unique in `used`."""
-    part = re.sub(r"[^a-z0-9]+", "-", key.lower()).strip("-") or "secret"
-    base = f"{server}-{part}"[:ENTRY_MAX].rstrip("-")
-    entry, number = base, 2
-    while entry in used:
-        suffix = f"-{number}"
-        entry = base[: ENTRY_MAX - len(suffix)].rstrip("-") + suffix
-        number += 1
-    return entry
-
-
-def _words(name: str) -> list[str]:
-    """`name` split at non-alphanumerics and camelCase humps, upper-cased."""
-    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
-    return [w for w in re.split(r"[^A-Za-z0-9]+", spaced.upper()) if w]
-
-
-def _secret_name(name: str) -> bool:
-    words = _words(name)
-    if not words or words[-1] in _NOT_SECRET_LAST:
-        return False
-    return any(
-        word in _SECRET_WORDS
-        or (any(part in word for part in _SECRET_PARTS) and not word.startswith("TOKENIZ"))
-        or word.endswith(("APIKEY", "ACCESSKEY", "SECRETKEY", "PRIVATEKEY"))
-        for word in words
-    )
-
-
-def _secret_shape(value: str) -> bool:
-    """A well-known token prefix, a JWT, `Bearer …`, or a long high-entropy string."""
-    value = value.strip()
-    if _SECRET_PREFIX.match(value) or _AWS_KEY.match(value) or _JWT.match(value) or _AUTH_SCHEME.match(value):
-        return True
-    if not _TOKEN_CHARS.match(value) or (value.startswith("/") and value.count("/") >= 2):
-        return False  # not token characters, or a path
-    classes = sum(bool(re.search(p, value)) for p in ("[a-z]", "[A-Z]", "[0-9]"))
-    separators = sum(c in "_-" for c in value) / len(value)
-    return classes >= 2 and separators <= 0.15 and _entropy(value) >= 3.0
-
-
-def _entropy(value: str) -> float:
-    """Shannon entropy of `value` in bits per character."""
-    counts = Counter(value)
-    return -sum(n / len(value) * math.log2(n / len(value)) for n in counts.values())
