@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cellblock.gateway.config.model import ConfigError, JailConfig, LocalServer, RemoteServer, load_config, parse_config
+from cellblock.gateway.config.loading import load_config, parse_config
+from cellblock.gateway.config.model import ConfigError, JailConfig, LocalServer, RemoteServer
 from cellblock.sandbox.types import Limits
 
 GOOD = """\

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cellblock.gateway.config.model import LocalServer, parse_config
+from cellblock.gateway.config.loading import parse_config
+from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.downstream.launch import granted_roots, jail_spec, launch_plan
 from cellblock.sandbox.types import JailError
 

@@ -19,7 +19,8 @@ import pytest
 from keyring.backends import SecretService
 from keyring.errors import PasswordDeleteError
 
-from cellblock.gateway.config.model import RemoteServer, parse_config
+from cellblock.gateway.config.loading import parse_config
+from cellblock.gateway.config.model import RemoteServer
 from cellblock.gateway.credentials import SERVICE, CredentialError, Keyring
 from cellblock.gateway.downstream.oauth import LoginNeeded
 from cellblock.gateway.downstream.remote import BearerAuth, HttpWatch, explain, remote_client

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from cellblock.gateway.config.draft import Secret, Starter
-from cellblock.gateway.config.model import SERVER_NAME, parse_config
+from cellblock.gateway.config.loading import parse_config
+from cellblock.gateway.config.model import SERVER_NAME
 from cellblock.gateway.config.secretlike import looks_secret
 from cellblock.gateway.config.starter import REDACTED, server_name, starter
 from cellblock.gateway.credentials import ENTRY_NAME

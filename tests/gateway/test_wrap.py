@@ -28,7 +28,7 @@ from keyring.errors import PasswordDeleteError
 
 import cellblock.gateway.clients.wrap as wrap_module
 from cellblock.gateway.clients.wrap import WrapError, list_clients, plan_wrap, unwrap, wrap
-from cellblock.gateway.config.model import parse_config
+from cellblock.gateway.config.loading import parse_config
 
 GOLDEN_IN = Path(__file__).parent / "golden" / "clients"
 GOLDEN = Path(__file__).parent / "golden" / "wrap"

@@ -20,7 +20,8 @@ import anyio
 import mcp.types as types
 import pytest
 
-from cellblock.gateway.config.model import LocalServer, parse_config
+from cellblock.gateway.config.loading import parse_config
+from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.downstream.launch import launch_plan
 from cellblock.policy.hosts import parse_rule
 from cellblock.sandbox.egress import Decision, EgressProxy

@@ -137,7 +137,7 @@ def pending_full(ident: str, as_json: bool) -> int:
 
 
 def revoke(config_path: str | None, target: str, kind: str = "tool") -> int:
-    from cellblock.gateway.config.model import load_config
+    from cellblock.gateway.config.loading import load_config
     from cellblock.gateway.serve.approvals import Approvals, describe
     from cellblock.gateway.state import state_dir
 

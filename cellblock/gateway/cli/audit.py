@@ -82,7 +82,8 @@ def audit_path(config_path: str | None) -> Path:
     Raises:
         ConfigError: the config exists (or was named) but cannot be read or is invalid.
     """
-    from cellblock.gateway.config.model import default_config_path, load_config
+    from cellblock.gateway.config.loading import load_config
+    from cellblock.gateway.state import default_config_path
 
     if config_path is None and not default_config_path().expanduser().exists():
         return state_dir() / "audit.jsonl"

@@ -31,7 +31,8 @@ def load(config_path: str | None, server: str | None = None) -> tuple[Config, Pa
     Raises:
         ConfigError: the config is invalid, or has no such server (exit 2, like any bad usage).
     """
-    from cellblock.gateway.config.model import ConfigError, load_config
+    from cellblock.gateway.config.loading import load_config
+    from cellblock.gateway.config.model import ConfigError
 
     config, source = load_config(config_path)
     if server is not None and server not in config.servers:
@@ -46,7 +47,8 @@ def optional_config(config_path: str | None, say: bool = True) -> Config | None:
     Raises:
         ConfigError: a config named on the command line does not load.
     """
-    from cellblock.gateway.config.model import ConfigError, load_config
+    from cellblock.gateway.config.loading import load_config
+    from cellblock.gateway.config.model import ConfigError
 
     try:
         return load_config(config_path)[0]

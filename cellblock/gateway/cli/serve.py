@@ -25,7 +25,7 @@ def serve(config_path: str | None, verbose: bool) -> int:
     early = Early.begin(config_file(config_path), state_dir())
     from mcp.shared.exceptions import MCPDeprecationWarning
 
-    from cellblock.gateway.config.model import load_config
+    from cellblock.gateway.config.loading import load_config
     from cellblock.gateway.serve.gateway import Gateway
 
     # stdout is the protocol channel: every log line goes to stderr, which clients keep as a log

@@ -10,7 +10,8 @@ from typing import Any
 
 from cellblock.gateway.cli.options import EXIT_FINDING, EXIT_OK, load
 from cellblock.gateway.config.compile import lint_config
-from cellblock.gateway.config.model import Config, LocalServer, load_config
+from cellblock.gateway.config.loading import load_config
+from cellblock.gateway.config.model import Config, LocalServer
 from cellblock.gateway.downstream.launch import jail_spec, own_paths
 from cellblock.gateway.downstream.packages import read_record
 from cellblock.gateway.serve.approvals import describe, read_always

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from cellblock.gateway.cli.options import EXIT_USAGE, optional_config
 from cellblock.gateway.clients import wrap as clients
-from cellblock.gateway.config.model import default_config_path
+from cellblock.gateway.state import default_config_path
 
 __all__ = ["unwrap", "wrap"]
 

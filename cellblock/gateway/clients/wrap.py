@@ -30,7 +30,8 @@ from cellblock.gateway.clients.blocks import ClientEntry, ServersBlock, detect, 
 from cellblock.gateway.clients.kinds import entry_dict, known_locations, name_budget
 from cellblock.gateway.clients.literals import replace_in_literals
 from cellblock.gateway.config.draft import Secret, Starter
-from cellblock.gateway.config.model import Config, ConfigError, LocalServer, parse_config
+from cellblock.gateway.config.loading import parse_config
+from cellblock.gateway.config.model import Config, ConfigError, LocalServer
 from cellblock.gateway.config.starter import server_name, starter
 from cellblock.gateway.credentials import CredentialError, Keyring
 from cellblock.gateway.downstream import packages

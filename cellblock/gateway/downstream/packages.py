@@ -27,7 +27,8 @@ from typing import TextIO
 import anyio.from_thread
 from pydantic import BaseModel, ValidationError
 
-from cellblock.gateway.config.model import ConfigError, LocalServer, load_config, parse_config
+from cellblock.gateway.config.loading import load_config, parse_config
+from cellblock.gateway.config.model import ConfigError, LocalServer
 from cellblock.gateway.state import atomic_write_json, atomic_write_text, data_dir, read_json, runtime_dir
 from cellblock.gateway.terminal import printable
 from cellblock.policy.hosts import HostRule, parse_rule
