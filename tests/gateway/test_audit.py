@@ -18,11 +18,11 @@ from cellblock.gateway.audit.log import (
     MAX_STRING,
     REDACTED,
     Audit,
-    is_secret_key,
     redact,
     rotated_paths,
     shorten,
 )
+from cellblock.gateway.audit.secretnames import is_secret_name
 
 
 def events(path: Path) -> list[dict[str, Any]]:
@@ -116,15 +116,21 @@ def test_shorten_handles_input_nested_past_the_recursion_limit() -> None:
         "credentials",
         "private_key",
         "ssh-private-key",
+        "max_tokens",
+        "session_id",
+        "GITHUB_PAT",
+        "basic_auth",
     ],
 )
 def test_secret_looking_keys(key: str) -> None:
-    assert is_secret_key(key)
+    assert is_secret_name(key)
 
 
-@pytest.mark.parametrize("key", ["path", "content", "url", "query", "author", "keyword", "cookbook"])
+@pytest.mark.parametrize(
+    "key", ["path", "content", "url", "query", "author", "keyword", "cookbook", "tokenizer", "monkey"]
+)
 def test_ordinary_keys_are_kept(key: str) -> None:
-    assert not is_secret_key(key)
+    assert not is_secret_name(key)
     assert redact({key: "v"}) == {key: "v"}
 
 

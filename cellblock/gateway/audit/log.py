@@ -12,7 +12,6 @@ tool call: deny). `docs/audit.md` is the schema.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import math
@@ -29,6 +28,7 @@ from typing import Any
 from cellblock.gateway.audit.budget import BUDGETED, Budget, kind_of
 from cellblock.gateway.audit.chain import FIELDS as CHAIN_FIELDS
 from cellblock.gateway.audit.chain import KEY_NAME, TAIL_BYTES, Chain, last_mac, load_key
+from cellblock.gateway.audit.secretnames import is_secret_name
 from cellblock.gateway.scrub import REDACTED, number_holds, pattern_of
 
 try:  # POSIX: two gateway processes sharing one state dir take turns on a lock file
@@ -43,9 +43,7 @@ __all__ = [
     "MAX_ITEMS",
     "MAX_STRING",
     "REDACTED",
-    "SECRET_KEY_PARTS",
     "Audit",
-    "is_secret_key",
     "redact",
     "rotated_paths",
     "shorten",
@@ -58,18 +56,6 @@ MAX_ITEMS = 50  # items of a list (or keys of a mapping) kept
 MAX_DEPTH = 6  # containers nested deeper than this become a one-line summary
 # `redact` alone does not shorten, but it must still end: anything deeper is hidden, not inspected
 _REDACT_DEPTH = 64
-SECRET_KEY_PARTS = (
-    "token",
-    "secret",
-    "password",
-    "passwd",
-    "api_key",
-    "apikey",
-    "authorization",
-    "cookie",
-    "credential",
-    "private_key",
-)
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 # one encoder for every event: json.dumps builds a new one per call when given any option
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -77,15 +63,6 @@ DEFAULT_KEEP = 5
 # a line of the log and its event's name (every line starts with ts, then event)
 _LINE = re.compile(rb'^\{"ts":[^,]*,"event":"([a-z_]+)"[^\n]*', re.MULTILINE)
 _SERVERS_OWN = BUDGETED | {"suppressed"}
-
-
-_SECRET_KEY = re.compile("|".join(SECRET_KEY_PARTS))
-
-
-@functools.lru_cache(maxsize=4096)  # the same few keys recur on every call; bounded, as keys are the model's
-def is_secret_key(key: str) -> bool:
-    """Whether a mapping key names something secret (`Authorization`, `x-api-key`, `db_password`…)."""
-    return _SECRET_KEY.search(key.lower().replace("-", "_").replace(" ", "_")) is not None
 
 
 def shorten(value: Any) -> Any:
@@ -134,7 +111,7 @@ def _walk(value: Any, depth: int, *, cut: bool, hide: bool, secrets: re.Pattern[
             key = raw_key if isinstance(raw_key, str) else str(raw_key)
             if secrets is not None and secrets.search(key):
                 out[f"{REDACTED}#{index}"] = REDACTED
-            elif hide and is_secret_key(key):
+            elif hide and is_secret_name(key):
                 out[_cut(key) if cut else key] = REDACTED
             else:
                 out[_cut(key) if cut else key] = _walk(item, depth + 1, cut=cut, hide=hide, secrets=secrets)
@@ -320,7 +297,7 @@ class Audit:
         for key, value in record.items():
             if key in ("ts", "event", "server"):
                 clean[key] = value
-            elif is_secret_key(key):
+            elif is_secret_name(key):
                 clean[key] = REDACTED
             elif type(value) is str:  # most fields: the checks of `_walk` without its dispatch
                 clean[key] = REDACTED if secrets is not None and secrets.search(value) else _cut(value)

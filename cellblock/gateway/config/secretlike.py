@@ -10,6 +10,8 @@ import math
 import re
 from collections import Counter
 
+from cellblock.gateway.audit.secretnames import is_secret_name, name_words
+
 __all__ = ["REF_ANYWHERE", "REF_WHOLE", "looks_secret", "references", "secret_name", "secret_shape"]
 
 REF_ANYWHERE = re.compile(r"\$\{[^}]*\}")  # ${X}, ${env:X}, ${input:x}, ${workspaceFolder}
@@ -22,10 +24,6 @@ _AWS_KEY = re.compile(r"^(?:AKIA|ASIA)[A-Z0-9]{16}$")
 _JWT = re.compile(r"^eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$")
 _AUTH_SCHEME = re.compile(r"^(?:Bearer|Basic)\s+\S{8,}$", re.IGNORECASE)
 _TOKEN_CHARS = re.compile(r"^[A-Za-z0-9_\-+/=]{32,}$")
-# Parts of a name that mark a secret, inside one word ("GITHUB_TOKEN", "clientSecret", "DBPASSWORD").
-_SECRET_PARTS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "COOKIE", "SESSION", "AUTHORIZATION")
-# Whole words that mark a secret ("API_KEY", "GITHUB_PAT"; not "KEYBOARD", "MONKEY", "PATH").
-_SECRET_WORDS = frozenset({"KEY", "KEYS", "PAT", "AUTH", "PASS", "APIKEY", "ACCESSKEY", "SECRETKEY", "PRIVATEKEY"})
 # A last word that makes the name about a secret rather than one ("TOKEN_FILE", "SESSION_TIMEOUT").
 _NOT_SECRET_LAST = frozenset(
     {
@@ -57,22 +55,10 @@ def references(value: str) -> str:
     return whole.group(0) if whole else ", ".join(REF_ANYWHERE.findall(value))
 
 
-def _words(name: str) -> list[str]:
-    """`name` split at non-alphanumerics and camelCase humps, upper-cased."""
-    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name)
-    return [w for w in re.split(r"[^A-Za-z0-9]+", spaced.upper()) if w]
-
-
 def secret_name(name: str) -> bool:
-    words = _words(name)
-    if not words or words[-1] in _NOT_SECRET_LAST:
-        return False
-    return any(
-        word in _SECRET_WORDS
-        or (any(part in word for part in _SECRET_PARTS) and not word.startswith("TOKENIZ"))
-        or word.endswith(("APIKEY", "ACCESSKEY", "SECRETKEY", "PRIVATEKEY"))
-        for word in words
-    )
+    """Whether `name` names a secret, and not something about one (`TOKEN_FILE`, `SESSION_TIMEOUT`)."""
+    words = name_words(name)
+    return bool(words) and words[-1] not in _NOT_SECRET_LAST and is_secret_name(name)
 
 
 def secret_shape(value: str) -> bool:
