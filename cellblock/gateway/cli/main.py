@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     command = args.command
-    if command in ("diff", "approve", "install"):
+    if command in ("diff", "approve", "install"):  # what argparse cannot say: names or --all, one of them
         named = args.servers if command == "install" else getattr(args, "server", None) or getattr(args, "target", None)
         if args.all == bool(named):
             what = {"diff": "a server", "approve": "a pending call's ID or a server", "install": "servers"}[command]
@@ -201,10 +201,9 @@ def _run(args: argparse.Namespace) -> int:
     if command == "auth":
         from cellblock.gateway.cli.auth import auth_command
 
-        action = args.auth_command
-        return auth_command(
-            action, getattr(args, "name", ""), args.config, open_browser=not getattr(args, "no_browser", False)
-        )
+        # `auth list` takes no NAME, and only `auth login` opens a browser
+        browser = not getattr(args, "no_browser", False)
+        return auth_command(args.auth_command, getattr(args, "name", ""), args.config, open_browser=browser)
     if command in ("wrap", "unwrap"):
         from cellblock.gateway.cli import wrap
 
