@@ -101,11 +101,14 @@ async def slow(steps: int, delay: float, ctx: Context) -> str:
 
 
 async def hang() -> str:
-    """Never return; record a cancellation in $PROBE_LOG."""
+    """Never return; record the start and a cancellation in $PROBE_LOG."""
+    log_path = os.environ.get("PROBE_LOG")
+    if log_path:
+        with open(log_path, "a", encoding="utf-8") as f:  # noqa: ASYNC230 - a line, before the wait starts
+            f.write("hang started\n")
     try:
         await anyio.sleep_forever()
     except anyio.get_cancelled_exc_class():
-        log_path = os.environ.get("PROBE_LOG")
         if log_path:
             with open(log_path, "a", encoding="utf-8") as f:  # noqa: ASYNC230 - must not yield while cancelled
                 f.write("cancelled hang\n")
