@@ -2,7 +2,7 @@
 
 A `Downstream` owns a supervisor task that connects (stdio through `launch_plan`, or Streamable
 HTTP), reads the server's catalog, and waits for the connection to end. A crash is followed by a
-restart with exponential backoff; after `MAX_RESTARTS` quick failures in a row the server is
+restart with exponential backoff; after `Backoff.restarts` quick failures in a row the server is
 marked failed. Calls in flight when a server dies end with an error that names it. A local
 server whose jail reached a resource limit is stopped like one that crashed, with that reason.
 """
@@ -41,6 +41,7 @@ from cellblock.gateway.ask.forms import refusal
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.model import LocalServer, RemoteServer
 from cellblock.gateway.credentials import CredentialError, Keyring
+from cellblock.gateway.downstream.backoff import Backoff
 from cellblock.gateway.downstream.discovery import DiscoveryRefused
 from cellblock.gateway.downstream.launch import granted_roots, launch_plan, stdio_parameters
 from cellblock.gateway.downstream.local import LocalChannel, local_transport
@@ -68,17 +69,12 @@ logger = logging.getLogger(__name__)
 # A server that takes longer than this to answer its handshake and first lists is treated as
 # failed to start: the client is waiting for a catalog.
 START_SECONDS = 30.0
-# Quick failures in a row before a server is marked failed; a run that lasted HEALTHY_SECONDS
-# resets the count, so a server that crashes once a day is restarted every time.
-MAX_RESTARTS = 5
-HEALTHY_SECONDS = 30.0
 # Messages that are not valid MCP a server may send in one run before it is restarted: a stray
 # print or two is a bug to log, thousands are a server that will not speak the protocol.
 MAX_GARBAGE = 1000
 # A server that announces catalog changes without end is re-read at most this often: each re-read
 # lists its whole catalog and reviews it against the lock.
 REFRESH_SECONDS = 1.0
-BACKOFF_FIRST, BACKOFF_MAX = 0.5, 10.0
 # Downstream 2026-07-28 servers may ask for input in rounds; bound them like the SDK does.
 MAX_INPUT_ROUNDS = 8
 
@@ -210,6 +206,7 @@ class Downstream:
     own: tuple[Path, ...] = ()
     # what the server may send unasked (logs, progress) before the excess is dropped
     notices: Budget = field(default_factory=Budget)
+    backoff: Backoff = field(default_factory=Backoff)  # the waits between restarts of a server that keeps crashing
     listing: Listing | None = None
     state: str = "stopped"  # stopped | starting | ready | restarting | failed
     error: str | None = None
@@ -325,11 +322,11 @@ class Downstream:
                     self._fail(reason, retry_on_use=True)
                     return
             self._down(reason)
-            failures = 1 if anyio.current_time() - began > HEALTHY_SECONDS else failures + 1
-            if failures > MAX_RESTARTS:
-                self._fail(f"{reason} (gave up after {MAX_RESTARTS} restarts)", retry_on_use=self.is_remote)
+            failures = 1 if anyio.current_time() - began > self.backoff.healthy else failures + 1
+            if failures > self.backoff.restarts:
+                self._fail(f"{reason} (gave up after {self.backoff.restarts} restarts)", retry_on_use=self.is_remote)
                 return
-            delay = min(BACKOFF_FIRST * 2 ** (failures - 1), BACKOFF_MAX)
+            delay = self.backoff.delay(failures)
             logger.warning("server '%s' is down (%s); restarting in %.1fs", self.name, reason, delay)
             self._settled.set()
             await anyio.sleep(delay)
