@@ -269,20 +269,6 @@ async def test_servers_instructions_reach_the_client_under_their_names(session: 
     assert "[new] " in instructions and "[old] " in instructions
 
 
-@pytest.mark.slow
-async def test_a_server_that_keeps_failing_is_marked_failed_and_the_gateway_stays_up(tmp_path: Path) -> None:
-    config = write_config(tmp_path, {"dying": probe_server("--exit-at-start"), "fine": probe_server("--name", "fine")})
-    async with gateway(config, tmp_path / "state") as client:
-        assert text(await client.call_tool("fine__echo", {"message": "up"})) == "up"
-        # five restarts with backoff 0.5, 1, 2, 4, 8 s, then the server is given up on
-        with anyio.fail_after(40):
-            while "gave up" not in (message := text(await client.call_tool("dying__echo", {}))):
-                assert "'dying'" in message
-                await anyio.sleep(1)
-        assert "gave up after 5 restarts" in message
-        assert text(await client.call_tool("fine__echo", {"message": "still up"})) == "still up"
-
-
 async def test_an_eager_server_with_a_known_catalog_starts_without_waiting_for_a_list(tmp_path: Path) -> None:
     marker = tmp_path / "started.log"
     servers = {"known": probe_server("--name", "known", env={"PROBE_LOG": str(marker)}, writable=tmp_path)}

@@ -1,0 +1,135 @@
+"""The gateway in memory (tests/harness.py): lists, calls the policy allows, denies or asks about,
+and a server that keeps crashing beside one that works. The servers are the jailed test servers."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as types
+import pytest
+
+from cellblock.gateway.downstream.backoff import Backoff
+from tests.harness import build, connected
+from tests.integration.conftest import probe_server, write_config
+
+pytestmark = pytest.mark.anyio
+
+RAW = Path(__file__).resolve().parents[1] / "servers" / "raw.py"
+POLICY = {"default": "deny", "rules": {"echo": "allow", "slow": "ask"}}
+# a crashing server is given up on in a moment, not after 15 s of waits
+QUICK = Backoff(first=0.01, most=0.01)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def text(result: types.CallToolResult) -> str:
+    return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+def events(state: Path, event: str) -> list[dict[str, Any]]:
+    lines = (state / "audit.jsonl").read_text().splitlines()
+    return [record for record in map(json.loads, lines) if record["event"] == event]
+
+
+class Human:
+    """Answers each approval question with `decision`, and counts them."""
+
+    def __init__(self, decision: str) -> None:
+        self.decision = decision
+        self.asked: list[str] = []
+
+    async def __call__(self, ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        self.asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"decision": self.decision})
+
+
+def raw_server() -> dict[str, Any]:
+    """The raw test server: no SDK, so it starts at once (for tests where the server is not the point)."""
+    return {
+        "command": sys.executable,
+        "args": [str(RAW), "--era", "legacy"],
+        "protocol": "legacy",
+        "jail": {"read_only": [str(RAW.parent)]},
+    }
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_the_client_lists_every_servers_tools_under_the_servers_name(tmp_path: Path, mode: str) -> None:
+    config = write_config(tmp_path, {"p": probe_server("--name", "p"), "r": raw_server()})
+    async with connected(build(config, tmp_path / "state"), mode=mode) as client:
+        names = [tool.name for tool in (await client.list_tools()).tools]
+    assert names == sorted(names)
+    assert {"p__echo", "p__slow", "r__ok", "r__say"} <= set(names)
+    assert all(name.startswith(("p__", "r__")) for name in names)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_an_allowed_call_is_forwarded_and_audited_before_it_runs(tmp_path: Path, mode: str) -> None:
+    config = write_config(tmp_path, {"p": probe_server("--name", "p", tools=POLICY)})
+    state = tmp_path / "state"
+    async with connected(build(config, state), mode=mode) as client:
+        result = await client.call_tool("p__echo", {"message": "through"})
+    assert not result.is_error and result.structured_content == {"message": "through"}
+    [call] = events(state, "call")
+    assert (call["server"], call["tool"], call["decision"]) == ("p", "echo", "allow")
+    [end] = events(state, "call_end")
+    assert end["tool"] == "echo" and end["is_error"] is False
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_denied_call_is_refused_naming_the_rule_and_never_reaches_the_server(tmp_path: Path, mode: str) -> None:
+    log = tmp_path / "probe.log"
+    server = probe_server("--name", "p", tools=POLICY, env={"PROBE_LOG": str(log)}, writable=tmp_path)
+    state = tmp_path / "state"
+    async with connected(build(write_config(tmp_path, {"p": server}), state), mode=mode) as client:
+        refused = await client.call_tool("p__hang", {})
+    assert refused.is_error and text(refused).startswith("denied by policy: default")
+    assert "hang started" not in log.read_text()
+    [call] = events(state, "call")
+    assert (call["tool"], call["decision"]) == ("hang", "deny")
+
+
+async def test_a_call_to_a_tool_no_server_has_is_refused_as_unknown(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"r": raw_server()})
+    async with connected(build(config, tmp_path / "state")) as client:
+        refused = await client.call_tool("r__nosuchtool", {})
+    assert refused.is_error and "unknown tool 'r__nosuchtool'" in text(refused)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+@pytest.mark.parametrize(("decision", "forwarded"), [("allow_once", True), ("deny", False)])
+async def test_an_asked_call_runs_only_when_the_human_allows_it(
+    tmp_path: Path, mode: str, decision: str, forwarded: bool
+) -> None:
+    config = write_config(tmp_path, {"p": probe_server("--name", "p", tools=POLICY)}, approvals={"timeout": 30})
+    human = Human(decision)
+    async with connected(build(config, tmp_path / "state"), mode=mode, elicitation_callback=human) as client:
+        result = await client.call_tool("p__slow", {"steps": 1, "delay": 0})
+    assert len(human.asked) == 1 and "server 'p'" in human.asked[0] and 'tool "slow"' in human.asked[0]
+    if forwarded:
+        assert text(result) == "done 1 steps"
+    else:
+        assert result.is_error and "the user denied it" in text(result)
+
+
+async def test_a_server_that_keeps_crashing_is_given_up_on_and_the_others_keep_working(tmp_path: Path) -> None:
+    servers = {"dying": probe_server("--exit-at-start"), "fine": probe_server("--name", "fine")}
+    state = tmp_path / "state"
+    async with connected(build(write_config(tmp_path, servers), state, backoff=QUICK)) as client:
+        assert text(await client.call_tool("fine__echo", {"message": "up"})) == "up"
+        # the default backoff's waits add up to 15.5 s: this one's, to a moment
+        with anyio.fail_after(10):
+            # no event reaches the client: it sees the failure when it asks
+            while "gave up" not in (message := text(await client.call_tool("dying__echo", {}))):
+                assert "'dying'" in message
+                await anyio.sleep(0.05)
+        assert "gave up after 5 restarts" in message
+        assert text(await client.call_tool("fine__echo", {"message": "still up"})) == "still up"
+    assert len(events(state, "server_start_failed")) == 6  # the first start and five restarts
