@@ -1,0 +1,164 @@
+"""`Pipeline.admit`: route, lock, policy and approval, each only refusing; every decision audited
+before anything is forwarded, and a decision that cannot be audited is a refusal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import mcp.types as types
+import pytest
+
+from cellblock.gateway.audit.log import Audit
+from cellblock.gateway.downstream.supervisor import Listing
+from cellblock.gateway.serve.catalog import Catalog, build_catalog
+from cellblock.gateway.serve.pipeline import Call, Pipeline
+from cellblock.policy.rules import Policy, parse_rule_entry
+from cellblock.policy.types import Decision, Verdict
+
+pytestmark = pytest.mark.anyio
+
+SCHEMA = {"type": "object", "properties": {}}
+RULES = {"read": "allow", "delete": "deny", "write": "ask"}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def text(result: types.CallToolResult | None) -> str:
+    assert result is not None and result.is_error
+    return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+def catalog(*tools: str, held: tuple[str, ...] = ()) -> Catalog:
+    """The catalog of server `fs` offering `tools` and `held`, with the lock holding `held` back."""
+    listed = Listing(tools=tuple(types.Tool(name=t, input_schema=SCHEMA) for t in tools))
+    offered = Listing(tools=tuple(types.Tool(name=t, input_schema=SCHEMA) for t in (*tools, *held)))
+    return build_catalog({"fs": listed}, separator="__", max_length=64, offered={"fs": offered})
+
+
+class Human:
+    """The approver: answers each `ask` with `decision`, and remembers the calls it was asked about."""
+
+    def __init__(self, decision: Decision) -> None:
+        self.decision = decision
+        self.asked: list[str] = []
+
+    async def __call__(self, call: Call) -> Verdict:
+        self.asked.append(call.tool)
+        return Verdict(self.decision, "approval:once" if self.decision is Decision.ALLOW else "write", "human")
+
+
+def pipeline(
+    audit: Audit, shown: Catalog, human: Human | None = None, reviewer: Any = None, unavailable: Any = None
+) -> Pipeline:
+    rules = tuple(parse_rule_entry(pattern, decision) for pattern, decision in RULES.items())
+    return Pipeline(
+        lambda: shown,
+        unavailable or (lambda name: None),
+        {"fs": Policy(default=Decision.DENY, rules=rules)},
+        audit,
+        approver=human or Human(Decision.DENY),
+        reviewer=reviewer,
+    )
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def decisions(path: Path) -> list[tuple[str, str, str]]:
+    return [(r["tool"], r["decision"], r["rule"]) for r in records(path) if r["event"] == "call"]
+
+
+async def test_an_allowed_call_passes_with_its_route_and_its_allow_audited(tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    call = Call("fs__read", {"path": "a"})
+    assert await pipeline(Audit(log), catalog("read")).admit(call) is None
+    assert (call.server, call.tool) == ("fs", "read")
+    assert decisions(log) == [("read", "allow", "read")]
+    assert records(log)[0]["arguments"] == {"path": "a"}
+
+
+async def test_a_denied_call_is_refused_by_the_policy_and_the_refusal_audited(tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    refused = await pipeline(Audit(log), catalog("delete")).admit(Call("fs__delete", None))
+    assert text(refused).startswith("denied by policy: delete: ")
+    assert decisions(log) == [("delete", "deny", "delete")]
+
+
+@pytest.mark.parametrize(("answer", "passes"), [(Decision.ALLOW, True), (Decision.DENY, False)])
+async def test_an_asked_call_passes_only_on_the_humans_allow(tmp_path: Path, answer: Decision, passes: bool) -> None:
+    log, human = tmp_path / "audit.jsonl", Human(answer)
+    refused = await pipeline(Audit(log), catalog("write"), human).admit(Call("fs__write", None))
+    assert human.asked == ["write"] and (refused is None) is passes
+    assert decisions(log) == [("write", "allow" if passes else "deny", "approval:once" if passes else "write")]
+
+
+async def test_an_allowed_or_denied_call_never_asks_the_human(tmp_path: Path) -> None:
+    human = Human(Decision.ALLOW)
+    admit = pipeline(Audit(tmp_path / "audit.jsonl"), catalog("read", "delete"), human).admit
+    assert await admit(Call("fs__read", None)) is None
+    assert await admit(Call("fs__delete", None)) is not None  # the approval cannot widen a deny
+    assert human.asked == []
+
+
+async def test_a_name_no_server_has_is_refused_as_unknown_or_with_why_its_server_is_missing(tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    unknown = await pipeline(Audit(log), catalog("read")).admit(Call("fs__nothing", None))
+    assert text(unknown).startswith("refused: route: unknown tool 'fs__nothing'")
+    why = pipeline(Audit(log), catalog(), unavailable=lambda name: "server 'fs' failed to start").admit
+    assert text(await why(Call("fs__read", None))) == "refused: route: server 'fs' failed to start"
+    assert decisions(log) == [("fs__nothing", "deny", "route"), ("fs__read", "deny", "route")]
+
+
+async def test_a_tool_the_lock_holds_is_refused_naming_the_review_unless_the_human_accepts_it_now(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "audit.jsonl"
+    refused = await pipeline(Audit(log), catalog("read", held=("write",))).admit(Call("fs__write", None))
+    assert "new or changed since the server was approved" in text(refused) and "cellblock approve fs" in text(refused)
+    assert decisions(log) == [("write", "deny", "lock")]
+
+    shown = {"now": catalog("read", held=("read2",))}
+
+    async def accept(call: Call) -> bool:
+        shown["now"] = catalog("read", "read2")  # the human approved the changed catalog
+        return True
+
+    accepting = Pipeline(
+        lambda: shown["now"],
+        lambda name: None,
+        {"fs": Policy(default=Decision.ALLOW)},
+        Audit(log),
+        approver=Human(Decision.DENY),
+        reviewer=accept,
+    )
+    assert await accepting.admit(Call("fs__read2", None)) is None
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+async def test_a_call_whose_allow_cannot_be_audited_is_refused(tmp_path: Path) -> None:
+    audit = Audit(Path("/dev/full"), key=tmp_path / "audit.key")
+    refused = await pipeline(audit, catalog("read")).admit(Call("fs__read", None))
+    assert "cannot be written, and no call runs unrecorded" in text(refused)
+
+
+async def test_a_call_whose_tool_changed_when_its_server_started_is_refused_by_the_recheck(tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    shown = {"now": catalog("read")}
+    checked = Pipeline(
+        lambda: shown["now"],
+        lambda name: None,
+        {"fs": Policy(default=Decision.ALLOW)},
+        Audit(log),
+        Human(Decision.DENY),
+    )
+    call = Call("fs__read", None)
+    assert await checked.admit(call) is None and checked.recheck(call) is None
+    shown["now"] = catalog(held=("read",))  # the server came up offering a changed 'read'
+    assert "changed when the server started" in text(checked.recheck(call))
+    assert decisions(log) == [("read", "allow", "default"), ("read", "deny", "lock")]
