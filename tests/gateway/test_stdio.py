@@ -42,6 +42,23 @@ class Lines:
         self.ended.set()
 
 
+async def a_later_turn_of_the_loop() -> None:
+    """Until a line written now on a new pipe is read: by then every pipe ready before has been read."""
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    witness = Lines()
+    reader = LineReader(read, witness.line, witness.eof, witness.oversize)
+    try:
+        reader.start()
+        os.write(write, b"w\n")
+        with anyio.fail_after(5):
+            await witness.arrived.wait()
+    finally:
+        reader.close()
+        os.close(read)
+        os.close(write)
+
+
 async def test_lines_come_whole_across_reads_with_a_last_unterminated_one() -> None:
     read, write = os.pipe()
     os.set_blocking(read, False)
@@ -76,7 +93,7 @@ async def test_a_paused_reader_delivers_nothing_until_resumed_and_then_everythin
     os.close(write)
     with anyio.fail_after(5):
         await got.arrived.wait()
-    await anyio.sleep(0.05)
+    await a_later_turn_of_the_loop()  # which would have read this pipe's end, had the reader watched it
     assert got.lines == [b"1"]  # paused after the first: the rest waits, and so does the end
     assert not got.ended.is_set()
     reader.resume()

@@ -283,11 +283,16 @@ async def test_a_call_waiting_on_the_cli_tells_the_client_how_to_answer_and_show
     env = {"XDG_RUNTIME_DIR": str(run), "PATH": f"{desktop}:{os.environ['PATH']}"}
     heard: list[str] = []
 
+    def hear(message: str) -> None:
+        heard.append(message)
+        if "cellblock approve" in message:
+            told.set()
+
     async def log(params: types.LoggingMessageNotificationParams) -> None:
-        heard.append(str(params.data))
+        hear(str(params.data))
 
     async def progress(value: float, total: float | None, message: str | None) -> None:
-        heard.append(message or "")
+        hear(message or "")
 
     # a 2026-07-28 client hears logs only on requests that opt in: it says which level it wants
     async with gateway(
@@ -300,12 +305,13 @@ async def test_a_call_waiting_on_the_cli_tells_the_client_how_to_answer_and_show
 
         for extra in ({}, {"progress_callback": progress}):  # a log message, or progress where it asked
             heard.clear()
+            told = anyio.Event()  # set once the client has heard how to approve the call
             async with anyio.create_task_group() as tg:
                 tg.start_soon(functools.partial(call, **extra))
                 (ident,) = await pending_ids(tmp_path, 1)
                 with anyio.fail_after(10):
-                    while not any(f"cellblock approve {ident}" in h for h in heard):  # noqa: ASYNC110
-                        await anyio.sleep(0.05)
+                    await told.wait()
+                assert any(f"cellblock approve {ident}" in h for h in heard), heard
                 assert any("waits up to 30s for the user's approval" in h for h in heard), heard
                 approved = await anyio.to_thread.run_sync(cli, tmp_path, "approve", ident)
                 assert approved.returncode == 0, approved.stderr

@@ -39,6 +39,7 @@ class Seen:
     def __init__(self) -> None:
         self.questions: list[str] = []
         self.logs: list[Any] = []
+        self._logged = anyio.Event()
 
     async def elicit(self, ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         self.questions.append(params.message)
@@ -46,6 +47,14 @@ class Seen:
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         self.logs.append(params.data)
+        self._logged.set()
+        self._logged = anyio.Event()
+
+    async def heard(self, data: str, since: int) -> None:
+        """Until a log message `data` has arrived after the first `since` (a log may trail its result)."""
+        with anyio.fail_after(10):
+            while data not in self.logs[since:]:
+                await self._logged.wait()
 
 
 @pytest.fixture(scope="module", params=["legacy", "auto"])
@@ -116,9 +125,7 @@ async def test_a_log_message_holding_one_arrives_replaced(hostile: Any, server: 
     assert text(result) == "logged"
     if client.protocol_version == "2026-07-28":
         return  # a 2026-07-28 call carries a server's logs only to a request that opted in
-    with anyio.fail_after(10):
-        while f"logged {REPLACED}" not in seen.logs[before:]:  # noqa: ASYNC110 - the log may trail the result
-            await anyio.sleep(0.02)
+    await seen.heard(f"logged {REPLACED}", before)
     await probe_still_answers(client)
 
 

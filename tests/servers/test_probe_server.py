@@ -48,6 +48,7 @@ class Recorder:
         self.notifications: list[Any] = []
         self.progress: list[tuple[float, float | None, str | None]] = []
         self.tools_changed = anyio.Event()
+        self._logged = anyio.Event()
 
     async def elicit(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         self.elicitations.append(params)
@@ -57,6 +58,14 @@ class Recorder:
 
     async def log(self, params: types.LoggingMessageNotificationParams) -> None:
         self.logs.append(params)
+        self._logged.set()
+        self._logged = anyio.Event()
+
+    async def heard(self, data: str) -> None:
+        """Until a log message holding `data` has arrived."""
+        with anyio.fail_after(5):
+            while data not in [entry.data for entry in self.logs]:
+                await self._logged.wait()
 
     async def message(self, message: Any) -> None:
         self.notifications.append(message)
@@ -130,7 +139,8 @@ async def test_probe_features(mode: str, tmp_path: Path) -> None:
         await client.call_tool(
             "log", {"level": "warning", "message": "opted in"}, meta={types.LOG_LEVEL_META_KEY: "info"}
         )
-        await anyio.sleep(0.05)
+        # a log may trail its call's result; the first one, had it been sent, came before the second
+        await rec.heard("opted in")
         expected = ["opted in"] if mode == "auto" else ["plain", "opted in"]
         assert [entry.data for entry in rec.logs] == expected
 
