@@ -31,15 +31,15 @@ __all__ = ["build", "connected"]
 STOP_SECONDS = 15.0
 
 
-def build(config: Path, state: Path, *, backoff: Backoff | None = None, runtime: Path | None = None) -> Gateway:
-    """The gateway `cellblock serve --config CONFIG` would run, with its state in `state`.
+def build(config: Path, state: Path, *, backoff: Backoff | None = None) -> Gateway:
+    """The gateway `cellblock serve --config CONFIG` would run, with its state in `state` and no
+    control socket (nothing for `cellblock approve` or `cellblock ps` to reach).
 
     `backoff`: how its servers are restarted when they crash (the default's waits add up to 15 s).
-    `runtime`: where its control socket goes (`cellblock approve`, `cellblock ps`); None for none.
     """
     state.mkdir(mode=0o700, parents=True, exist_ok=True)
     loaded, source = load_config(config)
-    gateway = Gateway(loaded, state, runtime, source)
+    gateway = Gateway(loaded, state, None, source)
     if backoff is not None:
         for downstream in gateway.downstreams.values():
             downstream.backoff = backoff
@@ -61,6 +61,7 @@ async def connected(gateway: Gateway, *, mode: str = "auto", **client_args: Any)
             try:
                 await gateway.run(*server_streams)
             finally:
+                gateway.audit.close()  # as serve_stdio does: the counts of what a budget left out
                 stopped.set()
 
         @asynccontextmanager
