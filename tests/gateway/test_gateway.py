@@ -133,3 +133,12 @@ async def test_a_server_that_keeps_crashing_is_given_up_on_and_the_others_keep_w
         assert "gave up after 5 restarts" in message
         assert text(await client.call_tool("fine__echo", {"message": "still up"})) == "still up"
     assert len(events(state, "server_start_failed")) == 6  # the first start and five restarts
+
+
+async def test_a_call_whose_server_dies_under_it_fails_naming_the_server_which_then_comes_back(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    async with connected(build(write_config(tmp_path, {"p": probe_server("--name", "p")}), state, backoff=QUICK)) as c:
+        died = await c.call_tool("p__crash", {})
+        assert died.is_error and "server 'p'" in text(died), text(died)
+        assert text(await c.call_tool("p__echo", {"message": "back"})) == "back"  # waits for the restart
+    assert len(events(state, "server_exit")) == 1 and len(events(state, "server_ready")) == 2
