@@ -150,6 +150,12 @@ async def test_a_2026_client_gets_a_sealed_question_whose_state_redeems_once_for
     assert verdict.decision is Decision.ALLOW and verdict.rule == "approval:once"
 
 
+def test_a_state_lives_as_long_as_the_approval_timeout(tmp_path: Path) -> None:
+    lapsed = approvals(tmp_path, timeout=-1)  # sealed already past its lifetime: no clock to wait for
+    state = lapsed.seal("p__echo", {"message": "hi"})
+    assert lapsed.redeem(state, "p__echo", {"message": "hi"}) == "the approval state has expired"
+
+
 async def test_a_state_sealed_by_another_gateway_does_not_verify(tmp_path: Path) -> None:
     state = approvals(tmp_path).seal("p__echo", {"message": "hi"})
     assert approvals(tmp_path).redeem(state, "p__echo", {"message": "hi"}) == "the approval state does not verify"

@@ -1,5 +1,6 @@
 """The gateway in memory (tests/harness.py): lists, calls the policy allows, denies or asks about,
-and a server that keeps crashing beside one that works. The servers are the jailed test servers."""
+a server that dies during a call, and one that keeps crashing beside one that works. The servers
+are the jailed test servers."""
 
 from __future__ import annotations
 
