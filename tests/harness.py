@@ -35,7 +35,7 @@ def build(config: Path, state: Path, *, backoff: Backoff | None = None) -> Gatew
     """The gateway `cellblock serve --config CONFIG` would run, with its state in `state` and no
     control socket (nothing for `cellblock approve` or `cellblock ps` to reach).
 
-    `backoff`: how its servers are restarted when they crash (the default's waits add up to 15 s).
+    `backoff`: how its servers are restarted when they crash (the default's five waits add up to 15.5 s).
     """
     state.mkdir(mode=0o700, parents=True, exist_ok=True)
     loaded, source = load_config(config)
