@@ -21,7 +21,7 @@ import anyio
 from mcp import Client
 from mcp.shared.memory import create_client_server_memory_streams
 
-from cellblock.gateway.config.model import load_config
+from cellblock.gateway.config.loading import load_config
 from cellblock.gateway.downstream.backoff import Backoff
 from cellblock.gateway.serve.gateway import Gateway
 
