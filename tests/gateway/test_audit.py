@@ -18,9 +18,7 @@ from cellblock.gateway.audit.log import (
     MAX_STRING,
     REDACTED,
     Audit,
-    redact,
     rotated_paths,
-    shorten,
 )
 from cellblock.gateway.audit.secretnames import is_secret_name
 
@@ -38,7 +36,18 @@ def mode(path: Path) -> int:
     return path.stat().st_mode & 0o777
 
 
-# -- shorten ---------------------------------------------------------------------------------------
+def written(tmp_path: Path, value: Any, secrets: tuple[str, ...] = ()) -> Any:
+    """`value` as the audit log records it: the arguments of one call event."""
+    audit = Audit(tmp_path / "audit.jsonl")
+    for secret in secrets:
+        audit.add_secret(secret)
+    audit.write("call", "s", tool="t", arguments=value)
+    audit.close()
+    (event,) = events(tmp_path / "audit.jsonl")
+    return event["arguments"]
+
+
+# -- values are shortened --------------------------------------------------------------------------
 
 LONG = "x" * (MAX_STRING + 44)
 
@@ -77,25 +86,25 @@ def nest(depth: int, leaf: Any = "leaf") -> Any:
         ([[[[[[["deep"]]]]]]], [[[[[["…(nested list, 1 items)"]]]]]]),
     ],
 )
-def test_shorten_cuts_and_marks(value: Any, expected: Any) -> None:
-    assert shorten(value) == expected
+def test_long_values_are_cut_and_marked(tmp_path: Path, value: Any, expected: Any) -> None:
+    assert written(tmp_path, value) == expected
 
 
-def test_shorten_is_pure_and_leaves_secrets_alone() -> None:
+def test_writing_leaves_the_callers_value_as_it_was(tmp_path: Path) -> None:
     value = {"token": "abc", "items": list(range(60))}
     before = json.dumps(value)
-    assert shorten(value)["token"] == "abc"  # shortening is not redaction
+    assert written(tmp_path, value)["token"] == REDACTED
     assert json.dumps(value) == before
 
 
-def test_shorten_handles_input_nested_past_the_recursion_limit() -> None:
+def test_input_nested_past_the_recursion_limit_is_written(tmp_path: Path) -> None:
     value: Any = "leaf"
     for _ in range(5000):
         value = [value]
-    assert json.dumps(shorten(value))
+    assert json.dumps(written(tmp_path, value))
 
 
-# -- redact ----------------------------------------------------------------------------------------
+# -- secrets are redacted --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -129,9 +138,9 @@ def test_secret_looking_keys(key: str) -> None:
 @pytest.mark.parametrize(
     "key", ["path", "content", "url", "query", "author", "keyword", "cookbook", "tokenizer", "monkey"]
 )
-def test_ordinary_keys_are_kept(key: str) -> None:
+def test_ordinary_keys_are_kept(tmp_path: Path, key: str) -> None:
     assert not is_secret_name(key)
-    assert redact({key: "v"}) == {key: "v"}
+    assert written(tmp_path, {key: "v"}) == {key: "v"}
 
 
 @pytest.mark.parametrize(
@@ -153,15 +162,15 @@ def test_ordinary_keys_are_kept(key: str) -> None:
         ({"note": "nothing here"}, ("s3cr3t-value", ""), {"note": "nothing here"}),
     ],
 )
-def test_redact_table(value: Any, secrets: tuple[str, ...], expected: Any) -> None:
-    assert redact(value, secrets) == expected
+def test_secrets_are_redacted(tmp_path: Path, value: Any, secrets: tuple[str, ...], expected: Any) -> None:
+    assert written(tmp_path, value, secrets) == expected
 
 
-def test_redact_hides_what_is_too_deep_to_inspect() -> None:
+def test_what_is_too_deep_to_inspect_is_not_written(tmp_path: Path) -> None:
     value: Any = {"leak": "s3cr3t-value"}
     for _ in range(200):
         value = {"d": value}
-    assert "s3cr3t-value" not in json.dumps(redact(value, ["s3cr3t-value"]))
+    assert "s3cr3t-value" not in json.dumps(written(tmp_path, value, ("s3cr3t-value",)))
 
 
 # -- the log file ----------------------------------------------------------------------------------
@@ -174,13 +183,14 @@ class Decision(Enum):
 def test_event_is_one_json_line_with_the_required_fields(tmp_path: Path) -> None:
     audit = Audit(tmp_path / "audit.jsonl")
     audit.write("server_ready", "files", protocol="2025-11-25", tools=3)
-    audit.write_call(
+    audit.write(
+        "call",
         "files",
-        "read_file",
+        tool="read_file",
         decision=Decision.ALLOW,
         rule="read_*",
         reason="rule read_*",
-        duration_ms=1.23456,
+        duration_ms=1.235,
         is_error=False,
         arguments={"path": "/tmp/x"},
     )
@@ -220,9 +230,10 @@ def test_a_caller_cannot_overwrite_ts_event_or_server(tmp_path: Path) -> None:
 def test_written_arguments_are_shortened_and_redacted(tmp_path: Path) -> None:
     audit = Audit(tmp_path / "audit.jsonl")
     audit.add_secret("ghp_0123456789abcdef")
-    audit.write_call(
+    audit.write(
+        "call",
         "gh",
-        "create_issue",
+        tool="create_issue",
         decision="ask",
         arguments={
             "body": "y" * 1000 + " ghp_0123456789abcdef",  # the secret sits past the cut: still redacted
@@ -271,8 +282,12 @@ def test_a_secret_passed_as_a_number_is_redacted_and_other_numbers_are_kept(tmp_
     audit = Audit(tmp_path / "audit.jsonl")
     audit.add_secret("918273645546372819")
     audit.add_secret("3141592653.5")
-    audit.write_call(
-        "s", "t", decision="allow", arguments={"id": 918273645546372819, "pi": 3141592653.5, "n": 918273645, "f": 2.5}
+    audit.write(
+        "call",
+        "s",
+        tool="t",
+        decision="allow",
+        arguments={"id": 918273645546372819, "pi": 3141592653.5, "n": 918273645, "f": 2.5},
     )
     (event,) = events(tmp_path / "audit.jsonl")
     assert event["arguments"] == {"id": REDACTED, "pi": REDACTED, "n": 918273645, "f": 2.5}
@@ -328,7 +343,7 @@ def test_200_concurrent_writers_produce_200_whole_lines(tmp_path: Path) -> None:
 
     def writer(n: int) -> None:
         start.wait()
-        audit.write_call("s", f"tool{n}", decision="allow", arguments={"n": n, "blob": "z" * 200})
+        audit.write("call", "s", tool=f"tool{n}", decision="allow", arguments={"n": n, "blob": "z" * 200})
 
     threads = [threading.Thread(target=writer, args=(n,)) for n in range(200)]
     for thread in threads:

@@ -37,7 +37,7 @@ def test_a_burst_then_counted_and_one_summary_per_kind(tmp_path: Path, clock: Cl
     for n in range(100):
         audit.write("egress", "web", host=f"h{n}", port=443, decision="deny", reason="not allowed")
         audit.write("egress", "web", host="ok", port=443, decision="allow")
-    audit.write_call("web", "fetch", decision="allow")  # a decision: written whatever the budget says
+    audit.write("call", "web", tool="fetch", decision="allow")  # a decision: written whatever the budget says
     audit.close()
     found = events(tmp_path / "audit.jsonl")
     refused = [e for e in found if e["event"] == "egress" and e["decision"] == "deny"]
@@ -54,7 +54,7 @@ def test_the_summary_comes_when_the_window_ends_and_the_budget_refills(tmp_path:
     for _ in range(BURST + 5):
         audit.write("lock_changed", "churn", items=["tool:a"])
     clock.now += WINDOW  # the next event of any kind from anyone writes what is due
-    audit.write_call("other", "t", decision="allow")
+    audit.write("call", "other", tool="t", decision="allow")
     found = events(tmp_path / "audit.jsonl")
     assert [e["event"] for e in found][-2:] == ["suppressed", "call"]
     assert found[-2]["count"] == 5 and found[-2]["kind"] == "lock_changed"
@@ -67,7 +67,7 @@ def test_the_summary_comes_when_the_window_ends_and_the_budget_refills(tmp_path:
 def test_decisions_are_never_counted_away(tmp_path: Path, clock: Clock) -> None:
     audit = Audit(tmp_path / "audit.jsonl")
     for n in range(500):
-        audit.write_call("files", "read_file", decision="deny", arguments={"n": n})
+        audit.write("call", "files", tool="read_file", decision="deny", arguments={"n": n})
         audit.write("approval_denied", "files", tool="read_file", reason="no")
         audit.write("lock_approved", "files", items=["tool:x"], removed=[], via="cli")
     audit.close()
@@ -84,7 +84,7 @@ def flood(audit: Audit, event: str, servers: int) -> None:
 
 def test_a_flood_fills_only_half_of_each_file_so_it_cannot_rotate_a_decision_out(tmp_path: Path, clock: Clock) -> None:
     audit = Audit(tmp_path / "audit.jsonl", max_bytes=64 << 10, keep=2)
-    audit.write_call("files", "read_file", decision="allow", arguments={"path": "marker"})
+    audit.write("call", "files", tool="read_file", decision="allow", arguments={"path": "marker"})
     flood(audit, "lock_changed", servers=50)  # 1000 events, ~1.5 MB asked for
     audit.close()
     found = events(tmp_path / "audit.jsonl")
@@ -98,7 +98,7 @@ def test_a_flood_fills_only_half_of_each_file_so_it_cannot_rotate_a_decision_out
 
 def test_control_the_same_flood_as_unbudgeted_events_rotates_the_marker_out(tmp_path: Path, clock: Clock) -> None:
     audit = Audit(tmp_path / "audit.jsonl", max_bytes=64 << 10, keep=2)
-    audit.write_call("files", "read_file", decision="allow", arguments={"path": "marker"})
+    audit.write("call", "files", tool="read_file", decision="allow", arguments={"path": "marker"})
     flood(audit, "lock_approved", servers=50)  # the same bytes, as events that are always written
     audit.close()
     assert not any(e.get("arguments") == {"path": "marker"} for e in events(tmp_path / "audit.jsonl"))
@@ -111,7 +111,7 @@ def test_past_half_a_file_of_decisions_a_servers_own_events_are_still_written(tm
     audit = Audit(path, max_bytes=64 << 10, keep=2)
     calls = 0
     while path.stat().st_size < 40 << 10:
-        audit.write_call("files", "read_file", decision="allow", arguments={"path": "x" * 200})
+        audit.write("call", "files", tool="read_file", decision="allow", arguments={"path": "x" * 200})
         calls += 1
     audit.write("server_ready", "git", protocol="2025-11-25", tools=3)
     audit.write("lock_changed", "git", items=["tool:git_status"])

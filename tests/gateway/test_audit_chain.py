@@ -33,7 +33,7 @@ def written_log(state: Path, events: int = 40, max_bytes: int = 2000) -> list[Pa
     one = Audit(state / "audit.jsonl", max_bytes=max_bytes, keep=50)
     two = Audit(state / "audit.jsonl", max_bytes=max_bytes, keep=50)
     for n in range(events):
-        (one if n % 3 else two).write_call("files", "read_file", decision="allow", arguments={"n": n})
+        (one if n % 3 else two).write("call", "files", tool="read_file", decision="allow", arguments={"n": n})
     one.close()
     two.close()
     return rotated_paths(state / "audit.jsonl")
@@ -122,7 +122,7 @@ def test_a_line_sealed_with_another_key_does_not_pass(tmp_path: Path) -> None:
     forger_dir = tmp_path / "forger"
     forger_dir.mkdir()
     forger = Audit(forger_dir / "audit.jsonl")
-    forger.write_call("files", "read_file", decision="allow", arguments={"n": 99})
+    forger.write("call", "files", tool="read_file", decision="allow", arguments={"n": 99})
     forger.close()
     forged = json.loads((forger_dir / "audit.jsonl").read_text())
     forged.pop("prev")

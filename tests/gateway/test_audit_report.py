@@ -165,7 +165,7 @@ def test_what_the_gateway_writes_reads_back(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     audit = Audit(path, max_bytes=500)
     for n in range(10):
-        audit.write_call("s", "t", decision="deny" if n % 2 else "allow", arguments={"n": n}, is_error=False)
+        audit.write("call", "s", tool="t", decision="deny" if n % 2 else "allow", arguments={"n": n}, is_error=False)
     audit.close()
     report = read_report(path)
     assert report.unreadable == {}
@@ -253,7 +253,7 @@ def test_cli_a_named_config_that_is_missing_exits_2(tmp_path: Path) -> None:
 def test_an_event_line_leaves_out_the_chains_macs_which_are_kept_in_the_json(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     audit = Audit(path)
-    audit.write_call("s", "t", decision="allow")
+    audit.write("call", "s", tool="t", decision="allow")
     audit.close()
     [event] = read_report(path).recent
     assert "mac" in event and "prev" in event  # the record as written, for --json and --verify

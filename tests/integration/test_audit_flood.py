@@ -53,7 +53,7 @@ def replayed_raw(tmp_path: Path, line: dict[str, Any], times: int) -> list[dict[
     raw = tmp_path / "raw"
     raw.mkdir()
     audit = Audit(raw / "audit.jsonl", max_bytes=16 << 10, keep=1)
-    audit.write_call("flood", "echo", decision="allow", arguments=MARKER)
+    audit.write("call", "flood", tool="echo", decision="allow", arguments=MARKER)
     fields = {k: v for k, v in line.items() if k not in ("ts", "event", "server", "prev", "mac")}
     for _ in range(times):
         audit.write("lock_approved", "flood", **fields)

@@ -19,7 +19,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from enum import Enum
 from itertools import islice
 from pathlib import Path
@@ -44,9 +44,7 @@ __all__ = [
     "MAX_STRING",
     "REDACTED",
     "Audit",
-    "redact",
     "rotated_paths",
-    "shorten",
 ]
 
 logger = logging.getLogger(__name__)
@@ -54,8 +52,6 @@ logger = logging.getLogger(__name__)
 MAX_STRING = 256  # characters of a string value kept; the rest becomes "…(+N chars)"
 MAX_ITEMS = 50  # items of a list (or keys of a mapping) kept
 MAX_DEPTH = 6  # containers nested deeper than this become a one-line summary
-# `redact` alone does not shorten, but it must still end: anything deeper is hidden, not inspected
-_REDACT_DEPTH = 64
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 # one encoder for every event: json.dumps builds a new one per call when given any option
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -65,31 +61,14 @@ _LINE = re.compile(rb'^\{"ts":[^,]*,"event":"([a-z_]+)"[^\n]*', re.MULTILINE)
 _SERVERS_OWN = BUDGETED | {"suppressed"}
 
 
-def shorten(value: Any) -> Any:
-    """A JSON-ready copy of `value` with long strings, long lists and deep nesting cut, each cut marked."""
-    return _walk(value, 0, cut=True, hide=False, secrets=None)
-
-
-def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
-    """A copy of `value` where secret-keyed values and strings containing any of `secrets` are `[redacted]`."""
-    return _walk(value, 0, cut=False, hide=True, secrets=pattern_of(tuple(secrets)))
-
-
-def _clean(value: Any, secrets: re.Pattern[str] | None) -> Any:
-    """`shorten(redact(value))` in one bounded pass; strings are checked for secrets before they are cut."""
-    return _walk(value, 0, cut=True, hide=True, secrets=secrets)
-
-
-def _cut(text: str) -> str:
-    extra = len(text) - MAX_STRING
-    return text if extra <= 0 else f"{text[:MAX_STRING]}…(+{extra} chars)"
-
-
-def _walk(value: Any, depth: int, *, cut: bool, hide: bool, secrets: re.Pattern[str] | None) -> Any:
+def _clean(value: Any, secrets: re.Pattern[str] | None, depth: int = 0) -> Any:
+    """A JSON-ready copy of `value`, in one bounded pass: secret-keyed values and strings holding any
+    of `secrets` become `[redacted]` (checked before a string is cut), long strings, long lists and
+    deep nesting are cut, each cut marked."""
     if isinstance(value, str):
         if secrets is not None and secrets.search(value):
             return REDACTED
-        return _cut(value) if cut else value
+        return _cut(value)
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
@@ -104,34 +83,36 @@ def _walk(value: Any, depth: int, *, cut: bool, hide: bool, secrets: re.Pattern[
     if isinstance(value, bytes | bytearray | memoryview):
         return f"<{len(value)} bytes>"
     if isinstance(value, Mapping):
-        if depth >= (MAX_DEPTH if cut else _REDACT_DEPTH):
-            return f"…(nested object, {len(value)} keys)" if cut else REDACTED
+        if depth >= MAX_DEPTH:
+            return f"…(nested object, {len(value)} keys)"
         out: dict[str, Any] = {}
-        for index, (raw_key, item) in enumerate(islice(value.items(), MAX_ITEMS if cut else None)):
+        for index, (raw_key, item) in enumerate(islice(value.items(), MAX_ITEMS)):
             key = raw_key if isinstance(raw_key, str) else str(raw_key)
             if secrets is not None and secrets.search(key):
                 out[f"{REDACTED}#{index}"] = REDACTED
-            elif hide and is_secret_name(key):
-                out[_cut(key) if cut else key] = REDACTED
+            elif is_secret_name(key):
+                out[_cut(key)] = REDACTED
             else:
-                out[_cut(key) if cut else key] = _walk(item, depth + 1, cut=cut, hide=hide, secrets=secrets)
-        if cut and len(value) > MAX_ITEMS:
+                out[_cut(key)] = _clean(item, secrets, depth + 1)
+        if len(value) > MAX_ITEMS:
             out["…"] = f"(+{len(value) - MAX_ITEMS} keys)"
         return out
     if isinstance(value, list | tuple | set | frozenset):
-        if depth >= (MAX_DEPTH if cut else _REDACT_DEPTH):
-            return f"…(nested list, {len(value)} items)" if cut else REDACTED
-        items = [
-            _walk(item, depth + 1, cut=cut, hide=hide, secrets=secrets)
-            for item in islice(value, MAX_ITEMS if cut else None)
-        ]
-        if cut and len(value) > MAX_ITEMS:
+        if depth >= MAX_DEPTH:
+            return f"…(nested list, {len(value)} items)"
+        items = [_clean(item, secrets, depth + 1) for item in islice(value, MAX_ITEMS)]
+        if len(value) > MAX_ITEMS:
             items.append(f"…(+{len(value) - MAX_ITEMS} items)")
         return items
     if isinstance(value, Enum):
-        return _walk(value.value, depth, cut=cut, hide=hide, secrets=secrets)
+        return _clean(value.value, secrets, depth)
     # anything else is recorded as its text, which gets the same checks as any string
-    return _walk(str(value), depth, cut=cut, hide=hide, secrets=secrets)
+    return _clean(str(value), secrets, depth)
+
+
+def _cut(text: str) -> str:
+    extra = len(text) - MAX_STRING
+    return text if extra <= 0 else f"{text[:MAX_STRING]}…(+{extra} chars)"
 
 
 def rotated_paths(path: Path) -> list[Path]:
@@ -245,33 +226,6 @@ class Audit:
                 logger.warning("audit: writing to %s works again after %d failure(s)", self.path, self.failures)
             self.failed = False
 
-    def write_call(
-        self,
-        server: str,
-        tool: str,
-        *,
-        decision: Any,
-        rule: str | None = None,
-        reason: str = "",
-        duration_ms: float | None = None,
-        is_error: bool | None = None,
-        arguments: Any = None,
-        **fields: Any,
-    ) -> None:
-        """Append a `call` event: the decision (allow|deny|ask), the rule and why, and how the call went."""
-        self.write(
-            "call",
-            server,
-            tool=tool,
-            decision=decision,
-            rule=rule,
-            reason=reason,
-            duration_ms=None if duration_ms is None else round(duration_ms, 3),
-            is_error=is_error,
-            arguments=arguments,
-            **fields,
-        )
-
     def close(self) -> None:
         """Write the counts of events left out that are still pending, then close the file."""
         with self._lock:
@@ -299,7 +253,7 @@ class Audit:
                 clean[key] = value
             elif is_secret_name(key):
                 clean[key] = REDACTED
-            elif type(value) is str:  # most fields: the checks of `_walk` without its dispatch
+            elif type(value) is str:  # most fields: the checks of `_clean` without its dispatch
                 clean[key] = REDACTED if secrets is not None and secrets.search(value) else _cut(value)
             elif value is None or type(value) is bool:
                 clean[key] = value
