@@ -156,7 +156,7 @@ def check_bwrap() -> str:
         "--",
         "true",
     )
-    trial = LaunchPlan(argv, {}, None, (), Network.NONE, jailed=True, seccomp=jail_filter())
+    trial = LaunchPlan(argv, {}, None, (), Network.NONE, seccomp=jail_filter())
     try:
         done = run_plan(trial, CHECK_SECONDS)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -327,7 +327,6 @@ def bwrap_plan(
         cwd=None,
         mounts=tuple([*system, *private, *shared, *hidden, *pinned]),
         network=spec.network,
-        jailed=True,
         seccomp=program,
         pin_filter=pin_filter,
     )

@@ -40,7 +40,6 @@ _CHUNK = 64 * 1024
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")
 _NO_PROXY_VARS = ("no_proxy", "NO_PROXY")
-_EXIT_USAGE = 2
 _EXIT_CANNOT_START = 127
 
 

@@ -210,7 +210,6 @@ def seatbelt_plan(
         cwd=spec.cwd,
         mounts=(*mounts, *extra),
         network=spec.network,
-        jailed=True,
     )
 
 

@@ -45,7 +45,6 @@ __all__ = [
     "Rule",
     "build_filter",
     "jail_filter",
-    "refused_syscalls",
 ]
 
 # Names of libseccomp's own constants (pyseccomp.Arch), per native architecture: the compat ABIs
@@ -255,11 +254,6 @@ PIN_STAGE_RULES: tuple[Rule, ...] = tuple(
     r for r in RULES if (r.syscall, r.datum) not in _PIN_NEEDS and r.syscall != "mount"
 )
 EXEC_ALLOW_RULES: tuple[Rule, ...] = (*RULES, Rule("memfd_create", errno.EPERM))
-
-
-def refused_syscalls(rules: tuple[Rule, ...] = RULES) -> dict[str, int]:
-    """Each system call a rule names, with the errno it fails with (when its arguments match)."""
-    return {rule.syscall: rule.error for rule in rules}
 
 
 def _binding() -> Any:

@@ -162,7 +162,6 @@ class LaunchPlan:
     cwd: str | None
     mounts: tuple[Mount, ...]
     network: Network
-    jailed: bool
     seccomp: bytes | None = field(default=None, repr=False)  # a compiled BPF program (sandbox/seccomp.py)
     # with exec.allow: the stricter program the pin launcher installs itself (shown to it as a file)
     pin_filter: bytes | None = field(default=None, repr=False)

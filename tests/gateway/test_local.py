@@ -39,7 +39,6 @@ async def probe(tmp_path: Path, mode: str = "legacy") -> AsyncIterator[tuple[Cli
         cwd=None,
         mounts=(),
         network=Network.OPEN,
-        jailed=False,
     )
     channel = LocalChannel("probe")
     with (tmp_path / "stderr.log").open("w") as errlog:

@@ -73,7 +73,7 @@ def main() -> None:
     """Attack with the plan `sys.argv[1]` describes (argv and limits), enforced by rlimits."""
     given = json.loads(sys.argv[1])
     limits = LimitPlan("attacker", Limits(given["processes"], given["memory"]), RLIMITS)
-    plan = LaunchPlan(tuple(given["argv"]), {}, None, (), Network.NONE, jailed=True, limits=limits)
+    plan = LaunchPlan(tuple(given["argv"]), {}, None, (), Network.NONE, limits=limits)
     result, reason = attack([], plan)
     print(json.dumps({"result": result, "reason": reason}))
 

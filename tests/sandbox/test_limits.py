@@ -34,7 +34,7 @@ def rlimits(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def plan_of(argv: tuple[str, ...] = ("bwrap", "--unshare-user", "--", "server")) -> LaunchPlan:
-    return LaunchPlan(argv, {"PATH": "/usr/bin"}, None, (), Network.NONE, jailed=True)
+    return LaunchPlan(argv, {"PATH": "/usr/bin"}, None, (), Network.NONE)
 
 
 def test_a_limited_plan_holds_bwrap_until_released(rlimits: None) -> None:

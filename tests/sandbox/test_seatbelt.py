@@ -437,7 +437,6 @@ def test_plan_runs_the_server_under_sandbox_exec_with_the_profile() -> None:
     assert SANDBOX_EXEC == "/usr/bin/sandbox-exec"
     assert plan.env == case.spec.env
     assert plan.cwd == "/work/data"
-    assert plan.jailed is True
     assert plan.network is Network.ALLOWLIST
     assert plan.mounts == (*grant_mounts(case.spec), Mount(TMP, MountMode.READ_WRITE, "tmp"))
 

@@ -261,7 +261,7 @@ def launch_plan(
     if server.jail is False:
         env = {key: os.environ[key] for key in PASSED_ENV if key in os.environ} | server.env | dict(secrets or {})
         command = (_command(server, installed(name, server), os.environ.get("PATH", JAIL_PATH)), *server.args)
-        return LaunchPlan(argv=command, env=env, cwd=server.cwd, mounts=(), network=Network.OPEN, jailed=False)
+        return LaunchPlan(argv=command, env=env, cwd=server.cwd, mounts=(), network=Network.OPEN)
     jail = server.jail
     if jail.network == "allowlist" and egress_socket is None:
         raise JailError(f"server '{name}': network: allowlist needs the gateway's egress proxy, which is not running")

@@ -406,8 +406,3 @@ def _repin(source: Path, name: str, pinned: Package, record: Record) -> None:
     ):
         raise ConfigError(f"{source}: could not change servers.{name}.install to {new}; set it by hand")
     atomic_write_text(source, changed, source.stat().st_mode & 0o777)
-
-
-def _spec(server: object) -> str | None:
-    install = getattr(server, "install", None)
-    return None if install is None else install.package.spec()
