@@ -562,8 +562,8 @@ def parse_rule_entry(pattern: str, body: str | Mapping[str, Any], kind: str = "t
         raise ValueError(f"{where}: 'args' must map argument names to constraints (got {raw_args!r})")
     args: dict[str, tuple[Constraint, ...]] = {}
     for name, spec in raw_args.items():
-        if not isinstance(spec, Mapping) or not spec:
-            raise ValueError(f"{where}: argument {name!r} needs constraints, e.g. {{under: [~/projects]}}")
+        if not isinstance(spec, Mapping):
+            spec = {}  # no constraints at all: ToolRule says what an argument needs
         unknown = sorted(str(k) for k in spec if k not in _KINDS)
         if unknown:
             known = ", ".join(k.value for k in ConstraintKind)

@@ -105,7 +105,11 @@ class ToolRule:
                 )
             group = tuple(constraints)
             if not group:
-                raise ValueError(f"tool rule {self.pattern!r}: argument {name!r} has no constraints")
+                known = ", ".join(k.value for k in ConstraintKind)
+                raise ValueError(
+                    f"tool rule {self.pattern!r}: argument {name!r} needs constraints ({known}), "
+                    "e.g. {under: [~/projects]}"
+                )
             for constraint in group:
                 if not isinstance(constraint, Constraint):
                     raise ValueError(

@@ -131,8 +131,6 @@ class RuleConfig(_Model):
     def _expand_paths(cls, value: dict[str, dict[str, str | list[str]]]) -> dict[str, dict[str, str | list[str]]]:
         out: dict[str, dict[str, str | list[str]]] = {}
         for arg, constraints in value.items():
-            if not constraints:
-                raise ValueError(f"argument {arg!r} has no constraint (under, not_under, hosts, one_of, matches)")
             out[arg] = {
                 kind: ([_expand_keep_tilde(v) for v in ([values] if isinstance(values, str) else values)])
                 if kind in ("under", "not_under")
