@@ -1,8 +1,9 @@
 """Where Cellblock keeps its files, and how it writes them without losing any.
 
-State files are written atomically by one writer (`_commit`: temp file, fsync, rename, fsync of
-the directory) and created 0600, so a crash mid-write leaves the old file, never half of a new
-one; the temp file a killed writer leaves is removed at the next start (`clean_stale_temps`).
+State files are written atomically by the project's one writer (`policy.files`: temp file, fsync,
+rename, fsync of the directory) and created 0600, so a crash mid-write leaves the old file, never
+half of a new one; the temp file a killed writer leaves is removed at the next start
+(`clean_stale_temps`).
 """
 
 from __future__ import annotations
@@ -11,16 +12,15 @@ import contextlib
 import errno
 import json
 import os
-import re
 import stat
-import tempfile
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from platformdirs import user_cache_path, user_config_path, user_data_path, user_state_path
 
 from cellblock.policy.errors import CellblockError
+from cellblock.policy.files import TEMP_NAME, atomic_write_bytes, write_once
 from cellblock.policy.jsontext import loads
 
 try:  # POSIX: a temp file being written is locked, so a start removes only a dead writer's
@@ -216,14 +216,15 @@ def atomic_write_json(path: Path, data: Any) -> None:
 
 
 def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:
-    """Replace `path` with `text` in one step (temp file, fsync, rename, fsync of the directory);
-    the file gets `mode`. A crash leaves the old file whole, and at worst a temp file that the
-    next gateway start removes (`clean_stale_temps`).
+    """Replace `path` with `text` in one step (`policy.files`: temp file, fsync, rename, fsync of
+    the directory); the file gets `mode`. A crash leaves the old file whole, and at worst a temp
+    file that the next gateway start removes (`clean_stale_temps`).
 
     Raises:
         StateWriteError: it could not be written (the old file, if any, is unchanged).
     """
-    _commit(path, text.encode("utf-8"), mode, os.replace)
+    with _state_write(path):
+        atomic_write_bytes(path, text.encode("utf-8"), mode)
 
 
 def create_once(path: Path, data: bytes, mode: int = 0o600) -> None:
@@ -232,64 +233,29 @@ def create_once(path: Path, data: bytes, mode: int = 0o600) -> None:
     Raises:
         StateWriteError: it could not be written.
     """
-    with contextlib.suppress(FileExistsError):
-        _commit(path, data, mode, os.link)
+    with contextlib.suppress(FileExistsError), _state_write(path):
+        write_once(path, data, mode)
 
 
-def _commit(path: Path, data: bytes, mode: int, put: Callable[[str, Path], None]) -> None:
-    """`data` into a temp file beside `path` (locked while it is written, so a start can tell a
-    live writer's from a dead one's), synced, then `put` in place and the directory synced."""
-    tmp = ""
+@contextlib.contextmanager
+def _state_write(path: Path) -> Iterator[None]:
+    """An `OSError` of writing `path` as a `StateWriteError` that says a full disk is full."""
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TEMP_SUFFIX)
-        try:
-            if fcntl is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fchmod(fd, mode)
-            os.fsync(fd)
-            put(tmp, path)
-        finally:
-            os.close(fd)
-        _sync_dir(path.parent)
+        yield
     except FileExistsError:
         raise
     except OSError as exc:
         full = " (the disk is full)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
         raise StateWriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}{full}") from exc
-    finally:
-        if tmp:
-            Path(tmp).unlink(missing_ok=True)
-
-
-def _sync_dir(directory: Path) -> None:
-    """Make a rename in `directory` survive a power cut (a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems refuse fsync on a directory; the rename itself is done
-    finally:
-        os.close(fd)
-
-
-_TEMP_SUFFIX = ".tmp"
-_TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")  # what `tempfile.mkstemp` makes for `_commit`
 
 
 def clean_stale_temps(directory: Path, before: float) -> int:
-    """Remove the temp files `_commit` left in `directory` (and below) when a writer was killed:
+    """Remove the temp files `policy.files` left in `directory` (and below) when a writer was killed:
     only ours by name, only made before `before`, only when no live writer holds their lock.
     How many were removed."""
     removed = 0
     for candidate in directory.rglob("*.tmp"):
-        if not _TEMP_NAME.match(candidate.name):
+        if not TEMP_NAME.match(candidate.name):
             continue
         try:
             fd = os.open(candidate, os.O_RDONLY | os.O_NOFOLLOW)

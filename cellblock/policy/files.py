@@ -1,61 +1,51 @@
-"""Write the policy layer's own state files so that a crash never leaves half of one.
+"""Cellblock's one writer of files that a crash must never leave half written.
 
-`policy/` may not import `gateway/state.py`, so it keeps this small writer of its own. Same
-contract (DESIGN.md "State on disk"): temp file in the same directory, fsync, rename over the
-old file, created 0600 in a 0700 directory. Errors are plain `OSError`; callers translate them.
+DESIGN.md "State on disk": the data goes into a temp file beside the target (created 0600 with
+O_EXCL, locked while it is written so a start can tell a live writer's from a dead one's), is
+synced, then renamed (or linked) over the target, and the directory is synced; a missing
+directory is made 0700. It lives in `policy/`, the lowest layer, so that the lock files, the
+gateway's state (`gateway/state.py`) and the sandbox's verified copies all share it. Errors are
+plain `OSError`; callers translate them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write_bytes", "atomic_write_json"]
+try:  # POSIX: a temp file being written is locked, so a start removes only a dead writer's
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: temp files are removed by age alone
+    fcntl = None  # type: ignore[assignment]  # reason: the module is optional on Windows
+
+__all__ = ["TEMP_NAME", "atomic_write_bytes", "atomic_write_json", "write_once"]
+
+TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")  # what `tempfile.mkstemp` makes for a write here
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    """Write every byte of `data` to `fd` (`os.write` may write fewer than asked)."""
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename in `directory` durable; a no-op where directories cannot be opened (Windows)."""
-    flag = getattr(os, "O_DIRECTORY", None)
-    if flag is None:
-        return
-    fd = os.open(directory, os.O_RDONLY | flag)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` in one step; the new file is 0600.
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Replace `path` with `data` in one step; the file gets `mode`. A crash leaves the old file
+    whole, and at worst a temp file beside it (named as `TEMP_NAME` says).
 
     Raises:
-        OSError: the directory or the temp file could not be written; the old file is untouched.
+        OSError: it could not be written; the old file, if any, is unchanged.
     """
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    # mkstemp creates the file 0600 with O_EXCL, so no other user can open it before the rename
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    _commit(path, data, mode, os.replace)
+
+
+def write_once(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Make `path` with `data`, whole, unless it exists.
+
+    Raises:
+        FileExistsError: `path` exists (whoever made it first wins).
+        OSError: it could not be written.
+    """
+    _commit(path, data, mode, os.link)
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
@@ -68,3 +58,45 @@ def atomic_write_json(path: Path, data: Any) -> None:
     """
     text = json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n"
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _commit(path: Path, data: bytes, mode: int, put: Callable[[str, Path], None]) -> None:
+    """`data` into a locked temp file beside `path`, synced, then `put` in place and the directory synced."""
+    tmp = ""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            _write_all(fd, data)
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+            put(tmp, path)
+        finally:
+            os.close(fd)
+        _sync_dir(path.parent)
+    finally:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write every byte of `data` to `fd` (`os.write` may write fewer than asked)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _sync_dir(directory: Path) -> None:
+    """Make a rename in `directory` survive a power cut (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on a directory; the rename itself is done
+    finally:
+        os.close(fd)

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from cellblock.policy.files import atomic_write_bytes
 from cellblock.sandbox.types import JailError
 
 __all__ = ["landlock_abi", "verify_pins"]
@@ -46,10 +47,7 @@ def verify_pins(server: str, pins: Mapping[str, str], store: Path) -> dict[str, 
             )
         copy = store / got
         if not copy.exists():
-            temporary = store / f".{got}.tmp"
-            temporary.write_bytes(data)
-            temporary.chmod(0o500)
-            temporary.replace(copy)
+            atomic_write_bytes(copy, data, 0o500)  # never a half copy, even after a crash
         verified[path] = str(copy)
     return verified
 
