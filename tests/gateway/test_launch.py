@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from cellblock.gateway.cli.probe import ESCAPE
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import LocalServer
-from cellblock.gateway.downstream.launch import granted_roots, jail_spec, launch_plan
+from cellblock.gateway.downstream.launch import PIN, granted_roots, jail_spec, launch_plan
+from cellblock.sandbox import escape, pin
 from cellblock.sandbox.types import JailError
 
 
@@ -180,3 +182,9 @@ def test_an_allowed_program_a_writable_grant_holds_is_refused_unless_its_bytes_a
     assert str(tool) in spec({"read_only": [str(work)]})
     pin = {str(tool): hashlib.sha256(tool.read_bytes()).hexdigest()}
     assert str(tool) in spec({"read_write": [str(work)], "exec": {"allow": [str(tool)], "sha256": pin}})
+
+
+def test_the_scripts_run_in_a_jail_are_the_sandbox_modules() -> None:
+    """The pin launcher and the escape probe are mounted into jails by path: a moved module must move it."""
+    assert Path(pin.__file__).resolve() == PIN
+    assert Path(escape.__file__).resolve() == ESCAPE
