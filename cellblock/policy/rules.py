@@ -12,9 +12,8 @@ an empty array, or an array with any element outside the constraint denies the c
 are dot-separated ("options.path"); a list met along the path or at its end is checked element by
 element ("files.path" checks every `files[i].path`).
 
-Pure: the only I/O is resolving paths for path constraints (reading symlinks, or on Linux asking the
-kernel through /proc). A path is checked as it resolves at the moment of the call; a symlink
-swapped in afterwards is the jail's business.
+Each constraint is compiled into a check by `policy/constraints.py`, where paths are resolved (the
+only I/O).
 """
 
 from __future__ import annotations
@@ -23,37 +22,32 @@ import fnmatch
 import math
 import os
 import re
-import sys
-import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cellblock.policy.hosts import HostRule, host_allowed, normalize_host, parse_rule
+from cellblock.policy.constraints import (
+    Check,
+    Reject,
+    compile_constraint,
+    expand_home,
+    host_rules,
+    regexes,
+    show,
+    type_name,
+)
 from cellblock.policy.types import Constraint, ConstraintKind, Decision, ToolRule, Verdict
 
 __all__ = ["DEFAULT_RULE", "Policy", "parse_rule_entry"]
 
 DEFAULT_RULE = "default"  # Verdict.rule when no rule matches the tool
 
-_MAX_SHOWN = 200  # characters of an argument value quoted in a reason
 # Tool names are attacker-chosen on a call; the lookup cache is cleared rather than grown past this.
 _CACHE_MAX = 4096
 _STRICTNESS = {Decision.DENY: 0, Decision.ASK: 1, Decision.ALLOW: 2}
-_SCHEME_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
-_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)(.*)", re.DOTALL)
-_URL_UNSAFE = re.compile(r"[\x00-\x20\x7f\\]")
-_PORT = re.compile(r"[0-9]{1,5}")
-_INT = re.compile(r"-?[0-9]+")
-_FLOAT = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _GLOB_CHARS = frozenset("*?[")
-_O_PATH: int | None = getattr(os, "O_PATH", None) if sys.platform == "linux" else None
 _SCALARS = frozenset({str, int, float, bool})
 _KINDS = frozenset(k.value for k in ConstraintKind)
-
-
-class _Reject(Exception):
-    """Internal: a value fails a constraint; the message completes "argument 'x' ..."."""
 
 
 # -- the policy ------------------------------------------------------------------------------
@@ -95,7 +89,7 @@ class Policy:
             raise ValueError(f"home must be an absolute path (got {self.home!r})")
         cwd_real = None
         if self.cwd is not None:
-            cwd = _expand_home(self.cwd, self.home)
+            cwd = expand_home(self.cwd, self.home)
             if cwd is None or not os.path.isabs(cwd):
                 raise ValueError(f"cwd must be an absolute path (got {self.cwd!r})")
             cwd_real = os.path.realpath(cwd)
@@ -165,11 +159,11 @@ class Policy:
 
     def _match(self, tool: str) -> tuple[_Compiled | None, Verdict]:
         if not isinstance(tool, str):
-            return None, Verdict(Decision.DENY, DEFAULT_RULE, f"{self.kind} name {_show(tool)} is not text")
+            return None, Verdict(Decision.DENY, DEFAULT_RULE, f"{self.kind} name {show(tool)} is not text")
         compiled = self._exact.get(tool)
         if compiled is None:
             compiled = self._glob_for(tool)
-        shown = f"{self.kind} {_show(tool)}"
+        shown = f"{self.kind} {show(tool)}"
         if compiled is None:
             reasons = {
                 Decision.ALLOW: f"{shown} matches no rule and the default allows it",
@@ -196,12 +190,12 @@ class Policy:
         return None if best is None else best[1]
 
     def _compile(self, rule: ToolRule) -> _Compiled:
-        args: list[tuple[str, tuple[str, ...], tuple[_Check, ...]]] = []
+        args: list[tuple[str, tuple[str, ...], tuple[Check, ...]]] = []
         for name, constraints in rule.args.items():
-            checks: list[_Check] = []
+            checks: list[Check] = []
             for constraint in constraints:
                 try:
-                    checks.append(_compile_constraint(constraint, self._cwd_real, self.home))
+                    checks.append(compile_constraint(constraint, self._cwd_real, self.home))
                 except ValueError as exc:
                     raise ValueError(f"{self.kind} rule {rule.pattern!r}: argument {name!r}: {exc}") from exc
             args.append((name, tuple(name.split(".")), tuple(checks)))
@@ -211,13 +205,13 @@ class Policy:
 @dataclass(frozen=True, slots=True)
 class _Compiled:
     rule: ToolRule
-    args: tuple[tuple[str, tuple[str, ...], tuple[_Check, ...]], ...]
+    args: tuple[tuple[str, tuple[str, ...], tuple[Check, ...]], ...]
 
     def check(self, arguments: Mapping[str, Any] | None) -> str | None:
         """None when every constrained argument passes, else the reason for the first failure."""
         root: object = {} if arguments is None else arguments
         if not isinstance(root, Mapping):
-            return f"the arguments are not an object (got {_type_name(root)})"
+            return f"the arguments are not an object (got {type_name(root)})"
         for name, parts, checks in self.args:
             value = root.get(name) if len(parts) == 1 and type(root) is dict else None
             if value is not None and type(value) in _SCALARS:
@@ -226,13 +220,13 @@ class _Compiled:
                 leaves = []
                 try:
                     _collect(root, parts, 0, "", leaves)
-                except _Reject as exc:
+                except Reject as exc:
                     return str(exc)
             for shown_name, value in leaves:
                 for check in checks:
                     try:
                         check.check(value)
-                    except _Reject as exc:
+                    except Reject as exc:
                         return f"argument {shown_name!r} {exc}"
         return None
 
@@ -241,10 +235,10 @@ def _collect(value: object, parts: tuple[str, ...], index: int, shown: str, out:
     """Append every (display name, value) that the argument path `parts[index:]` reaches."""
     if index == len(parts):
         if value is None:
-            raise _Reject(f"argument {shown!r} is null; the rule requires a value")
+            raise Reject(f"argument {shown!r} is null; the rule requires a value")
         if isinstance(value, list | tuple):
             if not value:
-                raise _Reject(f"argument {shown!r} is an empty array; the rule requires at least one value")
+                raise Reject(f"argument {shown!r} is an empty array; the rule requires at least one value")
             out.extend((f"{shown}[{i}]", item) for i, item in enumerate(value))
         else:
             out.append((shown, value))
@@ -253,279 +247,17 @@ def _collect(value: object, parts: tuple[str, ...], index: int, shown: str, out:
         key = parts[index]
         here = f"{shown}.{key}" if shown else key
         if key not in value:
-            raise _Reject(f"argument {here!r} is missing; the rule requires it")
+            raise Reject(f"argument {here!r} is missing; the rule requires it")
         _collect(value[key], parts, index + 1, here, out)
     elif isinstance(value, list | tuple):
         if not value:
-            raise _Reject(f"argument {shown!r} is an empty array; the rule requires at least one value")
+            raise Reject(f"argument {shown!r} is an empty array; the rule requires at least one value")
         for i, item in enumerate(value):
             if isinstance(item, list | tuple):
-                raise _Reject(f"argument '{shown}[{i}]' is an array inside an array, which the rule does not walk")
+                raise Reject(f"argument '{shown}[{i}]' is an array inside an array, which the rule does not walk")
             _collect(item, parts, index, f"{shown}[{i}]", out)
     else:
-        raise _Reject(f"argument {shown!r} is not an object (got {_type_name(value)}), so {parts[index]!r} is missing")
-
-
-# -- constraints -----------------------------------------------------------------------------
-
-
-class _Check:
-    """One compiled constraint; `check` returns None or raises `_Reject`."""
-
-    __slots__ = ()
-
-    def check(self, value: object) -> None:
-        raise NotImplementedError
-
-
-class _PathCheck(_Check):
-    __slots__ = ("cwd", "folded", "home", "inside", "roots")
-
-    def __init__(self, roots: tuple[str, ...], inside: bool, cwd: str | None, home: str | None) -> None:
-        self.roots = roots
-        self.folded = tuple(r.casefold() for r in roots)
-        self.inside = inside
-        self.cwd = cwd
-        self.home = home
-
-    def check(self, value: object) -> None:
-        resolved = _resolve(value, self.cwd, self.home)
-        if self.inside:
-            if not any(_is_within(resolved, root) for root in self.roots):
-                raise _Reject(f"{_show_path(value, resolved)} is not under {' or '.join(self.roots)}")
-            return
-        # Compared case-insensitively as well: on a case-insensitive file system (macOS, Windows)
-        # '/ETC/passwd' is '/etc/passwd'. On Linux this only ever denies more.
-        folded = resolved.casefold()
-        for root, root_folded in zip(self.roots, self.folded, strict=True):
-            if _is_within(resolved, root) or _is_within(folded, root_folded):
-                raise _Reject(f"{_show_path(value, resolved)} is under {root}, which this rule excludes")
-
-
-class _HostsCheck(_Check):
-    __slots__ = ("rules", "shown")
-
-    def __init__(self, rules: tuple[HostRule, ...]) -> None:
-        self.rules = rules
-        self.shown = ", ".join(rule.text for rule in rules)
-
-    def check(self, value: object) -> None:
-        host, port = _url_host_port(value)
-        if host_allowed(self.rules, host, port) is None:  # normalises the host first
-            try:
-                host = normalize_host(host)
-            except ValueError as exc:
-                raise _Reject(f"{_show(value)} has a host that is not valid ({exc})") from None
-            raise _Reject(f"{_show(value)} goes to {host} port {port}, which is not an allowed host ({self.shown})")
-
-
-class _OneOfCheck(_Check):
-    __slots__ = ("bools", "numbers", "shown", "texts")
-
-    def __init__(self, values: tuple[str, ...]) -> None:
-        self.texts = frozenset(values)
-        self.bools = frozenset(v == "true" for v in values if v in ("true", "false"))
-        numbers: set[int | float] = set()
-        for v in values:
-            if _INT.fullmatch(v):
-                numbers.add(int(v))
-            elif _FLOAT.fullmatch(v) and math.isfinite(float(v)):
-                numbers.add(float(v))
-        self.numbers = frozenset(numbers)
-        self.shown = ", ".join(repr(v) for v in values)
-
-    def check(self, value: object) -> None:
-        if isinstance(value, bool):  # before int: True == 1 must not pass a "1"
-            ok = value in self.bools
-        elif isinstance(value, int | float):
-            ok = (not isinstance(value, float) or math.isfinite(value)) and value in self.numbers
-        elif isinstance(value, str):
-            ok = value in self.texts
-        else:
-            raise _Reject(f"is not text, a number or a boolean (got {_type_name(value)})")
-        if not ok:
-            raise _Reject(f"{_show(value)} is not one of {self.shown}")
-
-
-class _MatchesCheck(_Check):
-    __slots__ = ("patterns", "shown")
-
-    def __init__(self, patterns: tuple[re.Pattern[str], ...]) -> None:
-        self.patterns = patterns
-        self.shown = ", ".join(repr(p.pattern) for p in patterns)
-
-    def check(self, value: object) -> None:
-        if not isinstance(value, str):
-            raise _Reject(f"is not text (got {_type_name(value)})")
-        if not any(p.fullmatch(value) for p in self.patterns):
-            raise _Reject(f"{_show(value)} does not fully match {self.shown}")
-
-
-def _compile_constraint(constraint: Constraint, cwd: str | None, home: str | None) -> _Check:
-    kind = constraint.kind
-    if kind in (ConstraintKind.UNDER, ConstraintKind.NOT_UNDER):
-        roots: list[str] = []
-        for value in constraint.values:
-            try:
-                roots.append(_resolve(value, cwd, home))
-            except _Reject as exc:
-                raise ValueError(f"{kind.value}: root {exc}") from None
-        return _PathCheck(tuple(dict.fromkeys(roots)), kind is ConstraintKind.UNDER, cwd, home)
-    if kind is ConstraintKind.HOSTS:
-        return _HostsCheck(_host_rules(constraint.values))
-    if kind is ConstraintKind.ONE_OF:
-        return _OneOfCheck(constraint.values)
-    return _MatchesCheck(_regexes(constraint.values))
-
-
-def _host_rules(values: Iterable[str]) -> tuple[HostRule, ...]:
-    rules: list[HostRule] = []
-    for value in values:
-        try:
-            rules.append(parse_rule(value))
-        except ValueError as exc:
-            raise ValueError(f"hosts: {exc}") from exc
-    return tuple(rules)
-
-
-def _regexes(values: Iterable[str]) -> tuple[re.Pattern[str], ...]:
-    compiled: list[re.Pattern[str]] = []
-    for value in values:
-        try:
-            compiled.append(re.compile(value))
-        except re.error as exc:
-            raise ValueError(f"matches: {value!r} is not a valid regular expression ({exc})") from exc
-    return tuple(compiled)
-
-
-def _expand_home(path: str, home: str | None) -> str | None:
-    """`path` with a leading `~` replaced by `home`; None when it needs a home that is not known."""
-    if path == "~" or path.startswith("~/"):
-        return None if home is None else home + path[1:]
-    return path
-
-
-def _resolve(value: object, cwd: str | None, home: str | None) -> str:
-    """The real absolute path `value` names: `~`, relative, `..` and symlinks resolved."""
-    if not isinstance(value, str):
-        raise _Reject(f"is not a path (got {_type_name(value)})")
-    if not value:
-        raise _Reject("is an empty path")
-    if "\x00" in value:
-        raise _Reject(f"{_show(value)} contains a NUL character")
-    if value.startswith("~") and not (value == "~" or value.startswith("~/")):
-        raise _Reject(f"{_show(value)} names another user's home ('~user'); write the full path")
-    path = _expand_home(value, home)
-    if path is None:
-        raise _Reject(f"{_show(value)} starts with '~' but no home directory is known")
-    if not os.path.isabs(path):
-        if cwd is None:
-            raise _Reject(f"{_show(value)} is a relative path and the server has no working directory")
-        path = os.path.join(cwd, path)
-    try:
-        return _with_twins(_realpath(path))
-    except (OSError, ValueError) as exc:
-        raise _Reject(f"{_show(value)} cannot be resolved ({exc})") from None
-
-
-def _realpath(path: str) -> str:
-    """`os.path.realpath(path)`, asked of the kernel where it answers in one step: on Linux, for a
-    path that exists, the name /proc gives the descriptor that opening it (O_PATH: no access, no
-    side effects, any file type) yields. Elsewhere, and for a path that does not exist, Python's
-    own walk; both resolve `..` and every symlink the same way."""
-    if _O_PATH is None:
-        return os.path.realpath(path)
-    try:
-        fd = os.open(path, _O_PATH | os.O_CLOEXEC)
-    except OSError:
-        return os.path.realpath(path)
-    try:
-        real = os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:  # no /proc
-        real = ""
-    finally:
-        os.close(fd)
-    # a file removed meanwhile reads back with a suffix; an odd answer falls back to the walk
-    return real if real.startswith("/") and not real.endswith(" (deleted)") else os.path.realpath(path)
-
-
-def _with_twins(real: str) -> str:
-    """`real`, with each missing part replaced by an existing name that is the same in Unicode NFC.
-
-    Some servers (server-filesystem among them) look a missing name up again by Unicode
-    equivalence, so `café` (composed) reaches a symlink named `cafe\u0301` (decomposed). The
-    policy must resolve the path the way such a server will, or the symlink leads out unchecked.
-    """
-    if real.isascii() or os.path.lexists(real):
-        return real
-    current = os.sep
-    parts = [p for p in real.split(os.sep) if p]
-    for index, part in enumerate(parts):
-        candidate = os.path.join(current, part)
-        if not os.path.lexists(candidate):
-            twin = _twin(current, part)
-            if twin is None:
-                return os.path.join(current, *parts[index:])
-            candidate = os.path.join(current, twin)
-        current = os.path.realpath(candidate)
-    return current
-
-
-def _twin(directory: str, name: str) -> str | None:
-    wanted = unicodedata.normalize("NFC", name)
-    try:
-        entries = os.listdir(directory)
-    except OSError:
-        return None
-    return next((e for e in sorted(entries) if unicodedata.normalize("NFC", e) == wanted), None)
-
-
-def _is_within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root if root.endswith(os.sep) else root + os.sep)
-
-
-def _url_host_port(value: object) -> tuple[str, int]:
-    """The host (not yet normalised) and the port (explicit or the scheme's) of an http(s)/ws(s) URL.
-
-    Only syntax that WHATWG and RFC 3986 parsers read the same way is accepted.
-    """
-    if not isinstance(value, str):
-        raise _Reject(f"is not a URL (got {_type_name(value)})")
-    shown = _show(value)
-    if _URL_UNSAFE.search(value):
-        # WHATWG reads '\' as '/' and drops tabs and newlines; Python's urlsplit does neither.
-        raise _Reject(f"{shown} contains whitespace, a control character or a backslash")
-    match = _URL.fullmatch(value)
-    if match is None:
-        raise _Reject(f"{shown} is not an absolute URL (scheme://host/...)")
-    scheme, authority = match[1].lower(), match[2]
-    if scheme not in _SCHEME_PORTS:
-        raise _Reject(f"{shown} has scheme {scheme!r}; only http, https, ws and wss URLs can be checked")
-    if authority.count("@") > 1:
-        # 'https://a@evil@good': parsers disagree on which '@' ends the userinfo
-        raise _Reject(f"{shown} has more than one '@' before the host")
-    hostport = authority.rpartition("@")[2]
-    if hostport.startswith("["):
-        close = hostport.find("]")
-        if close < 0:
-            raise _Reject(f"{shown} has an unclosed '[' in its host")
-        host, rest = hostport[: close + 1], hostport[close + 1 :]
-        if rest and not rest.startswith(":"):
-            raise _Reject(f"{shown} has text after ']' in its host")
-        has_port, port_text = bool(rest), rest[1:]
-    else:
-        if hostport.count(":") > 1:
-            raise _Reject(f"{shown} has more than one ':' in its host")
-        host, sep, port_text = hostport.partition(":")
-        has_port = bool(sep)
-    if not host:
-        raise _Reject(f"{shown} has no host")
-    port = _SCHEME_PORTS[scheme]
-    if has_port:
-        if not _PORT.fullmatch(port_text) or not 1 <= int(port_text) <= 65535:
-            raise _Reject(f"{shown} has port {port_text!r}, not a number from 1 to 65535")
-        port = int(port_text)
-    return host, port
+        raise Reject(f"argument {shown!r} is not an object (got {type_name(value)}), so {parts[index]!r} is missing")
 
 
 # -- config-shaped rules ---------------------------------------------------------------------
@@ -548,7 +280,7 @@ def parse_rule_entry(pattern: str, body: str | Mapping[str, Any], kind: str = "t
     if isinstance(body, str):
         return ToolRule(pattern, _decision(where, body))
     if not isinstance(body, Mapping):
-        raise ValueError(f"{where}: expected allow, deny, ask or a mapping with 'decision' (got {_type_name(body)})")
+        raise ValueError(f"{where}: expected allow, deny, ask or a mapping with 'decision' (got {type_name(body)})")
     unknown = sorted(str(k) for k in body if k not in ("decision", "args"))
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; a rule has 'decision' and 'args'")
@@ -574,9 +306,9 @@ def parse_rule_entry(pattern: str, body: str | Mapping[str, Any], kind: str = "t
             try:
                 constraint = Constraint(kind, _constraint_values(kind, raw))
                 if kind is ConstraintKind.HOSTS:
-                    _host_rules(constraint.values)
+                    host_rules(constraint.values)
                 elif kind is ConstraintKind.MATCHES:
-                    _regexes(constraint.values)
+                    regexes(constraint.values)
             except ValueError as exc:
                 raise ValueError(f"{where}: argument {name!r}: {exc}") from exc
             constraints.append(constraint)
@@ -638,31 +370,3 @@ def _literal_count(pattern: str) -> int:
                 continue
         count += 1  # an unclosed '[' is a literal, as in fnmatch
     return count
-
-
-def _show_path(value: object, resolved: str) -> str:
-    shown = _show(value)
-    return shown if resolved == value else f"{shown} (resolved to {_show(resolved)})"
-
-
-def _show(value: object) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    if len(text) > _MAX_SHOWN:
-        text = text[:_MAX_SHOWN] + "…"
-    return repr(text) if isinstance(value, str) else text
-
-
-def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "text"
-    if isinstance(value, list | tuple):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return type(value).__name__

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cellblock.policy.rules import DEFAULT_RULE, Policy, _literal_count, _realpath, parse_rule_entry
+from cellblock.policy.constraints import realpath
+from cellblock.policy.rules import DEFAULT_RULE, Policy, _literal_count, parse_rule_entry
 from cellblock.policy.types import Constraint, ConstraintKind, Decision, ToolRule, Verdict
 
 ALLOW, DENY, ASK = Decision.ALLOW, Decision.DENY, Decision.ASK
@@ -671,4 +672,4 @@ def test_the_kernels_answer_for_a_path_is_the_one_pythons_walk_gives(tmp_path: P
     os.mkfifo(tmp_path / "fifo")  # opened for its name only: nothing blocks, nothing is read
     for name in ("dir", "file", "link", "chain/..", "chain/../../file", "dangling", "loop", "fifo", "new/x/.."):
         path = f"{tmp_path}/{name}"
-        assert _realpath(path) == os.path.realpath(path), name
+        assert realpath(path) == os.path.realpath(path), name
