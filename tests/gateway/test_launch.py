@@ -187,4 +187,4 @@ def test_an_allowed_program_a_writable_grant_holds_is_refused_unless_its_bytes_a
 def test_the_scripts_run_in_a_jail_are_the_sandbox_modules() -> None:
     """The pin launcher and the escape probe are mounted into jails by path: a moved module must move it."""
     assert Path(pin.__file__).resolve() == PIN
-    assert Path(escape.__file__).resolve() == ESCAPE
+    assert Path(escape.__file__).resolve().parent == ESCAPE

@@ -52,10 +52,13 @@ def area() -> Iterator[Path]:
 
 
 def escape_copy(area: Path) -> Path:
-    """escape.py copied into a folder of its own outside the checkout, which may sit in a home the
-    other user cannot enter (root's is 0700); the jail shares that folder."""
-    copy = area / "attempts" / "escape.py"
+    """The escape attempts (a folder run as a script) copied into a folder of their own outside the
+    checkout, which may sit in a home the other user cannot enter (root's is 0700); the jail shares
+    that folder."""
+    copy = area / "attempts" / "escape"
     copy.parent.mkdir(mode=0o755)
-    shutil.copyfile(SANDBOX / "escape.py", copy)
-    copy.chmod(0o644)
+    shutil.copytree(SANDBOX / "escape", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    copy.chmod(0o755)
+    for module in copy.iterdir():
+        module.chmod(0o644)
     return copy

@@ -39,8 +39,11 @@ RLIMITS = Enforcement(
 )
 # The jail's command: run one attempt, print its result, then keep the jail as it is until stdin closes.
 HOLDER = """
-import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("escape_attempts", sys.argv[1])
+import importlib.util, json, os, sys
+folder = sys.argv[1]
+spec = importlib.util.spec_from_file_location(
+    "escape_attempts", os.path.join(folder, "__init__.py"), submodule_search_locations=[folder]
+)
 module = importlib.util.module_from_spec(spec)
 sys.modules["escape_attempts"] = module
 spec.loader.exec_module(module)

@@ -24,7 +24,7 @@ from cellblock.sandbox import escape
 from cellblock.sandbox.escape import Attempt
 from tests.kernel_keys import keyrings_usable, planted_key
 
-ESCAPE_PY = Path(escape.__file__)
+ESCAPE = Path(escape.__file__).parent  # a folder python runs as a script
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 root_only = pytest.mark.skipif(not IS_ROOT, reason="needs root: CapEff is zero for other users")
 
@@ -45,7 +45,7 @@ def closed_port() -> int:
 
 def run_cli(spec: object, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(ESCAPE_PY), "--json", json.dumps(spec)],
+        [sys.executable, str(ESCAPE), "--json", json.dumps(spec)],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -303,7 +303,7 @@ def test_root_remounts_a_read_only_bind_without_changing_it_for_anyone_else(tmp_
     spec = json.dumps([{"kind": "remount", "target": str(ro)}, {"kind": "write", "target": str(ro / "x")}])
     script = (
         f"mount --bind {ro} {ro} && mount -o remount,ro,bind {ro} && "
-        f"{sys.executable} {ESCAPE_PY} --json '{spec}'; "
+        f"{sys.executable} {ESCAPE} --json '{spec}'; "
         # the fields, not the line: under a tmpfs /tmp a bind's root is relative to it, not the full path
         f"awk -v p={ro} '$5 == p && $6 ~ /^ro(,|$)/ {{ok=1}} END {{exit !ok}}' /proc/self/mountinfo && echo STILL-RO"
     )
@@ -381,8 +381,8 @@ def test_cli_prints_results_and_exits_1_when_something_got_through(tmp_path: Pat
         {"kind": "exec", "argv": ["/bin/true"]},
         {"kind": "read", "target": str(tmp_path / "missing")},
     ]
-    # cwd is escape.py's own directory: its types.py must not shadow the standard library's
-    proc = run_cli(spec, ESCAPE_PY.parent)
+    # cwd is the sandbox directory: its types.py must not shadow the standard library's
+    proc = run_cli(spec, ESCAPE.parent)
     assert proc.returncode == 1, proc.stderr
     results = json.loads(proc.stdout)
     assert [r["got_through"] for r in results] == [True] * 6 + [False]
@@ -404,7 +404,7 @@ def test_cli_exits_0_when_nothing_got_through(tmp_path: Path) -> None:
 
 def test_cli_reads_the_spec_from_stdin(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, str(ESCAPE_PY), "--json", "-"],
+        [sys.executable, str(ESCAPE), "--json", "-"],
         input=json.dumps([{"kind": "read", "target": str(tmp_path / "missing")}]),
         capture_output=True,
         text=True,
@@ -441,7 +441,7 @@ def test_cli_rejects_a_bad_spec_before_running_anything(spec: object, tmp_path: 
 
 def test_cli_rejects_text_that_is_not_json(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, str(ESCAPE_PY), "--json", "[not json"],
+        [sys.executable, str(ESCAPE), "--json", "[not json"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -469,7 +469,7 @@ def test_a_memory_hog_unjailed_has_all_it_asks_for(tmp_path: Path) -> None:
 def test_a_memory_hog_refused_memory_says_how_much_it_had(tmp_path: Path) -> None:
     spec = json.dumps([{"kind": "memory", "mib": 512}])
     # RLIMIT_DATA binds root too; set in the child alone, before it runs
-    bounded = [sys.executable, "-c", LIMITED_DATA, str(ESCAPE_PY), spec]
+    bounded = [sys.executable, "-c", LIMITED_DATA, str(ESCAPE), spec]
     proc = subprocess.run(bounded, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
     (result,) = json.loads(proc.stdout)
     assert not result["got_through"] and result["amount"] < 256 and "MemoryError" in result["detail"], result
@@ -486,17 +486,19 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 # --- standalone ------------------------------------------------------------------------------
 
 
-def test_escape_imports_only_the_standard_library() -> None:
-    tree = ast.parse(ESCAPE_PY.read_text())
+def test_escape_imports_only_the_standard_library_and_itself() -> None:
     imported: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, "escape.py must not use relative imports"
-            imported.add((node.module or "").split(".")[0])
+    for module in sorted(ESCAPE.glob("*.py")):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                imported.add((node.module or "").split(".")[0])
+            elif isinstance(node, ast.ImportFrom):
+                # its own modules only: the folder is loaded as a package by its path in a jail
+                assert node.level == 1 and (ESCAPE / f"{node.module}.py").is_file(), f"{module.name}: {ast.dump(node)}"
     outside = imported - set(sys.stdlib_module_names) - {"__future__"}
-    assert not outside, f"escape.py imports {outside}; it runs in a jail with a bare python3"
+    assert not outside, f"the escape attempts import {outside}; they run in a jail with a bare python3"
 
 
 def test_a_copied_program_runs_through_the_loader_unjailed(tmp_path: Path) -> None:

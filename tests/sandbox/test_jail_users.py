@@ -1,6 +1,6 @@
 """The real bubblewrap jail, attacked from inside, as root and as an unprivileged user.
 
-The attacks are `cellblock/sandbox/escape.py`, run by the system Python inside the exact argv
+The attacks are `cellblock/sandbox/escape/`, run by the system Python inside the exact argv
 `bwrap_plan` builds. As root the jail must hold even though root could otherwise remount or read
 anything; as a normal user it must hold the same way. The kernel keyring has no namespace, so
 there the seccomp filter is what holds, shown against the same jail without it.

@@ -1,6 +1,6 @@
 """Resource limits in real jails, attacked from inside, as root and as an unprivileged user.
 
-The attacks are `escape.py`'s fork bomb and memory hog, run by the system Python in a held jail
+The attacks are `escape`'s fork bomb and memory hog, run by the system Python in a held jail
 (`sandbox/spawn.py`); each has an honest control, the same attempt in a jail whose limits are
 above what it takes. Every attempt is bounded (300 processes, 512 MiB), so a limit that does not
 hold costs the machine nothing either.

@@ -2,13 +2,14 @@
 
 Run as ``python tests/servers/hostile.py [--escape PATH]``. It speaks stdio and serves both
 protocol eras on one `Server`, like probe.py. Each tool runs one attempt from
-``cellblock/sandbox/escape.py`` and returns the `Attempt` as structured content
+``cellblock/sandbox/escape/`` and returns the `Attempt` as structured content
 (``name``, ``target``, ``got_through``, ``detail``) plus one line of text; a tool never fails
 because the jail stopped it.
 
-escape.py is loaded from its file (found relative to this one, or ``--escape``), not through the
-cellblock package, so a jail only has to mount that one directory. It is not put on sys.path:
-that directory's ``types.py`` would shadow the standard library's.
+The attempts are loaded as a package from their folder (found relative to this one, or
+``--escape``), not through the cellblock package, so a jail only has to mount the sandbox
+directory. It is not put on sys.path: that directory's ``types.py`` would shadow the standard
+library's.
 """
 
 import argparse
@@ -27,21 +28,24 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPDeprecationWarning
 from pydantic import BaseModel
 
-ESCAPE_PY = Path(__file__).resolve().parent.parent.parent / "cellblock" / "sandbox" / "escape.py"
+ESCAPE = Path(__file__).resolve().parent.parent.parent / "cellblock" / "sandbox" / "escape"
 ESCAPE_MODULE = "cellblock_escape_attempts"  # a name no package import can collide with
 
 
-def load_escape(path: Path | str = ESCAPE_PY) -> ModuleType:
-    """Import escape.py from `path` as a standalone module (once per process).
+def load_escape(path: Path | str = ESCAPE) -> ModuleType:
+    """Import the escape attempts from the folder `path` as a standalone package (once per process).
 
     Raises:
-        ImportError: no escape.py at `path`.
+        ImportError: no escape attempts at `path`.
     """
     if ESCAPE_MODULE in sys.modules:
         return sys.modules[ESCAPE_MODULE]
-    spec = importlib.util.spec_from_file_location(ESCAPE_MODULE, path)
+    folder = Path(path)
+    spec = importlib.util.spec_from_file_location(
+        ESCAPE_MODULE, folder / "__init__.py", submodule_search_locations=[str(folder)]
+    )
     if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load escape attempts from {path}; pass --escape PATH to escape.py")
+        raise ImportError(f"cannot load escape attempts from {path}; pass --escape PATH of cellblock/sandbox/escape")
     module = importlib.util.module_from_spec(spec)
     sys.modules[ESCAPE_MODULE] = module  # dataclasses looks its module up while building Attempt
     try:
@@ -209,7 +213,7 @@ async def serve(server: MCPServer) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--name", default="hostile")
-    parser.add_argument("--escape", default=str(ESCAPE_PY), help="path of escape.py")
+    parser.add_argument("--escape", default=str(ESCAPE), help="path of cellblock/sandbox/escape")
     args = parser.parse_args(argv)
     load_escape(args.escape)  # fail at start, not on the first call
     warnings.simplefilter("ignore", MCPDeprecationWarning)

@@ -1,7 +1,7 @@
 """`cellblock probe`: attack each server's jail from the inside and report what got through.
 
 For every local server the gateway builds the jail it would start the server in — same mounts,
-network, exec rules and pins — but runs the escape attempts (`sandbox/escape.py`) in place of the
+network, exec rules and pins — but runs the escape attempts (`sandbox/escape/`) in place of the
 server. Targets that do not exist on this machine are left out, since failing to read a missing
 file proves nothing.
 """
@@ -26,7 +26,7 @@ from cellblock.sandbox.types import JailError
 
 __all__ = ["probe", "probe_command"]
 
-ESCAPE = Path(__file__).resolve().parents[2] / "sandbox" / "escape.py"
+ESCAPE = Path(__file__).resolve().parents[2] / "sandbox" / "escape"  # a folder python runs
 # Long enough for a slow machine to start Python in a jail and try every attempt.
 PROBE_SECONDS = 120
 CANARY = "cellblock-probe-canary"

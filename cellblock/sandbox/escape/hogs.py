@@ -1,0 +1,77 @@
+"""Attempts on the machine's resources: a fork bomb and a memory hog, which the jail's limits stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+from .attempt import Attempt, errno_name, never_raises
+
+__all__ = ["FORK_CEILING", "FORK_HOLD_MAX", "MEMORY_STEP", "fork_bomb", "memory_hog"]
+
+FORK_CEILING = 1000  # forks a fork bomb makes at most: far above a test's limit, and harmless to the machine
+FORK_HOLD_MAX = 120  # seconds a forked child lives at most, whatever becomes of its parent
+MEMORY_STEP = 64  # MiB a memory hog takes at a time
+
+
+@never_raises("fork")
+def fork_bomb(ceiling: int = FORK_CEILING, hold: float = 0) -> Attempt:
+    """Fork children that sleep, up to `ceiling`. Through if all `ceiling` of them were made.
+
+    They exit when the attempt ends, or with `hold` that many seconds later, counting against the
+    jail's processes meanwhile (its parent then returns at once); never later than
+    `FORK_HOLD_MAX` seconds, nor than their parent.
+    """
+    target = f"{ceiling} processes"
+    read_end, write_end = os.pipe()  # the children wait for its end: their parent's end, or its release
+    children: list[int] = []
+
+    def release() -> None:
+        os.close(write_end)
+        for child in children:
+            os.waitpid(child, 0)
+
+    # started before the forks: a jail at its limit has no thread to spare for it later
+    timer = threading.Timer(hold, release) if hold > 0 else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    refused = "none refused"
+    try:
+        for _ in range(ceiling):
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                refused = f"fork: {errno_name(exc.errno or 0)}"
+                break
+            if pid == 0:
+                try:
+                    os.close(write_end)
+                    signal.alarm(FORK_HOLD_MAX)
+                    os.read(read_end, 1)
+                finally:
+                    os._exit(0)
+            children.append(pid)
+    finally:
+        os.close(read_end)
+        if timer is None:
+            release()
+    made = len(children)
+    return Attempt("fork", target, made >= ceiling, f"made {made} of {ceiling} ({refused})", amount=made)
+
+
+@never_raises("memory")
+def memory_hog(mib: int, step: int = MEMORY_STEP) -> Attempt:
+    """Allocate and touch `mib` MiB, `step` MiB at a time. Through if all of it was had (then freed)."""
+    chunks: list[bytes] = []
+    try:
+        while len(chunks) * step < mib:
+            chunks.append(b"\x01" * (step << 20))  # written, so every page is really taken
+    except MemoryError:
+        had = len(chunks) * step
+        chunks.clear()
+        return Attempt("memory", f"{mib} MiB", False, f"had {had} MiB of {mib}, then MemoryError", amount=had)
+    had = len(chunks) * step
+    chunks.clear()
+    return Attempt("memory", f"{mib} MiB", True, f"had all {had} MiB", amount=had)
