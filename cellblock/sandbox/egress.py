@@ -16,7 +16,6 @@ connect, to the checked IP itself, so DNS cannot change the answer in between. A
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import re
@@ -34,7 +33,7 @@ from cellblock.policy.hosts import HostRule, address_allowed, host_allowed, is_i
 from cellblock.sandbox.bwrap import EGRESS_SOCKET
 from cellblock.sandbox.launchers import launcher_mounts
 from cellblock.sandbox.types import Mount, MountMode
-from cellblock.sandbox.unix import bind_private
+from cellblock.sandbox.unix import accept, bind_private
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -66,8 +65,6 @@ RESOLVE_TIMEOUT = 10.0
 CONNECT_TIMEOUT = 10.0
 # Seconds to deliver a refusal or error response; a client that does not read it is dropped.
 RESPONSE_TIMEOUT = 5.0
-# Seconds to wait before accepting again when the process is out of file descriptors.
-ACCEPT_BACKOFF = 0.1
 # Bytes per read while piping.
 _CHUNK = 64 * 1024
 # Longest host text copied into a decision for a request that could not be parsed.
@@ -190,17 +187,7 @@ class EgressProxy:
             async with anyio.create_task_group() as tg:
                 task_status.started()
                 while True:
-                    await anyio.wait_readable(listener)
-                    try:
-                        conn, _ = listener.accept()
-                    except (BlockingIOError, InterruptedError):
-                        continue  # another waiter took it, or a client gave up
-                    except OSError as exc:
-                        if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                            raise
-                        logger.warning("egress proxy for %r: accept failed (%s); backing off", self.server, exc)
-                        await anyio.sleep(ACCEPT_BACKOFF)
-                        continue
+                    conn = await accept(listener, f"egress proxy for {self.server!r}")
                     stream = _UnixStream(conn)
                     if self._active >= MAX_CONNECTIONS:
                         tg.start_soon(self._refuse_busy, stream)

@@ -1,4 +1,4 @@
-"""Private Unix sockets: the egress proxy and the control socket both listen on one.
+"""Private Unix sockets: the egress proxy and the control socket both listen on one, and accept alike.
 
 A socket's path must fit in `sun_path` (108 bytes on Linux, 104 on macOS), and a runtime
 directory under a deep home or a test's temp dir may not leave room. On Linux such a socket is
@@ -9,6 +9,7 @@ purpose: the same file, by a short name (`reachable`).
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import socket
 import stat
@@ -16,10 +17,17 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
-__all__ = ["SUN_PATH", "bind_private", "reachable"]
+import anyio
+
+__all__ = ["ACCEPT_BACKOFF", "SUN_PATH", "accept", "bind_private", "reachable"]
+
+logger = logging.getLogger(__name__)
 
 # sun_path's size, with its terminating NUL
 SUN_PATH = 104 if sys.platform == "darwin" else 108
+# Out of file descriptors or buffers: accepting again at once would spin; a short pause lets others close.
+ACCEPT_BACKOFF = 0.1
+_EXHAUSTED = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 @contextmanager
@@ -69,3 +77,27 @@ def bind_private(path: str | os.PathLike[str], backlog: int) -> socket.socket:
         listener.close()
         raise
     return listener
+
+
+async def accept(listener: socket.socket, what: str) -> socket.socket:
+    """The next connection to the non-blocking `listener`, itself non-blocking. A peer that gave up
+    before it was accepted is waited past; while the process is out of descriptors or memory, the
+    accept is retried after `ACCEPT_BACKOFF` (logged as `what`'s).
+
+    Raises:
+        OSError: any other failure to accept.
+    """
+    while True:
+        await anyio.wait_readable(listener)
+        try:
+            conn, _ = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            continue  # another waiter took it, or the peer gave up between readiness and accept
+        except OSError as exc:
+            if exc.errno not in _EXHAUSTED:
+                raise
+            logger.warning("%s: accept failed (%s); backing off", what, exc)
+            await anyio.sleep(ACCEPT_BACKOFF)
+            continue
+        conn.setblocking(False)
+        return conn
