@@ -193,6 +193,13 @@ def _is_key(key: object) -> bool:
     return key == _INSTRUCTIONS or (bool(sep) and prefix in _PREFIXES and bool(rest))
 
 
+def _check_keys(keys: Iterable[object]) -> None:
+    """Raise ValueError naming each of `keys` that is not an item key."""
+    bad = sorted(repr(k) for k in keys if not _is_key(k))
+    if bad:
+        raise ValueError(f"not item keys: {', '.join(bad)} (expected tool:NAME, prompt:NAME, ... or instructions)")
+
+
 # -- the lock ---------------------------------------------------------------------------------
 
 
@@ -256,9 +263,7 @@ def approve(server: str, current: Mapping[str, Mapping[str, Any]], now: float) -
     """
     if not server:
         raise ValueError("a lock needs a server name")
-    bad = sorted(repr(k) for k in current if not _is_key(k))
-    if bad:
-        raise ValueError(f"not item keys: {', '.join(bad)} (expected tool:NAME, prompt:NAME, ... or instructions)")
+    _check_keys(current)
     snapshot = {key: _plain(item) for key, item in current.items()}
     return Lock(server, {key: digest(item) for key, item in snapshot.items()}, snapshot, float(now))
 
@@ -456,9 +461,7 @@ def save_pending(path: str | os.PathLike[str], server: str, items: Mapping[str, 
     path = Path(path)
     if not server:
         raise ValueError("a pending catalog needs a server name")
-    bad = sorted(repr(k) for k in items if not _is_key(k))
-    if bad:
-        raise ValueError(f"not item keys: {', '.join(bad)} (expected tool:NAME, prompt:NAME, ... or instructions)")
+    _check_keys(items)
     doc = {"version": LOCK_VERSION, "server": server, "items": {key: _plain(item) for key, item in items.items()}}
     try:
         atomic_write_json(path, doc)
