@@ -36,7 +36,7 @@ from cellblock.policy.constraints import (
     show,
     type_name,
 )
-from cellblock.policy.types import Constraint, ConstraintKind, Decision, ToolRule, Verdict
+from cellblock.policy.types import Constraint, ConstraintKind, Decision, ToolRule, Verdict, constraint_kind
 
 __all__ = ["DEFAULT_RULE", "Policy", "parse_rule_entry"]
 
@@ -47,7 +47,6 @@ _CACHE_MAX = 4096
 _STRICTNESS = {Decision.DENY: 0, Decision.ASK: 1, Decision.ALLOW: 2}
 _GLOB_CHARS = frozenset("*?[")
 _SCALARS = frozenset({str, int, float, bool})
-_KINDS = frozenset(k.value for k in ConstraintKind)
 
 
 # -- the policy ------------------------------------------------------------------------------
@@ -296,14 +295,10 @@ def parse_rule_entry(pattern: str, body: str | Mapping[str, Any], kind: str = "t
     for name, spec in raw_args.items():
         if not isinstance(spec, Mapping):
             spec = {}  # no constraints at all: ToolRule says what an argument needs
-        unknown = sorted(str(k) for k in spec if k not in _KINDS)
-        if unknown:
-            known = ", ".join(k.value for k in ConstraintKind)
-            raise ValueError(f"{where}: argument {name!r}: unknown constraint(s) {', '.join(unknown)}; use {known}")
         constraints: list[Constraint] = []
-        for kind_text, raw in spec.items():
-            kind = ConstraintKind(kind_text)
+        for kind_name, raw in spec.items():
             try:
+                kind = constraint_kind(kind_name)
                 constraint = Constraint(kind, _constraint_values(kind, raw))
                 if kind is ConstraintKind.HOSTS:
                     host_rules(constraint.values)

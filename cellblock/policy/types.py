@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-__all__ = ["Constraint", "ConstraintKind", "Decision", "ToolRule", "Verdict"]
+__all__ = ["Constraint", "ConstraintKind", "Decision", "ToolRule", "Verdict", "constraint_kind"]
 
 
 class Decision(StrEnum):
@@ -28,6 +28,21 @@ class ConstraintKind(StrEnum):
     HOSTS = "hosts"  # a URL whose host (and port) one of the host rules allows
     ONE_OF = "one_of"  # equal to one of the values
     MATCHES = "matches"  # fully matched by one of the regular expressions
+
+
+_KNOWN = ", ".join(k.value for k in ConstraintKind)
+
+
+def constraint_kind(name: str) -> ConstraintKind:
+    """The constraint kind called `name`.
+
+    Raises:
+        ValueError: no kind is called that; the message lists those there are.
+    """
+    try:
+        return ConstraintKind(name)
+    except ValueError:
+        raise ValueError(f"unknown constraint {name!r}; use one of {_KNOWN}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,11 +70,7 @@ class Constraint:
     values: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        try:
-            kind = ConstraintKind(self.kind)
-        except ValueError:
-            known = ", ".join(k.value for k in ConstraintKind)
-            raise ValueError(f"unknown constraint {self.kind!r}; use one of {known}") from None
+        kind = constraint_kind(self.kind)
         values = (self.values,) if isinstance(self.values, str) else tuple(self.values)
         if not values:
             # an empty list would allow nothing (or, for not_under, exclude nothing): say so instead
@@ -105,9 +116,8 @@ class ToolRule:
                 )
             group = tuple(constraints)
             if not group:
-                known = ", ".join(k.value for k in ConstraintKind)
                 raise ValueError(
-                    f"tool rule {self.pattern!r}: argument {name!r} needs constraints ({known}), "
+                    f"tool rule {self.pattern!r}: argument {name!r} needs constraints ({_KNOWN}), "
                     "e.g. {under: [~/projects]}"
                 )
             for constraint in group:

@@ -532,7 +532,7 @@ def test_parse_rule_entry_builds_both_config_forms() -> None:
         ({"decision": "allow", "args": {"path": {}}}, "argument 'path' needs constraints"),
         (
             {"decision": "allow", "args": {"path": {"inside": "/x", "prefix": "/y"}}},
-            "unknown constraint(s) inside, prefix",
+            "argument 'path': unknown constraint 'inside'; use one of under, not_under",
         ),
         ({"decision": "allow", "args": {"path": {"under": []}}}, "has no values"),
         ({"decision": "allow", "args": {"path": {"under": [3]}}}, "is not text"),
