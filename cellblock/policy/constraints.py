@@ -31,6 +31,7 @@ __all__ = [
     "regexes",
     "show",
     "type_name",
+    "within",
 ]
 
 _MAX_SHOWN = 200  # characters of an argument value quoted in a reason
@@ -69,14 +70,14 @@ class _PathCheck(Check):
     def check(self, value: object) -> None:
         resolved = _resolve(value, self.cwd, self.home)
         if self.inside:
-            if not any(_is_within(resolved, root) for root in self.roots):
+            if not any(within(resolved, root) for root in self.roots):
                 raise Reject(f"{_show_path(value, resolved)} is not under {' or '.join(self.roots)}")
             return
         # Compared case-insensitively as well: on a case-insensitive file system (macOS, Windows)
         # '/ETC/passwd' is '/etc/passwd'. On Linux this only ever denies more.
         folded = resolved.casefold()
         for root, root_folded in zip(self.roots, self.folded, strict=True):
-            if _is_within(resolved, root) or _is_within(folded, root_folded):
+            if within(resolved, root) or within(folded, root_folded):
                 raise Reject(f"{_show_path(value, resolved)} is under {root}, which this rule excludes")
 
 
@@ -265,8 +266,9 @@ def _twin(directory: str, name: str) -> str | None:
     return next((e for e in sorted(entries) if unicodedata.normalize("NFC", e) == wanted), None)
 
 
-def _is_within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root if root.endswith(os.sep) else root + os.sep)
+def within(path: str, root: str) -> bool:
+    """Whether `path` is `root` or under it, as written (resolve both first where links matter)."""
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def _url_host_port(value: object) -> tuple[str, int]:

@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from cellblock.policy.constraints import within
 from cellblock.policy.hosts import HostKind, parse_rule
 from cellblock.policy.templates import MAX_TEMPLATE, template_matches, template_too_long
 from cellblock.policy.types import ConstraintKind, Decision, ToolRule
@@ -38,7 +39,7 @@ def _real(path: str, home: str, cwd: str | None = None) -> str:
 
 
 def _inside(path: str, roots: Iterable[str]) -> bool:
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+    return any(within(path, r) for r in roots)
 
 
 def _writes(tool: str, read_only_hint: bool | None) -> bool:

@@ -17,6 +17,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from cellblock.policy.constraints import within
 from cellblock.sandbox.seccomp import EXEC_ALLOW_RULES, PIN_STAGE_RULES, RULES, jail_filter
 from cellblock.sandbox.spawn import PIN_FILTER_FD, SECCOMP_FD, run_plan
 from cellblock.sandbox.types import Closure, JailError, JailSpec, LaunchPlan, Mount, MountMode, Network
@@ -346,4 +347,4 @@ def _beneath(path: str, roots: Sequence[str]) -> bool:
 
 
 def _inside(path: str, roots: Sequence[str]) -> bool:
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+    return any(within(path, r) for r in roots)

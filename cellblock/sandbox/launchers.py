@@ -18,6 +18,7 @@ import shutil
 from collections import deque
 from collections.abc import Sequence
 
+from cellblock.policy.constraints import within
 from cellblock.sandbox.installs import installation_of
 from cellblock.sandbox.pin import is_elf, shebang
 from cellblock.sandbox.types import InstallKind, JailError, Mount, MountMode
@@ -31,7 +32,6 @@ __all__ = [
     "launcher_mounts",
     "link_chain",
     "resolve_command",
-    "within",
 ]
 
 # Shared with every jail already (read-only); an installation inside these needs no mount.
@@ -241,11 +241,6 @@ def _physical(path: str) -> str:
 
 def _system(path: str) -> bool:
     return any(path == p or path.startswith(p + "/") for p in SYSTEM_PREFIXES)
-
-
-def within(path: str, directory: str) -> bool:
-    """Whether `path` is `directory` or under it, as written (resolve both first where links matter)."""
-    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def _inside_another(path: str, shares: dict[str, str]) -> bool:

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import urlsplit
 
+from cellblock.policy.constraints import within
 from cellblock.sandbox.egress import relayed
-from cellblock.sandbox.launchers import launcher_mounts, link_chain, within
+from cellblock.sandbox.launchers import launcher_mounts, link_chain
 from cellblock.sandbox.types import JailSpec, Mount, Network
 
 __all__ = [

@@ -27,6 +27,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from cellblock.policy.constraints import within
 from cellblock.sandbox.types import JailError, JailSpec, LaunchPlan, Mount, MountMode, Network
 
 __all__ = ["SANDBOX_EXEC", "seatbelt_plan", "seatbelt_profile"]
@@ -133,7 +134,7 @@ def seatbelt_profile(
         ops = _READ + (_WRITE if mode is MountMode.READ_WRITE else ()) + exec_ops
         rule = _rule("allow", ops, [target])
         (inside if _within_any(target.path, protected) else outside).append(rule)
-        if any(_within(target.path, h.path) and target.path != h.path for h in hidden):
+        if any(within(target.path, h.path) and target.path != h.path for h in hidden):
             again.append(rule)
         shared.append(target)
     if tmp is not None:
@@ -254,7 +255,7 @@ def _tmp_target(spec: JailSpec, tmp_dir: str | None, protected: Sequence[str]) -
     if tmp_dir is None:
         raise JailError(f"server '{spec.name}' has tmp: true but no private temp dir was created for it")
     path = _resolve(tmp_dir, "tmp_dir")
-    if any(_within(p, path) for p in protected):
+    if any(within(p, path) for p in protected):
         raise JailError(
             f"private temp dir {tmp_dir!r} would share the home or a system temp tree; "
             "create a fresh directory for the server instead"
@@ -270,7 +271,7 @@ def _exec_targets(spec: JailSpec, is_dir: Callable[[str], bool]) -> list[_Target
     if targets:
         command = spec.argv[0]
         resolved = _resolve(command, "command")
-        if not any(resolved == t.path or (t.is_dir and _within(resolved, t.path)) for t in targets):
+        if not any(resolved == t.path or (t.is_dir and within(resolved, t.path)) for t in targets):
             raise JailError(
                 f"exec.allow of server '{spec.name}' does not include its own command {command!r}; add it to exec.allow"
             )
@@ -321,7 +322,7 @@ def _resolve(path: str, what: str) -> str:
         raise JailError(f"{what} path {path!r} contains '.' or '..'; write the path without them")
     path = "/" + "/".join(parts)
     for root in _SYMLINKED_ROOTS:
-        if _within(path, root):
+        if within(path, root):
             return "/private" + path
     return path
 
@@ -339,9 +340,5 @@ def _rule(action: str, ops: Sequence[str], filters: Sequence[_Target | str]) -> 
     return head + "".join(f"\n    {f}" for f in rendered) + ")"
 
 
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 def _within_any(path: str, roots: Iterable[str]) -> bool:
-    return any(_within(path, r) for r in roots)
+    return any(within(path, r) for r in roots)

@@ -20,10 +20,11 @@ from platformdirs import user_cache_dir, user_cache_path
 from cellblock.gateway.config.model import Config, JailConfig, LocalServer
 from cellblock.gateway.downstream.packages import Installed, installed
 from cellblock.gateway.state import default_config_path, own_dirs
+from cellblock.policy.constraints import within
 from cellblock.sandbox.bwrap import PIN_FILTER, bwrap_plan, check_bwrap
 from cellblock.sandbox.closure import exec_closure
 from cellblock.sandbox.egress import relayed
-from cellblock.sandbox.launchers import launcher_gaps, launcher_mounts, resolve_command, within
+from cellblock.sandbox.launchers import launcher_gaps, launcher_mounts, resolve_command
 from cellblock.sandbox.limits import limit_plan
 from cellblock.sandbox.pins import landlock_abi, verify_pins
 from cellblock.sandbox.seatbelt import seatbelt_plan
