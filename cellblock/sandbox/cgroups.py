@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from cellblock.policy.constraints import within
 from cellblock.sandbox.types import Limits
 
 __all__ = [
@@ -127,7 +128,7 @@ def bases() -> dict[str, tuple[int, Path]]:
             continue
         point, root = mounts[key]
         path, root = own[key], root.rstrip("/")
-        if not (path + "/").startswith(root + "/"):
+        if not within(path, root):
             continue  # the gateway's cgroup is outside what is mounted (another cgroup namespace)
         base = point / path[len(root) :].lstrip("/")
         if version == 2 and controller not in _words(base / "cgroup.subtree_control"):

@@ -19,6 +19,7 @@ import shutil
 from collections import deque
 from collections.abc import Sequence
 
+from cellblock.policy.constraints import within
 from cellblock.sandbox.elf import Elf, find_library, read_elf, system_library_dirs
 from cellblock.sandbox.launchers import SYSTEM_PREFIXES, env_program, link_chain
 from cellblock.sandbox.pin import shebang
@@ -166,7 +167,7 @@ def _python_library(real: str, elf: Elf) -> tuple[list[str], list[str]]:
     prefix = os.path.dirname(os.path.dirname(real))
     library = f"{prefix}/lib/python{version}"
     extensions = sorted(glob.glob(f"{library}/lib-dynload/*.so"))
-    if not any(real.startswith(p + "/") for p in SYSTEM_PREFIXES):
+    if not any(real != p and within(real, p) for p in SYSTEM_PREFIXES):
         return [], extensions
     candidates = [library, f"{prefix}/lib/python3/dist-packages", f"/usr/local/lib/python{version}/dist-packages"]
     return [c for c in candidates if os.path.isdir(c)], extensions

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 
+from cellblock.policy.constraints import within
 from cellblock.sandbox.pin import is_elf
 from cellblock.sandbox.types import Install, InstallKind
 
@@ -56,7 +57,7 @@ def never_shared(directory: str, home: str) -> bool:
     for candidate in {os.path.normpath(directory), os.path.realpath(directory)}:
         if os.path.dirname(candidate) == "/" or candidate == "/":
             return True
-        if any(candidate == h or h.startswith(candidate + "/") for h in homes):
+        if any(within(h, candidate) for h in homes):
             return True
         if any(candidate == os.path.join(h, name) for h in homes for name in CATCH_ALLS):
             return True

@@ -240,7 +240,7 @@ def _physical(path: str) -> str:
 
 
 def _system(path: str) -> bool:
-    return any(path == p or path.startswith(p + "/") for p in SYSTEM_PREFIXES)
+    return any(within(path, p) for p in SYSTEM_PREFIXES)
 
 
 def _inside_another(path: str, shares: dict[str, str]) -> bool:
