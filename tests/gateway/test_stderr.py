@@ -48,6 +48,12 @@ def test_the_gateways_secrets_are_redacted_from_whole_lines_and_none_is_cut_in_h
     assert relay.last_words([secret]) == f"[a line of {5000 + len(secret) + 1180} bytes]"
 
 
+def test_secrets_are_redacted_in_one_pass_so_a_short_one_does_not_rewrite_the_mark() -> None:
+    relay, _ = relayed(b"tokens abc-123-xyz and red\n")
+    # "red" is also in "[redacted]": replaced one secret at a time it would rewrite the mark
+    assert relay.last_words(["red", "abc-123", "abc-123-xyz"]) == "tokens [redacted] and [redacted]"
+
+
 def test_characters_that_show_as_nothing_cannot_forge_the_gateways_text() -> None:
     relay, _ = relayed("ok\u3164\u2800\u115f x\u0301\u200b\u2028 done\n".encode())
     words = relay.last_words()

@@ -15,11 +15,14 @@ so a flood costs the gateway little more than the copy.
 from __future__ import annotations
 
 import os
+import re
 import select
 import threading
 import unicodedata
 from collections import deque
 from collections.abc import Iterable
+
+from cellblock.gateway.scrub import REDACTED, pattern_of
 
 __all__ = ["LAST_LINES", "LINE_BYTES", "LINE_CHARS", "StderrRelay"]
 
@@ -52,7 +55,7 @@ class StderrRelay:
         """The last lines the server wrote (a line not yet ended included), as one printable line."""
         with self._lock:
             raw = [*self._lines, *([_kept(self._partial, self._partial_size)] if self._partial.strip() else [])]
-        known = sorted((s for s in secrets if s), key=len, reverse=True)
+        known = pattern_of(tuple(secrets))
         return " | ".join(_plain(line, known) for line in raw[-LAST_LINES:])
 
     def join(self, timeout: float) -> None:
@@ -94,11 +97,11 @@ def _kept(line: bytes, size: int) -> bytes:
     return line if size <= LINE_BYTES else f"[a line of {size} bytes]".encode()
 
 
-def _plain(raw: bytes, secrets: list[str]) -> str:
+def _plain(raw: bytes, secrets: re.Pattern[str] | None) -> str:
     """One line of a server's output as text a log, a terminal and a client can show as it is."""
     text = raw.decode("utf-8", "replace").strip()
-    for secret in secrets:
-        text = text.replace(secret, "[redacted]")
+    if secrets is not None:
+        text = secrets.sub(REDACTED, text)
     text = "".join(
         c if c == " " or (unicodedata.category(c)[0] in _TEXT and c not in _BLANK) else "\N{REPLACEMENT CHARACTER}"
         for c in text
