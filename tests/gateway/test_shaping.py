@@ -1,8 +1,9 @@
 """The fast path shapes its answers exactly as the SDK's server would, in both protocol eras.
 
-The slow path hands a `CallToolResult` model to the SDK's `ServerRunner`, which sieves it to the
-client's version and stamps it; the fast path does the same to the server's JSON with
-`wire_result`. Side by side, on the same downstream results, the two must agree byte for byte;
+Every call's result is exposed and scrubbed once, as JSON (`serve/calls.ToolCall`). A call the
+SDK's handler answers hands it as a `CallToolResult` model to the SDK's `ServerRunner`, which
+sieves it to the client's version and stamps it; the fast path does the same with `wire_result`.
+Side by side, on the same downstream results, the two must agree byte for byte;
 an SDK upgrade that changes the shape fails here instead of drifting.
 """
 
@@ -17,7 +18,6 @@ from mcp.server.runner import ServerRunner
 from mcp_types import SERVER_INFO_META_KEY
 
 from cellblock.gateway.scrub import pattern_of, scrub_result
-from cellblock.gateway.serve.gateway import _exposed
 from cellblock.gateway.serve.shaping import exposed_result, wire_result
 
 VERSIONS = ["2025-06-18", "2025-11-25", "2026-07-28"]
@@ -50,11 +50,11 @@ RESULTS: dict[str, dict[str, Any]] = {
 
 
 def sdk_answer(version: str, result: dict[str, Any]) -> dict[str, Any]:
-    """What the slow path writes: the result validated by the SDK client, exposed, then the SDK's server."""
-    model = types.CallToolResult.model_validate(result, by_name=False)
+    """What the SDK's handler writes: the result exposed and scrubbed, as a model, through the SDK's server."""
+    model = types.CallToolResult.model_validate(scrub_result(exposed_result("probe", result), SECRETS), by_name=False)
     server: Server[Any] = Server("cellblock", version="0.1.0")
     runner = ServerRunner(server, connection=None, lifespan_state=None)  # type: ignore[arg-type]  # reason: _serialize reads only the server
-    return runner._serialize("tools/call", version, _exposed("probe", model, SECRETS))
+    return runner._serialize("tools/call", version, model)
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -6,8 +6,9 @@ reaches the client depends on the client's era:
 - handshake era (up to 2025-11-25): the gateway sends `elicitation/create` to the client while
   the call is still open (`DirectAsker`);
 - 2026-07-28: there is no back channel. The gateway answers the client's call with an
-  `InputRequiredResult` and keeps the downstream call waiting (`ParkedCall`); the client's retry
-  carries the answer and a sealed `request_state` that names the waiting call (`ParkedCalls`).
+  `InputRequiredResult` and keeps the downstream call waiting (`serve/calls.ToolCall`, parked);
+  the client's retry carries the answer and a sealed `request_state` that names the waiting call
+  (`ParkedCalls`).
 
 Either way the question is framed as that server's own (`forms.framed`): a fixed first line names
 the server and says it is not a Cellblock approval, so the user knows who is asking.
@@ -16,14 +17,12 @@ the server and says it is not a Cellblock approval, so the user knows who is ask
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import hmac
 import json
 import os
 import secrets
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,18 +30,20 @@ import anyio
 import mcp.types as types
 from mcp.server.session import ServerSession
 from mcp.shared.message import ServerMessageMetadata
-from pydantic import BaseModel
 
 from cellblock.gateway.ask.forms import args_digest, framed
 
 __all__ = [
+    "PARK_SECONDS",
     "Asker",
     "DirectAsker",
     "InputNeeded",
-    "ParkedCall",
+    "Parked",
     "ParkedCalls",
     "Sealer",
     "StateRejected",
+    "elicits",
+    "elicits_url",
 ]
 
 # How long a parked call waits for the client's retry before the question counts as cancelled:
@@ -99,73 +100,20 @@ class InputNeeded:
     raw: Any = None  # the client's answer, parsed by whoever asked
 
 
-class ParkedCall:
-    """2026-07-28: a downstream call running in its own task, talking to the upstream handler.
+class Parked(Protocol):
+    """A 2026-07-28 call waiting for the client's retry (`serve/calls.ToolCall`)."""
 
-    The forwarding task calls `elicit` when the downstream server asks something; the upstream
-    handler reads `next_event()` and either returns the call's result or turns the question into
-    an `InputRequiredResult`.
-    """
-
-    def __init__(self, entry: Any, server: str, done: Callable[[Any], None] | None = None) -> None:
-        self.entry = entry  # the InFlight record the downstream call reports through
-        self.server = server
-        self.done = done  # called with the final result, by whichever request receives it
-        self._send, self._events = anyio.create_memory_object_stream[InputNeeded | types.CallToolResult](1)
-        self.scope = anyio.CancelScope()
-        self.pending: InputNeeded | None = None
-
-    async def _ask(self, request: types.ElicitRequest | types.CreateMessageRequest) -> Any:
-        question = InputNeeded(request)
-        await self._send.send(question)
-        # no retry in time: nobody answered, which is a cancel, never an accept
-        with anyio.move_on_after(PARK_SECONDS):
-            await question.answer.wait()
-        return question.raw
-
-    async def elicit(self, server: str, params: types.ElicitRequestParams) -> types.ElicitResult:
-        return await self.ask(framed(server, params))
-
-    async def ask(self, params: types.ElicitRequestParams) -> types.ElicitResult:
-        raw = await self._ask(types.ElicitRequest(params=params))
-        try:
-            return types.ElicitResult.model_validate(raw, by_name=False) if raw is not None else _CANCEL
-        except ValueError:
-            return _CANCEL
-
-    async def sample(self, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
-        """The client's completion.
-
-        Raises:
-            ValueError: the client sent no usable answer.
-        """
-        raw = await self._ask(types.CreateMessageRequest(params=params))
-        try:
-            return types.CreateMessageResult.model_validate(raw, by_name=False)
-        except ValueError:
-            raise ValueError("the client did not answer the sampling request") from None
-
-    def finish(self, result: types.CallToolResult) -> None:
-        """Hand the call's final result to whoever reads next (dropped if nobody is left)."""
-        with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            self._send.send_nowait(result)
-
-    async def next_event(self) -> InputNeeded | types.CallToolResult:
-        event = await self._events.receive()
-        self.pending = event if isinstance(event, InputNeeded) else None
-        return event
-
-    def answer(self, responses: dict[str, Any] | None, key: str) -> None:
-        """Deliver the client's answer to the pending question (the asker parses it)."""
-        if self.pending is None:
-            return
-        raw = (responses or {}).get(key)
-        self.pending.raw = raw.model_dump(by_alias=True, mode="json") if isinstance(raw, BaseModel) else raw
-        self.pending.answer.set()
-        self.pending = None
+    def expire(self) -> None: ...
 
 
-_CANCEL = types.ElicitResult(action="cancel")
+def elicits(caps: types.ClientCapabilities | None) -> bool:
+    """The client declared it can show the user a form."""
+    return bool(caps and caps.elicitation)
+
+
+def elicits_url(caps: types.ClientCapabilities | None) -> bool:
+    """The client can open a URL for the user (URL-mode elicitation, 2025-11-25 and later)."""
+    return bool(caps and caps.elicitation and caps.elicitation.url is not None)
 
 
 class StateRejected(Exception):
@@ -218,18 +166,18 @@ class ParkedCalls:
 
     def __init__(self) -> None:
         self._sealer = Sealer()
-        self._calls: dict[str, tuple[ParkedCall, float]] = {}
+        self._calls: dict[str, tuple[Parked, float]] = {}
 
-    def park(self, call: ParkedCall, tool: str, arguments: dict[str, Any] | None) -> str:
+    def park(self, call: Parked, tool: str, arguments: dict[str, Any] | None) -> str:
         self._expire()
         if len(self._calls) >= MAX_PARKED:
             oldest = min(self._calls, key=lambda k: self._calls[k][1])
-            self._calls.pop(oldest)[0].scope.cancel()
+            self._calls.pop(oldest)[0].expire()
         call_id = base64.urlsafe_b64encode(os.urandom(12)).decode()
         self._calls[call_id] = (call, time.time() + PARK_SECONDS)
         return self._sealer.seal(tool, arguments, PARK_SECONDS, id=call_id)
 
-    def redeem(self, state: str, tool: str, arguments: dict[str, Any] | None) -> ParkedCall:
+    def redeem(self, state: str, tool: str, arguments: dict[str, Any] | None) -> Parked:
         """The parked call `state` names, removed from the table.
 
         Raises:
@@ -247,4 +195,4 @@ class ParkedCalls:
     def _expire(self) -> None:
         now = time.time()
         for call_id in [k for k, (_, exp) in self._calls.items() if exp < now]:
-            self._calls.pop(call_id)[0].scope.cancel()
+            self._calls.pop(call_id)[0].expire()

@@ -111,6 +111,8 @@ class LocalChannel:
     # told that the catalog changed (coalesced by the owner), and that the server must be restarted
     on_list_changed: Callable[[], None] | None = None
     on_misbehaving: Callable[[str], None] | None = None
+    # a log: delivered from here, so that it reaches its call before the call's answer does
+    on_log: Callable[[types.LoggingMessageNotificationParams], None] | None = None
     # what the SDK session stamps on every request to a 2026-07-28 server (protocol version,
     # client info and capabilities, log opt-in), copied from its own requests as they pass
     envelope: dict[str, Any] | None = None
@@ -206,6 +208,13 @@ class LocalChannel:
         if self.notices.dropped and method in _NOTICES:
             logger.warning("server '%s': %d notifications were dropped", self.name, self.notices.settle())
         params = message.get("params")
+        if method == "notifications/message" and self.on_log is not None and "id" not in message:
+            try:
+                log = types.LoggingMessageNotificationParams.model_validate(params, by_name=False)
+            except ValueError:
+                return False  # not valid MCP: the session counts it
+            self.on_log(log)
+            return True
         if method != "notifications/progress" or not isinstance(params, dict):
             return False
         token = params.get("progressToken")

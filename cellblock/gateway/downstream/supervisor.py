@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import anyio
 import anyio.abc
@@ -33,8 +33,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED
+from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel, FileUrl, TypeAdapter
+from pydantic import BaseModel, FileUrl
 
 from cellblock.gateway.ask.elicitation import Asker
 from cellblock.gateway.ask.forms import refusal
@@ -49,6 +50,15 @@ from cellblock.gateway.downstream.oauth import KeyringTokenStorage
 from cellblock.gateway.downstream.packages import InstallError
 from cellblock.gateway.downstream.ratelimit import Budget
 from cellblock.gateway.downstream.remote import HttpWatch, explain, login, remote_client
+from cellblock.gateway.downstream.rounds import (
+    Answered,
+    Caller,
+    LocalRound,
+    Progress,
+    RemoteRound,
+    Round,
+    forwardable,
+)
 from cellblock.gateway.errors import first_line
 from cellblock.gateway.scrub import Scrubbed
 from cellblock.gateway.scrub import scrub as scrub_secrets
@@ -62,7 +72,7 @@ from cellblock.sandbox.egress import Decision, EgressProxy
 from cellblock.sandbox.limits import describe
 from cellblock.sandbox.types import JailError, LaunchPlan, Limits
 
-__all__ = ["CALL_RESULT", "Downstream", "DownstreamError", "InFlight", "Listing", "forwardable"]
+__all__ = ["MAX_INPUT_ROUNDS", "Downstream", "DownstreamError", "Listing", "error_result"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,9 +88,6 @@ REFRESH_SECONDS = 1.0
 # Downstream 2026-07-28 servers may ask for input in rounds; bound them like the SDK does.
 MAX_INPUT_ROUNDS = 8
 
-CALL_RESULT: TypeAdapter[types.CallToolResult | types.InputRequiredResult] = TypeAdapter(
-    types.CallToolResult | types.InputRequiredResult
-)
 R = TypeVar("R", bound=types.Result)
 P = TypeVar("P", bound=BaseModel)  # a server's question or sampling request
 _LIST_CHANGED = (
@@ -148,56 +155,24 @@ class Listing:
 
 
 @dataclass
-class InFlight:
-    """A call the gateway is forwarding: who to ask if the server wants input, where logs go."""
-
-    asker: Asker | None
-    log: Callable[[types.LoggingMessageNotificationParams], Awaitable[None]] | None = None
-    can_elicit: bool = False
-    can_elicit_url: bool = False  # the client can open a URL for the user (an OAuth login)
-    progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
-    # a fast-path call (gateway/serve/fastpath.py) has no client session to ask through: this moves it
-    # to the SDK's path, which has one, before the server's question is put to the user
-    hand_over: Callable[[], Awaitable[None]] | None = None
-
-    async def reach_client(self) -> None:
-        """Make sure `asker` can reach the client: a fast-path call is handed to the SDK's path."""
-        if self.hand_over is not None:
-            await self.hand_over()
-
-    async def report(self, progress: float, total: float | None, message: str | None) -> None:
-        # read at each report: a 2026-07-28 call that outlives its first request reports to the retry
-        if self.progress is not None:
-            await self.progress(progress, total, message)
-
-
-class Started(Protocol):
-    """A call already on its way to the server (a fast-path call handed to the SDK's path)."""
-
-    async def outcome(self) -> types.CallToolResult | types.InputRequiredResult: ...
-
-
-# None when the human allowed it, else why not
-SamplingApprover = Callable[["Downstream", types.CreateMessageRequestParams, InFlight], Awaitable[str | None]]
-
-
-@dataclass
 class Downstream:
     name: str
     config: LocalServer | RemoteServer
     timeout: float
     protocol: str = "auto"
     on_listing: Callable[[Downstream], Awaitable[None]] | None = None
-    on_log: Callable[[Downstream, types.LoggingMessageNotificationParams], Awaitable[None]] | None = None
+    # where a log outside any call goes (one during a call goes to the call)
+    on_log: Callable[[Downstream, types.LoggingMessageNotificationParams], None] | None = None
     audit: Audit | None = None
     runtime: Path = field(default_factory=lambda: Path("/nonexistent"))
     sampling: str = "deny"
     # `credentials.allow_insecure`: accept a keyring backend that keeps secrets in plain files
     allow_insecure: bool = False
-    # asks the human whether this server may use the client's model (for `sampling: ask`)
-    approve_sampling: (
-        Callable[[Downstream, types.CreateMessageRequestParams, InFlight], Awaitable[str | None]] | None
-    ) = None
+    # asks the human whether this server may use the client's model (for `sampling: ask`): None
+    # when they allowed it, else why not
+    approve_sampling: Callable[[Downstream, types.CreateMessageRequestParams, Caller], Awaitable[str | None]] | None = (
+        None
+    )
     # the longest message taken from a local server (`max_message_size`)
     max_message: int = DEFAULT_LINE_LIMIT
     # what a local server's jail may take (`jail.limits`); None: remote, or unjailed
@@ -222,7 +197,7 @@ class Downstream:
     # failed for a reason the user can fix while the gateway runs (a credential, a remote server
     # that was down): the next use starts it again
     _retry_on_use: bool = False
-    _in_flight: list[InFlight] = field(default_factory=list)
+    _in_flight: list[Caller] = field(default_factory=list)
     _tg: anyio.abc.TaskGroup | None = None
     _store: Keyring | None = None
     _secrets_known: bool = False  # register_secrets ran
@@ -573,6 +548,7 @@ class Downstream:
                 notices=self.notices,
                 on_list_changed=self._refresh_soon,
                 on_misbehaving=self._restart,
+                on_log=self._log,
             )
             return local_transport(plan, self.channel, sys.stderr)
         self._watch = HttpWatch()
@@ -597,15 +573,16 @@ class Downstream:
 
     # -- what the server sends us ----------------------------------------------------------
 
-    async def _on_elicit(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
-        # The request carries no link to the call that caused it; the newest call in flight on
-        # this server is the best owner. With none in flight nobody can answer: decline.
-        entry = self._in_flight[-1] if self._in_flight else None
-        if entry is not None:
-            await entry.reach_client()
-        return await self._ask_user(params, entry)
+    def owner(self) -> Caller | None:
+        """The call a question or log from the server belongs to. Nothing in the protocol links
+        them (over stdio the server's request names no call), so it is the newest call in flight
+        on this server; with none in flight nobody can answer."""
+        return self._in_flight[-1] if self._in_flight else None
 
-    async def _ask_user(self, params: types.ElicitRequestParams, entry: InFlight | None) -> types.ElicitResult:
+    async def _on_elicit(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return await self._ask_user(params, self.owner())
+
+    async def _ask_user(self, params: types.ElicitRequestParams, entry: Caller | None) -> types.ElicitResult:
         """The server's question put to the user, or declined: nobody to ask, or it may not be
         shown (`forms.refusal`: a URL a browser should not open, or the look of an approval)."""
         if entry is None or entry.asker is None:
@@ -628,17 +605,12 @@ class Downstream:
     async def _on_sampling(
         self, context: ClientRequestContext, params: types.CreateMessageRequestParams
     ) -> types.CreateMessageResult | types.ErrorData:
-        entry = self._in_flight[-1] if self._in_flight else None
-        if entry is not None:
-            await entry.reach_client()
         try:
-            return await self.sample(params, entry)
+            return await self.sample(params, self.owner())
         except DownstreamError as exc:
             return types.ErrorData(code=types.INVALID_REQUEST, message=str(exc))
 
-    async def sample(
-        self, params: types.CreateMessageRequestParams, entry: InFlight | None
-    ) -> types.CreateMessageResult:
+    async def sample(self, params: types.CreateMessageRequestParams, entry: Caller | None) -> types.CreateMessageResult:
         """Pass a request for the client's model on, as `sampling:` allows.
 
         Raises:
@@ -675,15 +647,18 @@ class Downstream:
         )
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
-        if self.is_remote and not self.notices.take():  # a local server's were counted as they came
-            return
+        """A remote server's log (a local server's come through its channel, in order with its answers)."""
+        if not self.is_remote or self.notices.take():  # a local server's were counted as they came
+            self._log(params)
+
+    def _log(self, params: types.LoggingMessageNotificationParams) -> None:
         logger_name = f"{self.name}.{params.logger}" if params.logger else self.name
         params = params.model_copy(update={"logger": logger_name})
-        sink = self._in_flight[-1].log if self._in_flight else None
-        if sink is not None:
-            await sink(params)
+        owner = self.owner()
+        if owner is not None:
+            owner.log(params)
         elif self.on_log is not None:
-            await self.on_log(self, params)
+            self.on_log(self, params)
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):
@@ -757,7 +732,7 @@ class Downstream:
         """Failed because its OAuth tokens are missing or no longer accepted."""
         return self.retryable and self._watch.login is not None
 
-    async def _login_through_client(self, asker: Asker) -> None:
+    async def login_through_client(self, asker: Asker) -> None:
         """The OAuth login of `cellblock auth login`, with the client's URL elicitation as the
         browser: the user opens the authorization URL from the client, the redirect comes back to
         the gateway's loopback listener, and the server starts with the new tokens.
@@ -801,59 +776,50 @@ class Downstream:
             self._closed.set()
         return True
 
-    @asynccontextmanager
-    async def tracking(self, entry: InFlight) -> AsyncIterator[None]:
-        self.track(entry)
-        try:
-            yield
-        finally:
-            self.untrack(entry)
+    def track(self, caller: Caller) -> None:
+        """`caller` is in flight on this server (see `owner`)."""
+        self._in_flight.append(caller)
 
-    def track(self, entry: InFlight) -> None:
-        """`entry` is in flight: the server's questions and logs go to the newest such entry."""
-        self._in_flight.append(entry)
+    def untrack(self, caller: Caller) -> None:
+        with contextlib.suppress(ValueError):  # a call ends once, but may be cancelled after
+            self._in_flight.remove(caller)
 
-    def untrack(self, entry: InFlight) -> None:
-        self._in_flight.remove(entry)
+    def send_call(
+        self, params: dict[str, Any], answered: Answered, progress: Progress | None, logs: bool = True
+    ) -> Round:
+        """Send one round of a tool call (`params` as JSON: the server's tool name, arguments, the
+        caller's own `_meta`); `answered` is told once how it ended, unless it is cancelled.
+        `logs`: the caller can carry the server's logs (else a 2026-07-28 opt-in is not passed on).
 
-    async def call_tool(
-        self,
-        tool: str,
-        params: types.CallToolRequestParams,
-        entry: InFlight,
-        started: Started | None = None,
-        recheck: Callable[[], types.CallToolResult | None] | None = None,
-    ) -> types.CallToolResult:
-        """Forward one call and return its result; failures become an error result naming the server.
-
-        `started` is a call the fast path already sent: its first round is not sent again.
-        `recheck`, asked once the server is ready and before anything is sent, may refuse the
-        call after all (its answer is returned): what the server offers may have changed.
+        Raises:
+            OSError: a local server's stdin is gone.
+            ValueError, RecursionError: the params cannot be encoded.
         """
-        try:
-            for attempt in (1, 2):
-                if self.needs_login and entry.can_elicit_url and entry.asker is not None:
-                    await self._login_through_client(entry.asker)
-                try:
-                    client = await self.ready_client()
-                except DownstreamError:
-                    if attempt == 1 and self.needs_login and entry.can_elicit_url:
-                        continue  # it failed just now for want of a login: log in through the client
-                    raise
-                refusal = recheck() if recheck is not None and started is None else None
-                if refusal is not None:
-                    return refusal
-                try:
-                    async with self.tracking(entry):
-                        with anyio.fail_after(self.timeout):
-                            return await self._call_rounds(client, tool, params, entry, started)
-                except MCPError:
-                    if attempt == 1 and started is None and self._lost_session():
-                        continue  # the server never saw the call; send it again on a new session
-                    raise
-            raise AssertionError("unreachable")
-        except (TimeoutError, DownstreamError, CredentialError, MCPError, ValueError) as exc:
-            return self.failed_call(tool, exc)
+        self.calls += 1
+        meta = forwardable(params.get("_meta")) or {}
+        channel, client = self.channel, self.client
+        modern = client is not None and client.protocol_version in MODERN_PROTOCOL_VERSIONS
+        if channel is not None and channel.open and (not modern or channel.envelope is not None):
+            if modern:
+                meta.update(channel.envelope or {})
+                if not logs:
+                    meta.pop(LOG_LEVEL_META_KEY, None)  # nothing would carry the server's logs on
+            sent = {k: v for k, v in params.items() if k != "_meta"}
+            if meta:
+                sent["_meta"] = meta
+            return LocalRound.send(channel, sent, self.timeout, answered, progress)
+        if self._tg is None:
+            raise BrokenPipeError(f"server '{self.name}' is not running")
+        report = None
+        if progress is not None:
+            told = progress
+
+            async def report(progress: float, total: float | None, message: str | None) -> None:
+                if not self.is_remote or self.notices.take():  # a local server's was budgeted as it came
+                    told(progress, total, message)
+
+        sent = {**{k: v for k, v in params.items() if k != "_meta"}, **({"_meta": meta} if meta else {})}
+        return RemoteRound.send(self._tg, self.ready_client, sent, self.timeout, answered, report, self._lost_session)
 
     def failed_call(self, tool: str, exc: BaseException) -> types.CallToolResult:
         """The error result the model reads when a call to `tool` did not complete."""
@@ -873,45 +839,17 @@ class Downstream:
         # a result that does not validate
         return error_result(f"server '{self.name}' sent an invalid result for '{tool}': {first_line(exc)}")
 
-    async def _call_rounds(
-        self,
-        client: Client,
-        tool: str,
-        params: types.CallToolRequestParams,
-        entry: InFlight,
-        started: Started | None = None,
-    ) -> types.CallToolResult:
-        progress = entry.report if entry.progress is not None else None
-        if progress is not None and self.is_remote:  # a local server's progress was budgeted as it came
-            report = progress
+    async def answer(self, request: types.InputRequest, caller: Caller) -> types.InputResponse:
+        """The answer to one of a 2026-07-28 server's input requests during `caller`'s call.
 
-            async def budgeted(progress: float, total: float | None, message: str | None) -> None:
-                if self.notices.take():
-                    await report(progress, total, message)
-
-            progress = budgeted
-        meta = cast("types.RequestParamsMeta | None", forwardable(params.meta))  # plain JSON keys, as given
-        request = types.CallToolRequestParams(name=tool, arguments=params.arguments, _meta=meta)
-        for _ in range(MAX_INPUT_ROUNDS):
-            if started is not None:
-                result, started = await started.outcome(), None
-            else:
-                result = await client.session.send_request(
-                    types.CallToolRequest(params=request), CALL_RESULT, progress_callback=progress
-                )
-            if isinstance(result, types.CallToolResult):
-                return result
-            asked = result.input_requests or {}
-            responses = {key: await self._answer(req, entry) for key, req in asked.items()}
-            request = request.model_copy(update={"input_responses": responses, "request_state": result.request_state})
-        return error_result(f"server '{self.name}' asked for input more than {MAX_INPUT_ROUNDS} times")
-
-    async def _answer(self, request: types.InputRequest, entry: InFlight) -> types.InputResponse:
+        Raises:
+            DownstreamError: a sampling request refused, or the client could not answer it.
+        """
         if isinstance(request, types.ElicitRequest):
-            return await self._ask_user(request.params, entry)
+            return await self._ask_user(request.params, caller)
         if isinstance(request, types.ListRootsRequest):
             return self.roots()
-        return await self.sample(request.params, entry)
+        return await self.sample(request.params, caller)
 
     async def request(self, request: Any, result_type: type[R]) -> R:
         """Forward a non-call request (prompt get, resource read, completion) within the timeout.
@@ -948,19 +886,6 @@ def _unstamped(item: Any) -> Any:
 
 def error_result(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
-
-
-def forwardable(meta: Any) -> dict[str, Any] | None:
-    """The caller's `_meta` minus what belongs to this hop (progress token, protocol envelope)."""
-    if not meta:
-        return None
-    data = meta if isinstance(meta, dict) else dict(meta)
-    kept = {
-        k: v
-        for k, v in data.items()
-        if k not in ("progressToken", "progress_token") and not k.startswith("io.modelcontextprotocol/")
-    }
-    return kept or None
 
 
 async def _fetch_listing(client: Client, secrets: re.Pattern[str] | None) -> Listing:

@@ -37,7 +37,7 @@ import anyio
 import mcp.types as types
 from mcp.server.session import ServerSession
 
-from cellblock.gateway.ask.elicitation import Sealer, StateRejected
+from cellblock.gateway.ask.elicitation import Sealer, StateRejected, elicits, elicits_url
 from cellblock.gateway.ask.forms import (
     MAX_VALUE,
     SHOW_FULL,
@@ -488,10 +488,9 @@ def _choice(result: types.ElicitResult) -> Any:
 
 
 def can_elicit(session: ServerSession) -> bool:
-    return session.check_client_capability(types.ClientCapabilities(elicitation=types.ElicitationCapability()))
+    return elicits(session.client_capabilities)
 
 
 def can_elicit_url(session: ServerSession) -> bool:
     """The client can open a URL for the user (URL-mode elicitation, 2025-11-25 and later)."""
-    caps = session.client_capabilities
-    return bool(caps and caps.elicitation and caps.elicitation.url is not None)
+    return elicits_url(session.client_capabilities)

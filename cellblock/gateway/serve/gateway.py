@@ -12,13 +12,13 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import os
 import re
 import signal
 import sys
 import time
-from collections.abc import Callable, Coroutine
-from functools import partial
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar, cast
 
@@ -36,24 +36,23 @@ from mcp.server.subscriptions import (
     ToolsListChanged,
 )
 from mcp.shared.exceptions import MCPError
-from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from cellblock import __version__
-from cellblock.gateway.ask.elicitation import DirectAsker, InputNeeded, ParkedCall, ParkedCalls, StateRejected
+from cellblock.gateway.ask.elicitation import Asker, DirectAsker, ParkedCalls, StateRejected
 from cellblock.gateway.config.compile import policy_for
 from cellblock.gateway.config.model import Config
 from cellblock.gateway.downstream.launch import own_paths
+from cellblock.gateway.downstream.rounds import Caller
 from cellblock.gateway.downstream.supervisor import (
     START_SECONDS,
     Downstream,
     DownstreamError,
-    InFlight,
     Listing,
     error_result,
 )
 from cellblock.gateway.namespacing import expose_uri
-from cellblock.gateway.scrub import Scrubbed, scrub, scrub_result
+from cellblock.gateway.scrub import Scrubbed, scrub
 from cellblock.gateway.serve.approvals import (
     APPROVAL_KEY,
     Approvals,
@@ -63,9 +62,10 @@ from cellblock.gateway.serve.approvals import (
     review_form,
 )
 from cellblock.gateway.serve.approvals import STATE_PREFIX as APPROVAL_STATE
-from cellblock.gateway.serve.catalog import Catalog, build_catalog, expose_content
+from cellblock.gateway.serve.calls import Calls, CallState, ToolCall, log_passes
+from cellblock.gateway.serve.catalog import Catalog, build_catalog
 from cellblock.gateway.serve.control import NOT_FOUND, ControlServer, socket_path
-from cellblock.gateway.serve.fastpath import FastCall, FastPath
+from cellblock.gateway.serve.fastpath import FastPath
 from cellblock.gateway.serve.items import Standing, held_reason, resource_standing, template_standing
 from cellblock.gateway.serve.locking import POLL_SECONDS, Locks, approve_pending
 from cellblock.gateway.serve.pipeline import Asking, Call, Pipeline
@@ -101,9 +101,6 @@ Ctx = ServerRequestContext[Any, Any]
 # what a tools/call handler answers: a result, or (2026-07-28) a round of questions for the client
 CallResult = types.CallToolResult | types.InputRequiredResult
 R = TypeVar("R", bound=types.Result)
-# The key of the one question a parked 2026-07-28 call puts to the client at a time.
-INPUT_KEY = "cellblock"
-_LOG_ORDER = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
 
 # Eager servers whose catalog is known start after the client's first list, or after this long
 # if it asks for none (see Gateway._start_after_first_list).
@@ -179,6 +176,7 @@ class Gateway:
         )
         self.bus = InMemorySubscriptionBus()
         self.parked = ParkedCalls()
+        self.calls = Calls(self.pipeline, self.parked, self.secrets, lambda: self.tasks)
         # the client's connection, for notifications sent outside any request (serve_stdio sets it)
         self.wire: Wire | None = None
         self.log_level: str | None = None
@@ -498,26 +496,28 @@ class Gateway:
         return types.ListResourceTemplatesResult(resource_templates=list((await self.client_catalog()).templates))
 
     async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> CallResult:
-        if isinstance(ctx.request, FastCall):
-            return await self._adopt(ctx, params, ctx.request)
         own = params.name in (self._own_tool(STATUS), self._own_tool(REVIEW))
         if own and params.name not in {t.name for t in self.catalog.tools}:
             own = False  # offered only while something is held: otherwise the name routes as any other
         if own and params.name == self._own_tool(STATUS):
             return self._status()
-        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
-        call = Call(params.name, params.arguments, ctx=Asking(ctx.session, ctx.request_id, modern, self._teller(ctx)))
-        if params.request_state and modern:
+        reply = SessionReply(self, ctx)
+        call = Call(params.name, params.arguments, ctx=Asking(ctx.session, ctx.request_id, reply.modern, reply.tell))
+        if params.request_state and reply.modern:
             if not params.request_state.startswith(APPROVAL_STATE):
                 # the retry of a parked call: it was admitted (and audited) when it first came
-                return await self._call_modern(ctx, params, self._in_flight(ctx))
+                try:
+                    parked = self.parked.redeem(params.request_state, params.name, params.arguments)
+                except StateRejected as exc:
+                    return error_result(f"retry of '{params.name}' refused: {exc}")
+                assert isinstance(parked, ToolCall)
+                parked.resume(reply, params.input_responses)
+                return await reply.outcome(parked)
             # the retry that carries the human's answer to an approval question
             why = self.approvals.redeem(params.request_state, params.name, params.arguments)
             if why is not None:
                 return error_result(f"retry of '{params.name}' refused: {why}")
             call.human = _human_answer(params.input_responses)
-            # the approval round is over: from here on this is a first call to the server
-            params = params.model_copy(update={"request_state": None, "input_responses": None})
         if own:
             return await self._review(call)
         server = self.pipeline.server_of(call.name)
@@ -531,132 +531,15 @@ class Gateway:
             return refusal
         ds = self.downstreams[call.server]
         ds.start(self.tasks)  # lazy servers start on first use
-        return await self._forward_call(ctx, params, call, self._in_flight(ctx), time.perf_counter())
-
-    async def _adopt(self, ctx: Ctx, params: types.CallToolRequestParams, fast: FastCall) -> CallResult:
-        """Take over a fast-path call that needs the client's session midway: its server asks the
-        user something, or answers with an input round. The call was admitted and audited when it
-        came, and its request is still with the server; from here on it goes as any other."""
-        entry, fresh = fast.entry, self._in_flight(ctx)
-        entry.log, entry.progress = fresh.log, fresh.progress
-        entry.can_elicit, entry.can_elicit_url = fresh.can_elicit, fresh.can_elicit_url
-        entry.hand_over = None
-        return await self._forward_call(ctx, params, fast.call, entry, fast.began, fast)
-
-    async def _forward_call(
-        self,
-        ctx: Ctx,
-        params: types.CallToolRequestParams,
-        call: Call,
-        entry: InFlight,
-        began: float,
-        fast: FastCall | None = None,
-    ) -> CallResult:
-        """Forward an admitted call (or carry on with a fast call already sent) and audit its end."""
-        ds = self.downstreams[call.server]
-        if fast is None:  # a fast call was counted when it was sent
-            ds.calls += 1
-
-        def done(result: types.CallToolResult) -> None:
-            self.pipeline.finished(call, bool(result.is_error), (time.perf_counter() - began) * 1000)
-
-        # a server that was not up at admission may offer something else once it is
-        recheck = partial(self.pipeline.recheck, call)
-        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            return await self._call_modern(ctx, params, entry, ds, call.tool, done, fast, recheck)
-        entry.asker = DirectAsker(ctx.session, ctx.request_id)
-        if fast is not None:
-            fast.adopted.set()
-        result = _exposed(call.server, await ds.call_tool(call.tool, params, entry, fast, recheck), self.secrets())
-        done(result)
-        return result
-
-    async def _call_modern(
-        self,
-        ctx: Ctx,
-        params: types.CallToolRequestParams,
-        entry: InFlight,
-        ds: Downstream | None = None,
-        tool: str = "",
-        done: Callable[[types.CallToolResult], None] | None = None,
-        fast: FastCall | None = None,
-        recheck: Callable[[], types.CallToolResult | None] | None = None,
-    ) -> CallResult:
-        """2026-07-28: the call runs in its own task so that it can outlive a question to the user.
-
-        A first request brings `ds`, `tool` and `done` (the audit of the outcome), and `fast` when
-        the fast path already sent it; a retry brings only the sealed state, which names the parked
-        call that already has them.
-        """
-        if params.request_state:
-            try:
-                call = self.parked.redeem(params.request_state, params.name, params.arguments)
-            except StateRejected as exc:
-                return error_result(f"retry of '{params.name}' refused: {exc}")
-            call.entry.progress, call.entry.log = entry.progress, entry.log
-            call.answer(params.input_responses, INPUT_KEY)
-        elif ds is not None:
-            call = ParkedCall(entry, ds.name, done)
-            entry.asker = call
-            if fast is not None:
-                fast.adopted.set()
-
-            async def forward() -> None:
-                with call.scope:
-                    call.finish(await ds.call_tool(tool, params, entry, fast, recheck))
-
-            self.tasks.start_soon(forward)
-        else:
-            return error_result(f"call to '{params.name}' has no server")
-        parked = False
-        try:
-            event = await call.next_event()
-            if isinstance(event, InputNeeded):
-                state = self.parked.park(call, params.name, params.arguments)
-                parked = True
-                call.entry.progress = call.entry.log = None  # this request ends here
-                return types.InputRequiredResult(input_requests={INPUT_KEY: event.request}, request_state=state)
-            result = _exposed(call.server, event, self.secrets())
-            if call.done is not None and isinstance(result, types.CallToolResult):
-                call.done(result)
-            return result
-        finally:
-            if not parked:
-                call.scope.cancel()  # a cancelled request takes its downstream call with it
-
-    def _teller(self, ctx: Ctx) -> Callable[[str], Coroutine[Any, Any, None]]:
-        """How to tell the client something about its call while it waits, in the way it can hear."""
-        in_flight = self._in_flight(ctx)
-
-        async def tell(message: str) -> None:
-            if in_flight.progress is not None:
-                await in_flight.progress(0, None, message)
-            elif in_flight.log is not None:
-                await in_flight.log(
-                    types.LoggingMessageNotificationParams(level="warning", logger="cellblock", data=message)
-                )
-
-        return tell
-
-    def _in_flight(self, ctx: Ctx) -> InFlight:
-        session = ctx.session
-        token = (ctx.meta or {}).get("progress_token")
-
-        async def progress(value: float, total: float | None, message: str | None) -> None:
-            message = message if message is None else scrub(message, self.secrets())[0]
-            with contextlib.suppress(Exception):  # the client may be gone; progress is best effort
-                await session.report_progress(value, total, message)
-
-        async def log(params: types.LoggingMessageNotificationParams) -> None:
-            await self._send_log(session, params)
-
-        return InFlight(
-            asker=None,
-            log=log,
-            progress=progress if token is not None else None,
-            can_elicit=can_elicit(session),
-            can_elicit_url=can_elicit_url(session),
-        )
+        forwarded: dict[str, Any] = {"name": call.tool}
+        if params.arguments is not None:
+            forwarded["arguments"] = params.arguments
+        if params.meta:
+            forwarded["_meta"] = dict(params.meta)
+        tc = ToolCall(call, ds, reply, self.calls, forwarded)
+        # started beside this handler: a login on the way may put a question to the client first
+        self.tasks.start_soon(tc.start)
+        return await reply.outcome(tc)
 
     async def _get_prompt(
         self, ctx: Ctx, params: types.GetPromptRequestParams
@@ -748,7 +631,7 @@ class Gateway:
             MCPError: refused (audited), or a retry whose approval state does not fit.
         """
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
-        call.ctx = Asking(ctx.session, ctx.request_id, modern, self._teller(ctx))
+        call.ctx = Asking(ctx.session, ctx.request_id, modern, SessionReply(self, ctx).tell)
         if params.request_state and modern:  # the retry that carries the human's answer
             why = self.approvals.redeem(params.request_state, call.name, call.arguments)
             if why is not None:
@@ -914,7 +797,7 @@ class Gateway:
         return True
 
     async def _approve_sampling(
-        self, ds: Downstream, params: types.CreateMessageRequestParams, entry: InFlight
+        self, ds: Downstream, params: types.CreateMessageRequestParams, entry: Caller
     ) -> str | None:
         return await self.approvals.sampling(ds.name, params, entry)
 
@@ -940,15 +823,15 @@ class Gateway:
 
     # -- logs ------------------------------------------------------------------------------
 
-    async def _send_log(self, session: ServerSession, params: types.LoggingMessageNotificationParams) -> None:
-        if self.log_level and _LOG_ORDER.index(params.level) < _LOG_ORDER.index(self.log_level):
+    async def send_log(self, session: ServerSession, params: types.LoggingMessageNotificationParams) -> None:
+        if not log_passes(params.level, self.log_level):
             return
         with contextlib.suppress(Exception):  # logs are best effort; a gone client must not fail a call
             (data, logger_name), _ = scrub([params.data, params.logger], self.secrets())
             await session.send_log_message(params.level, data, logger=logger_name)
 
-    async def _on_idle_log(self, ds: Downstream, params: types.LoggingMessageNotificationParams) -> None:
-        if self.log_level and _LOG_ORDER.index(params.level) < _LOG_ORDER.index(self.log_level):
+    def _on_idle_log(self, ds: Downstream, params: types.LoggingMessageNotificationParams) -> None:
+        if not log_passes(params.level, self.log_level):
             return
         with contextlib.suppress(Scrubbed):  # a log too deep to check for secrets is not passed on
             body, _ = scrub(params.model_dump(by_alias=True, mode="json", exclude_none=True), self.secrets())
@@ -964,27 +847,64 @@ async def _stop_on_signal(scope: anyio.CancelScope) -> None:
             return
 
 
-def _exposed(server: str, result: R, secrets: re.Pattern[str] | None) -> R:
-    """A downstream result as the client may see it: resource URIs routed back through the
-    gateway, the server's own `serverInfo` stamp dropped (the gateway stamps its own), and the
-    secrets the gateway holds taken out. `shaping.exposed_result` and `scrub.scrub_result` are the
-    same for a result the fast path carries as JSON."""
-    if not isinstance(result, types.CallToolResult):
-        return result
-    update: dict[str, Any] = {}
-    if any(isinstance(c, types.ResourceLink | types.EmbeddedResource) for c in result.content):
-        update["content"] = expose_content(server, result.content)
-    if result.meta and SERVER_INFO_META_KEY in result.meta:
-        update["meta"] = {k: v for k, v in result.meta.items() if k != SERVER_INFO_META_KEY} or None
-    result = result.model_copy(update=update) if update else result
-    if secrets is None:
-        return result
-    try:
-        dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-        clean = scrub_result(dumped, secrets)
-    except Scrubbed as exc:
-        return cast(R, error_result(f"the result of server '{server}' was not passed on: {exc}"))
-    return result if clean is dumped else cast(R, types.CallToolResult.model_validate(clean))
+class SessionReply:
+    """A `tools/call` the SDK's handler answers (see `serve/calls.Reply`): the handler awaits
+    `outcome`, which also sends the call's progress and logs, in order, before its answer."""
+
+    def __init__(self, gateway: Gateway, ctx: Ctx) -> None:
+        session = self.session = ctx.session
+        self.gateway = gateway
+        self.modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        self.can_elicit, self.can_elicit_url = can_elicit(session), can_elicit_url(session)
+        self.wants_progress = (ctx.meta or {}).get("progress_token") is not None
+        self.carries_logs = True  # the SDK's session sends each as this request's era allows
+        self.direct: Asker | None = None if self.modern else DirectAsker(session, ctx.request_id)
+        self._send, self._events = anyio.create_memory_object_stream[Any](math.inf)
+
+    def progress(self, value: float, total: float | None, message: str | None) -> None:
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._send.send_nowait((value, total, message))
+
+    def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._send.send_nowait(params)
+
+    async def tell(self, message: str) -> None:
+        """Tell the client about its call while it waits, the way it can hear: a progress message
+        where it asked for progress, else a log message."""
+        if self.wants_progress:
+            with contextlib.suppress(Exception):  # the client may be gone; progress is best effort
+                await self.session.report_progress(0, None, message)
+        else:
+            params = types.LoggingMessageNotificationParams(level="warning", logger="cellblock", data=message)
+            await self.gateway.send_log(self.session, params)
+
+    def shape(self, result: dict[str, Any]) -> Any:
+        return types.CallToolResult.model_validate(result, by_name=False)
+
+    def answer(self, shaped: Any) -> None:
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._send.send_nowait(shaped)
+
+    def ask(self, question: types.InputRequiredResult) -> None:
+        self.answer(question)
+
+    async def outcome(self, tc: ToolCall) -> CallResult:
+        """The call's answer to this request: its result, or (2026-07-28) its question."""
+        try:
+            while True:
+                event = await self._events.receive()
+                if isinstance(event, types.LoggingMessageNotificationParams):
+                    await self.gateway.send_log(self.session, event)
+                elif isinstance(event, tuple):
+                    with contextlib.suppress(Exception):  # the client may be gone; progress is best effort
+                        await self.session.report_progress(*event)
+                else:
+                    return cast(CallResult, event)
+        finally:
+            self._send.close()
+            if tc.state is not CallState.PARKED:
+                tc.cancel("cancelled by the client")  # a cancelled request takes its call with it
 
 
 def _human_answer(responses: dict[str, Any] | None) -> types.ElicitResult:

@@ -16,14 +16,19 @@ has answered one of them, every request goes the SDK's way.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
+import anyio
 import mcp.types as types
+from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
+from pydantic import BaseModel
 
 from cellblock.gateway.wire.early import request_key
 from cellblock.gateway.wire.lines import SessionLines, Streams, error_response, request_id, valid_id
@@ -40,6 +45,9 @@ _MAX_ENVELOPES = 8
 # opening requests followed for the record at once; a client sends a handful, this bounds a flood
 _MAX_RECORDING = 16
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+# The ids of the gateway's own requests to the client; the SDK's server numbers its own.
+_ID_PREFIX = "cb-"
+M = TypeVar("M", bound=BaseModel)
 
 
 # A taker sees every message from the client first; True means it took the message (and answers it).
@@ -81,6 +89,9 @@ class Wire:
         self._accepted: list[dict[str, Any]] = []
         self._asking: dict[Any, dict[str, Any]] = {}  # request id -> its envelope, until answered
         self._lines: SessionLines | None = None
+        self._capabilities: types.ClientCapabilities | None = None  # declared at the handshake
+        self._waiting: dict[str, _Waiting] = {}  # the gateway's own requests to the client, by id
+        self._ids = itertools.count(1)
 
     def served_version(self, params: dict[str, Any]) -> str | None:
         """The version a request with these params would be served at, if the SDK already accepted
@@ -122,17 +133,59 @@ class Wire:
         if self._answered(ident, result, lambda: json.loads(result)):
             self.send_raw(f'{{"jsonrpc":"2.0","id":{json.dumps(ident)},"result":{result}}}')
 
-    def hand_to_server(self, message: dict[str, Any], context: Any) -> None:
-        """Give the SDK's server a request as if it had just arrived, carrying `context` for its
-        handler (`ctx.request`): how a fast-path call passes to the SDK path midway."""
-        if self._lines is not None:
-            self._lines.hand(message, context)
+    async def request(self, request: types.ElicitRequest | types.CreateMessageRequest, result_type: type[M]) -> M:
+        """Ask the client something within a call the gateway answers itself (a handshake-era
+        fast-path call whose server asks the user): sent under a private id, its response taken
+        off the wire before the SDK's server sees it.
+
+        Raises:
+            MCPError: the client answered with an error, or left.
+            ValueError: its answer is not a `result_type`.
+        """
+        ident = f"{_ID_PREFIX}{next(self._ids)}"
+        waiting = self._waiting[ident] = _Waiting()
+        params = request.params.model_dump(by_alias=True, mode="json", exclude_none=True)
+        message = {"jsonrpc": "2.0", "id": ident, "method": request.method, "params": params}
+        try:
+            self.send(message)
+            await waiting.done.wait()
+        except OSError:
+            raise MCPError(types.CONNECTION_CLOSED, "the client left") from None
+        except anyio.get_cancelled_exc_class():
+            with contextlib.suppress(OSError):  # the client stops asking the user
+                self.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": ident}})
+            raise
+        finally:
+            self._waiting.pop(ident, None)
+        response = waiting.response
+        if response is None:
+            raise MCPError(types.CONNECTION_CLOSED, "the client left")
+        if "result" not in response:
+            raise MCPError.from_error_data(types.ErrorData.model_validate(response.get("error"), by_name=False))
+        return result_type.model_validate(response["result"], by_name=False)
+
+    def client_capabilities(self, params: dict[str, Any]) -> types.ClientCapabilities | None:
+        """What the client said it can do, as a request with these params stands: declared at the
+        handshake, or (2026-07-28) in the request's envelope."""
+        if not self.modern:
+            return self._capabilities
+        meta = params.get("_meta")
+        caps = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
+        try:
+            return types.ClientCapabilities.model_validate(caps, by_name=False) if isinstance(caps, dict) else None
+        except ValueError:
+            return None
 
     @asynccontextmanager
     async def streams(self, take: Taker) -> AsyncIterator[Streams]:
         """The SDK server's read and write streams, fed from and drained to the client."""
 
         def first(message: Any) -> bool:
+            if isinstance(message, dict) and "method" not in message and message.get("id") in self._waiting:
+                waiting = self._waiting[message["id"]]
+                waiting.response = message
+                waiting.done.set()
+                return True
             if not isinstance(message, dict):
                 self._refuse(None, "Invalid Request: not a JSON-RPC object (batches are not part of MCP)")
                 return True
@@ -161,6 +214,8 @@ class Wire:
                 yield streams
         finally:
             self._lines.close()
+            for waiting in self._waiting.values():
+                waiting.done.set()  # the client left: no answer comes
 
     def _refuse(self, ident: Any, message: str, code: int = types.INVALID_REQUEST) -> None:
         with contextlib.suppress(OSError):  # the client left
@@ -201,6 +256,9 @@ class Wire:
             self.modern = message["method"] != "initialize" and PROTOCOL_VERSION_META_KEY in envelope
             if not self.modern and message["method"] == "initialize":
                 self._handshake = message["id"]
+                caps = params.get("capabilities") if isinstance(params, dict) else None
+                with contextlib.suppress(ValueError):  # malformed: the SDK's handshake refuses it
+                    self._capabilities = types.ClientCapabilities.model_validate(caps or {}, by_name=False)
         if self.modern and envelope and envelope not in self._accepted and len(self._asking) < _MAX_ENVELOPES:
             self._asking[message["id"]] = envelope
 
@@ -244,6 +302,12 @@ class Wire:
         if value is not None and json.loads(early[1]) != value and self._differed is not None:
             self._differed(key, early[1], serialized(value) or "")
         return False
+
+
+@dataclass(eq=False)
+class _Waiting:
+    done: anyio.Event = field(default_factory=anyio.Event)
+    response: dict[str, Any] | None = None  # None once done: the client left
 
 
 def _enveloped(request: dict[str, Any]) -> bool:

@@ -27,7 +27,7 @@ from typing import Any
 import anyio
 import mcp.types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp.shared.message import ServerMessageMetadata, SessionMessage
+from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from cellblock.gateway.wire.stdio import KEPT, Oversized, Reader, ReaderFactory, Writer
@@ -76,7 +76,7 @@ def remote_message(item: SessionMessage | Exception) -> SessionMessage | Excepti
     message = item.message
     parts = {"id": getattr(message, "id", None), **{k: getattr(message, k, None) for k in ("result", "params")}}
     replaced = too_dense(parts)
-    return item if replaced is None else _session_message(replaced, None)
+    return item if replaced is None else _session_message(replaced)
 
 
 def valid_id(ident: Any) -> bool:
@@ -123,20 +123,18 @@ class SessionLines:
         self._oversized = oversized  # told of each line too long to deliver (see stdio.LineReader)
         self._outgoing = outgoing  # sees each message the session writes first; False keeps it back
         self._ended = ended  # called once, when the pipe reaches its end
-        # what goes to the session, in arrival order: a message (or why it is not one), and the
-        # request context that a message handed over (`hand`) carries
-        self._backlog: deque[tuple[Any, Any]] = deque()
+        # what goes to the session, in arrival order: a message, or why it is not one
+        self._backlog: deque[Any] = deque()
         self._waiting = anyio.Event()
         self._eof = False
         self._dropping = False
         self._reader: Reader = make_reader(self._line, self._end, self._oversize)
 
-    def hand(self, message: Any, context: Any = None) -> None:
-        """Give the session a message as if it had just been read; `context` reaches its handler
-        as the request context (`ctx.request`)."""
+    def hand(self, message: Any) -> None:
+        """Give the session a message as if it had just been read."""
         if self._dropping:
             return
-        self._backlog.append((message, context))
+        self._backlog.append(message)
         self._waiting.set()
         if len(self._backlog) > _PAUSE:
             self._reader.pause()
@@ -189,10 +187,10 @@ class SessionLines:
                 async with to_session:
                     while True:
                         while self._backlog:
-                            item, context = self._backlog.popleft()
+                            item = self._backlog.popleft()
                             if len(self._backlog) < _RESUME:
                                 self._reader.resume()
-                            await to_session.send(_session_message(item, context))
+                            await to_session.send(_session_message(item))
                         if self._eof:
                             return
                         self._waiting = anyio.Event()
@@ -244,12 +242,11 @@ class SessionLines:
         self._reader.close()
 
 
-def _session_message(item: Any, context: Any) -> SessionMessage | Exception:
+def _session_message(item: Any) -> SessionMessage | Exception:
     if isinstance(item, Exception):
         return item
     try:
         parsed = types.jsonrpc_message_adapter.validate_python(item, by_name=False)
     except ValidationError as exc:
         return exc
-    metadata = ServerMessageMetadata(request_context=context) if context is not None else None
-    return SessionMessage(parsed, metadata=metadata)
+    return SessionMessage(parsed)

@@ -1,0 +1,171 @@
+"""One round of a tool call with a server: the request sent, and its answer handed back once.
+
+A local server's round goes over its pipes (`LocalChannel.request`): written at once, answered
+from the callback that read the response, timed out by the channel's deadline queue and
+cancelled with a `notifications/cancelled`. A remote server's round (or a local one's before its
+session has stamped a 2026-07-28 envelope to copy) goes through the SDK's client in a task of
+its own, under the server's timeout. Either way the caller is told once, with the result as JSON
+or the failure, and a `Round` it can cancel.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+import anyio.abc
+import mcp.types as types
+from mcp import Client
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.exceptions import MCPError
+from pydantic import TypeAdapter
+
+from cellblock.gateway.ask.elicitation import Asker
+from cellblock.gateway.downstream.local import LocalChannel, Pending
+from cellblock.policy.errors import CellblockError
+
+__all__ = ["CALL_RESULT", "Answered", "Caller", "LocalRound", "Progress", "RemoteRound", "Round", "forwardable"]
+
+logger = logging.getLogger(__name__)
+
+CALL_RESULT: TypeAdapter[types.CallToolResult | types.InputRequiredResult] = TypeAdapter(
+    types.CallToolResult | types.InputRequiredResult
+)
+
+# Told once how a round ended: the result as the server sent it, or why there is none.
+Answered = Callable[[dict[str, Any] | None, BaseException | None], None]
+Progress = Callable[[float, float | None, str | None], None]
+
+
+class Caller(Protocol):
+    """The call in flight on a server: where its questions, logs and sampling requests go."""
+
+    @property
+    def asker(self) -> Asker | None: ...
+    @property
+    def can_elicit(self) -> bool: ...
+    @property
+    def can_elicit_url(self) -> bool: ...
+    def log(self, params: types.LoggingMessageNotificationParams) -> None: ...
+
+
+class Round(Protocol):
+    def cancel(self, reason: str) -> None:
+        """Stop waiting and tell the server to stop; the caller is not told."""
+        ...
+
+
+def forwardable(meta: Any) -> dict[str, Any] | None:
+    """The caller's `_meta` minus what belongs to this hop (progress token, protocol envelope)."""
+    if not meta:
+        return None
+    data = meta if isinstance(meta, dict) else dict(meta)
+    kept = {
+        k: v
+        for k, v in data.items()
+        if k not in ("progressToken", "progress_token") and not k.startswith("io.modelcontextprotocol/")
+    }
+    return kept or None
+
+
+@dataclass(eq=False)
+class LocalRound:
+    channel: LocalChannel
+    pending: Pending
+
+    @classmethod
+    def send(
+        cls,
+        channel: LocalChannel,
+        params: dict[str, Any],
+        timeout: float,
+        answered: Answered,
+        progress: Progress | None,
+    ) -> LocalRound:
+        """Raises:
+        OSError: the server's stdin is gone.
+        ValueError, RecursionError: the params cannot be encoded.
+        """
+
+        def done(pending: Pending) -> None:
+            if pending.timed_out:
+                answered(None, TimeoutError())
+            elif pending.response is None:
+                answered(None, MCPError(types.CONNECTION_CLOSED, "Connection closed"))
+            elif "result" not in pending.response:
+                answered(None, _error_of(pending.response))
+            else:
+                result = pending.response["result"]
+                answered(result, None) if isinstance(result, dict) else answered(None, ValueError("not an object"))
+
+        return cls(channel, channel.request("tools/call", params, timeout, done, progress))
+
+    def cancel(self, reason: str) -> None:
+        self.channel.cancel(self.pending, reason)
+
+
+@dataclass(eq=False)
+class RemoteRound:
+    scope: anyio.CancelScope
+
+    @classmethod
+    def send(
+        cls,
+        tg: anyio.abc.TaskGroup,
+        ready: Callable[[], Awaitable[Client]],
+        params: dict[str, Any],
+        timeout: float,
+        answered: Answered,
+        progress: ProgressFnT | None,
+        lost_session: Callable[[], bool],
+    ) -> RemoteRound:
+        """Raises:
+        ValueError: the params do not make a call request.
+        """
+        request = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(params, by_name=False))
+        scope = anyio.CancelScope()
+
+        async def run() -> None:
+            with scope:
+                try:
+                    result = await _send(ready, request, timeout, progress, lost_session)
+                except (TimeoutError, MCPError, ValueError, CellblockError) as exc:  # CellblockError: not up
+                    answered(None, exc)
+                else:
+                    answered(result.model_dump(by_alias=True, mode="json", exclude_none=True), None)
+
+        tg.start_soon(run)
+        return cls(scope)
+
+    def cancel(self, reason: str) -> None:
+        self.scope.cancel()  # the SDK's session tells the server
+
+
+async def _send(
+    ready: Callable[[], Awaitable[Client]],
+    request: types.CallToolRequest,
+    timeout: float,
+    progress: ProgressFnT | None,
+    lost_session: Callable[[], bool],
+) -> types.CallToolResult | types.InputRequiredResult:
+    for attempt in (1, 2):
+        client = await ready()
+        try:
+            with anyio.fail_after(timeout):
+                return await client.session.send_request(request, CALL_RESULT, progress_callback=progress)
+        except MCPError:
+            if attempt == 1 and lost_session():
+                continue  # the server never saw the call; send it again on a new session
+            raise
+    raise AssertionError("unreachable")
+
+
+def _error_of(response: dict[str, Any]) -> BaseException:
+    """The MCPError an error response stands for (the SDK raises the same for its own requests)."""
+    try:
+        return MCPError.from_error_data(types.ErrorData.model_validate(response.get("error"), by_name=False))
+    except ValueError as exc:
+        return exc

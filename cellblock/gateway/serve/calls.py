@@ -1,0 +1,342 @@
+"""One tool call, from its admission to the last byte of its answer.
+
+A `ToolCall` is made once the pipeline has admitted a call (`serve/pipeline.py`), whichever way
+it came in: the fast path's allow (`serve/fastpath.py`) or the SDK's handler (`serve/gateway.py`),
+which may have asked the user first. From there this one object carries it: each round it sends
+to the server (`Downstream.send_call`: a local server's over its pipes, a remote one's through
+the SDK's client), the server's questions to the user while it runs, the rounds a 2026-07-28
+server asks for, progress and logs, cancellation, the timeout (the channel's, per round), the
+shaping of the result, the end of its audit record, and the answer.
+
+Where the answer goes is the `Reply` of the request the call came on: the wire, for the fast
+path, or the SDK handler that awaits it. Asking the user is a change of state, never a change of
+machinery: a handshake-era client is asked within the request (`Reply.direct`); a 2026-07-28
+client is answered with the question, the call is parked (`ask/elicitation.ParkedCalls`), and
+the client's retry brings the call its next `Reply`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol, cast
+
+import anyio
+import anyio.abc
+import mcp.types as types
+from mcp.shared.exceptions import MCPError
+from mcp_types import methods as _methods
+from pydantic import BaseModel
+
+from cellblock.gateway.ask.elicitation import PARK_SECONDS, Asker, InputNeeded, ParkedCalls
+from cellblock.gateway.ask.forms import framed
+from cellblock.gateway.credentials import CredentialError
+from cellblock.gateway.downstream.rounds import Round
+from cellblock.gateway.downstream.supervisor import MAX_INPUT_ROUNDS, Downstream, DownstreamError
+from cellblock.gateway.scrub import Scrubbed, scrub, scrub_result
+from cellblock.gateway.serve.pipeline import Call, Pipeline
+from cellblock.gateway.serve.shaping import exposed_result
+
+__all__ = ["INPUT_KEY", "LOG_LEVELS", "CallState", "Calls", "Reply", "ToolCall", "log_passes"]
+
+# The key of the one question a parked 2026-07-28 call puts to the client at a time.
+INPUT_KEY = "cellblock"
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+def log_passes(level: str, threshold: str | None) -> bool:
+    """A log at `level` reaches a client that set `threshold` with logging/setLevel (None: all)."""
+    return threshold is None or LOG_LEVELS.index(level) >= LOG_LEVELS.index(threshold)
+
+
+class CallState(Enum):
+    STARTING = "starting"  # admitted; its server may still be starting
+    RUNNING = "running"  # a round is with the server
+    ASKING = "asking"  # the server asked something: the user or the client's model answers
+    PARKED = "parked"  # 2026-07-28: the client holds the question; the call waits for its retry
+    DONE = "done"  # answered (or the answer had nobody left to go to)
+    CANCELLED = "cancelled"  # the client cancelled it, or its retry never came: never answered
+
+
+class Reply(Protocol):
+    """The client's request a call answers: where its answer, progress and logs go."""
+
+    modern: bool  # the client speaks 2026-07-28: questions become input_required answers
+    can_elicit: bool
+    can_elicit_url: bool  # the client can open a URL for the user (an OAuth login)
+    wants_progress: bool
+    carries_logs: bool  # the server's logs reach the client through this request
+    direct: Asker | None  # handshake era: asks the client within this request
+
+    def progress(self, value: float, total: float | None, message: str | None) -> None: ...
+    def log(self, params: types.LoggingMessageNotificationParams) -> None: ...
+    def shape(self, result: dict[str, Any]) -> Any:
+        """The result as this request is answered with.
+
+        Raises:
+            ValueError: it does not validate as a call result.
+        """
+        ...
+
+    def answer(self, shaped: Any) -> None: ...
+    def ask(self, question: types.InputRequiredResult) -> None: ...
+
+
+@dataclass
+class Calls:
+    """What the calls of one gateway share."""
+
+    pipeline: Pipeline
+    parked: ParkedCalls
+    secrets: Callable[[], re.Pattern[str] | None]
+    tasks: Callable[[], anyio.abc.TaskGroup]
+
+
+def _dumped(model: BaseModel) -> dict[str, Any]:
+    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+@dataclass(eq=False)
+class ToolCall:
+    """One admitted tool call; see the module docstring. It is what the server's questions and
+    logs reach while it runs (`Downstream.track`), and an `Asker` for them."""
+
+    call: Call
+    ds: Downstream
+    reply: Reply | None
+    shared: Calls
+    params: dict[str, Any]  # the round sent next: the server's tool name, the arguments, the caller's _meta
+    state: CallState = CallState.STARTING
+    began: float = field(default_factory=time.perf_counter)
+    rounds: int = 0
+    _round: Round | None = None
+    _question: InputNeeded | None = None
+    _asking: anyio.Lock = field(default_factory=anyio.Lock)  # one question to a 2026-07-28 client at a time
+    _starting: anyio.CancelScope = field(default_factory=anyio.CancelScope)  # `start`, until it sends
+
+    def __post_init__(self) -> None:
+        self.ds.track(self)
+
+    # -- what the server reaches while the call runs ------------------------------------------
+
+    @property
+    def asker(self) -> Asker | None:
+        return self if self.reply is not None else None
+
+    @property
+    def can_elicit(self) -> bool:
+        return self.reply is not None and self.reply.can_elicit
+
+    @property
+    def can_elicit_url(self) -> bool:
+        return self.reply is not None and self.reply.can_elicit_url
+
+    def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        if self.reply is not None:
+            self.reply.log(params)
+
+    def progress(self, value: float, total: float | None, message: str | None) -> None:
+        if self.reply is not None and self.reply.wants_progress:
+            if message is not None:
+                message = scrub(message, self.shared.secrets())[0]
+            self.reply.progress(value, total, message)
+
+    async def elicit(self, server: str, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return await self.ask(framed(server, params))
+
+    async def ask(self, params: types.ElicitRequestParams) -> types.ElicitResult:
+        reply = self.reply
+        if reply is not None and not reply.modern and reply.direct is not None:
+            return cast(types.ElicitResult, await self._direct(reply.direct.ask(params)))
+        raw = await self._park(types.ElicitRequest(params=params))
+        try:
+            return types.ElicitResult.model_validate(raw, by_name=False) if raw is not None else _CANCEL
+        except ValueError:
+            return _CANCEL
+
+    async def sample(self, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        """The client's completion.
+
+        Raises:
+            ValueError: the client sent no usable answer.
+            MCPError: the client answered with an error.
+        """
+        reply = self.reply
+        if reply is not None and not reply.modern and reply.direct is not None:
+            return cast(types.CreateMessageResult, await self._direct(reply.direct.sample(params)))
+        raw = await self._park(types.CreateMessageRequest(params=params))
+        try:
+            return types.CreateMessageResult.model_validate(raw, by_name=False)
+        except ValueError:
+            raise ValueError("the client did not answer the sampling request") from None
+
+    async def _direct(self, asked: Any) -> Any:
+        state, self.state = self.state, CallState.ASKING
+        try:
+            return await asked
+        finally:
+            if self.state is CallState.ASKING:
+                self.state = state
+
+    async def _park(self, request: types.ElicitRequest | types.CreateMessageRequest) -> Any:
+        """2026-07-28: answer the client's request with the question and wait for its retry."""
+        async with self._asking:
+            reply = self.reply
+            if reply is None or self.state in (CallState.DONE, CallState.CANCELLED):
+                return None
+            question = self._question = InputNeeded(request)
+            state = self.shared.parked.park(self, self.call.name, self.call.arguments)
+            resume, self.state, self.reply = self.state, CallState.PARKED, None
+            reply.ask(types.InputRequiredResult(input_requests={INPUT_KEY: request}, request_state=state))
+            # no retry in time: nobody answered, which is a cancel, never an accept
+            with anyio.move_on_after(PARK_SECONDS):
+                await question.answer.wait()
+            self._question = None
+            if self.state is CallState.PARKED:
+                self.state = resume
+            return question.raw
+
+    def resume(self, reply: Reply, responses: dict[str, Any] | None) -> None:
+        """The client's retry of a parked call: its answer to the question, and the request that
+        the call answers from now on."""
+        self.reply = reply
+        question = self._question
+        if question is None:
+            return
+        raw = (responses or {}).get(INPUT_KEY)
+        question.raw = _dumped(raw) if isinstance(raw, BaseModel) else raw
+        self.state = CallState.ASKING
+        question.answer.set()
+
+    def expire(self) -> None:
+        """The client's retry did not come in time (`ParkedCalls`)."""
+        self.cancel("the client did not retry the call in time")
+
+    # -- the rounds -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Send the first round once the server is up: it may be starting, or need a login that
+        the client can carry. A call refused meanwhile is answered with its refusal."""
+        with self._starting:
+            await self._start()
+
+    async def _start(self) -> None:
+        ds = self.ds
+        try:
+            for attempt in (1, 2):
+                if ds.needs_login and self.can_elicit_url:
+                    await ds.login_through_client(self)
+                try:
+                    await ds.ready_client()
+                    break
+                except DownstreamError:
+                    if attempt == 1 and ds.needs_login and self.can_elicit_url:
+                        continue  # it failed just now for want of a login: log in through the client
+                    raise
+        except (DownstreamError, CredentialError) as exc:
+            return self._end(self._failed(exc))
+        if self.state is CallState.CANCELLED:
+            return None
+        # a server that was not up at admission may offer something else now that it is
+        refusal = self.shared.pipeline.recheck(self.call)
+        if refusal is not None:
+            return self._end(_dumped(refusal))
+        self.send()
+        return None
+
+    def send(self) -> None:
+        """Send the current round to the server, without waiting for it."""
+        self.state = CallState.RUNNING
+        progress = self.progress if self.reply is not None and self.reply.wants_progress else None
+        logs = self.reply is not None and self.reply.carries_logs
+        try:
+            self._round = self.ds.send_call(self.params, self._answered, progress, logs)
+        except OSError as exc:  # the server went away just now: answered as a closed connection
+            self._end(self._failed(MCPError(types.CONNECTION_CLOSED, f"Connection closed: {exc}")))
+        except (ValueError, RecursionError) as exc:  # arguments nested too deep to encode again
+            why = f"Cellblock could not pass the call to '{self.call.name}' on: {type(exc).__name__}"
+            self._end(self._failed(DownstreamError(why)))
+
+    def _answered(self, result: dict[str, Any] | None, failure: BaseException | None) -> None:
+        """The server answered the round (or failed it, or it timed out)."""
+        self._round = None
+        if self.state in (CallState.DONE, CallState.CANCELLED):
+            return
+        if failure is not None or result is None:
+            self._end(self._failed(failure or ValueError("the result is not an object")))
+        elif _methods.is_input_required(result):
+            self.state = CallState.ASKING
+            self.shared.tasks().start_soon(self._next_round, dict(result))
+        else:
+            self._end(result)
+
+    async def _next_round(self, result: dict[str, Any]) -> None:
+        """A 2026-07-28 server asks for input before it answers: each request answered, then the
+        call sent again with the answers."""
+        self.rounds += 1
+        if self.rounds >= MAX_INPUT_ROUNDS:
+            why = f"server '{self.ds.name}' asked for input more than {MAX_INPUT_ROUNDS} times"
+            return self._end(_dumped(types.CallToolResult(content=[_text(why)], is_error=True)))
+        try:
+            asked = types.InputRequiredResult.model_validate(result, by_name=False)
+        except ValueError as exc:
+            return self._end(self._failed(exc))
+        try:
+            responses = {
+                key: _dumped(await self.ds.answer(req, self)) for key, req in (asked.input_requests or {}).items()
+            }
+        except (DownstreamError, MCPError, ValueError) as exc:
+            return self._end(self._failed(exc))
+        if self.state in (CallState.DONE, CallState.CANCELLED):
+            return None
+        self.params = {**self.params, "inputResponses": responses, "requestState": asked.request_state}
+        self.send()
+        return None
+
+    def cancel(self, reason: str) -> None:
+        """Stop the call and tell the server to stop; it ends unanswered."""
+        if self.state in (CallState.DONE, CallState.CANCELLED):
+            return
+        self.state = CallState.CANCELLED
+        self._starting.cancel()
+        if self._round is not None:
+            self._round.cancel(reason)
+            self._round = None
+        if self._question is not None:
+            self._question.answer.set()  # a question left with the client counts as cancelled
+        self.ds.untrack(self)
+
+    # -- the end ----------------------------------------------------------------------------------
+
+    def _failed(self, exc: BaseException) -> dict[str, Any]:
+        return _dumped(self.ds.failed_call(self.call.tool, exc))
+
+    def _end(self, result: dict[str, Any]) -> None:
+        """Shape the result for the client, write the end of the call's record, then answer."""
+        if self.state in (CallState.DONE, CallState.CANCELLED):
+            return
+        self.state = CallState.DONE
+        self.ds.untrack(self)
+        reply, secrets = self.reply, self.shared.secrets()
+        try:
+            result = scrub_result(exposed_result(self.call.server, result), secrets)
+            shaped = reply.shape(result) if reply is not None else result
+        except (Scrubbed, ValueError) as exc:  # Scrubbed is a ValueError: too deep to check for secrets
+            # the server's error text is its own too (one line of text: it cannot be too deep to scrub)
+            result = scrub_result(self._failed(exc), secrets)
+            shaped = reply.shape(result) if reply is not None else result
+        # the record is complete before the answer leaves
+        duration_ms = (time.perf_counter() - self.began) * 1000
+        self.shared.pipeline.finished(self.call, bool(result.get("isError")), duration_ms)
+        if reply is not None:
+            reply.answer(shaped)
+
+
+_CANCEL = types.ElicitResult(action="cancel")
+
+
+def _text(text: str) -> types.TextContent:
+    return types.TextContent(type="text", text=text)
