@@ -65,6 +65,7 @@ __all__ = [
     "can_elicit",
     "choice_schema",
     "describe",
+    "human_answer",
     "read_always",
     "review_form",
 ]
@@ -494,3 +495,11 @@ def can_elicit(session: ServerSession) -> bool:
 def can_elicit_url(session: ServerSession) -> bool:
     """The client can open a URL for the user (URL-mode elicitation, 2025-11-25 and later)."""
     return elicits_url(session.client_capabilities)
+
+
+def human_answer(responses: dict[str, Any] | None) -> types.ElicitResult:
+    """The human's answer to an approval question, as a 2026-07-28 retry carries it (else: cancel)."""
+    try:
+        return types.ElicitResult.model_validate((responses or {}).get(APPROVAL_KEY), by_name=False)
+    except ValueError:
+        return types.ElicitResult(action="cancel")

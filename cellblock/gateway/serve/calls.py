@@ -17,9 +17,11 @@ the client's retry brings the call its next `Reply`.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Protocol, cast
@@ -27,20 +29,24 @@ from typing import Any, Protocol, cast
 import anyio
 import anyio.abc
 import mcp.types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 from mcp_types import methods as _methods
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
-from cellblock.gateway.ask.elicitation import PARK_SECONDS, Asker, InputNeeded, ParkedCalls
+from cellblock.gateway.ask.elicitation import PARK_SECONDS, Asker, DirectAsker, InputNeeded, ParkedCalls
 from cellblock.gateway.ask.forms import framed
 from cellblock.gateway.credentials import CredentialError
 from cellblock.gateway.downstream.rounds import Round
 from cellblock.gateway.downstream.supervisor import MAX_INPUT_ROUNDS, Downstream, DownstreamError
 from cellblock.gateway.scrub import Scrubbed, scrub, scrub_result
+from cellblock.gateway.serve.approvals import can_elicit, can_elicit_url
 from cellblock.gateway.serve.pipeline import Call, Pipeline
 from cellblock.gateway.serve.shaping import exposed_result
 
-__all__ = ["INPUT_KEY", "LOG_LEVELS", "CallState", "Calls", "Reply", "ToolCall", "log_passes"]
+__all__ = ["INPUT_KEY", "LOG_LEVELS", "CallState", "Calls", "Reply", "SessionReply", "ToolCall", "log_passes"]
 
 # The key of the one question a parked 2026-07-28 call puts to the client at a time.
 INPUT_KEY = "cellblock"
@@ -83,6 +89,10 @@ class Reply(Protocol):
 
     def answer(self, shaped: Any) -> None: ...
     def ask(self, question: types.InputRequiredResult) -> None: ...
+
+
+# how the SDK's session sends a log to the client (the gateway's level applied)
+SendLog = Callable[[ServerSession, types.LoggingMessageNotificationParams], Awaitable[None]]
 
 
 @dataclass
@@ -333,6 +343,66 @@ class ToolCall:
         self.shared.pipeline.finished(self.call, bool(result.get("isError")), duration_ms)
         if reply is not None:
             reply.answer(shaped)
+
+
+class SessionReply:
+    """A `tools/call` the SDK's handler answers (see `serve/calls.Reply`): the handler awaits
+    `outcome`, which also sends the call's progress and logs, in order, before its answer."""
+
+    def __init__(self, send_log: SendLog, ctx: ServerRequestContext[Any, Any]) -> None:
+        session = self.session = ctx.session
+        self.send_log = send_log
+        self.modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        self.can_elicit, self.can_elicit_url = can_elicit(session), can_elicit_url(session)
+        self.wants_progress = (ctx.meta or {}).get("progress_token") is not None
+        self.carries_logs = True  # the SDK's session sends each as this request's era allows
+        self.direct: Asker | None = None if self.modern else DirectAsker(session, ctx.request_id)
+        self._send, self._events = anyio.create_memory_object_stream[Any](math.inf)
+
+    def progress(self, value: float, total: float | None, message: str | None) -> None:
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._send.send_nowait((value, total, message))
+
+    def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._send.send_nowait(params)
+
+    async def tell(self, message: str) -> None:
+        """Tell the client about its call while it waits, the way it can hear: a progress message
+        where it asked for progress, else a log message."""
+        if self.wants_progress:
+            with contextlib.suppress(Exception):  # the client may be gone; progress is best effort
+                await self.session.report_progress(0, None, message)
+        else:
+            params = types.LoggingMessageNotificationParams(level="warning", logger="cellblock", data=message)
+            await self.send_log(self.session, params)
+
+    def shape(self, result: dict[str, Any]) -> Any:
+        return types.CallToolResult.model_validate(result, by_name=False)
+
+    def answer(self, shaped: Any) -> None:
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._send.send_nowait(shaped)
+
+    def ask(self, question: types.InputRequiredResult) -> None:
+        self.answer(question)
+
+    async def outcome(self, tc: ToolCall) -> types.CallToolResult | types.InputRequiredResult:
+        """The call's answer to this request: its result, or (2026-07-28) its question."""
+        try:
+            while True:
+                event = await self._events.receive()
+                if isinstance(event, types.LoggingMessageNotificationParams):
+                    await self.send_log(self.session, event)
+                elif isinstance(event, tuple):
+                    with contextlib.suppress(Exception):  # the client may be gone; progress is best effort
+                        await self.session.report_progress(*event)
+                else:
+                    return cast(types.CallToolResult | types.InputRequiredResult, event)
+        finally:
+            self._send.close()
+            if tc.state is not CallState.PARKED:
+                tc.cancel("cancelled by the client")  # a cancelled request takes its call with it
 
 
 _CANCEL = types.ElicitResult(action="cancel")

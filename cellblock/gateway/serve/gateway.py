@@ -12,15 +12,13 @@ import contextlib
 import dataclasses
 import json
 import logging
-import math
-import os
 import re
 import signal
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -35,11 +33,9 @@ from mcp.server.subscriptions import (
     ResourcesListChanged,
     ToolsListChanged,
 )
-from mcp.shared.exceptions import MCPError
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from cellblock import __version__
-from cellblock.gateway.ask.elicitation import Asker, DirectAsker, ParkedCalls, StateRejected
+from cellblock.gateway.ask.elicitation import ParkedCalls, StateRejected
 from cellblock.gateway.config.compile import policy_for
 from cellblock.gateway.config.model import Config
 from cellblock.gateway.downstream.launch import own_paths
@@ -47,51 +43,41 @@ from cellblock.gateway.downstream.rounds import Caller
 from cellblock.gateway.downstream.supervisor import (
     START_SECONDS,
     Downstream,
-    DownstreamError,
     Listing,
     error_result,
 )
-from cellblock.gateway.namespacing import expose_uri
 from cellblock.gateway.scrub import Scrubbed, scrub
+from cellblock.gateway.serve.approvals import STATE_PREFIX as APPROVAL_STATE
 from cellblock.gateway.serve.approvals import (
-    APPROVAL_KEY,
     Approvals,
     NeedsInput,
-    can_elicit,
-    can_elicit_url,
-    review_form,
+    human_answer,
 )
-from cellblock.gateway.serve.approvals import STATE_PREFIX as APPROVAL_STATE
-from cellblock.gateway.serve.calls import Calls, CallState, ToolCall, log_passes
+from cellblock.gateway.serve.calls import Calls, SessionReply, ToolCall, log_passes
 from cellblock.gateway.serve.catalog import Catalog, build_catalog
-from cellblock.gateway.serve.control import NOT_FOUND, ControlServer, socket_path
+from cellblock.gateway.serve.control import ControlServer, socket_path
 from cellblock.gateway.serve.fastpath import FastPath
-from cellblock.gateway.serve.items import Standing, held_reason, resource_standing, template_standing
-from cellblock.gateway.serve.locking import POLL_SECONDS, Locks, approve_pending
+from cellblock.gateway.serve.locking import POLL_SECONDS, Locks
+from cellblock.gateway.serve.operations import Operations
 from cellblock.gateway.serve.pipeline import Asking, Call, Pipeline
+from cellblock.gateway.serve.reads import Reads
+from cellblock.gateway.serve.review import Review
 from cellblock.gateway.serve.status import (
     REVIEW,
     STATUS,
-    ServerStatus,
     review_tool,
-    status_text,
     status_tool,
     tool_name,
 )
 from cellblock.gateway.state import (
-    StateWriteError,
     atomic_write_json,
     clean_stale_temps,
-    lock_path,
-    pending_path,
     read_json,
 )
 from cellblock.gateway.wire.client import Wire
 from cellblock.gateway.wire.early import SAVE_AFTER_SECONDS, Early, Handover
 from cellblock.gateway.wire.stdio import client_stdio
-from cellblock.policy.lock import check, describe, load_lock, load_pending
 from cellblock.policy.types import Decision, Verdict
-from cellblock.policy.uris import spellings
 
 __all__ = ["Gateway"]
 
@@ -100,7 +86,6 @@ logger = logging.getLogger(__name__)
 Ctx = ServerRequestContext[Any, Any]
 # what a tools/call handler answers: a result, or (2026-07-28) a round of questions for the client
 CallResult = types.CallToolResult | types.InputRequiredResult
-R = TypeVar("R", bound=types.Result)
 
 # Eager servers whose catalog is known start after the client's first list, or after this long
 # if it asks for none (see Gateway._start_after_first_list).
@@ -142,7 +127,7 @@ class Gateway:
                 server,
                 timeout=config.timeout_of(name),
                 protocol=server.protocol,
-                on_listing=self._on_listing,
+                on_listing=self.on_listing,
                 on_log=self._on_idle_log,
                 audit=self.audit,
                 runtime=runtime or Path("/nonexistent"),
@@ -166,13 +151,14 @@ class Gateway:
         }
         self.approvals = Approvals(state, self.audit, config.approvals.timeout)
         self.state = state
+        self.review = Review(self)
         self.pipeline = Pipeline(
             lambda: self.catalog,
             self._unavailable,
             self.policies,
             self.audit,
             approver=self._approve,
-            reviewer=self._review_lock,
+            reviewer=self.review.review_lock,
         )
         self.bus = InMemorySubscriptionBus()
         self.parked = ParkedCalls()
@@ -185,6 +171,7 @@ class Gateway:
         self._start_catalog: Catalog | None = None  # the catalog once settled, until it changes
         self._saving = False
         self._tg: anyio.abc.TaskGroup | None = None
+        self.reads = Reads(self)
         self.server = self._build_server()
 
     @property
@@ -286,7 +273,9 @@ class Gateway:
             tg.start_soon(self._watch_locks)
             if self.runtime is not None:
                 # answers to pending approvals, and `cellblock ps`, arrive on this socket
-                await tg.start(ControlServer(socket_path(self.runtime), self._control, self._server_pids).serve)
+                await tg.start(
+                    ControlServer(socket_path(self.runtime), Operations(self).answer, self._server_pids).serve
+                )
             # The handshake carries the servers' instructions, so it waits (bounded) for them.
             with anyio.move_on_after(START_SECONDS):
                 await self._settled.wait()
@@ -320,7 +309,7 @@ class Gateway:
             for server in self.locks.changed_on_disk():
                 ds = self.downstreams[server]
                 if ds.listing is not None:
-                    await self._on_listing(ds)
+                    await self.on_listing(ds)
 
     def _instructions(self) -> str:
         parts = [INSTRUCTIONS.format(sep=self.config.names.separator)]
@@ -328,8 +317,8 @@ class Gateway:
         if held:
             parts.append(
                 f"The tools of {', '.join(held)} are held for the user's review and not listed yet. Call "
-                f"{self._own_tool(STATUS)} to learn what waits, and tell the user what to run; where the user "
-                f"wants a held server now, {self._own_tool(REVIEW)} asks them in a form."
+                f"{self.own_tool(STATUS)} to learn what waits, and tell the user what to run; where the user "
+                f"wants a held server now, {self.own_tool(REVIEW)} asks them in a form."
             )
         for name, listing in self.shown.items():
             if listing.instructions:
@@ -389,43 +378,10 @@ class Gateway:
         old, self.catalog = self.catalog, catalog
         return old
 
-    def _own_tool(self, tool: str) -> str:
+    def own_tool(self, tool: str) -> str:
         return tool_name(self.config.names.separator, self.config.names.max_length, tool)
 
-    async def _review(self, call: Call) -> CallResult:
-        """The review tool: the held catalog of the server named put before the user in the
-        client's form. Only the user's answer approves (see `_review_lock`)."""
-        held = sorted(name for name, items in self.locks.held.items() if items)
-        server = (call.arguments or {}).get("server")
-        if set(call.arguments or {}) - {"server"} or server not in held:
-            return error_result(f"name one server whose catalog is held: {', '.join(held) or 'none is'}")
-        call.server = str(server)
-        if call.ctx is None or not can_elicit(call.ctx.session):
-            return error_result(
-                f"this client shows no forms: the user runs `cellblock review` (or `cellblock diff {server}`, "
-                f"then `cellblock approve {server}`) in a terminal"
-            )
-        try:
-            approved = await self._review_lock(call)
-        except NeedsInput as needed:
-            return needed.result
-        if not approved:
-            return _text_result(f"The user keeps the catalog of '{server}' held: its tools stay unlisted.")
-        return _text_result(f"The user approved the catalog of '{server}': its tools are listed now.")
-
-    def _status(self) -> types.CallToolResult:
-        servers = [
-            ServerStatus(
-                name,
-                held=len(self.locks.held.get(name, ())),
-                first_contact=not lock_path(self.state, name).exists(),
-                down=ds.error_without_output if ds.state in ("failed", "restarting") else None,
-            )
-            for name, ds in self.downstreams.items()
-        ]
-        return _text_result(status_text(servers, self.approvals.listing(), self._own_tool(REVIEW)))
-
-    async def _on_listing(self, ds: Downstream) -> None:
+    async def on_listing(self, ds: Downstream) -> None:
         if ds.listing is None:
             return
         self.shown[ds.name] = self.locks.review(ds.name, ds.listing)
@@ -460,11 +416,11 @@ class Gateway:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
             on_list_prompts=self._list_prompts,
-            on_get_prompt=self._get_prompt,
+            on_get_prompt=self.reads.get_prompt,
             on_list_resources=self._list_resources,
             on_list_resource_templates=self._list_templates,
-            on_read_resource=self._read_resource,
-            on_completion=self._complete,
+            on_read_resource=self.reads.read_resource,
+            on_completion=self.reads.complete,
             on_subscriptions_listen=ListenHandler(self.bus),
         )
         # registered directly: the constructor argument warns that logging is deprecated in 2026
@@ -496,12 +452,12 @@ class Gateway:
         return types.ListResourceTemplatesResult(resource_templates=list((await self.client_catalog()).templates))
 
     async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> CallResult:
-        own = params.name in (self._own_tool(STATUS), self._own_tool(REVIEW))
+        own = params.name in (self.own_tool(STATUS), self.own_tool(REVIEW))
         if own and params.name not in {t.name for t in self.catalog.tools}:
             own = False  # offered only while something is held: otherwise the name routes as any other
-        if own and params.name == self._own_tool(STATUS):
-            return self._status()
-        reply = SessionReply(self, ctx)
+        if own and params.name == self.own_tool(STATUS):
+            return self.review.status()
+        reply = SessionReply(self.send_log, ctx)
         call = Call(params.name, params.arguments, ctx=Asking(ctx.session, ctx.request_id, reply.modern, reply.tell))
         if params.request_state and reply.modern:
             if not params.request_state.startswith(APPROVAL_STATE):
@@ -517,9 +473,9 @@ class Gateway:
             why = self.approvals.redeem(params.request_state, params.name, params.arguments)
             if why is not None:
                 return error_result(f"retry of '{params.name}' refused: {why}")
-            call.human = _human_answer(params.input_responses)
+            call.human = human_answer(params.input_responses)
         if own:
-            return await self._review(call)
+            return await self.review.review(call)
         server = self.pipeline.server_of(call.name)
         if server is not None:  # its credentials are redacted from the record of this call
             await self.downstreams[server].register_secrets()
@@ -541,260 +497,17 @@ class Gateway:
         self.tasks.start_soon(tc.start)
         return await reply.outcome(tc)
 
-    async def _get_prompt(
-        self, ctx: Ctx, params: types.GetPromptRequestParams
-    ) -> types.GetPromptResult | types.InputRequiredResult:
-        call = Call(f"prompt:{params.name}", dict(params.arguments or {}) or None, kind="prompt")
-        owner = self.catalog.prompt_routes.get(params.name) or self.catalog.held.get(params.name)
-        if owner is not None:
-            await self._started(owner[0])
-        server, name = self._prompt_route(call, params.name)
-        waiting = await self._admit_item(ctx, call, params, name)
-        if waiting is not None:
-            return waiting
-        request = types.GetPromptRequest(params=types.GetPromptRequestParams(name=name, arguments=params.arguments))
-        return await self._forward(server, request, types.GetPromptResult)
-
-    async def _read_resource(
-        self, ctx: Ctx, params: types.ReadResourceRequestParams
-    ) -> types.ReadResourceResult | types.InputRequiredResult:
-        server, uri = self._route_uri(str(params.uri))
-        await self._started(server)
-        call = Call(f"resource:{params.uri}", None, server, f"resource:{uri}", kind="resource")
-        # judged under every spelling the server may read it as (escapes decoded, `..` resolved)
-        forms = spellings(uri)
-        offered, approved = self._offered(server), self._approved(server)
-        standing = resource_standing(offered, approved, uri)
-        if any(resource_standing(offered, approved, form) is Standing.HELD for form in forms):
-            standing = Standing.HELD
-        if standing is Standing.HELD:
-            self._refuse_item(call, "lock", held_reason("resource", uri, server))
-        if standing is Standing.UNLISTED and self.item_policies["resource"][server].rule_for(uri)[1] is None:
-            # never reviewed, so no default lets it through: only a rule that names it
-            self._refuse_item(
-                call,
-                "route",
-                f"resource {uri!r} of server '{server}' is not in its catalog (no listed resource or template "
-                f"covers it); to read it anyway, name it in servers.{server}.resources.rules",
-            )
-        waiting = await self._admit_item(ctx, call, params, self.item_policies["resource"][server].strictest(forms))
-        if waiting is not None:
-            return waiting
-        request = types.ReadResourceRequest(params=types.ReadResourceRequestParams(uri=uri))
-        result = await self._forward(server, request, types.ReadResourceResult)
-        contents = [c.model_copy(update={"uri": expose_uri(server, str(c.uri))}) for c in result.contents]
-        return result.model_copy(update={"contents": contents})
-
-    async def _complete(self, ctx: Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
-        """Completion for a prompt or template the client may see: held or denied ones get none.
-        An `ask` is not asked here: the get or read that follows is."""
-        ref = params.ref
-        if isinstance(ref, types.PromptReference):
-            call = Call(f"prompt:{ref.name}", None, kind="prompt")
-            server, name = self._prompt_route(call, ref.name)
-            ref = ref.model_copy(update={"name": name})
-        else:
-            server, name = self._route_uri(ref.uri)
-            call = Call(f"resource:{ref.uri}", None, server, f"resource:{name}", kind="resource")
-            if template_standing(self._offered(server), self._approved(server), name) is not Standing.LISTED:
-                self._refuse_item(call, "lock", held_reason("resource template", name, server))
-            ref = ref.model_copy(update={"uri": name})
-        policy = self.item_policies[call.kind][server]
-        if policy.hidden(name):
-            self._refuse_item(call, policy.rule_for(name)[0], f"completion: {policy.decide(name, None).reason}")
-        request = types.CompleteRequest(params=params.model_copy(update={"ref": ref, "meta": None}))
-        return await self._forward(server, request, types.CompleteResult)
-
-    def _prompt_route(self, call: Call, exposed: str) -> tuple[str, str]:
-        """(server, prompt) for an exposed prompt name that is listed; a held or unknown one is refused.
-
-        Raises:
-            MCPError: the prompt is held by the lock (audited), or not in the catalog.
-        """
-        route = self.catalog.prompt_routes.get(exposed)
-        if route is not None:
-            call.server, call.tool = route[0], f"prompt:{route[1]}"
-            return route
-        held = self.catalog.held.get(exposed)
-        offered = self._offered(held[0]) if held is not None else None
-        if held is not None and offered is not None and any(p.name == held[1] for p in offered.prompts):
-            call.server, call.tool = held[0], f"prompt:{held[1]}"
-            self._refuse_item(call, "lock", held_reason("prompt", held[1], held[0]))
-        call.tool = f"prompt:{exposed}"
-        self._unrouted(call, self._unknown(exposed, "prompt"))
-
-    async def _admit_item(self, ctx: Ctx, call: Call, params: Any, name: str) -> types.InputRequiredResult | None:
-        """The policy (and, for `ask`, the human) on a routed prompt get or resource read that the
-        lock lets through: None to forward it, or the question for a 2026-07-28 client.
-
-        Raises:
-            MCPError: refused (audited), or a retry whose approval state does not fit.
-        """
-        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
-        call.ctx = Asking(ctx.session, ctx.request_id, modern, SessionReply(self, ctx).tell)
-        if params.request_state and modern:  # the retry that carries the human's answer
-            why = self.approvals.redeem(params.request_state, call.name, call.arguments)
-            if why is not None:
-                raise MCPError(types.INVALID_PARAMS, f"retry of {call.name} refused: {why}")
-            call.human = _human_answer(params.input_responses)
-        await self.downstreams[call.server].register_secrets()  # redacted from the record of this get or read
-        try:
-            refusal = await self.pipeline.admit_item(call, self.item_policies[call.kind][call.server], name)
-        except NeedsInput as needed:
-            return needed.result
-        if refusal is not None:
-            raise MCPError(types.INVALID_PARAMS, refusal)
-        return None
-
-    def _refuse_item(self, call: Call, rule: str, reason: str) -> NoReturn:
-        """Audit the refusal of a prompt, resource or completion, and answer the client with it."""
-        raise MCPError(types.INVALID_PARAMS, self.pipeline.refusal(call, Verdict(Decision.DENY, rule, reason)))
-
-    async def _started(self, server: str) -> None:
-        """Start `server` if it is not running, and wait (bounded) until the lock has seen what it
-        offers now: a get or read is judged by that, not by the catalog approved at its last start."""
-        ds = self.downstreams[server]
-        ds.start(self.tasks)
-        await ds.wait_settled(START_SECONDS)
-
-    def _offered(self, server: str) -> Listing | None:
-        """Everything `server` offers, held items included (for one not started: its approved catalog)."""
-        ds = self.downstreams[server]
-        return ds.listing if ds.listing is not None else self.shown.get(server)
-
-    def _approved(self, server: str) -> frozenset[str] | None:
-        """The items the lock approved for `server`; None when its lock is off. A server whose
-        lock is on but not yet read has nothing approved."""
-        if server in self.locks.approved:
-            return self.locks.approved[server]
-        return frozenset() if self.locks.enabled(server) else None
-
     async def _set_level(self, ctx: Ctx, params: types.SetLevelRequestParams) -> types.EmptyResult:
         self.log_level = params.level
         return types.EmptyResult()
-
-    async def _forward(self, server: str, request: Any, result_type: type[R]) -> R:
-        ds = self.downstreams[server]
-        ds.start(self.tasks)
-        try:
-            result = await ds.request(request, result_type)
-        except DownstreamError as exc:  # the server's error text may hand back a secret as well
-            raise MCPError(types.INTERNAL_ERROR, scrub(str(exc), self.secrets())[0]) from exc
-        try:  # a prompt, resource or completion passes on no secret the gateway holds either
-            clean, count = scrub(result.model_dump(by_alias=True, mode="json", exclude_none=True), self.secrets())
-            return result_type.model_validate(clean) if count else result
-        except ValueError as exc:  # too deep to check, or a number that held a secret in a typed field
-            raise MCPError(
-                types.INTERNAL_ERROR, f"server '{server}' answered with a secret the gateway holds, not passed on"
-            ) from exc
 
     def secrets(self) -> re.Pattern[str] | None:
         """What finds the secret values the gateway holds, in what a server sends toward the client."""
         return self.audit.secret_pattern()
 
-    def _route_uri(self, uri: str) -> tuple[str, str]:
-        """(server, its own URI) for an exposed resource URI; one that routes nowhere is refused.
-
-        Raises:
-            MCPError: the URI is not a `cellblock://SERVER/` one of a configured server (audited).
-        """
-        call = Call(f"resource:{uri}", None, tool=f"resource:{uri}", kind="resource")
-        try:
-            server, original = self.catalog.route_resource(uri)
-        except ValueError as exc:
-            self._unrouted(call, str(exc))
-        if server not in self.downstreams:
-            self._unrouted(call, f"no server named '{server}' for resource {uri}")
-        return server, original
-
-    def _unrouted(self, call: Call, reason: str) -> NoReturn:
-        """Audit a get, read or completion that routes to no server, and answer the client with why."""
-        self.pipeline.refusal(call, Verdict(Decision.DENY, "route", reason))
-        raise MCPError(types.INVALID_PARAMS, reason)
-
     def _server_pids(self) -> set[int]:
         """The processes started for the local servers: the control socket refuses them and theirs."""
         return {ds.channel.pid for ds in self.downstreams.values() if ds.channel is not None and ds.channel.pid}
-
-    async def _control(self, message: dict[str, Any]) -> dict[str, Any]:
-        """One request from the control socket (the CLI of the same user)."""
-        op = message.get("op")
-        if op == "pending":
-            full = message.get("full")  # one approval's id: its arguments in full
-            if full is not None and not isinstance(full, str):
-                return {"ok": False, "error": "'full' must be a pending approval's id"}
-            return {"ok": True, "pending": self.approvals.listing(full)}
-        if op in ("approve", "deny"):
-            ident = str(message.get("id", ""))
-            scope = str(message.get("scope", "once")) if op == "approve" else None
-            if scope not in (None, "once", "session", "always"):
-                return {"ok": False, "error": f"unknown scope {scope!r}"}
-            try:
-                found = self.approvals.answer(ident, scope)
-            except StateWriteError as exc:  # the approval stays pending: approve it for now, or free space
-                return {"ok": False, "error": f"the 'always' approval was not saved: {exc}; it is still pending"}
-            if not found:
-                return {"ok": False, "error": f"no pending approval '{ident}'", "code": NOT_FOUND}
-            return {"ok": True}
-        if op == "reconnect":
-            # `cellblock auth set|login|logout` changed a credential this server uses
-            ds = self.downstreams.get(str(message.get("server", "")))
-            if ds is None:
-                return {"ok": False, "error": f"no server '{message.get('server')}'", "code": NOT_FOUND}
-            return {"ok": True, "restarted": ds.reconnect(), "state": ds.state}
-        if op == "ps":
-            servers = [
-                {
-                    "name": name,
-                    "state": ds.state,
-                    "jail": "remote" if not hasattr(ds.config, "jail") else getattr(ds.config.jail, "network", False),
-                    "tools": len(ds.listing.tools) if ds.listing else 0,
-                    "calls": ds.calls,
-                    "fast_calls": ds.fast_calls,
-                    "last_exit": ds.last_exit,
-                }
-                for name, ds in self.downstreams.items()
-            ]
-            pending = len(self.approvals.listing())
-            return {"ok": True, "pid": os.getpid(), "config": str(self.source), "servers": servers, "pending": pending}
-        return {"ok": False, "error": f"unknown op {op!r}"}
-
-    async def _review_lock(self, call: Call) -> bool:
-        """Offer the held catalog of the call's server for approval through the client's form."""
-        answer, call.human = call.human, None  # the retry's answer belongs to this question, if any
-        pending = load_pending(pending_path(self.state, call.server))
-        if pending is None:
-            return False
-        if answer is None:
-            if call.ctx is None or not can_elicit(call.ctx.session):
-                return False
-            lock = lock_path(self.state, call.server)
-            message, schema = review_form(
-                call.server, describe(check(load_lock(lock), dict(pending.items)), call.server), not lock.exists()
-            )
-            if call.ctx.modern:
-                request = types.ElicitRequest(
-                    params=types.ElicitRequestFormParams(message=message, requested_schema=schema)
-                )
-                raise NeedsInput(
-                    types.InputRequiredResult(
-                        input_requests={APPROVAL_KEY: request},
-                        request_state=self.approvals.seal(call.name, call.arguments),
-                    )
-                )
-            try:
-                # the human has approvals.timeout to decide; silence keeps the catalog held
-                with anyio.fail_after(self.config.approvals.timeout):
-                    ask = call.ctx.session.elicit_form
-                    answer = await ask(message, schema, related_request_id=call.ctx.request_id)
-            except Exception:  # no answer (timeout, a client that failed the request): stays held
-                return False
-        if answer.action != "accept" or (answer.content or {}).get("decision") != "approve":
-            self.audit.write("lock_kept", call.server, via="elicitation")
-            return False
-        approve_pending(self.state, self.audit, call.server, via="elicitation")
-        await self._on_listing(self.downstreams[call.server])
-        return True
 
     async def _approve_sampling(
         self, ds: Downstream, params: types.CreateMessageRequestParams, entry: Caller
@@ -815,7 +528,7 @@ class Gateway:
             return f"server '{ds.name}' is not available ({ds.state}): {ds.error or 'starting'}"
         return None
 
-    def _unknown(self, name: str, kind: str) -> str:
+    def unknown(self, name: str, kind: str) -> str:
         return (
             self._unavailable(name)
             or f"unknown {kind} '{name}': it is not in Cellblock's catalog; list the {kind}s again"
@@ -845,75 +558,3 @@ async def _stop_on_signal(scope: anyio.CancelScope) -> None:
         async for _ in signals:
             scope.cancel()
             return
-
-
-class SessionReply:
-    """A `tools/call` the SDK's handler answers (see `serve/calls.Reply`): the handler awaits
-    `outcome`, which also sends the call's progress and logs, in order, before its answer."""
-
-    def __init__(self, gateway: Gateway, ctx: Ctx) -> None:
-        session = self.session = ctx.session
-        self.gateway = gateway
-        self.modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
-        self.can_elicit, self.can_elicit_url = can_elicit(session), can_elicit_url(session)
-        self.wants_progress = (ctx.meta or {}).get("progress_token") is not None
-        self.carries_logs = True  # the SDK's session sends each as this request's era allows
-        self.direct: Asker | None = None if self.modern else DirectAsker(session, ctx.request_id)
-        self._send, self._events = anyio.create_memory_object_stream[Any](math.inf)
-
-    def progress(self, value: float, total: float | None, message: str | None) -> None:
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._send.send_nowait((value, total, message))
-
-    def log(self, params: types.LoggingMessageNotificationParams) -> None:
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._send.send_nowait(params)
-
-    async def tell(self, message: str) -> None:
-        """Tell the client about its call while it waits, the way it can hear: a progress message
-        where it asked for progress, else a log message."""
-        if self.wants_progress:
-            with contextlib.suppress(Exception):  # the client may be gone; progress is best effort
-                await self.session.report_progress(0, None, message)
-        else:
-            params = types.LoggingMessageNotificationParams(level="warning", logger="cellblock", data=message)
-            await self.gateway.send_log(self.session, params)
-
-    def shape(self, result: dict[str, Any]) -> Any:
-        return types.CallToolResult.model_validate(result, by_name=False)
-
-    def answer(self, shaped: Any) -> None:
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._send.send_nowait(shaped)
-
-    def ask(self, question: types.InputRequiredResult) -> None:
-        self.answer(question)
-
-    async def outcome(self, tc: ToolCall) -> CallResult:
-        """The call's answer to this request: its result, or (2026-07-28) its question."""
-        try:
-            while True:
-                event = await self._events.receive()
-                if isinstance(event, types.LoggingMessageNotificationParams):
-                    await self.gateway.send_log(self.session, event)
-                elif isinstance(event, tuple):
-                    with contextlib.suppress(Exception):  # the client may be gone; progress is best effort
-                        await self.session.report_progress(*event)
-                else:
-                    return cast(CallResult, event)
-        finally:
-            self._send.close()
-            if tc.state is not CallState.PARKED:
-                tc.cancel("cancelled by the client")  # a cancelled request takes its call with it
-
-
-def _human_answer(responses: dict[str, Any] | None) -> types.ElicitResult:
-    """The human's answer to an approval question, as a 2026-07-28 retry carries it (else: cancel)."""
-    try:
-        return types.ElicitResult.model_validate((responses or {}).get(APPROVAL_KEY), by_name=False)
-    except ValueError:
-        return types.ElicitResult(action="cancel")
-
-
-def _text_result(text: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)])

@@ -1,0 +1,83 @@
+"""What the CLI asks of a running gateway over its control socket (`serve/control.py`):
+pending approvals and their answers, a reconnect after a credential changed, and `ps`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+from cellblock.gateway.config.model import LocalServer
+from cellblock.gateway.downstream.supervisor import Downstream
+from cellblock.gateway.serve.approvals import Approvals
+from cellblock.gateway.serve.control import NOT_FOUND
+from cellblock.gateway.state import StateWriteError
+
+__all__ = ["Operations"]
+
+
+class Host(Protocol):
+    approvals: Approvals
+    downstreams: dict[str, Downstream]
+    source: Path | None
+
+
+class Operations:
+    def __init__(self, gateway: Host) -> None:
+        self.gateway = gateway
+
+    async def answer(self, message: dict[str, Any]) -> dict[str, Any]:
+        """One request from the control socket (the CLI of the same user)."""
+        op = message.get("op")
+        if op == "pending":
+            full = message.get("full")  # one approval's id: its arguments in full
+            if full is not None and not isinstance(full, str):
+                return {"ok": False, "error": "'full' must be a pending approval's id"}
+            return {"ok": True, "pending": self.gateway.approvals.listing(full)}
+        if op in ("approve", "deny"):
+            ident = str(message.get("id", ""))
+            scope = str(message.get("scope", "once")) if op == "approve" else None
+            if scope not in (None, "once", "session", "always"):
+                return {"ok": False, "error": f"unknown scope {scope!r}"}
+            try:
+                found = self.gateway.approvals.answer(ident, scope)
+            except StateWriteError as exc:  # the approval stays pending: approve it for now, or free space
+                return {"ok": False, "error": f"the 'always' approval was not saved: {exc}; it is still pending"}
+            if not found:
+                return {"ok": False, "error": f"no pending approval '{ident}'", "code": NOT_FOUND}
+            return {"ok": True}
+        if op == "reconnect":
+            # `cellblock auth set|login|logout` changed a credential this server uses
+            ds = self.gateway.downstreams.get(str(message.get("server", "")))
+            if ds is None:
+                return {"ok": False, "error": f"no server '{message.get('server')}'", "code": NOT_FOUND}
+            return {"ok": True, "restarted": ds.reconnect(), "state": ds.state}
+        if op == "ps":
+            servers = [
+                {
+                    "name": name,
+                    "state": ds.state,
+                    "jail": _network_of(ds),
+                    "tools": len(ds.listing.tools) if ds.listing else 0,
+                    "calls": ds.calls,
+                    "fast_calls": ds.fast_calls,
+                    "last_exit": ds.last_exit,
+                }
+                for name, ds in self.gateway.downstreams.items()
+            ]
+            pending = len(self.gateway.approvals.listing())
+            return {
+                "ok": True,
+                "pid": os.getpid(),
+                "config": str(self.gateway.source),
+                "servers": servers,
+                "pending": pending,
+            }
+        return {"ok": False, "error": f"unknown op {op!r}"}
+
+
+def _network_of(ds: Downstream) -> str | bool:
+    """What `cellblock ps` shows of a server's jail: its network, False unjailed, or "remote"."""
+    if not isinstance(ds.config, LocalServer):
+        return "remote"
+    return ds.config.jail.network if ds.config.jail else False

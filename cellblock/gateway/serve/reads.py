@@ -1,0 +1,232 @@
+"""Prompt gets, resource reads and completions: routed, held to the lock, decided, forwarded.
+
+Each is routed by the catalog to the server it came from (a resource by its `cellblock://SERVER/`
+URI), refused while the lock holds the item, decided by the server's `prompts:` or `resources:`
+rules through the same pipeline and approvals as a tool call (`Pipeline.admit_item`), and
+forwarded; what comes back passes on no secret the gateway holds. A read is judged under every
+spelling the server may read its URI as (`policy/uris.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, NoReturn, Protocol, TypeVar
+
+import anyio.abc
+import mcp.types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.session import ServerSession
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from cellblock.gateway.downstream.supervisor import START_SECONDS, Downstream, DownstreamError, Listing
+from cellblock.gateway.namespacing import expose_uri
+from cellblock.gateway.scrub import scrub
+from cellblock.gateway.serve.approvals import Approvals, NeedsInput, human_answer
+from cellblock.gateway.serve.calls import SessionReply
+from cellblock.gateway.serve.catalog import Catalog
+from cellblock.gateway.serve.items import Standing, held_reason, resource_standing, template_standing
+from cellblock.gateway.serve.locking import Locks
+from cellblock.gateway.serve.pipeline import Asking, Call, Pipeline
+from cellblock.policy.rules import Policy
+from cellblock.policy.types import Decision, Verdict
+from cellblock.policy.uris import spellings
+
+__all__ = ["Reads"]
+
+Ctx = ServerRequestContext[Any, Any]
+R = TypeVar("R", bound=types.Result)
+
+
+class Host(Protocol):
+    """What the reads need of the gateway (`serve/gateway.py`)."""
+
+    catalog: Catalog
+    downstreams: dict[str, Downstream]
+    item_policies: dict[str, dict[str, Policy]]
+    pipeline: Pipeline
+    approvals: Approvals
+    locks: Locks
+    shown: dict[str, Listing]
+
+    @property
+    def tasks(self) -> anyio.abc.TaskGroup: ...
+    def secrets(self) -> re.Pattern[str] | None: ...
+    def unknown(self, name: str, kind: str) -> str: ...
+    async def send_log(self, session: ServerSession, params: types.LoggingMessageNotificationParams) -> None: ...
+
+
+class Reads:
+    """The SDK handlers for prompts/get, resources/read and completion/complete."""
+
+    def __init__(self, gateway: Host) -> None:
+        self.gateway = gateway
+
+    async def get_prompt(
+        self, ctx: Ctx, params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult | types.InputRequiredResult:
+        call = Call(f"prompt:{params.name}", dict(params.arguments or {}) or None, kind="prompt")
+        owner = self.gateway.catalog.prompt_routes.get(params.name) or self.gateway.catalog.held.get(params.name)
+        if owner is not None:
+            await self._started(owner[0])
+        server, name = self._prompt_route(call, params.name)
+        waiting = await self._admit_item(ctx, call, params, name)
+        if waiting is not None:
+            return waiting
+        request = types.GetPromptRequest(params=types.GetPromptRequestParams(name=name, arguments=params.arguments))
+        return await self._forward(server, request, types.GetPromptResult)
+
+    async def read_resource(
+        self, ctx: Ctx, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult | types.InputRequiredResult:
+        server, uri = self._route_uri(str(params.uri))
+        await self._started(server)
+        call = Call(f"resource:{params.uri}", None, server, f"resource:{uri}", kind="resource")
+        # judged under every spelling the server may read it as (escapes decoded, `..` resolved)
+        forms = spellings(uri)
+        offered, approved = self._offered(server), self._approved(server)
+        standing = resource_standing(offered, approved, uri)
+        if any(resource_standing(offered, approved, form) is Standing.HELD for form in forms):
+            standing = Standing.HELD
+        if standing is Standing.HELD:
+            self._refuse_item(call, "lock", held_reason("resource", uri, server))
+        if standing is Standing.UNLISTED and self.gateway.item_policies["resource"][server].rule_for(uri)[1] is None:
+            # never reviewed, so no default lets it through: only a rule that names it
+            self._refuse_item(
+                call,
+                "route",
+                f"resource {uri!r} of server '{server}' is not in its catalog (no listed resource or template "
+                f"covers it); to read it anyway, name it in servers.{server}.resources.rules",
+            )
+        waiting = await self._admit_item(
+            ctx, call, params, self.gateway.item_policies["resource"][server].strictest(forms)
+        )
+        if waiting is not None:
+            return waiting
+        request = types.ReadResourceRequest(params=types.ReadResourceRequestParams(uri=uri))
+        result = await self._forward(server, request, types.ReadResourceResult)
+        contents = [c.model_copy(update={"uri": expose_uri(server, str(c.uri))}) for c in result.contents]
+        return result.model_copy(update={"contents": contents})
+
+    async def complete(self, ctx: Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
+        """Completion for a prompt or template the client may see: held or denied ones get none.
+        An `ask` is not asked here: the get or read that follows is."""
+        ref = params.ref
+        if isinstance(ref, types.PromptReference):
+            call = Call(f"prompt:{ref.name}", None, kind="prompt")
+            server, name = self._prompt_route(call, ref.name)
+            ref = ref.model_copy(update={"name": name})
+        else:
+            server, name = self._route_uri(ref.uri)
+            call = Call(f"resource:{ref.uri}", None, server, f"resource:{name}", kind="resource")
+            if template_standing(self._offered(server), self._approved(server), name) is not Standing.LISTED:
+                self._refuse_item(call, "lock", held_reason("resource template", name, server))
+            ref = ref.model_copy(update={"uri": name})
+        policy = self.gateway.item_policies[call.kind][server]
+        if policy.hidden(name):
+            self._refuse_item(call, policy.rule_for(name)[0], f"completion: {policy.decide(name, None).reason}")
+        request = types.CompleteRequest(params=params.model_copy(update={"ref": ref, "meta": None}))
+        return await self._forward(server, request, types.CompleteResult)
+
+    def _prompt_route(self, call: Call, exposed: str) -> tuple[str, str]:
+        """(server, prompt) for an exposed prompt name that is listed; a held or unknown one is refused.
+
+        Raises:
+            MCPError: the prompt is held by the lock (audited), or not in the catalog.
+        """
+        route = self.gateway.catalog.prompt_routes.get(exposed)
+        if route is not None:
+            call.server, call.tool = route[0], f"prompt:{route[1]}"
+            return route
+        held = self.gateway.catalog.held.get(exposed)
+        offered = self._offered(held[0]) if held is not None else None
+        if held is not None and offered is not None and any(p.name == held[1] for p in offered.prompts):
+            call.server, call.tool = held[0], f"prompt:{held[1]}"
+            self._refuse_item(call, "lock", held_reason("prompt", held[1], held[0]))
+        call.tool = f"prompt:{exposed}"
+        self._unrouted(call, self.gateway.unknown(exposed, "prompt"))
+
+    async def _admit_item(self, ctx: Ctx, call: Call, params: Any, name: str) -> types.InputRequiredResult | None:
+        """The policy (and, for `ask`, the human) on a routed prompt get or resource read that the
+        lock lets through: None to forward it, or the question for a 2026-07-28 client.
+
+        Raises:
+            MCPError: refused (audited), or a retry whose approval state does not fit.
+        """
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        call.ctx = Asking(ctx.session, ctx.request_id, modern, SessionReply(self.gateway.send_log, ctx).tell)
+        if params.request_state and modern:  # the retry that carries the human's answer
+            why = self.gateway.approvals.redeem(params.request_state, call.name, call.arguments)
+            if why is not None:
+                raise MCPError(types.INVALID_PARAMS, f"retry of {call.name} refused: {why}")
+            call.human = human_answer(params.input_responses)
+        await self.gateway.downstreams[call.server].register_secrets()  # redacted from the record of this get or read
+        try:
+            refusal = await self.gateway.pipeline.admit_item(
+                call, self.gateway.item_policies[call.kind][call.server], name
+            )
+        except NeedsInput as needed:
+            return needed.result
+        if refusal is not None:
+            raise MCPError(types.INVALID_PARAMS, refusal)
+        return None
+
+    def _refuse_item(self, call: Call, rule: str, reason: str) -> NoReturn:
+        """Audit the refusal of a prompt, resource or completion, and answer the client with it."""
+        raise MCPError(types.INVALID_PARAMS, self.gateway.pipeline.refusal(call, Verdict(Decision.DENY, rule, reason)))
+
+    async def _started(self, server: str) -> None:
+        """Start `server` if it is not running, and wait (bounded) until the lock has seen what it
+        offers now: a get or read is judged by that, not by the catalog approved at its last start."""
+        ds = self.gateway.downstreams[server]
+        ds.start(self.gateway.tasks)
+        await ds.wait_settled(START_SECONDS)
+
+    def _offered(self, server: str) -> Listing | None:
+        """Everything `server` offers, held items included (for one not started: its approved catalog)."""
+        ds = self.gateway.downstreams[server]
+        return ds.listing if ds.listing is not None else self.gateway.shown.get(server)
+
+    def _approved(self, server: str) -> frozenset[str] | None:
+        """The items the lock approved for `server`; None when its lock is off. A server whose
+        lock is on but not yet read has nothing approved."""
+        if server in self.gateway.locks.approved:
+            return self.gateway.locks.approved[server]
+        return frozenset() if self.gateway.locks.enabled(server) else None
+
+    async def _forward(self, server: str, request: Any, result_type: type[R]) -> R:
+        ds = self.gateway.downstreams[server]
+        ds.start(self.gateway.tasks)
+        try:
+            result = await ds.request(request, result_type)
+        except DownstreamError as exc:  # the server's error text may hand back a secret as well
+            raise MCPError(types.INTERNAL_ERROR, scrub(str(exc), self.gateway.secrets())[0]) from exc
+        try:  # a prompt, resource or completion passes on no secret the gateway holds either
+            clean, count = scrub(
+                result.model_dump(by_alias=True, mode="json", exclude_none=True), self.gateway.secrets()
+            )
+            return result_type.model_validate(clean) if count else result
+        except ValueError as exc:  # too deep to check, or a number that held a secret in a typed field
+            raise MCPError(
+                types.INTERNAL_ERROR, f"server '{server}' answered with a secret the gateway holds, not passed on"
+            ) from exc
+
+    def _route_uri(self, uri: str) -> tuple[str, str]:
+        """(server, its own URI) for an exposed resource URI; one that routes nowhere is refused.
+
+        Raises:
+            MCPError: the URI is not a `cellblock://SERVER/` one of a configured server (audited).
+        """
+        call = Call(f"resource:{uri}", None, tool=f"resource:{uri}", kind="resource")
+        try:
+            server, original = self.gateway.catalog.route_resource(uri)
+        except ValueError as exc:
+            self._unrouted(call, str(exc))
+        if server not in self.gateway.downstreams:
+            self._unrouted(call, f"no server named '{server}' for resource {uri}")
+        return server, original
+
+    def _unrouted(self, call: Call, reason: str) -> NoReturn:
+        """Audit a get, read or completion that routes to no server, and answer the client with why."""
+        self.gateway.pipeline.refusal(call, Verdict(Decision.DENY, "route", reason))
+        raise MCPError(types.INVALID_PARAMS, reason)

@@ -1,0 +1,122 @@
+"""The user's review of a held catalog from inside the client, and the status tool.
+
+While the lock holds something, the gateway offers two tools of its own (`serve/status.py`):
+`cellblock__status` says what waits and what to run, and `cellblock__review` puts one held
+server's catalog before the user in the client's form. Only the user's answer approves; the
+same form is offered when a call meets a held tool (`Pipeline`'s reviewer).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+import anyio
+import mcp.types as types
+
+from cellblock.gateway.audit.log import Audit
+from cellblock.gateway.config.model import Config
+from cellblock.gateway.downstream.supervisor import Downstream, error_result
+from cellblock.gateway.serve.approvals import APPROVAL_KEY, Approvals, NeedsInput, can_elicit, review_form
+from cellblock.gateway.serve.locking import Locks, approve_pending
+from cellblock.gateway.serve.pipeline import Call
+from cellblock.gateway.serve.status import REVIEW, ServerStatus, status_text
+from cellblock.gateway.state import lock_path, pending_path
+from cellblock.policy.lock import check, describe, load_lock, load_pending
+
+__all__ = ["Review"]
+
+CallResult = types.CallToolResult | types.InputRequiredResult
+
+
+class Host(Protocol):
+    """What the review needs of the gateway (`serve/gateway.py`)."""
+
+    config: Config
+    state: Path
+    audit: Audit
+    approvals: Approvals
+    locks: Locks
+    downstreams: dict[str, Downstream]
+
+    def own_tool(self, tool: str) -> str: ...
+    async def on_listing(self, ds: Downstream) -> None: ...
+
+
+class Review:
+    def __init__(self, gateway: Host) -> None:
+        self.gateway = gateway
+
+    async def review(self, call: Call) -> CallResult:
+        """The review tool: the held catalog of the server named put before the user in the
+        client's form. Only the user's answer approves (see `_review_lock`)."""
+        held = sorted(name for name, items in self.gateway.locks.held.items() if items)
+        server = (call.arguments or {}).get("server")
+        if set(call.arguments or {}) - {"server"} or server not in held:
+            return error_result(f"name one server whose catalog is held: {', '.join(held) or 'none is'}")
+        call.server = str(server)
+        if call.ctx is None or not can_elicit(call.ctx.session):
+            return error_result(
+                f"this client shows no forms: the user runs `cellblock review` (or `cellblock diff {server}`, "
+                f"then `cellblock approve {server}`) in a terminal"
+            )
+        try:
+            approved = await self.review_lock(call)
+        except NeedsInput as needed:
+            return needed.result
+        if not approved:
+            return _text_result(f"The user keeps the catalog of '{server}' held: its tools stay unlisted.")
+        return _text_result(f"The user approved the catalog of '{server}': its tools are listed now.")
+
+    def status(self) -> types.CallToolResult:
+        servers = [
+            ServerStatus(
+                name,
+                held=len(self.gateway.locks.held.get(name, ())),
+                first_contact=not lock_path(self.gateway.state, name).exists(),
+                down=ds.error_without_output if ds.state in ("failed", "restarting") else None,
+            )
+            for name, ds in self.gateway.downstreams.items()
+        ]
+        return _text_result(status_text(servers, self.gateway.approvals.listing(), self.gateway.own_tool(REVIEW)))
+
+    async def review_lock(self, call: Call) -> bool:
+        """Offer the held catalog of the call's server for approval through the client's form."""
+        answer, call.human = call.human, None  # the retry's answer belongs to this question, if any
+        pending = load_pending(pending_path(self.gateway.state, call.server))
+        if pending is None:
+            return False
+        if answer is None:
+            if call.ctx is None or not can_elicit(call.ctx.session):
+                return False
+            lock = lock_path(self.gateway.state, call.server)
+            message, schema = review_form(
+                call.server, describe(check(load_lock(lock), dict(pending.items)), call.server), not lock.exists()
+            )
+            if call.ctx.modern:
+                request = types.ElicitRequest(
+                    params=types.ElicitRequestFormParams(message=message, requested_schema=schema)
+                )
+                raise NeedsInput(
+                    types.InputRequiredResult(
+                        input_requests={APPROVAL_KEY: request},
+                        request_state=self.gateway.approvals.seal(call.name, call.arguments),
+                    )
+                )
+            try:
+                # the human has approvals.timeout to decide; silence keeps the catalog held
+                with anyio.fail_after(self.gateway.config.approvals.timeout):
+                    ask = call.ctx.session.elicit_form
+                    answer = await ask(message, schema, related_request_id=call.ctx.request_id)
+            except Exception:  # no answer (timeout, a client that failed the request): stays held
+                return False
+        if answer.action != "accept" or (answer.content or {}).get("decision") != "approve":
+            self.gateway.audit.write("lock_kept", call.server, via="elicitation")
+            return False
+        approve_pending(self.gateway.state, self.gateway.audit, call.server, via="elicitation")
+        await self.gateway.on_listing(self.gateway.downstreams[call.server])
+        return True
+
+
+def _text_result(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
