@@ -43,8 +43,9 @@ class Session:
         self.elicits = elicits
         self.forms: list[str] = []
 
-    def check_client_capability(self, capability: types.ClientCapabilities) -> bool:
-        return self.elicits
+    @property
+    def client_capabilities(self) -> types.ClientCapabilities | None:
+        return types.ClientCapabilities(elicitation=types.ElicitationCapability()) if self.elicits else None
 
     async def elicit_form(self, message: str, requested_schema: Any, related_request_id: Any = None) -> Any:
         self.forms.append(message)

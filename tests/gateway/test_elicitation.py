@@ -1,20 +1,18 @@
 """A downstream server's question reaches the client framed as that server's: asked at once in the
-handshake era (`DirectAsker`), or parked until the client's retry on 2026-07-28 (`ParkedCall`),
-whose sealed state names the waiting call and redeems once (`ParkedCalls`, `Sealer`)."""
+handshake era (`DirectAsker`), or parked until the client's retry on 2026-07-28 (the call parked
+is tested in test_calls.py), whose sealed state names the waiting call and redeems once
+(`ParkedCalls`, `Sealer`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import anyio
 import mcp.types as types
 import pytest
 
 from cellblock.gateway.ask.elicitation import (
     MAX_PARKED,
     DirectAsker,
-    InputNeeded,
-    ParkedCall,
     ParkedCalls,
     Sealer,
     StateRejected,
@@ -30,6 +28,15 @@ ACCEPTED = types.ElicitResult(action="accept", content={"name": "ada"})
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+class Parked:
+    """A parked call as `ParkedCalls` sees it."""
+
+    expired = False
+
+    def expire(self) -> None:
+        self.expired = True
 
 
 class Session:
@@ -60,50 +67,9 @@ async def test_cellblocks_own_question_goes_as_it_is() -> None:
     assert request.params.message == "Your name?" and metadata is None
 
 
-async def test_a_parked_calls_question_waits_for_the_retry_and_gets_its_answer() -> None:
-    parked = ParkedCall(entry=None, server="fs")
-    answers: list[types.ElicitResult] = []
-
-    async def downstream() -> None:
-        answers.append(await parked.elicit("fs", QUESTION))
-
-    with anyio.fail_after(5):  # the downstream call's wait for the answer too
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(downstream)
-            event = await parked.next_event()
-            assert isinstance(event, InputNeeded) and isinstance(event.request, types.ElicitRequest)
-            assert event.request.params.message == FRAMED
-            parked.answer({"q": ACCEPTED}, "q")
-    assert answers == [ACCEPTED]
-
-
-@pytest.mark.parametrize("reply", [{"action": "maybe"}, None])
-async def test_a_retry_without_a_usable_answer_is_a_cancel(reply: Any) -> None:
-    parked = ParkedCall(entry=None, server="fs")
-    answers: list[types.ElicitResult] = []
-
-    async def downstream() -> None:
-        answers.append(await parked.ask(QUESTION))
-
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(downstream)
-            await parked.next_event()
-            parked.answer({"q": reply} if reply is not None else {}, "q")
-    assert [a.action for a in answers] == ["cancel"]
-
-
-async def test_a_parked_calls_result_is_the_next_event() -> None:
-    parked = ParkedCall(entry=None, server="fs")
-    done = types.CallToolResult(content=[types.TextContent(type="text", text="done")])
-    parked.finish(done)
-    with anyio.fail_after(5):
-        assert await parked.next_event() == done
-
-
 async def test_a_parked_call_is_redeemed_once_and_only_by_the_call_it_was_parked_for() -> None:
     calls = ParkedCalls()
-    parked = ParkedCall(entry=None, server="fs")
+    parked = Parked()
     state = calls.park(parked, "fs__read", {"path": "a"})
     with pytest.raises(StateRejected, match="request_state belongs to a different call"):
         calls.redeem(state, "fs__read", {"path": "b"})
@@ -116,11 +82,11 @@ async def test_a_parked_call_is_redeemed_once_and_only_by_the_call_it_was_parked
 
 async def test_parked_calls_are_bounded_and_the_oldest_is_cancelled_to_make_room() -> None:
     calls = ParkedCalls()
-    first = ParkedCall(entry=None, server="fs")
+    first = Parked()
     oldest = calls.park(first, "fs__read", None)
     for _ in range(MAX_PARKED):
-        calls.park(ParkedCall(entry=None, server="fs"), "fs__read", None)
-    assert first.scope.cancel_called
+        calls.park(Parked(), "fs__read", None)
+    assert first.expired
     with pytest.raises(StateRejected, match="already used"):
         calls.redeem(oldest, "fs__read", None)
 

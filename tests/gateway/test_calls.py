@@ -1,0 +1,207 @@
+"""One tool call's lifecycle (`serve/calls.ToolCall`), with a fake server and a fake client request:
+its rounds, its states, its end (audited), a question parked for a
+2026-07-28 client and resumed by the retry, and cancellation."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as types
+import pytest
+
+from cellblock.gateway.ask.elicitation import ParkedCalls
+from cellblock.gateway.audit.log import Audit
+from cellblock.gateway.downstream.supervisor import Downstream
+from cellblock.gateway.serve.calls import INPUT_KEY, Calls, CallState, ToolCall, log_passes
+from cellblock.gateway.serve.catalog import Catalog
+from cellblock.gateway.serve.pipeline import Call, Pipeline
+from cellblock.policy.types import Decision, Verdict
+
+pytestmark = pytest.mark.anyio
+
+QUESTION = types.ElicitRequestFormParams(message="Your name?", requested_schema={"type": "object", "properties": {}})
+OK = {"content": [{"type": "text", "text": "done"}]}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class Round:
+    def __init__(self) -> None:
+        self.cancelled: str | None = None
+
+    def cancel(self, reason: str) -> None:
+        self.cancelled = reason
+
+
+class Server(Downstream):
+    """A downstream whose rounds are kept for the test to answer."""
+
+    def __init__(self) -> None:
+        super().__init__("fs", config=None, timeout=5.0)  # type: ignore[arg-type]  # reason: no connection is made
+        self.sent: list[tuple[dict[str, Any], Any, Round]] = []
+
+    def send_call(self, params: dict[str, Any], answered: Any, progress: Any, logs: bool = True) -> Round:
+        sent = Round()
+        self.sent.append((params, answered, sent))
+        return sent
+
+
+class Reply:
+    """The client's request: what it was answered with, in order."""
+
+    def __init__(self, modern: bool) -> None:
+        self.modern = modern
+        self.can_elicit = self.can_elicit_url = False
+        self.wants_progress = self.carries_logs = True
+        self.direct = None
+        self.events: list[Any] = []
+
+    def progress(self, value: float, total: float | None, message: str | None) -> None:
+        self.events.append(("progress", value, message))
+
+    def log(self, params: types.LoggingMessageNotificationParams) -> None:
+        self.events.append(("log", params.data))
+
+    def shape(self, result: dict[str, Any]) -> Any:
+        return types.CallToolResult.model_validate(result, by_name=False)
+
+    def answer(self, shaped: Any) -> None:
+        self.events.append(("answer", shaped))
+
+    def ask(self, question: types.InputRequiredResult) -> None:
+        self.events.append(("ask", question))
+
+
+@pytest.fixture
+async def shared(tmp_path: Path) -> AsyncIterator[tuple[Calls, Audit]]:
+    audit = Audit(tmp_path / "audit.jsonl")
+    pipeline = Pipeline(Catalog, lambda name: None, {}, audit, approver=_never)
+    async with anyio.create_task_group() as tg:
+        yield Calls(pipeline, ParkedCalls(), lambda: None, lambda: tg), audit
+        tg.cancel_scope.cancel()
+
+
+async def _never(call: Call) -> Verdict:
+    return Verdict(Decision.DENY, "test", "")
+
+
+def admitted() -> Call:
+    return Call("fs__read", {"path": "a"}, "fs", "read")
+
+
+def audited(audit: Audit) -> list[str]:
+    return [line for line in audit.path.read_text().splitlines() if '"call_end"' in line]
+
+
+async def test_a_call_is_sent_answered_and_its_end_audited(shared: Any) -> None:
+    calls, audit = shared
+    ds, reply = Server(), Reply(modern=False)
+    tc = ToolCall(admitted(), ds, reply, calls, {"name": "read", "arguments": {"path": "a"}})
+    tc.send()
+    [(params, answered, _)] = ds.sent
+    assert params["name"] == "read" and tc.state is CallState.RUNNING and ds.owner() is tc
+    tc.progress(0.5, 1.0, "half")
+    answered(OK, None)
+    assert tc.state is CallState.DONE and ds.owner() is None
+    assert reply.events[0] == ("progress", 0.5, "half")
+    assert reply.events[1][0] == "answer" and reply.events[1][1].content[0].text == "done"
+    assert len(audited(audit)) == 1
+
+
+async def test_a_round_that_times_out_is_answered_with_an_error_naming_the_server(shared: Any) -> None:
+    calls, _ = shared
+    ds, reply = Server(), Reply(modern=False)
+    tc = ToolCall(admitted(), ds, reply, calls, {"name": "read"})
+    tc.send()
+    ds.sent[0][1](None, TimeoutError())
+    [(kind, result)] = reply.events
+    assert kind == "answer" and result.is_error
+    assert "call to 'read' on server 'fs' took longer than 5s" in result.content[0].text
+
+
+async def test_a_cancelled_call_is_never_answered_and_its_round_is_stopped(shared: Any) -> None:
+    calls, audit = shared
+    ds, reply = Server(), Reply(modern=False)
+    tc = ToolCall(admitted(), ds, reply, calls, {"name": "read"})
+    tc.send()
+    tc.cancel("cancelled by the client")
+    ds.sent[0][1](OK, None)  # a late answer
+    assert tc.state is CallState.CANCELLED and ds.sent[0][2].cancelled == "cancelled by the client"
+    assert reply.events == [] and audited(audit) == [] and ds.owner() is None
+
+
+async def test_a_question_for_a_modern_client_parks_the_call_and_the_retry_resumes_it(shared: Any) -> None:
+    calls, audit = shared
+    ds, first = Server(), Reply(modern=True)
+    tc = ToolCall(admitted(), ds, first, calls, {"name": "read"})
+    tc.send()
+    answers: list[types.ElicitResult] = []
+
+    async def server_asks() -> None:
+        answers.append(await tc.elicit("fs", QUESTION))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server_asks)
+            while not first.events:
+                await anyio.lowlevel.checkpoint()
+            [(kind, question)] = first.events
+            assert kind == "ask" and tc.state is CallState.PARKED and tc.reply is None
+            request = question.input_requests[INPUT_KEY]
+            assert request.params.message.startswith("Question from server 'fs' (not a Cellblock approval)")
+            assert calls.parked.redeem(question.request_state, "fs__read", {"path": "a"}) is tc
+            retry = Reply(modern=True)
+            tc.resume(retry, {INPUT_KEY: {"action": "accept", "content": {"name": "ada"}}})
+    assert answers[0].action == "accept" and answers[0].content == {"name": "ada"}
+    ds.sent[0][1](OK, None)
+    assert [kind for kind, *_ in retry.events] == ["answer"] and len(audited(audit)) == 1
+
+
+async def test_a_retry_without_a_usable_answer_is_a_cancel(shared: Any) -> None:
+    calls, _ = shared
+    ds, first = Server(), Reply(modern=True)
+    tc = ToolCall(admitted(), ds, first, calls, {"name": "read"})
+    tc.send()
+    answers: list[types.ElicitResult] = []
+
+    async def server_asks() -> None:
+        answers.append(await tc.ask(QUESTION))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server_asks)
+            while not first.events:
+                await anyio.lowlevel.checkpoint()
+            tc.resume(Reply(modern=True), {INPUT_KEY: {"action": "maybe"}})
+    assert [a.action for a in answers] == ["cancel"]
+
+
+async def test_a_server_that_asks_in_rounds_gets_the_answers_and_the_call_sent_again(shared: Any) -> None:
+    calls, _ = shared
+    ds, reply = Server(), Reply(modern=False)
+    tc = ToolCall(admitted(), ds, reply, calls, {"name": "read"})
+    tc.send()
+    roots = types.ListRootsRequest()
+    asked = {
+        "resultType": "input_required",
+        "inputRequests": {"r": roots.model_dump(by_alias=True)},
+        "requestState": "s1",
+    }
+    ds.sent[0][1](asked, None)
+    with anyio.fail_after(5):
+        while len(ds.sent) < 2:
+            await anyio.lowlevel.checkpoint()
+    again = ds.sent[1][0]
+    assert again["requestState"] == "s1" and again["inputResponses"] == {"r": {"roots": []}}
+    assert tc.state is CallState.RUNNING
+
+
+def test_a_log_level_lets_through_what_is_at_or_above_it() -> None:
+    assert log_passes("warning", None) and log_passes("error", "warning") and log_passes("warning", "warning")
+    assert not log_passes("info", "warning")
