@@ -29,7 +29,7 @@ from cellblock import __version__
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.compile import policy_for
 from cellblock.gateway.config.loading import parse_config
-from cellblock.gateway.downstream.supervisor import Listing
+from cellblock.gateway.downstream.listing import Listing
 from cellblock.gateway.serve.catalog import build_catalog
 from cellblock.gateway.serve.locking import Locks
 from cellblock.gateway.serve.pipeline import Call, Pipeline

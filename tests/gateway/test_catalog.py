@@ -7,7 +7,7 @@ import json
 
 import mcp.types as types
 
-from cellblock.gateway.downstream.supervisor import Listing
+from cellblock.gateway.downstream.listing import Listing
 from cellblock.gateway.serve.catalog import Catalog, build_catalog, expose_content
 
 SCHEMA = {"type": "object", "properties": {}}

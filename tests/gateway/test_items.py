@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cellblock.gateway.downstream.supervisor import Listing
+from cellblock.gateway.downstream.listing import Listing
 from cellblock.gateway.serve import items
 from cellblock.gateway.serve.items import Standing, resource_standing, template_standing
 from cellblock.policy.templates import template_matches

@@ -11,7 +11,7 @@ import mcp.types as types
 import pytest
 
 from cellblock.gateway.audit.log import Audit
-from cellblock.gateway.downstream.supervisor import Listing
+from cellblock.gateway.downstream.listing import Listing
 from cellblock.gateway.serve.catalog import Catalog, build_catalog
 from cellblock.gateway.serve.pipeline import Call, Pipeline
 from cellblock.policy.rules import Policy, parse_rule_entry

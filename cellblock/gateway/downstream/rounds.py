@@ -27,7 +27,18 @@ from cellblock.gateway.ask.elicitation import Asker
 from cellblock.gateway.downstream.local import LocalChannel, Pending
 from cellblock.policy.errors import CellblockError
 
-__all__ = ["CALL_RESULT", "Answered", "Caller", "LocalRound", "Progress", "RemoteRound", "Round", "forwardable"]
+__all__ = [
+    "CALL_RESULT",
+    "Answered",
+    "Caller",
+    "DownstreamError",
+    "LocalRound",
+    "Progress",
+    "RemoteRound",
+    "Round",
+    "error_result",
+    "forwardable",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +49,10 @@ CALL_RESULT: TypeAdapter[types.CallToolResult | types.InputRequiredResult] = Typ
 # Told once how a round ended: the result as the server sent it, or why there is none.
 Answered = Callable[[dict[str, Any] | None, BaseException | None], None]
 Progress = Callable[[float, float | None, str | None], None]
+
+
+class DownstreamError(CellblockError):
+    """A downstream server could not serve a request; the message names the server."""
 
 
 class Caller(Protocol):
@@ -69,6 +84,10 @@ def forwardable(meta: Any) -> dict[str, Any] | None:
         if k not in ("progressToken", "progress_token") and not k.startswith("io.modelcontextprotocol/")
     }
     return kept or None
+
+
+def error_result(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
 @dataclass(eq=False)

@@ -20,6 +20,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -35,44 +36,43 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED
 from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel, FileUrl
+from pydantic import BaseModel
 
 from cellblock.gateway.ask.elicitation import Asker
-from cellblock.gateway.ask.forms import refusal
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.model import LocalServer, RemoteServer
 from cellblock.gateway.credentials import CredentialError, Keyring
 from cellblock.gateway.downstream.backoff import Backoff
 from cellblock.gateway.downstream.discovery import DiscoveryRefused
-from cellblock.gateway.downstream.launch import granted_roots, launch_plan, stdio_parameters
+from cellblock.gateway.downstream.launch import launch_plan, stdio_parameters
+from cellblock.gateway.downstream.listing import Listing, fetch_listing
 from cellblock.gateway.downstream.local import LocalChannel, local_transport
 from cellblock.gateway.downstream.oauth import KeyringTokenStorage
 from cellblock.gateway.downstream.packages import InstallError
+from cellblock.gateway.downstream.questions import Questions, SamplingApproval
 from cellblock.gateway.downstream.ratelimit import Budget
 from cellblock.gateway.downstream.remote import HttpWatch, explain, login, remote_client
 from cellblock.gateway.downstream.rounds import (
     Answered,
     Caller,
+    DownstreamError,
     LocalRound,
     Progress,
     RemoteRound,
     Round,
+    error_result,
     forwardable,
 )
 from cellblock.gateway.errors import first_line
-from cellblock.gateway.scrub import Scrubbed
 from cellblock.gateway.scrub import scrub as scrub_secrets
 from cellblock.gateway.wire.lines import remote_message
 from cellblock.gateway.wire.stdio import DEFAULT_LINE_LIMIT
-from cellblock.policy.errors import CellblockError
 from cellblock.policy.hosts import parse_rule
-from cellblock.policy.jsontext import scrub
-from cellblock.policy.lock import without_protocol_meta
 from cellblock.sandbox.egress import Decision, EgressProxy
 from cellblock.sandbox.limits import describe
 from cellblock.sandbox.types import JailError, LaunchPlan, Limits
 
-__all__ = ["MAX_INPUT_ROUNDS", "Downstream", "DownstreamError", "Listing", "error_result"]
+__all__ = ["MAX_INPUT_ROUNDS", "START_SECONDS", "Downstream", "DownstreamError", "State"]
 
 logger = logging.getLogger(__name__)
 
@@ -97,61 +97,14 @@ _LIST_CHANGED = (
 )
 
 
-class DownstreamError(CellblockError):
-    """A downstream server could not serve a request; the message names the server."""
+class State(StrEnum):
+    """Where a server's supervisor is (a string, as `cellblock ps` shows it)."""
 
-
-@dataclass(frozen=True)
-class Listing:
-    """Everything a server offers, as it listed it."""
-
-    tools: tuple[types.Tool, ...] = ()
-    prompts: tuple[types.Prompt, ...] = ()
-    resources: tuple[types.Resource, ...] = ()
-    templates: tuple[types.ResourceTemplate, ...] = ()
-    instructions: str | None = None
-
-    def dump(self) -> dict[str, Any]:
-        def each(items: tuple[Any, ...]) -> list[Any]:
-            return [i.model_dump(mode="json", by_alias=True, exclude_none=True) for i in items]
-
-        return {
-            "tools": each(self.tools),
-            "prompts": each(self.prompts),
-            "resources": each(self.resources),
-            "templates": each(self.templates),
-            "instructions": self.instructions,
-        }
-
-    @classmethod
-    def load(cls, data: dict[str, Any]) -> Listing:
-        """A listing saved earlier (a lock's snapshot, the last catalog seen); text that cannot be
-        encoded, which an older version may have saved, is replaced (see `policy.jsontext`)."""
-        data = scrub(data)
-        return cls(
-            tools=tuple(types.Tool.model_validate(t) for t in data.get("tools", [])),
-            prompts=tuple(types.Prompt.model_validate(p) for p in data.get("prompts", [])),
-            resources=tuple(types.Resource.model_validate(r) for r in data.get("resources", [])),
-            templates=tuple(types.ResourceTemplate.model_validate(t) for t in data.get("templates", [])),
-            instructions=data.get("instructions"),
-        ).unstamped()
-
-    def scrubbed(self, secrets: re.Pattern[str] | None) -> Listing:
-        """This listing with every secret `secrets` finds replaced: what a server lists goes to the
-        model and into the catalogs kept on disk, and it may hold a value the gateway gave it."""
-        clean, count = scrub_secrets(self.dump(), secrets)
-        return Listing.load(clean) if count else self
-
-    def unstamped(self) -> Listing:
-        """This listing without the protocol stamps in its items' `_meta`: the lock does not hash
-        them (`policy.lock.without_protocol_meta`), so the client must not see them either."""
-
-        def each(items: tuple[Any, ...]) -> tuple[Any, ...]:
-            return tuple(_unstamped(item) for item in items)
-
-        return Listing(
-            each(self.tools), each(self.prompts), each(self.resources), each(self.templates), self.instructions
-        )
+    STOPPED = "stopped"
+    STARTING = "starting"
+    READY = "ready"
+    RESTARTING = "restarting"
+    FAILED = "failed"
 
 
 @dataclass
@@ -170,9 +123,7 @@ class Downstream:
     allow_insecure: bool = False
     # asks the human whether this server may use the client's model (for `sampling: ask`): None
     # when they allowed it, else why not
-    approve_sampling: Callable[[Downstream, types.CreateMessageRequestParams, Caller], Awaitable[str | None]] | None = (
-        None
-    )
+    approve_sampling: SamplingApproval | None = None
     # the longest message taken from a local server (`max_message_size`)
     max_message: int = DEFAULT_LINE_LIMIT
     # what a local server's jail may take (`jail.limits`); None: remote, or unjailed
@@ -183,7 +134,7 @@ class Downstream:
     notices: Budget = field(default_factory=Budget)
     backoff: Backoff = field(default_factory=Backoff)  # the waits between restarts of a server that keeps crashing
     listing: Listing | None = None
-    state: str = "stopped"  # stopped | starting | ready | restarting | failed
+    state: State = State.STOPPED
     error: str | None = None
     last_exit: str | None = None  # why the server last stopped, for `cellblock ps`
     client: Client | None = None
@@ -212,6 +163,12 @@ class Downstream:
     _limits_told = False  # the log said once how the jail's limits are enforced
     _garbage = 0  # messages that were not valid MCP, in this run
     _garbage_log: Budget = field(default_factory=lambda: Budget(rate=1.0, burst=20.0))
+    questions: Questions = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.questions = Questions(
+            self.name, self.config, self.sampling, self.approve_sampling, self._event, self._secrets
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -220,7 +177,7 @@ class Downstream:
         if not self._started:
             self._started = True
             self._tg = tg
-            self.state = "starting"
+            self.state = State.STARTING
             tg.start_soon(self._supervise)
 
     async def wait_settled(self, timeout: float) -> None:
@@ -235,7 +192,7 @@ class Downstream:
             DownstreamError: the server is failed or does not come up in time.
         """
         self.retry()
-        if self.state == "failed":
+        if self.state == State.FAILED:
             raise DownstreamError(f"server '{self.name}' is not running: {self.error}")
         with anyio.move_on_after(START_SECONDS):
             await self._ready.wait()
@@ -246,7 +203,7 @@ class Downstream:
     @property
     def retryable(self) -> bool:
         """Failed for a reason the user can fix while the gateway runs; see `retry`."""
-        return self.state == "failed" and self._retry_on_use
+        return self.state == State.FAILED and self._retry_on_use
 
     def retry(self) -> bool:
         """Start again a server that failed for a reason the user may have fixed since (a missing
@@ -254,7 +211,7 @@ class Downstream:
         if not self.retryable or self._tg is None:
             return False
         self._retry_on_use = False
-        self.state, self._ready, self._settled = "starting", anyio.Event(), anyio.Event()
+        self.state, self._ready, self._settled = State.STARTING, anyio.Event(), anyio.Event()
         self._tg.start_soon(self._supervise)
         return True
 
@@ -263,7 +220,7 @@ class Downstream:
         it reads the keyring anew (a token set, replaced or logged out). True when something began."""
         if self.retry():
             return True
-        if self.state == "ready" and self._closed is not None:
+        if self.state == State.READY and self._closed is not None:
             self._event("server_reconnect", reason="its credentials changed")
             self._closed.set()
             return True
@@ -356,19 +313,6 @@ class Downstream:
         # what the server answered (a refused handshake) may hold a secret the gateway gave it
         return cast(str, scrub_secrets(text, self._secrets())[0])
 
-    def _without_secrets(self, params: P) -> tuple[P, int]:
-        """A server's question or sampling request with every secret the gateway holds replaced,
-        and how many were.
-
-        Raises:
-            DownstreamError: it is nested too deeply to be checked.
-        """
-        try:
-            clean, count = scrub_secrets(params.model_dump(by_alias=True, mode="json"), self._secrets())
-        except Scrubbed as exc:
-            raise DownstreamError(f"server '{self.name}' sent a request that is {exc}") from None
-        return (type(params).model_validate(clean), count) if count else (params, 0)
-
     def _secrets(self) -> re.Pattern[str] | None:
         return self.audit.secret_pattern() if self.audit is not None else None
 
@@ -411,13 +355,13 @@ class Downstream:
     def _fail(self, reason: str, retry_on_use: bool = False) -> None:
         self._event("server_failed", reason=reason)
         self._retry_on_use = retry_on_use
-        self.state, self.error, self.client = "failed", reason, None
+        self.state, self.error, self.client = State.FAILED, reason, None
         logger.error("server '%s' failed: %s", self.name, reason)
         self._settled.set()
         self._ready.set()  # wake waiting calls: they see the failure
 
     def _down(self, reason: str) -> None:
-        self._event("server_exit" if self.state == "ready" or self._ran else "server_start_failed", reason=reason)
+        self._event("server_exit" if self.state == State.READY or self._ran else "server_start_failed", reason=reason)
         self._ran = False
         self._waiting(reason)
 
@@ -426,7 +370,7 @@ class Downstream:
         self.client = None
         self.last_exit = reason
         self.error = reason
-        self.state = "restarting"
+        self.state = State.RESTARTING
         if self._ready.is_set():
             self._ready = anyio.Event()
 
@@ -476,12 +420,12 @@ class Downstream:
         # One deadline covers spawn, handshake and first lists; lifted once the server is ready.
         with anyio.CancelScope(deadline=anyio.current_time() + START_SECONDS) as scope:
             async with client:
-                listing = await _fetch_listing(client, self._secrets())
+                listing = await fetch_listing(client, self._secrets())
                 scope.deadline = math.inf
                 if self.channel is not None:
                     self.channel.answered = True
                 self.client, self.listing = client, listing
-                self.state, self.error = "ready", None
+                self.state, self.error = State.READY, None
                 self._ready.set()
                 jail = getattr(self.config, "jail", None)
                 confined = self.channel.confinement if self.channel is not None else None
@@ -580,71 +524,18 @@ class Downstream:
         return self._in_flight[-1] if self._in_flight else None
 
     async def _on_elicit(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
-        return await self._ask_user(params, self.owner())
-
-    async def _ask_user(self, params: types.ElicitRequestParams, entry: Caller | None) -> types.ElicitResult:
-        """The server's question put to the user, or declined: nobody to ask, or it may not be
-        shown (`forms.refusal`: a URL a browser should not open, or the look of an approval)."""
-        if entry is None or entry.asker is None:
-            return types.ElicitResult(action="decline")
-        try:
-            params, found = self._without_secrets(params)
-            why = refusal(params)
-        except DownstreamError as exc:
-            found, why = 0, str(exc)
-        if found and isinstance(params, types.ElicitRequestURLParams):
-            # a page the user opens could be told what the gateway gave the server; it is not opened
-            why = "its URL or message holds a secret the gateway gave the server"
-        if why is not None:
-            url = params.url if isinstance(params, types.ElicitRequestURLParams) else None
-            self._event("elicitation_refused", mode=params.mode, reason=why, url=url)
-            logger.warning("server '%s': its question was not shown to the user: %s", self.name, why)
-            return types.ElicitResult(action="decline")
-        return await entry.asker.elicit(self.name, params)
+        return await self.questions.elicit(params, self.owner())
 
     async def _on_sampling(
         self, context: ClientRequestContext, params: types.CreateMessageRequestParams
     ) -> types.CreateMessageResult | types.ErrorData:
         try:
-            return await self.sample(params, self.owner())
+            return await self.questions.sample(params, self.owner())
         except DownstreamError as exc:
             return types.ErrorData(code=types.INVALID_REQUEST, message=str(exc))
 
-    async def sample(self, params: types.CreateMessageRequestParams, entry: Caller | None) -> types.CreateMessageResult:
-        """Pass a request for the client's model on, as `sampling:` allows.
-
-        Raises:
-            DownstreamError: refused by the config or the user, or the client could not answer.
-        """
-        if self.sampling == "deny":
-            self._event("sampling", decision="deny", reason="sampling: deny")
-            raise DownstreamError(
-                f"server '{self.name}' may not use the client's model (sampling: deny in cellblock.yaml)"
-            )
-        if entry is None or entry.asker is None:
-            raise DownstreamError(f"server '{self.name}' asked for sampling outside any call; refused")
-        if self.sampling == "ask" and self.approve_sampling is not None:
-            refusal = await self.approve_sampling(self, params, entry)
-            if refusal is not None:
-                self._event("sampling", decision="deny", reason=refusal)
-                raise DownstreamError(f"server '{self.name}' may not use the client's model: {refusal}")
-        self._event("sampling", decision="allow", max_tokens=params.max_tokens)
-        params, _ = self._without_secrets(params)  # the client's model sees no secret of the gateway's
-        try:
-            return await entry.asker.sample(params)
-        except (MCPError, ValueError) as exc:
-            raise DownstreamError(f"the client did not complete the sampling request of '{self.name}': {exc}") from exc
-
     async def _on_roots(self, context: ClientRequestContext) -> types.ListRootsResult:
-        return self.roots()
-
-    def roots(self) -> types.ListRootsResult:
-        """The directories granted to the server's jail that are the user's work (`granted_roots`),
-        and never more (none for unjailed or remote servers)."""
-        paths = granted_roots(self.config) if isinstance(self.config, LocalServer) else []
-        return types.ListRootsResult(
-            roots=[types.Root(uri=FileUrl(Path(p).resolve().as_uri()), name=Path(p).name or p) for p in paths]
-        )
+        return self.questions.roots()
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
         """A remote server's log (a local server's come through its channel, in order with its answers)."""
@@ -718,7 +609,7 @@ class Downstream:
             return
         try:
             with anyio.fail_after(START_SECONDS):
-                self.listing = await _fetch_listing(client, self._secrets())
+                self.listing = await fetch_listing(client, self._secrets())
         except (MCPError, TimeoutError, anyio.ClosedResourceError) as exc:
             logger.warning("server '%s': could not re-read its catalog: %s", self.name, _describe(exc))
             return
@@ -839,18 +730,6 @@ class Downstream:
         # a result that does not validate
         return error_result(f"server '{self.name}' sent an invalid result for '{tool}': {first_line(exc)}")
 
-    async def answer(self, request: types.InputRequest, caller: Caller) -> types.InputResponse:
-        """The answer to one of a 2026-07-28 server's input requests during `caller`'s call.
-
-        Raises:
-            DownstreamError: a sampling request refused, or the client could not answer it.
-        """
-        if isinstance(request, types.ElicitRequest):
-            return await self._ask_user(request.params, caller)
-        if isinstance(request, types.ListRootsRequest):
-            return self.roots()
-        return await self.sample(request.params, caller)
-
     async def request(self, request: Any, result_type: type[R]) -> R:
         """Forward a non-call request (prompt get, resource read, completion) within the timeout.
 
@@ -874,41 +753,6 @@ class Downstream:
             ) from None
         except MCPError as exc:
             raise DownstreamError(f"server '{self.name}': {exc.message}") from exc
-
-
-def _unstamped(item: Any) -> Any:
-    meta = item.meta
-    if not meta:
-        return item
-    kept = without_protocol_meta(meta)
-    return item if len(kept) == len(meta) else item.model_copy(update={"meta": kept or None})
-
-
-def error_result(text: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
-
-
-async def _fetch_listing(client: Client, secrets: re.Pattern[str] | None) -> Listing:
-    caps = client.server_capabilities
-
-    async def pages(fetch: Callable[[str | None], Awaitable[Any]], attr: str) -> tuple[Any, ...]:
-        items: list[Any] = []
-        cursor: str | None = None
-        for _ in range(1000):  # a server that pages forever is cut off, not followed
-            page = await fetch(cursor)
-            items.extend(getattr(page, attr))
-            cursor = page.next_cursor
-            if not cursor:
-                break
-        return tuple(items)
-
-    tools = await pages(lambda c: client.list_tools(cursor=c), "tools") if caps.tools else ()
-    prompts = await pages(lambda c: client.list_prompts(cursor=c), "prompts") if caps.prompts else ()
-    resources, templates = (), ()
-    if caps.resources:
-        resources = await pages(lambda c: client.list_resources(cursor=c), "resources")
-        templates = await pages(lambda c: client.list_resource_templates(cursor=c), "resource_templates")
-    return Listing(tools, prompts, resources, templates, client.instructions).unstamped().scrubbed(secrets)
 
 
 @asynccontextmanager

@@ -39,8 +39,8 @@ from pydantic import BaseModel
 from cellblock.gateway.ask.elicitation import PARK_SECONDS, Asker, DirectAsker, InputNeeded, ParkedCalls
 from cellblock.gateway.ask.forms import framed
 from cellblock.gateway.credentials import CredentialError
-from cellblock.gateway.downstream.rounds import Round
-from cellblock.gateway.downstream.supervisor import MAX_INPUT_ROUNDS, Downstream, DownstreamError
+from cellblock.gateway.downstream.rounds import DownstreamError, Round
+from cellblock.gateway.downstream.supervisor import MAX_INPUT_ROUNDS, Downstream
 from cellblock.gateway.scrub import Scrubbed, scrub, scrub_result
 from cellblock.gateway.serve.approvals import can_elicit, can_elicit_url
 from cellblock.gateway.serve.pipeline import Call, Pipeline
@@ -296,7 +296,8 @@ class ToolCall:
             return self._end(self._failed(exc))
         try:
             responses = {
-                key: _dumped(await self.ds.answer(req, self)) for key, req in (asked.input_requests or {}).items()
+                key: _dumped(await self.ds.questions.answer(req, self))
+                for key, req in (asked.input_requests or {}).items()
             }
         except (DownstreamError, MCPError, ValueError) as exc:
             return self._end(self._failed(exc))

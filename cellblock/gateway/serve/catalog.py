@@ -14,7 +14,7 @@ from typing import Any
 
 import mcp.types as types
 
-from cellblock.gateway.downstream.supervisor import Listing
+from cellblock.gateway.downstream.listing import Listing
 from cellblock.gateway.namespacing import assign_names, expose_uri, route_uri
 from cellblock.gateway.serve.shaping import wire_result
 

@@ -39,13 +39,9 @@ from cellblock.gateway.ask.elicitation import ParkedCalls, StateRejected
 from cellblock.gateway.config.compile import policy_for
 from cellblock.gateway.config.model import Config
 from cellblock.gateway.downstream.launch import own_paths
-from cellblock.gateway.downstream.rounds import Caller
-from cellblock.gateway.downstream.supervisor import (
-    START_SECONDS,
-    Downstream,
-    Listing,
-    error_result,
-)
+from cellblock.gateway.downstream.listing import Listing
+from cellblock.gateway.downstream.rounds import error_result
+from cellblock.gateway.downstream.supervisor import START_SECONDS, Downstream, State
 from cellblock.gateway.scrub import Scrubbed, scrub
 from cellblock.gateway.serve.approvals import STATE_PREFIX as APPROVAL_STATE
 from cellblock.gateway.serve.approvals import (
@@ -121,6 +117,7 @@ class Gateway:
         if stale:
             logger.info("removed %d temp file(s) a killed writer left in %s", stale, state)
         self.audit = config.audit_log(state)
+        self.approvals = Approvals(state, self.audit, config.approvals.timeout)
         self.downstreams = {
             name: Downstream(
                 name,
@@ -135,7 +132,7 @@ class Gateway:
                 max_message=config.max_message_of(name),
                 own=own_paths(config, state, source, runtime),
                 limits=config.limits_of(name),
-                approve_sampling=self._approve_sampling,
+                approve_sampling=self.approvals.sampling,
                 allow_insecure=config.credentials.allow_insecure,
             )
             for name, server in sorted(config.servers.items())
@@ -149,7 +146,6 @@ class Gateway:
         self.item_policies = {
             kind: {name: policy_for(config, name, kind) for name in config.servers} for kind in ("prompt", "resource")
         }
-        self.approvals = Approvals(state, self.audit, config.approvals.timeout)
         self.state = state
         self.review = Review(self)
         self.pipeline = Pipeline(
@@ -509,11 +505,6 @@ class Gateway:
         """The processes started for the local servers: the control socket refuses them and theirs."""
         return {ds.channel.pid for ds in self.downstreams.values() if ds.channel is not None and ds.channel.pid}
 
-    async def _approve_sampling(
-        self, ds: Downstream, params: types.CreateMessageRequestParams, entry: Caller
-    ) -> str | None:
-        return await self.approvals.sampling(ds.name, params, entry)
-
     async def _approve(self, call: Call) -> Verdict:
         verdict = call.verdict or Verdict(Decision.ASK, "default", "")
         return await self.approvals.decide(call.server, call.tool, call.name, verdict, call)
@@ -524,7 +515,7 @@ class Gateway:
         ds = self.downstreams.get(prefix) if sep else None
         if ds is not None and ds.retry():
             return f"server '{ds.name}' is starting again (it had failed: {ds.error}); list the tools in a moment"
-        if ds is not None and ds.state in ("failed", "restarting", "starting"):
+        if ds is not None and ds.state in (State.FAILED, State.RESTARTING, State.STARTING):
             return f"server '{ds.name}' is not available ({ds.state}): {ds.error or 'starting'}"
         return None
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from cellblock.gateway.downstream.supervisor import Listing
+from cellblock.gateway.downstream.listing import Listing
 from cellblock.policy.templates import template_matches
 
 __all__ = ["Standing", "held_reason", "resource_standing", "template_standing"]

@@ -19,7 +19,7 @@ from typing import Any
 
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.model import Config
-from cellblock.gateway.downstream.supervisor import Listing
+from cellblock.gateway.downstream.listing import Listing
 from cellblock.gateway.state import lock_path, pending_path
 from cellblock.policy.lock import LockError, approve, check, item_keys, load_lock, load_pending, save_lock, save_pending
 

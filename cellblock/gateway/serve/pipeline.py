@@ -21,7 +21,7 @@ from typing import Any
 import mcp.types as types
 
 from cellblock.gateway.audit.log import Audit
-from cellblock.gateway.downstream.supervisor import error_result
+from cellblock.gateway.downstream.rounds import error_result
 from cellblock.gateway.serve.catalog import Catalog
 from cellblock.policy.rules import Policy
 from cellblock.policy.types import Decision, Verdict

@@ -19,7 +19,9 @@ from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from cellblock.gateway.downstream.supervisor import START_SECONDS, Downstream, DownstreamError, Listing
+from cellblock.gateway.downstream.listing import Listing
+from cellblock.gateway.downstream.rounds import DownstreamError
+from cellblock.gateway.downstream.supervisor import START_SECONDS, Downstream
 from cellblock.gateway.namespacing import expose_uri
 from cellblock.gateway.scrub import scrub
 from cellblock.gateway.serve.approvals import Approvals, NeedsInput, human_answer

@@ -16,7 +16,8 @@ import mcp.types as types
 
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.model import Config
-from cellblock.gateway.downstream.supervisor import Downstream, error_result
+from cellblock.gateway.downstream.rounds import error_result
+from cellblock.gateway.downstream.supervisor import Downstream, State
 from cellblock.gateway.serve.approvals import APPROVAL_KEY, Approvals, NeedsInput, can_elicit, review_form
 from cellblock.gateway.serve.locking import Locks, approve_pending
 from cellblock.gateway.serve.pipeline import Call
@@ -74,7 +75,7 @@ class Review:
                 name,
                 held=len(self.gateway.locks.held.get(name, ())),
                 first_contact=not lock_path(self.gateway.state, name).exists(),
-                down=ds.error_without_output if ds.state in ("failed", "restarting") else None,
+                down=ds.error_without_output if ds.state in (State.FAILED, State.RESTARTING) else None,
             )
             for name, ds in self.gateway.downstreams.items()
         ]

@@ -1,0 +1,101 @@
+"""What a server offers: its tools, prompts, resources, templates and instructions, as listed."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import mcp.types as types
+from mcp import Client
+
+from cellblock.gateway.scrub import scrub as scrub_secrets
+from cellblock.policy.jsontext import scrub
+from cellblock.policy.lock import without_protocol_meta
+
+__all__ = ["Listing", "fetch_listing"]
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Everything a server offers, as it listed it."""
+
+    tools: tuple[types.Tool, ...] = ()
+    prompts: tuple[types.Prompt, ...] = ()
+    resources: tuple[types.Resource, ...] = ()
+    templates: tuple[types.ResourceTemplate, ...] = ()
+    instructions: str | None = None
+
+    def dump(self) -> dict[str, Any]:
+        def each(items: tuple[Any, ...]) -> list[Any]:
+            return [i.model_dump(mode="json", by_alias=True, exclude_none=True) for i in items]
+
+        return {
+            "tools": each(self.tools),
+            "prompts": each(self.prompts),
+            "resources": each(self.resources),
+            "templates": each(self.templates),
+            "instructions": self.instructions,
+        }
+
+    @classmethod
+    def load(cls, data: dict[str, Any]) -> Listing:
+        """A listing saved earlier (a lock's snapshot, the last catalog seen); text that cannot be
+        encoded, which an older version may have saved, is replaced (see `policy.jsontext`)."""
+        data = scrub(data)
+        return cls(
+            tools=tuple(types.Tool.model_validate(t) for t in data.get("tools", [])),
+            prompts=tuple(types.Prompt.model_validate(p) for p in data.get("prompts", [])),
+            resources=tuple(types.Resource.model_validate(r) for r in data.get("resources", [])),
+            templates=tuple(types.ResourceTemplate.model_validate(t) for t in data.get("templates", [])),
+            instructions=data.get("instructions"),
+        ).unstamped()
+
+    def scrubbed(self, secrets: re.Pattern[str] | None) -> Listing:
+        """This listing with every secret `secrets` finds replaced: what a server lists goes to the
+        model and into the catalogs kept on disk, and it may hold a value the gateway gave it."""
+        clean, count = scrub_secrets(self.dump(), secrets)
+        return Listing.load(clean) if count else self
+
+    def unstamped(self) -> Listing:
+        """This listing without the protocol stamps in its items' `_meta`: the lock does not hash
+        them (`policy.lock.without_protocol_meta`), so the client must not see them either."""
+
+        def each(items: tuple[Any, ...]) -> tuple[Any, ...]:
+            return tuple(_unstamped(item) for item in items)
+
+        return Listing(
+            each(self.tools), each(self.prompts), each(self.resources), each(self.templates), self.instructions
+        )
+
+
+async def fetch_listing(client: Client, secrets: re.Pattern[str] | None) -> Listing:
+    caps = client.server_capabilities
+
+    async def pages(fetch: Callable[[str | None], Awaitable[Any]], attr: str) -> tuple[Any, ...]:
+        items: list[Any] = []
+        cursor: str | None = None
+        for _ in range(1000):  # a server that pages forever is cut off, not followed
+            page = await fetch(cursor)
+            items.extend(getattr(page, attr))
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tuple(items)
+
+    tools = await pages(lambda c: client.list_tools(cursor=c), "tools") if caps.tools else ()
+    prompts = await pages(lambda c: client.list_prompts(cursor=c), "prompts") if caps.prompts else ()
+    resources, templates = (), ()
+    if caps.resources:
+        resources = await pages(lambda c: client.list_resources(cursor=c), "resources")
+        templates = await pages(lambda c: client.list_resource_templates(cursor=c), "resource_templates")
+    return Listing(tools, prompts, resources, templates, client.instructions).unstamped().scrubbed(secrets)
+
+
+def _unstamped(item: Any) -> Any:
+    meta = item.meta
+    if not meta:
+        return item
+    kept = without_protocol_meta(meta)
+    return item if len(kept) == len(meta) else item.model_copy(update={"meta": kept or None})

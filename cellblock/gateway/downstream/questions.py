@@ -1,0 +1,127 @@
+"""What a server asks of the client during a call: the user (elicitation), the client's model
+(sampling), its roots, and a 2026-07-28 server's input rounds.
+
+A question goes to the call it belongs to (`Downstream.owner`), framed as the server's own; one
+that may not be shown (`forms.refusal`), or a URL that would carry a secret the gateway gave the
+server, is declined. Sampling follows the server's `sampling:` setting, and passes on no secret
+the gateway holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import mcp.types as types
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel, FileUrl
+
+from cellblock.gateway.ask.forms import refusal
+from cellblock.gateway.config.model import LocalServer, RemoteServer
+from cellblock.gateway.downstream.launch import granted_roots
+from cellblock.gateway.downstream.rounds import Caller, DownstreamError
+from cellblock.gateway.scrub import Scrubbed
+from cellblock.gateway.scrub import scrub as scrub_secrets
+
+__all__ = ["Questions", "SamplingApproval"]
+
+logger = logging.getLogger(__name__)
+
+P = TypeVar("P", bound=BaseModel)  # a server's question or sampling request
+# asks the human whether a server may use the client's model (`sampling: ask`): None when they
+# allowed it, else why not
+SamplingApproval = Callable[[str, types.CreateMessageRequestParams, Caller], Awaitable[str | None]]
+
+
+@dataclass
+class Questions:
+    """One server's questions; see the module docstring."""
+
+    name: str
+    config: LocalServer | RemoteServer
+    sampling: str  # "deny" | "ask" | "allow"
+    approve: SamplingApproval | None
+    event: Callable[..., None]  # an audit event about this server
+    secrets: Callable[[], re.Pattern[str] | None]  # what finds the secrets the gateway holds
+
+    def without_secrets(self, params: P) -> tuple[P, int]:
+        """A server's question or sampling request with every secret the gateway holds replaced,
+        and how many were.
+
+        Raises:
+            DownstreamError: it is nested too deeply to be checked.
+        """
+        try:
+            clean, count = scrub_secrets(params.model_dump(by_alias=True, mode="json"), self.secrets())
+        except Scrubbed as exc:
+            raise DownstreamError(f"server '{self.name}' sent a request that is {exc}") from None
+        return (type(params).model_validate(clean), count) if count else (params, 0)
+
+    async def elicit(self, params: types.ElicitRequestParams, entry: Caller | None) -> types.ElicitResult:
+        """The server's question put to the user, or declined: nobody to ask, or it may not be
+        shown (`forms.refusal`: a URL a browser should not open, or the look of an approval)."""
+        if entry is None or entry.asker is None:
+            return types.ElicitResult(action="decline")
+        try:
+            params, found = self.without_secrets(params)
+            why = refusal(params)
+        except DownstreamError as exc:
+            found, why = 0, str(exc)
+        if found and isinstance(params, types.ElicitRequestURLParams):
+            # a page the user opens could be told what the gateway gave the server; it is not opened
+            why = "its URL or message holds a secret the gateway gave the server"
+        if why is not None:
+            url = params.url if isinstance(params, types.ElicitRequestURLParams) else None
+            self.event("elicitation_refused", mode=params.mode, reason=why, url=url)
+            logger.warning("server '%s': its question was not shown to the user: %s", self.name, why)
+            return types.ElicitResult(action="decline")
+        return await entry.asker.elicit(self.name, params)
+
+    async def sample(self, params: types.CreateMessageRequestParams, entry: Caller | None) -> types.CreateMessageResult:
+        """Pass a request for the client's model on, as `sampling:` allows.
+
+        Raises:
+            DownstreamError: refused by the config or the user, or the client could not answer.
+        """
+        if self.sampling == "deny":
+            self.event("sampling", decision="deny", reason="sampling: deny")
+            raise DownstreamError(
+                f"server '{self.name}' may not use the client's model (sampling: deny in cellblock.yaml)"
+            )
+        if entry is None or entry.asker is None:
+            raise DownstreamError(f"server '{self.name}' asked for sampling outside any call; refused")
+        if self.sampling == "ask" and self.approve is not None:
+            refusal = await self.approve(self.name, params, entry)
+            if refusal is not None:
+                self.event("sampling", decision="deny", reason=refusal)
+                raise DownstreamError(f"server '{self.name}' may not use the client's model: {refusal}")
+        self.event("sampling", decision="allow", max_tokens=params.max_tokens)
+        params, _ = self.without_secrets(params)  # the client's model sees no secret of the gateway's
+        try:
+            return await entry.asker.sample(params)
+        except (MCPError, ValueError) as exc:
+            raise DownstreamError(f"the client did not complete the sampling request of '{self.name}': {exc}") from exc
+
+    def roots(self) -> types.ListRootsResult:
+        """The directories granted to the server's jail that are the user's work (`granted_roots`),
+        and never more (none for unjailed or remote servers)."""
+        paths = granted_roots(self.config) if isinstance(self.config, LocalServer) else []
+        return types.ListRootsResult(
+            roots=[types.Root(uri=FileUrl(Path(p).resolve().as_uri()), name=Path(p).name or p) for p in paths]
+        )
+
+    async def answer(self, request: types.InputRequest, caller: Caller) -> types.InputResponse:
+        """The answer to one of a 2026-07-28 server's input requests during `caller`'s call.
+
+        Raises:
+            DownstreamError: a sampling request refused, or the client could not answer it.
+        """
+        if isinstance(request, types.ElicitRequest):
+            return await self.elicit(request.params, caller)
+        if isinstance(request, types.ListRootsRequest):
+            return self.roots()
+        return await self.sample(request.params, caller)
