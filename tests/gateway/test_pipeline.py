@@ -162,3 +162,21 @@ async def test_a_call_whose_tool_changed_when_its_server_started_is_refused_by_t
     shown["now"] = catalog(held=("read",))  # the server came up offering a changed 'read'
     assert "changed when the server started" in text(checked.recheck(call))
     assert decisions(log) == [("read", "allow", "default"), ("read", "deny", "lock")]
+
+
+def test_the_stages_run_in_the_order_the_design_names() -> None:
+    stages = pipeline(Audit(Path("/nonexistent/audit.jsonl")), catalog("read")).stages
+    assert [stage.__name__ for stage in stages] == ["_route", "_lock", "_policy", "_approval", "_record"]
+
+
+@pytest.mark.parametrize(("tool", "held"), [("read", ()), ("write", ()), ("delete", ()), ("read", ("read",))])
+async def test_the_fast_decision_takes_only_a_call_allowed_without_waiting_and_writes_nothing_else(
+    tmp_path: Path, tool: str, held: tuple[str, ...]
+) -> None:
+    log, human = tmp_path / "audit.jsonl", Human(Decision.ALLOW)
+    shown = catalog(*({"read", "write", "delete"} - set(held)), held=held)
+    fast = pipeline(Audit(log), shown, human, reviewer=lambda call: None).allow_now(
+        Call(f"fs__{tool}", None), ("fs", tool)
+    )
+    assert fast is (tool == "read" and not held) and human.asked == []
+    assert decisions(log) == ([("read", "allow", "read")] if fast else [])

@@ -1,15 +1,18 @@
-"""The call path, in one place: route -> lock -> policy -> approval -> (forward) -> audit.
+"""The call path, in one place: route -> lock -> policy -> approval -> record, then (the call's
+own, `serve/calls.py`) forward and the audit of its end.
 
-Each stage can only refuse or pass a call on; none can widen what an earlier one decided. A
-refusal is a tool error the model can read, and every decision is written to the audit log
-before anything is forwarded: if that write fails, the call is refused.
+The stages are data (`Pipeline.stages`), run in order by every decision. Each can only pass a
+call on, refuse it by raising `Refused` (audited, and a tool error the model can read), or
+return a wait for someone (the human's review of a held catalog, an `ask`); none can widen what
+an earlier one decided. Every allow is written to the audit log before anything is forwarded:
+if that write fails, the call is refused (`Unrecorded`).
 
-`admit` runs every stage. `admit_item` runs the policy, approval and audit stages for a prompt get
-or a resource read that the gateway has routed and checked against the lock itself: the same
-rules machinery, the same approvals, the same `call` audit record (its `tool` is "prompt:NAME"
-or "resource:URI"). `allow_now` is the fast path's admission (gateway/serve/fastpath.py): the
-same route, lock and policy stages, taken only when they allow the call without asking anyone;
-whatever else they would say, it says nothing and leaves the call to `admit`.
+`admit` runs every stage and waits where one asks to. `allow_now` is the fast path's decision
+(gateway/serve/fastpath.py): the same stages, taken only when they allow the call without
+waiting for anyone; whatever else they would say, it says nothing and leaves the call to
+`admit`. `admit_item` runs the stages from policy on for a prompt get or a resource read that
+the gateway has routed and checked against the lock itself: the same rules machinery, the same
+approvals, the same `call` audit record (its `tool` is "prompt:NAME" or "resource:URI").
 """
 
 from __future__ import annotations
@@ -26,9 +29,7 @@ from cellblock.gateway.serve.catalog import Catalog
 from cellblock.policy.rules import Policy
 from cellblock.policy.types import Decision, Verdict
 
-__all__ = ["STAGES", "Approver", "Asking", "Call", "Pipeline", "Reviewer"]
-
-STAGES = ("route", "lock", "policy", "approval")
+__all__ = ["Approver", "Asking", "Call", "Pipeline", "Refused", "Reviewer", "Stage", "Unrecorded"]
 
 
 @dataclass
@@ -41,6 +42,9 @@ class Call:
     tool: str = ""  # the server's tool; for a prompt or resource its kind and name: "prompt:greet"
     kind: str = "tool"  # "tool", "prompt" or "resource"
     verdict: Verdict | None = None
+    held: bool = False  # the lock holds the item it names (new or changed since approval)
+    policy: Policy | None = None  # a prompt's or resource's rules (else its server's tool rules)
+    item: str = ""  # what `policy` judges: the prompt's name, the server's URI
     ctx: Asking | None = None  # how to reach the human who may approve it
     human: types.ElicitResult | None = None  # their answer, when a 2026-07-28 retry carries it
 
@@ -62,8 +66,36 @@ Approver = Callable[[Call], Awaitable[Verdict]]
 Reviewer = Callable[[Call], Awaitable[bool]]
 
 
+class Refused(Exception):
+    """A stage refuses the call; the refusal is audited with this verdict."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(verdict.reason)
+        self.verdict = verdict
+
+
+class Unrecorded(Exception):
+    """The allow could not be written to the audit log: no call runs unrecorded."""
+
+
+class _Waits(Exception):
+    """A stage would wait for someone (the human); the fast decision leaves the call to `admit`."""
+
+
+# A stage looks at the call and either lets it on (None), refuses it (raises Refused), or needs to
+# wait for someone: the wait it returns refuses, or narrows the call, by raising or by returning.
+Wait = Callable[[], Awaitable[None]]
+Stage = Callable[[Call], Wait | None]
+
+
 class Pipeline:
-    """Runs the stages for a call against the current catalog, lock holds and policies."""
+    """Runs the stages for a call against the current catalog, lock holds and policies.
+
+    One sequence, `stages` (route -> lock -> policy -> approval -> record), for every decision:
+    `admit` waits where a stage asks to, `allow_now` (the fast path's) stops there and says
+    nothing; `admit_item` runs the same stages from policy on. Forwarding and the audit of the
+    call's end are the call's own (`serve/calls.ToolCall`).
+    """
 
     def __init__(
         self,
@@ -80,101 +112,113 @@ class Pipeline:
         self._audit = audit
         self._approver = approver
         self._reviewer = reviewer
+        self.stages: tuple[Stage, ...] = (self._route, self._lock, self._policy, self._approval, self._record)
+        self.item_stages: tuple[Stage, ...] = (self._policy, self._approval, self._record)
 
     async def admit(self, call: Call) -> types.CallToolResult | None:
-        """None when the call may be forwarded (its allow already audited), else the refusal to return."""
-        catalog = self._catalog()
-        route = catalog.tool_routes.get(call.name)
-        held = catalog.held.get(call.name) if route is None else None
-        if held is not None and self._reviewer is not None:
-            call.server, call.tool = held
-            # a human may accept the changed catalog right here (through elicitation)
-            if await self._reviewer(call):
-                catalog = self._catalog()
-                route = catalog.tool_routes.get(call.name)
-                held = catalog.held.get(call.name) if route is None else None
-        if route is None:
-            if held is not None:  # lock: new or changed since approval
-                call.server, call.tool = held
-                reason = (
-                    f"tool '{call.name}' of server '{held[0]}' is new or changed since the server was approved; "
-                    f"see 'cellblock diff {held[0]}', accept with 'cellblock approve {held[0]}'"
-                )
-                return self._refuse(call, Verdict(Decision.DENY, "lock", reason))
-            reason = self._unavailable(call.name) or (
-                f"unknown tool '{call.name}': it is not in Cellblock's catalog; list the tools again"
-            )
-            return self._refuse(call, Verdict(Decision.DENY, "route", reason))
-        call.server, call.tool = route
-        refused = await self.admit_item(call, self._policies[call.server], call.tool)
-        return None if refused is None else error_result(refused)
-
-    async def admit_item(self, call: Call, policy: Policy, name: str) -> str | None:
-        """Policy, approval and audit for a routed call that the lock lets through: a tool call,
-        a prompt (`name`, with `call.arguments`) or a resource (`name` is the server's URI).
-        None when it may be forwarded (its allow audited), else the refusal's text (audited).
+        """None when the call may be forwarded (its allow already audited), else the refusal to return.
 
         Raises:
             NeedsInput: a 2026-07-28 client must be asked through an InputRequiredResult.
         """
-        verdict = policy.decide(name, call.arguments)
-        call.verdict = verdict
-        if verdict.decision is Decision.ASK:
-            verdict = await self._approver(call)
-            call.verdict = verdict
-        if verdict.decision is not Decision.ALLOW:
-            return self.refusal(call, verdict)
-        return self._allowed(call, verdict)
-
-    def server_of(self, name: str) -> str | None:
-        """The server an exposed name belongs to, whether the lock holds it or not."""
-        catalog = self._catalog()
-        route = catalog.tool_routes.get(name) or catalog.held.get(name)
-        return None if route is None else route[0]
-
-    def route(self, name: str) -> tuple[str, str] | None:
-        """(server, tool) for an exposed tool name that is in the catalog and not held."""
-        return self._catalog().tool_routes.get(name)
-
-    def allow_now(self, call: Call, route: tuple[str, str]) -> bool:
-        """The fast path's admission of a call whose name routes to `route`: True when the policy
-        allows it without asking anyone, and the allow is audited. False decides and writes
-        nothing: the call then goes through `admit`, which asks, refuses or records the failure.
-        """
-        verdict = self._policies[route[0]].decide(route[1], call.arguments)
-        if verdict.decision is not Decision.ALLOW:
-            return False
-        call.server, call.tool = route
-        call.verdict = verdict
-        return self._allow(call, verdict) is None
-
-    def recheck(self, call: Call) -> types.CallToolResult | None:
-        """After waiting for its server to start, an admitted call still routes where it did:
-        None, or the refusal (audited). A server listed from its lock before it answered may
-        turn out to offer something else; the lock then holds it, and this call must not pass."""
-        if self.route(call.name) == (call.server, call.tool):
-            return None
-        reason = (
-            f"tool '{call.name}' of server '{call.server}' changed when the server started, since it was approved; "
-            f"see 'cellblock diff {call.server}', accept with 'cellblock approve {call.server}'"
-        )
-        return self._refuse(call, Verdict(Decision.DENY, "lock", reason))
-
-    def finished(self, call: Call, is_error: bool, duration_ms: float) -> None:
-        self._audit.write(
-            "call_end",
-            call.server,
-            tool=call.tool,
-            duration_ms=round(duration_ms, 3),
-            is_error=is_error,
-            **_kind(call),
-        )
-
-    def _allow(self, call: Call, verdict: Verdict) -> types.CallToolResult | None:
-        refused = self._allowed(call, verdict)
+        refused = await self._run(call, self.stages)
         return None if refused is None else error_result(refused)
 
-    def _allowed(self, call: Call, verdict: Verdict) -> str | None:
+    async def admit_item(self, call: Call, policy: Policy, name: str) -> str | None:
+        """Policy, approval and audit for a routed call that the lock lets through: a prompt
+        (`name`, with `call.arguments`) or a resource (`name` is the server's URI). None when it
+        may be forwarded (its allow audited), else the refusal's text (audited).
+
+        Raises:
+            NeedsInput: a 2026-07-28 client must be asked through an InputRequiredResult.
+        """
+        call.policy, call.item = policy, name
+        return await self._run(call, self.item_stages)
+
+    def allow_now(self, call: Call, route: tuple[str, str]) -> bool:
+        """The fast path's decision on a call whose name routes to `route`: True when the stages
+        allow it without waiting for anyone, and the allow is audited. False decides and writes
+        nothing (but a failed audit write): the call then goes through `admit`, which asks,
+        refuses or records the failure.
+        """
+        try:
+            for stage in self.stages:
+                if stage(call) is not None:
+                    raise _Waits
+        except (Refused, Unrecorded, _Waits):
+            return False
+        return call.server == route[0] and call.tool == route[1]
+
+    async def _run(self, call: Call, stages: tuple[Stage, ...]) -> str | None:
+        try:
+            for stage in stages:
+                wait = stage(call)
+                if wait is not None:
+                    await wait()
+        except Refused as refused:
+            return self.refusal(call, refused.verdict)
+        except Unrecorded as unrecorded:
+            return str(unrecorded)
+        return None
+
+    # -- the stages -----------------------------------------------------------------------------
+
+    def _route(self, call: Call) -> Wait | None:
+        catalog = self._catalog()
+        route = catalog.tool_routes.get(call.name)
+        held = catalog.held.get(call.name) if route is None else None
+        if route is None and held is None:
+            reason = self._unavailable(call.name) or (
+                f"unknown tool '{call.name}': it is not in Cellblock's catalog; list the tools again"
+            )
+            raise Refused(Verdict(Decision.DENY, "route", reason))
+        found = route or held
+        assert found is not None
+        call.server, call.tool = found
+        call.held = route is None
+        return None
+
+    def _lock(self, call: Call) -> Wait | None:
+        if not call.held:
+            return None
+        reason = (
+            f"tool '{call.name}' of server '{call.server}' is new or changed since the server was approved; "
+            f"see 'cellblock diff {call.server}', accept with 'cellblock approve {call.server}'"
+        )
+        reviewer = self._reviewer
+        if reviewer is None:
+            raise Refused(Verdict(Decision.DENY, "lock", reason))
+
+        async def review() -> None:
+            # a human may accept the changed catalog right here (through elicitation)
+            route = self.route(call.name) if await reviewer(call) else None
+            if route is None:
+                raise Refused(Verdict(Decision.DENY, "lock", reason))
+            (call.server, call.tool), call.held = route, False
+
+        return review
+
+    def _policy(self, call: Call) -> Wait | None:
+        policy = call.policy or self._policies[call.server]
+        call.verdict = policy.decide(call.item or call.tool, call.arguments)
+        if call.verdict.decision is Decision.DENY:
+            raise Refused(call.verdict)
+        return None
+
+    def _approval(self, call: Call) -> Wait | None:
+        if call.verdict is None or call.verdict.decision is not Decision.ASK:
+            return None
+
+        async def ask() -> None:
+            call.verdict = await self._approver(call)
+            if call.verdict.decision is not Decision.ALLOW:
+                raise Refused(call.verdict)
+
+        return ask
+
+    def _record(self, call: Call) -> Wait | None:
+        verdict = call.verdict
+        assert verdict is not None
         self._audit.write(
             "call",
             call.server,
@@ -186,11 +230,44 @@ class Pipeline:
             **_kind(call),
         )
         if self._audit.failed:
-            return f"refused: the audit log {self._audit.path} cannot be written, and no call runs unrecorded"
+            raise Unrecorded(
+                f"refused: the audit log {self._audit.path} cannot be written, and no call runs unrecorded"
+            )
         return None
 
-    def _refuse(self, call: Call, verdict: Verdict) -> types.CallToolResult:
-        return error_result(self.refusal(call, verdict))
+    # -- around the stages ----------------------------------------------------------------------
+
+    def server_of(self, name: str) -> str | None:
+        """The server an exposed name belongs to, whether the lock holds it or not."""
+        catalog = self._catalog()
+        route = catalog.tool_routes.get(name) or catalog.held.get(name)
+        return None if route is None else route[0]
+
+    def route(self, name: str) -> tuple[str, str] | None:
+        """(server, tool) for an exposed tool name that is in the catalog and not held."""
+        return self._catalog().tool_routes.get(name)
+
+    def recheck(self, call: Call) -> types.CallToolResult | None:
+        """After waiting for its server to start, an admitted call still routes where it did:
+        None, or the refusal (audited). A server listed from its lock before it answered may
+        turn out to offer something else; the lock then holds it, and this call must not pass."""
+        if self.route(call.name) == (call.server, call.tool):
+            return None
+        reason = (
+            f"tool '{call.name}' of server '{call.server}' changed when the server started, since it was approved; "
+            f"see 'cellblock diff {call.server}', accept with 'cellblock approve {call.server}'"
+        )
+        return error_result(self.refusal(call, Verdict(Decision.DENY, "lock", reason)))
+
+    def finished(self, call: Call, is_error: bool, duration_ms: float) -> None:
+        self._audit.write(
+            "call_end",
+            call.server,
+            tool=call.tool,
+            duration_ms=round(duration_ms, 3),
+            is_error=is_error,
+            **_kind(call),
+        )
 
     def refusal(self, call: Call, verdict: Verdict) -> str:
         """Audit the refusal of `call` and give its text."""
