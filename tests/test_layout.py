@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib
 import pkgutil
+import re
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,15 @@ def test_modules_stay_small() -> None:
     big = {name for name, lines in sizes.items() if lines > MODULE_MAX_LINES}
     assert big <= OVERSIZED, f"over {MODULE_MAX_LINES} lines: {sorted(big - OVERSIZED)}"
     assert not OVERSIZED - big, f"no longer oversized, strike from OVERSIZED: {sorted(OVERSIZED - big)}"
+
+
+def test_the_architecture_page_names_what_exists() -> None:
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    folders = set(re.findall(r"^\| `(\w+)/` \|", page, re.M))
+    assert folders == set(MAY_IMPORT), "docs/architecture.md's table of folders is not the layout's"
+    named = set(re.findall(r"`((?:\w+/)*\w+\.py)", page))
+    tree = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")}
+    missing = {
+        n for n in named if not any(t == n or t.endswith("/" + n) for t in tree) and not (PACKAGE.parent / n).exists()
+    }
+    assert not missing, f"docs/architecture.md names files that do not exist: {sorted(missing)}"
