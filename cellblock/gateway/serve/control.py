@@ -21,7 +21,6 @@ side is blocking stdlib code for the CLI.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -38,7 +37,7 @@ import anyio
 import anyio.abc
 
 from cellblock.policy.errors import CellblockError
-from cellblock.sandbox.unix import bind_private, reachable
+from cellblock.sandbox.unix import accept, bind_private, reachable
 
 __all__ = [
     "MAX_CONNECTIONS",
@@ -71,8 +70,6 @@ REPLY_TIMEOUT = 5.0
 DRAIN_TIMEOUT = 1.0
 # A human types these commands; 16 at once is ample, and the cap bounds what stuck peers can hold.
 MAX_CONNECTIONS = 16
-# Out of file descriptors: accepting again at once would spin; a short pause lets others close.
-ACCEPT_BACKOFF = 0.1
 # A pending list carries each call's arguments; the cap only stops a confused peer from making
 # the CLI read without end.
 MAX_REPLY = 16 * 1024 * 1024
@@ -135,7 +132,7 @@ class ControlServer:
                     # take a slot before accepting: past the cap, peers wait in the kernel backlog
                     await slots.acquire()
                     try:
-                        conn = await _accept(listener)
+                        conn = await accept(listener, "control socket")
                     except BaseException:
                         slots.release()
                         raise
@@ -224,23 +221,6 @@ def _ancestry(pid: int) -> list[int] | None:
             return None
         found.append(pid)
     return found
-
-
-async def _accept(listener: socket.socket) -> socket.socket:
-    while True:
-        await anyio.wait_readable(listener)
-        try:
-            conn, _ = listener.accept()
-        except (BlockingIOError, InterruptedError):
-            continue  # the peer gave up between readiness and accept
-        except OSError as exc:
-            if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                raise
-            logger.warning("control socket: accept failed (%s); backing off", exc)
-            await anyio.sleep(ACCEPT_BACKOFF)
-            continue
-        conn.setblocking(False)
-        return conn
 
 
 async def _read_request(conn: socket.socket) -> dict[str, Any] | None:
