@@ -8,6 +8,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from cellblock.policy.constraints import within
+
 __all__ = ["ENTRY_MAX", "Draft", "Secret", "Starter"]
 
 ENTRY_MAX = 64  # cellblock.gateway.downstream.credentials.ENTRY_NAME
@@ -69,7 +71,7 @@ class Draft:
         else:
             return None
         home = self.home.rstrip("/")
-        if tilde and (full == home or full.startswith(home + "/")):
+        if tilde and within(full, home):
             return "~" + full[len(home) :]
         return full
 

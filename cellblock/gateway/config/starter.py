@@ -45,12 +45,13 @@ from cellblock.gateway.config.secretlike import (
     secret_name,
     secret_shape,
 )
+from cellblock.gateway.scrub import REDACTED
+from cellblock.policy.constraints import within
 
 __all__ = ["REDACTED", "SERVER_NAME_MAX", "ClientEntryLike", "server_name", "starter"]
 
 SERVER_NAME_MAX = 24
 # stands in for a secret in an argument: Cellblock can pass a keyring value only as an env var
-REDACTED = "[redacted]"
 _CELLBLOCK_REF = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")  # what config.expand_path expands
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")  # VS Code's, the same as Cellblock's ${X}
 _ASSIGNMENT = re.compile(r"^-{0,2}[A-Za-z_][A-Za-z0-9_.-]*=(?!=)")  # --token=X, TOKEN=X (docker -e)
@@ -326,7 +327,7 @@ def _paths(draft: Draft, args: Sequence[str], cwd: str | None, *, writable: bool
         shared = [draft.expand(p) for p in (*draft.read_only, *draft.read_write)]
         if not os.path.isdir(real):
             draft.notes.append(f"cwd {cwd} does not exist: the server will not start until it does")
-        elif any(real == s or real.startswith(s.rstrip("/") + "/") for s in shared):
+        elif any(within(real, s) for s in shared):
             pass
         elif _home_or_above(real, draft.home):
             draft.notes.append(f"cwd {cwd} is your home or above it, which the jail never shares: pick a folder")
@@ -337,7 +338,7 @@ def _paths(draft: Draft, args: Sequence[str], cwd: str | None, *, writable: bool
 
 def _home_or_above(path: str, home: str) -> bool:
     real, home = os.path.normpath(path), os.path.normpath(home)
-    return real == "/" or home == real or home.startswith(real.rstrip("/") + "/")
+    return real == "/" or within(home, real)
 
 
 def _remote(draft: Draft, entry: ClientEntryLike) -> None:
