@@ -14,11 +14,9 @@ import functools
 import logging
 import math
 import os
-import re
 import secrets
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -33,7 +31,6 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
-from mcp.types import CONNECTION_CLOSED
 from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
@@ -41,13 +38,13 @@ from pydantic import BaseModel
 from cellblock.gateway.ask.elicitation import Asker
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.model import LocalServer, RemoteServer
-from cellblock.gateway.credentials import CredentialError, Keyring
+from cellblock.gateway.credentials import CredentialError
 from cellblock.gateway.downstream.backoff import Backoff
-from cellblock.gateway.downstream.discovery import DiscoveryRefused
+from cellblock.gateway.downstream.connection import START_SECONDS, connection_closed, failure_text, watched
+from cellblock.gateway.downstream.keys import ServerKeys
 from cellblock.gateway.downstream.launch import launch_plan, stdio_parameters
 from cellblock.gateway.downstream.listing import Listing, fetch_listing
 from cellblock.gateway.downstream.local import LocalChannel, local_transport
-from cellblock.gateway.downstream.oauth import KeyringTokenStorage
 from cellblock.gateway.downstream.packages import InstallError
 from cellblock.gateway.downstream.questions import Questions, SamplingApproval
 from cellblock.gateway.downstream.ratelimit import Budget
@@ -65,7 +62,6 @@ from cellblock.gateway.downstream.rounds import (
 )
 from cellblock.gateway.errors import first_line
 from cellblock.gateway.scrub import scrub as scrub_secrets
-from cellblock.gateway.wire.lines import remote_message
 from cellblock.gateway.wire.stdio import DEFAULT_LINE_LIMIT
 from cellblock.policy.hosts import parse_rule
 from cellblock.sandbox.egress import Decision, EgressProxy
@@ -76,9 +72,6 @@ __all__ = ["MAX_INPUT_ROUNDS", "START_SECONDS", "Downstream", "DownstreamError",
 
 logger = logging.getLogger(__name__)
 
-# A server that takes longer than this to answer its handshake and first lists is treated as
-# failed to start: the client is waiting for a catalog.
-START_SECONDS = 30.0
 # Messages that are not valid MCP a server may send in one run before it is restarted: a stray
 # print or two is a bug to log, thousands are a server that will not speak the protocol.
 MAX_GARBAGE = 1000
@@ -150,8 +143,6 @@ class Downstream:
     _retry_on_use: bool = False
     _in_flight: list[Caller] = field(default_factory=list)
     _tg: anyio.abc.TaskGroup | None = None
-    _store: Keyring | None = None
-    _secrets_known: bool = False  # register_secrets ran
     _closed: anyio.Event | None = None  # set to end the current connection
     _login_lock: anyio.Lock = field(default_factory=anyio.Lock)
     _watch: HttpWatch = field(default_factory=HttpWatch)
@@ -164,10 +155,12 @@ class Downstream:
     _garbage = 0  # messages that were not valid MCP, in this run
     _garbage_log: Budget = field(default_factory=lambda: Budget(rate=1.0, burst=20.0))
     questions: Questions = field(init=False)
+    keys: ServerKeys = field(init=False)
 
     def __post_init__(self) -> None:
+        self.keys = ServerKeys(self.name, self.config, self.audit, self.allow_insecure)
         self.questions = Questions(
-            self.name, self.config, self.sampling, self.approve_sampling, self._event, self._secrets
+            self.name, self.config, self.sampling, self.approve_sampling, self._event, self.keys.pattern
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -301,56 +294,17 @@ class Downstream:
         if not words:
             return reason
         self._words = words
-        if exc is not None and _connection_closed(exc) and self.channel is not None and not self.channel.answered:
+        if exc is not None and connection_closed(exc) and self.channel is not None and not self.channel.answered:
             return f"exited at start: {words}"
         return f"{reason}; its stderr ended: {words}"
 
     def _explain(self, exc: BaseException) -> str:
         if isinstance(self.config, RemoteServer):
-            text = explain(self.name, self.config, self._watch, exc) or _describe(exc)
+            text = explain(self.name, self.config, self._watch, exc) or failure_text(exc)
         else:
-            text = _describe(exc)
+            text = failure_text(exc)
         # what the server answered (a refused handshake) may hold a secret the gateway gave it
-        return cast(str, scrub_secrets(text, self._secrets())[0])
-
-    def _secrets(self) -> re.Pattern[str] | None:
-        return self.audit.secret_pattern() if self.audit is not None else None
-
-    def _refused(self, refused: DiscoveryRefused) -> None:
-        # the server pointed OAuth somewhere it may not go: recorded with the origin only, never a path or token
-        logger.warning("%s", refused)
-        if self.audit is not None:
-            refused.record(self.audit)
-
-    def _secret(self, value: str) -> None:
-        # a credential the gateway handed out: redacted wherever it turns up in the audit log
-        if self.audit is not None:
-            self.audit.add_secret(value)
-
-    async def register_secrets(self) -> None:
-        """Tell the audit log this server's credentials before a call to it is recorded, so a value
-        echoed in a call's arguments is redacted even before the server has started (once)."""
-        if self._secrets_known or self.audit is None:
-            return
-        self._secrets_known = True
-        entries = list(self.config.secrets.values())
-        oauth = isinstance(self.config, RemoteServer) and self.config.auth.type == "oauth"
-        if isinstance(self.config, RemoteServer) and self.config.auth.type == "bearer":
-            entries.append(self.name)
-        if not entries and not oauth:
-            return
-        with contextlib.suppress(CredentialError):  # missing or refused: starting the server says so
-            for entry in entries:
-                value = await self._keyring().aget(entry)
-                if value:
-                    self._secret(value)
-            if oauth:  # reading the stored tokens tells each one to `_secret`
-                await KeyringTokenStorage(self._keyring(), self.name, self._secret).get_tokens()
-
-    def _keyring(self) -> Keyring:
-        if self._store is None:
-            self._store = Keyring(self.allow_insecure)
-        return self._store
+        return cast(str, scrub_secrets(text, self.keys.pattern())[0])
 
     def _fail(self, reason: str, retry_on_use: bool = False) -> None:
         self._event("server_failed", reason=reason)
@@ -406,7 +360,7 @@ class Downstream:
     async def _connect(self, egress_socket: str | None) -> None:
         closed = self._closed = anyio.Event()
         client = Client(
-            _watched(await self._transport(egress_socket), closed, remote=isinstance(self.config, RemoteServer)),
+            watched(await self._transport(egress_socket), closed, remote=isinstance(self.config, RemoteServer)),
             mode="legacy" if self.protocol == "legacy" else "auto",
             elicitation_callback=self._on_elicit,
             list_roots_callback=self._on_roots,
@@ -420,7 +374,7 @@ class Downstream:
         # One deadline covers spawn, handshake and first lists; lifted once the server is ready.
         with anyio.CancelScope(deadline=anyio.current_time() + START_SECONDS) as scope:
             async with client:
-                listing = await fetch_listing(client, self._secrets())
+                listing = await fetch_listing(client, self.keys.pattern())
                 scope.deadline = math.inf
                 if self.channel is not None:
                     self.channel.answered = True
@@ -469,14 +423,14 @@ class Downstream:
         if isinstance(self.config, LocalServer):
             values = {}
             for variable, entry in self.config.secrets.items():
-                value = await self._keyring().aget(entry)
+                value = await self.keys.keyring().aget(entry)
                 if value is None:
                     raise CredentialError(
                         f"server '{self.name}' needs the secret {variable} from keyring entry '{entry}', "
                         f"which is not set: run `cellblock auth set {entry}`"
                     )
                 values[variable] = value
-                self._secret(value)
+                self.keys.add(value)
             private = self.runtime / "servers" / self.name
             # off the event loop: building a jail looks at the disk (an installed tree is checked file by file)
             build = functools.partial(
@@ -496,9 +450,9 @@ class Downstream:
             )
             return local_transport(plan, self.channel, sys.stderr)
         self._watch = HttpWatch()
-        keyring = self._keyring() if self.config.auth.type != "none" or self.config.secrets else None
+        keyring = self.keys.keyring() if self.config.auth.type != "none" or self.config.secrets else None
         http = await remote_client(
-            self.name, self.config, keyring, self._watch, self._secret, self.max_message, self._refused
+            self.name, self.config, keyring, self._watch, self.keys.add, self.max_message, self.keys.refused
         )
         return streamable_http_client(self.config.url, http_client=http, max_sse_event_size=self.max_message)
 
@@ -600,7 +554,7 @@ class Downstream:
                 async for _ in events:
                     self._refresh_soon()
         except (MCPError, SubscriptionLost, ListenNotSupportedError) as exc:
-            logger.info("server '%s': no change notifications (%s)", self.name, _describe(exc))
+            logger.info("server '%s': no change notifications (%s)", self.name, failure_text(exc))
 
     async def refresh(self) -> None:
         """Re-read the catalog after the server said it changed, and report it."""
@@ -609,9 +563,9 @@ class Downstream:
             return
         try:
             with anyio.fail_after(START_SECONDS):
-                self.listing = await fetch_listing(client, self._secrets())
+                self.listing = await fetch_listing(client, self.keys.pattern())
         except (MCPError, TimeoutError, anyio.ClosedResourceError) as exc:
-            logger.warning("server '%s': could not re-read its catalog: %s", self.name, _describe(exc))
+            logger.warning("server '%s': could not re-read its catalog: %s", self.name, failure_text(exc))
             return
         if self.on_listing is not None:
             await self.on_listing(self)
@@ -650,7 +604,7 @@ class Downstream:
                         f"log in with `cellblock auth login {self.name}`"
                     )
 
-            tools = await login(self.name, config, self._keyring(), show, self._secret, self._refused)
+            tools = await login(self.name, config, self.keys.keyring(), show, self.keys.add, self.keys.refused)
             self._event("login", tools=tools)
             logger.info("server '%s': logged in through the client", self.name)
             self.retry()
@@ -753,49 +707,3 @@ class Downstream:
             ) from None
         except MCPError as exc:
             raise DownstreamError(f"server '{self.name}': {exc.message}") from exc
-
-
-@asynccontextmanager
-async def _watched(transport: Any, closed: anyio.Event, remote: bool = False) -> AsyncIterator[Any]:
-    """The transport's streams, setting `closed` when the server's side ends (exit, crash, EOF);
-    a `remote` server's messages are bounded here (`lines.remote_message`), a local one's as read."""
-    async with transport as streams:
-        read, write = streams[0], streams[1]
-        send, receive = anyio.create_memory_object_stream[Any](0)
-
-        async def pump() -> None:
-            try:
-                async with send:
-                    async for item in read:
-                        await send.send(remote_message(item) if remote else item)
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                pass
-            finally:
-                closed.set()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(pump)
-            try:
-                yield receive, write
-            finally:
-                tg.cancel_scope.cancel()
-
-
-def _connection_closed(exc: BaseException) -> bool:
-    if isinstance(exc, BaseExceptionGroup):
-        return any(_connection_closed(e) for e in exc.exceptions)
-    return isinstance(exc, MCPError) and exc.error.code == CONNECTION_CLOSED
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, FileNotFoundError):
-        return f"command not found: {exc.filename or exc}"
-    if isinstance(exc, PermissionError):
-        return f"command not executable: {exc.filename or exc}"
-    if isinstance(exc, TimeoutError):
-        return f"no answer to the handshake within {START_SECONDS:g}s"
-    if isinstance(exc, MCPError):
-        return f"protocol error: {exc.message}"
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_describe(e) for e in exc.exceptions)
-    return f"{type(exc).__name__}: {first_line(exc)}"

@@ -474,7 +474,7 @@ class Gateway:
             return await self.review.review(call)
         server = self.pipeline.server_of(call.name)
         if server is not None:  # its credentials are redacted from the record of this call
-            await self.downstreams[server].register_secrets()
+            await self.downstreams[server].keys.register()
         try:
             refusal = await self.pipeline.admit(call)
         except NeedsInput as needed:

@@ -1,0 +1,67 @@
+"""The pieces of a server's connection that are not the supervisor's state: its streams watched
+for their end, and what a failed start is told as."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from mcp.shared.exceptions import MCPError
+from mcp.types import CONNECTION_CLOSED
+
+from cellblock.gateway.errors import first_line
+from cellblock.gateway.wire.lines import remote_message
+
+__all__ = ["START_SECONDS", "connection_closed", "failure_text", "watched"]
+
+# A server that takes longer than this to answer its handshake and first lists is treated as
+# failed to start: the client is waiting for a catalog.
+START_SECONDS = 30.0
+
+
+@asynccontextmanager
+async def watched(transport: Any, closed: anyio.Event, remote: bool = False) -> AsyncIterator[Any]:
+    """The transport's streams, setting `closed` when the server's side ends (exit, crash, EOF);
+    a `remote` server's messages are bounded here (`lines.remote_message`), a local one's as read."""
+    async with transport as streams:
+        read, write = streams[0], streams[1]
+        send, receive = anyio.create_memory_object_stream[Any](0)
+
+        async def pump() -> None:
+            try:
+                async with send:
+                    async for item in read:
+                        await send.send(remote_message(item) if remote else item)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass
+            finally:
+                closed.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pump)
+            try:
+                yield receive, write
+            finally:
+                tg.cancel_scope.cancel()
+
+
+def connection_closed(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return any(connection_closed(e) for e in exc.exceptions)
+    return isinstance(exc, MCPError) and exc.error.code == CONNECTION_CLOSED
+
+
+def failure_text(exc: BaseException) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return f"command not found: {exc.filename or exc}"
+    if isinstance(exc, PermissionError):
+        return f"command not executable: {exc.filename or exc}"
+    if isinstance(exc, TimeoutError):
+        return f"no answer to the handshake within {START_SECONDS:g}s"
+    if isinstance(exc, MCPError):
+        return f"protocol error: {exc.message}"
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(failure_text(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {first_line(exc)}"
