@@ -22,8 +22,9 @@ from keyring.errors import PasswordDeleteError
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import RemoteServer
 from cellblock.gateway.credentials import SERVICE, CredentialError, Keyring
+from cellblock.gateway.downstream.httpwatch import HttpWatch
 from cellblock.gateway.downstream.oauth import LoginNeeded
-from cellblock.gateway.downstream.remote import BearerAuth, HttpWatch, explain, remote_client
+from cellblock.gateway.downstream.remote import BearerAuth, explain, remote_client
 from tests.servers.threaded import serving
 
 pytestmark = pytest.mark.anyio

@@ -94,8 +94,11 @@ class Raw:
 
 
 @asynccontextmanager
-async def raw_gateway(config: Path, state: Path, answer: Answer = approve) -> AsyncIterator[Raw]:
-    command = [sys.executable, "-m", "cellblock.gateway.cli.main", "serve", "--config", str(config)]
+async def raw_gateway(
+    config: Path, state: Path, answer: Answer = approve, python: tuple[str, ...] = ("-m", "cellblock.gateway.cli.main")
+) -> AsyncIterator[Raw]:
+    """`cellblock serve` on `config`; `python`: what the interpreter runs, given the CLI's arguments."""
+    command = [sys.executable, *python, "serve", "--config", str(config)]
     with (state.parent / "gateway.log").open("a") as errlog:
         async with await anyio.open_process(
             command, stderr=errlog, env={**os.environ, "CELLBLOCK_STATE_DIR": str(state)}

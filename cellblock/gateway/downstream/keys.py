@@ -7,12 +7,14 @@ import contextlib
 import logging
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.model import LocalServer, RemoteServer
 from cellblock.gateway.credentials import CredentialError, Keyring
-from cellblock.gateway.downstream.discovery import DiscoveryRefused
-from cellblock.gateway.downstream.oauth import KeyringTokenStorage
+
+if TYPE_CHECKING:
+    from cellblock.gateway.downstream.discovery import DiscoveryRefused
 
 __all__ = ["ServerKeys"]
 
@@ -61,6 +63,8 @@ class ServerKeys:
                 if value:
                     self.add(value)
             if oauth:  # reading the stored tokens tells each one to `_secret`
+                from cellblock.gateway.downstream.oauth import KeyringTokenStorage  # remote servers only
+
                 await KeyringTokenStorage(self.keyring(), self.name, self.add).get_tokens()
 
     def keyring(self) -> Keyring:

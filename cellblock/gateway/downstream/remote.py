@@ -10,7 +10,6 @@ turns what happened into an error that says what to do.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,6 +22,7 @@ from mcp.shared.auth import AuthorizationCodeResult
 from cellblock.gateway.config.model import RemoteServer
 from cellblock.gateway.credentials import CredentialError, Keyring
 from cellblock.gateway.downstream.discovery import DiscoveryGuard, DiscoveryRefused, PinnedTransport, origin
+from cellblock.gateway.downstream.httpwatch import HttpWatch
 from cellblock.gateway.downstream.oauth import (
     CALLBACK_PATH,
     LOGIN_PORT,
@@ -36,7 +36,7 @@ from cellblock.gateway.downstream.oauth import (
 from cellblock.gateway.errors import first_line
 from cellblock.gateway.wire.stdio import DEFAULT_LINE_LIMIT
 
-__all__ = ["BearerAuth", "BoundedTransport", "HttpWatch", "MessageTooLarge", "explain", "login", "remote_client"]
+__all__ = ["BearerAuth", "BoundedTransport", "MessageTooLarge", "explain", "login", "remote_client"]
 
 # No read timeout: a call's own deadline (the server's `timeout:`) bounds it, and the stream of
 # a long call may be quiet for minutes.
@@ -100,24 +100,6 @@ class BoundedTransport(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
-
-
-@dataclass
-class HttpWatch:
-    """What the HTTP layer saw during one connection; the SDK's own errors do not carry it."""
-
-    unauthorized: bool = False
-    login: LoginNeeded | None = None
-    # an OAuth URL the server pointed us at that discovery refused (already audited)
-    refused: DiscoveryRefused | None = None
-    # a 404 to a request that carried a session id: the server restarted and forgot the session
-    session_lost: bool = False
-
-    async def on_response(self, response: httpx2.Response) -> None:
-        if response.status_code == 401:
-            self.unauthorized = True
-        elif response.status_code == 404 and "mcp-session-id" in response.request.headers:
-            self.session_lost = True
 
 
 async def remote_client(

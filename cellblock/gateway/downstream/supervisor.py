@@ -28,7 +28,6 @@ import mcp.types as types
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types import LOG_LEVEL_META_KEY
@@ -41,6 +40,7 @@ from cellblock.gateway.config.model import LocalServer, RemoteServer
 from cellblock.gateway.credentials import CredentialError
 from cellblock.gateway.downstream.backoff import Backoff
 from cellblock.gateway.downstream.connection import START_SECONDS, connection_closed, failure_text, watched
+from cellblock.gateway.downstream.httpwatch import HttpWatch
 from cellblock.gateway.downstream.keys import ServerKeys
 from cellblock.gateway.downstream.launch import launch_plan, stdio_parameters
 from cellblock.gateway.downstream.listing import Listing, fetch_listing
@@ -48,7 +48,6 @@ from cellblock.gateway.downstream.local import LocalChannel, local_transport
 from cellblock.gateway.downstream.packages import InstallError
 from cellblock.gateway.downstream.questions import Questions, SamplingApproval
 from cellblock.gateway.downstream.ratelimit import Budget
-from cellblock.gateway.downstream.remote import HttpWatch, explain, login, remote_client
 from cellblock.gateway.downstream.rounds import (
     Answered,
     Caller,
@@ -300,6 +299,8 @@ class Downstream:
 
     def _explain(self, exc: BaseException) -> str:
         if isinstance(self.config, RemoteServer):
+            from cellblock.gateway.downstream.remote import explain  # the HTTP stack: remote servers only
+
             text = explain(self.name, self.config, self._watch, exc) or failure_text(exc)
         else:
             text = failure_text(exc)
@@ -449,6 +450,10 @@ class Downstream:
                 on_log=self._log,
             )
             return local_transport(plan, self.channel, sys.stderr)
+        from mcp.client.streamable_http import streamable_http_client
+
+        from cellblock.gateway.downstream.remote import remote_client
+
         self._watch = HttpWatch()
         keyring = self.keys.keyring() if self.config.auth.type != "none" or self.config.secrets else None
         http = await remote_client(
@@ -603,6 +608,8 @@ class Downstream:
                         f"the login to '{self.name}' was not completed ({answer.action}); "
                         f"log in with `cellblock auth login {self.name}`"
                     )
+
+            from cellblock.gateway.downstream.remote import login
 
             tools = await login(self.name, config, self.keys.keyring(), show, self.keys.add, self.keys.refused)
             self._event("login", tools=tools)
