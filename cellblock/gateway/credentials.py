@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio.to_thread
-
 from cellblock.policy.errors import CellblockError
 
 __all__ = [
@@ -200,13 +198,21 @@ class Keyring:
             raise CredentialError(f"the keyring could not delete entry '{entry}': {_reason(exc)}") from None
         return True
 
+    # anyio is imported where used: `cellblock serve` imports this module before its early answers,
+    # which run no event loop (gateway/wire/early.py)
     async def aget(self, entry: str) -> str | None:
+        import anyio.to_thread
+
         return await anyio.to_thread.run_sync(self.get, entry)
 
     async def aset(self, entry: str, value: str) -> None:
+        import anyio.to_thread
+
         await anyio.to_thread.run_sync(self.set, entry, value)
 
     async def adelete(self, entry: str) -> bool:
+        import anyio.to_thread
+
         return await anyio.to_thread.run_sync(self.delete, entry)
 
 

@@ -217,12 +217,14 @@ def test_nothing_is_saved_without_a_fingerprint(tmp_path: Path) -> None:
     assert not (state / RECORD).exists()
 
 
-def test_the_answers_start_before_the_sdk_or_pydantic_is_loaded() -> None:
-    """What `cellblock serve` imports up to `Early.begin` loads neither: that is the head start."""
+def test_the_answers_start_before_the_sdk_pydantic_or_an_event_loop_is_loaded() -> None:
+    """What `cellblock serve` imports up to `Early.begin` loads none of them: that is the head start."""
     code = (
         "import sys\n"
-        "import cellblock.gateway.cli.main, cellblock.gateway.wire.early, cellblock.gateway.state\n"
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'mcp', 'mcp_types', 'pydantic', 'yaml'}))\n"
+        "import cellblock.gateway.cli.main, cellblock.gateway.cli.serve, cellblock.gateway.wire.early\n"
+        "import cellblock.gateway.state\n"
+        "loaded = {m.split('.')[0] for m in sys.modules}\n"
+        "print(sorted(loaded & {'mcp', 'mcp_types', 'pydantic', 'yaml', 'asyncio', 'anyio'}))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == "[]"

@@ -10,8 +10,6 @@ import logging
 import sys
 import warnings
 
-import anyio
-
 from cellblock.gateway.cli.options import EXIT_OK
 from cellblock.gateway.state import config_file, runtime_dir, state_dir
 from cellblock.gateway.wire.early import Early
@@ -23,6 +21,7 @@ def serve(config_path: str | None, verbose: bool) -> int:
     """`cellblock serve`: the gateway on stdio, until the client closes it."""
     # the client's opening requests are answered as at the last start while the rest loads
     early = Early.begin(config_file(config_path), state_dir())
+    import anyio
     from mcp.shared.exceptions import MCPDeprecationWarning
 
     from cellblock.gateway.config.loading import load_config

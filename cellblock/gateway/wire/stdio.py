@@ -18,7 +18,6 @@ a shell) is read by a thread instead and written directly.
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import logging
 import os
@@ -29,9 +28,14 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
-import anyio
+# asyncio and anyio are imported where used: the early answers (gateway/wire/early.py) import
+# this module before any event loop runs, and those imports would be a third of their head start
+if TYPE_CHECKING:
+    import asyncio
+
+    import anyio
 
 __all__ = [
     "DEFAULT_LINE_LIMIT",
@@ -123,6 +127,8 @@ class LineReader:
         self._closed = False
 
     def start(self) -> None:
+        import asyncio
+
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(self.fd, self._readable)
         if self._buffer:
@@ -238,6 +244,8 @@ class ThreadLineReader:
         self._closed = False
 
     def start(self) -> None:
+        import asyncio
+
         loop = asyncio.get_running_loop()
 
         def run() -> None:
@@ -319,6 +327,8 @@ class PipeWriter:
                 raise
             if not view:
                 return
+            import asyncio
+
             self._loop = asyncio.get_running_loop()
             self._loop.add_writer(self.fd, self._writable)
         self._queue.append(view)
@@ -335,6 +345,8 @@ class PipeWriter:
     async def drained(self) -> None:
         """Wait until everything written so far has reached the pipe (or the pipe broke)."""
         if self._queue:
+            import anyio
+
             drained = anyio.Event()
             self._drained.append(drained)
             await drained.wait()
