@@ -651,15 +651,16 @@ class Downstream:
         meta = forwardable(params.get("_meta")) or {}
         channel, client = self.channel, self.client
         modern = client is not None and client.protocol_version in MODERN_PROTOCOL_VERSIONS
-        if channel is not None and channel.open and (not modern or channel.envelope is not None):
-            if modern:
-                meta.update(channel.envelope or {})
-                if not logs:
-                    meta.pop(LOG_LEVEL_META_KEY, None)  # nothing would carry the server's logs on
-            sent = {k: v for k, v in params.items() if k != "_meta"}
-            if meta:
-                sent["_meta"] = meta
-            return LocalRound.send(channel, sent, self.timeout, answered, progress)
+        local = channel if channel is not None and channel.open and (not modern or channel.envelope) else None
+        if local is not None and modern:
+            meta.update(local.envelope or {})
+            if not logs:
+                meta.pop(LOG_LEVEL_META_KEY, None)  # nothing would carry the server's logs on
+        sent = {k: v for k, v in params.items() if k != "_meta"}
+        if meta:
+            sent["_meta"] = meta
+        if local is not None:
+            return LocalRound.send(local, sent, self.timeout, answered, progress)
         if self._tg is None:
             raise BrokenPipeError(f"server '{self.name}' is not running")
         report = None
@@ -670,7 +671,6 @@ class Downstream:
                 if not self.is_remote or self.notices.take():  # a local server's was budgeted as it came
                     told(progress, total, message)
 
-        sent = {**{k: v for k, v in params.items() if k != "_meta"}, **({"_meta": meta} if meta else {})}
         return RemoteRound.send(self._tg, self.ready_client, sent, self.timeout, answered, report, self._lost_session)
 
     def failed_call(self, tool: str, exc: BaseException) -> types.CallToolResult:
