@@ -71,11 +71,20 @@ class Reply(Protocol):
     """The client's request a call answers: where its answer, progress and logs go."""
 
     modern: bool  # the client speaks 2026-07-28: questions become input_required answers
-    can_elicit: bool
-    can_elicit_url: bool  # the client can open a URL for the user (an OAuth login)
     wants_progress: bool
     carries_logs: bool  # the server's logs reach the client through this request
-    direct: Asker | None  # handshake era: asks the client within this request
+
+    @property
+    def can_elicit(self) -> bool: ...
+    @property
+    def can_elicit_url(self) -> bool:
+        """The client can open a URL for the user (an OAuth login)."""
+        ...
+
+    @property
+    def direct(self) -> Asker | None:
+        """Handshake era: asks the client within this request."""
+        ...
 
     def progress(self, value: float, total: float | None, message: str | None) -> None: ...
     def log(self, params: types.LoggingMessageNotificationParams) -> None: ...

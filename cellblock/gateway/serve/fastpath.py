@@ -87,13 +87,24 @@ class WireReply:
 
     def __init__(self, path: FastPath, ident: Any, version: str, token: str | int | None, params: dict[str, Any]):
         self.path, self.ident, self.version, self.token = path, ident, version, token
+        self.params = params
         self.modern = version in MODERN_PROTOCOL_VERSIONS
-        caps = path.wire.client_capabilities(params)
-        self.can_elicit, self.can_elicit_url = elicits(caps), elicits_url(caps)
         self.wants_progress = token is not None
         # 2026-07-28 logs go only to requests that opt in, and those take the SDK's path
         self.carries_logs = not self.modern
-        self.direct: Asker | None = None if self.modern else WireAsker(path.wire)
+
+    # read only when a server asks something: most calls never do
+    @property
+    def can_elicit(self) -> bool:
+        return elicits(self.path.wire.client_capabilities(self.params))
+
+    @property
+    def can_elicit_url(self) -> bool:
+        return elicits_url(self.path.wire.client_capabilities(self.params))
+
+    @property
+    def direct(self) -> Asker | None:
+        return None if self.modern else WireAsker(self.path.wire)
 
     def progress(self, value: float, total: float | None, message: str | None) -> None:
         params: dict[str, Any] = {"progressToken": self.token, "progress": value}
