@@ -3,7 +3,8 @@ for their end, and what a failed start is told as."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -13,8 +14,11 @@ from mcp.types import CONNECTION_CLOSED
 
 from cellblock.gateway.errors import first_line
 from cellblock.gateway.wire.lines import remote_message
+from cellblock.sandbox.egress import Decision
 
-__all__ = ["START_SECONDS", "connection_closed", "failure_text", "watched"]
+__all__ = ["START_SECONDS", "connection_closed", "egress_told", "failure_text", "watched"]
+
+logger = logging.getLogger(__name__)
 
 # A server that takes longer than this to answer its handshake and first lists is treated as
 # failed to start: the client is waiting for a catalog.
@@ -65,3 +69,22 @@ def failure_text(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(failure_text(e) for e in exc.exceptions)
     return f"{type(exc).__name__}: {first_line(exc)}"
+
+
+def egress_told(name: str, event: Callable[..., None]) -> Callable[[Decision], None]:
+    """What logs and audits each connection the egress proxy of server `name` allowed or refused."""
+
+    def told(decision: Decision) -> None:
+        outcome = "allowed" if decision.allowed else "refused"
+        logger.info("egress: '%s' -> %s:%s %s (%s)", name, decision.host, decision.port, outcome, decision.reason)
+        event(
+            "egress",
+            host=decision.host,
+            port=decision.port,
+            decision="allow" if decision.allowed else "deny",
+            reason=decision.reason,
+            address=decision.address,
+            rule=decision.rule,
+        )
+
+    return told

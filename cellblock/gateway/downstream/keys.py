@@ -45,6 +45,24 @@ class ServerKeys:
         if self.audit is not None:
             self.audit.add_secret(value)
 
+    async def environment(self) -> dict[str, str]:
+        """A local server's `secrets:`, read from the keyring for one start: variable -> value.
+
+        Raises:
+            CredentialError: one is not set, or the keyring is refused.
+        """
+        values = {}
+        for variable, entry in self.config.secrets.items():
+            value = await self.keyring().aget(entry)
+            if value is None:
+                raise CredentialError(
+                    f"server '{self.name}' needs the secret {variable} from keyring entry '{entry}', "
+                    f"which is not set: run `cellblock auth set {entry}`"
+                )
+            values[variable] = value
+            self.add(value)
+        return values
+
     async def register(self) -> None:
         """Tell the audit log this server's credentials before a call to it is recorded, so a value
         echoed in a call's arguments is redacted even before the server has started (once)."""

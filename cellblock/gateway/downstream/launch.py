@@ -8,6 +8,7 @@ there is no fallback to running it unjailed.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -25,12 +26,33 @@ from cellblock.sandbox.bwrap import PIN_FILTER, bwrap_plan, check_bwrap
 from cellblock.sandbox.closure import exec_closure
 from cellblock.sandbox.egress import relayed
 from cellblock.sandbox.launchers import launcher_gaps, launcher_mounts, resolve_command
-from cellblock.sandbox.limits import limit_plan
+from cellblock.sandbox.limits import describe, limit_plan
 from cellblock.sandbox.pins import landlock_abi, verify_pins
 from cellblock.sandbox.seatbelt import seatbelt_plan
-from cellblock.sandbox.types import Closure, JailError, JailSpec, LaunchPlan, Limits, Mount, MountMode, Network
+from cellblock.sandbox.types import (
+    Closure,
+    JailError,
+    JailSpec,
+    LaunchPlan,
+    LimitPlan,
+    Limits,
+    Mount,
+    MountMode,
+    Network,
+)
 
-__all__ = ["JAIL_PATH", "PACKAGE_CACHES", "granted_roots", "jail_spec", "launch_plan", "own_paths", "stdio_parameters"]
+__all__ = [
+    "JAIL_PATH",
+    "PACKAGE_CACHES",
+    "granted_roots",
+    "jail_spec",
+    "launch_plan",
+    "own_paths",
+    "stdio_parameters",
+    "tell_limits",
+]
+
+logger = logging.getLogger(__name__)
 
 # PATH inside a jail: the launchers' own bin directories come first, then the system's.
 JAIL_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -315,3 +337,12 @@ def stdio_parameters(plan: LaunchPlan) -> StdioServerParameters:
     return StdioServerParameters(
         command=plan.argv[0], args=list(plan.argv[1:]), env=dict(plan.env), cwd=Path(plan.cwd) if plan.cwd else None
     )
+
+
+def tell_limits(name: str, limits: LimitPlan) -> None:
+    """Say how a server's jail limits are enforced here, as a warning where not for the jail as a whole."""
+    how = limits.enforcement
+    weak = [f"{key} {m.how}" for key, m in (("processes:", how.processes), ("memory:", how.memory)) if not m.whole]
+    if weak:
+        logger.warning("server '%s': its jail's limits are not all enforced as a whole: %s", name, "; ".join(weak))
+    logger.info("server '%s': limits: %s", name, describe(limits))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import mcp.types as types
+from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, FileUrl
 
@@ -47,6 +48,25 @@ class Questions:
     approve: SamplingApproval | None
     event: Callable[..., None]  # an audit event about this server
     secrets: Callable[[], re.Pattern[str] | None]  # what finds the secrets the gateway holds
+    owner: Callable[[], Caller | None]  # the call a question belongs to (`Downstream.owner`)
+
+    # -- the SDK client's callbacks: questions that come over the server's session ---------
+
+    async def on_elicit(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return await self.elicit(params, self.owner())
+
+    async def on_sampling(
+        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.ErrorData:
+        try:
+            return await self.sample(params, self.owner())
+        except DownstreamError as exc:
+            return types.ErrorData(code=types.INVALID_REQUEST, message=str(exc))
+
+    async def on_roots(self, context: ClientRequestContext) -> types.ListRootsResult:
+        return self.roots()
+
+    # -- each kind of question -------------------------------------------------------------
 
     def without_secrets(self, params: P) -> tuple[P, int]:
         """A server's question or sampling request with every secret the gateway holds replaced,

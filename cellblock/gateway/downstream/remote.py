@@ -9,20 +9,25 @@ turns what happened into an error that says what to do.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
 import httpx2
+import mcp.types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult
 
+from cellblock.gateway.ask.elicitation import Asker
 from cellblock.gateway.config.model import RemoteServer
 from cellblock.gateway.credentials import CredentialError, Keyring
 from cellblock.gateway.downstream.discovery import DiscoveryGuard, DiscoveryRefused, PinnedTransport, origin
 from cellblock.gateway.downstream.httpwatch import HttpWatch
+from cellblock.gateway.downstream.keys import ServerKeys
 from cellblock.gateway.downstream.oauth import (
     CALLBACK_PATH,
     LOGIN_PORT,
@@ -36,7 +41,15 @@ from cellblock.gateway.downstream.oauth import (
 from cellblock.gateway.errors import first_line
 from cellblock.gateway.wire.stdio import DEFAULT_LINE_LIMIT
 
-__all__ = ["BearerAuth", "BoundedTransport", "MessageTooLarge", "explain", "login", "remote_client"]
+__all__ = [
+    "BearerAuth",
+    "BoundedTransport",
+    "MessageTooLarge",
+    "explain",
+    "login",
+    "login_through_client",
+    "remote_client",
+]
 
 # No read timeout: a call's own deadline (the server's `timeout:`) bounds it, and the stream of
 # a long call may be quiet for minutes.
@@ -150,6 +163,19 @@ async def remote_client(
     return httpx2.AsyncClient(
         headers=server.headers, auth=auth, timeout=_TIMEOUT, event_hooks=hooks, transport=transport
     )
+
+
+async def remote_transport(
+    name: str, server: RemoteServer, keys: ServerKeys, watch: HttpWatch, max_message: int
+) -> AbstractAsyncContextManager[Any]:
+    """The Streamable HTTP connection of one run of server `name`, its credential read anew.
+
+    Raises:
+        CredentialError: a secret or token is not in the keyring, or the keyring is refused.
+    """
+    keyring = keys.keyring() if server.auth.type != "none" or server.secrets else None
+    http = await remote_client(name, server, keyring, watch, keys.add, max_message, keys.refused)
+    return streamable_http_client(server.url, http_client=http, max_sse_event_size=max_message)
 
 
 def _origin_headers(headers: Mapping[str, str], url: str) -> Callable[[httpx2.Request], Awaitable[None]]:
@@ -301,3 +327,27 @@ async def login(
             first = next((e for e in leaves if not isinstance(e, BaseExceptionGroup)), exc)
             reason = explain(name, server, HttpWatch(), exc) or f"{type(first).__name__}: {first_line(first)}"
             raise CredentialError(f"login to '{name}' failed: {reason}") from None
+
+
+async def login_through_client(name: str, server: RemoteServer, keys: ServerKeys, asker: Asker) -> int:
+    """The OAuth login of `cellblock auth login`, with the client's URL elicitation as the browser:
+    the user opens the authorization URL from the client, and the redirect comes back to the
+    gateway's loopback listener. Returns how many tools the server lists with the new tokens.
+
+    Raises:
+        CredentialError: the user declined, or the login failed or timed out.
+    """
+
+    async def show(url: str) -> None:
+        params = types.ElicitRequestURLParams(
+            message=f"Log in to '{name}' ({server.url}) so Cellblock can call its tools",
+            url=url,
+            elicitation_id=secrets.token_urlsafe(12),
+        )
+        answer = await asker.elicit(name, params)
+        if answer.action != "accept":
+            raise CredentialError(
+                f"the login to '{name}' was not completed ({answer.action}); log in with `cellblock auth login {name}`"
+            )
+
+    return await login(name, server, keys.keyring(), show, keys.add, keys.refused)

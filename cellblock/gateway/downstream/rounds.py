@@ -24,7 +24,9 @@ from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter
 
 from cellblock.gateway.ask.elicitation import Asker
+from cellblock.gateway.credentials import CredentialError
 from cellblock.gateway.downstream.local import LocalChannel, Pending
+from cellblock.gateway.errors import first_line
 from cellblock.policy.errors import CellblockError
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "RemoteRound",
     "Round",
     "error_result",
+    "failed_result",
     "forwardable",
 ]
 
@@ -188,3 +191,22 @@ def _error_of(response: dict[str, Any]) -> BaseException:
         return MCPError.from_error_data(types.ErrorData.model_validate(response.get("error"), by_name=False))
     except ValueError as exc:
         return exc
+
+
+def failed_result(
+    server: str, tool: str, timeout: float, exc: BaseException, stopped: str | None
+) -> types.CallToolResult:
+    """The error result the model reads when a call to `tool` on `server` did not complete;
+    `stopped`: why the gateway stopped the server, if it did."""
+    if isinstance(exc, TimeoutError):
+        return error_result(f"call to '{tool}' on server '{server}' took longer than {timeout:g}s and was cancelled")
+    if isinstance(exc, DownstreamError | CredentialError):
+        return error_result(str(exc))
+    if isinstance(exc, MCPError):
+        if exc.code == types.CONNECTION_CLOSED:
+            if stopped is not None:
+                return error_result(f"server '{server}' was stopped during the call to '{tool}': {stopped}")
+            return error_result(f"server '{server}' closed the connection during the call to '{tool}'")
+        return error_result(f"server '{server}' answered '{tool}' with an error: {exc.message}")
+    # a result that does not validate
+    return error_result(f"server '{server}' sent an invalid result for '{tool}': {first_line(exc)}")

@@ -14,7 +14,6 @@ import functools
 import logging
 import math
 import os
-import secrets
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -26,23 +25,21 @@ import anyio
 import anyio.abc
 import mcp.types as types
 from mcp import Client
-from mcp.client.session import ClientRequestContext
 from mcp.client.stdio import stdio_client
-from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel
 
 from cellblock.gateway.ask.elicitation import Asker
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.model import LocalServer, RemoteServer
 from cellblock.gateway.credentials import CredentialError
 from cellblock.gateway.downstream.backoff import Backoff
-from cellblock.gateway.downstream.connection import START_SECONDS, connection_closed, failure_text, watched
+from cellblock.gateway.downstream.changes import Refresher, listen
+from cellblock.gateway.downstream.connection import START_SECONDS, connection_closed, egress_told, failure_text, watched
 from cellblock.gateway.downstream.httpwatch import HttpWatch
 from cellblock.gateway.downstream.keys import ServerKeys
-from cellblock.gateway.downstream.launch import launch_plan, stdio_parameters
+from cellblock.gateway.downstream.launch import launch_plan, stdio_parameters, tell_limits
 from cellblock.gateway.downstream.listing import Listing, fetch_listing
 from cellblock.gateway.downstream.local import LocalChannel, local_transport
 from cellblock.gateway.downstream.packages import InstallError
@@ -56,32 +53,26 @@ from cellblock.gateway.downstream.rounds import (
     Progress,
     RemoteRound,
     Round,
-    error_result,
+    failed_result,
     forwardable,
 )
 from cellblock.gateway.errors import first_line
 from cellblock.gateway.scrub import scrub as scrub_secrets
 from cellblock.gateway.wire.stdio import DEFAULT_LINE_LIMIT
 from cellblock.policy.hosts import parse_rule
-from cellblock.sandbox.egress import Decision, EgressProxy
+from cellblock.sandbox.egress import EgressProxy
 from cellblock.sandbox.limits import describe
 from cellblock.sandbox.types import JailError, LaunchPlan, Limits
 
-__all__ = ["MAX_INPUT_ROUNDS", "START_SECONDS", "Downstream", "DownstreamError", "State"]
+__all__ = ["START_SECONDS", "Downstream", "DownstreamError", "State"]
 
 logger = logging.getLogger(__name__)
 
 # Messages that are not valid MCP a server may send in one run before it is restarted: a stray
 # print or two is a bug to log, thousands are a server that will not speak the protocol.
 MAX_GARBAGE = 1000
-# A server that announces catalog changes without end is re-read at most this often: each re-read
-# lists its whole catalog and reviews it against the lock.
-REFRESH_SECONDS = 1.0
-# Downstream 2026-07-28 servers may ask for input in rounds; bound them like the SDK does.
-MAX_INPUT_ROUNDS = 8
 
 R = TypeVar("R", bound=types.Result)
-P = TypeVar("P", bound=BaseModel)  # a server's question or sampling request
 _LIST_CHANGED = (
     types.ToolListChangedNotification,
     types.PromptListChangedNotification,
@@ -148,19 +139,19 @@ class Downstream:
     _restart_reason: str | None = None  # why the gateway ended the current connection itself
     _ran: bool = False  # the current run was ready: its end is an exit to tell
     _words: str = ""  # the last lines the server wrote to stderr, as put into `error`
-    _refresh_due = False  # the server said its catalog changed since the last re-read began
-    _refreshing = False
     _limits_told = False  # the log said once how the jail's limits are enforced
     _garbage = 0  # messages that were not valid MCP, in this run
     _garbage_log: Budget = field(default_factory=lambda: Budget(rate=1.0, burst=20.0))
     questions: Questions = field(init=False)
     keys: ServerKeys = field(init=False)
+    _changes: Refresher = field(init=False)
 
     def __post_init__(self) -> None:
         self.keys = ServerKeys(self.name, self.config, self.audit, self.allow_insecure)
         self.questions = Questions(
-            self.name, self.config, self.sampling, self.approve_sampling, self._event, self.keys.pattern
+            self.name, self.config, self.sampling, self.approve_sampling, self._event, self.keys.pattern, self.owner
         )
+        self._changes = Refresher(self.refresh)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -337,7 +328,9 @@ class Downstream:
         # the server reaches the network only through this proxy, which lives as long as it does
         # per gateway process: two clients may each run a gateway with a server of this name
         socket = str(self.runtime / f"egress-{os.getpid()}-{self.name}.sock")
-        proxy = EgressProxy(self.name, [parse_rule(h) for h in jail.allow_hosts], socket, self._on_egress)
+        proxy = EgressProxy(
+            self.name, [parse_rule(h) for h in jail.allow_hosts], socket, egress_told(self.name, self._event)
+        )
         async with anyio.create_task_group() as tg:
             await tg.start(proxy.serve)
             try:
@@ -345,27 +338,14 @@ class Downstream:
             finally:
                 tg.cancel_scope.cancel()
 
-    def _on_egress(self, decision: Decision) -> None:
-        outcome = "allowed" if decision.allowed else "refused"
-        logger.info("egress: '%s' -> %s:%s %s (%s)", self.name, decision.host, decision.port, outcome, decision.reason)
-        self._event(
-            "egress",
-            host=decision.host,
-            port=decision.port,
-            decision="allow" if decision.allowed else "deny",
-            reason=decision.reason,
-            address=decision.address,
-            rule=decision.rule,
-        )
-
     async def _connect(self, egress_socket: str | None) -> None:
         closed = self._closed = anyio.Event()
         client = Client(
             watched(await self._transport(egress_socket), closed, remote=isinstance(self.config, RemoteServer)),
             mode="legacy" if self.protocol == "legacy" else "auto",
-            elicitation_callback=self._on_elicit,
-            list_roots_callback=self._on_roots,
-            sampling_callback=self._on_sampling,
+            elicitation_callback=self.questions.on_elicit,
+            list_roots_callback=self.questions.on_roots,
+            sampling_callback=self.questions.on_sampling,
             logging_callback=self._on_log,
             message_handler=self._on_message,
             # 2026-07-28 servers only log to requests that opt in
@@ -404,7 +384,7 @@ class Downstream:
                         self._settled.set()
                     async with anyio.create_task_group() as tg:
                         if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                            tg.start_soon(self._listen, client)
+                            tg.start_soon(listen, self.name, client, self._refresh_soon)
                         await closed.wait()
                         tg.cancel_scope.cancel()
                 finally:
@@ -422,16 +402,7 @@ class Downstream:
             JailError: the jail cannot be built.
         """
         if isinstance(self.config, LocalServer):
-            values = {}
-            for variable, entry in self.config.secrets.items():
-                value = await self.keys.keyring().aget(entry)
-                if value is None:
-                    raise CredentialError(
-                        f"server '{self.name}' needs the secret {variable} from keyring entry '{entry}', "
-                        f"which is not set: run `cellblock auth set {entry}`"
-                    )
-                values[variable] = value
-                self.keys.add(value)
+            values = await self.keys.environment()
             private = self.runtime / "servers" / self.name
             # off the event loop: building a jail looks at the disk (an installed tree is checked file by file)
             build = functools.partial(
@@ -450,29 +421,15 @@ class Downstream:
                 on_log=self._log,
             )
             return local_transport(plan, self.channel, sys.stderr)
-        from mcp.client.streamable_http import streamable_http_client
-
-        from cellblock.gateway.downstream.remote import remote_client
+        from cellblock.gateway.downstream.remote import remote_transport  # the HTTP stack: remote servers only
 
         self._watch = HttpWatch()
-        keyring = self.keys.keyring() if self.config.auth.type != "none" or self.config.secrets else None
-        http = await remote_client(
-            self.name, self.config, keyring, self._watch, self.keys.add, self.max_message, self.keys.refused
-        )
-        return streamable_http_client(self.config.url, http_client=http, max_sse_event_size=self.max_message)
+        return await remote_transport(self.name, self.config, self.keys, self._watch, self.max_message)
 
     def _tell_limits(self, plan: LaunchPlan) -> None:
-        """Say once how the jail's limits are enforced here, as a warning where not for the jail as a whole."""
-        if plan.limits is None or self._limits_told:
-            return
-        self._limits_told = True
-        how = plan.limits.enforcement
-        weak = [f"{key} {m.how}" for key, m in (("processes:", how.processes), ("memory:", how.memory)) if not m.whole]
-        if weak:
-            logger.warning(
-                "server '%s': its jail's limits are not all enforced as a whole: %s", self.name, "; ".join(weak)
-            )
-        logger.info("server '%s': limits: %s", self.name, describe(plan.limits))
+        if plan.limits is not None and not self._limits_told:
+            self._limits_told = True
+            tell_limits(self.name, plan.limits)
 
     # -- what the server sends us ----------------------------------------------------------
 
@@ -481,20 +438,6 @@ class Downstream:
         them (over stdio the server's request names no call), so it is the newest call in flight
         on this server; with none in flight nobody can answer."""
         return self._in_flight[-1] if self._in_flight else None
-
-    async def _on_elicit(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
-        return await self.questions.elicit(params, self.owner())
-
-    async def _on_sampling(
-        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
-    ) -> types.CreateMessageResult | types.ErrorData:
-        try:
-            return await self.questions.sample(params, self.owner())
-        except DownstreamError as exc:
-            return types.ErrorData(code=types.INVALID_REQUEST, message=str(exc))
-
-    async def _on_roots(self, context: ClientRequestContext) -> types.ListRootsResult:
-        return self.questions.roots()
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
         """A remote server's log (a local server's come through its channel, in order with its answers)."""
@@ -522,44 +465,8 @@ class Downstream:
             self._refresh_soon()
 
     def _refresh_soon(self) -> None:
-        """Re-read the catalog after a change notification: outside the dispatcher's receive path,
-        which must not block, and once for any number of notifications that arrive meanwhile."""
-        self._refresh_due = True
-        if not self._refreshing and self._tg is not None:
-            self._refreshing = True
-            self._tg.start_soon(self._refresh_while_due)
-
-    async def _refresh_while_due(self) -> None:
-        try:
-            while self._refresh_due:
-                self._refresh_due = False
-                began = anyio.current_time()
-                await self.refresh()
-                if self._refresh_due:  # announced again meanwhile: once more, but not at once
-                    await anyio.sleep(max(0.0, began + REFRESH_SECONDS - anyio.current_time()))
-        finally:
-            self._refreshing = False
-
-    async def _listen(self, client: Client) -> None:
-        """2026-07-28 servers announce catalog changes only on a `subscriptions/listen` stream."""
-        caps = client.server_capabilities
-        wanted = {
-            "tools_list_changed": bool(caps.tools and caps.tools.list_changed),
-            "prompts_list_changed": bool(caps.prompts and caps.prompts.list_changed),
-            "resources_list_changed": bool(caps.resources and caps.resources.list_changed),
-        }
-        if not any(wanted.values()):
-            return
-        try:
-            async with client.listen(
-                tools_list_changed=wanted["tools_list_changed"],
-                prompts_list_changed=wanted["prompts_list_changed"],
-                resources_list_changed=wanted["resources_list_changed"],
-            ) as events:
-                async for _ in events:
-                    self._refresh_soon()
-        except (MCPError, SubscriptionLost, ListenNotSupportedError) as exc:
-            logger.info("server '%s': no change notifications (%s)", self.name, failure_text(exc))
+        if self._tg is not None:
+            self._changes.soon(self._tg)
 
     async def refresh(self) -> None:
         """Re-read the catalog after the server said it changed, and report it."""
@@ -583,35 +490,19 @@ class Downstream:
         return self.retryable and self._watch.login is not None
 
     async def login_through_client(self, asker: Asker) -> None:
-        """The OAuth login of `cellblock auth login`, with the client's URL elicitation as the
-        browser: the user opens the authorization URL from the client, the redirect comes back to
-        the gateway's loopback listener, and the server starts with the new tokens.
+        """Log in through the client (`remote.login_through_client`), once for any number of calls
+        that need it, and start the server with the new tokens.
 
         Raises:
             CredentialError: the user declined, or the login failed or timed out.
         """
-        config = self.config
-        assert isinstance(config, RemoteServer)
+        assert isinstance(self.config, RemoteServer)
         async with self._login_lock:
             if not self.needs_login:
                 return  # another call logged in meanwhile
+            from cellblock.gateway.downstream.remote import login_through_client
 
-            async def show(url: str) -> None:
-                params = types.ElicitRequestURLParams(
-                    message=f"Log in to '{self.name}' ({config.url}) so Cellblock can call its tools",
-                    url=url,
-                    elicitation_id=secrets.token_urlsafe(12),
-                )
-                answer = await asker.elicit(self.name, params)
-                if answer.action != "accept":
-                    raise CredentialError(
-                        f"the login to '{self.name}' was not completed ({answer.action}); "
-                        f"log in with `cellblock auth login {self.name}`"
-                    )
-
-            from cellblock.gateway.downstream.remote import login
-
-            tools = await login(self.name, config, self.keys.keyring(), show, self.keys.add, self.keys.refused)
+            tools = await login_through_client(self.name, self.config, self.keys, asker)
             self._event("login", tools=tools)
             logger.info("server '%s': logged in through the client", self.name)
             self.retry()
@@ -675,21 +566,8 @@ class Downstream:
 
     def failed_call(self, tool: str, exc: BaseException) -> types.CallToolResult:
         """The error result the model reads when a call to `tool` did not complete."""
-        if isinstance(exc, TimeoutError):
-            return error_result(
-                f"call to '{tool}' on server '{self.name}' took longer than {self.timeout:g}s and was cancelled"
-            )
-        if isinstance(exc, DownstreamError | CredentialError):
-            return error_result(str(exc))
-        if isinstance(exc, MCPError):
-            if exc.code == types.CONNECTION_CLOSED:
-                why = self._restart_reason or (self.channel.breach() if self.channel is not None else None)
-                if why is not None:
-                    return error_result(f"server '{self.name}' was stopped during the call to '{tool}': {why}")
-                return error_result(f"server '{self.name}' closed the connection during the call to '{tool}'")
-            return error_result(f"server '{self.name}' answered '{tool}' with an error: {exc.message}")
-        # a result that does not validate
-        return error_result(f"server '{self.name}' sent an invalid result for '{tool}': {first_line(exc)}")
+        stopped = self._restart_reason or (self.channel.breach() if self.channel is not None else None)
+        return failed_result(self.name, tool, self.timeout, exc, stopped)
 
     async def request(self, request: Any, result_type: type[R]) -> R:
         """Forward a non-call request (prompt get, resource read, completion) within the timeout.

@@ -40,7 +40,7 @@ from cellblock.gateway.ask.elicitation import PARK_SECONDS, Asker, DirectAsker, 
 from cellblock.gateway.ask.forms import framed
 from cellblock.gateway.credentials import CredentialError
 from cellblock.gateway.downstream.rounds import DownstreamError, Round
-from cellblock.gateway.downstream.supervisor import MAX_INPUT_ROUNDS, Downstream
+from cellblock.gateway.downstream.supervisor import Downstream
 from cellblock.gateway.scrub import Scrubbed, scrub, scrub_result
 from cellblock.gateway.serve.approvals import can_elicit, can_elicit_url
 from cellblock.gateway.serve.pipeline import Call, Pipeline
@@ -51,6 +51,8 @@ __all__ = ["INPUT_KEY", "LOG_LEVELS", "CallState", "Calls", "Reply", "SessionRep
 # The key of the one question a parked 2026-07-28 call puts to the client at a time.
 INPUT_KEY = "cellblock"
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+# Downstream 2026-07-28 servers may ask for input in rounds; bound them like the SDK does.
+MAX_INPUT_ROUNDS = 8
 
 
 def log_passes(level: str, threshold: str | None) -> bool:
