@@ -181,8 +181,11 @@ class Wire:
         """The SDK server's read and write streams, fed from and drained to the client."""
 
         def first(message: Any) -> bool:
-            if isinstance(message, dict) and "method" not in message and message.get("id") in self._waiting:
-                waiting = self._waiting[message["id"]]
+            ident = message.get("id") if isinstance(message, dict) and "method" not in message else None
+            # a string first: the client may send any JSON as an id, a list that cannot be looked up
+            if isinstance(ident, str) and ident in self._waiting:
+                # off the table at once: a second answer read in the same go is not this one's
+                waiting = self._waiting.pop(ident)
                 waiting.response = message
                 waiting.done.set()
                 return True
