@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp.types as types
 import pytest
 from mcp import Client
 
@@ -23,6 +24,7 @@ from tests.integration.conftest import eventually
 pytestmark = pytest.mark.anyio
 
 PROBE = Path(__file__).resolve().parents[1] / "servers" / "probe.py"
+COLLIDER = Path(__file__).resolve().parents[1] / "servers" / "collider.py"
 
 
 @pytest.fixture
@@ -31,10 +33,13 @@ def anyio_backend() -> str:
 
 
 @asynccontextmanager
-async def probe(tmp_path: Path, mode: str = "legacy") -> AsyncIterator[tuple[Client, LocalChannel, Path]]:
+async def probe(
+    tmp_path: Path, mode: str = "legacy", server: Path = PROBE, **client_args: Any
+) -> AsyncIterator[tuple[Client, LocalChannel, Path]]:
+    """`server` (the probe unless told) on a channel, with the SDK's client (given `client_args`) on its pipes."""
     log = tmp_path / "probe.log"
     plan = LaunchPlan(
-        argv=(sys.executable, str(PROBE)),
+        argv=(sys.executable, str(server)),
         env={"PROBE_LOG": str(log)},
         cwd=None,
         mounts=(),
@@ -42,7 +47,7 @@ async def probe(tmp_path: Path, mode: str = "legacy") -> AsyncIterator[tuple[Cli
     )
     channel = LocalChannel("probe")
     with (tmp_path / "stderr.log").open("w") as errlog:
-        async with Client(local_transport(plan, channel, errlog), mode=mode, cache=None) as client:
+        async with Client(local_transport(plan, channel, errlog), mode=mode, cache=None, **client_args) as client:
             await client.list_tools()  # the SDK's own request: the channel learns its envelope
             yield client, channel, log
 
@@ -135,3 +140,24 @@ async def test_a_server_that_dies_ends_every_private_request_with_no_answer(tmp_
         assert waiting in answers.done and not channel.open
         with pytest.raises(OSError):
             channel.request("tools/call", call(channel, "echo", {"message": "x"}, False), 1, answers)
+
+
+async def test_a_server_that_asks_under_the_id_of_the_call_it_asks_in_gets_no_answer_crossed(tmp_path: Path) -> None:
+    """The collider asks its question under the id of the call: the fast path's `cb-1`, or the
+    SDK session's own number. Each question is a request (answered by the client), never the
+    answer to the call of the same id, and each call gets its own answer."""
+    names = iter(["ada", "bob"])
+    asked: list[Any] = []
+
+    async def user(context: Any, params: Any) -> types.ElicitResult:
+        asked.append(context.request_id)
+        return types.ElicitResult(action="accept", content={"name": next(names)})
+
+    async with probe(tmp_path, server=COLLIDER, elicitation_callback=user) as (client, channel, _):
+        answers = Answers()
+        pending = channel.request("tools/call", call(channel, "ask", {}, False), 10, answers)
+        assert (await answers.wait()) is pending and pending.response is not None
+        assert pending.response["result"]["content"][0]["text"] == "answer: accept"
+        sdk = await client.call_tool("ask", {})  # asked under the session's own number
+        assert [c.text for c in sdk.content if isinstance(c, types.TextContent)] == ["answer: accept"]
+    assert asked[0] == pending.id and len(asked) == 2 and isinstance(asked[1], int)
