@@ -61,6 +61,7 @@ class Reply:
         self.wants_progress = self.carries_logs = True
         self.direct = None
         self.events: list[Any] = []
+        self.asked = anyio.Event()  # answered with a question
 
     def progress(self, value: float, total: float | None, message: str | None) -> None:
         self.events.append(("progress", value, message))
@@ -76,6 +77,7 @@ class Reply:
 
     def ask(self, question: types.InputRequiredResult) -> None:
         self.events.append(("ask", question))
+        self.asked.set()
 
 
 @pytest.fixture
@@ -136,7 +138,34 @@ async def test_a_cancelled_call_is_never_answered_and_its_round_is_stopped(share
     assert reply.events == [] and audited(audit) == [] and ds.owner() is None
 
 
-async def test_a_question_for_a_modern_client_parks_the_call_and_the_retry_resumes_it(shared: Any) -> None:
+async def retried(calls: Calls, tc: ToolCall, asking: Reply, responses: Any) -> tuple[Any, Reply]:
+    """Once `asking` is answered with a question (the call parked), the client's retry as the
+    gateway takes it: the state redeemed, the call resumed with `responses` (the question's
+    answer) on a new request. The question, and that request."""
+    with anyio.fail_after(5):
+        await asking.asked.wait()
+    [*_, (kind, question)] = asking.events
+    assert kind == "ask" and tc.state is CallState.PARKED and tc.reply is None
+    assert calls.parked.redeem(question.request_state, "fs__read", {"path": "a"}) is tc
+    retry = Reply(modern=True)
+    tc.resume(retry, {INPUT_KEY: responses})
+    return question.input_requests[INPUT_KEY], retry
+
+
+def accepted(name: str) -> dict[str, Any]:
+    return {"action": "accept", "content": {"name": name}}
+
+
+@pytest.mark.parametrize(
+    ("responses", "answer"),
+    [
+        (accepted("ada"), types.ElicitResult(action="accept", content={"name": "ada"})),
+        ({"action": "maybe"}, types.ElicitResult(action="cancel")),  # a retry without a usable answer
+    ],
+)
+async def test_a_question_for_a_modern_client_parks_the_call_and_the_retry_resumes_it(
+    shared: Any, responses: Any, answer: types.ElicitResult
+) -> None:
     calls, audit = shared
     ds, first = Server(), Reply(modern=True)
     tc = ToolCall(admitted(), ds, first, calls, {"name": "read"})
@@ -149,37 +178,11 @@ async def test_a_question_for_a_modern_client_parks_the_call_and_the_retry_resum
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(server_asks)
-            while not first.events:
-                await anyio.lowlevel.checkpoint()
-            [(kind, question)] = first.events
-            assert kind == "ask" and tc.state is CallState.PARKED and tc.reply is None
-            request = question.input_requests[INPUT_KEY]
+            request, retry = await retried(calls, tc, first, responses)
             assert request.params.message.startswith("Question from server 'fs' (not a Cellblock approval)")
-            assert calls.parked.redeem(question.request_state, "fs__read", {"path": "a"}) is tc
-            retry = Reply(modern=True)
-            tc.resume(retry, {INPUT_KEY: {"action": "accept", "content": {"name": "ada"}}})
-    assert answers[0].action == "accept" and answers[0].content == {"name": "ada"}
+    assert answers == [answer]
     ds.sent[0][1](OK, None)
     assert [kind for kind, *_ in retry.events] == ["answer"] and len(audited(audit)) == 1
-
-
-async def test_a_retry_without_a_usable_answer_is_a_cancel(shared: Any) -> None:
-    calls, _ = shared
-    ds, first = Server(), Reply(modern=True)
-    tc = ToolCall(admitted(), ds, first, calls, {"name": "read"})
-    tc.send()
-    answers: list[types.ElicitResult] = []
-
-    async def server_asks() -> None:
-        answers.append(await tc.ask(QUESTION))
-
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(server_asks)
-            while not first.events:
-                await anyio.lowlevel.checkpoint()
-            tc.resume(Reply(modern=True), {INPUT_KEY: {"action": "maybe"}})
-    assert [a.action for a in answers] == ["cancel"]
 
 
 async def test_a_server_that_asks_in_rounds_gets_the_answers_and_the_call_sent_again(shared: Any) -> None:
