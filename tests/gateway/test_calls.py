@@ -55,11 +55,11 @@ class Server(Downstream):
 class Reply:
     """The client's request: what it was answered with, in order."""
 
-    def __init__(self, modern: bool) -> None:
+    def __init__(self, modern: bool, direct: Any = None) -> None:
         self.modern = modern
         self.can_elicit = self.can_elicit_url = False
         self.wants_progress = self.carries_logs = True
-        self.direct = None
+        self.direct = direct
         self.events: list[Any] = []
         self.asked = anyio.Event()  # answered with a question
 
@@ -78,6 +78,39 @@ class Reply:
     def ask(self, question: types.InputRequiredResult) -> None:
         self.events.append(("ask", question))
         self.asked.set()
+
+
+class User:
+    """A handshake client's user, asked within the request (`Reply.direct`): each question waits
+    until the test answers it."""
+
+    def __init__(self) -> None:
+        self.questions: list[tuple[str, anyio.Event, list[types.ElicitResult]]] = []
+        self.new = anyio.Event()
+
+    async def elicit(self, server: str, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return await self.ask(params)
+
+    async def ask(self, params: types.ElicitRequestParams) -> types.ElicitResult:
+        answered: list[types.ElicitResult] = []
+        self.questions.append((params.message, done := anyio.Event(), answered))
+        self.new.set()
+        await done.wait()
+        return answered[0]
+
+    async def sample(self, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        raise NotImplementedError
+
+    async def asked(self, count: int) -> None:
+        with anyio.fail_after(5):
+            while len(self.questions) < count:
+                self.new = anyio.Event()
+                await self.new.wait()
+
+    def answer(self, index: int, name: str) -> None:
+        _, done, answered = self.questions[index]
+        answered.append(types.ElicitResult(action="accept", content={"name": name}))
+        done.set()
 
 
 @pytest.fixture
@@ -203,6 +236,32 @@ async def test_a_server_that_asks_in_rounds_gets_the_answers_and_the_call_sent_a
     again = ds.sent[1][0]
     assert again["requestState"] == "s1" and again["inputResponses"] == {"r": {"roots": []}}
     assert tc.state is CallState.RUNNING
+
+
+class Garbled(User):
+    """A handshake client that answers every question with something that is no answer (the
+    wire's `request` raises ValueError for it)."""
+
+    async def ask(self, params: types.ElicitRequestParams) -> types.ElicitResult:
+        raise ValueError("1 validation error for ElicitResult")
+
+
+async def test_a_handshake_clients_unusable_answer_is_a_cancel_and_the_server_goes_on(shared: Any) -> None:
+    calls, _ = shared
+    ds, reply = Server(), Reply(modern=False, direct=Garbled())
+    tc = ToolCall(admitted(), ds, reply, calls, {"name": "read"})
+    tc.send()
+    assert (await ds.questions.elicit(QUESTION, ds.owner())).action == "cancel"
+    asked = {
+        "resultType": "input_required",
+        "inputRequests": {"q": types.ElicitRequest(params=QUESTION).model_dump(by_alias=True, exclude_none=True)},
+        "requestState": "s1",
+    }
+    ds.sent[0][1](asked, None)  # a 2026-07-28 server asks the same in an input round
+    with anyio.fail_after(5):
+        while len(ds.sent) < 2 and not reply.events:
+            await anyio.lowlevel.checkpoint()
+    assert reply.events == [] and ds.sent[1][0]["inputResponses"] == {"q": {"action": "cancel"}}
 
 
 def test_a_log_level_lets_through_what_is_at_or_above_it() -> None:

@@ -171,7 +171,10 @@ class ToolCall:
     async def ask(self, params: types.ElicitRequestParams) -> types.ElicitResult:
         reply = self.reply
         if reply is not None and not reply.modern and reply.direct is not None:
-            return cast(types.ElicitResult, await self._direct(reply.direct.ask(params)))
+            try:
+                return cast(types.ElicitResult, await self._direct(reply.direct.ask(params)))
+            except ValueError:  # the client's answer is no answer: nobody accepted, as on a retry without one
+                return _CANCEL
         raw = await self._park(types.ElicitRequest(params=params))
         try:
             return types.ElicitResult.model_validate(raw, by_name=False) if raw is not None else _CANCEL
