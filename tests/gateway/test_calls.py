@@ -214,6 +214,7 @@ async def test_a_question_for_a_modern_client_parks_the_call_and_the_retry_resum
             request, retry = await retried(calls, tc, first, responses)
             assert request.params.message.startswith("Question from server 'fs' (not a Cellblock approval)")
     assert answers == [answer]
+    assert tc.state is CallState.RUNNING  # the round goes on with the server
     ds.sent[0][1](OK, None)
     assert [kind for kind, *_ in retry.events] == ["answer"] and len(audited(audit)) == 1
 

@@ -219,7 +219,7 @@ class ToolCall:
             with anyio.move_on_after(PARK_SECONDS):
                 await question.answer.wait()
             self._question = None
-            if self.state is CallState.PARKED:
+            if self.state in (CallState.PARKED, CallState.ASKING):  # answered, or no retry in time
                 self.state = resume
             return question.raw
 
