@@ -219,6 +219,116 @@ async def test_a_question_for_a_modern_client_parks_the_call_and_the_retry_resum
     assert [kind for kind, *_ in retry.events] == ["answer"] and len(audited(audit)) == 1
 
 
+def question(text: str) -> types.ElicitRequestFormParams:
+    return types.ElicitRequestFormParams(message=text, requested_schema={"type": "object", "properties": {}})
+
+
+async def test_a_server_that_asks_twice_in_a_row_has_each_answer_from_its_own_retry(shared: Any) -> None:
+    calls, audit = shared
+    ds, first = Server(), Reply(modern=True)
+    tc = ToolCall(admitted(), ds, first, calls, {"name": "read"})
+    tc.send()
+    answers: list[types.ElicitResult] = []
+
+    async def server_asks() -> None:
+        for text in ("first?", "second?"):
+            answers.append(await ds.questions.elicit(question(text), ds.owner()))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server_asks)
+            one, retry = await retried(calls, tc, first, accepted("ada"))
+            two, last = await retried(calls, tc, retry, accepted("bob"))
+    assert "first?" in one.params.message and "second?" in two.params.message
+    assert [a.content for a in answers] == [{"name": "ada"}, {"name": "bob"}]
+    ds.sent[0][1](OK, None)
+    assert [kind for kind, *_ in retry.events] == ["ask"] and [kind for kind, *_ in last.events] == ["answer"]
+    assert len(audited(audit)) == 1
+
+
+async def test_two_questions_at_once_reach_a_modern_client_one_retry_after_the_other(shared: Any) -> None:
+    calls, _ = shared
+    ds, first = Server(), Reply(modern=True)
+    tc = ToolCall(admitted(), ds, first, calls, {"name": "read"})
+    tc.send()
+    answers: dict[str, types.ElicitResult] = {}
+
+    async def server_asks(text: str) -> None:
+        answers[text] = await ds.questions.elicit(question(text), ds.owner())
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server_asks, "first?")
+            await first.asked.wait()
+            tg.start_soon(server_asks, "second?")  # while the first waits for the client's retry
+            await anyio.wait_all_tasks_blocked()
+            assert answers == {}  # nobody has answered either yet
+            one, retry = await retried(calls, tc, first, accepted("ada"))
+            two, last = await retried(calls, tc, retry, accepted("bob"))
+    assert "first?" in one.params.message and "second?" in two.params.message
+    assert {text: a.content for text, a in answers.items()} == {"first?": {"name": "ada"}, "second?": {"name": "bob"}}
+    ds.sent[0][1](OK, None)
+    assert [kind for kind, *_ in last.events] == ["answer"]
+
+
+async def test_a_sampling_request_while_parked_is_approved_by_the_client_and_sent_on_the_retry(shared: Any) -> None:
+    calls, _ = shared
+    ds, first = Server(), Reply(modern=True)
+    first.can_elicit = True
+    tc = ToolCall(admitted(), ds, first, calls, {"name": "read"})
+    tc.send()
+    approvable: list[bool] = []
+
+    async def approve(server: str, params: Any, entry: Any) -> str | None:
+        approvable.append(entry.can_elicit)  # the approval can be asked of the client, not the CLI
+        return None
+
+    ds.questions.sampling, ds.questions.approve = "ask", approve
+    sampled: list[types.CreateMessageResult] = []
+
+    async def server_samples() -> None:
+        message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text="hi"))
+        params = types.CreateMessageRequestParams(messages=[message], max_tokens=5)
+        sampled.append(await ds.questions.sample(params, ds.owner()))
+
+    completion = {"role": "assistant", "content": {"type": "text", "text": "hello"}, "model": "m"}
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ds.questions.elicit, question("first?"), tc)
+            await first.asked.wait()
+            tg.start_soon(server_samples)
+            await anyio.wait_all_tasks_blocked()
+            _, retry = await retried(calls, tc, first, accepted("ada"))
+            asked, _ = await retried(calls, tc, retry, completion)
+    assert approvable == [True] and asked.method == "sampling/createMessage"
+    assert [s.content.text for s in sampled if isinstance(s.content, types.TextContent)] == ["hello"]
+
+
+async def test_two_questions_at_once_reach_a_handshake_client_together(shared: Any) -> None:
+    calls, _ = shared
+    user = User()
+    ds, reply = Server(), Reply(modern=False, direct=user)
+    tc = ToolCall(admitted(), ds, reply, calls, {"name": "read"})
+    tc.send()
+    answers: dict[str, types.ElicitResult] = {}
+
+    async def server_asks(text: str) -> None:
+        answers[text] = await ds.questions.elicit(question(text), ds.owner())
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server_asks, "first?")
+            tg.start_soon(server_asks, "second?")
+            await user.asked(2)
+            assert tc.state is CallState.ASKING
+            user.answer(1, "bob")  # the later question answered first
+            user.answer(0, "ada")
+    asked = [text.rsplit("\n", 1)[-1] for text, *_ in user.questions]
+    assert answers[asked[0]].content == {"name": "ada"} and answers[asked[1]].content == {"name": "bob"}
+    ds.sent[0][1](OK, None)
+    assert [kind for kind, *_ in reply.events] == ["answer"]
+
+
 async def test_a_server_that_asks_in_rounds_gets_the_answers_and_the_call_sent_again(shared: Any) -> None:
     calls, _ = shared
     ds, reply = Server(), Reply(modern=False)
@@ -237,6 +347,61 @@ async def test_a_server_that_asks_in_rounds_gets_the_answers_and_the_call_sent_a
     again = ds.sent[1][0]
     assert again["requestState"] == "s1" and again["inputResponses"] == {"r": {"roots": []}}
     assert tc.state is CallState.RUNNING
+
+
+def input_round(state: str, *texts: str) -> dict[str, Any]:
+    """A 2026-07-28 server's answer that asks for input: a question under each key of `texts`."""
+    asked = {t: types.ElicitRequest(params=question(t)).model_dump(by_alias=True, exclude_none=True) for t in texts}
+    return {"resultType": "input_required", "inputRequests": asked, "requestState": state}
+
+
+async def sent_again(ds: Server, count: int) -> dict[str, Any]:
+    with anyio.fail_after(5):
+        while len(ds.sent) < count:
+            await anyio.lowlevel.checkpoint()
+    params: dict[str, Any] = ds.sent[-1][0]
+    return params
+
+
+async def test_a_modern_servers_rounds_reach_a_modern_client_one_question_a_retry(shared: Any) -> None:
+    calls, audit = shared
+    ds, first = Server(), Reply(modern=True)
+    tc = ToolCall(admitted(), ds, first, calls, {"name": "read"})
+    tc.send()
+    ds.sent[0][1](input_round("s1", "a?", "b?"), None)  # two questions in one round
+    one, retry = await retried(calls, tc, first, accepted("ada"))
+    two, again = await retried(calls, tc, retry, accepted("bob"))
+    assert ["a?" in one.params.message, "b?" in two.params.message] == [True, True]
+    params = await sent_again(ds, 2)
+    assert params["requestState"] == "s1"
+    assert params["inputResponses"] == {"a?": accepted("ada"), "b?": accepted("bob")}
+    ds.sent[1][1](input_round("s2", "c?"), None)  # and a round after it
+    three, last = await retried(calls, tc, again, accepted("cy"))
+    params = await sent_again(ds, 3)
+    assert "c?" in three.params.message and params["inputResponses"] == {"c?": accepted("cy")}
+    assert params["requestState"] == "s2"
+    ds.sent[2][1](OK, None)
+    assert [kind for kind, *_ in last.events] == ["answer"] and len(audited(audit)) == 1
+
+
+async def test_a_modern_servers_rounds_reach_a_handshake_client_within_its_request(shared: Any) -> None:
+    calls, _ = shared
+    user = User()
+    ds, reply = Server(), Reply(modern=False, direct=user)
+    tc = ToolCall(admitted(), ds, reply, calls, {"name": "read"})
+    tc.send()
+    ds.sent[0][1](input_round("s1", "a?", "b?"), None)
+    for index, name in enumerate(["ada", "bob"]):
+        await user.asked(index + 1)
+        user.answer(index, name)
+    params = await sent_again(ds, 2)
+    assert params["inputResponses"] == {"a?": accepted("ada"), "b?": accepted("bob")}
+    ds.sent[1][1](input_round("s2", "c?"), None)
+    await user.asked(3)
+    user.answer(2, "cy")
+    assert (await sent_again(ds, 3))["inputResponses"] == {"c?": accepted("cy")}
+    ds.sent[2][1](OK, None)
+    assert [kind for kind, *_ in reply.events] == ["answer"]
 
 
 class Garbled(User):

@@ -12,7 +12,8 @@ Where the answer goes is the `Reply` of the request the call came on: the wire, 
 path, or the SDK handler that awaits it. Asking the user is a change of state, never a change of
 machinery: a handshake-era client is asked within the request (`Reply.direct`); a 2026-07-28
 client is answered with the question, the call is parked (`ask/elicitation.ParkedCalls`), and
-the client's retry brings the call its next `Reply`.
+the client's retry brings the call its next `Reply`. One question is with a 2026-07-28 client at
+a time: another the server asks meanwhile waits, and goes to the client on the retry.
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ class ToolCall:
     rounds: int = 0
     _round: Round | None = None
     _question: InputNeeded | None = None
+    _held: Reply | None = None  # parked: the request the question went to (what that client can do)
     _asking: anyio.Lock = field(default_factory=anyio.Lock)  # one question to a 2026-07-28 client at a time
     _starting: anyio.CancelScope = field(default_factory=anyio.CancelScope)  # `start`, until it sends
 
@@ -145,15 +147,18 @@ class ToolCall:
 
     @property
     def asker(self) -> Asker | None:
-        return self if self.reply is not None else None
+        # parked, it still asks: a question waits for the retry, and is put to the client on it
+        return self if self.reply is not None or self.state is CallState.PARKED else None
 
     @property
     def can_elicit(self) -> bool:
-        return self.reply is not None and self.reply.can_elicit
+        reply = self.reply if self.reply is not None else self._held
+        return reply is not None and reply.can_elicit
 
     @property
     def can_elicit_url(self) -> bool:
-        return self.reply is not None and self.reply.can_elicit_url
+        reply = self.reply if self.reply is not None else self._held
+        return reply is not None and reply.can_elicit_url
 
     def log(self, params: types.LoggingMessageNotificationParams) -> None:
         if self.reply is not None:
@@ -213,12 +218,12 @@ class ToolCall:
                 return None
             question = self._question = InputNeeded(request)
             state = self.shared.parked.park(self, self.call.name, self.call.arguments)
-            resume, self.state, self.reply = self.state, CallState.PARKED, None
+            resume, self.state, self.reply, self._held = self.state, CallState.PARKED, None, reply
             reply.ask(types.InputRequiredResult(input_requests={INPUT_KEY: request}, request_state=state))
             # no retry in time: nobody answered, which is a cancel, never an accept
             with anyio.move_on_after(PARK_SECONDS):
                 await question.answer.wait()
-            self._question = None
+            self._question = self._held = None
             if self.state in (CallState.PARKED, CallState.ASKING):  # answered, or no retry in time
                 self.state = resume
             return question.raw
