@@ -43,6 +43,7 @@ from cellblock.gateway.serve.catalog import LIST_KINDS, Catalog
 from cellblock.gateway.serve.pipeline import Call, Pipeline
 from cellblock.gateway.serve.shaping import wire_result
 from cellblock.gateway.wire.client import Wire
+from cellblock.gateway.wire.lines import valid_id
 
 __all__ = ["FastPath", "Host", "WireReply"]
 
@@ -225,7 +226,9 @@ class FastPath:
 
     def _cancel(self, params: Any) -> bool:
         """The client cancelled a request: True when it was a call still answered here."""
-        tc = self.in_flight.pop(params.get("requestId"), None) if isinstance(params, dict) else None
+        ident = params.get("requestId") if isinstance(params, dict) else None
+        # an id as MCP has it, first: a list cannot be looked up, and true or 1.0 would find call 1
+        tc = self.in_flight.pop(ident, None) if valid_id(ident) else None
         if tc is None:
             return False
         tc.cancel("cancelled by the client")
