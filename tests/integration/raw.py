@@ -45,6 +45,7 @@ class Raw:
         self._waiting: dict[Any, anyio.Event] = {}
         self.answers: dict[Any, dict[str, Any]] = {}
         self.notifications: list[dict[str, Any]] = []
+        self.asked: list[dict[str, Any]] = []  # the gateway's requests, as they came
 
     async def send(self, message: dict[str, Any]) -> None:
         await self._stdin.send((json.dumps(message) + "\n").encode())
@@ -65,6 +66,14 @@ class Raw:
             await self._waiting[ident].wait()
         return self.answers.pop(ident)
 
+    async def answer_to(self, ident: Any) -> dict[str, Any]:
+        """The answer to `ident`, a request sent with `send`, once it has come."""
+        if ident not in self.answers:
+            self._waiting[ident] = anyio.Event()
+            with anyio.fail_after(30):
+                await self._waiting[ident].wait()
+        return self.answers.pop(ident)
+
     async def refused(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send `message` (a request the gateway must refuse) and return the error it gets, which
         carries a null id because the request's own id was no good."""
@@ -83,6 +92,7 @@ class Raw:
         while True:
             message = json.loads(await self._stdout.receive_until(b"\n", 1 << 26))
             if "method" in message and "id" in message:
+                self.asked.append(message)
                 result = await self._answer(message["method"], message.get("params") or {})
                 await self.send({"jsonrpc": "2.0", "id": message["id"], "result": result})
             elif "method" in message:

@@ -9,6 +9,7 @@ answers for the same call on the fast path (server `fast`, policy allow) and on 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,12 @@ import anyio
 import mcp.types as types
 import pytest
 
-from tests.integration.conftest import cli, eventually, gateway, probe_server, write_config
+from tests.integration.conftest import PROBE, cli, eventually, gateway, probe_server, write_config
 from tests.integration.raw import APPROVE, MODERN_META, Raw, open_session, raw_gateway
 
 pytestmark = pytest.mark.anyio
+
+COLLIDER = PROBE.parent / "collider.py"
 
 ALLOW = {"default": "allow"}
 ASK = {"default": "ask"}
@@ -141,3 +144,33 @@ async def test_an_envelope_the_sdk_did_not_accept_gets_the_sdks_refusal(tmp_path
         await open_session(raw, "legacy")
         mixed = await call(raw, MODERN_META, "fast__echo", {"message": "wrong era"})
         assert "error" in mixed and "result" not in mixed
+
+
+async def test_a_client_that_plays_with_the_gateways_private_ids_gets_its_answers_and_the_gateway_goes_on(
+    tmp_path: Path,
+) -> None:
+    """A fast call whose server asks the user (the collider, asking under the call's own private
+    id): the gateway asks the client under its first private id, `cb-1`. Before it answers, the
+    client sends a request of its own under `cb-1`, an answer to an id never asked, and one under
+    an id no request can have; after it, its answer again. Its ping is answered as a ping, the
+    call gets the client's answer, and the gateway goes on answering."""
+    collider = {"command": sys.executable, "args": [str(COLLIDER)], "jail": {"read_only": [str(PROBE.parent)]}}
+    config = write_config(tmp_path, {"c": {**collider, "protocol": "legacy"}})
+
+    async def hostile(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        await raw.send({"jsonrpc": "2.0", "id": "cb-1", "method": "ping"})
+        await raw.send({"jsonrpc": "2.0", "id": "cb-77", "result": {"action": "accept", "content": {}}})
+        await raw.send({"jsonrpc": "2.0", "id": ["cb-1"], "result": {"action": "accept", "content": {}}})
+        return {"action": "accept", "content": {}}
+
+    async with raw_gateway(config, tmp_path / "state", hostile) as raw:
+        await open_session(raw, "legacy")
+        assert "result" in await raw.request("tools/list", {})  # the server is up: the call is a fast one
+        asked = await call(raw, {}, "c__ask", {})
+        assert asked["result"]["content"][0]["text"] == "answer: accept"
+        assert [m["id"] for m in raw.asked] == ["cb-1"]
+        assert await raw.answer_to("cb-1") == {"jsonrpc": "2.0", "id": "cb-1", "result": {}}  # the ping's
+        await raw.send({"jsonrpc": "2.0", "id": "cb-1", "result": {"action": "decline"}})  # answered already
+        again = await call(raw, {}, "c__ask", {})
+        assert again["result"]["content"][0]["text"] == "answer: accept"
+        assert [m["id"] for m in raw.asked] == ["cb-1", "cb-2"]
