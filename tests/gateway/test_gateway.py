@@ -20,6 +20,7 @@ from tests.integration.conftest import probe_server, write_config
 pytestmark = pytest.mark.anyio
 
 RAW = Path(__file__).resolve().parents[1] / "servers" / "raw.py"
+ASKER = RAW.parent / "asker.py"
 POLICY = {"default": "deny", "rules": {"echo": "allow", "slow": "ask"}}
 # a crashing server is given up on in a moment, not after 15 s of waits
 QUICK = Backoff(first=0.01, most=0.01)
@@ -143,3 +144,41 @@ async def test_a_call_whose_server_dies_under_it_fails_naming_the_server_which_t
         assert died.is_error and "server 'p'" in text(died), text(died)
         assert text(await c.call_tool("p__echo", {"message": "back"})) == "back"  # waits for the restart
     assert len(events(state, "server_exit")) == 1 and len(events(state, "server_ready")) == 2
+
+
+@pytest.mark.parametrize("tool", ["twice", "both"])
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_server_that_asks_twice_in_a_call_has_each_answer_from_the_user(
+    tmp_path: Path, mode: str, tool: str
+) -> None:
+    """The asker asks `first?` and `second?`, one after the other (`twice`) or at once (`both`):
+    as elicitation requests (`a`, a handshake server) or input rounds (`m`, 2026-07-28). Each
+    question reaches the user, and each answer the server, whatever era the client speaks; a
+    handshake client is asked `a`'s two at once (the gateway answers `m`'s in turn)."""
+    jail = {"read_only": [str(ASKER.parent)]}
+    servers = {
+        "a": {"command": sys.executable, "args": [str(ASKER)], "protocol": "legacy", "jail": jail},
+        "m": {"command": sys.executable, "args": [str(ASKER), "--era", "modern"], "jail": jail},
+    }
+    names = {"first?": "ada", "second?": "bob"}
+    asked: list[str] = []
+    second = anyio.Event()
+
+    async def user(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        question = params.message.rsplit("\n", 1)[-1]
+        asked.append(question)
+        if question == "second?":
+            second.set()
+        elif (tool, mode, server) == ("both", "legacy", "a") and asked == ["first?"]:
+            with anyio.fail_after(10):  # a handshake client holds both at once: the first waits for the second
+                await second.wait()
+        return types.ElicitResult(action="accept", content={"name": names[question]})
+
+    config = write_config(tmp_path, servers)
+    async with connected(build(config, tmp_path / "state"), mode=mode, elicitation_callback=user) as client:
+        for server in ("a", "m"):
+            asked.clear()
+            second = anyio.Event()
+            result = await client.call_tool(f"{server}__{tool}", {})
+            assert text(result) == "answers: ada, bob", server
+            assert sorted(asked) == ["first?", "second?"], server
