@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import mcp.types as types
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from cellblock.gateway.ask.elicitation import ParkedCalls
 from cellblock.gateway.audit.log import Audit
@@ -428,6 +429,27 @@ async def test_a_handshake_clients_unusable_answer_is_a_cancel_and_the_server_go
         while len(ds.sent) < 2 and not reply.events:
             await anyio.lowlevel.checkpoint()
     assert reply.events == [] and ds.sent[1][0]["inputResponses"] == {"q": {"action": "cancel"}}
+
+
+class Refusing(User):
+    """A handshake client that answers every question with an error."""
+
+    async def ask(self, params: types.ElicitRequestParams) -> types.ElicitResult:
+        raise MCPError(types.METHOD_NOT_FOUND, "Method not found")
+
+
+async def test_a_clients_error_for_a_modern_servers_question_ends_the_call_naming_the_client(shared: Any) -> None:
+    calls, _ = shared
+    ds, reply = Server(), Reply(modern=False, direct=Refusing())
+    tc = ToolCall(admitted(), ds, reply, calls, {"name": "read"})
+    tc.send()
+    ds.sent[0][1](input_round("s1", "a?"), None)
+    with anyio.fail_after(5):
+        while not reply.events:
+            await anyio.lowlevel.checkpoint()
+    [(kind, result)] = reply.events
+    assert kind == "answer" and result.is_error and len(ds.sent) == 1
+    assert result.content[0].text == "the client did not answer the question of server 'fs': Method not found"
 
 
 def test_a_log_level_lets_through_what_is_at_or_above_it() -> None:

@@ -318,7 +318,10 @@ class ToolCall:
                 key: _dumped(await self.ds.questions.answer(req, self))
                 for key, req in (asked.input_requests or {}).items()
             }
-        except (DownstreamError, MCPError, ValueError) as exc:
+        except MCPError as exc:  # the client's, to a question (a refused sampling is a DownstreamError)
+            why = f"the client did not answer the question of server '{self.ds.name}': {exc.message}"
+            return self._end(self._failed(DownstreamError(why)))
+        except (DownstreamError, ValueError) as exc:
             return self._end(self._failed(exc))
         if self.state in (CallState.DONE, CallState.CANCELLED):
             return None
