@@ -272,6 +272,28 @@ async def test_two_questions_at_once_reach_a_modern_client_one_retry_after_the_o
     assert [kind for kind, *_ in last.events] == ["answer"]
 
 
+async def test_questions_waiting_on_a_retry_that_never_comes_are_cancelled(
+    shared: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("cellblock.gateway.serve.calls.PARK_SECONDS", 0.2)
+    calls, _ = shared
+    ds, first = Server(), Reply(modern=True)
+    tc = ToolCall(admitted(), ds, first, calls, {"name": "read"})
+    tc.send()
+    answers: dict[str, types.ElicitResult] = {}
+
+    async def server_asks(text: str) -> None:
+        answers[text] = await ds.questions.elicit(question(text), ds.owner())
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server_asks, "first?")
+            await first.asked.wait()
+            tg.start_soon(server_asks, "second?")
+    assert {text: a.action for text, a in answers.items()} == {"first?": "cancel", "second?": "cancel"}
+    assert [kind for kind, *_ in first.events] == ["ask"]  # the second was never put to anyone
+
+
 async def test_a_sampling_request_while_parked_is_approved_by_the_client_and_sent_on_the_retry(shared: Any) -> None:
     calls, _ = shared
     ds, first = Server(), Reply(modern=True)
