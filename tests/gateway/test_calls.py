@@ -294,6 +294,35 @@ async def test_questions_waiting_on_a_retry_that_never_comes_are_cancelled(
     assert [kind for kind, *_ in first.events] == ["ask"]  # the second was never put to anyone
 
 
+@pytest.mark.parametrize("end", ["timeout", "crash"])
+async def test_a_call_that_ends_while_parked_answers_the_retry_with_how_it_ended(shared: Any, end: str) -> None:
+    """The server's round timed out (or the server went away) while the user thought: the end is
+    the retry's answer, not a wait for a round that will never come."""
+    calls, audit = shared
+    ds, first = Server(), Reply(modern=True)
+    tc = ToolCall(admitted(), ds, first, calls, {"name": "read"})
+    tc.send()
+    answers: list[types.ElicitResult] = []
+
+    async def server_asks() -> None:
+        answers.append(await ds.questions.elicit(QUESTION, ds.owner()))
+
+    failure = TimeoutError() if end == "timeout" else MCPError(types.CONNECTION_CLOSED, "Connection closed")
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server_asks)
+            await first.asked.wait()
+            ds.sent[0][1](None, failure)  # the round ends while the call is parked
+            [(_, asked)] = first.events
+            assert calls.parked.redeem(asked.request_state, "fs__read", {"path": "a"}) is tc
+            retry = Reply(modern=True)
+            tc.resume(retry, {INPUT_KEY: accepted("ada")})
+    [(kind, result)] = retry.events
+    assert kind == "answer" and result.is_error and "server 'fs'" in result.content[0].text
+    assert tc.state is CallState.DONE and len(audited(audit)) == 1
+    assert [a.action for a in answers] == ["cancel"]  # the server's question went with its round
+
+
 async def test_a_sampling_request_while_parked_is_approved_by_the_client_and_sent_on_the_retry(shared: Any) -> None:
     calls, _ = shared
     ds, first = Server(), Reply(modern=True)

@@ -137,6 +137,7 @@ class ToolCall:
     _round: Round | None = None
     _question: InputNeeded | None = None
     _held: Reply | None = None  # parked: the request the question went to (what that client can do)
+    _ended: dict[str, Any] | None = None  # the result of a call that ended while parked, for the retry
     _asking: anyio.Lock = field(default_factory=anyio.Lock)  # one question to a 2026-07-28 client at a time
     _starting: anyio.CancelScope = field(default_factory=anyio.CancelScope)  # `start`, until it sends
 
@@ -232,6 +233,9 @@ class ToolCall:
         """The client's retry of a parked call: its answer to the question, and the request that
         the call answers from now on."""
         self.reply = reply
+        if self._ended is not None:  # it ended while parked (its server timed out, say)
+            reply.answer(self._shaped(reply, self._ended)[0])
+            return
         question = self._question
         if question is None:
             return
@@ -356,16 +360,29 @@ class ToolCall:
         reply, secrets = self.reply, self.shared.secrets()
         try:
             result = scrub_result(exposed_result(self.call.server, result), secrets)
-            shaped = reply.shape(result) if reply is not None else result
         except (Scrubbed, ValueError) as exc:  # Scrubbed is a ValueError: too deep to check for secrets
-            # the server's error text is its own too (one line of text: it cannot be too deep to scrub)
             result = scrub_result(self._failed(exc), secrets)
-            shaped = reply.shape(result) if reply is not None else result
+        shaped, result = self._shaped(reply, result)
         # the record is complete before the answer leaves
         duration_ms = (time.perf_counter() - self.began) * 1000
         self.shared.pipeline.finished(self.call, bool(result.get("isError")), duration_ms)
         if reply is not None:
             reply.answer(shaped)
+        elif self._question is not None:  # parked: the client's retry is answered with the end
+            self._ended = result
+            self._question.answer.set()  # the server's question has nobody left to answer it
+
+    def _shaped(self, reply: Reply | None, result: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """The result as `reply` answers with it, and the result; one that does not validate is
+        answered as the error it is."""
+        if reply is None:
+            return result, result
+        try:
+            return reply.shape(result), result
+        except ValueError as exc:
+            # the server's error text is its own too (one line of text: it cannot be too deep to scrub)
+            result = scrub_result(self._failed(exc), self.shared.secrets())
+            return reply.shape(result), result
 
 
 class SessionReply:
