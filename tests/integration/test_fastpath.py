@@ -23,6 +23,7 @@ from tests.integration.raw import APPROVE, MODERN_META, Raw, open_session, raw_g
 pytestmark = pytest.mark.anyio
 
 COLLIDER = PROBE.parent / "collider.py"
+ASKER = PROBE.parent / "asker.py"
 
 ALLOW = {"default": "allow"}
 ASK = {"default": "ask"}
@@ -174,3 +175,43 @@ async def test_a_client_that_plays_with_the_gateways_private_ids_gets_its_answer
         again = await call(raw, {}, "c__ask", {})
         assert again["result"]["content"][0]["text"] == "answer: accept"
         assert [m["id"] for m in raw.asked] == ["cb-1", "cb-2"]
+
+
+@pytest.mark.parametrize("tool", ["twice", "both"])
+@pytest.mark.parametrize("era", ["legacy", "auto"])
+async def test_a_fast_call_whose_server_asks_twice_has_each_answer_from_the_user(
+    tmp_path: Path, era: str, tool: str
+) -> None:
+    """The asker's two questions in one call (tests/gateway/test_gateway.py has the SDK's path):
+    asked on the wire within the call (handshake era), or as the answers to the call and its
+    retries (2026-07-28; the retries are the SDK's path, the first round the fast path's)."""
+    jail = {"read_only": [str(ASKER.parent)]}
+    servers = {
+        "a": {"command": sys.executable, "args": [str(ASKER)], "protocol": "legacy", "jail": jail},
+        "m": {"command": sys.executable, "args": [str(ASKER), "--era", "modern"], "jail": jail},
+    }
+    names = {"first?": "ada", "second?": "bob"}
+    asked: list[str] = []
+
+    def user(params: dict[str, Any]) -> dict[str, Any]:
+        question = params["message"].rsplit("\n", 1)[-1]
+        asked.append(question)
+        return {"action": "accept", "content": {"name": names[question]}}
+
+    async def on_the_wire(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return user(params)
+
+    async with raw_gateway(write_config(tmp_path, servers), tmp_path / "state", on_the_wire) as raw:
+        meta = await open_session(raw, era)
+        assert "result" in await raw.request("tools/list", {"_meta": meta} if meta else {})  # servers up
+        for server in ("a", "m"):
+            asked.clear()
+            params: dict[str, Any] = {"name": f"{server}__{tool}", "arguments": {}, **({"_meta": meta} if meta else {})}
+            answer = await raw.request("tools/call", params)
+            while answer["result"].get("resultType") == "input_required":
+                result = answer["result"]
+                responses = {key: user(request["params"]) for key, request in result["inputRequests"].items()}
+                retry = {**params, "inputResponses": responses, "requestState": result["requestState"]}
+                answer = await raw.request("tools/call", retry)
+            assert answer["result"]["content"][0]["text"] == "answers: ada, bob", server
+            assert sorted(asked) == ["first?", "second?"], server
