@@ -215,3 +215,23 @@ async def test_a_fast_call_whose_server_asks_twice_has_each_answer_from_the_user
                 answer = await raw.request("tools/call", retry)
             assert answer["result"]["content"][0]["text"] == "answers: ada, bob", server
             assert sorted(asked) == ["first?", "second?"], server
+
+
+async def test_a_retry_after_the_server_gave_up_on_the_call_gets_how_the_call_ended(tmp_path: Path) -> None:
+    """A 2026-07-28 client holds the server's question longer than the server's timeout: the call
+    ends meanwhile, and the retry that brings the answer is answered with that end."""
+    jail = {"read_only": [str(ASKER.parent)]}
+    asker = {"command": sys.executable, "args": [str(ASKER)], "protocol": "legacy", "jail": jail, "timeout": 1}
+    state = tmp_path / "state"
+    async with raw_gateway(write_config(tmp_path, {"a": asker}), state) as raw:
+        meta = await open_session(raw, "auto")
+        assert "result" in await raw.request("tools/list", {"_meta": meta})
+        params = {"name": "a__twice", "arguments": {}, "_meta": meta}
+        asked = (await raw.request("tools/call", params))["result"]
+        assert asked["resultType"] == "input_required"
+        await eventually(lambda: '"call_end"' in (state / "audit.jsonl").read_text())  # the server's timeout
+        answer = {key: {"action": "accept", "content": {"name": "ada"}} for key in asked["inputRequests"]}
+        retry = await raw.request(
+            "tools/call", {**params, "inputResponses": answer, "requestState": asked["requestState"]}
+        )
+        assert retry["result"]["isError"] and "took longer than 1s" in retry["result"]["content"][0]["text"]
