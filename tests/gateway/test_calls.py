@@ -135,6 +135,32 @@ def audited(audit: Audit) -> list[str]:
     return [line for line in audit.path.read_text().splitlines() if '"call_end"' in line]
 
 
+def sent(calls: Calls, reply: Reply) -> tuple[Server, ToolCall, Reply]:
+    """A call on a fake server, its first round sent; the server, the call, and `reply`."""
+    ds = Server()
+    tc = ToolCall(admitted(), ds, reply, calls, {"name": "read"})
+    tc.send()
+    return ds, tc, reply
+
+
+async def asks(ds: Server, answers: dict[str, types.ElicitResult], text: str) -> None:
+    """The server asks `text` during its call (as its session's elicitation callback does); the
+    answer into `answers`."""
+    answers[text] = await ds.questions.elicit(question(text), ds.owner())
+
+
+async def asked_while_parked(tg: Any, ds: Server, first: Reply, answers: dict[str, types.ElicitResult]) -> None:
+    """The server asks `first?`, and once the call is parked on it (`first` answered with it),
+    `second?`."""
+    tg.start_soon(asks, ds, answers, "first?")
+    await first.asked.wait()
+    tg.start_soon(asks, ds, answers, "second?")
+
+
+def question(text: str) -> types.ElicitRequestFormParams:
+    return types.ElicitRequestFormParams(message=text, requested_schema={"type": "object", "properties": {}})
+
+
 async def test_a_call_is_sent_answered_and_its_end_audited(shared: Any) -> None:
     calls, audit = shared
     ds, reply = Server(), Reply(modern=False)
@@ -152,9 +178,7 @@ async def test_a_call_is_sent_answered_and_its_end_audited(shared: Any) -> None:
 
 async def test_a_round_that_times_out_is_answered_with_an_error_naming_the_server(shared: Any) -> None:
     calls, _ = shared
-    ds, reply = Server(), Reply(modern=False)
-    tc = ToolCall(admitted(), ds, reply, calls, {"name": "read"})
-    tc.send()
+    ds, _tc, reply = sent(calls, Reply(modern=False))
     ds.sent[0][1](None, TimeoutError())
     [(kind, result)] = reply.events
     assert kind == "answer" and result.is_error
@@ -163,9 +187,7 @@ async def test_a_round_that_times_out_is_answered_with_an_error_naming_the_serve
 
 async def test_a_cancelled_call_is_never_answered_and_its_round_is_stopped(shared: Any) -> None:
     calls, audit = shared
-    ds, reply = Server(), Reply(modern=False)
-    tc = ToolCall(admitted(), ds, reply, calls, {"name": "read"})
-    tc.send()
+    ds, tc, reply = sent(calls, Reply(modern=False))
     tc.cancel("cancelled by the client")
     ds.sent[0][1](OK, None)  # a late answer
     assert tc.state is CallState.CANCELLED and ds.sent[0][2].cancelled == "cancelled by the client"
@@ -201,9 +223,7 @@ async def test_a_question_for_a_modern_client_parks_the_call_and_the_retry_resum
     shared: Any, responses: Any, answer: types.ElicitResult
 ) -> None:
     calls, audit = shared
-    ds, first = Server(), Reply(modern=True)
-    tc = ToolCall(admitted(), ds, first, calls, {"name": "read"})
-    tc.send()
+    ds, tc, first = sent(calls, Reply(modern=True))
     answers: list[types.ElicitResult] = []
 
     async def server_asks() -> None:
@@ -220,20 +240,14 @@ async def test_a_question_for_a_modern_client_parks_the_call_and_the_retry_resum
     assert [kind for kind, *_ in retry.events] == ["answer"] and len(audited(audit)) == 1
 
 
-def question(text: str) -> types.ElicitRequestFormParams:
-    return types.ElicitRequestFormParams(message=text, requested_schema={"type": "object", "properties": {}})
-
-
 async def test_a_server_that_asks_twice_in_a_row_has_each_answer_from_its_own_retry(shared: Any) -> None:
     calls, audit = shared
-    ds, first = Server(), Reply(modern=True)
-    tc = ToolCall(admitted(), ds, first, calls, {"name": "read"})
-    tc.send()
-    answers: list[types.ElicitResult] = []
+    ds, tc, first = sent(calls, Reply(modern=True))
+    answers: dict[str, types.ElicitResult] = {}
 
     async def server_asks() -> None:
         for text in ("first?", "second?"):
-            answers.append(await ds.questions.elicit(question(text), ds.owner()))
+            await asks(ds, answers, text)
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
@@ -241,7 +255,7 @@ async def test_a_server_that_asks_twice_in_a_row_has_each_answer_from_its_own_re
             one, retry = await retried(calls, tc, first, accepted("ada"))
             two, last = await retried(calls, tc, retry, accepted("bob"))
     assert "first?" in one.params.message and "second?" in two.params.message
-    assert [a.content for a in answers] == [{"name": "ada"}, {"name": "bob"}]
+    assert {text: a.content for text, a in answers.items()} == {"first?": {"name": "ada"}, "second?": {"name": "bob"}}
     ds.sent[0][1](OK, None)
     assert [kind for kind, *_ in retry.events] == ["ask"] and [kind for kind, *_ in last.events] == ["answer"]
     assert len(audited(audit)) == 1
@@ -249,19 +263,11 @@ async def test_a_server_that_asks_twice_in_a_row_has_each_answer_from_its_own_re
 
 async def test_two_questions_at_once_reach_a_modern_client_one_retry_after_the_other(shared: Any) -> None:
     calls, _ = shared
-    ds, first = Server(), Reply(modern=True)
-    tc = ToolCall(admitted(), ds, first, calls, {"name": "read"})
-    tc.send()
+    ds, tc, first = sent(calls, Reply(modern=True))
     answers: dict[str, types.ElicitResult] = {}
-
-    async def server_asks(text: str) -> None:
-        answers[text] = await ds.questions.elicit(question(text), ds.owner())
-
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(server_asks, "first?")
-            await first.asked.wait()
-            tg.start_soon(server_asks, "second?")  # while the first waits for the client's retry
+            await asked_while_parked(tg, ds, first, answers)
             await anyio.wait_all_tasks_blocked()
             assert answers == {}  # nobody has answered either yet
             one, retry = await retried(calls, tc, first, accepted("ada"))
@@ -277,19 +283,11 @@ async def test_questions_waiting_on_a_retry_that_never_comes_are_cancelled(
 ) -> None:
     monkeypatch.setattr("cellblock.gateway.serve.calls.PARK_SECONDS", 0.2)
     calls, _ = shared
-    ds, first = Server(), Reply(modern=True)
-    tc = ToolCall(admitted(), ds, first, calls, {"name": "read"})
-    tc.send()
+    ds, _tc, first = sent(calls, Reply(modern=True))
     answers: dict[str, types.ElicitResult] = {}
-
-    async def server_asks(text: str) -> None:
-        answers[text] = await ds.questions.elicit(question(text), ds.owner())
-
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(server_asks, "first?")
-            await first.asked.wait()
-            tg.start_soon(server_asks, "second?")
+            await asked_while_parked(tg, ds, first, answers)
     assert {text: a.action for text, a in answers.items()} == {"first?": "cancel", "second?": "cancel"}
     assert [kind for kind, *_ in first.events] == ["ask"]  # the second was never put to anyone
 
@@ -299,18 +297,12 @@ async def test_a_call_that_ends_while_parked_answers_the_retry_with_how_it_ended
     """The server's round timed out (or the server went away) while the user thought: the end is
     the retry's answer, not a wait for a round that will never come."""
     calls, audit = shared
-    ds, first = Server(), Reply(modern=True)
-    tc = ToolCall(admitted(), ds, first, calls, {"name": "read"})
-    tc.send()
-    answers: list[types.ElicitResult] = []
-
-    async def server_asks() -> None:
-        answers.append(await ds.questions.elicit(QUESTION, ds.owner()))
-
+    ds, tc, first = sent(calls, Reply(modern=True))
+    answers: dict[str, types.ElicitResult] = {}
     failure = TimeoutError() if end == "timeout" else MCPError(types.CONNECTION_CLOSED, "Connection closed")
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(server_asks)
+            tg.start_soon(asks, ds, answers, "first?")
             await first.asked.wait()
             ds.sent[0][1](None, failure)  # the round ends while the call is parked
             [(_, asked)] = first.events
@@ -320,7 +312,7 @@ async def test_a_call_that_ends_while_parked_answers_the_retry_with_how_it_ended
     [(kind, result)] = retry.events
     assert kind == "answer" and result.is_error and "server 'fs'" in result.content[0].text
     assert tc.state is CallState.DONE and len(audited(audit)) == 1
-    assert [a.action for a in answers] == ["cancel"]  # the server's question went with its round
+    assert answers["first?"].action == "cancel"  # the server's question went with its round
 
 
 async def test_a_sampling_request_while_parked_is_approved_by_the_client_and_sent_on_the_retry(shared: Any) -> None:
@@ -359,18 +351,12 @@ async def test_a_sampling_request_while_parked_is_approved_by_the_client_and_sen
 async def test_two_questions_at_once_reach_a_handshake_client_together(shared: Any) -> None:
     calls, _ = shared
     user = User()
-    ds, reply = Server(), Reply(modern=False, direct=user)
-    tc = ToolCall(admitted(), ds, reply, calls, {"name": "read"})
-    tc.send()
+    ds, tc, reply = sent(calls, Reply(modern=False, direct=user))
     answers: dict[str, types.ElicitResult] = {}
-
-    async def server_asks(text: str) -> None:
-        answers[text] = await ds.questions.elicit(question(text), ds.owner())
-
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(server_asks, "first?")
-            tg.start_soon(server_asks, "second?")
+            tg.start_soon(asks, ds, answers, "first?")
+            tg.start_soon(asks, ds, answers, "second?")
             await user.asked(2)
             assert tc.state is CallState.ASKING
             user.answer(1, "bob")  # the later question answered first
@@ -383,9 +369,7 @@ async def test_two_questions_at_once_reach_a_handshake_client_together(shared: A
 
 async def test_a_server_that_asks_in_rounds_gets_the_answers_and_the_call_sent_again(shared: Any) -> None:
     calls, _ = shared
-    ds, reply = Server(), Reply(modern=False)
-    tc = ToolCall(admitted(), ds, reply, calls, {"name": "read"})
-    tc.send()
+    ds, tc, _reply = sent(calls, Reply(modern=False))
     roots = types.ListRootsRequest()
     asked = {
         "resultType": "input_required",
@@ -417,9 +401,7 @@ async def sent_again(ds: Server, count: int) -> dict[str, Any]:
 
 async def test_a_modern_servers_rounds_reach_a_modern_client_one_question_a_retry(shared: Any) -> None:
     calls, audit = shared
-    ds, first = Server(), Reply(modern=True)
-    tc = ToolCall(admitted(), ds, first, calls, {"name": "read"})
-    tc.send()
+    ds, tc, first = sent(calls, Reply(modern=True))
     ds.sent[0][1](input_round("s1", "a?", "b?"), None)  # two questions in one round
     one, retry = await retried(calls, tc, first, accepted("ada"))
     two, again = await retried(calls, tc, retry, accepted("bob"))
@@ -439,9 +421,7 @@ async def test_a_modern_servers_rounds_reach_a_modern_client_one_question_a_retr
 async def test_a_modern_servers_rounds_reach_a_handshake_client_within_its_request(shared: Any) -> None:
     calls, _ = shared
     user = User()
-    ds, reply = Server(), Reply(modern=False, direct=user)
-    tc = ToolCall(admitted(), ds, reply, calls, {"name": "read"})
-    tc.send()
+    ds, _tc, reply = sent(calls, Reply(modern=False, direct=user))
     ds.sent[0][1](input_round("s1", "a?", "b?"), None)
     for index, name in enumerate(["ada", "bob"]):
         await user.asked(index + 1)
@@ -466,9 +446,7 @@ class Garbled(User):
 
 async def test_a_handshake_clients_unusable_answer_is_a_cancel_and_the_server_goes_on(shared: Any) -> None:
     calls, _ = shared
-    ds, reply = Server(), Reply(modern=False, direct=Garbled())
-    tc = ToolCall(admitted(), ds, reply, calls, {"name": "read"})
-    tc.send()
+    ds, _tc, reply = sent(calls, Reply(modern=False, direct=Garbled()))
     assert (await ds.questions.elicit(QUESTION, ds.owner())).action == "cancel"
     asked = {
         "resultType": "input_required",
@@ -491,9 +469,7 @@ class Refusing(User):
 
 async def test_a_clients_error_for_a_modern_servers_question_ends_the_call_naming_the_client(shared: Any) -> None:
     calls, _ = shared
-    ds, reply = Server(), Reply(modern=False, direct=Refusing())
-    tc = ToolCall(admitted(), ds, reply, calls, {"name": "read"})
-    tc.send()
+    ds, _tc, reply = sent(calls, Reply(modern=False, direct=Refusing()))
     ds.sent[0][1](input_round("s1", "a?"), None)
     with anyio.fail_after(5):
         while not reply.events:

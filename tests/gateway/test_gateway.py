@@ -15,12 +15,11 @@ import pytest
 
 from cellblock.gateway.downstream.backoff import Backoff
 from tests.harness import build, connected
-from tests.integration.conftest import probe_server, write_config
+from tests.integration.conftest import asker_servers, probe_server, write_config
 
 pytestmark = pytest.mark.anyio
 
 RAW = Path(__file__).resolve().parents[1] / "servers" / "raw.py"
-ASKER = RAW.parent / "asker.py"
 POLICY = {"default": "deny", "rules": {"echo": "allow", "slow": "ask"}}
 # a crashing server is given up on in a moment, not after 15 s of waits
 QUICK = Backoff(first=0.01, most=0.01)
@@ -155,11 +154,7 @@ async def test_a_server_that_asks_twice_in_a_call_has_each_answer_from_the_user(
     as elicitation requests (`a`, a handshake server) or input rounds (`m`, 2026-07-28). Each
     question reaches the user, and each answer the server, whatever era the client speaks; a
     handshake client is asked `a`'s two at once (the gateway answers `m`'s in turn)."""
-    jail = {"read_only": [str(ASKER.parent)]}
-    servers = {
-        "a": {"command": sys.executable, "args": [str(ASKER)], "protocol": "legacy", "jail": jail},
-        "m": {"command": sys.executable, "args": [str(ASKER), "--era", "modern"], "jail": jail},
-    }
+    servers = asker_servers()
     names = {"first?": "ada", "second?": "bob"}
     asked: list[str] = []
     second = anyio.Event()

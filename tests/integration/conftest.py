@@ -33,6 +33,17 @@ def probe_server(*args: str, writable: Path | None = None, **extra: Any) -> dict
     return {"command": sys.executable, "args": [str(PROBE), *args], "jail": jail, **extra}
 
 
+def asker_servers() -> dict[str, Any]:
+    """The asker test server (tests/servers/asker.py) twice: `a` asking as a handshake server,
+    `m` as a 2026-07-28 one."""
+    asker = ROOT / "tests" / "servers" / "asker.py"
+    jail = {"read_only": [str(asker.parent)]}
+    return {
+        "a": {"command": sys.executable, "args": [str(asker)], "protocol": "legacy", "jail": jail},
+        "m": {"command": sys.executable, "args": [str(asker), "--era", "modern"], "jail": jail},
+    }
+
+
 # Tests about routing, jails and protocols open the policy and trust first contact; the policy
 # and lock tests set their own.
 OPEN_DEFAULTS = {"tools": {"default": "allow"}, "lock": {"enabled": False}}

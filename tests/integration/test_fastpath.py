@@ -17,13 +17,12 @@ import anyio
 import mcp.types as types
 import pytest
 
-from tests.integration.conftest import PROBE, cli, eventually, gateway, probe_server, write_config
+from tests.integration.conftest import PROBE, asker_servers, cli, eventually, gateway, probe_server, write_config
 from tests.integration.raw import APPROVE, MODERN_META, Raw, open_session, raw_gateway
 
 pytestmark = pytest.mark.anyio
 
 COLLIDER = PROBE.parent / "collider.py"
-ASKER = PROBE.parent / "asker.py"
 
 ALLOW = {"default": "allow"}
 ASK = {"default": "ask"}
@@ -185,11 +184,7 @@ async def test_a_fast_call_whose_server_asks_twice_has_each_answer_from_the_user
     """The asker's two questions in one call (tests/gateway/test_gateway.py has the SDK's path):
     asked on the wire within the call (handshake era), or as the answers to the call and its
     retries (2026-07-28; the retries are the SDK's path, the first round the fast path's)."""
-    jail = {"read_only": [str(ASKER.parent)]}
-    servers = {
-        "a": {"command": sys.executable, "args": [str(ASKER)], "protocol": "legacy", "jail": jail},
-        "m": {"command": sys.executable, "args": [str(ASKER), "--era", "modern"], "jail": jail},
-    }
+    servers = asker_servers()
     names = {"first?": "ada", "second?": "bob"}
     asked: list[str] = []
 
@@ -220,8 +215,7 @@ async def test_a_fast_call_whose_server_asks_twice_has_each_answer_from_the_user
 async def test_a_retry_after_the_server_gave_up_on_the_call_gets_how_the_call_ended(tmp_path: Path) -> None:
     """A 2026-07-28 client holds the server's question longer than the server's timeout: the call
     ends meanwhile, and the retry that brings the answer is answered with that end."""
-    jail = {"read_only": [str(ASKER.parent)]}
-    asker = {"command": sys.executable, "args": [str(ASKER)], "protocol": "legacy", "jail": jail, "timeout": 1}
+    asker = {**asker_servers()["a"], "timeout": 1}
     state = tmp_path / "state"
     async with raw_gateway(write_config(tmp_path, {"a": asker}), state) as raw:
         meta = await open_session(raw, "auto")
