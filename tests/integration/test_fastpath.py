@@ -152,8 +152,9 @@ async def test_a_client_that_plays_with_the_gateways_private_ids_gets_its_answer
     """A fast call whose server asks the user (the collider, asking under the call's own private
     id): the gateway asks the client under its first private id, `cb-1`. Before it answers, the
     client sends a request of its own under `cb-1`, an answer to an id never asked, and one under
-    an id no request can have; after it, its answer again. Its ping is answered as a ping, the
-    call gets the client's answer, and the gateway goes on answering."""
+    an id no request can have; after it, its answer again; then a call under `cb-2`, the id of
+    the next question. Its ping is answered as a ping, each call gets the client's answer, and the
+    gateway goes on answering."""
     collider = {"command": sys.executable, "args": [str(COLLIDER)], "jail": {"read_only": [str(PROBE.parent)]}}
     config = write_config(tmp_path, {"c": {**collider, "protocol": "legacy"}})
 
@@ -171,7 +172,8 @@ async def test_a_client_that_plays_with_the_gateways_private_ids_gets_its_answer
         assert [m["id"] for m in raw.asked] == ["cb-1"]
         assert await raw.answer_to("cb-1") == {"jsonrpc": "2.0", "id": "cb-1", "result": {}}  # the ping's
         await raw.send({"jsonrpc": "2.0", "id": "cb-1", "result": {"action": "decline"}})  # answered already
-        again = await call(raw, {}, "c__ask", {})
+        # the next call under the id the gateway asks its next question under
+        again = await raw.request("tools/call", {"name": "c__ask", "arguments": {}}, ident="cb-2")
         assert again["result"]["content"][0]["text"] == "answer: accept"
         assert [m["id"] for m in raw.asked] == ["cb-1", "cb-2"]
 
