@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,10 @@ __all__ = [
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PREFIX = "cellblock-"  # of every cgroup (and systemd scope) made for a jail, followed by the gateway's pid
 CONTROLLERS = ("pids", "memory")
+# One cgroup made, tried or swept at a time in a process: jails' plans are built in worker
+# threads, and a sweep would take another thread's new, still empty cgroup (or its trial) for a
+# leftover, so that one thread found no place for a limit and another's jail could not start.
+_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,14 +153,15 @@ def _words(path: Path) -> set[str]:
 def _trial(base: Path, controller: str, version: int) -> bool:
     """Can a cgroup with `controller` be made in `base` (and removed again)?"""
     trial = base / f"{PREFIX}{os.getpid()}-trial"
-    try:
-        trial.mkdir()
-    except OSError:
-        return False
-    try:
-        return (trial / limit_file(controller, version)).exists()
-    finally:
-        trial.rmdir()
+    with _LOCK:
+        try:
+            trial.mkdir()
+        except OSError:
+            return False
+        try:
+            return (trial / limit_file(controller, version)).exists()
+        finally:
+            trial.rmdir()
 
 
 def make(base: Path, name: str, controllers: list[tuple[str, int]], limits: Limits, pid: int) -> list[Cgroup]:
@@ -165,6 +171,11 @@ def make(base: Path, name: str, controllers: list[tuple[str, int]], limits: Limi
     Raises:
         OSError: the cgroup cannot be made or written (what was made of it is removed again).
     """
+    with _LOCK:
+        return _make(base, name, controllers, limits, pid)
+
+
+def _make(base: Path, name: str, controllers: list[tuple[str, int]], limits: Limits, pid: int) -> list[Cgroup]:
     _sweep(base)
     path = base / name
     path.mkdir()
