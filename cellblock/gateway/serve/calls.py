@@ -153,13 +153,18 @@ class ToolCall:
 
     @property
     def can_elicit(self) -> bool:
-        reply = self.reply if self.reply is not None else self._held
-        return reply is not None and reply.can_elicit
+        client = self._client
+        return client is not None and client.can_elicit
 
     @property
     def can_elicit_url(self) -> bool:
-        reply = self.reply if self.reply is not None else self._held
-        return reply is not None and reply.can_elicit_url
+        client = self._client
+        return client is not None and client.can_elicit_url
+
+    @property
+    def _client(self) -> Reply | None:
+        """The request the call answers, or (parked) the one its question went to."""
+        return self.reply if self.reply is not None else self._held
 
     def log(self, params: types.LoggingMessageNotificationParams) -> None:
         if self.reply is not None:
