@@ -208,6 +208,19 @@ async def retried(calls: Calls, tc: ToolCall, asking: Reply, responses: Any) -> 
     return question.input_requests[INPUT_KEY], retry
 
 
+# What the client answers to a server's two questions, one retry after the other.
+IN_TURN = {"first?": {"name": "ada"}, "second?": {"name": "bob"}}
+
+
+async def answered_in_turn(calls: Calls, tc: ToolCall, first: Reply) -> tuple[Reply, Reply]:
+    """The client's two retries of a parked call, answering `first?` then `second?` as IN_TURN
+    has it; the two retries' requests."""
+    one, retry = await retried(calls, tc, first, accepted("ada"))
+    two, last = await retried(calls, tc, retry, accepted("bob"))
+    assert "first?" in one.params.message and "second?" in two.params.message
+    return retry, last
+
+
 def accepted(name: str) -> dict[str, Any]:
     return {"action": "accept", "content": {"name": name}}
 
@@ -252,10 +265,8 @@ async def test_a_server_that_asks_twice_in_a_row_has_each_answer_from_its_own_re
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(server_asks)
-            one, retry = await retried(calls, tc, first, accepted("ada"))
-            two, last = await retried(calls, tc, retry, accepted("bob"))
-    assert "first?" in one.params.message and "second?" in two.params.message
-    assert {text: a.content for text, a in answers.items()} == {"first?": {"name": "ada"}, "second?": {"name": "bob"}}
+            retry, last = await answered_in_turn(calls, tc, first)
+    assert {text: a.content for text, a in answers.items()} == IN_TURN
     ds.sent[0][1](OK, None)
     assert [kind for kind, *_ in retry.events] == ["ask"] and [kind for kind, *_ in last.events] == ["answer"]
     assert len(audited(audit)) == 1
@@ -270,10 +281,8 @@ async def test_two_questions_at_once_reach_a_modern_client_one_retry_after_the_o
             await asked_while_parked(tg, ds, first, answers)
             await anyio.wait_all_tasks_blocked()
             assert answers == {}  # nobody has answered either yet
-            one, retry = await retried(calls, tc, first, accepted("ada"))
-            two, last = await retried(calls, tc, retry, accepted("bob"))
-    assert "first?" in one.params.message and "second?" in two.params.message
-    assert {text: a.content for text, a in answers.items()} == {"first?": {"name": "ada"}, "second?": {"name": "bob"}}
+            _retry, last = await answered_in_turn(calls, tc, first)
+    assert {text: a.content for text, a in answers.items()} == IN_TURN
     ds.sent[0][1](OK, None)
     assert [kind for kind, *_ in last.events] == ["answer"]
 
