@@ -1,11 +1,13 @@
 """Exposed names for tools and prompts, and routable resource URIs.
 
 Every tool (and prompt) a backend server offers is shown to the client as
-`<server><separator><name>`. Clients are strict about names (Claude Desktop drops a whole server
-over one dot; several clients cap the length at 64 or less), so names are sanitized and shortened
-here, and any two names that end up equal are told apart deterministically and reported.
+`<server><separator><name>`, or under its own name for a server without a prefix (`bare`).
+Clients are strict about names (Claude Desktop drops a whole server over one dot; several clients
+cap the length at 64 or less), so names are sanitized and shortened here, and any two names that
+end up equal are told apart deterministically and reported.
 
-Resource URIs are wrapped as `cellblock://<server>/<original uri>` so a read can be routed back.
+Resource URIs are wrapped as `cellblock://<server>/<original uri>` so a read can be routed back; a
+server without a prefix keeps its own URIs wherever they route back to it alone (`UriTable`).
 
 Pure Python on purpose: the rules are unit-tested without a running gateway or the MCP SDK.
 """
@@ -14,8 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "URI_SCHEME",
     "Collision",
     "NameTable",
+    "UriTable",
     "assign_names",
     "check_separator",
     "expose_uri",
@@ -45,6 +48,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _MIN_LENGTH = 16
 _HASH_HEX = 8  # 32 bits: enough to separate the few names that collide, short enough to read
 _URI_PREFIX = re.compile(rf"^{URI_SCHEME}://([^/]*)/", re.IGNORECASE)
+_OUR_SCHEME = re.compile(rf"^{URI_SCHEME}:", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,11 +59,12 @@ class Collision:
     server: str
     original: str
     wanted: str  # the plain name it collided on
+    why: str = "which another name of the catalog already has"
 
     def __str__(self) -> str:
         return (
-            f"server {self.server!r}: name {self.original!r} wanted {self.wanted!r}, which another name "
-            f"of the catalog already has; it is exposed as {self.exposed!r} instead"
+            f"server {self.server!r}: name {self.original!r} wanted {self.wanted!r}, {self.why}; "
+            f"it is exposed as {self.exposed!r} instead"
         )
 
 
@@ -135,11 +140,15 @@ def assign_names(
     *,
     separator: str = SEPARATOR_DEFAULT,
     max_length: int = MAX_LENGTH_DEFAULT,
+    bare: Collection[str] = (),
 ) -> NameTable:
     """Give every (server, original name) pair a unique, client-safe exposed name.
 
     Call once per kind (tools, prompts) with the whole catalog: the result depends only on the set
-    of pairs, never on their order, so the same servers always produce the same names.
+    of pairs, never on their order, so the same servers always produce the same names. The servers
+    in `bare` have no prefix: their names are shown as they are (sanitized and shortened alike),
+    except one that reads as `<server><separator>…`, which would pass for another server's or the
+    gateway's own: it gets its own server's prefix instead, and is reported.
     """
     check_separator(separator)
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < _MIN_LENGTH:
@@ -150,9 +159,19 @@ def assign_names(
     wanted: dict[tuple[str, str], str] = {}
     plain_of: dict[tuple[str, str], str] = {}
     clean: set[tuple[str, str]] = set()
+    # a prefix at the start of a name: a bare name cannot keep one (any server's, configured or not)
+    namespaced = re.compile(rf"[a-z][a-z0-9-]{{0,23}}{re.escape(separator)}")
+    prefixed: list[Collision] = []
     for server, original in pairs:
         _check_server(server)
         raw = f"{server}{separator}{original}"
+        if server in bare:
+            own = _UNSAFE.sub("_", original)
+            if not namespaced.match(own):
+                raw = original
+            else:
+                why = f"which reads as a name of server {own.partition(separator)[0]!r}"
+                prefixed.append(Collision(exposed="", server=server, original=original, wanted=own, why=why))
         plain = _UNSAFE.sub("_", raw)
         plain_of[(server, original)] = plain
         if len(plain) > max_length:
@@ -186,6 +205,7 @@ def assign_names(
         by_original[pair] = name
         collisions.append(Collision(exposed=name, server=server, original=original, wanted=wanted[pair]))
 
+    collisions += [replace(c, exposed=by_original[(c.server, c.original)]) for c in prefixed]
     exposed_sorted = sorted((name, pair) for pair, name in by_original.items())
     return NameTable(
         by_exposed=MappingProxyType(dict(exposed_sorted)),
@@ -215,3 +235,101 @@ def route_uri(exposed_uri: str) -> tuple[str, str]:
     if match is None or not _SERVER_NAME.fullmatch(match.group(1)):
         raise ValueError(f"not a Cellblock resource URI: {exposed_uri!r} (expected {URI_SCHEME}://<server>/<uri>)")
     return match.group(1), exposed_uri[match.end() :]
+
+
+# RFC 6570 expressions by operator: what an expansion of one can look like, as a regex. Loose on
+# purpose (a route, not a validator): `+` and `#` keep reserved characters, the others do not.
+_EXPRESSION = re.compile(r"\{([+#./;?&]?)[^{}]*\}")
+_EXPANDS = {
+    "": r"[^/?#]*",
+    "+": r".*",
+    "#": r"(?:#.*)?",
+    ".": r"(?:\.[^/?#]*)*",
+    "/": r"(?:/[^/?#]*)*",
+    ";": r"(?:;[^/?#]*)*",
+    "?": r"(?:\?[^#]*)?",
+    "&": r"(?:&[^#]*)?",
+}
+
+
+def template_pattern(template: str) -> re.Pattern[str]:
+    """A regex that every expansion of the URI template `template` fully matches."""
+    parts: list[str] = []
+    at = 0
+    for match in _EXPRESSION.finditer(template):
+        parts += [re.escape(template[at : match.start()]), _EXPANDS[match.group(1)]]
+        at = match.end()
+    parts.append(re.escape(template[at:]))
+    return re.compile("".join(parts), re.DOTALL)
+
+
+@dataclass(frozen=True)
+class UriTable:
+    """Where a resource URI the client holds goes, and how a server's URI is shown.
+
+    A server with a prefix shows `cellblock://<server>/<uri>`. One without (`bare`) shows its URIs
+    as they are wherever they route back to it alone: a URI it lists that no other bare server
+    lists first (by server name), or one only its templates match. Anything else, and any URI in
+    Cellblock's own scheme, is wrapped like a prefixed server's, so a URI never reaches a server
+    other than the one that gave it. The wrapped form routes for every server.
+    """
+
+    bare: frozenset[str] = frozenset()
+    exact: Mapping[str, str] = field(default_factory=dict)  # a bare server's listed URI -> the server
+    templates: tuple[tuple[str, str, re.Pattern[str]], ...] = ()  # (server, template, its pattern)
+
+    @classmethod
+    def build(
+        cls, bare: Collection[str], resources: Iterable[tuple[str, str]], templates: Iterable[tuple[str, str]]
+    ) -> UriTable:
+        """From every (server, URI) and (server, template) the servers offer."""
+        exact: dict[str, str] = {}
+        for server, uri in sorted(set(resources)):
+            if server in bare and not _OUR_SCHEME.match(uri):
+                exact.setdefault(uri, server)
+        shown: dict[str, tuple[str, str, re.Pattern[str]]] = {}
+        for server, template in sorted(set(templates)):
+            if server in bare and not _OUR_SCHEME.match(template):
+                shown.setdefault(template, (server, template, template_pattern(template)))
+        return cls(frozenset(bare), MappingProxyType(exact), tuple(sorted(shown.values())))
+
+    def owners(self, uri: str) -> list[str]:
+        """The bare servers a URI outside Cellblock's scheme would go to: one, or none or several
+        when it cannot be routed."""
+        owner = self.exact.get(uri)
+        if owner is not None:
+            return [owner]
+        return sorted({server for server, _, pattern in self.templates if pattern.fullmatch(uri)})
+
+    def expose(self, server: str, uri: str) -> str:
+        """`uri` of `server` as the client sees it."""
+        if server in self.bare and not _OUR_SCHEME.match(uri) and self.owners(uri) == [server]:
+            return uri
+        return expose_uri(server, uri)
+
+    def expose_template(self, server: str, template: str) -> str:
+        """A resource template of `server` as the client sees it."""
+        if any(owner == server and text == template for owner, text, _ in self.templates):
+            return template
+        return expose_uri(server, template)
+
+    def route(self, uri: str) -> tuple[str, str]:
+        """(server, original URI) for a URI the client holds.
+
+        Raises:
+            ValueError: it routes to no server, or to more than one.
+        """
+        if _OUR_SCHEME.match(uri) or not self.bare:
+            return route_uri(uri)
+        owners = self.owners(uri)
+        if len(owners) == 1:
+            return owners[0], uri
+        if owners:
+            forms = " or ".join(f"{URI_SCHEME}://{owner}/{uri}" for owner in owners)
+            raise ValueError(
+                f"resource URI {uri!r} matches the templates of servers {', '.join(owners)}: read it as {forms}"
+            )
+        raise ValueError(
+            f"resource URI {uri!r} is not one a server without a prefix lists or matches a template of, "
+            f"and not a Cellblock resource URI ({URI_SCHEME}://<server>/<uri>)"
+        )

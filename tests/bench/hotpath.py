@@ -30,6 +30,7 @@ from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.compile import policy_for
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.downstream.listing import Listing
+from cellblock.gateway.namespacing import UriTable
 from cellblock.gateway.serve.catalog import build_catalog
 from cellblock.gateway.serve.locking import Locks
 from cellblock.gateway.serve.pipeline import Call, Pipeline
@@ -109,7 +110,7 @@ def hot_path_tables(tools: tuple[types.Tool, ...], echo: dict[str, Any], quick: 
             ("the end's audit record", "every call", end),
         ]
         for version, era in ((HANDSHAKE, "handshake"), (LATEST_PROTOCOL_VERSION, LATEST_PROTOCOL_VERSION)):
-            shape = lambda v=version: wire_result("tools/call", v, exposed_result("probe", echo), STAMP)  # noqa: E731
+            shape = lambda v=version: wire_result("tools/call", v, exposed_result(UriTable(), "probe", echo), STAMP)  # noqa: E731
             rows.append((f"shaping the answer ({era})", "every call", _micros(shape, number)))
         locks = Locks(config=config, state=state, audit=audit)
         locks.review("s00", listing)  # first: trust writes the lock; the timed reviews check against it

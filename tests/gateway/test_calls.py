@@ -16,6 +16,7 @@ from mcp.shared.exceptions import MCPError
 from cellblock.gateway.ask.elicitation import ParkedCalls
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.downstream.supervisor import Downstream
+from cellblock.gateway.namespacing import UriTable
 from cellblock.gateway.serve.calls import INPUT_KEY, Calls, CallState, ToolCall, log_passes
 from cellblock.gateway.serve.catalog import Catalog
 from cellblock.gateway.serve.pipeline import Call, Pipeline
@@ -119,7 +120,7 @@ async def shared(tmp_path: Path) -> AsyncIterator[tuple[Calls, Audit]]:
     audit = Audit(tmp_path / "audit.jsonl")
     pipeline = Pipeline(Catalog, lambda name: None, {}, audit, approver=_never)
     async with anyio.create_task_group() as tg:
-        yield Calls(pipeline, ParkedCalls(), lambda: None, lambda: tg), audit
+        yield Calls(pipeline, ParkedCalls(), lambda: None, lambda: tg, UriTable), audit
         tg.cancel_scope.cancel()
 
 

@@ -8,7 +8,7 @@ import json
 import mcp.types as types
 
 from cellblock.gateway.downstream.listing import Listing
-from cellblock.gateway.serve.catalog import Catalog, build_catalog, expose_content
+from cellblock.gateway.serve.catalog import Catalog, build_catalog
 
 SCHEMA = {"type": "object", "properties": {}}
 STAMP = {"name": "cellblock", "version": "test"}
@@ -97,13 +97,3 @@ def test_a_list_is_written_once_per_catalog_as_the_result_of_its_method() -> Non
     assert [t["name"] for t in json.loads(legacy)["tools"]] == ["fs__read"]
     modern = json.loads(catalog.wire("tools", "2026-07-28", STAMP))
     assert modern["resultType"] == "complete" and STAMP in modern["_meta"].values()
-
-
-def test_links_and_embedded_resources_in_a_result_route_back_to_their_server() -> None:
-    link = types.ResourceLink(type="resource_link", uri="file:///a", name="a")
-    embedded = types.EmbeddedResource(type="resource", resource=types.TextResourceContents(uri="file:///b", text="b"))
-    plain = types.TextContent(type="text", text="file:///c")
-    shown = expose_content("fs", [link, embedded, plain])
-    assert str(shown[0].uri) == "cellblock://fs/file:///a"
-    assert str(shown[1].resource.uri) == "cellblock://fs/file:///b"
-    assert shown[2] == plain

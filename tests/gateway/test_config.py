@@ -544,3 +544,28 @@ def test_check_names_prompt_and_resource_rules_that_match_nothing_the_lock_appro
     assert len(found) == 2, found
     assert found[0].startswith("server 'a': prompts.rules.gret matches no prompt of the locked catalog")
     assert found[1].startswith("server 'a': resources.rules.cellblock://a/* matches no resource or template")
+
+
+def test_check_reports_two_servers_without_a_prefix_that_offer_one_name(tmp_path: Path) -> None:
+    from cellblock.gateway.state import lock_path
+    from cellblock.policy.lock import approve, save_lock
+
+    path = tmp_path / "c.yaml"
+    state = tmp_path / "state"
+    (state / "locks").mkdir(parents=True)
+    for server in ("git", "web"):
+        save_lock(lock_path(state, server), approve(server, {"tool:status": {"name": "status"}}, 0))
+    env = {**os.environ, "CELLBLOCK_STATE_DIR": str(state)}
+
+    def check(prefix: bool) -> subprocess.CompletedProcess[str]:
+        flag = str(prefix).lower()
+        path.write_text(
+            f"version: 1\nservers:\n  git: {{command: x, prefix: {flag}}}\n  web: {{command: x, prefix: {flag}}}\n"
+        )
+        command = [sys.executable, "-m", "cellblock.gateway.cli.main", "check", "--config", str(path)]
+        return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+
+    done = check(prefix=False)
+    assert done.returncode == 1
+    assert "lint: tool name collision: server 'web': name 'status' wanted 'status'" in done.stderr
+    assert check(prefix=True).returncode == 0  # control: each under its own prefix, nothing collides

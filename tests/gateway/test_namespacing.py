@@ -15,9 +15,11 @@ from cellblock.gateway.namespacing import (
     SEPARATOR_DEFAULT,
     Collision,
     NameTable,
+    UriTable,
     assign_names,
     expose_uri,
     route_uri,
+    template_pattern,
 )
 
 VALID_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
@@ -434,3 +436,130 @@ def test_exposing_a_uri_for_an_invalid_server_is_rejected() -> None:
 @given(SERVERS, st.text())
 def test_any_uri_round_trips(server: str, uri: str) -> None:
     assert route_uri(expose_uri(server, uri)) == (server, uri)
+
+
+# -- servers without a prefix (`prefix: false`) ------------------------------------------------
+
+
+def test_a_server_without_a_prefix_keeps_its_own_names_beside_prefixed_ones() -> None:
+    table = assign_names([("fs", "read_file"), ("web", "read_file"), ("fs", "a.b")], bare={"fs"})
+    assert exposed(table, "fs", "read_file") == "read_file"
+    assert exposed(table, "fs", "a.b") == "a_b"  # sanitized like any other name
+    assert exposed(table, "web", "read_file") == "web__read_file"
+    assert table.collisions == ()
+    assert table.by_exposed["read_file"] == ("fs", "read_file")
+
+
+def test_two_servers_without_a_prefix_offering_one_name_are_told_apart_and_reported() -> None:
+    pairs = [("alpha", "search"), ("beta", "search")]
+    table = assign_names(pairs, bare={"alpha", "beta"})
+    assert exposed(table, "alpha", "search") == "search"  # the first server by name keeps it
+    loser = exposed(table, "beta", "search")
+    assert loser == f"search_{h('beta', 'search')[:8]}"
+    [collision] = table.collisions
+    assert (collision.server, collision.exposed, collision.wanted) == ("beta", loser, "search")
+    assert assign_names(reversed(pairs), bare={"beta", "alpha"}) == table  # order never matters
+
+
+@pytest.mark.parametrize("name", ["github__delete_repo", "cellblock__approve", "zz-top__x", "git.__x"])
+def test_a_name_without_a_prefix_cannot_pass_for_another_servers_or_the_gateways(name: str) -> None:
+    # the server `github` exists; `cellblock` is the gateway's own namespace; `zz-top` is no server
+    # at all, yet it may be one tomorrow: every such name gets the bare server's own prefix
+    table = assign_names([("mal", name), ("github", "delete_repo")], bare={"mal"})
+    shown = exposed(table, "mal", name)
+    assert shown == plain("mal", name)
+    assert exposed(table, "github", "delete_repo") == "github__delete_repo"
+    [collision] = table.collisions
+    assert collision.server == "mal" and collision.exposed == shown and "reads as a name of server" in str(collision)
+
+
+def test_control_the_same_name_on_a_prefixed_server_is_its_own() -> None:
+    table = assign_names([("mal", "github__delete_repo")])
+    assert exposed(table, "mal", "github__delete_repo") == "mal__github__delete_repo"
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["a", "b", "github", "cellblock"]), st.text(min_size=1, max_size=80)),
+        max_size=30,
+    ),
+    st.sets(st.sampled_from(["a", "b"])),
+)
+@settings(max_examples=300, deadline=None)
+def test_names_stay_unique_safe_and_never_enter_another_namespace(pairs: list[tuple[str, str]], bare: set[str]) -> None:
+    table = assign_names(pairs, bare=bare)
+    names = list(table.by_original.values())
+    assert len(names) == len(set(names))
+    for (server, _), name in table.by_original.items():
+        assert len(name) <= MAX_LENGTH_DEFAULT and re.fullmatch(r"[A-Za-z0-9_-]+", name)
+        prefix = re.match(r"([a-z][a-z0-9-]{0,23})__", name)
+        # a name that reads as `<server>__…` is that server's: nobody else's can
+        assert prefix is None or prefix.group(1) == server
+
+
+def test_template_patterns_match_their_expansions_only() -> None:
+    assert template_pattern("note://{id}").fullmatch("note://7")
+    assert not template_pattern("note://{id}").fullmatch("note://7/8")  # simple expansion has no `/`
+    assert template_pattern("file:///{+path}").fullmatch("file:///a/b c")
+    assert template_pattern("db://t{?q,n}").fullmatch("db://t?q=1&n=2")
+    assert template_pattern("db://t{?q,n}").fullmatch("db://t")
+    assert not template_pattern("a.b://{x}").fullmatch("aXb://1")  # literal text is literal
+
+
+def uri_table() -> UriTable:
+    return UriTable.build(
+        {"notes", "docs", "fs"},
+        [("notes", "note://1"), ("docs", "note://1"), ("docs", "doc://a"), ("web", "https://x/")],
+        [("notes", "note://{id}"), ("fs", "file:///{+path}"), ("docs", "file:///docs/{name}"), ("web", "w://{q}")],
+    )
+
+
+def test_uris_of_servers_without_a_prefix_are_shown_as_they_are_and_route_back() -> None:
+    uris = uri_table()
+    assert uris.expose("docs", "doc://a") == "doc://a" and uris.route("doc://a") == ("docs", "doc://a")
+    assert uris.expose_template("notes", "note://{id}") == "note://{id}"
+    assert uris.route("note://42") == ("notes", "note://42")  # only `notes` has a template for it
+    # a prefixed server's stay wrapped, and the wrapped form routes for every server
+    assert uris.expose("web", "https://x/") == "cellblock://web/https://x/"
+    assert uris.expose_template("web", "w://{q}") == "cellblock://web/w://{q}"
+    assert uris.route("cellblock://docs/doc://a") == ("docs", "doc://a")
+
+
+def test_a_uri_two_servers_without_a_prefix_claim_goes_to_one_and_the_other_is_wrapped() -> None:
+    uris = uri_table()
+    # both list note://1: the first by name keeps it; the other's, shown raw, would reach the first
+    assert uris.route("note://1") == ("docs", "note://1")
+    assert uris.expose("docs", "note://1") == "note://1"
+    assert uris.expose("notes", "note://1") == "cellblock://notes/note://1"
+    assert uris.route(uris.expose("notes", "note://1")) == ("notes", "note://1")
+
+
+def test_a_uri_matching_two_servers_templates_is_refused_naming_both() -> None:
+    uris = uri_table()
+    with pytest.raises(ValueError, match=r"servers docs, fs: read it as cellblock://docs/file:///docs/x or"):
+        uris.route("file:///docs/x")
+    assert uris.route("file:///etc/hosts") == ("fs", "file:///etc/hosts")
+    # a link to such a URI is shown in a form that routes back to the server that gave it
+    assert uris.route(uris.expose("fs", "file:///docs/x")) == ("fs", "file:///docs/x")
+
+
+def test_a_uri_that_routes_nowhere_is_refused_and_a_link_to_it_is_wrapped() -> None:
+    uris = uri_table()
+    with pytest.raises(ValueError, match="not one a server without a prefix lists"):
+        uris.route("other://thing")
+    assert uris.expose("notes", "other://thing") == "cellblock://notes/other://thing"
+
+
+@pytest.mark.parametrize("uri", ["cellblock://fs/file:///x", "CellBlock://web/https://x/"])
+def test_a_server_without_a_prefix_cannot_hand_out_uris_in_cellblocks_scheme(uri: str) -> None:
+    uris = UriTable.build({"notes"}, [("notes", uri)], [("notes", uri + "{x}")])
+    assert uris.expose("notes", uri) == f"cellblock://notes/{uri}"
+    assert uris.expose_template("notes", uri + "{x}") == f"cellblock://notes/{uri}{{x}}"
+    assert uris.route(uris.expose("notes", uri)) == ("notes", uri)
+
+
+@given(st.text(min_size=1), st.sampled_from(["notes", "docs", "fs", "web"]))
+@settings(max_examples=300, deadline=None)
+def test_whatever_a_server_hands_out_routes_back_to_it(uri: str, server: str) -> None:
+    uris = uri_table()
+    assert uris.route(uris.expose(server, uri)) == (server, uri)

@@ -17,6 +17,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.runner import ServerRunner
 from mcp_types import SERVER_INFO_META_KEY
 
+from cellblock.gateway.namespacing import UriTable
 from cellblock.gateway.scrub import pattern_of, scrub_result
 from cellblock.gateway.serve.shaping import exposed_result, wire_result
 
@@ -51,7 +52,9 @@ RESULTS: dict[str, dict[str, Any]] = {
 
 def sdk_answer(version: str, result: dict[str, Any]) -> dict[str, Any]:
     """What the SDK's handler writes: the result exposed and scrubbed, as a model, through the SDK's server."""
-    model = types.CallToolResult.model_validate(scrub_result(exposed_result("probe", result), SECRETS), by_name=False)
+    model = types.CallToolResult.model_validate(
+        scrub_result(exposed_result(UriTable(), "probe", result), SECRETS), by_name=False
+    )
     server: Server[Any] = Server("cellblock", version="0.1.0")
     runner = ServerRunner(server, connection=None, lifespan_state=None)  # type: ignore[arg-type]  # reason: _serialize reads only the server
     return runner._serialize("tools/call", version, model)
@@ -61,23 +64,29 @@ def sdk_answer(version: str, result: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("name", list(RESULTS))
 def test_the_fast_path_answers_what_the_sdk_path_answers(version: str, name: str) -> None:
     stamp = Server("cellblock", version="0.1.0").server_info_stamp
-    fast = wire_result("tools/call", version, scrub_result(exposed_result("probe", RESULTS[name]), SECRETS), stamp)
+    fast = wire_result(
+        "tools/call", version, scrub_result(exposed_result(UriTable(), "probe", RESULTS[name]), SECRETS), stamp
+    )
     assert fast == sdk_answer(version, RESULTS[name])
     assert "tok-5f1e9a2b77c4" not in str(fast) and "918273645546372819" not in str(fast)
 
 
 def test_resource_uris_route_back_and_the_servers_stamp_is_replaced() -> None:
-    shaped = exposed_result("notes", RESULTS["links"])
+    shaped = exposed_result(UriTable(), "notes", RESULTS["links"])
     assert shaped["content"][0]["uri"] == "cellblock://notes/file:///etc/hosts"
     assert shaped["content"][1]["resource"]["uri"] == "cellblock://notes/note://1"
-    modern = wire_result("tools/call", "2026-07-28", exposed_result("probe", RESULTS["structured"]), {"name": "cb"})
+    modern = wire_result(
+        "tools/call", "2026-07-28", exposed_result(UriTable(), "probe", RESULTS["structured"]), {"name": "cb"}
+    )
     assert modern["_meta"] == {"probe/x": 1, SERVER_INFO_META_KEY: {"name": "cb"}}
     assert modern["resultType"] == "complete"
-    legacy = wire_result("tools/call", "2025-11-25", exposed_result("probe", RESULTS["structured"]), {"name": "cb"})
+    legacy = wire_result(
+        "tools/call", "2025-11-25", exposed_result(UriTable(), "probe", RESULTS["structured"]), {"name": "cb"}
+    )
     assert legacy["_meta"] == {"probe/x": 1} and "resultType" not in legacy
 
 
 @pytest.mark.parametrize("bad", [{"content": "not a list"}, {"content": [{"type": "text"}]}, {"isError": "yes"}])
 def test_a_result_that_is_not_a_call_result_is_refused(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
-        wire_result("tools/call", "2025-11-25", exposed_result("probe", bad), {})
+        wire_result("tools/call", "2025-11-25", exposed_result(UriTable(), "probe", bad), {})

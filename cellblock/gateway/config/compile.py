@@ -70,7 +70,9 @@ def lint_config(config: Config, state: Path) -> list[str]:
             names = _locked_names(lock.snapshot, kind) if lock is not None else None
             findings += lint_items(name, kind, policy_for(config, name, kind).rules, names)
     for kind, pairs in items.items():
-        table = assign_names(pairs, separator=config.names.separator, max_length=config.names.max_length)
+        table = assign_names(
+            pairs, separator=config.names.separator, max_length=config.names.max_length, bare=config.unprefixed()
+        )
         findings += [f"{kind} name collision: {collision}" for collision in table.collisions]
     return findings
 

@@ -268,6 +268,8 @@ class _ServerBase(_Model):
     # auto: probe the 2026-07-28 protocol and fall back to the handshake; legacy: handshake only
     protocol: Protocol = "auto"
     max_message_size: MessageSize | None = None
+    # false: its tools, prompts and resource URIs keep their own names (namespacing.assign_names)
+    prefix: bool = True
 
 
 class ExecConfig(_Model):
@@ -489,6 +491,10 @@ class Config(_Model):
                     f"server name '{name}' would name its tools like the gateway's own ({own}status); pick another"
                 )
         return self
+
+    def unprefixed(self) -> frozenset[str]:
+        """The servers whose items keep their own names (`prefix: false`)."""
+        return frozenset(name for name, server in self.servers.items() if not server.prefix)
 
     def credential_entries(self) -> list[tuple[str, str, str]]:
         """Every keyring entry the config refers to: (entry, server, what), in config order."""

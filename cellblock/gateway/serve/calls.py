@@ -42,6 +42,7 @@ from cellblock.gateway.ask.forms import framed
 from cellblock.gateway.credentials import CredentialError
 from cellblock.gateway.downstream.rounds import DownstreamError, Round
 from cellblock.gateway.downstream.supervisor import Downstream
+from cellblock.gateway.namespacing import UriTable
 from cellblock.gateway.scrub import Scrubbed, scrub, scrub_result
 from cellblock.gateway.serve.approvals import can_elicit, can_elicit_url
 from cellblock.gateway.serve.pipeline import Call, Pipeline
@@ -115,6 +116,7 @@ class Calls:
     parked: ParkedCalls
     secrets: Callable[[], re.Pattern[str] | None]
     tasks: Callable[[], anyio.abc.TaskGroup]
+    uris: Callable[[], UriTable]  # the catalog's, as it is when the call ends
 
 
 def _dumped(model: BaseModel) -> dict[str, Any]:
@@ -364,7 +366,7 @@ class ToolCall:
         self.ds.untrack(self)
         reply, secrets = self.reply, self.shared.secrets()
         try:
-            result = scrub_result(exposed_result(self.call.server, result), secrets)
+            result = scrub_result(exposed_result(self.shared.uris(), self.call.server, result), secrets)
         except (Scrubbed, ValueError) as exc:  # Scrubbed is a ValueError: too deep to check for secrets
             result = scrub_result(self._failed(exc), secrets)
         shaped, result = self._shaped(reply, result)

@@ -15,10 +15,10 @@ from typing import Any
 import mcp.types as types
 
 from cellblock.gateway.downstream.listing import Listing
-from cellblock.gateway.namespacing import assign_names, expose_uri, route_uri
+from cellblock.gateway.namespacing import UriTable, assign_names
 from cellblock.gateway.serve.shaping import wire_result
 
-__all__ = ["LIST_KINDS", "Catalog", "build_catalog", "expose_content"]
+__all__ = ["LIST_KINDS", "Catalog", "build_catalog"]
 
 logger = logging.getLogger(__name__)
 _reported: set[str] = set()
@@ -50,6 +50,8 @@ class Catalog:
     prompt_routes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     # tools and prompts a server offers that the lock holds back, by the name they will get
     held: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # how resource URIs are shown and routed back
+    uris: UriTable = field(default_factory=UriTable)
     # each list as the SDK's server would write it, per protocol version: serialized once per
     # catalog (a rebuild makes a new one), so a list request is a copy, never a re-validation
     _wire: dict[tuple[str, str], str] = field(default_factory=dict, compare=False, repr=False)
@@ -71,7 +73,7 @@ class Catalog:
         Raises:
             ValueError: the URI is not one the gateway handed out.
         """
-        return route_uri(uri)
+        return self.uris.route(uri)
 
 
 def build_catalog(
@@ -82,6 +84,7 @@ def build_catalog(
     offered: Mapping[str, Listing] | None = None,
     hidden: Callable[[str, str], bool] = lambda server, tool: False,
     hidden_item: Callable[[str, str, str], bool] = lambda kind, server, name: False,
+    bare: frozenset[str] = frozenset(),
 ) -> Catalog:
     """Merge the servers' listings; name collisions are resolved deterministically and logged.
 
@@ -89,18 +92,25 @@ def build_catalog(
     so names stay the same when a held item is approved. `hidden(server, tool)` keeps a tool out of
     the list (a policy `deny`) while it stays routable, so a call to it is refused by the policy;
     `hidden_item(kind, server, name)` does the same for a "prompt" (by name) and a "resource" (by
-    the server's URI, or a template's text).
+    the server's URI, or a template's text). The servers in `bare` have no prefix.
     """
     offered = offered if offered is not None else listings
     tool_names = assign_names(
         ((server, t.name) for server, lst in offered.items() for t in lst.tools),
         separator=separator,
         max_length=max_length,
+        bare=bare,
     )
     prompt_names = assign_names(
         ((server, p.name) for server, lst in offered.items() for p in lst.prompts),
         separator=separator,
         max_length=max_length,
+        bare=bare,
+    )
+    uris = UriTable.build(
+        bare,
+        ((server, str(r.uri)) for server, lst in offered.items() for r in lst.resources),
+        ((server, t.uri_template) for server, lst in offered.items() for t in lst.templates),
     )
     for collision in (*tool_names.collisions, *prompt_names.collisions):
         if str(collision) not in _reported:  # the catalog is rebuilt often; say each once
@@ -118,13 +128,13 @@ def build_catalog(
         for p in lst.prompts
     ]
     resources = [
-        r.model_copy(update={"uri": expose_uri(server, str(r.uri))})
+        r.model_copy(update={"uri": uris.expose(server, str(r.uri))})
         for server, lst in listings.items()
         for r in lst.resources
         if not hidden_item("resource", server, str(r.uri))
     ]
     templates = [
-        t.model_copy(update={"uri_template": expose_uri(server, t.uri_template)})
+        t.model_copy(update={"uri_template": uris.expose_template(server, t.uri_template)})
         for server, lst in listings.items()
         for t in lst.templates
         if not hidden_item("resource", server, t.uri_template)
@@ -144,6 +154,7 @@ def build_catalog(
         tool_routes=tool_routes,
         prompt_routes=prompt_routes,
         held=held,
+        uris=uris,
     )
 
 
@@ -157,16 +168,3 @@ def _unique(items: list[Any], key: str) -> list[Any]:
     for item in items:
         seen.setdefault(str(getattr(item, key)), item)
     return list(seen.values())
-
-
-def expose_content(server: str, content: list[Any]) -> list[Any]:
-    """Rewrite resource links and embedded resources in a result so that reading them routes back."""
-    out: list[Any] = []
-    for item in content:
-        if isinstance(item, types.ResourceLink):
-            item = item.model_copy(update={"uri": expose_uri(server, str(item.uri))})
-        elif isinstance(item, types.EmbeddedResource):
-            inner = item.resource.model_copy(update={"uri": expose_uri(server, str(item.resource.uri))})
-            item = item.model_copy(update={"resource": inner})
-        out.append(item)
-    return out

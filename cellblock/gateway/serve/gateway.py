@@ -158,7 +158,7 @@ class Gateway:
         )
         self.bus = InMemorySubscriptionBus()
         self.parked = ParkedCalls()
-        self.calls = Calls(self.pipeline, self.parked, self.secrets, lambda: self.tasks)
+        self.calls = Calls(self.pipeline, self.parked, self.secrets, lambda: self.tasks, lambda: self.catalog.uris)
         # the client's connection, for notifications sent outside any request (serve_stdio sets it)
         self.wire: Wire | None = None
         self.log_level: str | None = None
@@ -309,6 +309,8 @@ class Gateway:
 
     def _instructions(self) -> str:
         parts = [INSTRUCTIONS.format(sep=self.config.names.separator)]
+        if bare := sorted(self.config.unprefixed()):
+            parts.append(f"Except those of {', '.join(bare)}: they keep their own names.")
         held = [name for name, items in self.locks.held.items() if items]
         if held:
             parts.append(
@@ -365,6 +367,7 @@ class Gateway:
             offered=offered,
             hidden=lambda server, tool: self.policies[server].hidden(tool),
             hidden_item=lambda kind, server, name: self.item_policies[kind][server].hidden(name),
+            bare=self.config.unprefixed(),
         )
         held = [name for name, items in self.locks.held.items() if items]
         if held:  # the model can then tell the user what waits, and what to run, or ask them

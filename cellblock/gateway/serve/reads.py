@@ -22,7 +22,6 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from cellblock.gateway.downstream.listing import Listing
 from cellblock.gateway.downstream.rounds import DownstreamError
 from cellblock.gateway.downstream.supervisor import START_SECONDS, Downstream
-from cellblock.gateway.namespacing import expose_uri
 from cellblock.gateway.scrub import scrub
 from cellblock.gateway.serve.approvals import Approvals, NeedsInput, human_answer
 from cellblock.gateway.serve.calls import SessionReply
@@ -107,7 +106,8 @@ class Reads:
             return waiting
         request = types.ReadResourceRequest(params=types.ReadResourceRequestParams(uri=uri))
         result = await self._forward(server, request, types.ReadResourceResult)
-        contents = [c.model_copy(update={"uri": expose_uri(server, str(c.uri))}) for c in result.contents]
+        uris = self.gateway.catalog.uris
+        contents = [c.model_copy(update={"uri": uris.expose(server, str(c.uri))}) for c in result.contents]
         return result.model_copy(update={"contents": contents})
 
     async def complete(self, ctx: Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:

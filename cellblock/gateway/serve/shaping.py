@@ -15,7 +15,7 @@ from mcp_types import SERVER_INFO_META_KEY
 from mcp_types import methods as _methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from cellblock.gateway.namespacing import expose_uri
+from cellblock.gateway.namespacing import UriTable
 
 __all__ = ["exposed_result", "wire_result"]
 
@@ -41,9 +41,9 @@ def wire_result(method: str, version: str, result: dict[str, Any], stamp: dict[s
     return dumped
 
 
-def exposed_result(server: str, result: dict[str, Any]) -> dict[str, Any]:
+def exposed_result(uris: UriTable, server: str, result: dict[str, Any]) -> dict[str, Any]:
     """A downstream call result as the client may see it: resource URIs routed back through the
-    gateway, and the server's own `serverInfo` stamp dropped (the gateway stamps its own).
+    gateway (`uris`: the catalog's), and the server's own `serverInfo` stamp dropped (the gateway stamps its own).
     `isError` is made explicit, as the SDK's model of the result does on the other path."""
     out = {"isError": False, **result}
     meta = out.get("_meta")
@@ -55,16 +55,16 @@ def exposed_result(server: str, result: dict[str, Any]) -> dict[str, Any]:
             del out["_meta"]
     content = out.get("content")
     if isinstance(content, list) and any(isinstance(c, dict) and c.get("type") in _LINKS for c in content):
-        out["content"] = [_exposed_item(server, c) for c in content]
+        out["content"] = [_exposed_item(uris, server, c) for c in content]
     return out
 
 
-def _exposed_item(server: str, item: Any) -> Any:
+def _exposed_item(uris: UriTable, server: str, item: Any) -> Any:
     if not isinstance(item, dict):
         return item
     if item.get("type") == "resource_link" and isinstance(item.get("uri"), str):
-        return {**item, "uri": expose_uri(server, item["uri"])}
+        return {**item, "uri": uris.expose(server, item["uri"])}
     inner = item.get("resource")
     if item.get("type") == "resource" and isinstance(inner, dict) and isinstance(inner.get("uri"), str):
-        return {**item, "resource": {**inner, "uri": expose_uri(server, inner["uri"])}}
+        return {**item, "resource": {**inner, "uri": uris.expose(server, inner["uri"])}}
     return item
