@@ -2,7 +2,8 @@
 
 Everything lives under the keyring service `cellblock`. An entry is named after the server (its
 bearer token) or by a `secrets:` mapping; OAuth records are `<server>/oauth-tokens` and
-`<server>/oauth-client`, names no user-chosen entry can take (entry names have no `/`).
+`<server>/oauth-client`, names no user-chosen entry can take (entry names have no `/`); the token
+of `cellblock serve --http` is `cellblock/http-token` (`cellblock` is no server's name).
 
 Only a backend that keeps secrets out of plain files is used: Secret Service, macOS Keychain,
 Windows Credential Manager, KWallet. A plaintext, null or failing backend is refused with what
@@ -26,6 +27,7 @@ from cellblock.policy.errors import CellblockError
 
 __all__ = [
     "ENTRY_NAME",
+    "HTTP_TOKEN_ENTRY",
     "SERVICE",
     "Backend",
     "CredentialError",
@@ -36,6 +38,7 @@ __all__ = [
 ]
 
 SERVICE = "cellblock"
+HTTP_TOKEN_ENTRY = "cellblock/http-token"  # what an HTTP client of `cellblock serve --http` must send
 ENTRY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 # Backends that hold secrets in an OS store. Anything else (keyrings.alt's files, the null and

@@ -20,7 +20,7 @@ import anyio
 from cellblock.gateway.cli.gateways import ask_all, pid_of
 from cellblock.gateway.cli.options import load
 from cellblock.gateway.config.model import Config, ConfigError, RemoteServer
-from cellblock.gateway.credentials import CredentialError, Keyring, active_backend, oauth_entries
+from cellblock.gateway.credentials import HTTP_TOKEN_ENTRY, CredentialError, Keyring, active_backend, oauth_entries
 from cellblock.gateway.downstream.oauth import LOGIN_SECONDS, KeyringTokenStorage
 from cellblock.gateway.downstream.remote import login
 from cellblock.gateway.state import state_dir
@@ -35,6 +35,8 @@ def _say(text: str) -> None:
 def auth_command(action: str, name: str, config_path: str | None, open_browser: bool = True) -> int:
     """`cellblock auth ACTION [NAME]` (`list` takes no NAME: ""); running gateways are told of each change."""
     config, _ = load(config_path, name if action == "login" else None)
+    if name == HTTP_TOKEN_ENTRY and action in ("set", "logout"):
+        return _http_token(config, action)
     if action == "set":
         return auth_set(config, name, _reconnect)
     if action == "login":
@@ -54,6 +56,26 @@ def _reconnect(server: str) -> None:
 def _users(config: Config, entry: str) -> list[tuple[str, str]]:
     """(server, what) for every use of keyring entry `entry` in the config."""
     return [(server, what) for name, server, what in config.credential_entries() if name == entry]
+
+
+def _http_token(config: Config, action: str, stream: IO[str] | None = None) -> int:
+    """`auth set --http` and `auth logout --http`: the token clients of `serve --http` must send."""
+    store = Keyring(config.credentials.allow_insecure)
+    if action == "set":
+        store.set(HTTP_TOKEN_ENTRY, read_secret(HTTP_TOKEN_ENTRY, stream))
+        _say(
+            f"OK: stored the token of `cellblock serve --http` in {store.backend.label}; "
+            "it is required from the next start"
+        )
+        return 0
+    if not store.delete(HTTP_TOKEN_ENTRY):
+        _say("no token of `cellblock serve --http` is stored")
+        return 1
+    _say(
+        f"OK: removed the token of `cellblock serve --http` from {store.backend.label}; from the next start, "
+        "only a loopback address can be served"
+    )
+    return 0
 
 
 def read_secret(entry: str, stream: IO[str] | None = None) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from cellblock import __version__
 from cellblock.gateway.cli.options import EXIT_FINDING, EXIT_USAGE, add_config
-from cellblock.gateway.credentials import CredentialError
+from cellblock.gateway.credentials import HTTP_TOKEN_ENTRY, CredentialError
 from cellblock.policy.errors import CellblockError
 
 __all__ = ["main"]
@@ -23,9 +23,15 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cellblock", description="One MCP server in front of all your MCP servers.")
     parser.add_argument("--version", action="version", version=f"cellblock {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    serve = sub.add_parser("serve", help="run the gateway on stdio (the entry a client starts)")
+    serve = sub.add_parser("serve", help="run the gateway on stdio (the entry a client starts), or on HTTP")
     add_config(serve)
     serve.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
+    serve.add_argument(
+        "--http",
+        metavar="[HOST:]PORT",
+        help="serve Streamable HTTP at /mcp instead (HOST: 127.0.0.1 unless given; any other than loopback "
+        "needs the token of `cellblock auth set --http`; see docs/http.md)",
+    )
     check = sub.add_parser("check", help="validate a config; exit 2 on an error")
     add_config(check)
     show = sub.add_parser("show", help="show each server's effective jail: mounts, network, environment")
@@ -109,12 +115,18 @@ def _parser() -> argparse.ArgumentParser:
     auth = sub.add_parser("auth", help="credentials in the OS keyring: set, login, logout, list")
     auth_sub = auth.add_subparsers(dest="auth_command", required=True, metavar="ACTION")
     auth_set = auth_sub.add_parser("set", help="store a bearer token or secret (read from a hidden prompt or stdin)")
-    auth_set.add_argument("name", metavar="NAME", help="a bearer server's name, or an entry named in secrets:")
+    auth_set.add_argument(
+        "name", metavar="NAME", nargs="?", help="a bearer server's name, or an entry named in secrets:"
+    )
+    auth_set.add_argument(
+        "--http", action="store_true", help="instead: the token HTTP clients of `cellblock serve --http` must send"
+    )
     auth_login = auth_sub.add_parser("login", help="OAuth login to a remote server (opens the browser)")
     auth_login.add_argument("name", metavar="SERVER")
     auth_login.add_argument("--no-browser", action="store_true", help="only print the URL to open")
     auth_logout = auth_sub.add_parser("logout", help="remove a server's or entry's credentials from the keyring")
-    auth_logout.add_argument("name", metavar="NAME")
+    auth_logout.add_argument("name", metavar="NAME", nargs="?")
+    auth_logout.add_argument("--http", action="store_true", help="instead: the token of `cellblock serve --http`")
     auth_sub.add_parser("list", help="which configured credentials are in the keyring (never their values)")
     for action in (auth_set, auth_login, auth_logout, auth_sub.choices["list"]):
         add_config(action)
@@ -160,7 +172,7 @@ def _run(args: argparse.Namespace) -> int:
     if command == "serve":
         from cellblock.gateway.cli.serve import serve
 
-        return serve(args.config, args.verbose)
+        return serve(args.config, args.verbose, args.http)
     if command in ("check", "show"):
         from cellblock.gateway.cli.show import check, show_command
 
@@ -203,7 +215,11 @@ def _run(args: argparse.Namespace) -> int:
 
         # `auth list` takes no NAME, and only `auth login` opens a browser
         browser = not getattr(args, "no_browser", False)
-        return auth_command(args.auth_command, getattr(args, "name", ""), args.config, open_browser=browser)
+        name, http = getattr(args, "name", None) or "", getattr(args, "http", False)
+        if args.auth_command in ("set", "logout") and http == bool(name):
+            print(f"cellblock auth {args.auth_command}: name an entry, or pass --http (not both)", file=sys.stderr)
+            return EXIT_USAGE
+        return auth_command(args.auth_command, HTTP_TOKEN_ENTRY if http else name, args.config, open_browser=browser)
     if command in ("wrap", "unwrap"):
         from cellblock.gateway.cli import wrap
 

@@ -1,6 +1,6 @@
-"""`cellblock serve`: the gateway a client starts, on stdio.
+"""`cellblock serve`: the gateway a client starts, on stdio; or, with `--http`, a Streamable HTTP server.
 
-The SDK and the config model load after `Early.begin`, which answers the client's opening
+On stdio the SDK and the config model load after `Early.begin`, which answers the client's opening
 requests as at the last start in the meantime: hence the imports inside `serve`.
 """
 
@@ -17,14 +17,16 @@ from cellblock.gateway.wire.early import Early
 __all__ = ["serve"]
 
 
-def serve(config_path: str | None, verbose: bool) -> int:
-    """`cellblock serve`: the gateway on stdio, until the client closes it."""
+def serve(config_path: str | None, verbose: bool, http: str | None = None) -> int:
+    """`cellblock serve`: the gateway on stdio until the client closes it, or on `http` ([HOST:]PORT)
+    until SIGINT or SIGTERM."""
     # the client's opening requests are answered as at the last start while the rest loads
-    early = Early.begin(config_file(config_path), state_dir())
+    early = Early.begin(config_file(config_path), state_dir()) if http is None else None
     import anyio
     from mcp.shared.exceptions import MCPDeprecationWarning
 
     from cellblock.gateway.config.loading import load_config
+    from cellblock.gateway.config.model import ConfigError
     from cellblock.gateway.serve.gateway import Gateway
 
     # stdout is the protocol channel: every log line goes to stderr, which clients keep as a log
@@ -52,5 +54,20 @@ def serve(config_path: str | None, verbose: bool) -> int:
     for name, server in sorted(config.servers.items()):
         if getattr(server, "jail", None) is False:
             log.warning("server '%s' runs UNJAILED (jail: false in the config)", name)
-    anyio.run(Gateway(config, state_dir(), runtime_dir(), source, early).serve_stdio)
+    gateway = Gateway(config, state_dir(), runtime_dir(), source, early)
+    if http is None:
+        anyio.run(gateway.serve_stdio)
+        return EXIT_OK
+    from cellblock.gateway.serve.http import http_token, parse_bind, serve_http
+
+    try:
+        bind = parse_bind(http)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    token = http_token(config, bind)
+    try:
+        sock = bind.socket()
+    except OSError as exc:
+        raise ConfigError(f"--http {http}: cannot listen there: {exc.strerror or exc}") from None
+    anyio.run(serve_http, gateway, bind, sock, token)
     return EXIT_OK

@@ -16,7 +16,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import anyio.abc
 import mcp.types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
@@ -53,6 +54,7 @@ from cellblock.gateway.serve.calls import Calls, SessionReply, ToolCall, log_pas
 from cellblock.gateway.serve.catalog import Catalog, build_catalog
 from cellblock.gateway.serve.control import ControlServer, socket_path
 from cellblock.gateway.serve.fastpath import FastPath
+from cellblock.gateway.serve.listeners import Listeners
 from cellblock.gateway.serve.locking import POLL_SECONDS, Locks
 from cellblock.gateway.serve.operations import Operations
 from cellblock.gateway.serve.pipeline import Asking, Call, Pipeline
@@ -100,6 +102,22 @@ _LIST_CHANGES: dict[str, tuple[Any, str]] = {
     "resources/list": (ResourcesListChanged(), "notifications/resources/list_changed"),
     "resources/templates/list": (ResourcesListChanged(), "notifications/resources/list_changed"),
 }
+
+
+class _Server(Server[Any]):
+    """The SDK's server, announcing to every handshake-era client (stdio or HTTP session) that its
+    lists may change: the catalog changes whenever a server's or an approval does."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        changes = NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True)
+        return super().create_initialization_options(
+            notification_options or changes, experimental_capabilities, extensions
+        )
 
 
 class Gateway:
@@ -159,8 +177,8 @@ class Gateway:
         self.bus = InMemorySubscriptionBus()
         self.parked = ParkedCalls()
         self.calls = Calls(self.pipeline, self.parked, self.secrets, lambda: self.tasks, lambda: self.catalog.uris)
-        # the client's connection, for notifications sent outside any request (serve_stdio sets it)
-        self.wire: Wire | None = None
+        # the clients' connections, for notifications sent outside any request
+        self.listeners = Listeners()
         self.log_level: str | None = None
         self._settled = anyio.Event()
         self._listed = anyio.Event()  # the client has asked for a list
@@ -196,11 +214,11 @@ class Gateway:
                 tg.start_soon(_stop_on_signal, tg.cancel_scope)
                 limit = int(self.config.defaults.max_message_size)
                 with client_stdio(handover.data, limit) as (make_reader, writer):
-                    self.wire = Wire(
+                    wire = self.listeners.wire = Wire(
                         make_reader, writer, served=handover.served, record=self._record, differed=self._differed
                     )
-                    fast = FastPath(self, self.wire)
-                    async with self.wire.streams(fast.take) as (read, write):
+                    fast = FastPath(self, wire)
+                    async with wire.streams(fast.take) as (read, write):
                         await self.run(read, write)
                 tg.cancel_scope.cancel()
         finally:
@@ -246,6 +264,13 @@ class Gateway:
 
     async def run(self, read: Any, write: Any) -> None:
         """Start the downstream servers and serve one client connection until it closes."""
+        async with self.running():
+            await self.server.run(read, write, self.server.create_initialization_options())
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[anyio.abc.TaskGroup]:
+        """The downstream servers started, and the first of them settled (bounded): serve clients
+        inside; on leaving, every server is stopped."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
             unknown: list[Downstream] = []
@@ -276,10 +301,7 @@ class Gateway:
             with anyio.move_on_after(START_SECONDS):
                 await self._settled.wait()
             self.server.instructions = self._instructions()
-            options = self.server.create_initialization_options(
-                NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True)
-            )
-            await self.server.run(read, write, options)
+            yield tg
             tg.cancel_scope.cancel()
 
     async def _start_after_first_list(self, known: list[Downstream]) -> None:
@@ -409,7 +431,7 @@ class Gateway:
     # -- the upstream server ---------------------------------------------------------------
 
     def _build_server(self) -> Server[Any]:
-        server: Server[Any] = Server(
+        server: Server[Any] = _Server(
             "cellblock",
             version=__version__,
             on_list_tools=self._list_tools,
@@ -429,28 +451,26 @@ class Gateway:
 
     def _notify_handshake_client(self, method: str, params: dict[str, Any] | None) -> None:
         """A notification outside any request; only a handshake-era client has a channel for it."""
-        wire = self.wire
-        if wire is None or wire.modern or wire.version is None:
-            return
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = params
-        with contextlib.suppress(OSError):  # the client left
-            wire.send(message)
+        self.listeners.notify(self.tasks, method, params)
 
     async def _list_tools(self, ctx: Ctx, params: Any) -> types.ListToolsResult:
+        self.listeners.met(ctx)
         return types.ListToolsResult(tools=list((await self.client_catalog()).tools))
 
     async def _list_prompts(self, ctx: Ctx, params: Any) -> types.ListPromptsResult:
+        self.listeners.met(ctx)
         return types.ListPromptsResult(prompts=list((await self.client_catalog()).prompts))
 
     async def _list_resources(self, ctx: Ctx, params: Any) -> types.ListResourcesResult:
+        self.listeners.met(ctx)
         return types.ListResourcesResult(resources=list((await self.client_catalog()).resources))
 
     async def _list_templates(self, ctx: Ctx, params: Any) -> types.ListResourceTemplatesResult:
+        self.listeners.met(ctx)
         return types.ListResourceTemplatesResult(resource_templates=list((await self.client_catalog()).templates))
 
     async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> CallResult:
+        self.listeners.met(ctx)
         own = params.name in (self.own_tool(STATUS), self.own_tool(REVIEW))
         if own and params.name not in {t.name for t in self.catalog.tools}:
             own = False  # offered only while something is held: otherwise the name routes as any other

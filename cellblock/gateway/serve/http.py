@@ -1,0 +1,206 @@
+"""`cellblock serve --http`: the gateway as a Streamable HTTP server at `/mcp`.
+
+The SDK's Streamable HTTP app serves both eras: handshake-era sessions (`Mcp-Session-Id`, SSE for
+the server's own requests, so approvals can ask) and stateless 2026-07-28 requests. In front of it,
+`Guard` checks every request before the SDK sees it:
+
+- **Host** (loopback binds): one of the loopback names with the bound port. A web page that rebinds
+  its own DNS name to 127.0.0.1 still sends its own name, and is refused (DNS rebinding).
+- **Origin**, when a browser sends one: a loopback origin for a loopback bind, else the very
+  host the request was sent to (same origin). A page elsewhere cannot drive the gateway.
+- **Authorization**: `Bearer <token>` with the token in the keyring entry `HTTP_TOKEN_ENTRY`,
+  compared in constant time. Required whenever a token is set, and a bind beyond loopback
+  refuses to start without one.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import socket
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from starlette.datastructures import Headers
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from cellblock.gateway.config.model import Config
+from cellblock.gateway.credentials import HTTP_TOKEN_ENTRY, CredentialError, Keyring
+
+if TYPE_CHECKING:
+    from cellblock.gateway.serve.gateway import Gateway
+
+__all__ = ["MCP_PATH", "Bind", "Guard", "http_token", "parse_bind", "serve_http"]
+
+logger = logging.getLogger(__name__)
+
+MCP_PATH = "/mcp"
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+@dataclass(frozen=True)
+class Bind:
+    """Where to listen: an IP address (or `localhost`) and a port (0: any free one)."""
+
+    host: str
+    port: int
+
+    @property
+    def loopback(self) -> bool:
+        return self.host == "localhost" or ipaddress.ip_address(self.host).is_loopback
+
+    def socket(self) -> socket.socket:
+        """The socket, bound and listening (so the port is known before the server starts).
+
+        Raises:
+            OSError: the address cannot be bound (in use, not on this machine).
+        """
+        host = "127.0.0.1" if self.host == "localhost" else self.host
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, self.port))
+        except OSError:
+            sock.close()
+            raise
+        sock.listen(128)  # from now on a client's connection waits in the backlog, even before the server runs
+        sock.set_inheritable(False)
+        return sock
+
+
+def parse_bind(text: str) -> Bind:
+    """`[HOST:]PORT` as given to `--http`: `8080`, `127.0.0.1:8080`, `[::1]:8080`, `0.0.0.0:8080`.
+
+    Raises:
+        ValueError: not of that form, or HOST is neither an IP address nor `localhost`.
+    """
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", text
+    elif host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--http {text!r}: expected [HOST:]PORT with PORT 0-65535, such as 127.0.0.1:8080")
+    if host != "localhost":
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise ValueError(
+                f"--http {text!r}: HOST must be an IP address or localhost (a name could resolve anywhere)"
+            ) from None
+    return Bind(host, int(port))
+
+
+def _loopback_host(host: str) -> bool:
+    name = host[1 : host.index("]")] if host.startswith("[") and "]" in host else host.partition(":")[0]
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+class Guard:
+    """Host, Origin and bearer token, checked on every HTTP request before `app` sees it."""
+
+    def __init__(self, app: ASGIApp, bind: Bind, port: int, token: str | None) -> None:
+        self.app = app
+        self.loopback = bind.loopback
+        names = _LOOPBACK_NAMES if bind.loopback else ()
+        self.hosts = frozenset({f"{name}:{port}" for name in names} | ({*names} if port == 80 else set()))
+        self._expected = f"Bearer {token}".encode() if token is not None else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # the lifespan
+            await self.app(scope, receive, send)
+            return
+        refusal = self._refusal(Headers(scope=scope))
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _refusal(self, headers: Headers) -> Response | None:
+        host = headers.get("host", "")
+        if self.loopback and host not in self.hosts:
+            logger.warning("refused an HTTP request for Host %r: not this gateway's loopback address", host[:100])
+            return Response("Invalid Host header", status_code=421)
+        origin = headers.get("origin")
+        if origin is not None and not self._origin_allowed(origin, host):
+            logger.warning("refused an HTTP request from Origin %r", origin[:100])
+            return Response("Invalid Origin header", status_code=403)
+        if self._expected is not None:
+            given = headers.get("authorization", "").encode("latin-1", errors="replace")
+            if not hmac.compare_digest(given, self._expected):
+                return Response(
+                    "Unauthorized: send Authorization: Bearer <the token in the keyring, set by "
+                    "`cellblock auth set --http`>",
+                    status_code=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="cellblock"'},
+                )
+        return None
+
+    def _origin_allowed(self, origin: str, host: str) -> bool:
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            return False
+        if self.loopback:
+            return _loopback_host(parts.netloc)
+        return parts.netloc == host
+
+
+def http_token(config: Config, bind: Bind) -> str | None:
+    """The token HTTP clients must send, from the keyring; None only on a loopback bind without one.
+
+    Raises:
+        CredentialError: the keyring cannot be read, or a bind beyond loopback has no token. Either
+            way the gateway does not start: serving without the token a user set would be weaker.
+    """
+    try:
+        token = Keyring(config.credentials.allow_insecure).get(HTTP_TOKEN_ENTRY)
+    except CredentialError as exc:
+        raise CredentialError(
+            f"cannot serve HTTP: the keyring, which holds the token HTTP clients must send, is not readable:\n{exc}"
+        ) from None
+    if token is None and not bind.loopback:
+        raise CredentialError(
+            f"refusing to serve HTTP on {bind.host}, which is not a loopback address, without a token: anyone "
+            "who reaches the port could call every tool as you. Store one with `cellblock auth set --http` "
+            "(read from stdin; for example `openssl rand -hex 32`), give it to your client as "
+            "`Authorization: Bearer <token>`, and put TLS in front (see docs/http.md)"
+        )
+    return token
+
+
+async def serve_http(gateway: Gateway, bind: Bind, sock: socket.socket, token: str | None) -> None:
+    """Serve `gateway` on `sock` (bound to `bind`) until SIGINT or SIGTERM; every server is stopped after."""
+    import uvicorn  # only an HTTP gateway needs it
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    app = gateway.server.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        # Host and Origin are the Guard's, for both eras alike
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        max_request_body_size=int(gateway.config.defaults.max_message_size),
+    )
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(Guard(app, bind, port, token), lifespan="on", log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+    try:
+        async with gateway.running():
+            host = f"[{bind.host}]" if ":" in bind.host else bind.host
+            logger.info(
+                "serving on http://%s:%d%s (%s)",
+                host,
+                port,
+                MCP_PATH,
+                "a bearer token required" if token is not None else "loopback only, no token",
+            )
+            await server.serve(sockets=[sock])
+    finally:
+        gateway.audit.close()

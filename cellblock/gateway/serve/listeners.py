@@ -1,0 +1,69 @@
+"""Where the gateway's notifications outside any request go: a list changed, a server's log.
+
+Only handshake-era clients have a channel for them (a 2026-07-28 client hears of changes on
+`subscriptions/listen`, which the SDK's bus serves): the stdio client's wire, and each HTTP
+session, by its `Mcp-Session-Id`, through a session object of its latest request (its connection
+carries notifications outside any request until the session ends).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+import anyio.abc
+import mcp.types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.session import ServerSession
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from cellblock.gateway.wire.client import Wire
+
+__all__ = ["Listeners"]
+
+logger = logging.getLogger(__name__)
+
+# the notifications sent outside any request, by method, as the SDK's session sends them
+_NOTIFICATIONS: dict[str, Any] = {
+    "notifications/tools/list_changed": types.ToolListChangedNotification,
+    "notifications/prompts/list_changed": types.PromptListChangedNotification,
+    "notifications/resources/list_changed": types.ResourceListChangedNotification,
+    "notifications/message": types.LoggingMessageNotification,
+}
+
+
+class Listeners:
+    """The handshake-era clients of one gateway that take notifications outside any request."""
+
+    def __init__(self) -> None:
+        self.wire: Wire | None = None  # the stdio client's (serve_stdio sets it)
+        self.sessions: dict[str, ServerSession] = {}
+
+    def met(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        """Note the HTTP session a request came on, if it is a handshake-era one."""
+        headers = getattr(ctx.request, "headers", None)
+        sid = headers.get("mcp-session-id") if headers is not None else None
+        if sid and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            self.sessions[sid] = ctx.session
+
+    def notify(self, tasks: anyio.abc.TaskGroup, method: str, params: dict[str, Any] | None) -> None:
+        """Send `method` to every listener; a gone one is dropped, never an error."""
+        for sid, session in list(self.sessions.items()):
+            tasks.start_soon(self._to_session, sid, session, method, params)
+        wire = self.wire
+        if wire is None or wire.modern or wire.version is None:
+            return
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        with contextlib.suppress(OSError):  # the client left
+            wire.send(message)
+
+    async def _to_session(self, sid: str, session: ServerSession, method: str, params: dict[str, Any] | None) -> None:
+        notification = _NOTIFICATIONS[method].model_validate({"method": method, "params": params})
+        try:
+            await session.send_notification(notification)
+        except Exception as exc:  # the session ended (DELETE, idle, gone): forget it
+            logger.debug("HTTP session %s takes no more notifications: %s", sid[:16], exc)
+            self.sessions.pop(sid, None)

@@ -1,0 +1,85 @@
+"""`serve --http`'s bind parsing and its Guard (Host, Origin, token), driven as a bare ASGI app."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cellblock.gateway.serve.http import Bind, Guard, parse_bind
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize(
+    ("text", "bind", "loopback"),
+    [
+        ("8080", Bind("127.0.0.1", 8080), True),
+        ("localhost:0", Bind("localhost", 0), True),
+        ("[::1]:9", Bind("::1", 9), True),
+        ("127.0.0.2:1", Bind("127.0.0.2", 1), True),
+        ("0.0.0.0:8080", Bind("0.0.0.0", 8080), False),
+        ("[::]:8080", Bind("::", 8080), False),
+        ("192.168.1.5:80", Bind("192.168.1.5", 80), False),
+    ],
+)
+def test_binds_parse_and_know_whether_they_are_loopback(text: str, bind: Bind, loopback: bool) -> None:
+    assert parse_bind(text) == bind and bind.loopback is loopback
+
+
+@pytest.mark.parametrize("text", ["", "host:80", "127.0.0.1:", "127.0.0.1:65536", "1:2:3", "[::1]", "-1"])
+def test_a_bind_not_of_the_form_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="--http"):
+        parse_bind(text)
+
+
+async def ask(guard: Guard, headers: dict[str, str]) -> int:
+    """The status `guard` answers a request with `headers`; 200 when it passes it to the app."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/mcp",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+    }
+    await guard(scope, receive, send)
+    return int(sent[0]["status"]) if sent else 200
+
+
+async def passed(scope: Any, receive: Any, send: Any) -> None:
+    pass  # the app behind the guard: reaching it is the 200
+
+
+async def test_beyond_loopback_the_host_is_free_but_an_origin_must_be_the_host_itself() -> None:
+    guard = Guard(passed, Bind("0.0.0.0", 8080), 8080, "s3cret")
+    ok = {"Host": "gw.example:8080", "Authorization": "Bearer s3cret"}
+    assert await ask(guard, ok) == 200
+    assert await ask(guard, {**ok, "Origin": "https://gw.example:8080"}) == 200
+    assert await ask(guard, {**ok, "Origin": "https://other.example"}) == 403
+    assert await ask(guard, {**ok, "Origin": "http://localhost:8080"}) == 403  # not the host it was sent to
+
+
+async def test_the_token_is_compared_whole() -> None:
+    guard = Guard(passed, Bind("127.0.0.1", 80), 80, "s3cret")
+    base = {"Host": "localhost"}  # port 80: the Host header carries none
+    for given in ("", "Bearer ", "Bearer s3cre", "Bearer s3cretX", "bearer s3cret", "s3cret", "Basic s3cret"):
+        assert await ask(guard, {**base, "Authorization": given}) == 401, given
+    assert await ask(guard, {**base, "Authorization": "Bearer s3cret"}) == 200
+
+
+async def test_on_loopback_only_loopback_names_with_the_port_pass() -> None:
+    guard = Guard(passed, Bind("127.0.0.1", 0), 4567, None)
+    for host in ("127.0.0.1:4567", "localhost:4567", "[::1]:4567"):
+        assert await ask(guard, {"Host": host}) == 200
+    for host in ("127.0.0.1:4568", "127.0.0.1", "evil.example:4567", "", "127.0.0.1:4567.evil.example"):
+        assert await ask(guard, {"Host": host}) == 421, host
+    assert await ask(guard, {"Host": "localhost:4567", "Origin": "http://127.0.0.1:3000"}) == 200
+    for origin in ("http://evil.example", "null", "file://", "http://localhost.evil.example:3000"):
+        assert await ask(guard, {"Host": "localhost:4567", "Origin": origin}) == 403, origin
