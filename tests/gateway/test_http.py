@@ -83,3 +83,21 @@ async def test_on_loopback_only_loopback_names_with_the_port_pass() -> None:
     assert await ask(guard, {"Host": "localhost:4567", "Origin": "http://127.0.0.1:3000"}) == 200
     for origin in ("http://evil.example", "null", "file://", "http://localhost.evil.example:3000"):
         assert await ask(guard, {"Host": "localhost:4567", "Origin": origin}) == 403, origin
+
+
+async def test_a_websocket_is_closed_before_any_check_could_be_skipped() -> None:
+    reached: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(scope["type"])
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    guard = Guard(app, Bind("127.0.0.1", 0), 4567, "s3cret")
+    await guard({"type": "websocket", "path": "/mcp", "headers": []}, None, send)  # type: ignore[arg-type]
+    assert sent == [{"type": "websocket.close", "code": 1008}] and reached == []
+    await guard({"type": "lifespan"}, None, send)  # type: ignore[arg-type]
+    assert reached == ["lifespan"]  # control: the lifespan still reaches the app

@@ -116,8 +116,11 @@ class Guard:
         self._expected = f"Bearer {token}".encode() if token is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":  # the lifespan
+        if scope["type"] == "lifespan":
             await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # a WebSocket: MCP has none, and it would pass no check here
+            await send({"type": "websocket.close", "code": 1008})
             return
         refusal = self._refusal(Headers(scope=scope))
         if refusal is not None:
