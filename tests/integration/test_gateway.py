@@ -20,6 +20,7 @@ import anyio
 import mcp.types as types
 import pytest
 
+from cellblock import __version__
 from tests.integration.conftest import eventually, gateway, probe_server, write_config
 
 pytestmark = pytest.mark.anyio
@@ -340,3 +341,9 @@ async def test_a_server_that_dies_at_start_says_why_in_the_refusal_the_log_ps_an
     told = log.read_text()
     assert f"\n{said}\n" in told  # the server's own stderr is still passed on as it was
     assert f"server 'git' is down (exited at start: starting... | {said})" in told
+
+
+async def test_every_server_meets_the_gateway_as_cellblock_and_its_version(session: Any) -> None:
+    client, *_ = session
+    for server in ("new", "old"):  # a 2026-07-28 server reads it from each request, a handshake one once
+        assert text(await client.call_tool(f"{server}__whoami", {})) == f"cellblock {__version__}"

@@ -116,6 +116,13 @@ async def hang() -> str:
     return "unreachable"
 
 
+def whoami(ctx: Context) -> str:
+    """The client's name and version, as it introduced itself (handshake or 2026-07-28 envelope)."""
+    params = ctx.session.client_params
+    info = params.client_info if params is not None else None
+    return "unknown" if info is None else f"{info.name} {info.version}"
+
+
 def crash() -> str:
     """Kill the server process immediately (exit status 3)."""
     os._exit(3)
@@ -304,6 +311,7 @@ def build_server(name: str = "probe", extra_tools: int = 0) -> MCPServer:
         rug_pull,
         log,
         environment,
+        whoami,
     ):
         server.add_tool(fn)
     server.add_tool(files_read_dotted, name="files.read")

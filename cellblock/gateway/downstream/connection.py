@@ -10,13 +10,17 @@ from typing import Any
 
 import anyio
 from mcp.shared.exceptions import MCPError
-from mcp.types import CONNECTION_CLOSED
+from mcp.types import CONNECTION_CLOSED, Implementation
 
+from cellblock import __version__
 from cellblock.gateway.errors import first_line
 from cellblock.gateway.wire.lines import remote_message
 from cellblock.sandbox.egress import Decision
 
-__all__ = ["START_SECONDS", "connection_closed", "egress_told", "failure_text", "watched"]
+__all__ = ["CLIENT_INFO", "START_SECONDS", "connection_closed", "egress_told", "failure_text", "watched"]
+
+# what the gateway introduces itself as to every server it connects to (the SDK's default is its own)
+CLIENT_INFO = Implementation(name="cellblock", version=__version__)
 
 logger = logging.getLogger(__name__)
 

@@ -25,6 +25,7 @@ from mcp.shared.auth import AuthorizationCodeResult
 from cellblock.gateway.ask.elicitation import Asker
 from cellblock.gateway.config.model import RemoteServer
 from cellblock.gateway.credentials import CredentialError, Keyring
+from cellblock.gateway.downstream.connection import CLIENT_INFO
 from cellblock.gateway.downstream.discovery import DiscoveryGuard, DiscoveryRefused, PinnedTransport, origin
 from cellblock.gateway.downstream.httpwatch import HttpWatch
 from cellblock.gateway.downstream.keys import ServerKeys
@@ -310,7 +311,10 @@ async def login(
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(catch)
-                async with http, Client(streamable_http_client(server.url, http_client=http)) as client:
+                async with (
+                    http,
+                    Client(streamable_http_client(server.url, http_client=http), client_info=CLIENT_INFO) as client,
+                ):
                     tools = len((await client.list_tools()).tools)
                 tg.cancel_scope.cancel()
             return tools

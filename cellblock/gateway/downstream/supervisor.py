@@ -36,7 +36,14 @@ from cellblock.gateway.config.model import LocalServer, RemoteServer
 from cellblock.gateway.credentials import CredentialError
 from cellblock.gateway.downstream.backoff import Backoff
 from cellblock.gateway.downstream.changes import Refresher, listen
-from cellblock.gateway.downstream.connection import START_SECONDS, connection_closed, egress_told, failure_text, watched
+from cellblock.gateway.downstream.connection import (
+    CLIENT_INFO,
+    START_SECONDS,
+    connection_closed,
+    egress_told,
+    failure_text,
+    watched,
+)
 from cellblock.gateway.downstream.httpwatch import HttpWatch
 from cellblock.gateway.downstream.keys import ServerKeys
 from cellblock.gateway.downstream.launch import launch_plan, stdio_parameters, tell_limits
@@ -343,6 +350,7 @@ class Downstream:
         client = Client(
             watched(await self._transport(egress_socket), closed, remote=isinstance(self.config, RemoteServer)),
             mode="legacy" if self.protocol == "legacy" else "auto",
+            client_info=CLIENT_INFO,
             elicitation_callback=self.questions.on_elicit,
             list_roots_callback=self.questions.on_roots,
             sampling_callback=self.questions.on_sampling,
