@@ -18,6 +18,7 @@ import hashlib
 import re
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from types import MappingProxyType
 
 __all__ = [
@@ -162,6 +163,7 @@ def assign_names(
     # a prefix at the start of a name: a bare name cannot keep one (any server's, configured or not)
     namespaced = re.compile(rf"[a-z][a-z0-9-]{{0,23}}{re.escape(separator)}")
     prefixed: list[Collision] = []
+    unprefixed: set[tuple[str, str]] = set()  # the pairs that want their name without a prefix
     for server, original in pairs:
         _check_server(server)
         raw = f"{server}{separator}{original}"
@@ -169,6 +171,7 @@ def assign_names(
             own = _UNSAFE.sub("_", original)
             if not namespaced.match(own):
                 raw = original
+                unprefixed.add((server, original))
             else:
                 why = f"which reads as a name of server {own.partition(separator)[0]!r}"
                 prefixed.append(Collision(exposed="", server=server, original=original, wanted=own, why=why))
@@ -196,11 +199,17 @@ def assign_names(
 
     # Pass 2: the others take the first free hash form, in sorted order, after all wanted names
     # are settled, so a loser can never take a name that some other pair wanted as its plain form.
+    # One that wanted its name without a prefix takes its server's prefix first: a hash form of
+    # the bare name could read as another server's (`a_` + `_1f2e…`).
     taken = set(by_original.values())
     collisions: list[Collision] = []
     for pair in sorted(losers):
         server, original = pair
-        name = next(c for c in _candidates(server, original, plain_of[pair], max_length) if c not in taken)
+        base = plain_of[pair]
+        if pair in unprefixed:
+            base = _UNSAFE.sub("_", f"{server}{separator}{original}")
+        first = [base] if pair in unprefixed and len(base) <= max_length else []
+        name = next(c for c in chain(first, _candidates(server, original, base, max_length)) if c not in taken)
         taken.add(name)
         by_original[pair] = name
         collisions.append(Collision(exposed=name, server=server, original=original, wanted=wanted[pair]))

@@ -451,11 +451,19 @@ def test_a_server_without_a_prefix_keeps_its_own_names_beside_prefixed_ones() ->
 
 
 def test_two_servers_without_a_prefix_offering_one_name_are_told_apart_and_reported() -> None:
+    # both also sanitize alike (`a:` and `a.` are `a_`): a fingerprint after `a_` would read as
+    # server a's name (`a__1f2e…`), so the losers take their own prefix
+    odd = assign_names([("a", "a:"), ("b", "a."), ("b", "a:")], bare={"a", "b"})
+    assert [exposed(odd, *p) for p in (("a", "a:"), ("b", "a."), ("b", "a:"))] == [
+        "a_",
+        "b__a_",
+        f"b__a__{h('b', 'a:')[:8]}",
+    ]
     pairs = [("alpha", "search"), ("beta", "search")]
     table = assign_names(pairs, bare={"alpha", "beta"})
     assert exposed(table, "alpha", "search") == "search"  # the first server by name keeps it
     loser = exposed(table, "beta", "search")
-    assert loser == f"search_{h('beta', 'search')[:8]}"
+    assert loser == "beta__search"  # the other takes its own prefix
     [collision] = table.collisions
     assert (collision.server, collision.exposed, collision.wanted) == ("beta", loser, "search")
     assert assign_names(reversed(pairs), bare={"beta", "alpha"}) == table  # order never matters
