@@ -1,5 +1,6 @@
 """A server's catalog change notices: its catalog re-read once for any number of notices, at
-most every REFRESH_SECONDS, and the 2026-07-28 stream that carries the notices."""
+most every REFRESH_SECONDS, and the 2026-07-28 stream that carries the notices (and the updates of
+the resources the gateway watches there)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import anyio.abc
 from mcp import Client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ResourceUpdated
 
 from cellblock.gateway.downstream.connection import failure_text
+from cellblock.gateway.downstream.watch import Watched
 
 __all__ = ["REFRESH_SECONDS", "Refresher", "listen"]
 
@@ -51,20 +54,46 @@ class Refresher:
             self._running = False
 
 
-async def listen(name: str, client: Client, changed: Callable[[], None]) -> None:
-    """Tell `changed` of each change a 2026-07-28 server announces: it does so only on a
-    `subscriptions/listen` stream."""
+async def listen(name: str, client: Client, changed: Callable[[], None], watched: Watched) -> None:
+    """Tell `changed` of each catalog change a 2026-07-28 server announces, and `watched` of each
+    update to a resource it watches: the server does so only on a `subscriptions/listen` stream,
+    whose filter names the resources, so the stream is opened again whenever they change."""
     caps = client.server_capabilities
-    tools = bool(caps.tools and caps.tools.list_changed)
-    prompts = bool(caps.prompts and caps.prompts.list_changed)
-    resources = bool(caps.resources and caps.resources.list_changed)
-    if not (tools or prompts or resources):
-        return
-    try:
-        async with client.listen(
-            tools_list_changed=tools, prompts_list_changed=prompts, resources_list_changed=resources
-        ) as events:
-            async for _ in events:
-                changed()
-    except (MCPError, SubscriptionLost, ListenNotSupportedError) as exc:
-        logger.info("server '%s': no change notifications (%s)", name, failure_text(exc))
+    flags = {
+        "tools_list_changed": bool(caps.tools and caps.tools.list_changed),
+        "prompts_list_changed": bool(caps.prompts and caps.prompts.list_changed),
+        "resources_list_changed": bool(caps.resources and caps.resources.list_changed),
+    }
+    subscribable = Watched.offered(client)
+    reopened = False
+    while True:
+        again = watched.next_change()
+        uris = sorted(watched.uris) if subscribable else []
+        if not any(flags.values()) and not uris:
+            if not subscribable:
+                return
+            await again.wait()
+            continue
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_cancel_on, again, tg.cancel_scope)
+                async with client.listen(**flags, resource_subscriptions=uris) as events:
+                    if reopened:  # no replay: what changed between the two streams is read again
+                        changed()
+                    reopened = True
+                    async for event in events:
+                        if isinstance(event, ResourceUpdated):
+                            watched.updated(event.uri)
+                        else:
+                            changed()
+                tg.cancel_scope.cancel()
+        except (MCPError, SubscriptionLost, ListenNotSupportedError) as exc:
+            logger.info("server '%s': no change notifications (%s)", name, failure_text(exc))
+            return
+        if not again.is_set():
+            return  # the server ended the stream itself
+
+
+async def _cancel_on(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()

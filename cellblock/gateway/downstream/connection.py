@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED, Implementation
 
@@ -17,7 +18,15 @@ from cellblock.gateway.errors import first_line
 from cellblock.gateway.wire.lines import remote_message
 from cellblock.sandbox.egress import Decision
 
-__all__ = ["CLIENT_INFO", "START_SECONDS", "connection_closed", "egress_told", "failure_text", "watched"]
+__all__ = [
+    "CLIENT_INFO",
+    "START_SECONDS",
+    "connection_closed",
+    "egress_told",
+    "failure_text",
+    "gateway_client",
+    "watched",
+]
 
 # what the gateway introduces itself as to every server it connects to (the SDK's default is its own)
 CLIENT_INFO = Implementation(name="cellblock", version=__version__)
@@ -27,6 +36,14 @@ logger = logging.getLogger(__name__)
 # A server that takes longer than this to answer its handshake and first lists is treated as
 # failed to start: the client is waiting for a catalog.
 START_SECONDS = 30.0
+
+
+def gateway_client(transport: Any, protocol: str, **callbacks: Any) -> Client:
+    """The SDK client the gateway talks to one server with (`protocol`: auto or legacy): introduced
+    as Cellblock, lists never cached, every log asked for (2026-07-28 servers log only to requests
+    that opt in)."""
+    mode = "legacy" if protocol == "legacy" else "auto"
+    return Client(transport, mode=mode, client_info=CLIENT_INFO, log_level="debug", cache=None, **callbacks)
 
 
 @asynccontextmanager

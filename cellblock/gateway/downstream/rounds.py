@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.abc
@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+R = TypeVar("R", bound=types.Result)
 
 CALL_RESULT: TypeAdapter[types.CallToolResult | types.InputRequiredResult] = TypeAdapter(
     types.CallToolResult | types.InputRequiredResult
@@ -210,3 +211,34 @@ def failed_result(
         return error_result(f"server '{server}' answered '{tool}' with an error: {exc.message}")
     # a result that does not validate
     return error_result(f"server '{server}' sent an invalid result for '{tool}': {first_line(exc)}")
+
+
+async def forward_request(
+    name: str,
+    timeout: float,
+    ready_client: Callable[[], Awaitable[Client]],
+    lost_session: Callable[[], bool],
+    request: Any,
+    result_type: type[R],
+) -> R:
+    """Send a non-call request to server `name` within `timeout`; once more when a remote server
+    had forgotten the session (`lost_session`: it then reconnects).
+
+    Raises:
+        DownstreamError: the server is down, errs, or times out.
+    """
+    try:
+        for attempt in (1, 2):
+            client = await ready_client()
+            try:
+                with anyio.fail_after(timeout):
+                    return await client.session.send_request(request, result_type)
+            except MCPError:
+                if attempt == 1 and lost_session():
+                    continue
+                raise
+        raise AssertionError("unreachable")
+    except TimeoutError:
+        raise DownstreamError(f"server '{name}' did not answer {request.method} in {timeout:g}s") from None
+    except MCPError as exc:
+        raise DownstreamError(f"server '{name}': {exc.message}") from exc

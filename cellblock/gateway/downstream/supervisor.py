@@ -37,11 +37,11 @@ from cellblock.gateway.credentials import CredentialError
 from cellblock.gateway.downstream.backoff import Backoff
 from cellblock.gateway.downstream.changes import Refresher, listen
 from cellblock.gateway.downstream.connection import (
-    CLIENT_INFO,
     START_SECONDS,
     connection_closed,
     egress_told,
     failure_text,
+    gateway_client,
     watched,
 )
 from cellblock.gateway.downstream.httpwatch import HttpWatch
@@ -61,8 +61,10 @@ from cellblock.gateway.downstream.rounds import (
     RemoteRound,
     Round,
     failed_result,
+    forward_request,
     forwardable,
 )
+from cellblock.gateway.downstream.watch import Watched
 from cellblock.gateway.errors import first_line
 from cellblock.gateway.scrub import scrub as scrub_secrets
 from cellblock.gateway.wire.stdio import DEFAULT_LINE_LIMIT
@@ -152,8 +154,10 @@ class Downstream:
     questions: Questions = field(init=False)
     keys: ServerKeys = field(init=False)
     _changes: Refresher = field(init=False)
+    watched: Watched = field(init=False)  # the resources clients subscribed to, across restarts
 
     def __post_init__(self) -> None:
+        self.watched = Watched(self.name)
         self.keys = ServerKeys(self.name, self.config, self.audit, self.allow_insecure)
         self.questions = Questions(
             self.name, self.config, self.sampling, self.approve_sampling, self._event, self.keys.pattern, self.owner
@@ -347,18 +351,14 @@ class Downstream:
 
     async def _connect(self, egress_socket: str | None) -> None:
         closed = self._closed = anyio.Event()
-        client = Client(
+        client = gateway_client(
             watched(await self._transport(egress_socket), closed, remote=isinstance(self.config, RemoteServer)),
-            mode="legacy" if self.protocol == "legacy" else "auto",
-            client_info=CLIENT_INFO,
+            self.protocol,
             elicitation_callback=self.questions.on_elicit,
             list_roots_callback=self.questions.on_roots,
             sampling_callback=self.questions.on_sampling,
             logging_callback=self._on_log,
             message_handler=self._on_message,
-            # 2026-07-28 servers only log to requests that opt in
-            log_level="debug",
-            cache=None,
         )
         # One deadline covers spawn, handshake and first lists; lifted once the server is ready.
         with anyio.CancelScope(deadline=anyio.current_time() + START_SECONDS) as scope:
@@ -392,10 +392,12 @@ class Downstream:
                         self._settled.set()
                     async with anyio.create_task_group() as tg:
                         if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                            tg.start_soon(listen, self.name, client, self._refresh_soon)
+                            tg.start_soon(listen, self.name, client, self._refresh_soon, self.watched)
+                        await self.watched.connected(client)
                         await closed.wait()
                         tg.cancel_scope.cancel()
                 finally:
+                    await self.watched.connected(None)
                     # told and audited by the supervisor, once the server's last words are in
                     self._ran = True
                     self._waiting(self._exit_reason)
@@ -471,6 +473,8 @@ class Downstream:
                 self._restart(f"it sent {MAX_GARBAGE} messages that are not valid MCP")
         elif isinstance(message, _LIST_CHANGED):
             self._refresh_soon()
+        elif isinstance(message, types.ResourceUpdatedNotification):
+            self.watched.updated(str(message.params.uri))
 
     def _refresh_soon(self) -> None:
         if self._tg is not None:
@@ -583,20 +587,6 @@ class Downstream:
         Raises:
             DownstreamError: the server is down, errs, or times out.
         """
-        try:
-            for attempt in (1, 2):
-                client = await self.ready_client()
-                try:
-                    with anyio.fail_after(self.timeout):
-                        return await client.session.send_request(request, result_type)
-                except MCPError:
-                    if attempt == 1 and self._lost_session():
-                        continue
-                    raise
-            raise AssertionError("unreachable")
-        except TimeoutError:
-            raise DownstreamError(
-                f"server '{self.name}' did not answer {request.method} in {self.timeout:g}s"
-            ) from None
-        except MCPError as exc:
-            raise DownstreamError(f"server '{self.name}': {exc.message}") from exc
+        return await forward_request(
+            self.name, self.timeout, self.ready_client, self._lost_session, request, result_type
+        )

@@ -29,7 +29,6 @@ from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
-    ListenHandler,
     PromptsListChanged,
     ResourcesListChanged,
     ToolsListChanged,
@@ -67,6 +66,7 @@ from cellblock.gateway.serve.status import (
     status_tool,
     tool_name,
 )
+from cellblock.gateway.serve.subscriptions import Subscriptions
 from cellblock.gateway.state import (
     atomic_write_json,
     clean_stale_temps,
@@ -186,6 +186,7 @@ class Gateway:
         self._saving = False
         self._tg: anyio.abc.TaskGroup | None = None
         self.reads = Reads(self)
+        self.subscriptions = Subscriptions(self)
         self.server = self._build_server()
 
     @property
@@ -442,7 +443,9 @@ class Gateway:
             on_list_resource_templates=self._list_templates,
             on_read_resource=self.reads.read_resource,
             on_completion=self.reads.complete,
-            on_subscriptions_listen=ListenHandler(self.bus),
+            on_subscribe_resource=self.subscriptions.subscribe,
+            on_unsubscribe_resource=self.subscriptions.unsubscribe,
+            on_subscriptions_listen=self.subscriptions.listen,
         )
         # registered directly: the constructor argument warns that logging is deprecated in 2026
         server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)

@@ -30,6 +30,7 @@ _NOTIFICATIONS: dict[str, Any] = {
     "notifications/prompts/list_changed": types.PromptListChangedNotification,
     "notifications/resources/list_changed": types.ResourceListChangedNotification,
     "notifications/message": types.LoggingMessageNotification,
+    "notifications/resources/updated": types.ResourceUpdatedNotification,
 }
 
 
@@ -40,19 +41,32 @@ class Listeners:
         self.wire: Wire | None = None  # the stdio client's (serve_stdio sets it)
         self.sessions: dict[str, ServerSession] = {}
 
+    @staticmethod
+    def key(ctx: ServerRequestContext[Any, Any]) -> str:
+        """Which listener a request came from: its HTTP session's id, or "" for the stdio client."""
+        headers = getattr(ctx.request, "headers", None)
+        return str(headers.get("mcp-session-id") or "") if headers is not None else ""
+
     def met(self, ctx: ServerRequestContext[Any, Any]) -> None:
         """Note the HTTP session a request came on, if it is a handshake-era one."""
-        headers = getattr(ctx.request, "headers", None)
-        sid = headers.get("mcp-session-id") if headers is not None else None
+        sid = self.key(ctx)
         if sid and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             self.sessions[sid] = ctx.session
 
-    def notify(self, tasks: anyio.abc.TaskGroup, method: str, params: dict[str, Any] | None) -> None:
-        """Send `method` to every listener; a gone one is dropped, never an error."""
+    def notify(
+        self,
+        tasks: anyio.abc.TaskGroup,
+        method: str,
+        params: dict[str, Any] | None,
+        only: frozenset[str] | None = None,
+    ) -> None:
+        """Send `method` to every listener (or those `only` names, by `key`); a gone one is
+        dropped, never an error."""
         for sid, session in list(self.sessions.items()):
-            tasks.start_soon(self._to_session, sid, session, method, params)
+            if only is None or sid in only:
+                tasks.start_soon(self._to_session, sid, session, method, params)
         wire = self.wire
-        if wire is None or wire.modern or wire.version is None:
+        if wire is None or wire.modern or wire.version is None or (only is not None and "" not in only):
             return
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:

@@ -80,25 +80,8 @@ class Reads:
     async def read_resource(
         self, ctx: Ctx, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult | types.InputRequiredResult:
-        server, uri = self._route_uri(str(params.uri))
-        await self._started(server)
-        call = Call(f"resource:{params.uri}", None, server, f"resource:{uri}", kind="resource")
-        # judged under every spelling the server may read it as (escapes decoded, `..` resolved)
-        forms = spellings(uri)
-        offered, approved = self._offered(server), self._approved(server)
-        standing = resource_standing(offered, approved, uri)
-        if any(resource_standing(offered, approved, form) is Standing.HELD for form in forms):
-            standing = Standing.HELD
-        if standing is Standing.HELD:
-            self._refuse_item(call, "lock", held_reason("resource", uri, server))
-        if standing is Standing.UNLISTED and self.gateway.item_policies["resource"][server].rule_for(uri)[1] is None:
-            # never reviewed, so no default lets it through: only a rule that names it
-            self._refuse_item(
-                call,
-                "route",
-                f"resource {uri!r} of server '{server}' is not in its catalog (no listed resource or template "
-                f"covers it); to read it anyway, name it in servers.{server}.resources.rules",
-            )
+        call, forms = await self._resource(str(params.uri))
+        server, uri = call.server, call.tool.removeprefix("resource:")
         waiting = await self._admit_item(
             ctx, call, params, self.gateway.item_policies["resource"][server].strictest(forms)
         )
@@ -109,6 +92,50 @@ class Reads:
         uris = self.gateway.catalog.uris
         contents = [c.model_copy(update={"uri": uris.expose(server, str(c.uri))}) for c in result.contents]
         return result.model_copy(update={"contents": contents})
+
+    async def watched(self, uri: str) -> tuple[str, str]:
+        """(server, its URI) for a resource a client subscribes to: routed and held to the lock as
+        a read is, and refused where its policy denies the read (an `ask` is asked at the read).
+
+        Raises:
+            MCPError: refused (audited).
+        """
+        call, forms = await self._resource(uri)
+        server = call.server
+        policy = self.gateway.item_policies["resource"][server]
+        verdict = policy.decide(policy.strictest(forms), None)
+        if verdict.decision is Decision.DENY:
+            self._refuse_item(call, verdict.rule, f"subscription: {verdict.reason}")
+        return server, call.tool.removeprefix("resource:")
+
+    def holds(self, server: str, uri: str) -> bool:
+        """Whether the lock holds `server`'s resource `uri` (under any of its spellings)."""
+        offered, approved = self._offered(server), self._approved(server)
+        return any(resource_standing(offered, approved, form) is Standing.HELD for form in spellings(uri))
+
+    async def _resource(self, exposed: str) -> tuple[Call, tuple[str, ...]]:
+        """The resource an exposed URI names, started and held to the lock: its call (server and
+        URI) and every spelling the server may read the URI as (escapes decoded, `..` resolved).
+
+        Raises:
+            MCPError: it routes nowhere, the lock holds it, or it is in no catalog (audited).
+        """
+        server, uri = self._route_uri(exposed)
+        await self._started(server)
+        call = Call(f"resource:{exposed}", None, server, f"resource:{uri}", kind="resource")
+        forms = spellings(uri)
+        standing = resource_standing(self._offered(server), self._approved(server), uri)
+        if standing is Standing.HELD or self.holds(server, uri):
+            self._refuse_item(call, "lock", held_reason("resource", uri, server))
+        if standing is Standing.UNLISTED and self.gateway.item_policies["resource"][server].rule_for(uri)[1] is None:
+            # never reviewed, so no default lets it through: only a rule that names it
+            self._refuse_item(
+                call,
+                "route",
+                f"resource {uri!r} of server '{server}' is not in its catalog (no listed resource or template "
+                f"covers it); to read it anyway, name it in servers.{server}.resources.rules",
+            )
+        return call, tuple(forms)
 
     async def complete(self, ctx: Ctx, params: types.CompleteRequestParams) -> types.CompleteResult:
         """Completion for a prompt or template the client may see: held or denied ones get none.
