@@ -91,6 +91,38 @@ async def test_the_callback_gives_code_state_and_issuer_and_the_browser_a_page()
         assert outcome["result"] == AuthorizationCodeResult(code="c", state="s", iss="i")
 
 
+async def test_each_authorization_of_one_login_gets_its_own_callback() -> None:
+    # a scope step-up authorizes twice in one login: the second must not be handed the first's
+    # (already used) code and state, or the SDK refuses it as a state mismatch
+    with anyio.fail_after(DEADLINE):
+        async with LoopbackCatcher("notes", 0) as catcher, anyio.create_task_group() as group:
+            group.start_soon(catcher.run)
+            await http_get(catcher.port, "/callback?code=first&state=s1")
+            assert (await catcher.next()).code == "first"
+            second = anyio.Event()
+
+            async def take() -> None:
+                got.append(await catcher.next())
+                second.set()
+
+            got: list[AuthorizationCodeResult] = []
+            group.start_soon(take)
+            await http_get(catcher.port, "/callback?code=second&state=s2")
+            await second.wait()
+            assert got == [AuthorizationCodeResult(code="second", state="s2")]
+            group.cancel_scope.cancel()
+
+
+async def test_an_error_redirect_reaches_the_authorization_that_waits() -> None:
+    with anyio.fail_after(DEADLINE):
+        async with LoopbackCatcher("notes", 0) as catcher, anyio.create_task_group() as group:
+            group.start_soon(catcher.run)
+            await http_get(catcher.port, "/callback?error=access_denied")
+            with pytest.raises(CredentialError, match="refused the login: access_denied"):
+                await catcher.next()
+            group.cancel_scope.cancel()
+
+
 @pytest.mark.parametrize(
     ("method", "target", "status"),
     [

@@ -190,6 +190,36 @@ async def test_oauth_login_then_silent_refresh(
         assert_nowhere(tokens, tmp_path, login.stdout, login.stderr)
 
 
+async def test_the_configured_scope_is_asked_for_at_login(
+    tmp_path: Path, env: dict[str, str], forget: Callable[[str], None]
+) -> None:
+    browser = env | {"BROWSER": f"{sys.executable} {BROWSER} %s"}
+    with run_remote("oauth") as url:
+        for scope, granted in ((None, "scopes=mcp"), ("mcp notes.read", "scopes=mcp,notes.read")):
+            forget("cloud")
+            auth: dict[str, Any] = {"type": "oauth", **({"scope": scope} if scope else {})}
+            config = write_config(tmp_path, {"cloud": {"url": url, "auth": auth}})
+            login = cli(browser, "auth", "login", "cloud", "--config", str(config))
+            assert login.returncode == 0, login.stderr
+            async with gateway(config, tmp_path / "state", env=env) as client:
+                # without auth.scope the server's own choice (control); with it, what it names too
+                assert _text(await client.call_tool("cloud__whoami", {})).endswith(granted)
+
+
+def test_a_login_to_a_server_that_asks_for_none_says_so_and_stores_nothing(
+    tmp_path: Path, env: dict[str, str], forget: Callable[[str], None]
+) -> None:
+    forget("open")
+    with run_remote("none") as url:
+        config = write_config(tmp_path, {"open": {"url": url, "auth": {"type": "oauth"}}})
+        login = cli(env, "auth", "login", "open", "--config", str(config))
+    assert login.returncode == 1
+    assert "answered without asking for a login, so there is nothing to store" in login.stderr
+    assert "logged in" not in login.stderr
+    assert keyring.get_password("cellblock", "open/oauth-tokens") is None
+    assert "NOT LOGGED IN" in cli(env, "auth", "list", "--config", str(config)).stdout  # the two agree
+
+
 def _holder_and_other() -> dict[str, Any]:
     """Two jailed probes: `holder` gets keyring entry `probe-key` as PROBE_KEY, `other` nothing."""
     jail = {"read_only": [str(PROBE.parent)]}

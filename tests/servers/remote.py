@@ -10,11 +10,12 @@ server that echoes them would; a value of digits as a number); ``whoami()`` says
 - ``none``: ``anonymous``.
 - ``bearer``: ``token ok``. The expected token is read from ``REMOTE_TOKEN`` (never argv: tests
   scan ``ps`` for secrets); a missing or wrong token gets HTTP 401 with ``WWW-Authenticate: Bearer``.
-- ``oauth``: ``client=<client_id> token=<n>``, where n counts the access tokens this process has
-  issued (1 for the first, 2 after a refresh, ...). The server is its own authorization server:
-  dynamic client registration, an ``/authorize`` that approves at once (no login page), PKCE-bound
-  single-use codes, access tokens that expire after ``--token-lifetime`` seconds, and refresh tokens
-  that rotate with every refresh. Each grant is logged to stderr as one ``remote: grant ...`` line.
+- ``oauth``: ``client=<client_id> token=<n> scopes=<granted, comma-separated>``, where n counts
+  the access tokens this process has issued (1 for the first, 2 after a refresh, ...). The server
+  is its own authorization server: dynamic client registration, an ``/authorize`` that approves at
+  once (no login page), PKCE-bound single-use codes, access tokens that expire after
+  ``--token-lifetime`` seconds, and refresh tokens that rotate with every refresh. Each grant is
+  logged to stderr as one ``remote: grant ...`` line.
 
 Nothing this process prints contains a token, code or client secret.
 """
@@ -51,6 +52,7 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 Auth = Literal["none", "bearer", "oauth"]
 HOST = "127.0.0.1"
 SCOPE = "mcp"
+EXTRA_SCOPE = "notes.read"  # granted when asked for (a client's `auth.scope`), never needed
 TOKEN_ENV = "REMOTE_TOKEN"
 # Long enough for a slow test machine to finish the redirect dance, short enough to be realistic.
 CODE_LIFETIME = 300
@@ -228,7 +230,7 @@ def build_server(auth: Auth, base_url: str, token_lifetime: int) -> MCPServer:
                 "validate_token_resource": True,
                 "required_scopes": [SCOPE],
                 "client_registration_options": ClientRegistrationOptions(
-                    enabled=True, valid_scopes=[SCOPE], default_scopes=[SCOPE]
+                    enabled=True, valid_scopes=[SCOPE, EXTRA_SCOPE], default_scopes=[SCOPE]
                 ),
                 "revocation_options": RevocationOptions(enabled=True),
             }
@@ -256,7 +258,7 @@ def build_server(auth: Auth, base_url: str, token_lifetime: int) -> MCPServer:
         token = get_access_token()
         if not isinstance(token, SequencedAccessToken):
             raise RuntimeError("no OAuth access token in this request's context")
-        return f"client={token.client_id} token={token.sequence}"
+        return f"client={token.client_id} token={token.sequence} scopes={','.join(sorted(token.scopes))}"
 
     return server
 

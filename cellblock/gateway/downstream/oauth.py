@@ -25,6 +25,7 @@ import httpx2
 from anyio.abc import SocketAttribute
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.auth.oauth2 import OAuthContext
+from mcp.client.auth.utils import union_scopes
 from mcp.shared.auth import (
     AuthorizationCodeResult,
     OAuthClientInformationFull,
@@ -32,7 +33,7 @@ from mcp.shared.auth import (
     OAuthMetadata,
     OAuthToken,
 )
-from pydantic import AnyUrl, ValidationError
+from pydantic import AnyUrl, PrivateAttr, ValidationError
 
 from cellblock.gateway.credentials import CredentialError, Keyring, oauth_entries
 from cellblock.gateway.downstream.discovery import PIN, DiscoveryGuard
@@ -220,9 +221,22 @@ class _Provider(OAuthClientProvider):
             self.context.token_expiry_time = stored.expires_at
 
 
+class _ScopedMetadata(OAuthClientMetadata):
+    """Client metadata whose scope always holds the config's `auth.scope`: the SDK sets the scope
+    to what the server challenges for on every 401, before it registers and authorizes."""
+
+    _floor: str | None = PrivateAttr(default=None)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "scope":
+            value = union_scopes(self._floor, value)
+        super().__setattr__(name, value)
+
+
 def client_metadata(redirect_uri: str, scope: str | None) -> OAuthClientMetadata:
-    """What Cellblock registers as: a public client (no secret), code + refresh grants."""
-    return OAuthClientMetadata(
+    """What Cellblock registers as: a public client (no secret), code + refresh grants, asking for
+    `scope` (the config's `auth.scope`) beside whatever the server asks for."""
+    metadata = _ScopedMetadata(
         client_name="Cellblock",
         redirect_uris=[AnyUrl(redirect_uri)],
         grant_types=["authorization_code", "refresh_token"],
@@ -230,6 +244,8 @@ def client_metadata(redirect_uri: str, scope: str | None) -> OAuthClientMetadata
         token_endpoint_auth_method="none",
         scope=scope,
     )
+    metadata._floor = scope
+    return metadata
 
 
 def oauth_provider(
@@ -267,6 +283,8 @@ class LoopbackCatcher:
     def __init__(self, server: str, port: int) -> None:
         self.server, self.port = server, port
         self._listener: anyio.abc.SocketListener | None = None
+        # every callback caught, in order: each authorization of a login takes its own
+        self._caught, self._callbacks = anyio.create_memory_object_stream[AuthorizationCodeResult | CredentialError](16)
 
     @property
     def redirect_uri(self) -> str:
@@ -288,6 +306,30 @@ class LoopbackCatcher:
     async def __aexit__(self, *exc: object) -> None:
         if self._listener is not None:
             await self._listener.aclose()
+
+    async def run(self) -> None:
+        """Catch callbacks until cancelled: from the start, since a browser may come back before
+        the URL's `show` returns (a URL elicitation answers when the person is done)."""
+        while True:
+            try:
+                outcome: AuthorizationCodeResult | CredentialError = await self.wait()
+            except CredentialError as exc:
+                outcome = exc
+            await self._caught.send(outcome)
+
+    async def next(self) -> AuthorizationCodeResult:
+        """The next callback `run` caught (one per authorization: a second authorization in one
+        login, after a scope step-up, waits for its own).
+
+        Raises:
+            CredentialError: the authorization server redirected with an error.
+            TimeoutError: none came within LOGIN_SECONDS.
+        """
+        with anyio.fail_after(LOGIN_SECONDS):
+            outcome = await self._callbacks.receive()
+        if isinstance(outcome, CredentialError):
+            raise outcome
+        return outcome
 
     async def wait(self) -> AuthorizationCodeResult:
         """The code and state of the first request to `/callback`; other paths get a 404.

@@ -273,30 +273,15 @@ async def login(
         CredentialError: the login was refused, declined, timed out or failed.
     """
     storage = KeyringTokenStorage(store, name, on_secret)
-    registered = redirect_uri_of(await storage.get_client_info())
+    stored = await storage.get_client_info()
+    registered = redirect_uri_of(stored)
     async with LoopbackCatcher(name, (urlsplit(registered).port if registered else None) or LOGIN_PORT) as catcher:
-        if registered != catcher.redirect_uri:
-            await storage.forget_client()  # registered for another port: register anew
+        wanted = set((server.auth.scope or "").split())
+        if registered != catcher.redirect_uri or not wanted <= set(((stored and stored.scope) or "").split()):
+            # registered for another port, or for fewer scopes than auth.scope names: register anew
+            await storage.forget_client()
         # a login asks again, even when tokens are stored (another account, new scopes)
         await storage.forget_tokens()
-
-        # listening from now on: a browser may come back before `show` returns
-        outcome: list[AuthorizationCodeResult | CredentialError] = []
-        came_back = anyio.Event()
-
-        async def catch() -> None:
-            try:
-                outcome.append(await catcher.wait())
-            except CredentialError as exc:
-                outcome.append(exc)
-            came_back.set()
-
-        async def caught() -> AuthorizationCodeResult:
-            with anyio.fail_after(LOGIN_SECONDS):
-                await came_back.wait()
-            if isinstance(outcome[0], CredentialError):
-                raise outcome[0]
-            return outcome[0]
 
         refusals: list[DiscoveryRefused] = []
 
@@ -306,18 +291,19 @@ async def login(
                 on_refused(exc)
 
         guard = DiscoveryGuard(name, server.url, refused)
-        auth = oauth_provider(name, server.url, storage, catcher.redirect_uri, server.auth.scope, show, caught, guard)
+        auth = oauth_provider(
+            name, server.url, storage, catcher.redirect_uri, server.auth.scope, show, catcher.next, guard
+        )
         http = httpx2.AsyncClient(headers=server.headers, auth=auth, timeout=_TIMEOUT, transport=PinnedTransport())
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(catch)
+                tg.start_soon(catcher.run)  # listening from now on
                 async with (
                     http,
                     Client(streamable_http_client(server.url, http_client=http), client_info=CLIENT_INFO) as client,
                 ):
                     tools = len((await client.list_tools()).tools)
                 tg.cancel_scope.cancel()
-            return tools
         except Exception as exc:  # the SDK's flow errors, HTTP failures, ours: one plain message
             if refusals:  # the SDK may have wrapped it, or answered in its place
                 raise refusals[0] from None
@@ -331,6 +317,12 @@ async def login(
             first = next((e for e in leaves if not isinstance(e, BaseExceptionGroup)), exc)
             reason = explain(name, server, HttpWatch(), exc) or f"{type(first).__name__}: {first_line(first)}"
             raise CredentialError(f"login to '{name}' failed: {reason}") from None
+        if await storage.get_tokens() is None:  # the tokens were forgotten above: none came
+            raise CredentialError(
+                f"'{name}' ({server.url}) answered without asking for a login, so there is nothing to store; "
+                "if it needs none, give it auth: {type: none}"
+            )
+        return tools
 
 
 async def login_through_client(name: str, server: RemoteServer, keys: ServerKeys, asker: Asker) -> int:
