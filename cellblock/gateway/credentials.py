@@ -2,7 +2,8 @@
 
 Everything lives under the keyring service `cellblock`. An entry is named after the server (its
 bearer token) or by a `secrets:` mapping; OAuth records are `<server>/oauth-tokens` and
-`<server>/oauth-client`, names no user-chosen entry can take (entry names have no `/`); the token
+`<server>/oauth-client` (and `<server>/oauth-client-secret`, a pre-registered client's secret),
+names no user-chosen entry can take (entry names have no `/`); the token
 of `cellblock serve --http` is `cellblock/http-token` (`cellblock` is no server's name).
 
 Only a backend that keeps secrets out of plain files is used: Secret Service, macOS Keychain,
@@ -33,6 +34,7 @@ __all__ = [
     "CredentialError",
     "Keyring",
     "active_backend",
+    "client_secret_entry",
     "oauth_entries",
     "session_bus",
 ]
@@ -146,6 +148,11 @@ def active_backend() -> Backend:
 def oauth_entries(server: str) -> tuple[str, str]:
     """The entry names holding a server's OAuth tokens and its registered client record."""
     return f"{server}/oauth-tokens", f"{server}/oauth-client"
+
+
+def client_secret_entry(server: str) -> str:
+    """The entry name holding the secret of a server's pre-registered OAuth client (`auth.client_id`)."""
+    return f"{server}/oauth-client-secret"
 
 
 class Keyring:

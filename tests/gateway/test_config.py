@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from cellblock.gateway.config.loading import load_config, parse_config
 from cellblock.gateway.config.model import ConfigError, JailConfig, LocalServer, RemoteServer
@@ -569,3 +571,30 @@ def test_check_reports_two_servers_without_a_prefix_that_offer_one_name(tmp_path
     assert done.returncode == 1
     assert "lint: tool name collision: server 'web': name 'status' wanted 'status'" in done.stderr
     assert check(prefix=True).returncode == 0  # control: each under its own prefix, nothing collides
+
+
+@pytest.mark.parametrize(
+    ("auth", "said"),
+    [
+        ({"type": "bearer", "client_id": "x"}, "client_id is only used with type: oauth"),
+        ({"type": "none", "client_metadata_url": "https://a.example/c.json"}, "client_metadata_url is only used"),
+        (
+            {"type": "oauth", "client_id": "x", "client_metadata_url": "https://a.example/c.json"},
+            "client_id (a pre-registered client) or client_metadata_url (a CIMD), not both",
+        ),
+        ({"type": "oauth", "client_metadata_url": "http://a.example/c.json"}, "client_metadata_url"),
+        ({"type": "oauth", "client_metadata_url": "https://a.example/"}, "client_metadata_url"),
+    ],
+)
+def test_a_pre_registered_client_or_a_client_metadata_document_is_checked(auth: dict[str, str], said: str) -> None:
+    def config(auth: dict[str, str]) -> str:
+        return yaml.safe_dump({"version": 1, "servers": {"api": {"url": "https://api.example/mcp", "auth": auth}}})
+
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        parse_config(config(auth))
+    # control: either one alone, with oauth, is a valid config
+    for good in (
+        {"type": "oauth", "client_id": "x"},
+        {"type": "oauth", "client_metadata_url": "https://a.example/c.json"},
+    ):
+        parse_config(config(good))

@@ -21,7 +21,7 @@ from keyring.errors import PasswordDeleteError
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthMetadata, OAuthToken
 from pydantic import AnyUrl
 
-from cellblock.gateway.credentials import SERVICE, CredentialError, Keyring, oauth_entries
+from cellblock.gateway.credentials import SERVICE, CredentialError, Keyring, client_secret_entry, oauth_entries
 from cellblock.gateway.downstream import oauth
 from cellblock.gateway.downstream.oauth import (
     KeyringTokenStorage,
@@ -217,7 +217,7 @@ def server(keyring_env: Mapping[str, str]) -> Iterator[str]:
     """A fresh server name whose OAuth entries are removed afterwards."""
     name = f"t-{secrets.token_hex(6)}"
     yield name
-    for entry in oauth_entries(name):
+    for entry in (*oauth_entries(name), client_secret_entry(name)):
         with contextlib.suppress(PasswordDeleteError):
             SecretService.Keyring().delete_password(SERVICE, entry)
 
@@ -377,3 +377,62 @@ async def test_metadata_discovered_in_this_process_is_not_replaced_by_the_stored
     restarted.context.oauth_metadata = fresh
     await restarted._initialize()
     assert restarted.context.oauth_metadata == fresh
+
+
+async def test_a_pre_registered_client_comes_from_the_config_and_its_secret_from_the_keyring(server: str) -> None:
+    storage = KeyringTokenStorage(Keyring(), server, client_id="known-client")
+    public = await storage.get_client_info()
+    assert public is not None and public.client_id == "known-client" and public.client_secret is None
+    assert public.token_endpoint_auth_method == "none"
+    Keyring().set(client_secret_entry(server), "s3cret")
+    told: list[str] = []
+    storage = KeyringTokenStorage(Keyring(), server, told.append, client_id="known-client")
+    confidential = await storage.get_client_info()
+    assert confidential is not None and confidential.client_secret == "s3cret" and told == ["s3cret"]
+    # the SDK never stores over it: it is not the SDK's to keep
+    await storage.set_client_info(OAuthClientInformationFull(client_id="other", redirect_uris=[AnyUrl("http://x/cb")]))
+    assert Keyring().get(oauth_entries(server)[1]) is None
+
+
+@pytest.mark.parametrize(
+    ("supported", "method"),
+    [
+        (None, "client_secret_basic"),  # RFC 8414: basic unless the server says otherwise
+        (["client_secret_post"], "client_secret_post"),
+        (["client_secret_post", "client_secret_basic"], "client_secret_basic"),
+        (["none"], "client_secret_basic"),  # a server that names no secret method gets the RFC's default
+    ],
+)
+async def test_a_pre_registered_secret_goes_where_the_authorization_server_takes_it(
+    server: str, supported: list[str] | None, method: str
+) -> None:
+    Keyring().set(client_secret_entry(server), "s3cret")
+    storage = KeyringTokenStorage(Keyring(), server, client_id="known-client")
+    provider = oauth_provider(
+        server, "https://mcp.example/mcp", storage, "http://127.0.0.1:1/callback", None, no_browser, no_callback
+    )
+    provider.context.client_info = await storage.get_client_info()
+    provider.context.oauth_metadata = METADATA.model_copy(update={"token_endpoint_auth_methods_supported": supported})
+    data, headers = provider.context.prepare_token_auth({"grant_type": "authorization_code"}, {})
+    assert (
+        provider.context.client_info is not None and provider.context.client_info.token_endpoint_auth_method == method
+    )
+    sent_in_body = data.get("client_secret") == "s3cret"
+    assert sent_in_body == (method == "client_secret_post")
+    assert headers.get("Authorization", "").startswith("Basic ") == (method == "client_secret_basic")
+
+
+def test_a_client_metadata_document_is_handed_to_the_flow_as_the_client_id(server: str) -> None:
+    storage = KeyringTokenStorage(Keyring(), server)
+    url = "https://app.example/cellblock/client.json"
+    provider = oauth_provider(
+        "cimd",
+        "https://mcp.example/mcp",
+        storage,
+        "http://127.0.0.1:1/cb",
+        None,
+        no_browser,
+        no_callback,
+        client_metadata_url=url,
+    )
+    assert provider.context.client_metadata_url == url

@@ -220,6 +220,34 @@ def test_a_login_to_a_server_that_asks_for_none_says_so_and_stores_nothing(
     assert "NOT LOGGED IN" in cli(env, "auth", "list", "--config", str(config)).stdout  # the two agree
 
 
+async def test_a_pre_registered_client_logs_in_with_its_secret_from_the_keyring(
+    tmp_path: Path, env: dict[str, str], forget: Callable[[str], None]
+) -> None:
+    forget("cloud")
+    secret = "client-secret-" + os.urandom(12).hex()
+    browser = env | {"BROWSER": f"{sys.executable} {BROWSER} %s"}
+    server_env = {"REMOTE_CLIENT_SECRET": secret}
+    with run_remote("oauth", env=server_env, extra=("--client-id", "pre-registered")) as url:  # no registration
+        config = write_config(
+            tmp_path, {"cloud": {"url": url, "auth": {"type": "oauth", "client_id": "pre-registered"}}}
+        )
+        # control: without its secret the client is refused at the token endpoint
+        refused = cli(browser, "auth", "login", "cloud", "--config", str(config))
+        assert refused.returncode == 1, refused.stderr
+        stored = cli(env, "auth", "set", "cloud", "--client-secret", "--config", str(config), stdin=secret + "\n")
+        assert stored.returncode == 0, stored.stderr
+        listed = cli(env, "auth", "list", "--config", str(config))
+        assert "cloud/oauth-client-secret\tcloud\tOAuth client secret\tset" in listed.stdout
+        login = cli(browser, "auth", "login", "cloud", "--config", str(config))
+        assert login.returncode == 0, login.stderr
+        async with gateway(config, tmp_path / "state", env=env) as client:
+            assert "client=pre-registered token=" in _text(await client.call_tool("cloud__whoami", {}))
+        assert keyring.get_password("cellblock", "cloud/oauth-client") is None  # nothing registered, nothing kept
+        assert_nowhere([secret], tmp_path, refused.stderr, stored.stderr, listed.stdout, login.stdout, login.stderr)
+    assert cli(env, "auth", "logout", "cloud", "--config", str(config)).returncode == 0
+    assert keyring.get_password("cellblock", "cloud/oauth-client-secret") is None
+
+
 def _holder_and_other() -> dict[str, Any]:
     """Two jailed probes: `holder` gets keyring entry `probe-key` as PROBE_KEY, `other` nothing."""
     jail = {"read_only": [str(PROBE.parent)]}

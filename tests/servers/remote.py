@@ -48,12 +48,15 @@ from mcp.server.auth.provider import (
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+from pydantic import AnyUrl
 
 Auth = Literal["none", "bearer", "oauth"]
 HOST = "127.0.0.1"
 SCOPE = "mcp"
 EXTRA_SCOPE = "notes.read"  # granted when asked for (a client's `auth.scope`), never needed
 TOKEN_ENV = "REMOTE_TOKEN"
+CLIENT_SECRET_ENV = "REMOTE_CLIENT_SECRET"
+PRE_REGISTERED_REDIRECT = "http://127.0.0.1:33418/callback"  # Cellblock's login listener (oauth.LOGIN_PORT)
 # Long enough for a slow test machine to finish the redirect dance, short enough to be realistic.
 CODE_LIFETIME = 300
 # uvicorn otherwise waits without end for open SSE streams when told to stop.
@@ -86,9 +89,9 @@ class _Grant:
 class InMemoryOAuthProvider(OAuthAuthorizationServerProvider[AuthorizationCode, RefreshToken, SequencedAccessToken]):
     """An authorization server that approves every request at once and keeps everything in memory."""
 
-    def __init__(self, token_lifetime: int) -> None:
+    def __init__(self, token_lifetime: int, clients: dict[str, OAuthClientInformationFull] | None = None) -> None:
         self.token_lifetime = token_lifetime
-        self.clients: dict[str, OAuthClientInformationFull] = {}
+        self.clients: dict[str, OAuthClientInformationFull] = dict(clients or {})
         self.codes: dict[str, AuthorizationCode] = {}
         self.by_access: dict[str, _Grant] = {}
         self.by_refresh: dict[str, _Grant] = {}
@@ -207,8 +210,10 @@ class StaticTokenVerifier(TokenVerifier):
         return AccessToken(token=token, client_id="static", scopes=[])
 
 
-def build_server(auth: Auth, base_url: str, token_lifetime: int) -> MCPServer:
-    """The MCP server for `auth`, whose public address is `base_url` (scheme://host:port, no path)."""
+def build_server(auth: Auth, base_url: str, token_lifetime: int, client_id: str | None = None) -> MCPServer:
+    """The MCP server for `auth`, whose public address is `base_url` (scheme://host:port, no path).
+    With `client_id` (oauth), that client is pre-registered, with the secret in $REMOTE_CLIENT_SECRET
+    (client_secret_basic at the token endpoint), and dynamic registration is off."""
     mcp_url = f"{base_url}/mcp"
     if auth == "none":
         server = MCPServer("remote", log_level="WARNING")
@@ -230,12 +235,26 @@ def build_server(auth: Auth, base_url: str, token_lifetime: int) -> MCPServer:
                 "validate_token_resource": True,
                 "required_scopes": [SCOPE],
                 "client_registration_options": ClientRegistrationOptions(
-                    enabled=True, valid_scopes=[SCOPE, EXTRA_SCOPE], default_scopes=[SCOPE]
+                    enabled=client_id is None, valid_scopes=[SCOPE, EXTRA_SCOPE], default_scopes=[SCOPE]
                 ),
                 "revocation_options": RevocationOptions(enabled=True),
             }
         )
-        provider = InMemoryOAuthProvider(token_lifetime)
+        known = {}
+        if client_id is not None:
+            secret = os.environ.get(CLIENT_SECRET_ENV, "")
+            if not secret:
+                raise SystemExit(f"remote: --client-id needs the client's secret in {CLIENT_SECRET_ENV}")
+            known[client_id] = OAuthClientInformationFull(
+                client_id=client_id,
+                client_secret=secret,
+                token_endpoint_auth_method="client_secret_basic",
+                redirect_uris=[AnyUrl(PRE_REGISTERED_REDIRECT)],
+                grant_types=["authorization_code", "refresh_token"],
+                response_types=["code"],
+                scope=SCOPE,
+            )
+        provider = InMemoryOAuthProvider(token_lifetime, known)
         server = MCPServer("remote", log_level="WARNING", auth=settings, auth_server_provider=provider)
 
     @server.tool()
@@ -288,6 +307,7 @@ def main() -> None:
     parser.add_argument("--auth", choices=["none", "bearer", "oauth"], required=True)
     parser.add_argument("--port", type=int, default=0, help="0 lets the OS pick a free port")
     parser.add_argument("--token-lifetime", type=int, default=3600, metavar="SECONDS")
+    parser.add_argument("--client-id", help="oauth: pre-register this client (secret from $REMOTE_CLIENT_SECRET)")
     args = parser.parse_args()
     if args.token_lifetime < 1:
         parser.error("--token-lifetime must be at least 1 second")
@@ -298,7 +318,7 @@ def main() -> None:
     sock.bind((HOST, args.port))
     port = sock.getsockname()[1]
 
-    server = build_server(args.auth, f"http://{HOST}:{port}", args.token_lifetime)
+    server = build_server(args.auth, f"http://{HOST}:{port}", args.token_lifetime, args.client_id)
     config = uvicorn.Config(
         server.streamable_http_app(host=HOST),
         log_level="warning",

@@ -37,12 +37,14 @@ def spawn_remote(
     *,
     log: IO[bytes] | None = None,
     port: int = 0,
+    extra: tuple[str, ...] = (),
 ) -> tuple[subprocess.Popen[bytes], str]:
     """Start `remote.py --auth <auth>` on a free port and wait for READY.
 
     `env` is added to this process's environment (put `REMOTE_TOKEN` there, never in argv);
     `lifetime` is `--token-lifetime`; the server's stderr goes to `log`, else to ours; `port` 0 is
-    any free port (a fixed one lets a test restart the server at the same URL).
+    any free port (a fixed one lets a test restart the server at the same URL); `extra` are more
+    arguments (`--client-id ID`).
 
     Returns:
         The running process and its MCP URL.
@@ -50,7 +52,7 @@ def spawn_remote(
     Raises:
         RemoteStartError: The server exited or did not print READY within `READY_TIMEOUT`.
     """
-    args = [sys.executable, str(REMOTE), "--auth", auth, "--port", str(port)]
+    args = [sys.executable, str(REMOTE), "--auth", auth, "--port", str(port), *extra]
     if lifetime is not None:
         args += ["--token-lifetime", str(lifetime)]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env={**os.environ, **(env or {})})
@@ -83,13 +85,14 @@ def run_remote(
     lifetime: int | None = None,
     *,
     log: IO[bytes] | None = None,
+    extra: tuple[str, ...] = (),
 ) -> Iterator[str]:
     """Run the remote test server for the duration of the block; yields its MCP URL.
 
     Raises:
         RemoteStartError: The server did not come up (see `spawn_remote`).
     """
-    proc, url = spawn_remote(auth, env, lifetime, log=log)
+    proc, url = spawn_remote(auth, env, lifetime, log=log, extra=extra)
     try:
         yield url
     finally:

@@ -20,7 +20,14 @@ import anyio
 from cellblock.gateway.cli.gateways import ask_all, pid_of
 from cellblock.gateway.cli.options import load
 from cellblock.gateway.config.model import Config, ConfigError, RemoteServer
-from cellblock.gateway.credentials import HTTP_TOKEN_ENTRY, CredentialError, Keyring, active_backend, oauth_entries
+from cellblock.gateway.credentials import (
+    HTTP_TOKEN_ENTRY,
+    CredentialError,
+    Keyring,
+    active_backend,
+    client_secret_entry,
+    oauth_entries,
+)
 from cellblock.gateway.downstream.oauth import LOGIN_SECONDS, KeyringTokenStorage
 from cellblock.gateway.downstream.remote import login
 from cellblock.gateway.state import state_dir
@@ -123,7 +130,7 @@ def auth_logout(config: Config, name: str, notify: Callable[[str], None]) -> int
     Tokens are not revoked at the authorization server.
     """
     store = Keyring(config.credentials.allow_insecure)
-    removed = [entry for entry in (name, *oauth_entries(name)) if store.delete(entry)]
+    removed = [entry for entry in (name, *oauth_entries(name), client_secret_entry(name)) if store.delete(entry)]
     if not removed:
         _say(f"nothing stored for '{name}'")
         return 1

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from cellblock import __version__
 from cellblock.gateway.cli.options import EXIT_FINDING, EXIT_USAGE, add_config
-from cellblock.gateway.credentials import HTTP_TOKEN_ENTRY, CredentialError
+from cellblock.gateway.credentials import HTTP_TOKEN_ENTRY, CredentialError, client_secret_entry
 from cellblock.policy.errors import CellblockError
 
 __all__ = ["main"]
@@ -121,6 +121,11 @@ def _parser() -> argparse.ArgumentParser:
     auth_set.add_argument(
         "--http", action="store_true", help="instead: the token HTTP clients of `cellblock serve --http` must send"
     )
+    auth_set.add_argument(
+        "--client-secret",
+        action="store_true",
+        help="the secret of server NAME's pre-registered OAuth client (auth: {client_id: ...})",
+    )
     auth_login = auth_sub.add_parser("login", help="OAuth login to a remote server (opens the browser)")
     auth_login.add_argument("name", metavar="SERVER")
     auth_login.add_argument("--no-browser", action="store_true", help="only print the URL to open")
@@ -219,6 +224,8 @@ def _run(args: argparse.Namespace) -> int:
         if args.auth_command in ("set", "logout") and http == bool(name):
             print(f"cellblock auth {args.auth_command}: name an entry, or pass --http (not both)", file=sys.stderr)
             return EXIT_USAGE
+        if getattr(args, "client_secret", False):
+            name = client_secret_entry(name)
         return auth_command(args.auth_command, HTTP_TOKEN_ENTRY if http else name, args.config, open_browser=browser)
     if command in ("wrap", "unwrap"):
         from cellblock.gateway.cli import wrap

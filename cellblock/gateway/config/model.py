@@ -25,7 +25,7 @@ from pydantic import (
 
 from cellblock.gateway.audit.chain import KEY_NAME
 from cellblock.gateway.audit.log import DEFAULT_KEEP, DEFAULT_MAX_BYTES, Audit
-from cellblock.gateway.credentials import ENTRY_NAME
+from cellblock.gateway.credentials import ENTRY_NAME, client_secret_entry
 from cellblock.gateway.namespacing import check_separator
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.hosts import parse_rule
@@ -416,11 +416,18 @@ class AuthConfig(_Model):
     type: Literal["none", "bearer", "oauth"] = "none"
     # OAuth scopes to request, space-separated; None asks for what the server advertises
     scope: str | None = None
+    # a client the authorization server knows already (its secret, if any, is in the keyring)...
+    client_id: Annotated[str, Field(min_length=1)] | None = None
+    # ...or a Client ID Metadata Document: this URL is the client id, no registration
+    client_metadata_url: Annotated[str, Field(pattern=r"^https://[^/?#]+/[^?#]+$")] | None = None
 
     @model_validator(mode="after")
-    def _scope_is_oauth(self) -> AuthConfig:
-        if self.scope is not None and self.type != "oauth":
-            raise ValueError(f"scope is only used with type: oauth (type is {self.type!r})")
+    def _oauth_only(self) -> AuthConfig:
+        for key in ("scope", "client_id", "client_metadata_url"):
+            if getattr(self, key) is not None and self.type != "oauth":
+                raise ValueError(f"{key} is only used with type: oauth (type is {self.type!r})")
+        if self.client_id is not None and self.client_metadata_url is not None:
+            raise ValueError("give client_id (a pre-registered client) or client_metadata_url (a CIMD), not both")
         return self
 
 
@@ -502,6 +509,8 @@ class Config(_Model):
         for name, server in self.servers.items():
             if isinstance(server, RemoteServer) and server.auth.type != "none":
                 entries.append((name, name, f"{server.auth.type} token"))
+            if isinstance(server, RemoteServer) and server.auth.client_id is not None:
+                entries.append((client_secret_entry(name), name, "OAuth client secret"))
             if isinstance(server, RemoteServer):
                 entries += [(entry, name, f"secret header {h}") for h, entry in server.secrets.items()]
             else:

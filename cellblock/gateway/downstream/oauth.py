@@ -35,7 +35,7 @@ from mcp.shared.auth import (
 )
 from pydantic import AnyUrl, PrivateAttr, ValidationError
 
-from cellblock.gateway.credentials import CredentialError, Keyring, oauth_entries
+from cellblock.gateway.credentials import CredentialError, Keyring, client_secret_entry, oauth_entries
 from cellblock.gateway.downstream.discovery import PIN, DiscoveryGuard
 
 __all__ = [
@@ -72,8 +72,17 @@ class LoginNeeded(CredentialError):
 class KeyringTokenStorage:
     """The SDK's `TokenStorage`, kept in the keyring entries `<server>/oauth-tokens` and `-client`."""
 
-    def __init__(self, store: Keyring, server: str, on_secret: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        store: Keyring,
+        server: str,
+        on_secret: Callable[[str], None] | None = None,
+        client_id: str | None = None,
+    ) -> None:
+        """`client_id`: a pre-registered client (`auth.client_id`), used instead of registering;
+        its secret, if it has one, is the keyring entry `client_secret_entry(server)`."""
         self.store, self.server = store, server
+        self.client_id = client_id
         # told every token read or received, so the audit log can redact it wherever it turns up
         self.on_secret = on_secret
         self.tokens_entry, self.client_entry = oauth_entries(server)
@@ -116,6 +125,15 @@ class KeyringTokenStorage:
         await self.store.aset(self.tokens_entry, json.dumps(record))
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
+        if self.client_id is not None:
+            secret = await self.store.aget(client_secret_entry(self.server))
+            if secret and self.on_secret is not None:
+                self.on_secret(secret)
+            # the method is chosen from the authorization server's metadata when it is known (_Provider)
+            method = "client_secret_basic" if secret else "none"
+            return OAuthClientInformationFull(
+                client_id=self.client_id, client_secret=secret or None, token_endpoint_auth_method=method
+            )
         data = await self._read(self.client_entry)
         try:
             return None if data is None else OAuthClientInformationFull.model_validate(data)
@@ -123,6 +141,8 @@ class KeyringTokenStorage:
             raise self._damaged(self.client_entry) from None
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        if self.client_id is not None:
+            return  # pre-registered: nothing of it is the SDK's to keep
         await self.store.aset(self.client_entry, client_info.model_dump_json(exclude_none=True))
 
     async def token_state(self) -> tuple[float | None, bool] | None:
@@ -177,6 +197,27 @@ class _Provider(OAuthClientProvider):
         self._keyring_storage = storage
         self._guard = guard
         storage.context = self.context
+        prepare = self.context.prepare_token_auth
+
+        def authenticated(data: dict[str, str], headers: dict[str, str] | None = None) -> Any:
+            self._choose_auth_method()
+            return prepare(data, headers)
+
+        self.context.prepare_token_auth = authenticated  # type: ignore[method-assign]  # reason: the one hook before a token request
+
+    def _choose_auth_method(self) -> None:
+        """A pre-registered client with a secret authenticates at the token endpoint the way its
+        authorization server says it takes (RFC 8414: client_secret_basic unless it says otherwise)."""
+        client, metadata = self.context.client_info, self.context.oauth_metadata
+        if self._keyring_storage.client_id is None or client is None or not client.client_secret:
+            return
+        supported = (metadata.token_endpoint_auth_methods_supported if metadata is not None else None) or [
+            "client_secret_basic"
+        ]
+        if "client_secret_basic" not in supported and "client_secret_post" in supported:
+            client.token_endpoint_auth_method = "client_secret_post"
+        else:
+            client.token_endpoint_auth_method = "client_secret_basic"
 
     def _authorization_servers(self) -> list[str]:
         """The authorization servers the flow may use: those the (origin-checked) resource metadata
@@ -257,10 +298,13 @@ def oauth_provider(
     redirect_handler: Callable[[str], Awaitable[None]],
     callback_handler: Callable[[], Awaitable[AuthorizationCodeResult]],
     guard: DiscoveryGuard | None = None,
+    client_metadata_url: str | None = None,
 ) -> OAuthClientProvider:
     """An httpx2 auth that adds, refreshes and (through the handlers) obtains tokens for `url`;
     its requests go only where `guard` (by default one for `server` at `url`) admits. Send them
-    through a `PinnedTransport`, which connects to the addresses the guard checked."""
+    through a `PinnedTransport`, which connects to the addresses the guard checked.
+    `client_metadata_url`: a Client ID Metadata Document, the client id where the authorization
+    server takes one (else it registers dynamically)."""
     return _Provider(
         storage,
         guard if guard is not None else DiscoveryGuard(server, url),
@@ -268,6 +312,7 @@ def oauth_provider(
         client_metadata=client_metadata(redirect_uri, scope),
         redirect_handler=redirect_handler,
         callback_handler=callback_handler,
+        client_metadata_url=client_metadata_url,
     )
 
 

@@ -204,7 +204,7 @@ async def _serving_oauth(
     on_refused: Callable[[DiscoveryRefused], None] | None,
 ) -> httpx2.Auth:
     """OAuth while serving: tokens are used and refreshed; a needed login is reported, not started."""
-    storage = KeyringTokenStorage(keyring, name, on_secret)
+    storage = KeyringTokenStorage(keyring, name, on_secret, server.auth.client_id)
 
     def refused(exc: DiscoveryRefused) -> None:
         watch.refused = exc
@@ -221,7 +221,17 @@ async def _serving_oauth(
         raise LoginNeeded(name, server.url)
 
     guard = DiscoveryGuard(name, server.url, refused)
-    return oauth_provider(name, server.url, storage, redirect, server.auth.scope, no_browser, no_callback, guard)
+    return oauth_provider(
+        name,
+        server.url,
+        storage,
+        redirect,
+        server.auth.scope,
+        no_browser,
+        no_callback,
+        guard,
+        server.auth.client_metadata_url,
+    )
 
 
 def explain(name: str, server: RemoteServer, watch: HttpWatch, exc: BaseException) -> str | None:
@@ -272,7 +282,7 @@ async def login(
     Raises:
         CredentialError: the login was refused, declined, timed out or failed.
     """
-    storage = KeyringTokenStorage(store, name, on_secret)
+    storage = KeyringTokenStorage(store, name, on_secret, server.auth.client_id)
     stored = await storage.get_client_info()
     registered = redirect_uri_of(stored)
     async with LoopbackCatcher(name, (urlsplit(registered).port if registered else None) or LOGIN_PORT) as catcher:
@@ -292,7 +302,15 @@ async def login(
 
         guard = DiscoveryGuard(name, server.url, refused)
         auth = oauth_provider(
-            name, server.url, storage, catcher.redirect_uri, server.auth.scope, show, catcher.next, guard
+            name,
+            server.url,
+            storage,
+            catcher.redirect_uri,
+            server.auth.scope,
+            show,
+            catcher.next,
+            guard,
+            server.auth.client_metadata_url,
         )
         http = httpx2.AsyncClient(headers=server.headers, auth=auth, timeout=_TIMEOUT, transport=PinnedTransport())
         try:
