@@ -195,3 +195,37 @@ def test_a_bad_bind_is_refused_clearly(config: Path, env: dict[str, str]) -> Non
     ):
         done = cli(env, "serve", "--http", bind, "--config", str(config))
         assert done.returncode == 2 and said in done.stderr, done.stderr
+
+
+def test_sigterm_stops_the_servers_and_exits_cleanly(config: Path, env: dict[str, str], tmp_path: Path) -> None:
+    # uvicorn raises a SIGTERM it handled again once it has stopped: the process died of it (-15)
+    # before the gateway stopped its servers
+    log = tmp_path / "stderr"
+    command = [
+        sys.executable,
+        "-m",
+        "cellblock.gateway.cli.main",
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+        "--config",
+        str(config),
+    ]
+    with log.open("wb") as stderr:
+        # a state of its own: a server never seen is started at once, not at its first call
+        fresh = {**env, "CELLBLOCK_STATE_DIR": str(tmp_path / "state")}
+        proc = subprocess.Popen(command, env={**os.environ, **fresh}, stderr=stderr, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while (found := SERVING.search(log.read_text(errors="replace"))) is None:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")
+            time.sleep(0.1)
+        assert raw(found.group(1)) == 200  # control: it serves
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert children  # the downstream server runs
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0, log.read_text(errors="replace")
+        assert not [pid for pid in children if Path(f"/proc/{pid}").exists()]
+    finally:
+        proc.kill()
+        proc.wait()

@@ -15,14 +15,19 @@ the server's own requests, so approvals can ask) and stateless 2026-07-28 reques
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
 import logging
+import signal
 import socket
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+import anyio
 from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -192,10 +197,19 @@ async def serve_http(gateway: Gateway, bind: Bind, sock: socket.socket, token: s
         max_request_body_size=int(gateway.config.defaults.max_message_size),
     )
     port = sock.getsockname()[1]
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # uvicorn's own handlers raise the signal again once it has stopped, and SIGTERM's
+            # default action then ends the process before the gateway stops its servers
+            yield
+
     config = uvicorn.Config(Guard(app, bind, port, token), lifespan="on", log_level="warning", access_log=False)
-    server = uvicorn.Server(config)
+    server = Server(config)
     try:
-        async with gateway.running():
+        async with gateway.running() as tg:
+            tg.start_soon(_exit_on_signal, server)
             host = f"[{bind.host}]" if ":" in bind.host else bind.host
             logger.info(
                 "serving on http://%s:%d%s (%s)",
@@ -207,3 +221,13 @@ async def serve_http(gateway: Gateway, bind: Bind, sock: socket.socket, token: s
             await server.serve(sockets=[sock])
     finally:
         gateway.audit.close()
+
+
+async def _exit_on_signal(server: Any) -> None:
+    """SIGTERM or SIGINT: uvicorn shuts down (a second SIGINT: at once), then the gateway stops its servers."""
+    if sys.platform == "win32":  # no signal handlers on Windows' event loop
+        return
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for sig in signals:
+            server.force_exit = server.should_exit and sig == signal.SIGINT
+            server.should_exit = True
