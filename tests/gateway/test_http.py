@@ -81,7 +81,14 @@ async def test_on_loopback_only_loopback_names_with_the_port_pass() -> None:
     for host in ("127.0.0.1:4568", "127.0.0.1", "evil.example:4567", "", "127.0.0.1:4567.evil.example"):
         assert await ask(guard, {"Host": host}) == 421, host
     assert await ask(guard, {"Host": "localhost:4567", "Origin": "http://127.0.0.1:3000"}) == 200
-    for origin in ("http://evil.example", "null", "file://", "http://localhost.evil.example:3000"):
+    for origin in (
+        "http://evil.example",
+        "null",
+        "file://",
+        "http://localhost.evil.example:3000",
+        "http://localhost:1@evil.example",  # userinfo: the host is evil.example
+        "http://[::1]@evil.example",
+    ):
         assert await ask(guard, {"Host": "localhost:4567", "Origin": origin}) == 403, origin
 
 

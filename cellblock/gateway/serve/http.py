@@ -157,6 +157,8 @@ class Guard:
         parts = urlsplit(origin)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             return False
+        if "@" in parts.netloc or parts.path or parts.query or parts.fragment:
+            return False  # an origin is scheme://host[:port]; `localhost:1@evil.example` is evil.example's
         if self.loopback:
             return _loopback_host(parts.netloc)
         return parts.netloc == host
