@@ -248,6 +248,35 @@ async def test_a_pre_registered_client_logs_in_with_its_secret_from_the_keyring(
     assert keyring.get_password("cellblock", "cloud/oauth-client-secret") is None
 
 
+async def test_a_step_up_while_serving_logs_in_through_the_client_for_more_scope_then_calls_again(
+    tmp_path: Path, env: dict[str, str], forget: Callable[[str], None]
+) -> None:
+    forget("cloud")
+    asked: list[types.ElicitRequestURLParams] = []
+
+    async def person(ctx: object, params: types.ElicitRequestParams) -> types.ElicitResult:
+        assert isinstance(params, types.ElicitRequestURLParams), params
+        asked.append(params)
+        await anyio.to_thread.run_sync(subprocess.run, [sys.executable, str(BROWSER), params.url])
+        return types.ElicitResult(action="accept")
+
+    with run_remote("oauth") as url:
+        config = write_config(tmp_path, {"cloud": {"url": url, "auth": {"type": "oauth"}}})
+        browser = env | {"BROWSER": f"{sys.executable} {BROWSER} %s"}
+        assert cli(browser, "auth", "login", "cloud", "--config", str(config)).returncode == 0  # scope: mcp
+        # control: a client that cannot open URLs is told which login, not that a connection closed
+        async with gateway(config, tmp_path / "state", env=env) as client:
+            refused = await client.call_tool("cloud__secret_notes", {})
+            assert refused.is_error and "needs a login with the scope 'mcp notes.read'" in _text(refused)
+            assert "closed" not in _text(refused)
+        async with gateway(config, tmp_path / "state", env=env, elicitation_callback=person) as client:
+            result = await client.call_tool("cloud__secret_notes", {})
+            assert not result.is_error, _text(result)
+            assert _text(result) == "the secret notes"
+            assert _text(await client.call_tool("cloud__whoami", {})).endswith("scopes=mcp,notes.read")
+    assert len(asked) == 1 and "scope=mcp+notes.read" in asked[0].url
+
+
 def _holder_and_other() -> dict[str, Any]:
     """Two jailed probes: `holder` gets keyring entry `probe-key` as PROBE_KEY, `other` nothing."""
     jail = {"read_only": [str(PROBE.parent)]}

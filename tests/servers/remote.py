@@ -4,8 +4,10 @@ Run as ``python tests/servers/remote.py --auth none|bearer|oauth [--port 0] [--t
 It binds 127.0.0.1 (port 0 lets the OS choose), and once it listens prints exactly one line,
 ``READY http://127.0.0.1:PORT/mcp``, to stdout. SIGTERM shuts it down with exit status 0.
 
-Tools: ``echo(text)`` returns the text; ``headers()`` returns the request's headers (as a hostile
-server that echoes them would; a value of digits as a number); ``whoami()`` says who called:
+Tools: ``echo(text)`` returns the text; ``secret_notes()`` needs the scope ``notes.read`` (oauth:
+a token without it gets HTTP 403 ``insufficient_scope``, the step-up challenge); ``headers()``
+returns the request's headers (as a hostile server that echoes them would; a value of digits as a
+number); ``whoami()`` says who called:
 
 - ``none``: ``anonymous``.
 - ``bearer``: ``token ok``. The expected token is read from ``REMOTE_TOKEN`` (never argv: tests
@@ -23,6 +25,7 @@ Nothing this process prints contains a token, code or client secret.
 import argparse
 import contextlib
 import hmac
+import json
 import math
 import os
 import secrets
@@ -32,7 +35,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import uvicorn
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -210,10 +213,14 @@ class StaticTokenVerifier(TokenVerifier):
         return AccessToken(token=token, client_id="static", scopes=[])
 
 
-def build_server(auth: Auth, base_url: str, token_lifetime: int, client_id: str | None = None) -> MCPServer:
+def build_server(
+    auth: Auth, base_url: str, token_lifetime: int, client_id: str | None = None
+) -> tuple[MCPServer, InMemoryOAuthProvider | None]:
     """The MCP server for `auth`, whose public address is `base_url` (scheme://host:port, no path).
     With `client_id` (oauth), that client is pre-registered, with the secret in $REMOTE_CLIENT_SECRET
-    (client_secret_basic at the token endpoint), and dynamic registration is off."""
+    (client_secret_basic at the token endpoint), and dynamic registration is off. Returns the
+    server and, for oauth, its authorization server."""
+    provider = None
     mcp_url = f"{base_url}/mcp"
     if auth == "none":
         server = MCPServer("remote", log_level="WARNING")
@@ -268,6 +275,11 @@ def build_server(auth: Auth, base_url: str, token_lifetime: int, client_id: str 
         return {k: int(v) if v.isdigit() else v for k, v in (ctx.headers or {}).items()}
 
     @server.tool()
+    def secret_notes() -> str:
+        """The notes, for a token with the scope notes.read (`StepUp` asks for it with a 403)."""
+        return "the secret notes"
+
+    @server.tool()
     def whoami() -> str:
         """Say who the caller authenticated as."""
         if auth == "none":
@@ -279,7 +291,48 @@ def build_server(auth: Auth, base_url: str, token_lifetime: int, client_id: str 
             raise RuntimeError("no OAuth access token in this request's context")
         return f"client={token.client_id} token={token.sequence} scopes={','.join(sorted(token.scopes))}"
 
-    return server
+    return server, provider
+
+
+class StepUp:
+    """A call to `secret_notes` with a token that lacks EXTRA_SCOPE is refused with HTTP 403
+    `insufficient_scope`, naming the scopes it needs (the MCP authorization spec's step-up)."""
+
+    def __init__(self, app: Any, provider: InMemoryOAuthProvider) -> None:
+        self.app, self.provider = app, provider
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        messages, body = [], b""
+        while True:
+            message = await receive()
+            messages.append(message)
+            body += message.get("body", b"")
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = None
+        headers = dict(scope["headers"])
+        token = headers.get(b"authorization", b"").decode().removeprefix("Bearer ")
+        grant = self.provider.by_access.get(token)
+        called = isinstance(request, dict) and request.get("method") == "tools/call"
+        named = called and (request.get("params") or {}).get("name") == "secret_notes"
+        if named and grant is not None and EXTRA_SCOPE not in grant.scopes:
+            log("refused secret_notes: insufficient_scope")
+            challenge = f'Bearer error="insufficient_scope", scope="{SCOPE} {EXTRA_SCOPE}"'
+            headers_out = [(b"www-authenticate", challenge.encode())]
+            await send({"type": "http.response.start", "status": 403, "headers": headers_out})
+            await send({"type": "http.response.body", "body": b""})
+            return
+
+        async def replay() -> Any:
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
 
 
 class _Server(uvicorn.Server):
@@ -318,9 +371,10 @@ def main() -> None:
     sock.bind((HOST, args.port))
     port = sock.getsockname()[1]
 
-    server = build_server(args.auth, f"http://{HOST}:{port}", args.token_lifetime, args.client_id)
+    server, provider = build_server(args.auth, f"http://{HOST}:{port}", args.token_lifetime, args.client_id)
+    app = server.streamable_http_app(host=HOST)
     config = uvicorn.Config(
-        server.streamable_http_app(host=HOST),
+        app if provider is None else StepUp(app, provider),
         log_level="warning",
         # Access lines would put /authorize query strings on our output; nothing there is needed.
         access_log=False,

@@ -65,7 +65,10 @@ class LoginNeeded(CredentialError):
     """The server needs an interactive OAuth login, which only `cellblock auth login` can do."""
 
     def __init__(self, server: str, url: str) -> None:
-        super().__init__(f"server '{server}' needs a login: run `cellblock auth login {server}`")
+        # the scope the authorization asks for: on a step-up, the granted and the challenged ones
+        self.scope = parse_qs(urlsplit(url).query).get("scope", [None])[0]
+        more = f" with the scope '{self.scope}'" if self.scope else ""
+        super().__init__(f"server '{server}' needs a login{more}: run `cellblock auth login {server}`")
         self.server, self.url = server, url
 
 

@@ -19,6 +19,7 @@ import anyio
 import httpx2
 import mcp.types as types
 from mcp import Client
+from mcp.client.auth.utils import union_scopes
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult
 
@@ -273,11 +274,13 @@ async def login(
     show: Callable[[str], Awaitable[None]],
     on_secret: Callable[[str], None] | None = None,
     on_refused: Callable[[DiscoveryRefused], None] | None = None,
+    scope: str | None = None,
 ) -> int:
     """An interactive OAuth login: `show` puts the authorization URL before the user (a browser,
     a printed line, the client's URL elicitation); the redirect is caught on loopback. The tokens
     land in the keyring. Returns how many tools the server lists with them. `on_refused` is told
-    each OAuth URL the server pointed at that discovery refused.
+    each OAuth URL the server pointed at that discovery refused; `scope` is asked for beside
+    `auth.scope` (a step-up's: the granted and the challenged scopes).
 
     Raises:
         CredentialError: the login was refused, declined, timed out or failed.
@@ -286,7 +289,8 @@ async def login(
     stored = await storage.get_client_info()
     registered = redirect_uri_of(stored)
     async with LoopbackCatcher(name, (urlsplit(registered).port if registered else None) or LOGIN_PORT) as catcher:
-        wanted = set((server.auth.scope or "").split())
+        scope = union_scopes(server.auth.scope, scope)
+        wanted = set((scope or "").split())
         if registered != catcher.redirect_uri or not wanted <= set(((stored and stored.scope) or "").split()):
             # registered for another port, or for fewer scopes than auth.scope names: register anew
             await storage.forget_client()
@@ -306,7 +310,7 @@ async def login(
             server.url,
             storage,
             catcher.redirect_uri,
-            server.auth.scope,
+            scope,
             show,
             catcher.next,
             guard,
@@ -343,10 +347,13 @@ async def login(
         return tools
 
 
-async def login_through_client(name: str, server: RemoteServer, keys: ServerKeys, asker: Asker) -> int:
+async def login_through_client(
+    name: str, server: RemoteServer, keys: ServerKeys, asker: Asker, scope: str | None = None
+) -> int:
     """The OAuth login of `cellblock auth login`, with the client's URL elicitation as the browser:
     the user opens the authorization URL from the client, and the redirect comes back to the
-    gateway's loopback listener. Returns how many tools the server lists with the new tokens.
+    gateway's loopback listener. `scope`: what a step-up asks for. Returns how many tools the
+    server lists with the new tokens.
 
     Raises:
         CredentialError: the user declined, or the login failed or timed out.
@@ -364,4 +371,4 @@ async def login_through_client(name: str, server: RemoteServer, keys: ServerKeys
                 f"the login to '{name}' was not completed ({answer.action}); log in with `cellblock auth login {name}`"
             )
 
-    return await login(name, server, keys.keyring(), show, keys.add, keys.refused)
+    return await login(name, server, keys.keyring(), show, keys.add, keys.refused, scope)

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import sys
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -80,6 +81,7 @@ logger = logging.getLogger(__name__)
 # Messages that are not valid MCP a server may send in one run before it is restarted: a stray
 # print or two is a bug to log, thousands are a server that will not speak the protocol.
 MAX_GARBAGE = 1000
+MAX_LOGINS = 2  # logins through the client for one scope in one run: a server asking for more takes none
 
 R = TypeVar("R", bound=types.Result)
 _LIST_CHANGED = (
@@ -144,6 +146,7 @@ class Downstream:
     _tg: anyio.abc.TaskGroup | None = None
     _closed: anyio.Event | None = None  # set to end the current connection
     _login_lock: anyio.Lock = field(default_factory=anyio.Lock)
+    _logins: Counter[str | None] = field(default_factory=Counter)  # logins through the client, by scope
     _watch: HttpWatch = field(default_factory=HttpWatch)
     _restart_reason: str | None = None  # why the gateway ended the current connection itself
     _ran: bool = False  # the current run was ready: its end is an exit to tell
@@ -217,6 +220,7 @@ class Downstream:
         if self.state == State.READY and self._closed is not None:
             self._event("server_reconnect", reason="its credentials changed")
             self._closed.set()
+            self._waiting("reconnecting: its credentials changed")  # calls wait for the new connection
             return True
         return False
 
@@ -498,8 +502,8 @@ class Downstream:
 
     @property
     def needs_login(self) -> bool:
-        """Failed because its OAuth tokens are missing or no longer accepted."""
-        return self.retryable and self._watch.login is not None
+        """Its OAuth flow wanted an authorization: tokens missing, no longer accepted, or a step-up."""
+        return self._watch.login is not None
 
     async def login_through_client(self, asker: Asker) -> None:
         """Log in through the client (`remote.login_through_client`), once for any number of calls
@@ -510,14 +514,19 @@ class Downstream:
         """
         assert isinstance(self.config, RemoteServer)
         async with self._login_lock:
-            if not self.needs_login:
+            if self._watch.login is None:
                 return  # another call logged in meanwhile
+            scope = self._watch.login.scope
+            self._logins[scope] += 1
+            if self._logins[scope] > MAX_LOGINS:  # a server that asks again after each login
+                raise CredentialError(f"{self._watch.login} (asked again after {MAX_LOGINS} logins through the client)")
             from cellblock.gateway.downstream.remote import login_through_client
 
-            tools = await login_through_client(self.name, self.config, self.keys, asker)
+            tools = await login_through_client(self.name, self.config, self.keys, asker, scope)
             self._event("login", tools=tools)
             logger.info("server '%s': logged in through the client", self.name)
-            self.retry()
+            self._watch.login = None  # answered: the next connection starts from the new tokens
+            self.reconnect()
 
     def _lost_session(self) -> bool:
         """True (and a reconnect begun) when a remote server answered 404 to our session: it
@@ -579,14 +588,11 @@ class Downstream:
     def failed_call(self, tool: str, exc: BaseException) -> types.CallToolResult:
         """The error result the model reads when a call to `tool` did not complete."""
         stopped = self._restart_reason or (self.channel.breach() if self.channel is not None else None)
+        stopped = stopped or (str(self._watch.login) if self._watch.login is not None else None)
         return failed_result(self.name, tool, self.timeout, exc, stopped)
 
     async def request(self, request: Any, result_type: type[R]) -> R:
-        """Forward a non-call request (prompt get, resource read, completion) within the timeout.
-
-        Raises:
-            DownstreamError: the server is down, errs, or times out.
-        """
+        """Forward a non-call request (prompt get, resource read, completion); see `forward_request`."""
         return await forward_request(
             self.name, self.timeout, self.ready_client, self._lost_session, request, result_type
         )

@@ -140,6 +140,7 @@ class ToolCall:
     _question: InputNeeded | None = None
     _held: Reply | None = None  # parked: the request the question went to (what that client can do)
     _ended: dict[str, Any] | None = None  # the result of a call that ended while parked, for the retry
+    _logged_in: bool = False  # a login through the client was tried for this call (it is sent again once)
     _asking: anyio.Lock = field(default_factory=anyio.Lock)  # one question to a 2026-07-28 client at a time
     _starting: anyio.CancelScope = field(default_factory=anyio.CancelScope)  # `start`, until it sends
 
@@ -305,13 +306,25 @@ class ToolCall:
         self._round = None
         if self.state in (CallState.DONE, CallState.CANCELLED):
             return
-        if failure is not None or result is None:
+        if failure is not None and self.ds.needs_login and self.can_elicit_url and not self._logged_in:
+            # a step-up: the server wants more scope; a login through the client, then the call once more
+            self._logged_in = True
+            self.state = CallState.STARTING
+            self.shared.tasks().start_soon(self._log_in_again)
+        elif failure is not None or result is None:
             self._end(self._failed(failure or ValueError("the result is not an object")))
         elif _methods.is_input_required(result):
             self.state = CallState.ASKING
             self.shared.tasks().start_soon(self._next_round, dict(result))
         else:
             self._end(result)
+
+    async def _log_in_again(self) -> None:
+        try:
+            await self.ds.login_through_client(self)
+        except CredentialError as exc:
+            return self._end(self._failed(exc))
+        return await self.start()
 
     async def _next_round(self, result: dict[str, Any]) -> None:
         """A 2026-07-28 server asks for input before it answers: each request answered, then the
