@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
@@ -101,12 +102,12 @@ def _redetect_keyring() -> None:
     keyring.core.init_backend()
 
 
-@pytest.fixture(scope="session")
-def keyring_env() -> Iterator[Mapping[str, str]]:
-    """A private Secret Service for the session; yields the environment a subprocess needs to reach it.
+@contextmanager
+def private_secret_service() -> Iterator[str]:
+    """A private Secret Service until the block ends; yields its D-Bus address (DBUS_SESSION_BUS_ADDRESS).
 
-    Sets DBUS_SESSION_BUS_ADDRESS and unsets PYTHON_KEYRING_BACKEND in this process for the
-    session (both restored afterwards), so `keyring` here uses the same keyring.
+    Shared by the `keyring_env` fixture and scripts such as `python -m tests.conformance`; it changes
+    nothing in this process's environment.
     """
     dbus_daemon = shutil.which("dbus-daemon")
     keyring_daemon = shutil.which("gnome-keyring-daemon")
@@ -120,7 +121,7 @@ def keyring_env() -> Iterator[Mapping[str, str]]:
         )
 
     # A short path: a unix socket path must fit in 108 bytes.
-    with tempfile.TemporaryDirectory(prefix="cb-keyring-") as directory, pytest.MonkeyPatch.context() as patch:
+    with tempfile.TemporaryDirectory(prefix="cb-keyring-") as directory:
         root = Path(directory)
         for sub in ("home", "data", "config", "run"):
             (root / sub).mkdir(mode=0o700)
@@ -157,15 +158,25 @@ def keyring_env() -> Iterator[Mapping[str, str]]:
             secrets.stdin.write(KEYRING_PASSWORD.encode())
             secrets.stdin.close()
             _wait_for_secret_service(address, secrets)
-
-            patch.setenv("DBUS_SESSION_BUS_ADDRESS", address)
-            patch.delenv("PYTHON_KEYRING_BACKEND", raising=False)
-            _redetect_keyring()
-            try:
-                yield {"DBUS_SESSION_BUS_ADDRESS": address}
-            finally:
-                patch.undo()
-                _redetect_keyring()
+            yield address
         finally:
             for daemon in reversed(daemons):
                 _stop(daemon)
+
+
+@pytest.fixture(scope="session")
+def keyring_env() -> Iterator[Mapping[str, str]]:
+    """A private Secret Service for the session; yields the environment a subprocess needs to reach it.
+
+    Sets DBUS_SESSION_BUS_ADDRESS and unsets PYTHON_KEYRING_BACKEND in this process for the
+    session (both restored afterwards), so `keyring` here uses the same keyring.
+    """
+    with private_secret_service() as address, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DBUS_SESSION_BUS_ADDRESS", address)
+        patch.delenv("PYTHON_KEYRING_BACKEND", raising=False)
+        _redetect_keyring()
+        try:
+            yield {"DBUS_SESSION_BUS_ADDRESS": address}
+        finally:
+            patch.undo()
+            _redetect_keyring()
