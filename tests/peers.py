@@ -97,6 +97,14 @@ def inspector_cli() -> list[str]:
     return [*_npm_bin("@modelcontextprotocol/inspector", "mcp-inspector"), "--cli"]
 
 
+def conformance() -> list[str]:
+    """argv prefix for the MCP conformance suite (`conformance list`, `conformance server --url URL ...`).
+
+    Run it with `env=peer_env()`; `-o DIR` saves each scenario's checks as `DIR/<kind>-<scenario>-<time>/checks.json`.
+    """
+    return _npm_bin("@modelcontextprotocol/conformance", "conformance")
+
+
 def fetch_server(*args: str) -> list[str]:
     """PyPI mcp-server-fetch (e.g. args `--ignore-robots-txt --allow-private-ips` for a loopback test host)."""
     return [_py_bin("mcp-server-fetch"), *args]
