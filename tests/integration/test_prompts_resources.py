@@ -16,6 +16,7 @@ import anyio
 import mcp.types as types
 import pytest
 from mcp.shared.exceptions import MCPError
+from mcp_types import SERVER_INFO_META_KEY
 
 from tests.integration.conftest import eventually, gateway, probe_server, write_config
 from tests.integration.test_approvals import Human, cli, pending_ids
@@ -246,3 +247,22 @@ async def test_ask_without_a_form_waits_for_the_cli_which_shows_what_is_read(tmp
             assert denied.returncode == 0, denied.stderr
     assert isinstance(reads[1], MCPError) and "denied from the CLI" in str(reads[1])
     assert "Probe readme" not in str(reads[1])
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_get_a_read_and_a_completion_carry_the_gateways_server_info_not_the_servers(
+    tmp_path: Path, mode: str
+) -> None:
+    """A 2026-07-28 server stamps its own `serverInfo` on every result: the gateway drops it, as for a
+    tool call, so a 2026-07-28 client sees the gateway's stamp and a handshake-era one none."""
+    (tmp_path / "run").mkdir(mode=0o700)
+    config = write_config(tmp_path, {"p": probe_server("--name", "p")})
+    async with gateway(config, tmp_path / "state", mode=mode, env={"XDG_RUNTIME_DIR": str(tmp_path / "run")}) as c:
+        results = [
+            await c.get_prompt("p__greet", {"name": "Ada"}),
+            await c.read_resource(README),
+            await c.complete(GREET, {"name": "name", "value": "al"}),
+        ]
+        for result in results:
+            stamp = (result.meta or {}).get(SERVER_INFO_META_KEY)
+            assert stamp is None or stamp["name"] == "cellblock", (type(result).__name__, stamp)

@@ -17,6 +17,7 @@ import mcp.types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
+from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from cellblock.gateway.downstream.listing import Listing
@@ -29,6 +30,7 @@ from cellblock.gateway.serve.catalog import Catalog
 from cellblock.gateway.serve.items import Standing, held_reason, resource_standing, template_standing
 from cellblock.gateway.serve.locking import Locks
 from cellblock.gateway.serve.pipeline import Asking, Call, Pipeline
+from cellblock.gateway.serve.shaping import unstamped
 from cellblock.policy.rules import Policy
 from cellblock.policy.types import Decision, Verdict
 from cellblock.policy.uris import spellings
@@ -230,6 +232,8 @@ class Reads:
             result = await ds.request(request, result_type)
         except DownstreamError as exc:  # the server's error text may hand back a secret as well
             raise MCPError(types.INTERNAL_ERROR, scrub(str(exc), self.gateway.secrets())[0]) from exc
+        if result.meta and SERVER_INFO_META_KEY in result.meta:  # the gateway's stamp, not the server's
+            result = result.model_copy(update={"meta": unstamped(result.meta)})
         try:  # a prompt, resource or completion passes on no secret the gateway holds either
             clean, count = scrub(
                 result.model_dump(by_alias=True, mode="json", exclude_none=True), self.gateway.secrets()

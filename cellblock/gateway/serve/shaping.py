@@ -17,7 +17,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from cellblock.gateway.namespacing import UriTable
 
-__all__ = ["exposed_result", "wire_result"]
+__all__ = ["exposed_result", "unstamped", "wire_result"]
 
 _LINKS = ("resource_link", "resource")
 
@@ -48,7 +48,7 @@ def exposed_result(uris: UriTable, server: str, result: dict[str, Any]) -> dict[
     out = {"isError": False, **result}
     meta = out.get("_meta")
     if isinstance(meta, dict) and SERVER_INFO_META_KEY in meta:
-        kept = {k: v for k, v in meta.items() if k != SERVER_INFO_META_KEY}
+        kept = unstamped(meta)
         if kept:
             out["_meta"] = kept
         else:
@@ -57,6 +57,13 @@ def exposed_result(uris: UriTable, server: str, result: dict[str, Any]) -> dict[
     if isinstance(content, list) and any(isinstance(c, dict) and c.get("type") in _LINKS for c in content):
         out["content"] = [_exposed_item(uris, server, c) for c in content]
     return out
+
+
+def unstamped(meta: dict[str, Any]) -> dict[str, Any] | None:
+    """A downstream result's `_meta` without the server's own `serverInfo` stamp (None when nothing
+    else is left): the gateway answers under its own, which the SDK stamps in 2026-07-28 only where none is."""
+    kept = {k: v for k, v in meta.items() if k != SERVER_INFO_META_KEY}
+    return kept or None
 
 
 def _exposed_item(uris: UriTable, server: str, item: Any) -> Any:
