@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -118,3 +118,12 @@ def bus_at_the_standard_path(bus_dir: str | None) -> list[str]:
         f'mount -t tmpfs tmpfs /run{bind} && exec "$@"',
         "sh",
     ]
+
+
+@pytest.fixture(scope="module")
+def served_env(keyring_env: Mapping[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of a module's `cellblock serve --http`: the private keyring (which holds the
+    HTTP token), and a state and runtime dir of the module's own."""
+    tmp = tmp_path_factory.mktemp("served")
+    (tmp / "run").mkdir(mode=0o700)
+    return {**keyring_env, "XDG_RUNTIME_DIR": str(tmp / "run"), "CELLBLOCK_STATE_DIR": str(tmp / "state")}

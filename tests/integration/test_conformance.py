@@ -7,7 +7,6 @@ once over its own Streamable HTTP, once as a local server of the gateway (stdio,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -24,20 +23,13 @@ DIFFERENCES: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
-def env(keyring_env: Mapping[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    tmp = tmp_path_factory.mktemp("conformance")
-    (tmp / "run").mkdir(mode=0o700)
-    return {**keyring_env, "XDG_RUNTIME_DIR": str(tmp / "run"), "CELLBLOCK_STATE_DIR": str(tmp / "state")}
-
-
-@pytest.fixture(scope="module")
-def outcomes(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Outcome], ...]:
+def outcomes(served_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Outcome], ...]:
     peers.conformance()  # skips (or fails under CELLBLOCK_REQUIRE_PEERS=1) when the suite is not installed
     scenarios = server_scenarios()
     with direct() as url:
         straight = run_all(url, scenarios)
     config = gateway_config(Path(tmp_path_factory.mktemp("conformance-config")))
-    with serving(config, env) as url:
+    with serving(config, served_env) as url:
         gated = run_all(url, scenarios)
     return straight, gated
 

@@ -64,21 +64,14 @@ def serving(config: Path, env: Mapping[str, str], bind: str = "127.0.0.1:0") -> 
 
 
 @pytest.fixture(scope="module")
-def env(keyring_env: Mapping[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    tmp = tmp_path_factory.mktemp("http")
-    (tmp / "run").mkdir(mode=0o700)
-    return {**keyring_env, "XDG_RUNTIME_DIR": str(tmp / "run"), "CELLBLOCK_STATE_DIR": str(tmp / "state")}
-
-
-@pytest.fixture(scope="module")
 def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tools = {"default": "deny", "rules": {"echo": "ask", "slow": "allow", "add_tool": "allow", "dyn*": "allow"}}
     return write_config(tmp_path_factory.mktemp("http-config"), {"p": probe_server("--name", "p", tools=tools)})
 
 
 @pytest.fixture(scope="module")
-def url(config: Path, env: dict[str, str]) -> Iterator[str]:
-    with serving(config, env) as found:
+def url(config: Path, served_env: dict[str, str]) -> Iterator[str]:
+    with serving(config, served_env) as found:
         yield found
 
 
@@ -110,11 +103,13 @@ async def test_an_http_client_lists_calls_and_is_asked_in_either_era(url: str, m
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
-async def test_a_call_the_human_denies_over_http_is_not_forwarded(url: str, mode: str, env: dict[str, str]) -> None:
+async def test_a_call_the_human_denies_over_http_is_not_forwarded(
+    url: str, mode: str, served_env: dict[str, str]
+) -> None:
     async with Client(url, mode=mode, elicitation_callback=Human("deny")) as client:
         result = await client.call_tool("p__echo", {"message": f"denied-{mode}"})
     assert result.is_error
-    audit = (Path(env["CELLBLOCK_STATE_DIR"]) / "audit.jsonl").read_text()
+    audit = (Path(served_env["CELLBLOCK_STATE_DIR"]) / "audit.jsonl").read_text()
     ends = [json.loads(line) for line in audit.splitlines() if f"denied-{mode}" in line]
     assert ends and not any(e["event"] == "call_end" and not e.get("is_error") for e in ends)
 
@@ -150,34 +145,34 @@ def test_a_forged_origin_or_host_is_refused(url: str, headers: dict[str, str], s
     assert raw(url, {"Origin": "http://localhost:6274"}) == 200  # a local web client (the Inspector)
 
 
-def test_beyond_loopback_a_token_is_required_and_then_checked(config: Path, env: dict[str, str]) -> None:
-    refused = cli(env, "serve", "--http", "0.0.0.0:0", "--config", str(config))
+def test_beyond_loopback_a_token_is_required_and_then_checked(config: Path, served_env: dict[str, str]) -> None:
+    refused = cli(served_env, "serve", "--http", "0.0.0.0:0", "--config", str(config))
     assert refused.returncode == 1
     assert "refusing to serve HTTP on 0.0.0.0, which is not a loopback address, without a token" in refused.stderr
     token = "tok-" + os.urandom(16).hex()
-    stored = cli(env, "auth", "set", "--http", "--config", str(config), stdin=token + "\n")
+    stored = cli(served_env, "auth", "set", "--http", "--config", str(config), stdin=token + "\n")
     assert stored.returncode == 0, stored.stderr
     assert token not in stored.stderr + stored.stdout
     try:
-        with serving(config, env, "0.0.0.0:0") as found:
+        with serving(config, served_env, "0.0.0.0:0") as found:
             local = found.replace("0.0.0.0", "127.0.0.1")
             assert raw(local) == 401
             assert raw(local, {"Authorization": f"Bearer {token}x"}) == 401
             assert raw(local, {"Authorization": token}) == 401
             assert raw(local, {"Authorization": f"Bearer {token}"}) == 200
         # once set, the token is required on loopback too
-        with serving(config, env) as found:
+        with serving(config, served_env) as found:
             assert raw(found) == 401
             assert raw(found, {"Authorization": f"Bearer {token}"}) == 200
     finally:
-        assert cli(env, "auth", "logout", "--http", "--config", str(config)).returncode == 0
+        assert cli(served_env, "auth", "logout", "--http", "--config", str(config)).returncode == 0
 
 
-async def test_the_sdk_client_works_with_the_token(config: Path, env: dict[str, str]) -> None:
+async def test_the_sdk_client_works_with_the_token(config: Path, served_env: dict[str, str]) -> None:
     token = "tok-" + os.urandom(16).hex()
-    assert cli(env, "auth", "set", "--http", "--config", str(config), stdin=token).returncode == 0
+    assert cli(served_env, "auth", "set", "--http", "--config", str(config), stdin=token).returncode == 0
     try:
-        with serving(config, env) as found:
+        with serving(config, served_env) as found:
             headers = {"Authorization": f"Bearer {token}"}
             async with (
                 httpx2.AsyncClient(headers=headers) as http_client,
@@ -185,19 +180,19 @@ async def test_the_sdk_client_works_with_the_token(config: Path, env: dict[str, 
             ):
                 assert text(await client.call_tool("p__slow", {"steps": 1, "delay": 0})) != ""
     finally:
-        cli(env, "auth", "logout", "--http", "--config", str(config))
+        cli(served_env, "auth", "logout", "--http", "--config", str(config))
 
 
-def test_a_bad_bind_is_refused_clearly(config: Path, env: dict[str, str]) -> None:
+def test_a_bad_bind_is_refused_clearly(config: Path, served_env: dict[str, str]) -> None:
     for bind, said in (
         ("example.com:80", "HOST must be an IP address or localhost"),
         ("127.0.0.1:99999", "expected [HOST:]PORT"),
     ):
-        done = cli(env, "serve", "--http", bind, "--config", str(config))
+        done = cli(served_env, "serve", "--http", bind, "--config", str(config))
         assert done.returncode == 2 and said in done.stderr, done.stderr
 
 
-def test_sigterm_stops_the_servers_and_exits_cleanly(config: Path, env: dict[str, str], tmp_path: Path) -> None:
+def test_sigterm_stops_the_servers_and_exits_cleanly(config: Path, served_env: dict[str, str], tmp_path: Path) -> None:
     # uvicorn raises a SIGTERM it handled again once it has stopped: the process died of it (-15)
     # before the gateway stopped its servers
     log = tmp_path / "stderr"
@@ -213,7 +208,7 @@ def test_sigterm_stops_the_servers_and_exits_cleanly(config: Path, env: dict[str
     ]
     with log.open("wb") as stderr:
         # a state of its own: a server never seen is started at once, not at its first call
-        fresh = {**env, "CELLBLOCK_STATE_DIR": str(tmp_path / "state")}
+        fresh = {**served_env, "CELLBLOCK_STATE_DIR": str(tmp_path / "state")}
         proc = subprocess.Popen(command, env={**os.environ, **fresh}, stderr=stderr, stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
