@@ -74,9 +74,10 @@ async def listen(name: str, client: Client, changed: Callable[[], None], watched
                 return
             await again.wait()
             continue
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_cancel_on, again, tg.cancel_scope)
+        refused: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_cancel_on, again, tg.cancel_scope)
+            try:  # inside the group: an error out of it would come as a group, and end the connection
                 async with client.listen(**flags, resource_subscriptions=uris) as events:
                     if reopened:  # no replay: what changed between the two streams is read again
                         changed()
@@ -86,9 +87,11 @@ async def listen(name: str, client: Client, changed: Callable[[], None], watched
                             watched.updated(event.uri)
                         else:
                             changed()
-                tg.cancel_scope.cancel()
-        except (MCPError, SubscriptionLost, ListenNotSupportedError) as exc:
-            logger.info("server '%s': no change notifications (%s)", name, failure_text(exc))
+            except (MCPError, SubscriptionLost, ListenNotSupportedError) as exc:
+                refused = exc
+            tg.cancel_scope.cancel()
+        if refused is not None:
+            logger.info("server '%s': no change notifications (%s)", name, failure_text(refused))
             return
         if not again.is_set():
             return  # the server ended the stream itself
