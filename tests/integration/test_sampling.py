@@ -69,12 +69,14 @@ def text(result: types.CallToolResult) -> str:
 ARGS = {"prompt": "say hi", "maxTokens": 20}
 
 
-async def test_sampling_is_refused_by_default(session: Any) -> None:
-    client, side, _ = session
-    before = len(side.sampled)
-    result = await client.call_tool("closed__trigger-sampling-request", ARGS)
-    assert "sampling: deny" in text(result)
-    assert len(side.sampled) == before  # the client's model was never asked
+async def test_a_server_denied_sampling_is_not_offered_it(session: Any) -> None:
+    client, *_ = session
+    names = {t.name for t in (await client.list_tools()).tools}
+    # server-everything lists its sampling tool only to a client that can sample: the gateway does
+    # not tell a denied server it can (the control: the same server allowed or asked lists it)
+    assert "closed__trigger-sampling-request" not in names
+    assert {"open__trigger-sampling-request", "asked__trigger-sampling-request"} <= names
+    assert "closed__echo" in names
 
 
 async def test_sampling_ask_asks_the_human_first(session: Any) -> None:
@@ -93,4 +95,4 @@ async def test_sampling_allow_passes_the_request_on(session: Any) -> None:
     assert "the model says hi" in text(result)
     assert len(side.sampled) == sampled + 1 and "say hi" in json.dumps(side.sampled[-1].model_dump(mode="json"))
     decisions = {(e["server"], e["decision"]) for e in events(state) if e["event"] == "sampling"}
-    assert {("closed", "deny"), ("open", "allow")} <= decisions
+    assert ("open", "allow") in decisions and not any(server == "closed" for server, _ in decisions)

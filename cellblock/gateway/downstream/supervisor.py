@@ -360,7 +360,8 @@ class Downstream:
             self.protocol,
             elicitation_callback=self.questions.on_elicit,
             list_roots_callback=self.questions.on_roots,
-            sampling_callback=self.questions.on_sampling,
+            # a server not allowed to sample is not offered it (a tool that needs it is then not listed)
+            sampling_callback=self.questions.on_sampling if self.sampling != "deny" else None,
             logging_callback=self._on_log,
             message_handler=self._on_message,
         )
