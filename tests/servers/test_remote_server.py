@@ -208,7 +208,7 @@ async def test_oauth_first_call_registers_authorizes_once_and_uses_token_1() -> 
     with run_remote("oauth") as url:
         async with httpx2.AsyncClient(auth=oauth_provider(url, storage, browser)) as http, connect(url, http) as client:
             assert storage.client_info is not None
-            assert await whoami(client) == f"client={storage.client_info.client_id} token=1"
+            assert await whoami(client) == f"client={storage.client_info.client_id} token=1 scopes=mcp"
     assert browser.redirects == 1
     assert storage.tokens is not None
     assert storage.tokens.expires_in == 3600
@@ -226,11 +226,11 @@ async def test_oauth_expired_token_is_refreshed_without_a_second_authorization(
         async with http, connect(url, http, mode) as client:
             assert storage.client_info is not None
             client_id = storage.client_info.client_id
-            assert await whoami(client) == f"client={client_id} token=1"
+            assert await whoami(client) == f"client={client_id} token=1 scopes=mcp"
             first = storage.tokens
             # Expiry is wall-clock time on both sides; no event can stand in for it.
             await anyio.sleep(1.2)
-            assert await whoami(client) == f"client={client_id} token=2"
+            assert await whoami(client) == f"client={client_id} token=2 scopes=mcp"
     assert browser.redirects == 1
     assert first is not None and storage.tokens is not None
     assert storage.tokens.refresh_token != first.refresh_token, "the refresh token was not rotated"
@@ -265,5 +265,5 @@ async def test_stored_token_of_unknown_expiry_is_sent_and_its_401_reauthorizes_i
         await anyio.sleep(1.2)
         # A new provider, as after a restart: same storage, so the same client and (expired) tokens.
         async with httpx2.AsyncClient(auth=oauth_provider(url, storage, browser)) as http, connect(url, http) as client:
-            assert await whoami(client) == f"client={client_id} token=2"
+            assert await whoami(client) == f"client={client_id} token=2 scopes=mcp"
         assert browser.redirects == 2, "expected a second full authorization, not a refresh"
