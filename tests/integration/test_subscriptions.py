@@ -12,6 +12,8 @@ from typing import Any
 import anyio
 import mcp.types as types
 import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 
@@ -146,3 +148,19 @@ async def test_an_update_of_a_resource_the_lock_now_holds_is_not_passed_on(tmp_p
         with anyio.fail_after(20):
             await arrived.wait()
         assert updates[0] == other  # the held note's update, sent first, never came
+
+
+async def test_a_read_is_not_cached_past_the_gateways_decision_nor_shared(session: Any) -> None:
+    client, mode, _ = session
+    if mode != "auto":
+        pytest.skip("ttlMs and cacheScope are 2026-07-28's")
+    # control: the server itself lets anyone cache a note for a minute
+    direct = StdioServerParameters(command=sys.executable, args=[str(NOTES)])
+    async with Client(direct, mode="auto") as straight:
+        own = await straight.read_resource("note://1")
+    assert (own.ttl_ms, own.cache_scope) == (60_000, "public")
+    for server in SERVERS:
+        read = await client.read_resource(f"cellblock://{server}/note://1")
+        assert (read.ttl_ms, read.cache_scope) == (0, "private")
+    listed = await client.list_resources()  # a list changes with each approval: never cached either
+    assert (listed.ttl_ms, listed.cache_scope) == (0, "private")

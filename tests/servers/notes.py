@@ -45,7 +45,9 @@ async def list_templates(ctx: Ctx, params: Any) -> types.ListResourceTemplatesRe
 
 async def read_resource(ctx: Ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
     uri = str(params.uri)
-    return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, text=NOTES.get(uri, "no such note"))])
+    contents = [types.TextResourceContents(uri=uri, text=NOTES.get(uri, "no such note"))]
+    # a server that lets anyone cache its notes for a minute (the gateway must not pass that on)
+    return types.ReadResourceResult(contents=contents, ttl_ms=60_000, cache_scope="public")
 
 
 async def subscribe(ctx: Ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:

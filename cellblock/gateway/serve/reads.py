@@ -93,7 +93,9 @@ class Reads:
         result = await self._forward(server, request, types.ReadResourceResult)
         uris = self.gateway.catalog.uris
         contents = [c.model_copy(update={"uri": uris.expose(server, str(c.uri))}) for c in result.contents]
-        return result.model_copy(update={"contents": contents})
+        # each read is decided again (policy, lock, approvals that can be revoked): none is cached
+        # past this decision, nor shared with another user, whatever the server allowed
+        return result.model_copy(update={"contents": contents, "ttl_ms": 0, "cache_scope": "private"})
 
     async def watched(self, uri: str) -> tuple[str, str]:
         """(server, its URI) for a resource a client subscribes to: routed and held to the lock as
