@@ -1,11 +1,17 @@
-"""Approving a held catalog: what is approved is what the user was shown, never what came after."""
+"""Holding and approving a catalog: what is approved is what the user was shown, never what came
+after; a hold is told once, not again at each re-read of the same held catalog."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import mcp.types as types
+
 from cellblock.gateway.audit.log import Audit
-from cellblock.gateway.serve.locking import approve_pending
+from cellblock.gateway.config.loading import parse_config
+from cellblock.gateway.downstream.listing import Listing
+from cellblock.gateway.serve.locking import Locks, approve_pending
 from cellblock.gateway.state import lock_path, pending_path
 from cellblock.policy.lock import load_lock, save_pending
 
@@ -23,3 +29,21 @@ def test_a_catalog_changed_after_it_was_shown_is_not_approved(tmp_path: Path) ->
     assert approve_pending(tmp_path, audit, "fs", "cli", shown=SHOWN) == 1
     lock = load_lock(lock_path(tmp_path, "fs"))
     assert lock is not None and set(lock.items) == {"tool:read"}
+
+
+def listing(*names: str) -> Listing:
+    return Listing(tools=tuple(types.Tool(name=n, input_schema={"type": "object"}) for n in names))
+
+
+def test_a_held_catalog_read_again_unchanged_is_told_once_and_a_new_hold_again(tmp_path: Path) -> None:
+    config = parse_config("version: 1\nservers:\n  fs:\n    command: fs-server\n")  # lock.first: review
+    audit = Audit(tmp_path / "audit.jsonl")
+    locks = Locks(config, tmp_path, audit)
+    for held in (listing("read"), listing("read"), listing("read", "write")):
+        assert locks.review("fs", held) == Listing()
+    audit.close()
+    told = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [(e["event"], e["items"]) for e in told] == [
+        ("lock_held", ["tool:read"]),
+        ("lock_held", ["tool:read", "tool:write"]),
+    ]

@@ -2,9 +2,9 @@
 
 Run as ``python tests/servers/flood.py``. It is the probe (every probe tool) plus two:
 
-- ``churn(seconds)``: changes the descriptions of 120 long-named tools and announces
-  ``list_changed`` as fast as it can, for `seconds`; each round the gateway takes is a new ~7 KB
-  ``lock_changed`` for it to record.
+- ``churn(seconds)``: replaces its 120 long-named tools by 120 new ones and announces
+  ``list_changed`` as fast as it can, for `seconds`; each round the gateway takes holds a new set
+  of tools, a new ~7 KB ``lock_changed`` for it to record.
 - ``knock(seconds)``: starts a background thread that asks the allowlist proxy (``$HTTPS_PROXY``)
   to CONNECT to a host it refuses, over and over, for `seconds`; returns how many it made once
   the thread is done.
@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from probe import _modern, build_server, serve  # a sibling script, not a package
 
 CHURNED = 120
+_round = 0  # the catalog's round, across calls of churn
 
 
 def _churned(name: str) -> object:
@@ -33,21 +34,26 @@ def _churned(name: str) -> object:
     return tool
 
 
+def _churned_name(round_: int, i: int) -> str:
+    return f"churned_{round_:06d}_{i:03d}_" + "x" * 33
+
+
 def _set_catalog(server: MCPServer, round_: int) -> None:
     for i in range(CHURNED):
-        name = f"churned_{i:03d}_" + "x" * 40
         if round_:
-            server.remove_tool(name)
+            server.remove_tool(_churned_name(round_ - 1, i))
+        name = _churned_name(round_, i)
         server.add_tool(_churned(name), name=name, description=f"round {round_}: " + "churn " * 25)  # type: ignore[arg-type]
 
 
 async def churn(seconds: float, ctx: Context) -> str:
-    """Change 120 tools' descriptions and announce tools list_changed, as fast as possible, for `seconds`."""
+    """Replace 120 tools by new ones and announce tools list_changed, as fast as possible, for `seconds`."""
+    global _round
     deadline = time.monotonic() + seconds
     rounds = 0
     while time.monotonic() < deadline:
-        rounds += 1
-        _set_catalog(ctx.mcp_server, rounds)
+        rounds, _round = rounds + 1, _round + 1
+        _set_catalog(ctx.mcp_server, _round)
         if _modern(ctx):
             await ctx.notify_tools_changed()
         else:

@@ -135,6 +135,7 @@ class Locks:
         held = frozenset(result.held)
         if held:
             save_pending(pending_path(self.state, server), server, current)
+        if held and held != self.held.get(server):  # told once, not again at each re-read while held
             event = "lock_held" if lock is None else "lock_changed"
             self.audit.write(event, server, items=sorted(held))
             logger.warning(
@@ -145,7 +146,7 @@ class Locks:
                 server,
                 server,
             )
-        else:
+        if not held:
             pending_path(self.state, server).unlink(missing_ok=True)
         self.approved[server] = result.approved
         self.held[server] = held
