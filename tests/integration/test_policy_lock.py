@@ -22,6 +22,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from tests.integration.conftest import cli as run_cli
 from tests.integration.conftest import eventually, gateway, probe_server, write_config
+from tests.integration.test_subscriptions import NOTES, notes
 
 pytestmark = pytest.mark.anyio
 
@@ -198,6 +199,19 @@ async def test_a_tool_added_after_approval_is_held(tmp_path: Path) -> None:
         refused = await client.call_tool("p__sneaky", {})
         assert refused.is_error and "cellblock approve p" in text(refused)
     assert any(e["event"] == "lock_changed" and e["items"] == ["tool:sneaky"] for e in events(state))
+
+
+@pytest.mark.parametrize("era", ["legacy", "auto"])
+async def test_a_change_announced_while_the_catalog_is_first_read_is_held(tmp_path: Path, era: str) -> None:
+    # the server retitles a note after the gateway has listed the resources, before it is ready: in
+    # 2026-07-28 no listen stream is open yet to carry the notice, in the handshake era it comes early
+    state, held = tmp_path / "state", "cellblock://n/note://1"
+    server = {**notes(era), "args": [str(NOTES), "--retitle-at-start"]}
+    config = write_config(tmp_path, {"n": server}, defaults={"lock": {"first": "trust"}})
+    async with gateway(config, state, mode="legacy") as client:
+        await eventually(lambda: any(e["event"] == "lock_changed" for e in events(state)))
+        assert held not in {str(r.uri) for r in (await client.list_resources()).resources}
+    assert [e["items"] for e in events(state) if e["event"] == "lock_changed"] == [["resource:note://1"]]
 
 
 async def test_a_call_is_refused_when_its_decision_cannot_be_audited(tmp_path: Path) -> None:

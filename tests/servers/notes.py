@@ -8,11 +8,14 @@ Resources `note://1`, `note://2` and `note://3`. Tools:
 - ``retitle(uri)``: the note at `uri` is listed under another title from now on, and the resource
   list is announced as changed (a change the gateway's lock holds).
 
-Run as ``python tests/servers/notes.py``; the gateway's `protocol:` decides the era.
+Run as ``python tests/servers/notes.py``; the gateway's `protocol:` decides the era. With
+``--retitle-at-start``, `note://1` is retitled while the client first reads the catalog: after it
+has listed the resources, when it lists their templates.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import anyio
@@ -40,7 +43,17 @@ async def list_resources(ctx: Ctx, params: Any) -> types.ListResourcesResult:
 
 
 async def list_templates(ctx: Ctx, params: Any) -> types.ListResourceTemplatesResult:
+    if "--retitle-at-start" in sys.argv and TITLES["note://1"] == "note://1":
+        await retitle(ctx, "note://1")
     return types.ListResourceTemplatesResult(resource_templates=[])
+
+
+async def retitle(ctx: Ctx, uri: str) -> None:
+    TITLES[uri] = f"{uri}, retitled"
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        await bus.publish(ResourcesListChanged())
+    else:
+        await ctx.session.send_resource_list_changed()
 
 
 async def read_resource(ctx: Ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
@@ -89,11 +102,7 @@ async def call_tool(ctx: Ctx, params: types.CallToolRequestParams) -> types.Call
         text = f"touched {uri}"
     elif params.name == "retitle":
         uri = str((params.arguments or {}).get("uri"))
-        TITLES[uri] = f"{uri}, retitled"
-        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            await bus.publish(ResourcesListChanged())
-        else:
-            await ctx.session.send_resource_list_changed()
+        await retitle(ctx, uri)
         text = f"retitled {uri}"
     else:
         text = ",".join(sorted({*subscribed, *(uri for uris in listened for uri in uris)}))

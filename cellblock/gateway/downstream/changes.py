@@ -30,17 +30,31 @@ REFRESH_SECONDS = 1.0
 @dataclass(eq=False)
 class Refresher:
     """Runs `refresh` after change notices: outside the dispatcher's receive path, which must not
-    block, and once for any number of notices that arrive meanwhile."""
+    block, and once for any number of notices that arrive meanwhile. A notice that comes while a
+    connection's first catalog is being read may be about what was read already: it is kept, and
+    acted on once that catalog is in (`open`)."""
 
     refresh: Callable[[], Awaitable[None]]
+    _tg: anyio.abc.TaskGroup | None = None  # where re-reads run; None while a first catalog is read
     _due: bool = False  # a notice came since the last re-read began
     _running: bool = False
 
-    def soon(self, tg: anyio.abc.TaskGroup) -> None:
+    def soon(self) -> None:
         self._due = True
-        if not self._running:
+        if self._tg is not None and not self._running:
             self._running = True
-            tg.start_soon(self._while_due)
+            self._tg.start_soon(self._while_due)
+
+    def open(self, tg: anyio.abc.TaskGroup) -> None:
+        """The connection's catalog is in: notices are acted on in `tg` from now on, and one that
+        came while it was read, at once."""
+        self._tg = tg
+        if self._due:
+            self.soon()
+
+    def close(self) -> None:
+        """The connection ended: notices wait for the next one's catalog."""
+        self._tg = None
 
     async def _while_due(self) -> None:
         try:
@@ -65,7 +79,6 @@ async def listen(name: str, client: Client, changed: Callable[[], None], watched
         "resources_list_changed": bool(caps.resources and caps.resources.list_changed),
     }
     subscribable = Watched.offered(client)
-    reopened = False
     while True:
         again = watched.next_change()
         uris = sorted(watched.uris) if subscribable else []
@@ -79,9 +92,9 @@ async def listen(name: str, client: Client, changed: Callable[[], None], watched
             tg.start_soon(_cancel_on, again, tg.cancel_scope)
             try:  # inside the group: an error out of it would come as a group, and end the connection
                 async with client.listen(**flags, resource_subscriptions=uris) as events:
-                    if reopened:  # no replay: what changed between the two streams is read again
-                        changed()
-                    reopened = True
+                    # no replay: what changed before this stream (since the catalog was first read,
+                    # or between two streams) is read again
+                    changed()
                     async for event in events:
                         if isinstance(event, ResourceUpdated):
                             watched.updated(event.uri)

@@ -396,12 +396,14 @@ class Downstream:
                         # (the instructions, which name held servers) is then known
                         self._settled.set()
                     async with anyio.create_task_group() as tg:
+                        self._changes.open(tg)  # the re-reads of this connection's catalog
                         if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                            tg.start_soon(listen, self.name, client, self._refresh_soon, self.watched)
+                            tg.start_soon(listen, self.name, client, self._changes.soon, self.watched)
                         await self.watched.connected(client)
                         await closed.wait()
                         tg.cancel_scope.cancel()
                 finally:
+                    self._changes.close()
                     await self.watched.connected(None)
                     # told and audited by the supervisor, once the server's last words are in
                     self._ran = True
@@ -431,7 +433,7 @@ class Downstream:
                 self.name,
                 limit=self.max_message,
                 notices=self.notices,
-                on_list_changed=self._refresh_soon,
+                on_list_changed=self._changes.soon,
                 on_misbehaving=self._restart,
                 on_log=self._log,
             )
@@ -477,13 +479,9 @@ class Downstream:
             if self._garbage == MAX_GARBAGE:
                 self._restart(f"it sent {MAX_GARBAGE} messages that are not valid MCP")
         elif isinstance(message, _LIST_CHANGED):
-            self._refresh_soon()
+            self._changes.soon()
         elif isinstance(message, types.ResourceUpdatedNotification):
             self.watched.updated(str(message.params.uri))
-
-    def _refresh_soon(self) -> None:
-        if self._tg is not None:
-            self._changes.soon(self._tg)
 
     async def refresh(self) -> None:
         """Re-read the catalog after the server said it changed, and report it."""
