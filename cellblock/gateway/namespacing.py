@@ -7,7 +7,9 @@ cap the length at 64 or less), so names are sanitized and shortened here, and an
 end up equal are told apart deterministically and reported.
 
 Resource URIs are wrapped as `cellblock://<server>/<original uri>` so a read can be routed back; a
-server without a prefix keeps its own URIs wherever they route back to it alone (`UriTable`).
+server without a prefix keeps its own URIs wherever they route back to it alone (`UriTable`). An
+MCP App's `ui://<rest>` keeps its scheme, which hosts require to render it: it is shown as
+`ui://<server>/<rest>`, for every server.
 
 Pure Python on purpose: the rules are unit-tested without a running gateway or the MCP SDK.
 """
@@ -22,6 +24,7 @@ from itertools import chain
 from types import MappingProxyType
 
 __all__ = [
+    "APP_SCHEME",
     "MAX_LENGTH_DEFAULT",
     "SEPARATOR_DEFAULT",
     "URI_SCHEME",
@@ -31,6 +34,7 @@ __all__ = [
     "assign_names",
     "check_separator",
     "expose_uri",
+    "is_app",
     "route_uri",
 ]
 
@@ -39,6 +43,8 @@ SEPARATOR_DEFAULT = "__"
 # further for clients that add their own prefix.
 MAX_LENGTH_DEFAULT = 64
 URI_SCHEME = "cellblock"
+APP_SCHEME = "ui"  # MCP Apps (io.modelcontextprotocol/ui): a host renders only ui:// resources
+_APP = len(APP_SCHEME) + 3  # "ui://"
 
 # Mirrors `cellblock.gateway.config.model.SERVER_NAME` (a test keeps them equal); redefined here so this
 # module does not import pydantic and yaml. Used with fullmatch: `$` alone would accept "name\n".
@@ -49,7 +55,9 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _MIN_LENGTH = 16
 _HASH_HEX = 8  # 32 bits: enough to separate the few names that collide, short enough to read
 _URI_PREFIX = re.compile(rf"^{URI_SCHEME}://([^/]*)/", re.IGNORECASE)
-_OUR_SCHEME = re.compile(rf"^{URI_SCHEME}:", re.IGNORECASE)
+_APP_PREFIX = re.compile(rf"^{APP_SCHEME}://([^/]*)/", re.IGNORECASE)
+# URIs in these schemes always name their server: Cellblock's own, and an app's
+_OUR_SCHEME = re.compile(rf"^(?:{URI_SCHEME}|{APP_SCHEME}):", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,10 +235,18 @@ def expose_uri(server: str, uri: str) -> str:
     """Wrap a backend resource URI (or URI template) so a read can be routed back to its server.
 
     The original is appended verbatim, not escaped: a template such as `file:///{path}` keeps its
-    variables, and whatever the client expands them to still starts with our prefix.
+    variables, and whatever the client expands them to still starts with our prefix. An app's
+    `ui://<rest>` becomes `ui://<server>/<rest>`.
     """
     _check_server(server)
+    if is_app(uri):
+        return f"{uri[:_APP]}{server}/{uri[_APP:]}"
     return f"{URI_SCHEME}://{server}/{uri}"
+
+
+def is_app(uri: str) -> bool:
+    """Whether `uri` is an MCP App's (io.modelcontextprotocol/ui): hosts render ui:// resources."""
+    return uri[:_APP].lower() == f"{APP_SCHEME}://"
 
 
 def route_uri(exposed_uri: str) -> tuple[str, str]:
@@ -240,10 +256,15 @@ def route_uri(exposed_uri: str) -> tuple[str, str]:
     """
     # The scheme is matched case-insensitively (RFC 3986 says schemes are); server names are
     # lower-case already, so a client that normalizes the host changes nothing.
-    match = _URI_PREFIX.match(exposed_uri)
+    app = _APP_PREFIX.match(exposed_uri)
+    match = app or _URI_PREFIX.match(exposed_uri)
     if match is None or not _SERVER_NAME.fullmatch(match.group(1)):
-        raise ValueError(f"not a Cellblock resource URI: {exposed_uri!r} (expected {URI_SCHEME}://<server>/<uri>)")
-    return match.group(1), exposed_uri[match.end() :]
+        raise ValueError(
+            f"not a Cellblock resource URI: {exposed_uri!r} (expected {URI_SCHEME}://<server>/<uri>, "
+            f"or {APP_SCHEME}://<server>/<path> for an app); list the resources again to see the URIs"
+        )
+    rest = exposed_uri[match.end() :]
+    return match.group(1), exposed_uri[:_APP] + rest if app else rest
 
 
 # RFC 6570 expressions by operator: what an expansion of one can look like, as a regex. Loose on
@@ -279,7 +300,7 @@ class UriTable:
     A server with a prefix shows `cellblock://<server>/<uri>`. One without (`bare`) shows its URIs
     as they are wherever they route back to it alone: a URI it lists that no other bare server
     lists first (by server name), or one only its templates match. Anything else, and any URI in
-    Cellblock's own scheme, is wrapped like a prefixed server's, so a URI never reaches a server
+    Cellblock's own scheme or an app's, is wrapped like a prefixed server's, so a URI never reaches a server
     other than the one that gave it. The wrapped form routes for every server.
     """
 
@@ -340,5 +361,6 @@ class UriTable:
             )
         raise ValueError(
             f"resource URI {uri!r} is not one a server without a prefix lists or matches a template of, "
-            f"and not a Cellblock resource URI ({URI_SCHEME}://<server>/<uri>)"
+            f"and not a Cellblock resource URI ({URI_SCHEME}://<server>/<uri>); list the resources again, "
+            f"or read it as {URI_SCHEME}://<server>/{uri}"
         )

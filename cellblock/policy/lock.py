@@ -78,6 +78,7 @@ _KINDS: tuple[tuple[str, str, str], ...] = (
     ("prompts", "prompt", "name"),
     ("resources", "resource", "uri"),
     ("templates", "template", "uriTemplate"),
+    ("apps", "app", "uri"),  # an MCP App's ui:// resource by its content's digest: a changed app is held
 )
 _PREFIXES = frozenset(prefix for _, prefix, _ in _KINDS)
 _INSTRUCTIONS = "instructions"
@@ -155,7 +156,7 @@ def _plain(item: Mapping[str, Any]) -> Item:
 
 def item_keys(catalog: Catalog | Mapping[str, Any]) -> dict[str, Item]:
     """Split a catalog into items keyed `tool:<name>`, `prompt:<name>`, `resource:<uri>`,
-    `template:<uriTemplate>` and `instructions` (as `{"text": ...}`, only when non-empty).
+    `template:<uriTemplate>`, `app:<uri>` and `instructions` (as `{"text": ...}`, only when non-empty).
 
     Raises:
         CatalogError: an item is not an object or has no name, or two different items share a key.

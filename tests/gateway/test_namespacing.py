@@ -407,6 +407,22 @@ def test_uri_scheme_is_matched_case_insensitively() -> None:
     assert route_uri("CellBlock://files/x") == ("files", "x")
 
 
+def test_an_apps_uri_keeps_its_scheme_with_the_server_inside() -> None:
+    # hosts render only ui:// resources: cellblock://clock/ui://... would not be shown at all
+    assert expose_uri("clock", "ui://clock/app.html") == "ui://clock/clock/app.html"
+    assert route_uri("ui://time/clock/app.html") == ("time", "ui://clock/app.html")
+    assert route_uri(expose_uri("time", "UI://x")) == ("time", "UI://x")
+    with pytest.raises(ValueError, match="not a Cellblock resource URI"):
+        route_uri("ui://clock")  # no server inside: not one the gateway showed
+
+
+def test_a_server_without_a_prefix_shows_its_app_with_its_name_inside() -> None:
+    uris = UriTable.build({"clock"}, [("clock", "ui://face/app.html"), ("clock", "note://1")], [])
+    assert uris.expose("clock", "ui://face/app.html") == "ui://clock/face/app.html"
+    assert uris.route("ui://clock/face/app.html") == ("clock", "ui://face/app.html")
+    assert uris.expose("clock", "note://1") == "note://1"  # control: its other URIs are kept as they are
+
+
 @pytest.mark.parametrize(
     "uri",
     [

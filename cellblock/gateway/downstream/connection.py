@@ -10,6 +10,8 @@ from typing import Any
 
 import anyio
 from mcp import Client
+from mcp.client.extension import advertise
+from mcp.server.apps import APP_MIME_TYPE, EXTENSION_ID
 from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED, Implementation
 
@@ -30,6 +32,9 @@ __all__ = [
 
 # what the gateway introduces itself as to every server it connects to (the SDK's default is its own)
 CLIENT_INFO = Implementation(name="cellblock", version=__version__)
+# Every server is told the gateway takes MCP Apps: it passes their ui:// resources and tool links
+# through (docs/apps.md), whether or not the client it serves renders them.
+APPS = advertise(EXTENSION_ID, {"mimeTypes": [APP_MIME_TYPE]})
 
 logger = logging.getLogger(__name__)
 
@@ -40,10 +45,18 @@ START_SECONDS = 30.0
 
 def gateway_client(transport: Any, protocol: str, **callbacks: Any) -> Client:
     """The SDK client the gateway talks to one server with (`protocol`: auto or legacy): introduced
-    as Cellblock, lists never cached, every log asked for (2026-07-28 servers log only to requests
-    that opt in)."""
+    as Cellblock, taking apps, lists never cached, every log asked for (2026-07-28 servers log only
+    to requests that opt in)."""
     mode = "legacy" if protocol == "legacy" else "auto"
-    return Client(transport, mode=mode, client_info=CLIENT_INFO, log_level="debug", cache=None, **callbacks)
+    return Client(
+        transport,
+        mode=mode,
+        client_info=CLIENT_INFO,
+        log_level="debug",
+        cache=None,
+        extensions=[APPS],
+        **callbacks,
+    )
 
 
 @asynccontextmanager

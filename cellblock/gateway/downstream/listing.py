@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import mcp.types as types
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 
+from cellblock.gateway.namespacing import is_app
 from cellblock.gateway.scrub import scrub as scrub_secrets
 from cellblock.policy.jsontext import scrub
 from cellblock.policy.lock import without_protocol_meta
 
-__all__ = ["Listing", "fetch_listing"]
+__all__ = ["Listing", "app_digest", "fetch_listing"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,7 @@ class Listing:
     resources: tuple[types.Resource, ...] = ()
     templates: tuple[types.ResourceTemplate, ...] = ()
     instructions: str | None = None
+    apps: tuple[tuple[str, str], ...] = ()  # (ui:// URI, `app_digest` of its content) of each listed app
 
     def dump(self) -> dict[str, Any]:
         def each(items: tuple[Any, ...]) -> list[Any]:
@@ -37,7 +42,12 @@ class Listing:
             "resources": each(self.resources),
             "templates": each(self.templates),
             "instructions": self.instructions,
+            "apps": [{"uri": uri, "sha256": digest} for uri, digest in self.apps],
         }
+
+    def app(self, uri: str) -> str | None:
+        """The digest of the app at `uri` as listed, or None when it is not one of its apps."""
+        return next((digest for listed, digest in self.apps if listed == uri), None)
 
     @classmethod
     def load(cls, data: dict[str, Any]) -> Listing:
@@ -50,6 +60,7 @@ class Listing:
             resources=tuple(types.Resource.model_validate(r) for r in data.get("resources", [])),
             templates=tuple(types.ResourceTemplate.model_validate(t) for t in data.get("templates", [])),
             instructions=data.get("instructions"),
+            apps=tuple((str(a["uri"]), str(a["sha256"])) for a in data.get("apps", [])),
         ).unstamped()
 
     def scrubbed(self, secrets: re.Pattern[str] | None) -> Listing:
@@ -65,8 +76,12 @@ class Listing:
         def each(items: tuple[Any, ...]) -> tuple[Any, ...]:
             return tuple(_unstamped(item) for item in items)
 
-        return Listing(
-            each(self.tools), each(self.prompts), each(self.resources), each(self.templates), self.instructions
+        return replace(
+            self,
+            tools=each(self.tools),
+            prompts=each(self.prompts),
+            resources=each(self.resources),
+            templates=each(self.templates),
         )
 
 
@@ -86,11 +101,28 @@ async def fetch_listing(client: Client, secrets: re.Pattern[str] | None) -> List
 
     tools = await pages(lambda c: client.list_tools(cursor=c), "tools") if caps.tools else ()
     prompts = await pages(lambda c: client.list_prompts(cursor=c), "prompts") if caps.prompts else ()
-    resources, templates = (), ()
+    resources: tuple[types.Resource, ...] = ()
+    templates: tuple[types.ResourceTemplate, ...] = ()
+    apps: list[tuple[str, str]] = []
     if caps.resources:
         resources = await pages(lambda c: client.list_resources(cursor=c), "resources")
         templates = await pages(lambda c: client.list_resource_templates(cursor=c), "resource_templates")
-    return Listing(tools, prompts, resources, templates, client.instructions).unstamped().scrubbed(secrets)
+        for uri in sorted({str(r.uri) for r in resources if is_app(str(r.uri))}):
+            # the lock hashes what an app is, not only how it is listed
+            try:
+                apps.append((uri, app_digest((await client.read_resource(uri)).contents)))
+            except MCPError as exc:
+                apps.append((uri, app_digest([], unreadable=str(exc))))
+    listing = Listing(tools, prompts, resources, templates, client.instructions, tuple(apps))
+    return listing.unstamped().scrubbed(secrets)
+
+
+def app_digest(contents: Sequence[Any], unreadable: str | None = None) -> str:
+    """The SHA-256 of an app's content as read (every part, its type and metadata), or of the
+    error it could not be read with."""
+    parts = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in contents]
+    text = json.dumps({"contents": parts, "unreadable": unreadable}, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _unstamped(item: Any) -> Any:

@@ -156,7 +156,7 @@ class Downstream:
     _garbage_log: Budget = field(default_factory=lambda: Budget(rate=1.0, burst=20.0))
     questions: Questions = field(init=False)
     keys: ServerKeys = field(init=False)
-    _changes: Refresher = field(init=False)
+    changes: Refresher = field(init=False)  # re-reads of its catalog after a change notice
     watched: Watched = field(init=False)  # the resources clients subscribed to, across restarts
 
     def __post_init__(self) -> None:
@@ -165,7 +165,7 @@ class Downstream:
         self.questions = Questions(
             self.name, self.config, self.sampling, self.approve_sampling, self._event, self.keys.pattern, self.owner
         )
-        self._changes = Refresher(self.refresh)
+        self.changes = Refresher(self.refresh)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -396,14 +396,14 @@ class Downstream:
                         # (the instructions, which name held servers) is then known
                         self._settled.set()
                     async with anyio.create_task_group() as tg:
-                        self._changes.open(tg)  # the re-reads of this connection's catalog
+                        self.changes.open(tg)  # the re-reads of this connection's catalog
                         if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                            tg.start_soon(listen, self.name, client, self._changes.soon, self.watched)
+                            tg.start_soon(listen, self.name, client, self.changes.soon, self.watched)
                         await self.watched.connected(client)
                         await closed.wait()
                         tg.cancel_scope.cancel()
                 finally:
-                    self._changes.close()
+                    self.changes.close()
                     await self.watched.connected(None)
                     # told and audited by the supervisor, once the server's last words are in
                     self._ran = True
@@ -433,7 +433,7 @@ class Downstream:
                 self.name,
                 limit=self.max_message,
                 notices=self.notices,
-                on_list_changed=self._changes.soon,
+                on_list_changed=self.changes.soon,
                 on_misbehaving=self._restart,
                 on_log=self._log,
             )
@@ -479,7 +479,7 @@ class Downstream:
             if self._garbage == MAX_GARBAGE:
                 self._restart(f"it sent {MAX_GARBAGE} messages that are not valid MCP")
         elif isinstance(message, _LIST_CHANGED):
-            self._changes.soon()
+            self.changes.soon()
         elif isinstance(message, types.ResourceUpdatedNotification):
             self.watched.updated(str(message.params.uri))
 

@@ -118,7 +118,7 @@ def build_catalog(
             logger.warning("name collision: %s", collision)
 
     tools = [
-        t.model_copy(update={"name": tool_names.by_original[(server, t.name)]})
+        t.model_copy(update={"name": tool_names.by_original[(server, t.name)], "meta": _app_meta(uris, server, t.meta)})
         for server, lst in listings.items()
         for t in lst.tools
     ]
@@ -156,6 +156,19 @@ def build_catalog(
         held=held,
         uris=uris,
     )
+
+
+def _app_meta(uris: UriTable, server: str, meta: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A tool's `_meta` with the app it renders routed through the gateway: `ui.resourceUri`, and
+    the flat `ui/resourceUri` of the extension's first drafts, which hosts still read."""
+    if not meta:
+        return meta
+    ui, flat = meta.get("ui"), meta.get("ui/resourceUri")
+    if isinstance(ui, dict) and isinstance(ui.get("resourceUri"), str):
+        meta = {**meta, "ui": {**ui, "resourceUri": uris.expose(server, ui["resourceUri"])}}
+    if isinstance(flat, str):
+        meta = {**meta, "ui/resourceUri": uris.expose(server, flat)}
+    return meta
 
 
 def _pairs(listings: Mapping[str, Listing], kind: str) -> set[tuple[str, str]]:

@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import mcp.types as types
+from mcp.server.apps import EXTENSION_ID as APPS_EXTENSION
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
@@ -450,6 +451,7 @@ class Gateway:
         # registered directly: the constructor argument warns that logging is deprecated in 2026
         server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)
         server.middleware = []  # no tracing span per message on the hot path
+        server.extensions[APPS_EXTENSION] = {}  # the servers' apps are passed through (docs/apps.md)
         return server
 
     def _notify_handshake_client(self, method: str, params: dict[str, Any] | None) -> None:

@@ -32,7 +32,10 @@ def resource_standing(listing: Listing | None, approved: frozenset[str] | None, 
     if listing is None:
         return Standing.UNLISTED
     if any(str(r.uri) == uri for r in listing.resources):
-        return _approved(approved, f"resource:{uri}")
+        standing = _approved(approved, f"resource:{uri}")
+        if standing is Standing.LISTED and listing.app(uri) is not None:
+            return _approved(approved, f"app:{uri}")  # an app is judged by its content too
+        return standing
     keyed = [(t.uri_template, _approved(approved, f"template:{t.uri_template}")) for t in listing.templates]
     # approved templates first, and the first that covers `uri` settles it: a held template (a
     # hostile server's, perhaps) is matched only when no approved one covers the URI

@@ -62,9 +62,14 @@ def filter_listing(listing: Listing, approved: frozenset[str] | None) -> Listing
     return Listing(
         tools=tuple(t for t in listing.tools if f"tool:{t.name}" in approved),
         prompts=tuple(p for p in listing.prompts if f"prompt:{p.name}" in approved),
-        resources=tuple(r for r in listing.resources if f"resource:{r.uri}" in approved),
+        resources=tuple(
+            r
+            for r in listing.resources
+            if f"resource:{r.uri}" in approved and (listing.app(str(r.uri)) is None or f"app:{r.uri}" in approved)
+        ),
         templates=tuple(t for t in listing.templates if f"template:{t.uri_template}" in approved),
         instructions=listing.instructions if "instructions" in approved else None,
+        apps=tuple((uri, digest) for uri, digest in listing.apps if f"app:{uri}" in approved),
     )
 
 
@@ -81,6 +86,7 @@ def snapshot_listing(snapshot: Mapping[str, Any]) -> Listing:
         "resources": kind("resource:"),
         "templates": kind("template:"),
         "instructions": instructions,
+        "apps": kind("app:"),
     }
     return Listing.load(data)
 

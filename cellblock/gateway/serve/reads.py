@@ -10,6 +10,7 @@ spelling the server may read its URI as (`policy/uris.py`).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any, NoReturn, Protocol, TypeVar
 
 import anyio.abc
@@ -20,9 +21,10 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from cellblock.gateway.downstream.listing import Listing
+from cellblock.gateway.downstream.listing import Listing, app_digest
 from cellblock.gateway.downstream.rounds import DownstreamError
 from cellblock.gateway.downstream.supervisor import START_SECONDS, Downstream
+from cellblock.gateway.namespacing import is_app
 from cellblock.gateway.scrub import scrub
 from cellblock.gateway.serve.approvals import Approvals, NeedsInput, human_answer
 from cellblock.gateway.serve.calls import SessionReply
@@ -91,6 +93,8 @@ class Reads:
             return waiting
         request = types.ReadResourceRequest(params=types.ReadResourceRequestParams(uri=uri))
         result = await self._forward(server, request, types.ReadResourceResult)
+        if is_app(uri):
+            self._same_app(call, server, uri, result.contents)
         uris = self.gateway.catalog.uris
         contents = [c.model_copy(update={"uri": uris.expose(server, str(c.uri))}) for c in result.contents]
         # each read is decided again (policy, lock, approvals that can be revoked): none is cached
@@ -111,6 +115,19 @@ class Reads:
         if verdict.decision is Decision.DENY:
             self._refuse_item(call, verdict.rule, f"subscription: {verdict.reason}")
         return server, call.tool.removeprefix("resource:")
+
+    def _same_app(self, call: Call, server: str, uri: str, contents: Sequence[Any]) -> None:
+        """An app is read as the lock approved it: one whose content changed since is refused, and
+        its server's catalog is read again, which holds the change for review.
+
+        Raises:
+            MCPError: the app changed (audited).
+        """
+        listed = (offered := self._offered(server)) and offered.app(uri)
+        if self._approved(server) is None or not listed or app_digest(contents) == listed:
+            return  # no lock, or not a listed app (one a template covers is judged as a resource)
+        self.gateway.downstreams[server].changes.soon()
+        self._refuse_item(call, "lock", held_reason("app", uri, server))
 
     def holds(self, server: str, uri: str) -> bool:
         """Whether the lock holds `server`'s resource `uri` (under any of its spellings)."""
