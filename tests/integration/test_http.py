@@ -24,6 +24,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from tests import peers
 from tests.integration.conftest import cli, probe_server, write_config
 from tests.integration.test_approvals import Human, text
 
@@ -143,6 +144,21 @@ def test_a_forged_origin_or_host_is_refused(url: str, headers: dict[str, str], s
     # control: the same request as a local client sends it gets through
     assert raw(url) == 200
     assert raw(url, {"Origin": "http://localhost:6274"}) == 200  # a local web client (the Inspector)
+
+
+def test_the_inspector_cli_lists_and_calls_over_http(url: str) -> None:
+    # a client of another SDK (the Inspector's, TypeScript) over Streamable HTTP, as users run it
+
+    def inspector(*args: str) -> dict[str, Any]:
+        argv = [*peers.inspector_cli(), url, *args]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=peers.peer_env(), check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout)
+
+    listed = {t["name"] for t in inspector("--method", "tools/list")["tools"]}
+    assert "p__slow" in listed and "p__crash" not in listed  # the module's policy denies the rest
+    called = inspector("--method", "tools/call", "--tool-name", "p__slow", "--tool-arg", "steps=1", "delay=0")
+    assert called["content"] == [{"type": "text", "text": "done 1 steps"}]
 
 
 def test_beyond_loopback_a_token_is_required_and_then_checked(config: Path, served_env: dict[str, str]) -> None:
