@@ -111,11 +111,10 @@ async def test_a_resource_the_policy_denies_cannot_be_subscribed_to(session: Any
     await watched_on(client, server, "")
 
 
+@pytest.mark.parametrize("session", ["auto"], indirect=True)  # two listen streams of one 2026-07-28 client
 async def test_two_subscribers_of_one_resource_keep_the_server_subscribed_until_both_leave(session: Any) -> None:
-    client, mode, _ = session
+    client, _, _ = session
     exposed = "cellblock://old/note://1"
-    if mode != "auto":
-        pytest.skip("two listen streams of one client: a 2026-07-28 client's case")
     async with client.listen(resource_subscriptions=[exposed]):
         async with client.listen(resource_subscriptions=[exposed]):
             await watched_on(client, "old", "note://1")
@@ -150,10 +149,9 @@ async def test_an_update_of_a_resource_the_lock_now_holds_is_not_passed_on(tmp_p
         assert updates[0] == other  # the held note's update, sent first, never came
 
 
+@pytest.mark.parametrize("session", ["auto"], indirect=True)  # ttlMs and cacheScope are 2026-07-28's
 async def test_a_read_is_not_cached_past_the_gateways_decision_nor_shared(session: Any) -> None:
-    client, mode, _ = session
-    if mode != "auto":
-        pytest.skip("ttlMs and cacheScope are 2026-07-28's")
+    client, _, _ = session
     # control: the server itself lets anyone cache a note for a minute
     direct = StdioServerParameters(command=sys.executable, args=[str(NOTES)])
     async with Client(direct, mode="auto") as straight:
