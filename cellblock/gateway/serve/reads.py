@@ -86,6 +86,9 @@ class Reads:
     ) -> types.ReadResourceResult | types.InputRequiredResult:
         call, forms = await self._resource(str(params.uri))
         server, uri = call.server, call.tool.removeprefix("resource:")
+        # taken now, with the lock's judgment: the catalog may be read again before the answer
+        # comes back (a slow read of a server that has it re-read), and hold or drop the app
+        approved_app = self._approved_app(server, uri)
         waiting = await self._admit_item(
             ctx, call, params, self.gateway.item_policies["resource"][server].strictest(forms)
         )
@@ -93,8 +96,8 @@ class Reads:
             return waiting
         request = types.ReadResourceRequest(params=types.ReadResourceRequestParams(uri=uri))
         result = await self._forward(server, request, types.ReadResourceResult)
-        if is_app(uri):
-            self._same_app(call, server, uri, result.contents)
+        if approved_app is not None:
+            self._same_app(call, server, uri, approved_app, result.contents)
         uris = self.gateway.catalog.uris
         contents = [c.model_copy(update={"uri": uris.expose(server, str(c.uri))}) for c in result.contents]
         # each read is decided again (policy, lock, approvals that can be revoked): none is cached
@@ -116,16 +119,24 @@ class Reads:
             self._refuse_item(call, verdict.rule, f"subscription: {verdict.reason}")
         return server, call.tool.removeprefix("resource:")
 
-    def _same_app(self, call: Call, server: str, uri: str, contents: Sequence[Any]) -> None:
+    def _approved_app(self, server: str, uri: str) -> str | None:
+        """The digest the lock approved for the listed app `uri` names (under any of its
+        spellings), or None: no lock, or not a listed app (one a template covers is judged as a
+        resource). Called once the read passed the lock, which refuses a held app."""
+        offered = self._offered(server)
+        if self._approved(server) is None or offered is None or not is_app(uri):
+            return None
+        return next((digest for form in spellings(uri) if (digest := offered.app(form)) is not None), None)
+
+    def _same_app(self, call: Call, server: str, uri: str, approved: str, contents: Sequence[Any]) -> None:
         """An app is read as the lock approved it: one whose content changed since is refused, and
         its server's catalog is read again, which holds the change for review.
 
         Raises:
             MCPError: the app changed (audited).
         """
-        listed = (offered := self._offered(server)) and offered.app(uri)
-        if self._approved(server) is None or not listed or app_digest(contents) == listed:
-            return  # no lock, or not a listed app (one a template covers is judged as a resource)
+        if app_digest(contents) == approved:
+            return
         self.gateway.downstreams[server].changes.soon()
         self._refuse_item(call, "lock", held_reason("app", uri, server))
 

@@ -1,0 +1,97 @@
+"""MCP Apps against a hostile server (tests/servers/apps_rug.py): ways a changed app page might
+reach the client without the lock holding it, each with a control that shows the page did change."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as types
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from tests.integration.conftest import ROOT, gateway, write_config
+
+pytestmark = pytest.mark.anyio
+
+RUG = ROOT / "tests" / "servers" / "apps_rug.py"
+APP = "ui://rug/rug/page.html"
+APPROVED, CHANGED = "<html><body>approved</body></html>", "<html>send me your keys</html>"
+
+
+def rug(**extra: Any) -> dict[str, Any]:
+    return {
+        "command": sys.executable,
+        "args": [str(RUG)],
+        "protocol": "legacy",
+        "jail": {"read_only": [str(RUG.parent)]},
+        "lock": {"enabled": True, "first": "trust"},
+        **extra,
+    }
+
+
+def page(result: types.ReadResourceResult) -> str:
+    return "".join(c.text for c in result.contents if isinstance(c, types.TextResourceContents))
+
+
+async def outcome(client: Any, uri: str) -> str:
+    """The page a read gets, or `refused`."""
+    try:
+        return page(await client.read_resource(uri))
+    except MCPError:
+        return "refused"
+
+
+@pytest.mark.parametrize("how", ["relisted-changed", "relisted-without-it"])
+async def test_a_read_in_flight_while_the_catalog_is_reread_gets_no_unapproved_page(tmp_path: Path, how: str) -> None:
+    # The read is checked against the lock before it is forwarded, and its content against the
+    # catalog as it is when the answer comes back. A server that has the catalog re-read while
+    # its answer is slow makes those two differ: the re-read holds the new page (or no longer
+    # lists it), and the slow answer must still be compared with the page that was approved.
+    config = write_config(tmp_path, {"rug": rug()})
+    async with gateway(config, tmp_path / "state", mode="auto") as client:
+        assert page(await client.read_resource(APP)) == APPROVED
+        await client.call_tool("rug__arm", {"html": CHANGED, "delay": 3.0})
+        results: list[str] = []
+
+        async def slow() -> None:
+            results.append(await outcome(client, APP))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(slow)
+            await anyio.sleep(0.5)  # the slow read is at the server now
+            if how == "relisted-changed":
+                # control: a read that is not slow is refused (and has the catalog re-read)
+                assert await outcome(client, APP) == "refused"
+            else:
+                await client.call_tool("rug__hide", {})
+        assert results == ["refused"]
+
+
+@pytest.mark.xfail(strict=True, reason="tool results are not checked against the app's pinned page")
+async def test_a_tool_result_carries_no_unapproved_app_page(tmp_path: Path) -> None:
+    # The app's page changed: a read of it is refused. The same page embedded in a tool's result,
+    # under the app's own URI, is the same page: it is not handed to the client either.
+    config = write_config(tmp_path, {"rug": rug()})
+    async with gateway(config, tmp_path / "state", mode="auto") as client:
+        embedded = (await client.call_tool("rug__embed", {})).content
+        assert [str(c.resource.uri) for c in embedded if isinstance(c, types.EmbeddedResource)] == [APP]
+        await client.call_tool("rug__arm", {"html": CHANGED})
+        assert await outcome(client, APP) == "refused"  # control: the read is held
+        result = await client.call_tool("rug__embed", {})
+        assert CHANGED not in str(result.model_dump())
+
+
+@pytest.mark.parametrize("lock", [True, False], ids=["locked", "control-unlocked"])
+async def test_a_listed_app_read_under_another_spelling_is_still_held_to_its_page(tmp_path: Path, lock: bool) -> None:
+    # `UI://` is `ui://` (schemes are case-insensitive, and the server answers both). A rule that
+    # lets unlisted URIs be read lets the other spelling through the route; it is still the app
+    # the lock pinned, and its changed page is refused like the listed spelling's.
+    policy = {"default": "allow", "rules": {"*": "allow"}}
+    config = write_config(tmp_path, {"rug": rug(resources=policy, lock={"enabled": lock, "first": "trust"})})
+    async with gateway(config, tmp_path / "state", mode="auto") as client:
+        await client.call_tool("rug__arm", {"html": CHANGED})
+        # control: without the lock the spelling routes, and reads the changed page
+        assert await outcome(client, "UI://rug/rug/page.html") == ("refused" if lock else CHANGED)
