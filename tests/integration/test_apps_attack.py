@@ -13,6 +13,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from tests.integration.conftest import ROOT, gateway, write_config
+from tests.integration.test_approvals import text
 
 pytestmark = pytest.mark.anyio
 
@@ -70,18 +71,22 @@ async def test_a_read_in_flight_while_the_catalog_is_reread_gets_no_unapproved_p
         assert results == ["refused"]
 
 
-@pytest.mark.xfail(strict=True, reason="tool results are not checked against the app's pinned page")
 async def test_a_tool_result_carries_no_unapproved_app_page(tmp_path: Path) -> None:
     # The app's page changed: a read of it is refused. The same page embedded in a tool's result,
-    # under the app's own URI, is the same page: it is not handed to the client either.
+    # under the app's own URI, is the same page (a host may render it as the app): it is left out.
     config = write_config(tmp_path, {"rug": rug()})
     async with gateway(config, tmp_path / "state", mode="auto") as client:
         embedded = (await client.call_tool("rug__embed", {})).content
-        assert [str(c.resource.uri) for c in embedded if isinstance(c, types.EmbeddedResource)] == [APP]
+        # control: the approved page, embedded, goes through
+        assert [(str(c.resource.uri), getattr(c.resource, "text", None)) for c in embedded] == [(APP, APPROVED)]
         await client.call_tool("rug__arm", {"html": CHANGED})
-        assert await outcome(client, APP) == "refused"  # control: the read is held
         result = await client.call_tool("rug__embed", {})
         assert CHANGED not in str(result.model_dump())
+        assert [c.type for c in result.content] == ["text"]
+        assert "embedded app page left out" in text(result) and "cellblock approve rug" in text(result)
+        with anyio.fail_after(20):  # and the catalog was read again: the lock holds the app now
+            while APP in {str(r.uri) for r in (await client.list_resources()).resources}:  # noqa: ASYNC110
+                await anyio.sleep(0.05)
 
 
 @pytest.mark.parametrize("lock", [True, False], ids=["locked", "control-unlocked"])

@@ -45,6 +45,7 @@ from cellblock.gateway.downstream.supervisor import Downstream
 from cellblock.gateway.namespacing import UriTable
 from cellblock.gateway.scrub import Scrubbed, scrub, scrub_result
 from cellblock.gateway.serve.approvals import can_elicit, can_elicit_url
+from cellblock.gateway.serve.items import held_reason
 from cellblock.gateway.serve.pipeline import Call, Pipeline
 from cellblock.gateway.serve.shaping import exposed_result
 
@@ -117,6 +118,8 @@ class Calls:
     secrets: Callable[[], re.Pattern[str] | None]
     tasks: Callable[[], anyio.abc.TaskGroup]
     uris: Callable[[], UriTable]  # the catalog's, as it is when the call ends
+    # whether a page a tool result embeds under (server, its ui:// URI) may go to the client
+    page_passes: Callable[[str, str, dict[str, Any]], bool] = lambda server, uri, resource: True
 
 
 def _dumped(model: BaseModel) -> dict[str, Any]:
@@ -379,6 +382,7 @@ class ToolCall:
         self.ds.untrack(self)
         reply, secrets = self.reply, self.shared.secrets()
         try:
+            result = self._pages_checked(result)
             result = scrub_result(exposed_result(self.shared.uris(), self.call.server, result), secrets)
         except (Scrubbed, ValueError) as exc:  # Scrubbed is a ValueError: too deep to check for secrets
             result = scrub_result(self._failed(exc), secrets)
@@ -391,6 +395,28 @@ class ToolCall:
         elif self._question is not None:  # parked: the client's retry is answered with the end
             self._ended = result
             self._question.answer.set()  # the server's question has nobody left to answer it
+
+    def _pages_checked(self, result: dict[str, Any]) -> dict[str, Any]:
+        """`result` without an app page it embeds that is not the page the lock approved: a host
+        may render it as that app. Each one left out is said in its place, and has the server's
+        catalog read again, which holds the new page for review."""
+        content = result.get("content")
+        if not isinstance(content, list):
+            return result
+        server, kept, changed = self.call.server, [], False
+        for item in content:
+            inner = item.get("resource") if isinstance(item, dict) and item.get("type") == "resource" else None
+            uri = inner.get("uri") if isinstance(inner, dict) else None
+            if isinstance(uri, str) and not self.shared.page_passes(server, uri, inner):  # type: ignore[arg-type]
+                changed = True
+                why = held_reason("app", uri, server)
+                kept.append({"type": "text", "text": f"[cellblock: an embedded app page left out: {why}]"})
+            else:
+                kept.append(item)
+        if not changed:
+            return result
+        self.ds.changes.soon()
+        return {**result, "content": kept}
 
     def _shaped(self, reply: Reply | None, result: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """The result as `reply` answers with it, and the result; one that does not validate is

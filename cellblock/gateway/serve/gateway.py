@@ -177,7 +177,14 @@ class Gateway:
         )
         self.bus = InMemorySubscriptionBus()
         self.parked = ParkedCalls()
-        self.calls = Calls(self.pipeline, self.parked, self.secrets, lambda: self.tasks, lambda: self.catalog.uris)
+        self.calls = Calls(
+            self.pipeline,
+            self.parked,
+            self.secrets,
+            lambda: self.tasks,
+            lambda: self.catalog.uris,
+            lambda server, uri, resource: self.reads.page_passes(server, uri, resource),
+        )
         # the clients' connections, for notifications sent outside any request
         self.listeners = Listeners()
         self.log_level: str | None = None

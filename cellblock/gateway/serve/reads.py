@@ -128,6 +128,21 @@ class Reads:
             return None
         return next((digest for form in spellings(uri) if (digest := offered.app(form)) is not None), None)
 
+    def page_passes(self, server: str, uri: str, resource: dict[str, Any]) -> bool:
+        """Whether a page a tool result of `server` embeds under `uri` may go to the client: one
+        that is not a listed app's may (it is not pinned, like an app a template covers); a listed
+        app's only as the lock approved it, whole (a page read in several parts is read, not embedded)."""
+        approved = self._approved_app(server, uri)
+        if approved is None:
+            return True
+        if self.holds(server, uri):
+            return False
+        try:
+            page = types.EmbeddedResource.model_validate({"type": "resource", "resource": resource}).resource
+        except ValueError:
+            return False
+        return app_digest([page]) == approved
+
     def _same_app(self, call: Call, server: str, uri: str, approved: str, contents: Sequence[Any]) -> None:
         """An app is read as the lock approved it: one whose content changed since is refused, and
         its server's catalog is read again, which holds the change for review.
