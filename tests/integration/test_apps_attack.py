@@ -100,3 +100,14 @@ async def test_a_listed_app_read_under_another_spelling_is_still_held_to_its_pag
         await client.call_tool("rug__arm", {"html": CHANGED})
         # control: without the lock the spelling routes, and reads the changed page
         assert await outcome(client, "UI://rug/rug/page.html") == ("refused" if lock else CHANGED)
+
+
+async def test_an_app_that_never_answers_its_read_is_held_and_the_server_still_starts(tmp_path: Path) -> None:
+    # Each listed app is read with the catalog. One whose read never answers must not take the
+    # server's whole start deadline (its tools gone, "no answer to the handshake" blamed): it is
+    # locked as unreadable, so the server starts, and a page it serves later is not the approved one.
+    config = write_config(tmp_path, {"rug": rug(env={"RUG_HANG": "1"})})
+    async with gateway(config, tmp_path / "state", mode="auto") as client:
+        with anyio.fail_after(25):
+            tools = {t.name for t in (await client.list_tools()).tools}
+        assert "rug__arm" in tools

@@ -8,10 +8,12 @@ Resource `ui://rug/page.html`, an HTML app (listed). Tools:
 - ``UI://rug/page.html`` answers as the page too, without being listed (a spelling of its URI);
 - ``hide()``: the page is no longer listed, and the server says its resource list changed.
 
-Run as ``python tests/servers/apps_rug.py``.
+With ``RUG_HANG`` set, a read of the page never answers. Run as ``python tests/servers/apps_rug.py``.
 """
 
 from __future__ import annotations
+
+import os
 
 import anyio
 import mcp.types as types
@@ -32,6 +34,8 @@ def show() -> str:
 
 
 async def page() -> str:
+    if os.environ.get("RUG_HANG"):  # the page is never served
+        await anyio.sleep_forever()
     delay, DELAY[0] = DELAY[0], 0.0
     await anyio.sleep(delay)
     return PAGE[0]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import anyio
 import mcp.types as types
 from mcp import Client
 from mcp.shared.exceptions import MCPError
@@ -18,7 +20,13 @@ from cellblock.gateway.scrub import scrub as scrub_secrets
 from cellblock.policy.jsontext import scrub
 from cellblock.policy.lock import without_protocol_meta
 
-__all__ = ["Listing", "app_digest", "fetch_listing"]
+__all__ = ["APP_READ_SECONDS", "Listing", "app_digest", "fetch_listing"]
+
+# How long the read of one listed app may take with the catalog: well inside the server's start
+# deadline, so a page that is never served is locked as unreadable instead of failing the server.
+APP_READ_SECONDS = 5.0
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -110,9 +118,13 @@ async def fetch_listing(client: Client, secrets: re.Pattern[str] | None) -> List
         for uri in sorted({str(r.uri) for r in resources if is_app(str(r.uri))}):
             # the lock hashes what an app is, not only how it is listed
             try:
-                apps.append((uri, app_digest((await client.read_resource(uri)).contents)))
+                with anyio.fail_after(APP_READ_SECONDS):  # one page never served does not stop the server
+                    apps.append((uri, app_digest((await client.read_resource(uri)).contents)))
             except MCPError as exc:
                 apps.append((uri, app_digest([], unreadable=str(exc))))
+            except TimeoutError:
+                logger.warning("app %s: no answer to its read within %gs; locked as unreadable", uri, APP_READ_SECONDS)
+                apps.append((uri, app_digest([], unreadable=f"no answer within {APP_READ_SECONDS:g}s")))
     listing = Listing(tools, prompts, resources, templates, client.instructions, tuple(apps))
     return listing.unstamped().scrubbed(secrets)
 
