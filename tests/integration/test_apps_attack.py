@@ -14,6 +14,7 @@ from mcp.shared.exceptions import MCPError
 
 from tests.integration.conftest import ROOT, gateway, write_config
 from tests.integration.test_approvals import text
+from tests.integration.test_policy_lock import cli
 
 pytestmark = pytest.mark.anyio
 
@@ -111,3 +112,22 @@ async def test_an_app_that_never_answers_its_read_is_held_and_the_server_still_s
         with anyio.fail_after(25):
             tools = {t.name for t in (await client.list_tools()).tools}
         assert "rug__arm" in tools
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="an app:<uri> lock item is only its digest: `cellblock diff` shows two hashes, never the page "
+    "that `cellblock approve` would let the client render",
+)
+async def test_the_diff_of_a_changed_app_shows_the_page_to_be_approved(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"rug": rug()})
+    state = tmp_path / "state"
+    async with gateway(config, state, mode="auto") as client:
+        await client.call_tool("rug__arm", {"html": CHANGED})
+        assert await outcome(client, APP) == "refused"
+        with anyio.fail_after(20):  # the refused read had the catalog read again: the app is held
+            while APP in {str(r.uri) for r in (await client.list_resources()).resources}:  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+    diff = cli(config, state, "diff", "rug")
+    assert diff.returncode == 1 and "app:ui://rug/page.html" in diff.stdout  # control: it is held
+    assert "send me your keys" in diff.stdout  # what the approval would let through
