@@ -114,11 +114,6 @@ async def test_an_app_that_never_answers_its_read_is_held_and_the_server_still_s
         assert "rug__arm" in tools
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an app:<uri> lock item is only its digest: `cellblock diff` shows two hashes, never the page "
-    "that `cellblock approve` would let the client render",
-)
 async def test_the_diff_of_a_changed_app_shows_the_page_to_be_approved(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"rug": rug()})
     state = tmp_path / "state"

@@ -20,7 +20,7 @@ from cellblock.gateway.scrub import scrub as scrub_secrets
 from cellblock.policy.jsontext import scrub
 from cellblock.policy.lock import without_protocol_meta
 
-__all__ = ["APP_READ_SECONDS", "Listing", "app_digest", "fetch_listing"]
+__all__ = ["APP_READ_SECONDS", "Listing", "app_digest", "app_entry", "fetch_listing"]
 
 # How long the read of one listed app may take with the catalog: well inside the server's start
 # deadline, so a page that is never served is locked as unreadable instead of failing the server.
@@ -38,7 +38,8 @@ class Listing:
     resources: tuple[types.Resource, ...] = ()
     templates: tuple[types.ResourceTemplate, ...] = ()
     instructions: str | None = None
-    apps: tuple[tuple[str, str], ...] = ()  # (ui:// URI, `app_digest` of its content) of each listed app
+    # (ui:// URI, `app_digest` of its content, its page as `cellblock diff` shows it) of each listed app
+    apps: tuple[tuple[str, str, str], ...] = ()
 
     def dump(self) -> dict[str, Any]:
         def each(items: tuple[Any, ...]) -> list[Any]:
@@ -50,12 +51,12 @@ class Listing:
             "resources": each(self.resources),
             "templates": each(self.templates),
             "instructions": self.instructions,
-            "apps": [{"uri": uri, "sha256": digest} for uri, digest in self.apps],
+            "apps": [{"uri": uri, "sha256": digest, "text": page} for uri, digest, page in self.apps],
         }
 
     def app(self, uri: str) -> str | None:
         """The digest of the app at `uri` as listed, or None when it is not one of its apps."""
-        return next((digest for listed, digest in self.apps if listed == uri), None)
+        return next((digest for listed, digest, _ in self.apps if listed == uri), None)
 
     @classmethod
     def load(cls, data: dict[str, Any]) -> Listing:
@@ -68,7 +69,7 @@ class Listing:
             resources=tuple(types.Resource.model_validate(r) for r in data.get("resources", [])),
             templates=tuple(types.ResourceTemplate.model_validate(t) for t in data.get("templates", [])),
             instructions=data.get("instructions"),
-            apps=tuple((str(a["uri"]), str(a["sha256"])) for a in data.get("apps", [])),
+            apps=tuple((str(a["uri"]), str(a["sha256"]), str(a.get("text", ""))) for a in data.get("apps", [])),
         ).unstamped()
 
     def scrubbed(self, secrets: re.Pattern[str] | None) -> Listing:
@@ -111,7 +112,7 @@ async def fetch_listing(client: Client, secrets: re.Pattern[str] | None) -> List
     prompts = await pages(lambda c: client.list_prompts(cursor=c), "prompts") if caps.prompts else ()
     resources: tuple[types.Resource, ...] = ()
     templates: tuple[types.ResourceTemplate, ...] = ()
-    apps: list[tuple[str, str]] = []
+    apps: list[tuple[str, str, str]] = []
     if caps.resources:
         resources = await pages(lambda c: client.list_resources(cursor=c), "resources")
         templates = await pages(lambda c: client.list_resource_templates(cursor=c), "resource_templates")
@@ -119,14 +120,22 @@ async def fetch_listing(client: Client, secrets: re.Pattern[str] | None) -> List
             # the lock hashes what an app is, not only how it is listed
             try:
                 with anyio.fail_after(APP_READ_SECONDS):  # one page never served does not stop the server
-                    apps.append((uri, app_digest((await client.read_resource(uri)).contents)))
+                    apps.append(app_entry(uri, (await client.read_resource(uri)).contents))
             except MCPError as exc:
-                apps.append((uri, app_digest([], unreadable=str(exc))))
+                apps.append(app_entry(uri, unreadable=str(exc)))
             except TimeoutError:
                 logger.warning("app %s: no answer to its read within %gs; locked as unreadable", uri, APP_READ_SECONDS)
-                apps.append((uri, app_digest([], unreadable=f"no answer within {APP_READ_SECONDS:g}s")))
+                apps.append(app_entry(uri, unreadable=f"no answer within {APP_READ_SECONDS:g}s"))
     listing = Listing(tools, prompts, resources, templates, client.instructions, tuple(apps))
     return listing.unstamped().scrubbed(secrets)
+
+
+def app_entry(uri: str, contents: Sequence[Any] = (), unreadable: str | None = None) -> tuple[str, str, str]:
+    """An app as the lock keeps it: its URI, `app_digest`, and its page as text, so that
+    `cellblock diff` shows what an approval would let the client render."""
+    shown = [getattr(c, "text", None) or f"({c.mime_type or 'binary'} content, not shown)" for c in contents]
+    page = f"(not readable: {unreadable})" if unreadable is not None else "\n".join(shown)
+    return uri, app_digest(contents, unreadable), page
 
 
 def app_digest(contents: Sequence[Any], unreadable: str | None = None) -> str:

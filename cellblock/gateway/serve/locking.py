@@ -69,7 +69,7 @@ def filter_listing(listing: Listing, approved: frozenset[str] | None) -> Listing
         ),
         templates=tuple(t for t in listing.templates if f"template:{t.uri_template}" in approved),
         instructions=listing.instructions if "instructions" in approved else None,
-        apps=tuple((uri, digest) for uri, digest in listing.apps if f"app:{uri}" in approved),
+        apps=tuple(app for app in listing.apps if f"app:{app[0]}" in approved),
     )
 
 
