@@ -27,7 +27,10 @@ def test_binds_parse_and_know_whether_they_are_loopback(text: str, bind: Bind, l
     assert parse_bind(text) == bind and bind.loopback is loopback
 
 
-@pytest.mark.parametrize("text", ["", "host:80", "127.0.0.1:", "127.0.0.1:65536", "1:2:3", "[::1]", "-1"])
+@pytest.mark.parametrize(
+    "text",
+    ["", "host:80", "127.0.0.1:", "127.0.0.1:65536", "1:2:3", "[::1]", "-1", "127.0.0.1:\u0668\u0660", "\uff18\uff10"],
+)
 def test_a_bind_not_of_the_form_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="--http"):
         parse_bind(text)
@@ -90,6 +93,14 @@ async def test_on_loopback_only_loopback_names_with_the_port_pass() -> None:
         "http://[::1]@evil.example",
     ):
         assert await ask(guard, {"Host": "localhost:4567", "Origin": origin}) == 403, origin
+
+
+async def test_on_another_loopback_address_its_own_name_passes_too() -> None:
+    guard = Guard(passed, Bind("127.0.0.2", 0), 4567, None)
+    assert await ask(guard, {"Host": "127.0.0.2:4567"}) == 200
+    assert await ask(guard, {"Host": "127.0.0.3:4567"}) == 421  # another loopback address is not its own
+    six = Guard(passed, Bind("::1", 0), 4567, None)
+    assert await ask(six, {"Host": "[::1]:4567"}) == 200 and await ask(six, {"Host": "::1:4567"}) == 421
 
 
 async def test_a_websocket_is_closed_before_any_check_could_be_skipped() -> None:

@@ -88,7 +88,8 @@ def parse_bind(text: str) -> Bind:
         host, port = "127.0.0.1", text
     elif host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
+    # isdigit alone takes any script's digits
+    if not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         raise ValueError(f"--http {text!r}: expected [HOST:]PORT with PORT 0-65535, such as 127.0.0.1:8080")
     if host != "localhost":
         try:
@@ -116,8 +117,10 @@ class Guard:
     def __init__(self, app: ASGIApp, bind: Bind, port: int, token: str | None) -> None:
         self.app = app
         self.loopback = bind.loopback
-        names = _LOOPBACK_NAMES if bind.loopback else ()
-        self.hosts = frozenset({f"{name}:{port}" for name in names} | ({*names} if port == 80 else set()))
+        # the address it listens on (127.0.0.2, say) is a name clients use as well
+        own = f"[{bind.host}]" if ":" in bind.host else bind.host
+        names = {*_LOOPBACK_NAMES, own} if bind.loopback else set()
+        self.hosts = frozenset({f"{name}:{port}" for name in names} | (names if port == 80 else set()))
         self._expected = f"Bearer {token}".encode() if token is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
