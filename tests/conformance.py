@@ -1,4 +1,4 @@
-"""The official MCP conformance suite's server scenarios, run directly and through Cellblock.
+"""The official MCP conformance suite's scenarios: servers directly and through Cellblock, clients too.
 
 Run as ``python -m tests.conformance [--write]`` from the repository root (it needs the suite,
 `@modelcontextprotocol/conformance` from ``./dev peers``, bubblewrap, and dbus-daemon with
@@ -8,8 +8,15 @@ gnome-keyring for the gateway's private keyring). Every server scenario of the s
 - against ``cellblock serve --http`` with that server as a local server on stdio in its jail
   (``prefix: false``, a policy that allows everything, no lock, ``sampling: allow``),
 
-and the checks each passed are printed as a markdown table. ``--write`` puts the table into
-docs/protocol.md between ``<!-- conformance:begin -->`` and ``<!-- conformance:end -->``.
+and the checks each passed are printed as a markdown table. Every client scenario is run
+
+- with the SDK's own client, and
+- with Cellblock as the client (``auth login``, then ``serve`` on stdio driven by the SDK's client),
+
+both by tests/conformance_client.py, into a second table. ``--write`` puts the tables into
+docs/protocol.md between ``<!-- conformance:begin -->`` and ``<!-- conformance:end -->``, and between
+``<!-- conformance-client:begin -->`` and ``<!-- conformance-client:end -->``; ``--only server|client``
+runs one half.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +46,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "tests" / "servers" / "conformance.py"
 DOC = ROOT / "docs" / "protocol.md"
 BEGIN, END = "<!-- conformance:begin -->", "<!-- conformance:end -->"
+CLIENT_MARKERS = ("<!-- conformance-client:begin -->", "<!-- conformance-client:end -->")
 SCENARIO_TIMEOUT = 60.0
+# How long the suite lets a client command run: Cellblock as the client is three Python start-ups.
+CLIENT_TIMEOUT = 60.0
 # A results directory is `server-<scenario>-<ISO timestamp>`.
 RESULT_DIR = re.compile(r"^server-(?P<scenario>.+)-\d{4}-\d\d-\d\dT")
 
@@ -66,13 +76,22 @@ class Outcome:
 
 def server_scenarios() -> list[str]:
     """The suite's server scenarios, in the order `conformance list` gives them."""
+    return _scenarios("Server scenarios")
+
+
+def client_scenarios() -> list[str]:
+    """The suite's client scenarios, in the order `conformance list` gives them."""
+    return _scenarios("Client scenarios")
+
+
+def _scenarios(kind: str) -> list[str]:
     listing = subprocess.run([*peers.conformance(), "list"], capture_output=True, text=True, check=True).stdout
     names: list[str] = []
     section = ""
     for line in listing.splitlines():
         if line.strip().endswith(":"):
             section = line.strip()
-        elif section.startswith("Server scenarios") and line.strip().startswith("- "):
+        elif section.startswith(kind) and line.strip().startswith("- "):
             names.append(line.strip()[2:].split()[0])
     return names
 
@@ -89,15 +108,36 @@ def _outcome(checks: list[dict[str, Any]]) -> Outcome:
 
 def run_scenario(url: str, scenario: str) -> Outcome:
     """One scenario against `url`, read from the JSON results the suite saves."""
+    command = ["server", "--url", url, "--scenario", scenario]
+    return _run(command, {}, SCENARIO_TIMEOUT, lambda path: bool(RESULT_DIR.match(path.parent.name)))
+
+
+def run_client_scenario(via: str, scenario: str, env: Mapping[str, str]) -> Outcome:
+    """One client scenario with tests/conformance_client.py VIA (`direct` or `cellblock`) as the client.
+
+    `env` is added to the client's environment (for `cellblock`, that of a gateway: see gateway_env).
+    """
+    command = f"{sys.executable} -m tests.conformance_client {via}"
+    timeout = f"{CLIENT_TIMEOUT * 1000:.0f}"
+    args = ["client", "--command", command, "--scenario", scenario, "--timeout", timeout]
+    return _run(args, env, SCENARIO_TIMEOUT + CLIENT_TIMEOUT, None)
+
+
+def _run(args: list[str], env: Mapping[str, str], seconds: float, wanted: Callable[[Path], bool] | None) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="cb-conformance-") as out:
-        command = [*peers.conformance(), "server", "--url", url, "--scenario", scenario, "-o", out]
+        command = [*peers.conformance(), *args, "-o", out]
         try:
             done = subprocess.run(
-                command, capture_output=True, text=True, timeout=SCENARIO_TIMEOUT, env=peers.peer_env()
+                command,
+                capture_output=True,
+                text=True,
+                timeout=seconds,
+                env={**peers.peer_env(), **env},
+                cwd=ROOT,
             )
         except subprocess.TimeoutExpired:
-            return Outcome(failed=1, errors=(f"no result within {SCENARIO_TIMEOUT:.0f} s",))
-        found = [path for path in Path(out).glob("*/checks.json") if RESULT_DIR.match(path.parent.name)]
+            return Outcome(failed=1, errors=(f"no result within {seconds:.0f} s",))
+        found = [path for path in Path(out).glob("**/checks.json") if wanted is None or wanted(path)]
         if not found:
             tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
             return Outcome(failed=1, errors=(f"no results saved (exit {done.returncode}): {' / '.join(tail)}",))
@@ -194,8 +234,25 @@ def compare(scenarios: list[str] | None = None) -> tuple[dict[str, Outcome], dic
     return straight, gated
 
 
-def table(straight: Mapping[str, Outcome], gated: Mapping[str, Outcome]) -> str:
-    lines = ["| scenario | direct | through Cellblock |", "| --- | --- | --- |"]
+def run_clients(via: str, scenarios: list[str], env: Mapping[str, str]) -> dict[str, Outcome]:
+    return {scenario: run_client_scenario(via, scenario, env) for scenario in scenarios}
+
+
+def compare_clients(scenarios: list[str] | None = None) -> tuple[dict[str, Outcome], dict[str, Outcome]]:
+    """Every client scenario with the SDK's client, then with Cellblock as the client (a private keyring)."""
+    scenarios = scenarios or client_scenarios()
+    straight = run_clients("direct", scenarios, {})
+    with gateway_env() as env:
+        gated = run_clients("cellblock", scenarios, env)
+    return straight, gated
+
+
+def table(
+    straight: Mapping[str, Outcome],
+    gated: Mapping[str, Outcome],
+    heads: tuple[str, str] = ("direct", "through Cellblock"),
+) -> str:
+    lines = [f"| scenario | {heads[0]} | {heads[1]} |", "| --- | --- | --- |"]
     for scenario, outcome in straight.items():
         through = gated[scenario]
         mark = "" if through.ok == outcome.ok else " ✗"
@@ -208,28 +265,37 @@ def table(straight: Mapping[str, Outcome], gated: Mapping[str, Outcome]) -> str:
     return "\n".join(lines)
 
 
-def write_doc(text: str, doc: Path = DOC) -> None:
+def write_doc(text: str, doc: Path = DOC, markers: tuple[str, str] = (BEGIN, END)) -> None:
     """Replace what stands between the markers in `doc` with `text`."""
     content = doc.read_text()
-    start, end = content.index(BEGIN) + len(BEGIN), content.index(END)
+    start, end = content.index(markers[0]) + len(markers[0]), content.index(markers[1])
     doc.write_text(f"{content[:start]}\n{text}\n{content[end:]}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help=f"put the table into {DOC.relative_to(ROOT)}")
-    parser.add_argument("scenario", nargs="*", help="only these scenarios (default: every server scenario)")
+    parser.add_argument("--write", action="store_true", help=f"put the tables into {DOC.relative_to(ROOT)}")
+    parser.add_argument("--only", choices=("server", "client"), help="run only the server or the client scenarios")
+    parser.add_argument("scenario", nargs="*", help="only these scenarios (default: every scenario)")
     args = parser.parse_args()
     os.chdir(ROOT)
     os.environ.pop("PYTHON_KEYRING_BACKEND", None)  # the gateway must find the private Secret Service
-    straight, gated = compare(args.scenario or None)
-    text = table(straight, gated)
-    print(text)
-    for scenario, outcome in gated.items():
-        for error in outcome.errors:
-            print(f"through Cellblock, {scenario}: {error}", file=sys.stderr)
-    if args.write:
-        write_doc(text)
+    halves = [
+        ("server", server_scenarios(), compare, ("direct", "through Cellblock"), (BEGIN, END)),
+        ("client", client_scenarios(), compare_clients, ("SDK client", "Cellblock as the client"), CLIENT_MARKERS),
+    ]
+    for kind, known, run, heads, markers in halves:
+        chosen = [name for name in args.scenario if name in known] if args.scenario else known
+        if (args.only and args.only != kind) or not chosen:
+            continue
+        straight, gated = run(chosen)
+        text = table(straight, gated, heads)
+        print(text)
+        for scenario, outcome in gated.items():
+            for error in outcome.errors:
+                print(f"{heads[1]}, {scenario}: {error}", file=sys.stderr)
+        if args.write:
+            write_doc(text, markers=markers)
 
 
 if __name__ == "__main__":

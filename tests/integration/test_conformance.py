@@ -1,8 +1,11 @@
 """The official MCP conformance suite (`@modelcontextprotocol/conformance`): every server scenario that
-passes against tests/servers/conformance.py directly passes through `cellblock serve --http` too.
+passes against tests/servers/conformance.py directly passes through `cellblock serve --http` too, and
+every client scenario that the SDK's own client passes, Cellblock as the client passes too.
 
-The same run as ``python -m tests.conformance`` (which writes the table in docs/protocol.md): the server
-once over its own Streamable HTTP, once as a local server of the gateway (stdio, in its jail, no prefix).
+The same runs as ``python -m tests.conformance`` (which writes the tables in docs/protocol.md): the server
+once over its own Streamable HTTP, once as a local server of the gateway (stdio, in its jail, no prefix);
+the client scenarios once with the SDK's client, once with `cellblock auth login` and `cellblock serve`
+(tests/conformance_client.py).
 """
 
 from __future__ import annotations
@@ -12,7 +15,15 @@ from pathlib import Path
 import pytest
 
 from tests import peers
-from tests.conformance import Outcome, direct, gateway_config, run_all, server_scenarios
+from tests.conformance import (
+    Outcome,
+    client_scenarios,
+    direct,
+    gateway_config,
+    run_all,
+    run_clients,
+    server_scenarios,
+)
 from tests.integration.test_http import serving
 
 pytestmark = pytest.mark.peers
@@ -20,6 +31,24 @@ pytestmark = pytest.mark.peers
 # Scenarios that pass directly and not through the gateway, each with its reason; docs/protocol.md
 # ("The conformance suite") gives the same list. None today.
 DIFFERENCES: dict[str, str] = {}
+
+# Client scenarios the SDK's own client (tests/conformance_client.py direct) does not pass, with why.
+SDK_CLIENT_FAILS = {
+    "auth/2025-03-26-oauth-metadata-backcompat": "the metadata at the server's root names the issuer "
+    "ROOT/oauth; the SDK checks the issuer against where it fetched it (RFC 8414 section 3.3) and stops",
+    "auth/cross-app-access-complete-flow": "the direct client does not do the IdP token exchange (RFC 8693) "
+    "that gets the ID-JAG the SDK's IdentityAssertionOAuthProvider needs",
+}
+# Client scenarios the SDK's client passes and Cellblock as the client does not, each with its reason;
+# docs/protocol.md ("Cellblock as the client") gives the same list.
+_NO_CLIENT_CREDENTIALS = (
+    "Cellblock's OAuth is a person's login (authorization code with PKCE); it has no client_credentials "
+    "grant (the SEP-1046 extension), so it registers and logs in instead"
+)
+CLIENT_DIFFERENCES = {
+    "auth/client-credentials-basic": _NO_CLIENT_CREDENTIALS,
+    "auth/client-credentials-jwt": _NO_CLIENT_CREDENTIALS,
+}
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +91,39 @@ def test_each_listed_difference_still_differs(outcomes: tuple[dict[str, Outcome]
 def test_warnings_are_the_same_through_cellblock(outcomes: tuple[dict[str, Outcome], ...]) -> None:
     straight, gated = outcomes
     assert {name: o.warnings for name, o in gated.items()} == {name: o.warnings for name, o in straight.items()}
+
+
+@pytest.fixture(scope="module")
+def client_outcomes(served_env: dict[str, str]) -> tuple[dict[str, Outcome], ...]:
+    peers.conformance()
+    scenarios = client_scenarios()
+    return run_clients("direct", scenarios, {}), run_clients("cellblock", scenarios, served_env)
+
+
+@pytest.mark.slow
+def test_the_sdk_client_passes_the_client_scenarios(client_outcomes: tuple[dict[str, Outcome], ...]) -> None:
+    straight, _ = client_outcomes
+    failing = {name: outcome.errors for name, outcome in straight.items() if not outcome.ok}
+    assert set(failing) == set(SDK_CLIENT_FAILS), failing
+    assert len(straight) >= 20
+
+
+@pytest.mark.slow
+def test_what_the_sdk_client_passes_cellblock_as_the_client_passes(
+    client_outcomes: tuple[dict[str, Outcome], ...],
+) -> None:
+    straight, gated = client_outcomes
+    lost = {
+        name: gated[name].errors
+        for name, outcome in straight.items()
+        if outcome.ok and name not in CLIENT_DIFFERENCES and not gated[name].ok
+    }
+    assert lost == {}
+
+
+@pytest.mark.slow
+def test_each_listed_client_difference_still_differs(client_outcomes: tuple[dict[str, Outcome], ...]) -> None:
+    """A difference the gateway has fixed is taken off the list (and off docs/protocol.md)."""
+    straight, gated = client_outcomes
+    fixed = [name for name in CLIENT_DIFFERENCES if straight[name].ok and gated[name].ok]
+    assert fixed == []
