@@ -6,7 +6,8 @@ credentials in MCP_CONFORMANCE_CONTEXT (JSON). Either way the client lists the t
 
 - ``direct``: the SDK's own ``mcp.Client`` over Streamable HTTP, with the SDK's OAuth provider
   where the scenario has an authorization server (the person at the browser is an HTTP GET: the
-  suite's authorization endpoint approves at once and redirects to the redirect URI).
+  suite's authorization endpoint approves at once and redirects to the redirect URI), or the SDK's
+  providers of the authorization extensions (client credentials, enterprise-managed) for theirs.
 - ``cellblock``: Cellblock as the client. It writes a cellblock.yaml with the URL as a remote
   server, stores a pre-registered client's secret with ``cellblock auth set NAME --client-secret``,
   logs in with ``cellblock auth login NAME`` (BROWSER is tests/servers/browser.py, which follows the
@@ -28,6 +29,7 @@ import tempfile
 import urllib.request
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import anyio
 import httpx2
@@ -40,6 +42,7 @@ from mcp.client.auth.extensions.client_credentials import (
     PrivateKeyJWTOAuthProvider,
     SignedJWTParameters,
 )
+from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata
 from pydantic import AnyUrl
@@ -82,7 +85,42 @@ async def exercise(client: Client) -> None:
         print(f"{tool.name}: {'error' if result.is_error else 'ok'}", file=sys.stderr)
 
 
-def _sdk_provider(url: str, scenario: str, context: dict[str, Any]) -> httpx2.Auth:
+async def _enterprise(url: str, context: dict[str, Any]) -> httpx2.Auth:
+    """SEP-990: the ID token from the IdP is exchanged there for an ID-JAG (RFC 8693), which the SDK's
+    provider hands the MCP server's authorization server (named by its protected resource metadata)."""
+    origin = "{0.scheme}://{0.netloc}".format(urlparse(url))
+    async with httpx2.AsyncClient() as http:
+        described = await http.get(f"{origin}/.well-known/oauth-protected-resource{urlparse(url).path}")
+    issuer = described.json()["authorization_servers"][0]
+
+    async def id_jag(audience: str, resource: str) -> str:
+        exchange = {
+            "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
+            "subject_token": context["idp_id_token"],
+            "subject_token_type": "urn:ietf:params:oauth:token-type:id_token",
+            "requested_token_type": "urn:ietf:params:oauth:token-type:id-jag",
+            "audience": audience,
+            "resource": resource,
+            "client_id": context["idp_client_id"],
+        }
+        async with httpx2.AsyncClient() as http:
+            answer = await http.post(context["idp_token_endpoint"], data=exchange)
+        return str(answer.json()["access_token"])
+
+    return IdentityAssertionOAuthProvider(
+        url,
+        MemoryStorage(),
+        context["client_id"],
+        context["client_secret"],
+        issuer,
+        id_jag,
+        token_endpoint_auth_method="client_secret_basic",
+    )
+
+
+async def _sdk_provider(url: str, scenario: str, context: dict[str, Any]) -> httpx2.Auth:
+    if scenario == "auth/cross-app-access-complete-flow":
+        return await _enterprise(url, context)
     if scenario == "auth/client-credentials-basic":
         return ClientCredentialsOAuthProvider(url, MemoryStorage(), context["client_id"], context["client_secret"])
     if scenario == "auth/client-credentials-jwt":
@@ -111,7 +149,7 @@ def _sdk_provider(url: str, scenario: str, context: dict[str, Any]) -> httpx2.Au
 
 
 async def direct(url: str, scenario: str, context: dict[str, Any]) -> None:
-    auth = _sdk_provider(url, scenario, context) if scenario.startswith("auth/") else None
+    auth = await _sdk_provider(url, scenario, context) if scenario.startswith("auth/") else None
     async with (
         httpx2.AsyncClient(auth=auth, timeout=30) as http,
         Client(streamable_http_client(url, http_client=http), elicitation_callback=person) as client,

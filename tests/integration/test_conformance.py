@@ -36,8 +36,6 @@ DIFFERENCES: dict[str, str] = {}
 SDK_CLIENT_FAILS = {
     "auth/2025-03-26-oauth-metadata-backcompat": "the metadata at the server's root names the issuer "
     "ROOT/oauth; the SDK checks the issuer against where it fetched it (RFC 8414 section 3.3) and stops",
-    "auth/cross-app-access-complete-flow": "the direct client does not do the IdP token exchange (RFC 8693) "
-    "that gets the ID-JAG the SDK's IdentityAssertionOAuthProvider needs",
 }
 # Client scenarios the SDK's client passes and Cellblock as the client does not, each with its reason;
 # docs/protocol.md ("Cellblock as the client") gives the same list.
@@ -48,6 +46,9 @@ _NO_CLIENT_CREDENTIALS = (
 CLIENT_DIFFERENCES = {
     "auth/client-credentials-basic": _NO_CLIENT_CREDENTIALS,
     "auth/client-credentials-jwt": _NO_CLIENT_CREDENTIALS,
+    "auth/cross-app-access-complete-flow": "enterprise-managed authorization (SEP-990) trades an IdP's ID "
+    "token for an ID-JAG, then that for a token with a client secret: no person logs in, and Cellblock has "
+    "no such mode",
 }
 
 
