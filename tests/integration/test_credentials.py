@@ -234,6 +234,7 @@ async def test_a_pre_registered_client_logs_in_with_its_secret_from_the_keyring(
         # control: without its secret the client is refused at the token endpoint
         refused = cli(browser, "auth", "login", "cloud", "--config", str(config))
         assert refused.returncode == 1, refused.stderr
+        assert "Traceback" not in refused.stderr  # the failure is said once, in a line, not as the SDK logs it
         stored = cli(env, "auth", "set", "cloud", "--client-secret", "--config", str(config), stdin=secret + "\n")
         assert stored.returncode == 0, stored.stderr
         listed = cli(env, "auth", "list", "--config", str(config))

@@ -18,7 +18,7 @@ from typing import IO
 import anyio
 
 from cellblock.gateway.cli.gateways import ask_all, pid_of
-from cellblock.gateway.cli.options import load
+from cellblock.gateway.cli.options import load, quiet_oauth_logs
 from cellblock.gateway.config.model import Config, ConfigError, RemoteServer
 from cellblock.gateway.credentials import (
     HTTP_TOKEN_ENTRY,
@@ -176,6 +176,7 @@ def auth_login(config: Config, name: str, notify: Callable[[str], None], open_br
     if not isinstance(server, RemoteServer) or server.auth.type != "oauth":
         raise ConfigError(f"server '{name}' does not use OAuth (auth: {{type: oauth}}); nothing to log in to")
     store = Keyring(config.credentials.allow_insecure)
+    quiet_oauth_logs()
 
     async def show(url: str) -> None:
         _say(f"to log in to '{name}', open this URL in a browser (waiting {LOGIN_SECONDS / 60:g} minutes):")

@@ -1,4 +1,5 @@
-"""What the commands share: the exit codes, the one `--config` option, and loading the config it names.
+"""What the commands share: the exit codes, the one `--config` option, loading the config it names,
+and the SDK's OAuth logs kept out of their output.
 
 Light on purpose: `cellblock serve` imports this before the SDK or pydantic (the config model is
 imported when a config is loaded).
@@ -7,6 +8,7 @@ imported when a config is loaded).
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,7 +16,16 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from cellblock.gateway.config.model import Config
 
-__all__ = ["CONFIG_HELP", "EXIT_FINDING", "EXIT_OK", "EXIT_USAGE", "add_config", "load", "optional_config"]
+__all__ = [
+    "CONFIG_HELP",
+    "EXIT_FINDING",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "add_config",
+    "load",
+    "optional_config",
+    "quiet_oauth_logs",
+]
 
 EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
 CONFIG_HELP = "config file (default: $CELLBLOCK_CONFIG or the user config dir)"
@@ -58,3 +69,8 @@ def optional_config(config_path: str | None, say: bool = True) -> Config | None:
         if say:
             print(f"cellblock: no usable config ({str(exc).splitlines()[0]}); going on without one", file=sys.stderr)
         return None
+
+
+def quiet_oauth_logs() -> None:
+    """The SDK logs each OAuth flow failure with a traceback; a command reports it in one line."""
+    logging.getLogger("mcp.client.auth").setLevel(logging.CRITICAL)

@@ -10,7 +10,7 @@ import logging
 import sys
 import warnings
 
-from cellblock.gateway.cli.options import EXIT_OK
+from cellblock.gateway.cli.options import EXIT_OK, quiet_oauth_logs
 from cellblock.gateway.state import config_file, runtime_dir, state_dir
 from cellblock.gateway.wire.early import Early
 
@@ -42,8 +42,7 @@ def serve(config_path: str | None, verbose: bool, http: str | None = None) -> in
     # quiet even with -v: these handle credentials, and their debug detail is not ours to vouch for
     for careful in ("httpcore", "keyring"):
         logging.getLogger(careful).setLevel(logging.WARNING)
-    # the SDK logs each OAuth flow failure with a traceback; the gateway reports it in one line
-    logging.getLogger("mcp.client.auth").setLevel(logging.CRITICAL)
+    quiet_oauth_logs()
     config, source = load_config(config_path)
     log = logging.getLogger("cellblock")
     log.info("serving %d server(s) from %s", len(config.servers), source)
