@@ -15,9 +15,11 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 from keyring.backends import SecretService
 from keyring.errors import PasswordDeleteError
+from mcp.client.auth.utils import create_client_registration_request
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthMetadata, OAuthToken
 from pydantic import AnyUrl
 
@@ -420,6 +422,33 @@ async def test_a_pre_registered_secret_goes_where_the_authorization_server_takes
     sent_in_body = data.get("client_secret") == "s3cret"
     assert sent_in_body == (method == "client_secret_post")
     assert headers.get("Authorization", "").startswith("Basic ") == (method == "client_secret_basic")
+
+
+@pytest.mark.parametrize(
+    ("supported", "method"),
+    [
+        (None, "none"),  # nothing said: a public client, as before
+        (["none", "client_secret_basic"], "none"),  # a public client wherever one is taken: no secret to keep
+        (["client_secret_post", "client_secret_basic"], "client_secret_basic"),
+        (["client_secret_post"], "client_secret_post"),
+        (["private_key_jwt"], "none"),  # nothing Cellblock can do: it asks as before, and the server says no
+    ],
+)
+async def test_registration_asks_for_the_token_auth_method_the_authorization_server_takes(
+    server: str, supported: list[str] | None, method: str
+) -> None:
+    storage = KeyringTokenStorage(Keyring(), server)
+    provider = oauth_provider(
+        server, "https://mcp.example/mcp", storage, "http://127.0.0.1:1/callback", None, no_browser, no_callback
+    )
+    metadata = METADATA.model_copy(update={"token_endpoint_auth_methods_supported": supported})
+    provider.context.oauth_metadata = metadata
+    built = create_client_registration_request(metadata, provider.context.client_metadata, "https://auth.example")
+    sent = provider._registered_as_metadata_says(built)
+    body = json.loads(sent.content)
+    assert body["token_endpoint_auth_method"] == method and body["redirect_uris"] == ["http://127.0.0.1:1/callback"]
+    other = httpx2.Request("POST", "https://auth.example/token", json={"token_endpoint_auth_method": "none"})
+    assert provider._registered_as_metadata_says(other) is other  # only the registration is rewritten
 
 
 def test_a_client_metadata_document_is_handed_to_the_flow_as_the_client_id(server: str) -> None:

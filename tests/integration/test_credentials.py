@@ -181,7 +181,10 @@ async def test_oauth_login_then_silent_refresh(
 
         record = json.loads(keyring.get_password("cellblock", "cloud/oauth-tokens") or "{}")
         tokens = [record["token"]["access_token"], record["token"]["refresh_token"]]
-        assert keyring.get_password("cellblock", "cloud/oauth-client")  # registered once, kept
+        registered = json.loads(keyring.get_password("cellblock", "cloud/oauth-client") or "{}")  # once, kept
+        # the authorization server (the SDK's) takes no public client: Cellblock asked for a secret
+        assert registered["token_endpoint_auth_method"] == "client_secret_basic" and registered["client_secret"]
+        tokens.append(registered["client_secret"])
 
         # a new gateway starts from the stored (now expired) token and refreshes it
         await anyio.sleep(2.1)

@@ -139,14 +139,22 @@ class KeyringTokenStorage:
             )
         data = await self._read(self.client_entry)
         try:
-            return None if data is None else OAuthClientInformationFull.model_validate(data)
+            client = None if data is None else OAuthClientInformationFull.model_validate(data)
         except ValidationError:
             raise self._damaged(self.client_entry) from None
+        self._tell_secret(client)
+        return client
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         if self.client_id is not None:
             return  # pre-registered: nothing of it is the SDK's to keep
+        self._tell_secret(client_info)
         await self.store.aset(self.client_entry, client_info.model_dump_json(exclude_none=True))
+
+    def _tell_secret(self, client: OAuthClientInformationFull | None) -> None:
+        """A secret the authorization server gave at registration is redacted like a token."""
+        if client is not None and client.client_secret and self.on_secret is not None:
+            self.on_secret(client.client_secret)
 
     async def token_state(self) -> tuple[float | None, bool] | None:
         """(absolute expiry or None, has a refresh token) of the stored tokens; None when there are none."""
@@ -222,6 +230,24 @@ class _Provider(OAuthClientProvider):
         else:
             client.token_endpoint_auth_method = "client_secret_basic"
 
+    def _registered_as_metadata_says(self, outgoing: httpx2.Request) -> httpx2.Request:
+        """The SDK's registration request asks for the token endpoint auth method Cellblock was
+        built with (`none`); it asks for what the authorization server's metadata says it takes:
+        a public client (PKCE alone, no secret to keep) where it takes one or names none, else
+        `client_secret_basic` or `client_secret_post`, the secret then kept in the keyring."""
+        metadata = self.context.oauth_metadata
+        endpoint = metadata.registration_endpoint if metadata is not None else None
+        if metadata is None or outgoing.method != "POST" or str(outgoing.url) != str(endpoint):
+            return outgoing
+        supported = metadata.token_endpoint_auth_methods_supported or ["none"]
+        secret_methods = [m for m in ("client_secret_basic", "client_secret_post") if m in supported]
+        method = "none" if "none" in supported or not secret_methods else secret_methods[0]
+        body = json.loads(outgoing.content)
+        if not isinstance(body, dict) or body.get("token_endpoint_auth_method") == method:
+            return outgoing
+        body["token_endpoint_auth_method"] = method
+        return httpx2.Request("POST", outgoing.url, json=body, headers={"Content-Type": "application/json"})
+
     def _authorization_servers(self) -> list[str]:
         """The authorization servers the flow may use: those the (origin-checked) resource metadata
         names, and the issuer of the metadata in use, which the SDK checked against them (or which
@@ -241,6 +267,7 @@ class _Provider(OAuthClientProvider):
             outgoing = await flow.__anext__()
             while True:
                 if outgoing is not request:
+                    outgoing = self._registered_as_metadata_says(outgoing)
                     address = await self._guard.admit(outgoing.url, self._authorization_servers())
                     if address is None:
                         outgoing.extensions.pop(PIN, None)
@@ -278,8 +305,9 @@ class _ScopedMetadata(OAuthClientMetadata):
 
 
 def client_metadata(redirect_uri: str, scope: str | None) -> OAuthClientMetadata:
-    """What Cellblock registers as: a public client (no secret), code + refresh grants, asking for
-    `scope` (the config's `auth.scope`) beside whatever the server asks for."""
+    """What Cellblock registers as: a public client (no secret; `_Provider` asks for a secret
+    instead where the authorization server takes no public client), code + refresh grants, asking
+    for `scope` (the config's `auth.scope`) beside whatever the server asks for."""
     metadata = _ScopedMetadata(
         client_name="Cellblock",
         redirect_uris=[AnyUrl(redirect_uri)],
