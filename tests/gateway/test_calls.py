@@ -120,7 +120,7 @@ async def shared(tmp_path: Path) -> AsyncIterator[tuple[Calls, Audit]]:
     audit = Audit(tmp_path / "audit.jsonl")
     pipeline = Pipeline(Catalog, lambda name: None, {}, audit, approver=_never)
     async with anyio.create_task_group() as tg:
-        yield Calls(pipeline, ParkedCalls(), lambda: None, lambda: tg, UriTable), audit
+        yield Calls(pipeline, ParkedCalls(), lambda: None, lambda: tg, UriTable, lambda *page: True), audit
         tg.cancel_scope.cancel()
 
 

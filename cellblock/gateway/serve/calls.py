@@ -118,8 +118,9 @@ class Calls:
     secrets: Callable[[], re.Pattern[str] | None]
     tasks: Callable[[], anyio.abc.TaskGroup]
     uris: Callable[[], UriTable]  # the catalog's, as it is when the call ends
-    # whether a page a tool result embeds under (server, its ui:// URI) may go to the client
-    page_passes: Callable[[str, str, dict[str, Any]], bool] = lambda server, uri, resource: True
+    # whether a page a tool result embeds under (server, its ui:// URI) may go to the client: no
+    # default, which would pass every page
+    page_passes: Callable[[str, str, dict[str, Any]], bool]
 
 
 def _dumped(model: BaseModel) -> dict[str, Any]:

@@ -123,8 +123,10 @@ class Reads:
         """The digest the lock approved for the listed app `uri` names (under any of its
         spellings), or None: no lock, or not a listed app (one a template covers is judged as a
         resource). Called once the read passed the lock, which refuses a held app."""
+        if not is_app(uri):  # first: every embedded resource of every call result asks
+            return None
         offered = self._offered(server)
-        if self._approved(server) is None or offered is None or not is_app(uri):
+        if self._approved(server) is None or offered is None:
             return None
         return next((digest for form in spellings(uri) if (digest := offered.app(form)) is not None), None)
 
