@@ -59,6 +59,7 @@ class Reply:
 
     def __init__(self, modern: bool, direct: Any = None) -> None:
         self.modern = modern
+        self.retried = True
         self.can_elicit = self.can_elicit_url = False
         self.wants_progress = self.carries_logs = True
         self.direct = direct

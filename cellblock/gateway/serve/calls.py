@@ -76,6 +76,8 @@ class Reply(Protocol):
     """The client's request a call answers: where its answer, progress and logs go."""
 
     modern: bool  # the client speaks 2026-07-28: questions become input_required answers
+    # a question is answered by the client's retry of the request (else by tasks/update: a task)
+    retried: bool
     wants_progress: bool
     carries_logs: bool  # the server's logs reach the client through this request
 
@@ -173,6 +175,12 @@ class ToolCall:
         """The request the call answers, or (parked) the one its question went to."""
         return self.reply if self.reply is not None else self._held
 
+    @property
+    def question(self) -> dict[str, Any] | None:
+        """While parked: the input requests its client holds, as JSON."""
+        question = self._question if self.state is CallState.PARKED else None
+        return None if question is None else {INPUT_KEY: _dumped(question.request)}
+
     def log(self, params: types.LoggingMessageNotificationParams) -> None:
         if self.reply is not None:
             self.reply.log(params)
@@ -230,8 +238,11 @@ class ToolCall:
             if reply is None or self.state in (CallState.DONE, CallState.CANCELLED):
                 return None
             question = self._question = InputNeeded(request)
-            state = self.shared.parked.park(self, self.call.name, self.call.arguments)
-            resume, self.state, self.reply, self._held = self.state, CallState.PARKED, None, reply
+            # a retry brings the next request to answer; a task's client keeps the one it has
+            state = self.shared.parked.park(self, self.call.name, self.call.arguments) if reply.retried else None
+            resume, self.state, self._held = self.state, CallState.PARKED, reply
+            if reply.retried:
+                self.reply = None
             reply.ask(types.InputRequiredResult(input_requests={INPUT_KEY: request}, request_state=state))
             # no retry in time: nobody answered, which is a cancel, never an accept
             with anyio.move_on_after(PARK_SECONDS):
@@ -395,6 +406,7 @@ class ToolCall:
             reply.answer(shaped)
         elif self._question is not None:  # parked: the client's retry is answered with the end
             self._ended = result
+        if self._question is not None:
             self._question.answer.set()  # the server's question has nobody left to answer it
 
     def _pages_checked(self, result: dict[str, Any]) -> dict[str, Any]:
@@ -440,6 +452,7 @@ class SessionReply:
         session = self.session = ctx.session
         self.send_log = send_log
         self.modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        self.retried = True
         self.can_elicit, self.can_elicit_url = can_elicit(session), can_elicit_url(session)
         self.wants_progress = (ctx.meta or {}).get("progress_token") is not None
         self.carries_logs = True  # the SDK's session sends each as this request's era allows

@@ -42,6 +42,7 @@ from cellblock.gateway.serve.calls import Calls, ToolCall, log_passes
 from cellblock.gateway.serve.catalog import LIST_KINDS, Catalog
 from cellblock.gateway.serve.pipeline import Call, Pipeline
 from cellblock.gateway.serve.shaping import wire_result
+from cellblock.gateway.serve.tasks import asks_for_tasks
 from cellblock.gateway.wire.client import Wire
 from cellblock.gateway.wire.lines import valid_id
 
@@ -90,6 +91,7 @@ class WireReply:
         self.path, self.ident, self.version, self.token = path, ident, version, token
         self.params = params
         self.modern = version in MODERN_PROTOCOL_VERSIONS
+        self.retried = True
         self.wants_progress = token is not None
         # 2026-07-28 logs go only to requests that opt in, and those take the SDK's path
         self.carries_logs = not self.modern
@@ -197,6 +199,8 @@ class FastPath:
             return False
         if "requestState" in params or "inputResponses" in params or LOG_LEVEL_META_KEY in meta:
             return False  # a retry of an earlier round, or a per-request log opt-in
+        if asks_for_tasks(params):
+            return False  # it may become a task (serve/tasks.py)
         token = meta.get("progressToken")
         if token is not None and (isinstance(token, bool) or not isinstance(token, str | int)):
             return False

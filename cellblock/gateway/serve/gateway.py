@@ -68,6 +68,7 @@ from cellblock.gateway.serve.status import (
     tool_name,
 )
 from cellblock.gateway.serve.subscriptions import Subscriptions
+from cellblock.gateway.serve.tasks import TaskReply, Tasks, asks_for_tasks
 from cellblock.gateway.state import (
     atomic_write_json,
     clean_stale_temps,
@@ -83,8 +84,9 @@ __all__ = ["Gateway"]
 logger = logging.getLogger(__name__)
 
 Ctx = ServerRequestContext[Any, Any]
-# what a tools/call handler answers: a result, or (2026-07-28) a round of questions for the client
-CallResult = types.CallToolResult | types.InputRequiredResult
+# what a tools/call handler answers: a result, or (2026-07-28) a round of questions for the client,
+# or a task (as JSON: the SDK has no model of it)
+CallResult = types.CallToolResult | types.InputRequiredResult | dict[str, Any]
 
 # Eager servers whose catalog is known start after the client's first list, or after this long
 # if it asks for none (see Gateway._start_after_first_list).
@@ -195,6 +197,7 @@ class Gateway:
         self._tg: anyio.abc.TaskGroup | None = None
         self.reads = Reads(self)
         self.subscriptions = Subscriptions(self)
+        self.client_tasks = Tasks(self.audit)
         self.server = self._build_server()
 
     @property
@@ -444,7 +447,6 @@ class Gateway:
             "cellblock",
             version=__version__,
             on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
             on_list_prompts=self._list_prompts,
             on_get_prompt=self.reads.get_prompt,
             on_list_resources=self._list_resources,
@@ -455,8 +457,11 @@ class Gateway:
             on_unsubscribe_resource=self.subscriptions.unsubscribe,
             on_subscriptions_listen=self.subscriptions.listen,
         )
+        # registered directly: a task is a result the SDK has no model of (typed as a dict)
+        server.add_request_handler("tools/call", types.CallToolRequestParams, self._call_tool)
         # registered directly: the constructor argument warns that logging is deprecated in 2026
         server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)
+        self.client_tasks.serve(server)  # a call may be answered with a task
         server.middleware = []  # no tracing span per message on the hot path
         server.extensions[APPS_EXTENSION] = {}  # the servers' apps are passed through (docs/apps.md)
         return server
@@ -523,6 +528,12 @@ class Gateway:
             forwarded["arguments"] = params.arguments
         if params.meta:
             forwarded["_meta"] = dict(params.meta)
+        task = self.client_tasks.open(call.server, call.tool) if reply.modern and asks_for_tasks(ctx.params) else None
+        if task is not None:  # admitted: from here it runs on while the client polls
+            answers = TaskReply(task, reply.can_elicit, reply.can_elicit_url)
+            task.call = ToolCall(call, ds, answers, self.calls, forwarded)
+            self.tasks.start_soon(task.call.start)
+            return self.client_tasks.created(task)
         tc = ToolCall(call, ds, reply, self.calls, forwarded)
         # started beside this handler: a login on the way may put a question to the client first
         self.tasks.start_soon(tc.start)
