@@ -175,6 +175,21 @@ async def test_real_server_elicitation_is_forwarded_and_answered(client: Any) ->
     assert "Ada" in text(result)
 
 
+async def test_a_tool_the_real_server_runs_only_as_a_task_is_called_and_asks_on_the_way(client: Any) -> None:
+    c, asked = client
+    tools = {t.name: t for t in (await c.list_tools()).tools}
+    # the server says it runs this one only as a 2025-11-25 task; the gateway drives the task itself
+    assert tools["everything__simulate-research-query"].execution is None
+    before = len(asked.messages)
+    result = await c.call_tool("everything__simulate-research-query", {"topic": "python", "ambiguous": True})
+    assert not result.is_error, text(result)
+    assert "Research Report" in text(result) and "python" in text(result)
+    [question] = asked.messages[before:]
+    assert question.startswith("Question from server 'everything' (not a Cellblock approval):\n")
+    assert "interpretations" in question
+    assert "io.modelcontextprotocol/related-task" not in (result.meta or {})
+
+
 async def test_inspector_cli_lists_and_calls_through_the_gateway(peer_config: Any) -> None:
     config, state, *_ = peer_config
     # the Inspector reads --config itself, so the gateway gets its config from the environment

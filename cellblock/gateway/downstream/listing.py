@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -53,6 +54,13 @@ class Listing:
             "instructions": self.instructions,
             "apps": [{"uri": uri, "sha256": digest, "text": page} for uri, digest, page in self.apps],
         }
+
+    @functools.cached_property
+    def task_only(self) -> frozenset[str]:
+        """The tools the server runs only as tasks (2025-11-25 `execution.taskSupport: required`)."""
+        return frozenset(
+            t.name for t in self.tools if t.execution is not None and t.execution.task_support == "required"
+        )
 
     def app(self, uri: str) -> str | None:
         """The digest of the app at `uri` as listed, or None when it is not one of its apps."""

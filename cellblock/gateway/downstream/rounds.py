@@ -10,6 +10,7 @@ or the failure, and a `Round` it can cancel.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ __all__ = [
     "Progress",
     "RemoteRound",
     "Round",
+    "TaskRound",
     "error_result",
     "failed_result",
     "forwardable",
@@ -107,6 +109,7 @@ class LocalRound:
         timeout: float,
         answered: Answered,
         progress: Progress | None,
+        method: str = "tools/call",
     ) -> LocalRound:
         """Raises:
         OSError: the server's stdin is gone.
@@ -124,10 +127,85 @@ class LocalRound:
                 result = pending.response["result"]
                 answered(result, None) if isinstance(result, dict) else answered(None, ValueError("not an object"))
 
-        return cls(channel, channel.request("tools/call", params, timeout, done, progress))
+        return cls(channel, channel.request(method, params, timeout, done, progress))
 
     def cancel(self, reason: str) -> None:
         self.channel.cancel(self.pending, reason)
+
+
+RELATED_TASK = "io.modelcontextprotocol/related-task"
+# sends one request of a round (its method and params as JSON), told once how it ended
+Send = Callable[[str, dict[str, Any], Answered], Round]
+
+
+@dataclass(eq=False)
+class TaskRound:
+    """A call to a tool that a 2025-11-25 server runs only as a task (`execution.taskSupport:
+    required`): the call is sent with `task`, and the task's `tasks/result` after it, which the
+    server answers once the task has ended (asking its questions on the way, as within a call).
+    The caller is told that answer, as of any round; cancelled, the server is also told to cancel
+    the task."""
+
+    send: Send
+    answered: Answered
+    current: Round | None = None
+    task_id: str | None = None
+
+    @classmethod
+    def local(
+        cls,
+        channel: LocalChannel,
+        params: dict[str, Any],
+        timeout: float,
+        answered: Answered,
+        progress: Progress | None,
+    ) -> TaskRound:
+        """A local server's, over its pipes (see `LocalRound.send`)."""
+
+        def send(method: str, params: dict[str, Any], done: Answered) -> Round:
+            return LocalRound.send(channel, params, timeout, done, progress, method)
+
+        return cls.start(send, params, answered)
+
+    @classmethod
+    def start(cls, send: Send, params: dict[str, Any], answered: Answered) -> TaskRound:
+        """Raises:
+        OSError: the server's stdin is gone.
+        ValueError, RecursionError: the params cannot be encoded.
+        """
+        round_ = cls(send, answered)
+        round_.current = send("tools/call", {**params, "task": {}}, round_._created)
+        return round_
+
+    def _created(self, result: dict[str, Any] | None, failure: BaseException | None) -> None:
+        task = result.get("task") if result is not None else None
+        task_id = task.get("taskId") if isinstance(task, dict) else None
+        if failure is not None or not isinstance(task_id, str):
+            self.current = None
+            return self.answered(result, failure)  # an error, or a result after all
+        self.task_id = task_id
+        try:
+            self.current = self.send("tasks/result", {"taskId": task_id}, self._ended)
+        except OSError as exc:
+            self._ended(None, MCPError(types.CONNECTION_CLOSED, f"Connection closed: {exc}"))
+        return None
+
+    def _ended(self, result: dict[str, Any] | None, failure: BaseException | None) -> None:
+        self.current = self.task_id = None
+        meta = result.get("_meta") if result is not None else None
+        if result is not None and isinstance(meta, dict) and RELATED_TASK in meta:
+            # the server's task is the gateway's business: its id means nothing to the client
+            kept = {k: v for k, v in meta.items() if k != RELATED_TASK}
+            result = {k: v for k, v in result.items() if k != "_meta"} | ({"_meta": kept} if kept else {})
+        self.answered(result, failure)
+
+    def cancel(self, reason: str) -> None:
+        if self.current is not None:
+            self.current.cancel(reason)
+        if self.task_id is not None:
+            with contextlib.suppress(OSError):  # the server is gone: nothing left to cancel
+                self.send("tasks/cancel", {"taskId": self.task_id}, lambda result, failure: None)
+        self.current = self.task_id = None
 
 
 @dataclass(eq=False)

@@ -61,6 +61,7 @@ from cellblock.gateway.downstream.rounds import (
     Progress,
     RemoteRound,
     Round,
+    TaskRound,
     failed_result,
     forward_request,
     forwardable,
@@ -571,7 +572,8 @@ class Downstream:
         if meta:
             sent["_meta"] = meta
         if local is not None:
-            return LocalRound.send(local, sent, self.timeout, answered, progress)
+            as_task = not modern and self.listing is not None and sent.get("name") in self.listing.task_only
+            return (TaskRound.local if as_task else LocalRound.send)(local, sent, self.timeout, answered, progress)
         if self._tg is None:
             raise BrokenPipeError(f"server '{self.name}' is not running")
         report = None

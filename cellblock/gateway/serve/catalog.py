@@ -118,7 +118,14 @@ def build_catalog(
             logger.warning("name collision: %s", collision)
 
     tools = [
-        t.model_copy(update={"name": tool_names.by_original[(server, t.name)], "meta": _app_meta(uris, server, t.meta)})
+        # no `execution`: whether a call runs as a task is the gateway's to say (serve/tasks.py)
+        t.model_copy(
+            update={
+                "name": tool_names.by_original[(server, t.name)],
+                "meta": _app_meta(uris, server, t.meta),
+                "execution": None,
+            }
+        )
         for server, lst in listings.items()
         for t in lst.tools
     ]
