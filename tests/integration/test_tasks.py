@@ -14,7 +14,7 @@ from typing import Any, Literal
 import anyio
 import mcp.types as types
 import pytest
-from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.client.extension import ClaimContext, ClientExtension, NotificationBinding, ResultClaim
 from mcp.shared.exceptions import MCPError
 from pydantic import ConfigDict, Field
 
@@ -55,14 +55,39 @@ async def _resolved(task: CreatedTask, ctx: ClaimContext) -> types.CallToolResul
     return types.CallToolResult.model_validate(ended["result"], by_name=False)
 
 
+class TaskNotice(types.NotificationParams):
+    model_config = ConfigDict(extra="allow")
+
+
 class TasksClient(ClientExtension):
     """A client that takes tasks: `session.call_tool(allow_claimed=True)` hands the task over,
-    `Client.call_tool` polls it to its end."""
+    `Client.call_tool` polls it to its end, and the task notifications of a listen stream are kept
+    (`told`, by task id)."""
 
     identifier = EXTENSION
 
+    def __init__(self) -> None:
+        self.told: dict[str, list[dict[str, Any]]] = {}
+        self.arrived = anyio.Event()
+
     def claims(self) -> list[ResultClaim[Any]]:
         return [ResultClaim(result_type="task", model=CreatedTask, resolve=_resolved)]
+
+    def notifications(self) -> list[NotificationBinding[Any]]:
+        return [NotificationBinding(method="notifications/tasks", params_type=TaskNotice, handler=self._told)]
+
+    async def _told(self, params: TaskNotice) -> None:
+        task = params.model_dump(by_alias=True, mode="json", exclude_none=True)
+        self.told.setdefault(task["taskId"], []).append(task)
+        self.arrived.set()
+
+    async def status(self, task_id: str, status: str) -> dict[str, Any]:
+        """The first notification of the task in `status`, once it has come."""
+        with anyio.fail_after(20):
+            while not (told := [t for t in self.told.get(task_id, []) if t["status"] == status]):
+                self.arrived = anyio.Event()
+                await self.arrived.wait()
+        return told[0]
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +100,9 @@ async def session(tmp_path_factory: pytest.TempPathFactory) -> Any:
         for name, protocol in SERVERS.items()
     }
     config = write_config(tmp, servers)
-    async with gateway(config, tmp / "state", extensions=[TasksClient()]) as client:
-        yield client, tmp
+    tasks = TasksClient()
+    async with gateway(config, tmp / "state", extensions=[tasks]) as client:
+        yield client, tmp, tasks
 
 
 async def send(client: Any, method: str, **params: Any) -> dict[str, Any]:
@@ -118,7 +144,7 @@ def audit(tmp: Path) -> list[dict[str, Any]]:
 async def test_a_call_becomes_a_task_named_for_its_server_and_ends_with_the_calls_result(
     session: Any, server: str
 ) -> None:
-    client, tmp = session
+    client, tmp, _ = session
     created = await call(client, f"{server}__echo", {"message": "hi"})
     assert created["resultType"] == "task"
     assert created["taskId"].startswith(f"{server}+")
@@ -137,7 +163,7 @@ async def test_a_call_becomes_a_task_named_for_its_server_and_ends_with_the_call
 
 @pytest.mark.parametrize("server", list(SERVERS))
 async def test_a_denied_call_never_becomes_a_task_nor_reaches_its_server(session: Any, server: str) -> None:
-    client, tmp = session
+    client, tmp, _ = session
     refused = await call(client, f"{server}__crash", {})
     assert refused.get("resultType", "complete") == "complete" and refused["isError"] is True
     assert "denied by policy" in refused["content"][0]["text"]
@@ -148,7 +174,7 @@ async def test_a_denied_call_never_becomes_a_task_nor_reaches_its_server(session
 
 @pytest.mark.parametrize("server", list(SERVERS))
 async def test_a_cancelled_task_stops_its_call_on_the_server(session: Any, server: str) -> None:
-    client, tmp = session
+    client, tmp, _ = session
     created = await call(client, f"{server}__hang", {})
     await eventually(lambda: "hang started" in log_of(tmp, server))
     assert (await send(client, "tasks/get", taskId=created["taskId"]))["status"] == "working"
@@ -159,7 +185,7 @@ async def test_a_cancelled_task_stops_its_call_on_the_server(session: Any, serve
 
 @pytest.mark.parametrize("server", list(SERVERS))
 async def test_a_question_midway_is_the_tasks_input_request_answered_by_update(session: Any, server: str) -> None:
-    client, _ = session
+    client, _, _ = session
     created = await call(client, f"{server}__ask", {"question": "Your name?"})
     asked = await until(client, created["taskId"], "input_required")
     [(key, request)] = asked["inputRequests"].items()
@@ -184,7 +210,7 @@ async def test_a_task_whose_server_dies_ends_with_the_error_that_says_so(tmp_pat
 
 
 async def test_an_unknown_task_is_refused(session: Any) -> None:
-    client, _ = session
+    client, _, _ = session
     with pytest.raises(MCPError) as unknown:
         await send(client, "tasks/get", taskId="new+not-a-task")
     assert unknown.value.code == types.INVALID_PARAMS
@@ -199,3 +225,33 @@ async def test_a_client_without_the_extension_gets_results_and_no_tasks(tmp_path
             await send(client, "tasks/get", taskId="p+anything")
         assert undeclared.value.code == types.MISSING_REQUIRED_CLIENT_CAPABILITY
         assert undeclared.value.data == {"requiredCapabilities": {"extensions": {EXTENSION: {}}}}
+
+
+@pytest.mark.parametrize("server", list(SERVERS))
+async def test_a_listen_stream_naming_the_task_is_told_each_change_of_it(session: Any, server: str) -> None:
+    client, _, tasks = session
+    created = await call(client, f"{server}__ask", {"question": "Your name?"})
+    task_id = created["taskId"]
+    filter_ = types.SubscriptionFilter.model_validate({"taskIds": [task_id, f"{server}+unknown"]})
+    listen = types.SubscriptionsListenRequest(params=types.SubscriptionsListenRequestParams(notifications=filter_))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(client.session.send_request, listen, types.SubscriptionsListenResult)
+        asked = await tasks.status(task_id, "input_required")
+        [key] = asked["inputRequests"]
+        answer = {"action": "accept", "content": {"answer": "Grace"}}
+        await send(client, "tasks/update", taskId=task_id, inputResponses={key: answer})
+        done = await tasks.status(task_id, "completed")
+        tg.cancel_scope.cancel()
+    assert done["result"]["content"][0]["text"] == "Grace"
+    assert [t["status"] for t in tasks.told[task_id]][-2:] == ["working", "completed"]
+    assert f"{server}+unknown" not in tasks.told  # nothing of a task that is not here
+
+
+async def test_a_listen_stream_naming_tasks_needs_the_extension(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"p": probe_server("--name", "p")})
+    async with gateway(config, tmp_path / "state") as client:
+        filter_ = types.SubscriptionFilter.model_validate({"taskIds": ["p+x"]})
+        listen = types.SubscriptionsListenRequest(params=types.SubscriptionsListenRequestParams(notifications=filter_))
+        with pytest.raises(MCPError) as refused:
+            await client.session.send_request(listen, types.SubscriptionsListenResult)
+        assert refused.value.code == types.MISSING_REQUIRED_CLIENT_CAPABILITY

@@ -196,8 +196,8 @@ class Gateway:
         self._saving = False
         self._tg: anyio.abc.TaskGroup | None = None
         self.reads = Reads(self)
-        self.subscriptions = Subscriptions(self)
         self.client_tasks = Tasks(self.audit)
+        self.subscriptions = Subscriptions(self)
         self.server = self._build_server()
 
     @property

@@ -21,15 +21,17 @@ import anyio
 import anyio.abc
 import mcp.types as types
 from mcp.server.context import ServerRequestContext
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
+from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
 from cellblock.gateway.downstream.rounds import DownstreamError
 from cellblock.gateway.downstream.supervisor import Downstream
 from cellblock.gateway.downstream.watch import Watched
 from cellblock.gateway.serve.catalog import Catalog
+from cellblock.gateway.serve.listen import Listen
 from cellblock.gateway.serve.listeners import Listeners
 from cellblock.gateway.serve.reads import Reads
+from cellblock.gateway.serve.tasks import Tasks
 
 __all__ = ["Subscriptions"]
 
@@ -46,6 +48,7 @@ class Host(Protocol):
     listeners: Listeners
     bus: InMemorySubscriptionBus
     reads: Reads
+    client_tasks: Tasks
 
     @property
     def tasks(self) -> anyio.abc.TaskGroup: ...
@@ -56,7 +59,7 @@ class Subscriptions:
 
     def __init__(self, gateway: Host) -> None:
         self.gateway = gateway
-        self._listen = ListenHandler(gateway.bus)
+        self._listen = Listen(gateway.bus, gateway.client_tasks)
         # (server, URI) -> the exposed URIs clients subscribed to it under, each with its subscribers
         self._names: dict[tuple[str, str], Counter[str]] = {}
         # exposed URI -> what it was routed to, and the handshake-era listeners on it (`Listeners.key`)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +76,8 @@ class Task:
     born: float = field(default_factory=time.monotonic)
     message: str | None = None
     result: dict[str, Any] | None = None
+    # the listen streams that name the task: each is told the task at every change (serve/listen.py)
+    watchers: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.updated = self.created
@@ -88,6 +90,14 @@ class Task:
         if self.ended:
             return  # a terminal status is final
         self.status, self.message, self.updated = status, message, _now()
+        self.told()
+
+    def told(self) -> None:
+        """Tell the task's watchers how it stands now."""
+        if self.watchers:
+            view = self.view()
+            for watcher in list(self.watchers):
+                watcher(view)
 
     @property
     def asked(self) -> dict[str, Any] | None:
@@ -147,7 +157,7 @@ class TaskReply:
         self.task.move("completed", "the tool returned an error" if shaped.get("isError") else None)
 
     def ask(self, question: types.InputRequiredResult) -> None:
-        return None  # the parked call is the question (`Task.asked`)
+        self.task.told()  # the parked call is the question (`Task.asked`)
 
 
 class TaskParams(types.RequestParams):
@@ -196,16 +206,31 @@ class Tasks:
                 task.call.cancel("the task expired")
             del self._tasks[task.id]
 
+    def watchable(self, ctx: Ctx, task_ids: Any) -> list[str]:
+        """Of the task ids a listen filter names, those the stream may watch: the ones held here.
+
+        Raises:
+            MCPError: the request names some without declaring the extension, or not as a list.
+        """
+        if task_ids is None:
+            return []
+        _declared(ctx)
+        if not isinstance(task_ids, list):
+            raise MCPError(types.INVALID_PARAMS, "taskIds must be a list of task ids")
+        self._forget_expired()
+        return [i for i in dict.fromkeys(task_ids) if isinstance(i, str) and i in self._tasks]
+
+    def watch(self, task_id: str, watcher: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        """Tell `watcher` the task at each change, until the returned function is called."""
+        watchers = self._tasks[task_id].watchers
+        watchers.append(watcher)
+        return lambda: watchers.remove(watcher) if watcher in watchers else None
+
     def _task(self, ctx: Ctx, task_id: str) -> Task:
         """Raises:
         MCPError: the request does not declare the extension, or names no task the gateway holds.
         """
-        if not asks_for_tasks(ctx.params):
-            raise MCPError(
-                types.MISSING_REQUIRED_CLIENT_CAPABILITY,
-                "Missing required client capability",
-                {"requiredCapabilities": {"extensions": {EXTENSION: {}}}},
-            )
+        _declared(ctx)
         self._forget_expired()
         task = self._tasks.get(task_id)
         if task is None:
@@ -223,6 +248,7 @@ class Tasks:
         answers = {key: value for key, value in params.input_responses.items() if key in asked}
         if call is not None and call.reply is not None and answers:
             call.resume(call.reply, answers)
+            task.told()
         return {}
 
     async def cancel(self, ctx: Ctx, params: TaskParams) -> dict[str, Any]:
@@ -233,3 +259,15 @@ class Tasks:
             task.move("cancelled", "cancelled by the client")
             self.audit.write("task", task.server, tool=task.tool, task=task.id, status=task.status)
         return {}
+
+
+def _declared(ctx: Ctx) -> None:
+    """Raises:
+    MCPError: the request does not declare the tasks extension (the extension's own error).
+    """
+    if not asks_for_tasks(ctx.params):
+        raise MCPError(
+            types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+            "Missing required client capability",
+            {"requiredCapabilities": {"extensions": {EXTENSION: {}}}},
+        )
