@@ -90,7 +90,8 @@ async def test_on_loopback_only_loopback_names_with_the_port_pass() -> None:
         "file://",
         "http://localhost.evil.example:3000",
         "http://localhost:1@evil.example",  # userinfo: the host is evil.example
-        "http://[::1]@evil.example",
+        "http://[::1]@evil.example",  # which some Python releases cannot even split
+        "http://[::1",  # nor this one, which none can
     ):
         assert await ask(guard, {"Host": "localhost:4567", "Origin": origin}) == 403, origin
 

@@ -157,7 +157,10 @@ class Guard:
         return None
 
     def _origin_allowed(self, origin: str, host: str) -> bool:
-        parts = urlsplit(origin)
+        try:
+            parts = urlsplit(origin)
+        except ValueError:  # Python's newer releases refuse a bracketed host that is no address
+            return False
         if parts.scheme not in ("http", "https") or not parts.netloc:
             return False
         if "@" in parts.netloc or parts.path or parts.query or parts.fragment:
