@@ -96,6 +96,7 @@ class InputNeeded:
     """A parked call's question, waiting for the client to retry with an answer."""
 
     request: types.ElicitRequest | types.CreateMessageRequest
+    key: str  # what the client answers it under: each question of a call has its own
     answer: anyio.Event = field(default_factory=anyio.Event)
     raw: Any = None  # the client's answer, parsed by whoever asked
 

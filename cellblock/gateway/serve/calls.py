@@ -51,7 +51,9 @@ from cellblock.gateway.serve.shaping import exposed_result
 
 __all__ = ["INPUT_KEY", "LOG_LEVELS", "CallState", "Calls", "Reply", "SessionReply", "ToolCall", "log_passes"]
 
-# The key of the one question a parked 2026-07-28 call puts to the client at a time.
+# The key of the one question a parked 2026-07-28 call puts to the client at a time. A retry
+# carries the answer to the question its request state names; a task's tasks/update names only
+# the key, so there each question has one of its own (`cellblock-2` for the second, and so on).
 INPUT_KEY = "cellblock"
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 # Downstream 2026-07-28 servers may ask for input in rounds; bound them like the SDK does.
@@ -142,6 +144,7 @@ class ToolCall:
     state: CallState = CallState.STARTING
     began: float = field(default_factory=time.perf_counter)
     rounds: int = 0
+    asked: int = 0  # questions put to a 2026-07-28 client so far
     _round: Round | None = None
     _question: InputNeeded | None = None
     _held: Reply | None = None  # parked: the request the question went to (what that client can do)
@@ -179,7 +182,7 @@ class ToolCall:
     def question(self) -> dict[str, Any] | None:
         """While parked: the input requests its client holds, as JSON."""
         question = self._question if self.state is CallState.PARKED else None
-        return None if question is None else {INPUT_KEY: _dumped(question.request)}
+        return None if question is None else {question.key: _dumped(question.request)}
 
     def log(self, params: types.LoggingMessageNotificationParams) -> None:
         if self.reply is not None:
@@ -237,13 +240,15 @@ class ToolCall:
             reply = self.reply
             if reply is None or self.state in (CallState.DONE, CallState.CANCELLED):
                 return None
-            question = self._question = InputNeeded(request)
+            self.asked += 1
+            key = INPUT_KEY if reply.retried or self.asked == 1 else f"{INPUT_KEY}-{self.asked}"
+            question = self._question = InputNeeded(request, key)
             # a retry brings the next request to answer; a task's client keeps the one it has
             state = self.shared.parked.park(self, self.call.name, self.call.arguments) if reply.retried else None
             resume, self.state, self._held = self.state, CallState.PARKED, reply
             if reply.retried:
                 self.reply = None
-            reply.ask(types.InputRequiredResult(input_requests={INPUT_KEY: request}, request_state=state))
+            reply.ask(types.InputRequiredResult(input_requests={key: request}, request_state=state))
             # no retry in time: nobody answered, which is a cancel, never an accept
             with anyio.move_on_after(PARK_SECONDS):
                 await question.answer.wait()
@@ -262,7 +267,7 @@ class ToolCall:
         question = self._question
         if question is None:
             return
-        raw = (responses or {}).get(INPUT_KEY)
+        raw = (responses or {}).get(question.key)
         question.raw = _dumped(raw) if isinstance(raw, BaseModel) else raw
         self.state = CallState.ASKING
         question.answer.set()
