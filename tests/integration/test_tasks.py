@@ -55,6 +55,11 @@ async def _resolved(task: CreatedTask, ctx: ClaimContext) -> types.CallToolResul
     return types.CallToolResult.model_validate(ended["result"], by_name=False)
 
 
+async def shows_forms(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    """Declares that the client shows forms; a task's questions come as its input requests instead."""
+    raise AssertionError("a task's question was sent as a request of its own")
+
+
 class TaskNotice(types.NotificationParams):
     model_config = ConfigDict(extra="allow")
 
@@ -101,7 +106,7 @@ async def session(tmp_path_factory: pytest.TempPathFactory) -> Any:
     }
     config = write_config(tmp, servers)
     tasks = TasksClient()
-    async with gateway(config, tmp / "state", extensions=[tasks]) as client:
+    async with gateway(config, tmp / "state", extensions=[tasks], elicitation_callback=shows_forms) as client:
         yield client, tmp, tasks
 
 

@@ -595,7 +595,11 @@ async def test_a_secret_the_gateway_holds_is_scrubbed_from_a_tasks_result_and_qu
         env = {**keyring_env, "XDG_RUNTIME_DIR": str(run)}
         seen: list[str] = []
         async with gateway(
-            write_config(tmp_path, servers), tmp_path / "state", env=env, extensions=[TasksClient()]
+            write_config(tmp_path, servers),
+            tmp_path / "state",
+            env=env,
+            extensions=[TasksClient()],
+            elicitation_callback=_elicit,
         ) as client:
             tools = [t.name for t in (await client.list_tools()).tools]
             for server, shown in (("plain", plain), ("held", "[redacted]")):
@@ -631,13 +635,13 @@ async def test_tasks_over_stateless_http_outlive_their_request_and_are_answered_
     policy = {"default": "allow", "rules": {"crash": "deny"}}
     server = probe_server("--name", "p", tools=policy, env={"PROBE_LOG": str(log)}, writable=tmp_path)
     with serving(write_config(tmp_path, {"p": server}), served_env) as url:
-        async with Client(url, mode="auto", extensions=[TasksClient()]) as client:
+        async with Client(url, mode="auto", extensions=[TasksClient()], elicitation_callback=_elicit) as client:
             denied = await call(client, "p__crash", {})
             assert "taskId" not in denied and denied["isError"] is True  # never a task
             hang = await call(client, "p__hang", {})
             asking = await call(client, "p__ask", {"question": "Name?"})
             await eventually(lambda: log.exists() and "hang started" in log.read_text())
-        async with Client(url, mode="auto", extensions=[TasksClient()]) as other:
+        async with Client(url, mode="auto", extensions=[TasksClient()], elicitation_callback=_elicit) as other:
             # each request stood alone: the tasks run on after the requests that made them
             assert (await send(other, "tasks/get", taskId=hang["taskId"]))["status"] == "working"
             key, _ = await asked(other, asking["taskId"], "elicitation/create", "Name?")

@@ -82,9 +82,15 @@ class Questions:
         return (type(params).model_validate(clean), count) if count else (params, 0)
 
     async def elicit(self, params: types.ElicitRequestParams, entry: Caller | None) -> types.ElicitResult:
-        """The server's question put to the user, or declined: nobody to ask, or it may not be
-        shown (`forms.refusal`: a URL a browser should not open, or the look of an approval)."""
+        """The server's question put to the user, or declined: nobody to ask, a client that cannot
+        show it, or it may not be shown (`forms.refusal`: a URL a browser should not open, or the
+        look of an approval)."""
         if entry is None or entry.asker is None:
+            return types.ElicitResult(action="decline")
+        url = params.url if isinstance(params, types.ElicitRequestURLParams) else None
+        if not (entry.can_elicit_url if url is not None else entry.can_elicit):
+            # a question the client did not say it can show would fail its call there, unanswered
+            self.event("elicitation_refused", mode=params.mode, reason="the client cannot show it", url=url)
             return types.ElicitResult(action="decline")
         try:
             params, found = self.without_secrets(params)
@@ -95,7 +101,6 @@ class Questions:
             # a page the user opens could be told what the gateway gave the server; it is not opened
             why = "its URL or message holds a secret the gateway gave the server"
         if why is not None:
-            url = params.url if isinstance(params, types.ElicitRequestURLParams) else None
             self.event("elicitation_refused", mode=params.mode, reason=why, url=url)
             logger.warning("server '%s': its question was not shown to the user: %s", self.name, why)
             return types.ElicitResult(action="decline")
