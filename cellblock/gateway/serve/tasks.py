@@ -234,7 +234,8 @@ class Tasks:
         self._forget_expired()
         task = self._tasks.get(task_id)
         if task is None:
-            raise MCPError(types.INVALID_PARAMS, f"no task '{task_id}': it never existed here, or it expired")
+            named = task_id if len(task_id) <= 100 else f"{task_id[:100]}…"  # the client's own text, bounded
+            raise MCPError(types.INVALID_PARAMS, f"no task '{named}': it never existed here, or it expired")
         return task
 
     async def get(self, ctx: Ctx, params: TaskParams) -> dict[str, Any]:
