@@ -168,6 +168,8 @@ def cellblock_config(directory: Path, url: str, scenario: str, context: dict[str
         server["auth"] = {"type": "oauth"}
         if "client_id" in context:
             server["auth"]["client_id"] = context["client_id"]
+            if scenario == "auth/client-credentials-basic":
+                server["auth"]["grant"] = "client_credentials"
         elif scenario == "auth/basic-cimd":
             server["auth"]["client_metadata_url"] = CIMD_URL
     path = directory / "cellblock.yaml"

@@ -584,6 +584,9 @@ def test_check_reports_two_servers_without_a_prefix_that_offer_one_name(tmp_path
         ),
         ({"type": "oauth", "client_metadata_url": "http://a.example/c.json"}, "client_metadata_url"),
         ({"type": "oauth", "client_metadata_url": "https://a.example/"}, "client_metadata_url"),
+        ({"type": "oauth", "grant": "client_credentials"}, "grant: client_credentials needs the client's client_id"),
+        ({"type": "bearer", "grant": "client_credentials"}, "grant is only used with type: oauth"),
+        ({"type": "oauth", "client_id": "x", "grant": "password"}, "grant"),
     ],
 )
 def test_a_pre_registered_client_or_a_client_metadata_document_is_checked(auth: dict[str, str], said: str) -> None:
@@ -596,5 +599,6 @@ def test_a_pre_registered_client_or_a_client_metadata_document_is_checked(auth: 
     for good in (
         {"type": "oauth", "client_id": "x"},
         {"type": "oauth", "client_metadata_url": "https://a.example/c.json"},
+        {"type": "oauth", "client_id": "x", "grant": "client_credentials"},
     ):
         parse_config(config(good))

@@ -420,14 +420,22 @@ class AuthConfig(_Model):
     client_id: Annotated[str, Field(min_length=1)] | None = None
     # ...or a Client ID Metadata Document: this URL is the client id, no registration
     client_metadata_url: Annotated[str, Field(pattern=r"^https://[^/?#]+/[^?#]+$")] | None = None
+    # how tokens are got: a person's login (authorization code), or the client's own credentials
+    # (client_credentials: client_id and its secret, no person, no browser)
+    grant: Literal["authorization_code", "client_credentials"] | None = None
 
     @model_validator(mode="after")
     def _oauth_only(self) -> AuthConfig:
-        for key in ("scope", "client_id", "client_metadata_url"):
+        for key in ("scope", "client_id", "client_metadata_url", "grant"):
             if getattr(self, key) is not None and self.type != "oauth":
                 raise ValueError(f"{key} is only used with type: oauth (type is {self.type!r})")
         if self.client_id is not None and self.client_metadata_url is not None:
             raise ValueError("give client_id (a pre-registered client) or client_metadata_url (a CIMD), not both")
+        if self.grant == "client_credentials" and self.client_id is None:
+            raise ValueError(
+                "grant: client_credentials needs the client's client_id (its secret goes in the keyring: "
+                "`cellblock auth set SERVER --client-secret`)"
+            )
         return self
 
 

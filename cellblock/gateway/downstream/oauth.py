@@ -198,6 +198,7 @@ class _Provider(OAuthClientProvider):
         storage: KeyringTokenStorage,
         guard: DiscoveryGuard,
         redirect_handler: Callable[[str], Awaitable[None]],
+        client_credentials: bool = False,
         **kwargs: Any,
     ) -> None:
         async def vetted_redirect(url: str) -> None:
@@ -205,6 +206,7 @@ class _Provider(OAuthClientProvider):
             await redirect_handler(url)
 
         super().__init__(storage=storage, redirect_handler=vetted_redirect, **kwargs)
+        self._client_credentials = client_credentials
         self._keyring_storage = storage
         self._guard = guard
         storage.context = self.context
@@ -247,6 +249,26 @@ class _Provider(OAuthClientProvider):
             return outgoing
         body["token_endpoint_auth_method"] = method
         return httpx2.Request("POST", outgoing.url, json=body, headers={"Content-Type": "application/json"})
+
+    async def _perform_authorization(self) -> httpx2.Request:
+        """With `grant: client_credentials` a token is asked for with the client's own credentials
+        (RFC 6749 section 4.4): no person, no browser, no redirect. Else the SDK's login."""
+        if not self._client_credentials:
+            return await super()._perform_authorization()
+        client = self.context.client_info
+        if client is None or not client.client_secret:
+            server = self._keyring_storage.server
+            raise CredentialError(
+                f"'{server}' uses grant: client_credentials and the client's secret is not in the keyring; "
+                f"set it with `cellblock auth set {server} --client-secret`"
+            )
+        data: dict[str, str] = {"grant_type": "client_credentials"}
+        if self.context.should_include_resource_param(self.context.protocol_version):
+            data["resource"] = self.context.get_resource_url()
+        if self.context.client_metadata.scope:
+            data["scope"] = self.context.client_metadata.scope
+        data, headers = self.context.prepare_token_auth(data, {"Content-Type": "application/x-www-form-urlencoded"})
+        return httpx2.Request("POST", self._get_token_endpoint(), data=data, headers=headers)
 
     def _authorization_servers(self) -> list[str]:
         """The authorization servers the flow may use: those the (origin-checked) resource metadata
@@ -330,12 +352,14 @@ def oauth_provider(
     callback_handler: Callable[[], Awaitable[AuthorizationCodeResult]],
     guard: DiscoveryGuard | None = None,
     client_metadata_url: str | None = None,
+    client_credentials: bool = False,
 ) -> OAuthClientProvider:
     """An httpx2 auth that adds, refreshes and (through the handlers) obtains tokens for `url`;
     its requests go only where `guard` (by default one for `server` at `url`) admits. Send them
     through a `PinnedTransport`, which connects to the addresses the guard checked.
     `client_metadata_url`: a Client ID Metadata Document, the client id where the authorization
-    server takes one (else it registers dynamically)."""
+    server takes one (else it registers dynamically). `client_credentials`: tokens are got with the
+    pre-registered client's own secret, never through a login."""
     return _Provider(
         storage,
         guard if guard is not None else DiscoveryGuard(server, url),
@@ -344,6 +368,7 @@ def oauth_provider(
         redirect_handler=redirect_handler,
         callback_handler=callback_handler,
         client_metadata_url=client_metadata_url,
+        client_credentials=client_credentials,
     )
 
 

@@ -232,6 +232,7 @@ async def _serving_oauth(
         no_callback,
         guard,
         server.auth.client_metadata_url,
+        server.auth.grant == "client_credentials",
     )
 
 
@@ -315,6 +316,7 @@ async def login(
             catcher.next,
             guard,
             server.auth.client_metadata_url,
+            server.auth.grant == "client_credentials",
         )
         http = httpx2.AsyncClient(headers=server.headers, auth=auth, timeout=_TIMEOUT, transport=PinnedTransport())
         try:
