@@ -425,20 +425,29 @@ async def test_a_pre_registered_secret_goes_where_the_authorization_server_takes
     assert headers.get("Authorization", "").startswith("Basic ") == (method == "client_secret_basic")
 
 
-async def test_with_client_credentials_the_token_is_asked_for_with_the_clients_own_secret(server: str) -> None:
-    Keyring().set(client_secret_entry(server), "s3cret")
+async def machine(server: str, scope: str | None, client_credentials: bool = True) -> Any:
+    """A provider for the pre-registered client `machine`, its metadata known."""
     storage = KeyringTokenStorage(Keyring(), server, client_id="machine")
     provider = oauth_provider(
         server,
         "https://mcp.example/mcp",
         storage,
-        "http://127.0.0.1:1/callback",
-        "notes.read",
+        "http://x/cb",
+        scope,
         no_browser,
         no_callback,
-        client_credentials=True,
+        None,
+        None,
+        client_credentials,
     )
     provider.context.client_info = await storage.get_client_info()
+    provider.context.oauth_metadata = METADATA
+    return provider
+
+
+async def test_with_client_credentials_the_token_is_asked_for_with_the_clients_own_secret(server: str) -> None:
+    Keyring().set(client_secret_entry(server), "s3cret")
+    provider = await machine(server, "notes.read")
     provider.context.oauth_metadata = METADATA.model_copy(
         update={"token_endpoint_auth_methods_supported": ["client_secret_post"]}
     )
@@ -448,10 +457,7 @@ async def test_with_client_credentials_the_token_is_asked_for_with_the_clients_o
     assert form["grant_type"] == "client_credentials" and form["client_id"] == "machine"
     assert form["client_secret"] == "s3cret" and form["scope"] == "notes.read"  # as the metadata takes it
     # the control: without the grant the flow is a person's login, which goes to the browser
-    login = oauth_provider(
-        server, "https://mcp.example/mcp", storage, "http://127.0.0.1:1/callback", None, no_browser, no_callback
-    )
-    login.context.client_info, login.context.oauth_metadata = provider.context.client_info, METADATA
+    login = await machine(server, None, client_credentials=False)
 
     async def admitted(url: Any, servers: Any) -> None:
         return None  # auth.example does not resolve here; the guard has its own tests
@@ -462,19 +468,7 @@ async def test_with_client_credentials_the_token_is_asked_for_with_the_clients_o
 
 
 async def test_client_credentials_without_a_secret_say_how_to_set_it(server: str) -> None:
-    storage = KeyringTokenStorage(Keyring(), server, client_id="machine")
-    provider = oauth_provider(
-        server,
-        "https://mcp.example/mcp",
-        storage,
-        "http://x/cb",
-        None,
-        no_browser,
-        no_callback,
-        client_credentials=True,
-    )
-    provider.context.client_info = await storage.get_client_info()
-    provider.context.oauth_metadata = METADATA
+    provider = await machine(server, None)
     with pytest.raises(CredentialError, match=f"cellblock auth set {server} --client-secret"):
         await provider._perform_authorization()
 
