@@ -60,7 +60,7 @@ class Reply:
     def __init__(self, modern: bool, direct: Any = None) -> None:
         self.modern = modern
         self.retried = True
-        self.can_elicit, self.can_elicit_url = True, False  # says it can show a form
+        self.can_elicit, self.can_elicit_url, self.can_sample = True, False, True  # a form, the model
         self.wants_progress = self.carries_logs = True
         self.direct = direct
         self.events: list[Any] = []

@@ -96,3 +96,16 @@ async def test_sampling_allow_passes_the_request_on(session: Any) -> None:
     assert len(side.sampled) == sampled + 1 and "say hi" in json.dumps(side.sampled[-1].model_dump(mode="json"))
     decisions = {(e["server"], e["decision"]) for e in events(state) if e["event"] == "sampling"}
     assert ("open", "allow") in decisions and not any(server == "closed" for server, _ in decisions)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_client_without_a_model_is_never_sent_a_sampling_request(tmp_path: Path, mode: str) -> None:
+    """The control is the test above: the same request, to a client that can sample."""
+    argv = peers.everything()
+    server = {"command": argv[0], "args": argv[1:], "jail": {"read_only": [str(peers.NODE_MODULES)]}}
+    config = write_config(tmp_path, {"open": server | {"sampling": "allow"}})
+    async with gateway(config, tmp_path / "state", mode=mode) as client:  # no sampling declared
+        result = await client.call_tool("open__trigger-sampling-request", ARGS)
+    assert "the model of a client that has none to offer" in text(result), text(result)
+    [decision] = [e for e in events(tmp_path / "state") if e["event"] == "sampling"]
+    assert (decision["decision"], decision["reason"]) == ("deny", "the client cannot sample")

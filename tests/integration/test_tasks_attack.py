@@ -600,6 +600,7 @@ async def test_a_secret_the_gateway_holds_is_scrubbed_from_a_tasks_result_and_qu
             env=env,
             extensions=[TasksClient()],
             elicitation_callback=_elicit,
+            sampling_callback=_sample,
         ) as client:
             tools = [t.name for t in (await client.list_tools()).tools]
             for server, shown in (("plain", plain), ("held", "[redacted]")):

@@ -112,6 +112,11 @@ def elicits(caps: types.ClientCapabilities | None) -> bool:
     return bool(caps and caps.elicitation)
 
 
+def samples(caps: types.ClientCapabilities | None) -> bool:
+    """The client declared it can answer with its model (sampling)."""
+    return bool(caps and caps.sampling)
+
+
 def elicits_url(caps: types.ClientCapabilities | None) -> bool:
     """The client can open a URL for the user (URL-mode elicitation, 2025-11-25 and later)."""
     return bool(caps and caps.elicitation and caps.elicitation.url is not None)

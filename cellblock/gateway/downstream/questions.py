@@ -119,6 +119,9 @@ class Questions:
             )
         if entry is None or entry.asker is None:
             raise DownstreamError(f"server '{self.name}' asked for sampling outside any call; refused")
+        if not entry.can_sample:  # asked anyway, the client would fail the call on it
+            self.event("sampling", decision="deny", reason="the client cannot sample")
+            raise DownstreamError(f"server '{self.name}' asked for the model of a client that has none to offer")
         if self.sampling == "ask" and self.approve is not None:
             refusal = await self.approve(self.name, params, entry)
             if refusal is not None:

@@ -32,6 +32,7 @@ from cellblock.policy.errors import CellblockError
 
 __all__ = [
     "CALL_RESULT",
+    "Able",
     "Answered",
     "Caller",
     "DownstreamError",
@@ -61,15 +62,22 @@ class DownstreamError(CellblockError):
     """A downstream server could not serve a request; the message names the server."""
 
 
-class Caller(Protocol):
-    """The call in flight on a server: where its questions, logs and sampling requests go."""
+class Able(Protocol):
+    """What the client a request came from says it can do."""
 
-    @property
-    def asker(self) -> Asker | None: ...
     @property
     def can_elicit(self) -> bool: ...
     @property
     def can_elicit_url(self) -> bool: ...
+    @property
+    def can_sample(self) -> bool: ...
+
+
+class Caller(Able, Protocol):
+    """The call in flight on a server: where its questions, logs and sampling requests go."""
+
+    @property
+    def asker(self) -> Asker | None: ...
     def log(self, params: types.LoggingMessageNotificationParams) -> None: ...
 
 

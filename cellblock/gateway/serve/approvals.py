@@ -37,7 +37,7 @@ import anyio
 import mcp.types as types
 from mcp.server.session import ServerSession
 
-from cellblock.gateway.ask.elicitation import Sealer, StateRejected, elicits, elicits_url
+from cellblock.gateway.ask.elicitation import Sealer, StateRejected, elicits, elicits_url, samples
 from cellblock.gateway.ask.forms import (
     MAX_VALUE,
     SHOW_FULL,
@@ -490,6 +490,10 @@ def _choice(result: types.ElicitResult) -> Any:
 
 def can_elicit(session: ServerSession) -> bool:
     return elicits(session.client_capabilities)
+
+
+def can_sample(session: ServerSession) -> bool:
+    return samples(session.client_capabilities)
 
 
 def can_elicit_url(session: ServerSession) -> bool:

@@ -44,7 +44,7 @@ from cellblock.gateway.downstream.rounds import DownstreamError, Round
 from cellblock.gateway.downstream.supervisor import Downstream
 from cellblock.gateway.namespacing import UriTable
 from cellblock.gateway.scrub import Scrubbed, scrub, scrub_result
-from cellblock.gateway.serve.approvals import can_elicit, can_elicit_url
+from cellblock.gateway.serve.approvals import can_elicit, can_elicit_url, can_sample
 from cellblock.gateway.serve.items import held_reason
 from cellblock.gateway.serve.pipeline import Call, Pipeline
 from cellblock.gateway.serve.shaping import exposed_result
@@ -89,6 +89,9 @@ class Reply(Protocol):
     def can_elicit_url(self) -> bool:
         """The client can open a URL for the user (an OAuth login)."""
         ...
+
+    @property
+    def can_sample(self) -> bool: ...
 
     @property
     def direct(self) -> Asker | None:
@@ -172,6 +175,11 @@ class ToolCall:
     def can_elicit_url(self) -> bool:
         client = self._client
         return client is not None and client.can_elicit_url
+
+    @property
+    def can_sample(self) -> bool:
+        client = self._client
+        return client is not None and client.can_sample
 
     @property
     def _client(self) -> Reply | None:
@@ -459,6 +467,7 @@ class SessionReply:
         self.modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         self.retried = True
         self.can_elicit, self.can_elicit_url = can_elicit(session), can_elicit_url(session)
+        self.can_sample = can_sample(session)
         self.wants_progress = (ctx.meta or {}).get("progress_token") is not None
         self.carries_logs = True  # the SDK's session sends each as this request's era allows
         self.direct: Asker | None = None if self.modern else DirectAsker(session, ctx.request_id)

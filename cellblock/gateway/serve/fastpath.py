@@ -34,7 +34,7 @@ import mcp.types as types
 from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from cellblock.gateway.ask.elicitation import Asker, elicits, elicits_url
+from cellblock.gateway.ask.elicitation import Asker, elicits, elicits_url, samples
 from cellblock.gateway.ask.forms import framed
 from cellblock.gateway.downstream.supervisor import Downstream, State
 from cellblock.gateway.scrub import Scrubbed, scrub
@@ -104,6 +104,10 @@ class WireReply:
     @property
     def can_elicit_url(self) -> bool:
         return elicits_url(self.path.wire.client_capabilities(self.params))
+
+    @property
+    def can_sample(self) -> bool:
+        return samples(self.path.wire.client_capabilities(self.params))
 
     @property
     def direct(self) -> Asker | None:

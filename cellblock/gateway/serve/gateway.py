@@ -530,8 +530,7 @@ class Gateway:
             forwarded["_meta"] = dict(params.meta)
         task = self.client_tasks.open(call.server, call.tool) if reply.modern and asks_for_tasks(ctx.params) else None
         if task is not None:  # admitted: from here it runs on while the client polls
-            answers = TaskReply(task, reply.can_elicit, reply.can_elicit_url)
-            task.call = ToolCall(call, ds, answers, self.calls, forwarded)
+            task.call = ToolCall(call, ds, TaskReply(task, reply), self.calls, forwarded)
             self.tasks.start_soon(task.call.start)
             return self.client_tasks.created(task)
         tc = ToolCall(call, ds, reply, self.calls, forwarded)

@@ -34,6 +34,7 @@ from pydantic import Field
 
 from cellblock.gateway.ask.elicitation import Asker
 from cellblock.gateway.audit.log import Audit
+from cellblock.gateway.downstream.rounds import Able
 
 if TYPE_CHECKING:
     from cellblock.gateway.serve.calls import ToolCall
@@ -137,10 +138,11 @@ class TaskReply:
     carries_logs = False
     direct: Asker | None = None
 
-    def __init__(self, task: Task, can_elicit: bool, can_elicit_url: bool) -> None:
-        # what the client that made the task can do, as its tools/call declared it
+    def __init__(self, task: Task, client: Able) -> None:
         self.task = task
-        self.can_elicit, self.can_elicit_url = can_elicit, can_elicit_url
+        # what the client that made the task can do, as its tools/call declared it
+        self.can_elicit, self.can_elicit_url = client.can_elicit, client.can_elicit_url
+        self.can_sample = client.can_sample
 
     def progress(self, value: float, total: float | None, message: str | None) -> None:
         return None
