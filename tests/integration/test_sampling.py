@@ -96,6 +96,8 @@ async def test_sampling_allow_passes_the_request_on(session: Any) -> None:
     assert len(side.sampled) == sampled + 1 and "say hi" in json.dumps(side.sampled[-1].model_dump(mode="json"))
     decisions = {(e["server"], e["decision"]) for e in events(state) if e["event"] == "sampling"}
     assert ("open", "allow") in decisions and not any(server == "closed" for server, _ in decisions)
+    allowed = [e for e in events(state) if e["event"] == "sampling" and e["decision"] == "allow"]
+    assert allowed[-1]["max_output"] == ARGS["maxTokens"]  # the gateway's own field, not redacted
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])

@@ -127,7 +127,8 @@ class Questions:
             if refusal is not None:
                 self.event("sampling", decision="deny", reason=refusal)
                 raise DownstreamError(f"server '{self.name}' may not use the client's model: {refusal}")
-        self.event("sampling", decision="allow", max_tokens=params.max_tokens)
+        # not `max_tokens`: a key with TOKEN in it is written as [redacted] (audit/secretnames.py)
+        self.event("sampling", decision="allow", max_output=params.max_tokens)
         params, _ = self.without_secrets(params)  # the client's model sees no secret of the gateway's
         try:
             return await entry.asker.sample(params)
