@@ -327,31 +327,29 @@ async def test_a_call_the_human_declines_never_becomes_a_task_nor_reaches_its_se
     assert len([e for e in audit(tmp) if e["event"] == "task" and e["server"] == "g"]) == before
 
 
+async def _allowed_once(client: Any, first: types.InputRequiredResult, key: str) -> Any:
+    """The retry of `g__hang` that carries the human's "allow once" to the approval `first` asked."""
+    return await client.session.call_tool(
+        "g__hang",
+        {},
+        input_responses={key: types.ElicitResult(action="accept", content={"decision": "allow_once"})},
+        request_state=first.request_state,
+        allow_input_required=True,
+        allow_claimed=True,
+    )
+
+
 async def test_a_call_the_human_allows_becomes_a_task_that_reaches_its_server(session: Any) -> None:
     """The control: allowed once, the same call is a task and its server starts it."""
     client, tmp = session
     first = await _approval_round(client, "g__hang")
     [key] = first.input_requests or {}
-    created = await client.session.call_tool(
-        "g__hang",
-        {},
-        input_responses={key: types.ElicitResult(action="accept", content={"decision": "allow_once"})},
-        request_state=first.request_state,
-        allow_input_required=True,
-        allow_claimed=True,
-    )
+    created = await _allowed_once(client, first, key)
     task = created.model_dump(by_alias=True, mode="json", exclude_none=True)
     assert task["resultType"] == "task" and task["taskId"].startswith("g+")
     await eventually(lambda: "hang started" in log_of(tmp, "g"))
     # the approval's state was used up: replaying it makes no second task
-    replay = await client.session.call_tool(
-        "g__hang",
-        {},
-        input_responses={key: types.ElicitResult(action="accept", content={"decision": "allow_once"})},
-        request_state=first.request_state,
-        allow_input_required=True,
-        allow_claimed=True,
-    )
+    replay = await _allowed_once(client, first, key)
     dumped = replay.model_dump(by_alias=True, mode="json", exclude_none=True)
     assert "taskId" not in dumped and dumped.get("isError") is True
     assert "already used" in dumped["content"][0]["text"]
