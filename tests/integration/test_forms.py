@@ -134,18 +134,22 @@ async def test_a_servers_question_reaches_the_user_under_its_own_name(session: A
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_a_client_that_shows_no_forms_is_never_sent_a_servers_question(tmp_path: Path, mode: str) -> None:
-    """The control is the test above: the same question, to a client that says it shows forms."""
+    """Over stdio a server is not even offered elicitation then; one that asks anyway is refused:
+    in the handshake era by the gateway's client of it, which never offered it (the server's
+    question fails); a 2026-07-28 server's question, part of its call's answer, is declined by the
+    gateway and audited. The control is the test above: the same questions, to a client that says
+    it shows forms."""
     config = write_config(tmp_path, {"f": forger("legacy"), "fm": forger("modern")})
     async with gateway(config, tmp_path / "state", mode=mode) as client:  # no elicitation declared
         for server in SERVERS:
             # sent to the client anyway, the question would fail its call there
-            assert text(await client.call_tool(f"{server}__ask_as", {"message": "Name?"})) == "answer: decline"
-            assert text(await client.call_tool(f"{server}__open_url", {"url": "https://a.example/"})) == (
-                "answer: decline"
-            )
+            said = "answer: none" if server == "f" else "answer: decline"
+            assert text(await client.call_tool(f"{server}__ask_as", {"message": "Name?"})) == said
+            assert text(await client.call_tool(f"{server}__open_url", {"url": "https://a.example/"})) == said
+    assert [e["offered"] for e in events(tmp_path / "state", "server_ready")] == [["roots"], ["roots"]]
     refused = events(tmp_path / "state", "elicitation_refused")
     assert [(e["server"], e["mode"], e["reason"]) for e in refused] == [
-        (server, kind, "the client cannot show it") for server in SERVERS for kind in ("form", "url")
+        ("fm", kind, "the client cannot show it") for kind in ("form", "url")
     ]
 
 

@@ -6,6 +6,7 @@ Against server-everything's trigger-sampling-request, in both client eras.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import mcp.types as types
 import pytest
 
 from tests import peers
-from tests.integration.conftest import gateway, write_config
+from tests.integration.conftest import ROOT, gateway, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peers]
 
@@ -66,6 +67,7 @@ def text(result: types.CallToolResult) -> str:
     return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
 
 
+SAMPLER = ROOT / "tests" / "servers" / "sampler.py"
 ARGS = {"prompt": "say hi", "maxTokens": 20}
 
 
@@ -102,12 +104,25 @@ async def test_sampling_allow_passes_the_request_on(session: Any) -> None:
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_a_client_without_a_model_is_never_sent_a_sampling_request(tmp_path: Path, mode: str) -> None:
-    """The control is the test above: the same request, to a client that can sample."""
+    """Over stdio a server is not even offered sampling then (server-everything lists no tool that
+    samples); one that asks anyway is refused: in the handshake era by the gateway's client of it,
+    which never offered it; a 2026-07-28 server's request, part of its call's answer, by the gateway,
+    and audited. The control is the test above: the same requests, to a client that can sample."""
     argv = peers.everything()
-    server = {"command": argv[0], "args": argv[1:], "jail": {"read_only": [str(peers.NODE_MODULES)]}}
-    config = write_config(tmp_path, {"open": server | {"sampling": "allow"}})
+    everything = {"command": argv[0], "args": argv[1:], "jail": {"read_only": [str(peers.NODE_MODULES)]}}
+    sampler = {"command": sys.executable, "args": [str(SAMPLER)], "jail": {"read_only": [str(SAMPLER.parent)]}}
+    servers = {
+        "open": everything,
+        "sa": sampler | {"protocol": "legacy"},
+        "sm": sampler | {"args": [str(SAMPLER), "--era", "modern"]},
+    }
+    config = write_config(tmp_path, {name: server | {"sampling": "allow"} for name, server in servers.items()})
     async with gateway(config, tmp_path / "state", mode=mode) as client:  # no sampling declared
-        result = await client.call_tool("open__trigger-sampling-request", ARGS)
-    assert "the model of a client that has none to offer" in text(result), text(result)
+        assert "open__trigger-sampling-request" not in {t.name for t in (await client.list_tools()).tools}
+        assert text(await client.call_tool("sa__twice", {"message": "hi"})) == "sampled: none, none"
+        refused = text(await client.call_tool("sm__twice", {"message": "hi"}))
+    assert "the model of a client that has none to offer" in refused, refused
+    offered = {e["server"]: e["offered"] for e in events(tmp_path / "state") if e["event"] == "server_ready"}
+    assert offered == {"open": ["roots"], "sa": ["roots"], "sm": ["roots"]}
     [decision] = [e for e in events(tmp_path / "state") if e["event"] == "sampling"]
-    assert (decision["decision"], decision["reason"]) == ("deny", "the client cannot sample")
+    assert (decision["server"], decision["decision"], decision["reason"]) == ("sm", "deny", "the client cannot sample")

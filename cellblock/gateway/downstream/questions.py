@@ -14,7 +14,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import mcp.types as types
 from mcp.client.session import ClientRequestContext
@@ -65,6 +65,15 @@ class Questions:
 
     async def on_roots(self, context: ClientRequestContext) -> types.ListRootsResult:
         return self.roots()
+
+    def callbacks(self, offered: list[str]) -> dict[str, Any]:
+        """The SDK client's callbacks for what the server is offered (`Offer.names`): the SDK
+        declares to the server a capability for each callback it is given, and none for the rest."""
+        return {
+            "list_roots_callback": self.on_roots,
+            "elicitation_callback": self.on_elicit if "elicitation" in offered else None,
+            "sampling_callback": self.on_sampling if "sampling" in offered else None,
+        }
 
     # -- each kind of question -------------------------------------------------------------
 

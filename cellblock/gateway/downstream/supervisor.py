@@ -50,6 +50,7 @@ from cellblock.gateway.downstream.keys import ServerKeys
 from cellblock.gateway.downstream.launch import launch_plan, stdio_parameters, tell_limits
 from cellblock.gateway.downstream.listing import Listing, fetch_listing
 from cellblock.gateway.downstream.local import LocalChannel, local_transport
+from cellblock.gateway.downstream.offer import Offer
 from cellblock.gateway.downstream.packages import InstallError
 from cellblock.gateway.downstream.questions import Questions, SamplingApproval
 from cellblock.gateway.downstream.ratelimit import Budget
@@ -125,6 +126,7 @@ class Downstream:
     limits: Limits | None = None
     # the gateway's config file, audit log, state and runtime dirs: hidden in a jail whose grants hold them
     own: tuple[Path, ...] = ()
+    offer: Offer = field(default_factory=Offer)  # what the client answers, so what the server is offered
     # what the server may send unasked (logs, progress) before the excess is dropped
     notices: Budget = field(default_factory=Budget)
     backoff: Backoff = field(default_factory=Backoff)  # the waits between restarts of a server that keeps crashing
@@ -356,15 +358,13 @@ class Downstream:
 
     async def _connect(self, egress_socket: str | None) -> None:
         closed = self._closed = anyio.Event()
+        offered = Offer.names(await self.offer.client(), self.sampling)
         client = gateway_client(
             watched(await self._transport(egress_socket), closed, remote=isinstance(self.config, RemoteServer)),
             self.protocol,
-            elicitation_callback=self.questions.on_elicit,
-            list_roots_callback=self.questions.on_roots,
-            # a server not allowed to sample is not offered it (a tool that needs it is then not listed)
-            sampling_callback=self.questions.on_sampling if self.sampling != "deny" else None,
             logging_callback=self._on_log,
             message_handler=self._on_message,
+            **self.questions.callbacks(offered),
         )
         # One deadline covers spawn, handshake and first lists; lifted once the server is ready.
         with anyio.CancelScope(deadline=anyio.current_time() + START_SECONDS) as scope:
@@ -383,6 +383,7 @@ class Downstream:
                     protocol=client.protocol_version,
                     jail="remote" if jail is None else "off" if jail is False else jail.network,
                     tools=len(listing.tools),
+                    offered=offered,
                     **({"limits": describe(confined.plan)} if confined is not None else {}),
                 )
                 logger.info(

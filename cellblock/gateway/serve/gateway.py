@@ -25,8 +25,7 @@ import anyio.abc
 import mcp.types as types
 from mcp.server.apps import EXTENSION_ID as APPS_EXTENSION
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel import NotificationOptions, Server
-from mcp.server.models import InitializationOptions
+from mcp.server.lowlevel import Server
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
@@ -41,6 +40,7 @@ from cellblock.gateway.config.compile import policy_for
 from cellblock.gateway.config.model import Config
 from cellblock.gateway.downstream.launch import own_paths
 from cellblock.gateway.downstream.listing import Listing
+from cellblock.gateway.downstream.offer import Offer
 from cellblock.gateway.downstream.rounds import error_result
 from cellblock.gateway.downstream.supervisor import START_SECONDS, Downstream, State
 from cellblock.gateway.scrub import Scrubbed, scrub
@@ -54,7 +54,7 @@ from cellblock.gateway.serve.calls import Calls, SessionReply, ToolCall, log_pas
 from cellblock.gateway.serve.catalog import Catalog, build_catalog
 from cellblock.gateway.serve.control import ControlServer, socket_path
 from cellblock.gateway.serve.fastpath import FastPath
-from cellblock.gateway.serve.listeners import Listeners
+from cellblock.gateway.serve.listeners import ChangingServer, Listeners
 from cellblock.gateway.serve.locking import POLL_SECONDS, Locks
 from cellblock.gateway.serve.operations import Operations
 from cellblock.gateway.serve.pipeline import Asking, Call, Pipeline
@@ -107,22 +107,6 @@ _LIST_CHANGES: dict[str, tuple[Any, str]] = {
 }
 
 
-class _Server(Server[Any]):
-    """The SDK's server, announcing to every handshake-era client (stdio or HTTP session) that its
-    lists may change: the catalog changes whenever a server's or an approval does."""
-
-    def create_initialization_options(
-        self,
-        notification_options: NotificationOptions | None = None,
-        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
-        extensions: dict[str, dict[str, Any]] | None = None,
-    ) -> InitializationOptions:
-        changes = NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True)
-        return super().create_initialization_options(
-            notification_options or changes, experimental_capabilities, extensions
-        )
-
-
 class Gateway:
     """Downstream servers behind one MCP server."""
 
@@ -138,6 +122,7 @@ class Gateway:
         if stale:
             logger.info("removed %d temp file(s) a killed writer left in %s", stale, state)
         self.audit = config.audit_log(state)
+        self.offer = Offer()  # what the servers are offered: all, unless one client is expected
         self.approvals = Approvals(state, self.audit, config.approvals.timeout)
         self.downstreams = {
             name: Downstream(
@@ -155,6 +140,7 @@ class Gateway:
                 limits=config.limits_of(name),
                 approve_sampling=self.approvals.sampling,
                 allow_insecure=config.credentials.allow_insecure,
+                offer=self.offer,
             )
             for name, server in sorted(config.servers.items())
         }
@@ -227,7 +213,12 @@ class Gateway:
                 limit = int(self.config.defaults.max_message_size)
                 with client_stdio(handover.data, limit) as (make_reader, writer):
                     wire = self.listeners.wire = Wire(
-                        make_reader, writer, served=handover.served, record=self._record, differed=self._differed
+                        make_reader,
+                        writer,
+                        served=handover.served,
+                        record=self._record,
+                        differed=self._differed,
+                        introduced=self.offer.expecting(),  # one client: what its servers are offered
                     )
                     fast = FastPath(self, wire)
                     async with wire.streams(fast.take) as (read, write):
@@ -443,7 +434,7 @@ class Gateway:
     # -- the upstream server ---------------------------------------------------------------
 
     def _build_server(self) -> Server[Any]:
-        server: Server[Any] = _Server(
+        server: Server[Any] = ChangingServer(
             "cellblock",
             version=__version__,
             on_list_tools=self._list_tools,

@@ -15,12 +15,14 @@ from typing import Any
 import anyio.abc
 import mcp.types as types
 from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from cellblock.gateway.wire.client import Wire
 
-__all__ = ["Listeners"]
+__all__ = ["ChangingServer", "Listeners"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +34,22 @@ _NOTIFICATIONS: dict[str, Any] = {
     "notifications/message": types.LoggingMessageNotification,
     "notifications/resources/updated": types.ResourceUpdatedNotification,
 }
+
+
+class ChangingServer(Server[Any]):
+    """The SDK's server, announcing to every handshake-era client (stdio or HTTP session) that its
+    lists may change: the catalog changes whenever a server's or an approval does."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        changes = NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True)
+        return super().create_initialization_options(
+            notification_options or changes, experimental_capabilities, extensions
+        )
 
 
 class Listeners:

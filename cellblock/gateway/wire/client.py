@@ -75,8 +75,10 @@ class Wire:
         served: dict[Any, tuple[str, str]] | None = None,
         record: Recorder | None = None,
         differed: Differed | None = None,
+        introduced: Callable[[types.ClientCapabilities | None], None] | None = None,
     ) -> None:
         self._make_reader = make_reader
+        self._introduced = introduced  # told what the client can do, at its first request
         self._writer = writer
         self._served = dict(served or {})
         self._record = record
@@ -262,6 +264,8 @@ class Wire:
                 caps = params.get("capabilities") if isinstance(params, dict) else None
                 with contextlib.suppress(ValueError):  # malformed: the SDK's handshake refuses it
                     self._capabilities = types.ClientCapabilities.model_validate(caps or {}, by_name=False)
+            if self._introduced is not None:
+                self._introduced(self.client_capabilities(params if isinstance(params, dict) else {}))
         if self.modern and envelope and envelope not in self._accepted and len(self._asking) < _MAX_ENVELOPES:
             self._asking[message["id"]] = envelope
 

@@ -1,0 +1,55 @@
+"""What a server is offered (downstream/offer.py): the questions the gateway's client can answer."""
+
+from __future__ import annotations
+
+import mcp.types as types
+import pytest
+
+from cellblock.gateway.downstream import offer as offer_module
+from cellblock.gateway.downstream.offer import Offer
+
+pytestmark = pytest.mark.anyio
+
+EVERYTHING = ["roots", "elicitation", "sampling"]
+FORMS = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+MODEL = types.ClientCapabilities(sampling=types.SamplingCapability())
+
+
+async def test_with_no_client_expected_a_server_is_offered_everything_at_once() -> None:
+    assert Offer.names(await Offer().client(), "allow") == EVERYTHING
+
+
+async def test_the_client_that_introduces_itself_decides() -> None:
+    offer = Offer()
+    introduce = offer.expecting()
+    introduce(FORMS)
+    introduce(MODEL)  # a later request does not change what was offered
+    assert Offer.names(await offer.client(), "allow") == ["roots", "elicitation"]
+
+
+@pytest.mark.parametrize(
+    ("caps", "sampling", "offered"),
+    [
+        (None, "deny", ["roots", "elicitation"]),  # a server that may not sample is never offered it
+        (types.ClientCapabilities(), "allow", ["roots"]),
+        (MODEL, "ask", ["roots", "sampling"]),
+        (MODEL, "deny", ["roots"]),
+    ],
+)
+def test_what_is_offered(caps: types.ClientCapabilities | None, sampling: str, offered: list[str]) -> None:
+    assert Offer.names(caps, sampling) == offered
+
+
+async def test_a_client_that_said_nothing_usable_is_offered_only_roots() -> None:
+    offer = Offer()
+    offer.expecting()(None)
+    assert Offer.names(await offer.client(), "allow") == ["roots"]
+
+
+async def test_a_client_that_says_nothing_in_time_leaves_its_servers_offered_everything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(offer_module, "WAIT_SECONDS", 0.01)
+    offer = Offer()
+    offer.expecting()
+    assert Offer.names(await offer.client(), "allow") == EVERYTHING
