@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -81,6 +82,13 @@ async def gateway(
         params, mode=mode, cache=None, elicitation_callback=elicitation_callback, **client_args
     ) as client:
         yield client
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now, for a server a test starts."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 async def eventually(check: Callable[[], bool], timeout: float = 10) -> None:

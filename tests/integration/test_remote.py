@@ -7,7 +7,6 @@ real `cellblock serve`, driven by the SDK's client over stdio. Credentials are i
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -16,7 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.integration.conftest import PROBE, gateway, write_config
+from tests.integration.conftest import PROBE, free_port, gateway, write_config
 from tests.servers.remote_run import run_remote, spawn_remote, stop_remote
 
 pytestmark = pytest.mark.anyio
@@ -29,12 +28,6 @@ def _text(result: object) -> str:
 def _events(state: Path) -> list[dict[str, object]]:
     path = state / "audit.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +79,7 @@ def test_show_says_a_remote_server_has_no_jail(tmp_path: Path) -> None:
 
 
 async def test_unreachable_remote_server_is_named_with_its_url(tmp_path: Path) -> None:
-    url = f"http://127.0.0.1:{_free_port()}/mcp"
+    url = f"http://127.0.0.1:{free_port()}/mcp"
     config = write_config(tmp_path, {"gone": {"url": url}})
     async with gateway(config, tmp_path / "state") as client:
         assert (await client.list_tools()).tools == []
@@ -97,7 +90,7 @@ async def test_unreachable_remote_server_is_named_with_its_url(tmp_path: Path) -
 
 @pytest.mark.parametrize("protocol", ["auto", "legacy"])
 async def test_gateway_reconnects_after_the_remote_server_restarts(tmp_path: Path, protocol: str) -> None:
-    port = _free_port()
+    port = free_port()
     proc, url = spawn_remote("none", port=port)
     config = write_config(tmp_path, {"web": {"url": url, "protocol": protocol}})
     try:

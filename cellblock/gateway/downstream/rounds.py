@@ -4,8 +4,9 @@ A local server's round goes over its pipes (`LocalChannel.request`): written at 
 from the callback that read the response, timed out by the channel's deadline queue and
 cancelled with a `notifications/cancelled`. A remote server's round (or a local one's before its
 session has stamped a 2026-07-28 envelope to copy) goes through the SDK's client in a task of
-its own, under the server's timeout. Either way the caller is told once, with the result as JSON
-or the failure, and a `Round` it can cancel.
+its own, under the server's timeout. A tool that a 2025-11-25 server runs only as a task is
+called as one by a `TaskRound`, whose requests go either way. Either way the caller is told once,
+with the result as JSON or the failure, and a `Round` it can cancel.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ import anyio
 import anyio.abc
 import mcp.types as types
 from mcp import Client
-from mcp.shared.dispatcher import ProgressFnT
+from mcp.shared.dispatcher import CallOptions, ProgressFnT
 from mcp.shared.exceptions import MCPError
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from cellblock.gateway.ask.elicitation import Asker
 from cellblock.gateway.credentials import CredentialError
@@ -38,6 +39,7 @@ __all__ = [
     "DownstreamError",
     "LocalRound",
     "Progress",
+    "RemoteRequests",
     "RemoteRound",
     "Round",
     "TaskRound",
@@ -48,6 +50,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 R = TypeVar("R", bound=types.Result)
+M = TypeVar("M", bound=BaseModel)
 
 CALL_RESULT: TypeAdapter[types.CallToolResult | types.InputRequiredResult] = TypeAdapter(
     types.CallToolResult | types.InputRequiredResult
@@ -178,7 +181,7 @@ class TaskRound:
     @classmethod
     def start(cls, send: Send, params: dict[str, Any], answered: Answered) -> TaskRound:
         """Raises:
-        OSError: the server's stdin is gone.
+        OSError: a local server's stdin is gone.
         ValueError, RecursionError: the params cannot be encoded.
         """
         round_ = cls(send, answered)
@@ -220,54 +223,90 @@ class TaskRound:
 class RemoteRound:
     scope: anyio.CancelScope
 
-    @classmethod
-    def send(
-        cls,
-        tg: anyio.abc.TaskGroup,
-        ready: Callable[[], Awaitable[Client]],
-        params: dict[str, Any],
-        timeout: float,
-        answered: Answered,
-        progress: ProgressFnT | None,
-        lost_session: Callable[[], bool],
-    ) -> RemoteRound:
-        """Raises:
-        ValueError: the params do not make a call request.
+    def cancel(self, reason: str) -> None:
+        self.scope.cancel()  # the SDK's session tells the server
+
+
+@dataclass(frozen=True)
+class RemoteRequests:
+    """How the requests of a round reach a remote server (or a local one before its session has
+    stamped an envelope): through its SDK client (`ready`), each in a task of its own in `tg`,
+    under `timeout`, sent once more on a new session when the server had forgotten the old one
+    (`lost_session`)."""
+
+    tg: anyio.abc.TaskGroup
+    ready: Callable[[], Awaitable[Client]]
+    timeout: float
+    progress: ProgressFnT | None
+    lost_session: Callable[[], bool]
+
+    def send(self, method: str, params: dict[str, Any], answered: Answered) -> RemoteRound:
+        """A `Send`: `answered` is told once how the request ended, unless it is cancelled.
+
+        Raises:
+            ValueError: the params do not make a request of `method`.
         """
-        request = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(params, by_name=False))
+        ask = _asked(method, params, self.progress)
         scope = anyio.CancelScope()
 
         async def run() -> None:
             with scope:
                 try:
-                    result = await _send(ready, request, timeout, progress, lost_session)
+                    result = await _send(self.ready, ask, self.timeout, self.lost_session)
                 except (TimeoutError, MCPError, ValueError, CellblockError) as exc:  # CellblockError: not up
                     answered(None, exc)
                 else:
-                    answered(result.model_dump(by_alias=True, mode="json", exclude_none=True), None)
+                    answered(result, None)
 
-        tg.start_soon(run)
-        return cls(scope)
+        self.tg.start_soon(run)
+        return RemoteRound(scope)
 
-    def cancel(self, reason: str) -> None:
-        self.scope.cancel()  # the SDK's session tells the server
+
+# one request of a round sent through a server's client; its answer as JSON
+Ask = Callable[[Client], Awaitable[dict[str, Any]]]
+
+
+def _asked(method: str, params: dict[str, Any], progress: ProgressFnT | None) -> Ask:
+    """How a request of a round goes through the SDK's client: a call, or (2025-11-25 tasks) a
+    call with `task`, the task's `tasks/result` or its `tasks/cancel`.
+
+    Raises:
+        ValueError: the params do not make a request of `method`.
+    """
+    if method == "tasks/result":  # its answer is the call's
+        payload = types.GetTaskPayloadRequest(
+            params=types.GetTaskPayloadRequestParams.model_validate(params, by_name=False)
+        )
+        return lambda client: _json(client.session.send_request(payload, CALL_RESULT, progress_callback=progress))
+    if method == "tasks/cancel":
+        cancel = types.CancelTaskRequest(params=types.CancelTaskRequestParams.model_validate(params, by_name=False))
+        return lambda client: _json(client.session.send_request(cancel, types.CancelTaskResult))
+    call = types.CallToolRequest(params=types.CallToolRequestParams.model_validate(params, by_name=False))
+    if call.params.task is None:
+        return lambda client: _json(client.session.send_request(call, CALL_RESULT, progress_callback=progress))
+    # The SDK holds a call's answer to a call's result, which the task made instead (2025-11-25
+    # `CreateTaskResult`) is not: this one request goes through the session's dispatcher as it is
+    # (a handshake-era session's: its transport sends the negotiated version on every request).
+    sent = call.params.model_dump(by_alias=True, mode="json", exclude_none=True)
+    options: CallOptions = {} if progress is None else {"on_progress": progress}
+    return lambda client: client.session._dispatcher.send_raw_request(call.method, sent, options)
+
+
+async def _json(answer: Awaitable[M]) -> dict[str, Any]:
+    return (await answer).model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
 async def _send(
-    ready: Callable[[], Awaitable[Client]],
-    request: types.CallToolRequest,
-    timeout: float,
-    progress: ProgressFnT | None,
-    lost_session: Callable[[], bool],
-) -> types.CallToolResult | types.InputRequiredResult:
+    ready: Callable[[], Awaitable[Client]], ask: Ask, timeout: float, lost_session: Callable[[], bool]
+) -> dict[str, Any]:
     for attempt in (1, 2):
         client = await ready()
         try:
             with anyio.fail_after(timeout):
-                return await client.session.send_request(request, CALL_RESULT, progress_callback=progress)
+                return await ask(client)
         except MCPError:
             if attempt == 1 and lost_session():
-                continue  # the server never saw the call; send it again on a new session
+                continue  # the server never saw the request; send it again on a new session
             raise
     raise AssertionError("unreachable")
 

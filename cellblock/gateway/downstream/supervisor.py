@@ -60,7 +60,7 @@ from cellblock.gateway.downstream.rounds import (
     DownstreamError,
     LocalRound,
     Progress,
-    RemoteRound,
+    RemoteRequests,
     Round,
     TaskRound,
     failed_result,
@@ -572,20 +572,19 @@ class Downstream:
         sent = {k: v for k, v in params.items() if k != "_meta"}
         if meta:
             sent["_meta"] = meta
+        as_task = not modern and self.listing is not None and sent.get("name") in self.listing.task_only
         if local is not None:
-            as_task = not modern and self.listing is not None and sent.get("name") in self.listing.task_only
             return (TaskRound.local if as_task else LocalRound.send)(local, sent, self.timeout, answered, progress)
         if self._tg is None:
             raise BrokenPipeError(f"server '{self.name}' is not running")
-        report = None
-        if progress is not None:
-            told = progress
+        told = progress
 
-            async def report(progress: float, total: float | None, message: str | None) -> None:
-                if not self.is_remote or self.notices.take():  # a local server's was budgeted as it came
-                    told(progress, total, message)
+        async def report(progress: float, total: float | None, message: str | None) -> None:
+            if told is not None and (not self.is_remote or self.notices.take()):  # a local one's was budgeted
+                told(progress, total, message)
 
-        return RemoteRound.send(self._tg, self.ready_client, sent, self.timeout, answered, report, self._lost_session)
+        remote = RemoteRequests(self._tg, self.ready_client, self.timeout, told and report, self._lost_session)
+        return TaskRound.start(remote.send, sent, answered) if as_task else remote.send("tools/call", sent, answered)
 
     def failed_call(self, tool: str, exc: BaseException) -> types.CallToolResult:
         """The error result the model reads when a call to `tool` did not complete."""
