@@ -51,6 +51,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 R = TypeVar("R", bound=types.Result)
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 CALL_RESULT: TypeAdapter[types.CallToolResult | types.InputRequiredResult] = TypeAdapter(
     types.CallToolResult | types.InputRequiredResult
@@ -297,8 +298,13 @@ async def _json(answer: Awaitable[M]) -> dict[str, Any]:
 
 
 async def _send(
-    ready: Callable[[], Awaitable[Client]], ask: Ask, timeout: float, lost_session: Callable[[], bool]
-) -> dict[str, Any]:
+    ready: Callable[[], Awaitable[Client]],
+    ask: Callable[[Client], Awaitable[T]],
+    timeout: float,
+    lost_session: Callable[[], bool],
+) -> T:
+    """`ask` the server's client within `timeout`; once more when a remote server had forgotten
+    the session (`lost_session`: it then reconnects)."""
     for attempt in (1, 2):
         client = await ready()
         try:
@@ -346,23 +352,15 @@ async def forward_request(
     request: Any,
     result_type: type[R],
 ) -> R:
-    """Send a non-call request to server `name` within `timeout`; once more when a remote server
-    had forgotten the session (`lost_session`: it then reconnects).
+    """Send a non-call request to server `name` (see `_send`).
 
     Raises:
         DownstreamError: the server is down, errs, or times out.
     """
     try:
-        for attempt in (1, 2):
-            client = await ready_client()
-            try:
-                with anyio.fail_after(timeout):
-                    return await client.session.send_request(request, result_type)
-            except MCPError:
-                if attempt == 1 and lost_session():
-                    continue
-                raise
-        raise AssertionError("unreachable")
+        return await _send(
+            ready_client, lambda client: client.session.send_request(request, result_type), timeout, lost_session
+        )
     except TimeoutError:
         raise DownstreamError(f"server '{name}' did not answer {request.method} in {timeout:g}s") from None
     except MCPError as exc:
