@@ -1,6 +1,6 @@
 """A round of a call to a tool that a 2025-11-25 server runs only as a task (`rounds.TaskRound`),
 with the requests it sends kept for the test to answer: the call with `task`, then `tasks/result`,
-whose answer is the round's; cancelled, the server is told to cancel the task too. The real
+whose answer is the round's; cancelled or timed out, the server is told to cancel the task too. The real
 server behind it is server-everything's `simulate-research-query` (tests/integration/test_real_peers.py)."""
 
 from __future__ import annotations
@@ -75,3 +75,18 @@ def test_a_cancelled_round_stops_the_request_and_cancels_the_task() -> None:
     assert (cancel.method, cancel.params) == ("tasks/cancel", {"taskId": "t-1"})
     round_.cancel("again")
     assert len(server.sent) == 3 and not told  # once; and a cancelled round is never answered
+
+
+def test_a_round_that_timed_out_waiting_for_the_tasks_result_cancels_the_task() -> None:
+    server, _, told = started()
+    server.sent[0].answered(CREATED, None)
+    timed_out = TimeoutError()
+    server.sent[1].answered(None, timed_out)  # the request itself was cancelled where it timed out
+    cancel = server.sent[2]
+    assert (cancel.method, cancel.params) == ("tasks/cancel", {"taskId": "t-1"})
+    assert told == [(None, timed_out)]
+    # the control: a task that ends in an error of the server's is over already
+    server, _, told = started()
+    server.sent[0].answered(CREATED, None)
+    server.sent[1].answered(None, ValueError("no"))
+    assert len(server.sent) == 2

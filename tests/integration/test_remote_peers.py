@@ -26,6 +26,7 @@ from tests.integration.conftest import eventually, free_port, gateway, write_con
 pytestmark = [pytest.mark.anyio, pytest.mark.peers]
 
 RESEARCH = "simulate-research-query"  # four stages of a second each, the third asking when ambiguous
+CANCEL, CANCELLED = b'"method":"tasks/cancel"', b'"status":"cancelled"'
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,8 @@ async def client(
 ) -> AsyncIterator[tuple[Client, Asked, Relay]]:
     url, relay = relayed
     tmp, asked = tmp_path_factory.mktemp("remote-peers"), Asked()
-    config = write_config(tmp, {"web": {"url": url, "timeout": 30}})
+    # the same server twice: `slow` gives a call two seconds, less than the research takes
+    config = write_config(tmp, {"web": {"url": url, "timeout": 30}, "slow": {"url": url, "timeout": 2}})
     async with gateway(config, tmp / "state", elicitation_callback=asked) as c:
         yield c, asked, relay
 
@@ -132,11 +134,11 @@ async def test_a_remote_servers_task_only_tool_is_called_as_a_task_and_asks_on_t
 
 async def test_a_cancelled_call_cancels_the_remote_servers_task(client: tuple[Client, Asked, Relay]) -> None:
     c, _, relay = client
-    assert b'"method":"tasks/cancel"' not in relay.sent
+    cancels, cancelled = relay.sent.count(CANCEL), relay.answered.count(CANCELLED)
     with anyio.move_on_after(1.5):  # the research takes four seconds
         await c.call_tool(f"web__{RESEARCH}", {"topic": "snakes"})
-    await eventually(lambda: b'"method":"tasks/cancel"' in relay.sent)
-    await eventually(lambda: b'"status":"cancelled"' in relay.answered)  # the server's answer to it
+    await eventually(lambda: relay.sent.count(CANCEL) > cancels)
+    await eventually(lambda: relay.answered.count(CANCELLED) > cancelled)  # the server's answer to it
     # the server is still usable afterwards
     assert "Echo: still here" in text(await c.call_tool("web__echo", {"message": "still here"}))
 
@@ -159,3 +161,14 @@ async def test_a_remote_servers_progress_reaches_the_client(client: tuple[Client
         "web__trigger-long-running-operation", {"duration": 1, "steps": 2}, progress_callback=progress
     )
     assert not done.is_error and seen == [1, 2]
+
+
+async def test_a_call_that_times_out_cancels_the_remote_servers_task(client: tuple[Client, Asked, Relay]) -> None:
+    c, _, relay = client
+    cancels, cancelled = relay.sent.count(CANCEL), relay.answered.count(CANCELLED)
+    late = await c.call_tool(f"slow__{RESEARCH}", {"topic": "snakes"})
+    assert (
+        late.is_error and text(late) == f"call to '{RESEARCH}' on server 'slow' took longer than 2s and was cancelled"
+    )
+    await eventually(lambda: relay.sent.count(CANCEL) > cancels)
+    await eventually(lambda: relay.answered.count(CANCELLED) > cancelled)

@@ -155,8 +155,8 @@ class TaskRound:
     """A call to a tool that a 2025-11-25 server runs only as a task (`execution.taskSupport:
     required`): the call is sent with `task`, and the task's `tasks/result` after it, which the
     server answers once the task has ended (asking its questions on the way, as within a call).
-    The caller is told that answer, as of any round; cancelled, the server is also told to cancel
-    the task."""
+    The caller is told that answer, as of any round; cancelled, or timed out waiting for that
+    answer, the server is also told to cancel the task."""
 
     send: Send
     answered: Answered
@@ -203,6 +203,8 @@ class TaskRound:
         return None
 
     def _ended(self, result: dict[str, Any] | None, failure: BaseException | None) -> None:
+        if isinstance(failure, TimeoutError):
+            self._cancel_task()  # the call is over (the request was cancelled): so is its task
         self.current = self.task_id = None
         meta = result.get("_meta") if result is not None else None
         if result is not None and isinstance(meta, dict) and RELATED_TASK in meta:
@@ -214,10 +216,13 @@ class TaskRound:
     def cancel(self, reason: str) -> None:
         if self.current is not None:
             self.current.cancel(reason)
+        self._cancel_task()
+        self.current = self.task_id = None
+
+    def _cancel_task(self) -> None:
         if self.task_id is not None:
             with contextlib.suppress(OSError):  # the server is gone: nothing left to cancel
                 self.send("tasks/cancel", {"taskId": self.task_id}, lambda result, failure: None)
-        self.current = self.task_id = None
 
 
 @dataclass(eq=False)
