@@ -9,7 +9,8 @@ credentials in MCP_CONFORMANCE_CONTEXT (JSON). Either way the client lists the t
   suite's authorization endpoint approves at once and redirects to the redirect URI), or the SDK's
   providers of the authorization extensions (client credentials, enterprise-managed) for theirs.
 - ``cellblock``: Cellblock as the client. It writes a cellblock.yaml with the URL as a remote
-  server, stores a pre-registered client's secret with ``cellblock auth set NAME --client-secret``,
+  server, stores a pre-registered client's secret with ``cellblock auth set NAME --client-secret``
+  (or its private key with ``--private-key``),
   logs in with ``cellblock auth login NAME`` (BROWSER is tests/servers/browser.py, which follows the
   redirect to the loopback callback), then drives ``cellblock serve`` (stdio) with the SDK client.
   It needs the environment of a gateway: DBUS_SESSION_BUS_ADDRESS of a private keyring, and
@@ -168,8 +169,10 @@ def cellblock_config(directory: Path, url: str, scenario: str, context: dict[str
         server["auth"] = {"type": "oauth"}
         if "client_id" in context:
             server["auth"]["client_id"] = context["client_id"]
-            if scenario == "auth/client-credentials-basic":
+            if scenario.startswith("auth/client-credentials-"):
                 server["auth"]["grant"] = "client_credentials"
+            if "private_key_pem" in context:
+                server["auth"]["client_auth"] = "private_key_jwt"
         elif scenario == "auth/basic-cimd":
             server["auth"]["client_metadata_url"] = CIMD_URL
     path = directory / "cellblock.yaml"
@@ -185,6 +188,8 @@ async def through_cellblock(url: str, scenario: str, context: dict[str, Any]) ->
         steps: list[tuple[list[str], str | None]] = []
         if context.get("client_secret") and "client_id" in context:
             steps.append((["auth", "set", name, "--client-secret"], context["client_secret"]))
+        if "private_key_pem" in context:  # on stdin, as a key piped from a secret store
+            steps.append((["auth", "set", name, "--private-key"], context["private_key_pem"]))
         if scenario.startswith("auth/"):
             steps.append((["auth", "login", name], None))
         for args, stdin in steps:

@@ -2,7 +2,8 @@
 
 Everything lives under the keyring service `cellblock`. An entry is named after the server (its
 bearer token) or by a `secrets:` mapping; OAuth records are `<server>/oauth-tokens` and
-`<server>/oauth-client` (and `<server>/oauth-client-secret`, a pre-registered client's secret),
+`<server>/oauth-client` (and `<server>/oauth-client-secret` or `-key`, a pre-registered client's
+secret or private key),
 names no user-chosen entry can take (entry names have no `/`); the token
 of `cellblock serve --http` is `cellblock/http-token` (`cellblock` is no server's name).
 
@@ -34,6 +35,7 @@ __all__ = [
     "CredentialError",
     "Keyring",
     "active_backend",
+    "client_key_entry",
     "client_secret_entry",
     "oauth_entries",
     "session_bus",
@@ -153,6 +155,11 @@ def oauth_entries(server: str) -> tuple[str, str]:
 def client_secret_entry(server: str) -> str:
     """The entry name holding the secret of a server's pre-registered OAuth client (`auth.client_id`)."""
     return f"{server}/oauth-client-secret"
+
+
+def client_key_entry(server: str) -> str:
+    """The entry name holding the private key (PEM) a pre-registered client signs its assertions with."""
+    return f"{server}/oauth-client-key"
 
 
 class Keyring:

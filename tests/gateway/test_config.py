@@ -587,6 +587,12 @@ def test_check_reports_two_servers_without_a_prefix_that_offer_one_name(tmp_path
         ({"type": "oauth", "grant": "client_credentials"}, "grant: client_credentials needs the client's client_id"),
         ({"type": "bearer", "grant": "client_credentials"}, "grant is only used with type: oauth"),
         ({"type": "oauth", "client_id": "x", "grant": "password"}, "grant"),
+        (
+            {"type": "oauth", "client_id": "x", "client_auth": "private_key_jwt"},
+            "client_auth: private_key_jwt goes with grant: client_credentials",
+        ),
+        ({"type": "bearer", "client_auth": "client_secret"}, "client_auth is only used with type: oauth"),
+        ({"type": "oauth", "client_id": "x", "grant": "client_credentials", "client_auth": "mtls"}, "client_auth"),
     ],
 )
 def test_a_pre_registered_client_or_a_client_metadata_document_is_checked(auth: dict[str, str], said: str) -> None:
@@ -600,5 +606,19 @@ def test_a_pre_registered_client_or_a_client_metadata_document_is_checked(auth: 
         {"type": "oauth", "client_id": "x"},
         {"type": "oauth", "client_metadata_url": "https://a.example/c.json"},
         {"type": "oauth", "client_id": "x", "grant": "client_credentials"},
+        {"type": "oauth", "client_id": "x", "grant": "client_credentials", "client_auth": "private_key_jwt"},
     ):
         parse_config(config(good))
+
+
+def test_a_client_that_signs_its_assertions_names_its_key_entry_not_a_secret() -> None:
+    servers = {
+        "signed": {"client_id": "m", "grant": "client_credentials", "client_auth": "private_key_jwt"},
+        "secret": {"client_id": "m", "grant": "client_credentials"},
+    }
+    remote = {name: {"url": "https://a.example/mcp", "auth": {"type": "oauth", **a}} for name, a in servers.items()}
+    body = {"version": 1, "servers": remote}
+    entries = parse_config(yaml.safe_dump(body)).credential_entries()
+    assert ("signed/oauth-client-key", "signed", "OAuth client private key") in entries
+    assert not any(entry == "signed/oauth-client-secret" for entry, _, _ in entries)
+    assert ("secret/oauth-client-secret", "secret", "OAuth client secret") in entries  # the control

@@ -24,7 +24,14 @@ from mcp.client.auth.utils import create_client_registration_request
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthMetadata, OAuthToken
 from pydantic import AnyUrl
 
-from cellblock.gateway.credentials import SERVICE, CredentialError, Keyring, client_secret_entry, oauth_entries
+from cellblock.gateway.credentials import (
+    SERVICE,
+    CredentialError,
+    Keyring,
+    client_key_entry,
+    client_secret_entry,
+    oauth_entries,
+)
 from cellblock.gateway.downstream import oauth
 from cellblock.gateway.downstream.oauth import (
     KeyringTokenStorage,
@@ -220,7 +227,7 @@ def server(keyring_env: Mapping[str, str]) -> Iterator[str]:
     """A fresh server name whose OAuth entries are removed afterwards."""
     name = f"t-{secrets.token_hex(6)}"
     yield name
-    for entry in (*oauth_entries(name), client_secret_entry(name)):
+    for entry in (*oauth_entries(name), client_secret_entry(name), client_key_entry(name)):
         with contextlib.suppress(PasswordDeleteError):
             SecretService.Keyring().delete_password(SERVICE, entry)
 
@@ -425,9 +432,11 @@ async def test_a_pre_registered_secret_goes_where_the_authorization_server_takes
     assert headers.get("Authorization", "").startswith("Basic ") == (method == "client_secret_basic")
 
 
-async def machine(server: str, scope: str | None, client_credentials: bool = True) -> Any:
-    """A provider for the pre-registered client `machine`, its metadata known."""
-    storage = KeyringTokenStorage(Keyring(), server, client_id="machine")
+async def machine(
+    server: str, scope: str | None, client_credentials: bool = True, client_auth: str | None = None, **told: Any
+) -> Any:
+    """A provider for the pre-registered client `machine`, its metadata known (`told`: `on_secret`)."""
+    storage = KeyringTokenStorage(Keyring(), server, told.get("on_secret"), "machine", client_auth)
     provider = oauth_provider(
         server,
         "https://mcp.example/mcp",

@@ -40,8 +40,6 @@ SDK_CLIENT_FAILS = {
 # Client scenarios the SDK's client passes and Cellblock as the client does not, each with its reason;
 # docs/protocol.md ("Cellblock as the client") gives the same list.
 CLIENT_DIFFERENCES = {
-    "auth/client-credentials-jwt": "Cellblock's client_credentials grant proves the client with a secret; "
-    "it has no private_key_jwt (a signed assertion, RFC 7523), so it logs in instead",
     "auth/cross-app-access-complete-flow": "enterprise-managed authorization (SEP-990) trades an IdP's ID "
     "token for an ID-JAG, then that for a token with a client secret: no person logs in, and Cellblock has "
     "no such mode",

@@ -252,6 +252,46 @@ async def test_a_pre_registered_client_logs_in_with_its_secret_from_the_keyring(
     assert keyring.get_password("cellblock", "cloud/oauth-client-secret") is None
 
 
+def test_a_client_private_key_goes_from_stdin_or_its_file_into_the_keyring_and_nowhere_else(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, env: dict[str, str], forget: Callable[[str], None]
+) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    forget("machine")
+    key = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    pem = key.decode()
+    key_file = tmp_path_factory.mktemp("keys") / "machine.pem"  # outside what the gateway may write
+    key_file.write_text(pem)
+    body = [line for line in pem.splitlines() if "-----" not in line]  # the key's own text, line by line
+    auth = {"type": "oauth", "grant": "client_credentials", "client_id": "m", "client_auth": "private_key_jwt"}
+    with run_remote("oauth") as url:
+        config = str(write_config(tmp_path, {"machine": {"url": url, "auth": auth}}))
+        missing = cli(env, "auth", "login", "machine", "--config", config)
+        assert missing.returncode == 1
+        assert "store it with `cellblock auth set machine --private-key KEY.pem`" in missing.stderr
+        inline = cli(env, "auth", "set", "machine", "--private-key", "-----BEGIN PRIVATE KEY-----", "--config", config)
+        assert inline.returncode != 0 and "a key given as an argument is refused" in inline.stderr
+        piped = cli(env, "auth", "set", "machine", "--private-key", "--config", config, stdin=pem)
+        assert piped.returncode == 0, piped.stderr
+        from_file = cli(env, "auth", "set", "machine", "--private-key", str(key_file), "--config", config)
+        assert from_file.returncode == 0, from_file.stderr
+        assert keyring.get_password("cellblock", "machine/oauth-client-key") == pem  # as the file holds it
+        listed = cli(env, "auth", "list", "--config", config)
+        assert "machine/oauth-client-key\tmachine\tOAuth client private key\tset" in listed.stdout
+        # this test server takes no client-credentials grant: the signed request is refused, and said so
+        refused = cli(env, "auth", "login", "machine", "--config", config)
+        assert refused.returncode == 1 and "login to 'machine' failed" in refused.stderr
+        outputs = [
+            o for done in (missing, inline, piped, from_file, listed, refused) for o in (done.stdout, done.stderr)
+        ]
+        assert_nowhere(body, tmp_path, *outputs)
+    assert cli(env, "auth", "logout", "machine", "--config", config).returncode == 0
+    assert keyring.get_password("cellblock", "machine/oauth-client-key") is None
+
+
 async def test_a_step_up_while_serving_logs_in_through_the_client_for_more_scope_then_calls_again(
     tmp_path: Path, env: dict[str, str], forget: Callable[[str], None]
 ) -> None:

@@ -13,6 +13,7 @@ import threading
 import time
 import webbrowser
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO
 
 import anyio
@@ -25,27 +26,32 @@ from cellblock.gateway.credentials import (
     CredentialError,
     Keyring,
     active_backend,
+    client_key_entry,
     client_secret_entry,
     oauth_entries,
 )
+from cellblock.gateway.downstream.clientkey import key_algorithms
 from cellblock.gateway.downstream.oauth import LOGIN_SECONDS, KeyringTokenStorage
 from cellblock.gateway.downstream.remote import login
 from cellblock.gateway.state import state_dir
 
-__all__ = ["auth_command", "auth_list", "auth_login", "auth_logout", "auth_set", "read_secret"]
+__all__ = ["auth_command", "auth_list", "auth_login", "auth_logout", "auth_set", "read_private_key", "read_secret"]
 
 
 def _say(text: str) -> None:
     print(f"cellblock: {text}", file=sys.stderr)
 
 
-def auth_command(action: str, name: str, config_path: str | None, open_browser: bool = True) -> int:
-    """`cellblock auth ACTION [NAME]` (`list` takes no NAME: ""); running gateways are told of each change."""
+def auth_command(
+    action: str, name: str, config_path: str | None, open_browser: bool = True, key_file: str | None = None
+) -> int:
+    """`cellblock auth ACTION [NAME]` (`list` takes no NAME: ""); running gateways are told of each change.
+    `key_file`: where `set --private-key` reads the key (`-`: stdin)."""
     config, _ = load(config_path, name if action == "login" else None)
     if name == HTTP_TOKEN_ENTRY and action in ("set", "logout"):
         return _http_token(config, action)
     if action == "set":
-        return auth_set(config, name, _reconnect)
+        return auth_set(config, name, _reconnect, key_file=key_file)
     if action == "login":
         return auth_login(config, name, _reconnect, open_browser=open_browser)
     if action == "logout":
@@ -102,9 +108,43 @@ def read_secret(entry: str, stream: IO[str] | None = None) -> str:
     return value
 
 
-def auth_set(config: Config, entry: str, notify: Callable[[str], None], stream: IO[str] | None = None) -> int:
-    """Store the value of keyring entry `entry` (a bearer server's name, or a `secrets:` entry)."""
+def read_private_key(entry: str, key_file: str, stream: IO[str] | None = None) -> str:
+    """A PEM private key from `key_file`, or all of stdin for `-`, checked to be one JWTs are signed with.
+
+    Raises:
+        CredentialError: the key was given on the command line, or is not a usable private key.
+    """
+    if key_file.lstrip().startswith("-----BEGIN"):
+        raise CredentialError(
+            "a key given as an argument is refused, because anyone can read another process's arguments; "
+            "give its file (--private-key KEY.pem) or stdin (--private-key < KEY.pem)"
+        )
+    stream = stream or sys.stdin
+    if key_file == "-" and stream.isatty():
+        raise CredentialError(f"give the key for '{entry}' as a file (--private-key KEY.pem) or on stdin (< KEY.pem)")
+    try:
+        pem = stream.read() if key_file == "-" else Path(key_file).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CredentialError(f"cannot read the key file {key_file}: {type(exc).__name__}") from None
+    key_algorithms(pem)  # refuses what cannot sign, before anything is stored
+    return pem
+
+
+def auth_set(
+    config: Config,
+    entry: str,
+    notify: Callable[[str], None],
+    stream: IO[str] | None = None,
+    key_file: str | None = None,
+) -> int:
+    """Store the value of keyring entry `entry` (a bearer server's name, or a `secrets:` entry), or
+    with `key_file` an OAuth client's private key (entry `client_key_entry(server)`)."""
     users = _users(config, entry)
+    if not users and key_file is not None:
+        raise ConfigError(
+            f"no server signs its OAuth client's assertions with keyring entry '{entry}'; give it "
+            "auth: {type: oauth, grant: client_credentials, client_id: ID, client_auth: private_key_jwt} first"
+        )
     if not users:
         known = sorted({name for name, _, _ in config.credential_entries()})
         hint = f" (it uses: {', '.join(known)})" if known else ""
@@ -115,7 +155,7 @@ def auth_set(config: Config, entry: str, notify: Callable[[str], None], stream: 
     if any(what == "oauth token" for _, what in users):
         raise ConfigError(f"server '{entry}' uses OAuth; its tokens come from `cellblock auth login {entry}`")
     store = Keyring(config.credentials.allow_insecure)
-    store.set(entry, read_secret(entry, stream))
+    store.set(entry, read_secret(entry, stream) if key_file is None else read_private_key(entry, key_file, stream))
     uses = ", ".join(f"{what} of '{server}'" for server, what in users)
     _say(f"OK: stored keyring entry '{entry}' ({uses}) in {store.backend.label}")
     for server in sorted({server for server, _ in users}):
@@ -130,7 +170,8 @@ def auth_logout(config: Config, name: str, notify: Callable[[str], None]) -> int
     Tokens are not revoked at the authorization server.
     """
     store = Keyring(config.credentials.allow_insecure)
-    removed = [entry for entry in (name, *oauth_entries(name), client_secret_entry(name)) if store.delete(entry)]
+    entries = (name, *oauth_entries(name), client_secret_entry(name), client_key_entry(name))
+    removed = [entry for entry in entries if store.delete(entry)]
     if not removed:
         _say(f"nothing stored for '{name}'")
         return 1

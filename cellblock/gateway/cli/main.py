@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from cellblock import __version__
 from cellblock.gateway.cli.options import EXIT_FINDING, EXIT_USAGE, add_config
-from cellblock.gateway.credentials import HTTP_TOKEN_ENTRY, CredentialError, client_secret_entry
+from cellblock.gateway.credentials import HTTP_TOKEN_ENTRY, CredentialError, client_key_entry, client_secret_entry
 from cellblock.policy.errors import CellblockError
 
 __all__ = ["main"]
@@ -126,6 +126,14 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the secret of server NAME's pre-registered OAuth client (auth: {client_id: ...})",
     )
+    auth_set.add_argument(
+        "--private-key",
+        nargs="?",
+        const="-",
+        metavar="FILE",
+        help="the private key (PEM) of server NAME's OAuth client (auth: {client_auth: private_key_jwt}), "
+        "from FILE or stdin",
+    )
     auth_login = auth_sub.add_parser("login", help="OAuth login to a remote server (opens the browser)")
     auth_login.add_argument("name", metavar="SERVER")
     auth_login.add_argument("--no-browser", action="store_true", help="only print the URL to open")
@@ -224,9 +232,16 @@ def _run(args: argparse.Namespace) -> int:
         if args.auth_command in ("set", "logout") and http == bool(name):
             print(f"cellblock auth {args.auth_command}: name an entry, or pass --http (not both)", file=sys.stderr)
             return EXIT_USAGE
+        key_file = getattr(args, "private_key", None)
+        if getattr(args, "client_secret", False) and key_file is not None:
+            print("cellblock auth set: --client-secret or --private-key, not both", file=sys.stderr)
+            return EXIT_USAGE
         if getattr(args, "client_secret", False):
             name = client_secret_entry(name)
-        return auth_command(args.auth_command, HTTP_TOKEN_ENTRY if http else name, args.config, open_browser=browser)
+        if key_file is not None:
+            name = client_key_entry(name)
+        entry = HTTP_TOKEN_ENTRY if http else name
+        return auth_command(args.auth_command, entry, args.config, open_browser=browser, key_file=key_file)
     if command in ("wrap", "unwrap"):
         from cellblock.gateway.cli import wrap
 

@@ -35,7 +35,14 @@ from mcp.shared.auth import (
 )
 from pydantic import AnyUrl, PrivateAttr, ValidationError
 
-from cellblock.gateway.credentials import CredentialError, Keyring, client_secret_entry, oauth_entries
+from cellblock.gateway.credentials import (
+    CredentialError,
+    Keyring,
+    client_key_entry,
+    client_secret_entry,
+    oauth_entries,
+)
+from cellblock.gateway.downstream.clientkey import ASSERTION_TYPE, client_assertion
 from cellblock.gateway.downstream.discovery import PIN, DiscoveryGuard
 
 __all__ = [
@@ -81,11 +88,14 @@ class KeyringTokenStorage:
         server: str,
         on_secret: Callable[[str], None] | None = None,
         client_id: str | None = None,
+        client_auth: str | None = None,
     ) -> None:
         """`client_id`: a pre-registered client (`auth.client_id`), used instead of registering;
-        its secret, if it has one, is the keyring entry `client_secret_entry(server)`."""
+        its secret, if it has one, is the keyring entry `client_secret_entry(server)`. With
+        `client_auth` `private_key_jwt` it has none: it signs assertions with the private key in
+        `client_key_entry(server)`."""
         self.store, self.server = store, server
-        self.client_id = client_id
+        self.client_id, self.signs = client_id, client_auth == "private_key_jwt"
         # told every token read or received, so the audit log can redact it wherever it turns up
         self.on_secret = on_secret
         self.tokens_entry, self.client_entry = oauth_entries(server)
@@ -128,6 +138,8 @@ class KeyringTokenStorage:
         await self.store.aset(self.tokens_entry, json.dumps(record))
 
     async def get_client_info(self) -> OAuthClientInformationFull | None:
+        if self.client_id is not None and self.signs:
+            return OAuthClientInformationFull(client_id=self.client_id, token_endpoint_auth_method="private_key_jwt")
         if self.client_id is not None:
             secret = await self.store.aget(client_secret_entry(self.server))
             if secret and self.on_secret is not None:
@@ -255,12 +267,11 @@ class _Provider(OAuthClientProvider):
         (RFC 6749 section 4.4): no person, no browser, no redirect. Else the SDK's login."""
         if not self._client_credentials:
             return await super()._perform_authorization()
-        client = self.context.client_info
-        if client is None or not client.client_secret:
-            server = self._keyring_storage.server
+        client, stored = self.context.client_info, self._keyring_storage
+        if client is None or not (client.client_secret or stored.signs):
             raise CredentialError(
-                f"'{server}' uses grant: client_credentials and the client's secret is not in the keyring; "
-                f"set it with `cellblock auth set {server} --client-secret`"
+                f"'{stored.server}' uses grant: client_credentials and the client's secret is not in the keyring; "
+                f"set it with `cellblock auth set {stored.server} --client-secret`"
             )
         data: dict[str, str] = {"grant_type": "client_credentials"}
         if self.context.should_include_resource_param(self.context.protocol_version):
@@ -268,7 +279,30 @@ class _Provider(OAuthClientProvider):
         if self.context.client_metadata.scope:
             data["scope"] = self.context.client_metadata.scope
         data, headers = self.context.prepare_token_auth(data, {"Content-Type": "application/x-www-form-urlencoded"})
+        if stored.signs and client.client_id is not None:
+            assertion = await self._assertion(client.client_id)
+            data |= {"client_assertion_type": ASSERTION_TYPE, "client_assertion": assertion}
         return httpx2.Request("POST", self._get_token_endpoint(), data=data, headers=headers)
+
+    async def _assertion(self, client_id: str) -> str:
+        """A JWT that proves the client (`private_key_jwt`, RFC 7523), for the authorization server
+        whose metadata is in use, signed with the key in the keyring and an algorithm it takes."""
+        stored, metadata = self._keyring_storage, self.context.oauth_metadata
+        key = await stored.store.aget(client_key_entry(stored.server))
+        if not key:
+            raise CredentialError(
+                f"'{stored.server}' uses client_auth: private_key_jwt and the client's private key is not in the "
+                f"keyring; store it with `cellblock auth set {stored.server} --private-key KEY.pem`"
+            )
+        if metadata is None:
+            raise CredentialError(f"'{stored.server}': no authorization server metadata to address the assertion to")
+        if stored.on_secret is not None:
+            stored.on_secret(key)
+        supported = metadata.token_endpoint_auth_signing_alg_values_supported
+        assertion = await client_assertion(client_id, key, str(metadata.issuer), supported)
+        if stored.on_secret is not None:
+            stored.on_secret(assertion)  # a credential for its short life: redacted like a token
+        return assertion
 
     def _authorization_servers(self) -> list[str]:
         """The authorization servers the flow may use: those the (origin-checked) resource metadata

@@ -205,7 +205,7 @@ async def _serving_oauth(
     on_refused: Callable[[DiscoveryRefused], None] | None,
 ) -> httpx2.Auth:
     """OAuth while serving: tokens are used and refreshed; a needed login is reported, not started."""
-    storage = KeyringTokenStorage(keyring, name, on_secret, server.auth.client_id)
+    storage = KeyringTokenStorage(keyring, name, on_secret, server.auth.client_id, server.auth.client_auth)
 
     def refused(exc: DiscoveryRefused) -> None:
         watch.refused = exc
@@ -286,7 +286,7 @@ async def login(
     Raises:
         CredentialError: the login was refused, declined, timed out or failed.
     """
-    storage = KeyringTokenStorage(store, name, on_secret, server.auth.client_id)
+    storage = KeyringTokenStorage(store, name, on_secret, server.auth.client_id, server.auth.client_auth)
     stored = await storage.get_client_info()
     registered = redirect_uri_of(stored)
     async with LoopbackCatcher(name, (urlsplit(registered).port if registered else None) or LOGIN_PORT) as catcher:
