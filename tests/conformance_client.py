@@ -10,7 +10,7 @@ credentials in MCP_CONFORMANCE_CONTEXT (JSON). Either way the client lists the t
   providers of the authorization extensions (client credentials, enterprise-managed) for theirs.
 - ``cellblock``: Cellblock as the client. It writes a cellblock.yaml with the URL as a remote
   server, stores a pre-registered client's secret with ``cellblock auth set NAME --client-secret``
-  (or its private key with ``--private-key``),
+  (or its private key with ``--private-key``, and an identity provider's ID token with ``--id-token``),
   logs in with ``cellblock auth login NAME`` (BROWSER is tests/servers/browser.py, which follows the
   redirect to the loopback callback), then drives ``cellblock serve`` (stdio) with the SDK client.
   It needs the environment of a gateway: DBUS_SESSION_BUS_ADDRESS of a private keyring, and
@@ -86,13 +86,18 @@ async def exercise(client: Client) -> None:
         print(f"{tool.name}: {'error' if result.is_error else 'ok'}", file=sys.stderr)
 
 
+def authorization_server(url: str) -> str:
+    """The MCP server's authorization server, from its protected resource metadata: what an
+    enterprise's administrator would hand out with the server's URL (SEP-990 configures it)."""
+    origin = "{0.scheme}://{0.netloc}".format(urlparse(url))
+    with urllib.request.urlopen(f"{origin}/.well-known/oauth-protected-resource{urlparse(url).path}") as page:
+        return str(json.loads(page.read())["authorization_servers"][0])
+
+
 async def _enterprise(url: str, context: dict[str, Any]) -> httpx2.Auth:
     """SEP-990: the ID token from the IdP is exchanged there for an ID-JAG (RFC 8693), which the SDK's
     provider hands the MCP server's authorization server (named by its protected resource metadata)."""
-    origin = "{0.scheme}://{0.netloc}".format(urlparse(url))
-    async with httpx2.AsyncClient() as http:
-        described = await http.get(f"{origin}/.well-known/oauth-protected-resource{urlparse(url).path}")
-    issuer = described.json()["authorization_servers"][0]
+    issuer = await anyio.to_thread.run_sync(authorization_server, url)
 
     async def id_jag(audience: str, resource: str) -> str:
         exchange = {
@@ -173,6 +178,10 @@ def cellblock_config(directory: Path, url: str, scenario: str, context: dict[str
                 server["auth"]["grant"] = "client_credentials"
             if "private_key_pem" in context:
                 server["auth"]["client_auth"] = "private_key_jwt"
+            if "idp_id_token" in context:  # the identity provider's token goes in the keyring, not here
+                idp = {"token_endpoint": context["idp_token_endpoint"], "client_id": context["idp_client_id"]}
+                issuer = authorization_server(url)
+                server["auth"] |= {"grant": "identity_assertion", "issuer": issuer, "idp": idp}
         elif scenario == "auth/basic-cimd":
             server["auth"]["client_metadata_url"] = CIMD_URL
     path = directory / "cellblock.yaml"
@@ -190,6 +199,8 @@ async def through_cellblock(url: str, scenario: str, context: dict[str, Any]) ->
             steps.append((["auth", "set", name, "--client-secret"], context["client_secret"]))
         if "private_key_pem" in context:  # on stdin, as a key piped from a secret store
             steps.append((["auth", "set", name, "--private-key"], context["private_key_pem"]))
+        if "idp_id_token" in context:
+            steps.append((["auth", "set", name, "--id-token"], context["idp_id_token"]))
         if scenario.startswith("auth/"):
             steps.append((["auth", "login", name], None))
         for args, stdin in steps:

@@ -3,7 +3,7 @@
 Everything lives under the keyring service `cellblock`. An entry is named after the server (its
 bearer token) or by a `secrets:` mapping; OAuth records are `<server>/oauth-tokens` and
 `<server>/oauth-client` (and `<server>/oauth-client-secret` or `-key`, a pre-registered client's
-secret or private key),
+secret or private key; `<server>/idp-id-token`, an enterprise identity provider's ID token),
 names no user-chosen entry can take (entry names have no `/`); the token
 of `cellblock serve --http` is `cellblock/http-token` (`cellblock` is no server's name).
 
@@ -37,6 +37,7 @@ __all__ = [
     "active_backend",
     "client_key_entry",
     "client_secret_entry",
+    "id_token_entry",
     "oauth_entries",
     "session_bus",
 ]
@@ -160,6 +161,11 @@ def client_secret_entry(server: str) -> str:
 def client_key_entry(server: str) -> str:
     """The entry name holding the private key (PEM) a pre-registered client signs its assertions with."""
     return f"{server}/oauth-client-key"
+
+
+def id_token_entry(server: str) -> str:
+    """The entry name holding the identity provider's ID token a server's `identity_assertion` grant trades."""
+    return f"{server}/idp-id-token"
 
 
 class Keyring:

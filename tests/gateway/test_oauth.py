@@ -30,6 +30,7 @@ from cellblock.gateway.credentials import (
     Keyring,
     client_key_entry,
     client_secret_entry,
+    id_token_entry,
     oauth_entries,
 )
 from cellblock.gateway.downstream import oauth
@@ -227,7 +228,7 @@ def server(keyring_env: Mapping[str, str]) -> Iterator[str]:
     """A fresh server name whose OAuth entries are removed afterwards."""
     name = f"t-{secrets.token_hex(6)}"
     yield name
-    for entry in (*oauth_entries(name), client_secret_entry(name), client_key_entry(name)):
+    for entry in (*oauth_entries(name), client_secret_entry(name), client_key_entry(name), id_token_entry(name)):
         with contextlib.suppress(PasswordDeleteError):
             SecretService.Keyring().delete_password(SERVICE, entry)
 

@@ -39,11 +39,7 @@ SDK_CLIENT_FAILS = {
 }
 # Client scenarios the SDK's client passes and Cellblock as the client does not, each with its reason;
 # docs/protocol.md ("Cellblock as the client") gives the same list.
-CLIENT_DIFFERENCES = {
-    "auth/cross-app-access-complete-flow": "enterprise-managed authorization (SEP-990) trades an IdP's ID "
-    "token for an ID-JAG, then that for a token with a client secret: no person logs in, and Cellblock has "
-    "no such mode",
-}
+CLIENT_DIFFERENCES: dict[str, str] = {}  # none today
 
 
 @pytest.fixture(scope="module")

@@ -292,6 +292,35 @@ def test_a_client_private_key_goes_from_stdin_or_its_file_into_the_keyring_and_n
     assert keyring.get_password("cellblock", "machine/oauth-client-key") is None
 
 
+def test_an_identity_providers_id_token_and_the_clients_secret_stay_in_the_keyring(
+    tmp_path: Path, env: dict[str, str], forget: Callable[[str], None]
+) -> None:
+    forget("corp")
+    id_token, secret = "eyJ.idtoken-" + os.urandom(12).hex(), "client-secret-" + os.urandom(12).hex()
+    with run_remote("oauth") as url:
+        origin = url.rsplit("/", 1)[0]
+        idp = {"token_endpoint": "http://127.0.0.1:9/token", "client_id": "idp-client"}  # nothing listens there
+        auth = {"type": "oauth", "grant": "identity_assertion", "client_id": "c", "issuer": origin, "idp": idp}
+        config = str(write_config(tmp_path, {"corp": {"url": url, "auth": auth}}))
+        no_secret = cli(env, "auth", "login", "corp", "--config", config)
+        assert no_secret.returncode == 1 and "`cellblock auth set corp --client-secret`" in no_secret.stderr
+        stored = [
+            cli(env, "auth", "set", "corp", flag, "--config", config, stdin=value + "\n")
+            for flag, value in (("--client-secret", secret), ("--id-token", id_token))
+        ]
+        assert all(done.returncode == 0 for done in stored), [done.stderr for done in stored]
+        assert keyring.get_password("cellblock", "corp/idp-id-token") == id_token
+        listed = cli(env, "auth", "list", "--config", config)
+        assert "corp/idp-id-token\tcorp\tidentity provider ID token\tset" in listed.stdout
+        # the server asks for a token; the exchange at the identity provider cannot be made, and says so
+        unreachable = cli(env, "auth", "login", "corp", "--config", config)
+        assert unreachable.returncode == 1 and "cannot reach the identity provider" in unreachable.stderr
+        done = [no_secret, *stored, listed, unreachable]
+        assert_nowhere([id_token, secret], tmp_path, *(o for d in done for o in (d.stdout, d.stderr)))
+    assert cli(env, "auth", "logout", "corp", "--config", config).returncode == 0
+    assert keyring.get_password("cellblock", "corp/idp-id-token") is None
+
+
 async def test_a_step_up_while_serving_logs_in_through_the_client_for_more_scope_then_calls_again(
     tmp_path: Path, env: dict[str, str], forget: Callable[[str], None]
 ) -> None:

@@ -28,6 +28,7 @@ from cellblock.gateway.credentials import (
     active_backend,
     client_key_entry,
     client_secret_entry,
+    id_token_entry,
     oauth_entries,
 )
 from cellblock.gateway.downstream.clientkey import key_algorithms
@@ -170,7 +171,7 @@ def auth_logout(config: Config, name: str, notify: Callable[[str], None]) -> int
     Tokens are not revoked at the authorization server.
     """
     store = Keyring(config.credentials.allow_insecure)
-    entries = (name, *oauth_entries(name), client_secret_entry(name), client_key_entry(name))
+    entries = (name, *oauth_entries(name), client_secret_entry(name), client_key_entry(name), id_token_entry(name))
     removed = [entry for entry in entries if store.delete(entry)]
     if not removed:
         _say(f"nothing stored for '{name}'")

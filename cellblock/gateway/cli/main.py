@@ -13,7 +13,13 @@ from collections.abc import Sequence
 
 from cellblock import __version__
 from cellblock.gateway.cli.options import EXIT_FINDING, EXIT_USAGE, add_config
-from cellblock.gateway.credentials import HTTP_TOKEN_ENTRY, CredentialError, client_key_entry, client_secret_entry
+from cellblock.gateway.credentials import (
+    HTTP_TOKEN_ENTRY,
+    CredentialError,
+    client_key_entry,
+    client_secret_entry,
+    id_token_entry,
+)
 from cellblock.policy.errors import CellblockError
 
 __all__ = ["main"]
@@ -127,6 +133,11 @@ def _parser() -> argparse.ArgumentParser:
         help="the secret of server NAME's pre-registered OAuth client (auth: {client_id: ...})",
     )
     auth_set.add_argument(
+        "--id-token",
+        action="store_true",
+        help="the identity provider's ID token of server NAME (auth: {grant: identity_assertion})",
+    )
+    auth_set.add_argument(
         "--private-key",
         nargs="?",
         const="-",
@@ -233,13 +244,12 @@ def _run(args: argparse.Namespace) -> int:
             print(f"cellblock auth {args.auth_command}: name an entry, or pass --http (not both)", file=sys.stderr)
             return EXIT_USAGE
         key_file = getattr(args, "private_key", None)
-        if getattr(args, "client_secret", False) and key_file is not None:
-            print("cellblock auth set: --client-secret or --private-key, not both", file=sys.stderr)
+        kinds = {"client_secret": client_secret_entry, "id_token": id_token_entry, "private_key": client_key_entry}
+        chosen = [entry for flag, entry in kinds.items() if getattr(args, flag, None) not in (None, False)]
+        if len(chosen) > 1:
+            print("cellblock auth set: one of --client-secret, --id-token, --private-key", file=sys.stderr)
             return EXIT_USAGE
-        if getattr(args, "client_secret", False):
-            name = client_secret_entry(name)
-        if key_file is not None:
-            name = client_key_entry(name)
+        name = chosen[0](name) if chosen else name
         entry = HTTP_TOKEN_ENTRY if http else name
         return auth_command(args.auth_command, entry, args.config, open_browser=browser, key_file=key_file)
     if command in ("wrap", "unwrap"):

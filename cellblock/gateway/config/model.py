@@ -25,7 +25,8 @@ from pydantic import (
 
 from cellblock.gateway.audit.chain import KEY_NAME
 from cellblock.gateway.audit.log import DEFAULT_KEEP, DEFAULT_MAX_BYTES, Audit
-from cellblock.gateway.credentials import ENTRY_NAME, client_key_entry, client_secret_entry
+from cellblock.gateway.config.auth import AuthConfig
+from cellblock.gateway.credentials import ENTRY_NAME, client_key_entry, client_secret_entry, id_token_entry
 from cellblock.gateway.namespacing import check_separator
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.hosts import parse_rule
@@ -410,40 +411,6 @@ class LocalServer(_ServerBase):
         return self
 
 
-class AuthConfig(_Model):
-    """How a remote server is authenticated; the credential itself is in the keyring."""
-
-    type: Literal["none", "bearer", "oauth"] = "none"
-    # OAuth scopes to request, space-separated; None asks for what the server advertises
-    scope: str | None = None
-    # a client the authorization server knows already (its secret, if any, is in the keyring)...
-    client_id: Annotated[str, Field(min_length=1)] | None = None
-    # ...or a Client ID Metadata Document: this URL is the client id, no registration
-    client_metadata_url: Annotated[str, Field(pattern=r"^https://[^/?#]+/[^?#]+$")] | None = None
-    # how tokens are got: a person's login (authorization code), or the client's own credentials
-    # (client_credentials: client_id and its secret, no person, no browser)
-    grant: Literal["authorization_code", "client_credentials"] | None = None
-    # how that client proves itself at the token endpoint: its secret, or a JWT signed with its
-    # private key (RFC 7523; the key in the keyring: `cellblock auth set SERVER --private-key`)
-    client_auth: Literal["client_secret", "private_key_jwt"] | None = None
-
-    @model_validator(mode="after")
-    def _oauth_only(self) -> AuthConfig:
-        for key in ("scope", "client_id", "client_metadata_url", "grant", "client_auth"):
-            if getattr(self, key) is not None and self.type != "oauth":
-                raise ValueError(f"{key} is only used with type: oauth (type is {self.type!r})")
-        if self.client_id is not None and self.client_metadata_url is not None:
-            raise ValueError("give client_id (a pre-registered client) or client_metadata_url (a CIMD), not both")
-        if self.grant == "client_credentials" and self.client_id is None:
-            raise ValueError(
-                "grant: client_credentials needs the client's client_id (its secret goes in the keyring: "
-                "`cellblock auth set SERVER --client-secret`)"
-            )
-        if self.client_auth == "private_key_jwt" and self.grant != "client_credentials":
-            raise ValueError("client_auth: private_key_jwt goes with grant: client_credentials (and a client_id)")
-        return self
-
-
 class RemoteServer(_ServerBase):
     """A server reached over Streamable HTTP."""
 
@@ -522,6 +489,8 @@ class Config(_Model):
         for name, server in self.servers.items():
             if isinstance(server, RemoteServer) and server.auth.type != "none":
                 entries.append((name, name, f"{server.auth.type} token"))
+            if isinstance(server, RemoteServer) and server.auth.grant == "identity_assertion":
+                entries.append((id_token_entry(name), name, "identity provider ID token"))
             if isinstance(server, RemoteServer) and server.auth.client_auth == "private_key_jwt":
                 entries.append((client_key_entry(name), name, "OAuth client private key"))
             elif isinstance(server, RemoteServer) and server.auth.client_id is not None:

@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING
 
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.model import LocalServer, RemoteServer
-from cellblock.gateway.credentials import CredentialError, Keyring, client_key_entry, client_secret_entry
+from cellblock.gateway.credentials import (
+    CredentialError,
+    Keyring,
+    client_key_entry,
+    client_secret_entry,
+    id_token_entry,
+)
 
 if TYPE_CHECKING:
     from cellblock.gateway.downstream.discovery import DiscoveryRefused
@@ -76,6 +82,8 @@ class ServerKeys:
         if isinstance(self.config, RemoteServer) and self.config.auth.client_id is not None:  # a pre-registered client
             signs = self.config.auth.client_auth == "private_key_jwt"
             entries.append(client_key_entry(self.name) if signs else client_secret_entry(self.name))
+        if isinstance(self.config, RemoteServer) and self.config.auth.grant == "identity_assertion":
+            entries.append(id_token_entry(self.name))
         if not entries and not oauth:
             return
         with contextlib.suppress(CredentialError):  # missing or refused: starting the server says so

@@ -28,6 +28,7 @@ from cellblock.gateway.config.model import RemoteServer
 from cellblock.gateway.credentials import CredentialError, Keyring
 from cellblock.gateway.downstream.connection import CLIENT_INFO
 from cellblock.gateway.downstream.discovery import DiscoveryGuard, DiscoveryRefused, PinnedTransport, origin
+from cellblock.gateway.downstream.enterprise import enterprise_provider
 from cellblock.gateway.downstream.httpwatch import HttpWatch
 from cellblock.gateway.downstream.keys import ServerKeys
 from cellblock.gateway.downstream.oauth import (
@@ -206,6 +207,8 @@ async def _serving_oauth(
 ) -> httpx2.Auth:
     """OAuth while serving: tokens are used and refreshed; a needed login is reported, not started."""
     storage = KeyringTokenStorage(keyring, name, on_secret, server.auth.client_id, server.auth.client_auth)
+    if server.auth.grant == "identity_assertion":  # no login, no discovery: the config names both ends
+        return await enterprise_provider(name, server, storage, on_secret)
 
     def refused(exc: DiscoveryRefused) -> None:
         watch.refused = exc
@@ -306,7 +309,7 @@ async def login(
                 on_refused(exc)
 
         guard = DiscoveryGuard(name, server.url, refused)
-        auth = oauth_provider(
+        auth: httpx2.Auth = oauth_provider(
             name,
             server.url,
             storage,
@@ -318,6 +321,8 @@ async def login(
             server.auth.client_metadata_url,
             server.auth.grant == "client_credentials",
         )
+        if server.auth.grant == "identity_assertion":  # no browser: the identity provider's token instead
+            auth = await enterprise_provider(name, server, storage, on_secret)
         http = httpx2.AsyncClient(headers=server.headers, auth=auth, timeout=_TIMEOUT, transport=PinnedTransport())
         try:
             async with anyio.create_task_group() as tg:
