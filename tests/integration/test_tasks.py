@@ -8,6 +8,7 @@ the server; a server that dies during the call ends its task with the error that
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -130,9 +131,16 @@ async def until(client: Any, task_id: str, *statuses: str) -> dict[str, Any]:
 
 async def polled(session: Any, task_id: str, *statuses: str) -> dict[str, Any]:
     """Poll the task, as a client does, until it is in one of `statuses`."""
+    return await poll_until(lambda: request(session, "tasks/get", taskId=task_id), statuses)
+
+
+async def poll_until(
+    get: Callable[[], Awaitable[dict[str, Any]]], statuses: tuple[str, ...], interval: str = "pollIntervalMs"
+) -> dict[str, Any]:
+    """`get` the task, at the interval it states (under `interval`), until it is in one of `statuses`."""
     with anyio.fail_after(20):
-        while (task := await request(session, "tasks/get", taskId=task_id))["status"] not in statuses:  # noqa: ASYNC110 - the protocol's poll
-            await anyio.sleep(task.get("pollIntervalMs", 500) / 1000)
+        while (task := await get())["status"] not in statuses:  # noqa: ASYNC110 - the protocol's poll
+            await anyio.sleep(task.get(interval, 500) / 1000)
     return task
 
 

@@ -203,8 +203,8 @@ class FastPath:
             return False
         if "requestState" in params or "inputResponses" in params or LOG_LEVEL_META_KEY in meta:
             return False  # a retry of an earlier round, or a per-request log opt-in
-        if asks_for_tasks(params):
-            return False  # it may become a task (serve/tasks.py)
+        if asks_for_tasks(params) or "task" in params:
+            return False  # it may become a task (serve/tasks.py, serve/handshake_tasks.py)
         token = meta.get("progressToken")
         if token is not None and (isinstance(token, bool) or not isinstance(token, str | int)):
             return False

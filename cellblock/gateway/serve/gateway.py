@@ -54,6 +54,7 @@ from cellblock.gateway.serve.calls import Calls, SessionReply, ToolCall, log_pas
 from cellblock.gateway.serve.catalog import Catalog, build_catalog
 from cellblock.gateway.serve.control import ControlServer, socket_path
 from cellblock.gateway.serve.fastpath import FastPath
+from cellblock.gateway.serve.handshake_tasks import HandshakeTasks
 from cellblock.gateway.serve.listeners import ChangingServer, Listeners
 from cellblock.gateway.serve.locking import POLL_SECONDS, Locks
 from cellblock.gateway.serve.operations import Operations
@@ -68,7 +69,7 @@ from cellblock.gateway.serve.status import (
     tool_name,
 )
 from cellblock.gateway.serve.subscriptions import Subscriptions
-from cellblock.gateway.serve.tasks import TaskReply, Tasks, asks_for_tasks
+from cellblock.gateway.serve.tasks import Tasks
 from cellblock.gateway.state import (
     atomic_write_json,
     clean_stale_temps,
@@ -183,6 +184,7 @@ class Gateway:
         self._tg: anyio.abc.TaskGroup | None = None
         self.reads = Reads(self)
         self.client_tasks = Tasks(self.audit)
+        self.handshake_tasks = HandshakeTasks(self.client_tasks, lambda: self.tasks)
         self.subscriptions = Subscriptions(self)
         self.server = self._build_server()
 
@@ -454,6 +456,7 @@ class Gateway:
         server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)
         self.client_tasks.serve(server)  # a call may be answered with a task
         server.middleware = []  # no tracing span per message on the hot path
+        self.handshake_tasks.serve(server)  # ...and in 2025-11-25 too (its middleware answers those calls)
         server.extensions[APPS_EXTENSION] = {}  # the servers' apps are passed through (docs/apps.md)
         return server
 
@@ -519,11 +522,12 @@ class Gateway:
             forwarded["arguments"] = params.arguments
         if params.meta:
             forwarded["_meta"] = dict(params.meta)
-        task = self.client_tasks.open(call.server, call.tool) if reply.modern and asks_for_tasks(ctx.params) else None
-        if task is not None:  # admitted: from here it runs on while the client polls
-            task.call = ToolCall(call, ds, TaskReply(task, reply), self.calls, forwarded)
+        opened = self.handshake_tasks.open(ctx, call.server, call.tool, reply)
+        if opened is not None:  # admitted: from here it runs on while the client polls
+            task, task_reply = opened
+            task.call = ToolCall(call, ds, task_reply, self.calls, forwarded)
             self.tasks.start_soon(task.call.start)
-            return self.client_tasks.created(task)
+            return self.handshake_tasks.created(task)
         tc = ToolCall(call, ds, reply, self.calls, forwarded)
         # started beside this handler: a login on the way may put a question to the client first
         self.tasks.start_soon(tc.start)

@@ -11,9 +11,10 @@ and `tasks/cancel` cancels the call and tells the server. A server that dies or 
 the call ends its task with the error that says so, as it would end the call.
 
 A task id is `<server>+<random>`: it names the server the task runs on, and cannot be guessed, so
-the id is the only handle to a task (there is no `tasks/list`). Ended tasks are kept for
-`TASK_TTL_MS`; at most `MAX_TASKS` are kept at a time, and a call that would be one more is
-answered as a plain call.
+the id is the only handle to a 2026-07-28 task (the extension has no `tasks/list`). Ended tasks
+are kept for `TASK_TTL_MS`; at most `MAX_TASKS` are kept at a time, and a call that would be one
+more is answered as a plain call. A handshake-era client's task (2025-11-25) is the same task,
+shown on that era's wire (`serve/handshake_tasks.py`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import mcp.types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
@@ -77,6 +79,10 @@ class Task:
     born: float = field(default_factory=time.monotonic)
     message: str | None = None
     result: dict[str, Any] | None = None
+    # handshake era (serve/handshake_tasks.py): the connection that made it, the only one that sees
+    # it (`Listeners.key`); None for a 2026-07-28 task, which its id alone names
+    owner: str | None = None
+    done: anyio.Event = field(default_factory=anyio.Event)  # set once the status is terminal
     # the listen streams that name the task: each is told the task at every change (serve/listen.py)
     watchers: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
 
@@ -91,6 +97,8 @@ class Task:
         if self.ended:
             return  # a terminal status is final
         self.status, self.message, self.updated = status, message, _now()
+        if self.ended:
+            self.done.set()
         self.told()
 
     def told(self) -> None:
@@ -184,15 +192,16 @@ class Tasks:
         server.add_request_handler("tasks/cancel", TaskParams, self.cancel)
         server.extensions[EXTENSION] = {}
 
-    def open(self, server: str, tool: str) -> Task | None:
-        """A new task for a call to `tool` on `server`; None when there is no room for one."""
+    def open(self, server: str, tool: str, owner: str | None = None) -> Task | None:
+        """A new task for a call to `tool` on `server` (made on the handshake-era connection
+        `owner`, if any); None when there is no room for one."""
         self._forget_expired()
         if len(self._tasks) >= MAX_TASKS:
             ended = [t for t in self._tasks.values() if t.ended]
             if not ended:
                 return None
             del self._tasks[min(ended, key=lambda t: t.born).id]
-        task = Task(f"{server}+{secrets.token_urlsafe(18)}", server, tool)
+        task = Task(f"{server}+{secrets.token_urlsafe(18)}", server, tool, owner=owner)
         self._tasks[task.id] = task
         self.audit.write("task", server, tool=tool, task=task.id, status=task.status)
         return task
@@ -206,6 +215,7 @@ class Tasks:
         for task in [t for t in self._tasks.values() if t.born < cutoff]:
             if task.call is not None:
                 task.call.cancel("the task expired")
+            task.move("cancelled", "the task expired")  # whoever waits on it is let go
             del self._tasks[task.id]
 
     def watchable(self, ctx: Ctx, task_ids: Any) -> list[str]:
@@ -220,7 +230,7 @@ class Tasks:
         if not isinstance(task_ids, list):
             raise MCPError(types.INVALID_PARAMS, "taskIds must be a list of task ids")
         self._forget_expired()
-        return [i for i in dict.fromkeys(task_ids) if isinstance(i, str) and i in self._tasks]
+        return [i for i in dict.fromkeys(task_ids) if isinstance(i, str) and self._held(i, None) is not None]
 
     def watch(self, task_id: str, watcher: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
         """Tell `watcher` the task at each change, until the returned function is called."""
@@ -233,12 +243,30 @@ class Tasks:
         MCPError: the request does not declare the extension, or names no task the gateway holds.
         """
         _declared(ctx)
-        self._forget_expired()
+        return self.find(task_id, None)
+
+    def _held(self, task_id: str, owner: str | None) -> Task | None:
         task = self._tasks.get(task_id)
+        return task if task is not None and task.owner == owner else None
+
+    def find(self, task_id: str, owner: str | None) -> Task:
+        """The task `task_id` as a request of `owner` may see it: one that connection made in the
+        handshake era, or (None) a 2026-07-28 task.
+
+        Raises:
+            MCPError: no such task, for that request.
+        """
+        self._forget_expired()
+        task = self._held(task_id, owner)
         if task is None:
             named = task_id if len(task_id) <= 100 else f"{task_id[:100]}…"  # the client's own text, bounded
             raise MCPError(types.INVALID_PARAMS, f"no task '{named}': it never existed here, or it expired")
         return task
+
+    def owned(self, owner: str) -> list[Task]:
+        """The tasks the handshake-era connection `owner` made, oldest first."""
+        self._forget_expired()
+        return [t for t in self._tasks.values() if t.owner == owner]
 
     async def get(self, ctx: Ctx, params: TaskParams) -> dict[str, Any]:
         return self._task(ctx, params.task_id).view()
@@ -255,13 +283,16 @@ class Tasks:
         return {}
 
     async def cancel(self, ctx: Ctx, params: TaskParams) -> dict[str, Any]:
-        task = self._task(ctx, params.task_id)
+        self.stop(self._task(ctx, params.task_id))
+        return {}
+
+    def stop(self, task: Task) -> None:
+        """The client cancels `task`: its call is cancelled (the server is told), and the task is."""
         if not task.ended:
             if task.call is not None:
                 task.call.cancel("the client cancelled the task")
             task.move("cancelled", "cancelled by the client")
             self.audit.write("task", task.server, tool=task.tool, task=task.id, status=task.status)
-        return {}
 
 
 def _declared(ctx: Ctx) -> None:
