@@ -8,7 +8,6 @@ tasks/cancel; a question midway reaches the client on its tasks/result, tied to 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -192,16 +191,29 @@ class Session:
         self.http, self.url = http, url
         self.sid: str | None = None
         self.ids = 0
+        self.human = Client()
 
     async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The answer to the request; a request of the gateway's on the way (a question) is
+        answered as `Client` answers it."""
         self.ids += 1
         message = {"jsonrpc": "2.0", "id": self.ids, "method": method, "params": params}
-        response = await self.http.post(self.url, json=message, headers=self._headers(), timeout=30)
-        self.sid = response.headers.get("mcp-session-id", self.sid)
-        for answer in _messages(response.text):
-            if answer.get("id") == self.ids:
-                return answer
-        raise AssertionError(response.text)
+        async with self.http.stream("POST", self.url, json=message, headers=self._headers(), timeout=30) as response:
+            self.sid = response.headers.get("mcp-session-id", self.sid)
+            if response.headers.get("content-type", "").startswith("application/json"):
+                return dict(json.loads(await response.aread()))
+            async for line in response.aiter_lines():
+                got = json.loads(line[5:]) if line.startswith("data:") and line[5:].strip() else {}
+                if "method" in got and "id" in got:
+                    answer = await self.human.answer(got["method"], got.get("params") or {})
+                    reply = {"jsonrpc": "2.0", "id": got["id"], "result": answer}
+                    await self.http.post(self.url, json=reply, headers=self._headers())
+                elif got.get("id") == self.ids:
+                    return got
+        raise AssertionError(f"no answer to {method}")
+
+    async def result(self, method: str, **params: Any) -> dict[str, Any]:
+        return dict((await self.request(method, params))["result"])
 
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "application/json, text/event-stream"}
@@ -210,21 +222,11 @@ class Session:
         return headers
 
     async def open(self) -> dict[str, Any]:
-        opened = await self.request("initialize", _hello("2025-11-25", {}))
+        opened = await self.request("initialize", _hello("2025-11-25", {"elicitation": {}}))
         assert self.sid is not None
         note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
         await self.http.post(self.url, json=note, headers=self._headers())
         return dict(opened["result"])
-
-
-def _messages(text: str) -> Iterator[dict[str, Any]]:
-    """The JSON-RPC messages of a response: a JSON body, or the data of its server-sent events."""
-    if text.lstrip().startswith("{"):
-        yield json.loads(text)
-        return
-    for line in text.splitlines():
-        if line.startswith("data:") and line[5:].strip():
-            yield json.loads(line[5:])
 
 
 async def test_over_http_a_session_polls_its_task_and_another_never_sees_it(
@@ -244,3 +246,11 @@ async def test_over_http_a_session_polls_its_task_and_another_never_sees_it(
             assert [t["taskId"] for t in (await mine.request("tasks/list", {}))["result"]["tasks"]] == [task_id]
             assert (await other.request("tasks/get", {"taskId": task_id}))["error"]["code"] == -32602
             assert (await other.request("tasks/list", {}))["result"]["tasks"] == []
+            # a question midway comes on the session's tasks/result, tied to the task
+            ask = {"name": "old__ask", "arguments": {"question": "Your name?"}, "task": {}}
+            task_id = (await mine.request("tools/call", ask))["result"]["task"]["taskId"]
+            await poll_until(lambda: mine.result("tasks/get", taskId=task_id), ("input_required",), "pollInterval")
+            result = await mine.request("tasks/result", {"taskId": task_id})
+            assert result["result"]["content"][0]["text"] == "Ada"
+            [question] = mine.human.questions
+            assert question["params"]["_meta"][RELATED] == {"taskId": task_id}
