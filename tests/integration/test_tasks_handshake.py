@@ -58,6 +58,9 @@ async def stdio(config: Path) -> Any:
     async with raw_gateway(config, config.parent / "state", human.answer) as raw:
         opened = await _open(raw, "2025-11-25")
         assert opened["capabilities"]["tasks"] == CAPABILITY
+        # each tool may run as a task (the spec's tool-level rule), answered on the fast path
+        tools = (await ok(raw, "tools/list"))["tools"]
+        assert {t["execution"]["taskSupport"] for t in tools} == {"optional"}
         yield raw, human
 
 
@@ -174,6 +177,7 @@ async def test_an_earlier_client_gets_a_plain_call_and_no_tasks(config: Path, tm
     async with raw_gateway(config, tmp_path / "state", Client().answer) as raw:
         opened = await _open(raw, "2025-06-18")
         assert "tasks" not in opened["capabilities"]
+        assert not [t for t in (await ok(raw, "tools/list"))["tools"] if "execution" in t]
         plain = await ok(raw, "tools/call", name="old__echo", arguments={"message": "hi"}, task={"ttl": 1000})
         assert plain["content"] == [{"type": "text", "text": "hi"}] and "task" not in plain
         for method in ("tasks/get", "tasks/list", "tasks/result"):
@@ -237,6 +241,8 @@ async def test_over_http_a_session_polls_its_task_and_another_never_sees_it(
             mine, other = Session(http, url), Session(http, url)
             assert (await mine.open())["capabilities"]["tasks"] == CAPABILITY
             await other.open()
+            tools = (await mine.result("tools/list"))["tools"]  # the SDK's server's list
+            assert {t["execution"]["taskSupport"] for t in tools} == {"optional"}
             echo = {"name": "new__echo", "arguments": {"message": "hi"}, "task": {}}
             created = await mine.request("tools/call", echo)
             task_id = created["result"]["task"]["taskId"]

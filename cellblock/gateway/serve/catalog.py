@@ -16,7 +16,7 @@ import mcp.types as types
 
 from cellblock.gateway.downstream.listing import Listing
 from cellblock.gateway.namespacing import UriTable, assign_names
-from cellblock.gateway.serve.shaping import wire_result
+from cellblock.gateway.serve.shaping import TASKS_VERSION, wire_result
 
 __all__ = ["LIST_KINDS", "Catalog", "build_catalog"]
 
@@ -61,11 +61,20 @@ class Catalog:
         text = self._wire.get((kind, version))
         if text is None:
             model, key = _RESULTS[kind]
-            result = model(**{key: list(getattr(self, kind))})
+            result = model(**{key: self.listed_tools(version) if kind == "tools" else list(getattr(self, kind))})
             dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
             shaped = wire_result(_METHODS[kind], version, dumped, stamp)
             text = self._wire[(kind, version)] = json.dumps(shaped, separators=(",", ":"), ensure_ascii=False)
         return text
+
+    def listed_tools(self, version: str) -> list[types.Tool]:
+        """The tools as listed at `version`: at 2025-11-25, each that routes to a server says it
+        may run as a task (`execution.taskSupport: optional`), which the gateway makes it
+        (serve/handshake_tasks.py); the gateway's own tools run only as calls."""
+        if version != TASKS_VERSION:
+            return list(self.tools)
+        optional = types.ToolExecution(task_support="optional")
+        return [t.model_copy(update={"execution": optional}) if t.name in self.tool_routes else t for t in self.tools]
 
     def route_resource(self, uri: str) -> tuple[str, str]:
         """(server, original URI) for an exposed resource URI.

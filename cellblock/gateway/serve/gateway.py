@@ -466,7 +466,7 @@ class Gateway:
 
     async def _list_tools(self, ctx: Ctx, params: Any) -> types.ListToolsResult:
         self.listeners.met(ctx)
-        return types.ListToolsResult(tools=list((await self.client_catalog()).tools))
+        return types.ListToolsResult(tools=(await self.client_catalog()).listed_tools(ctx.protocol_version))
 
     async def _list_prompts(self, ctx: Ctx, params: Any) -> types.ListPromptsResult:
         self.listeners.met(ctx)

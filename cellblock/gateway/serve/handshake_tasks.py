@@ -44,7 +44,7 @@ from cellblock.gateway.ask.elicitation import PARK_SECONDS, Asker
 from cellblock.gateway.ask.forms import framed
 from cellblock.gateway.downstream.rounds import Able
 from cellblock.gateway.serve.listeners import Listeners
-from cellblock.gateway.serve.shaping import wire_result
+from cellblock.gateway.serve.shaping import TASKS_VERSION, wire_result
 from cellblock.gateway.serve.tasks import (
     POLL_MS,
     TASK_TTL_MS,
@@ -58,7 +58,6 @@ from cellblock.gateway.serve.tasks import (
 
 __all__ = ["CAPABILITY", "TASKS_VERSION", "HandshakeTaskReply", "HandshakeTasks"]
 
-TASKS_VERSION = "2025-11-25"
 RELATED = "io.modelcontextprotocol/related-task"
 # what the gateway says it can do with tasks, in its answer to a 2025-11-25 initialize
 CAPABILITY: dict[str, Any] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}

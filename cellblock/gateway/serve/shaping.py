@@ -17,7 +17,10 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from cellblock.gateway.namespacing import UriTable
 
-__all__ = ["exposed_result", "unstamped", "wire_result"]
+__all__ = ["TASKS_VERSION", "exposed_result", "unstamped", "wire_result"]
+
+# the handshake-era version with tasks (experimental): serve/handshake_tasks.py
+TASKS_VERSION = "2025-11-25"
 
 _LINKS = ("resource_link", "resource")
 
