@@ -1,0 +1,91 @@
+"""The tracer: strace around a real jail (seccomp filter, limits held at --block-fd) sees what the
+server does and how the jail answers, and nothing of bwrap's own setup."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from cellblock.gateway.config.model import LocalServer
+from cellblock.gateway.downstream.launch import launch_plan
+from cellblock.sandbox.spawn import run_plan
+from cellblock.sandbox.trace import Event, Kind, jail_refused, parse_trace, traced
+from cellblock.sandbox.types import Limits
+
+pytestmark = [
+    pytest.mark.jail,
+    pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("strace") is None, reason="needs bwrap, strace"),
+]
+
+SCRIPT = """
+import os, socket
+print(open({shared!r}).read())
+for path, mode in (({hidden!r}, "r"), ({shared!r} + ".new", "w")):
+    try:
+        open(path, mode)
+    except OSError as exc:
+        print(exc)
+try:
+    socket.create_connection(("192.0.2.7", 443), timeout=1)
+except OSError as exc:
+    print(exc)
+os.system("true")
+"""
+
+
+def test_a_traced_jail_shows_reads_refusals_connections_and_execs(tmp_path: Path) -> None:
+    shared, hidden = tmp_path / "d" / "f", tmp_path / "hidden"
+    shared.parent.mkdir()
+    shared.write_text("hi\n")
+    hidden.write_text("secret\n")
+    script = SCRIPT.format(shared=str(shared), hidden=str(hidden))
+    server = LocalServer.model_validate(
+        {"command": sys.executable, "args": ["-c", script], "jail": {"read_only": [str(shared.parent)]}}
+    )
+    plan = launch_plan("t", server, limits=Limits(processes=64, memory=1 << 30))
+    output = tmp_path / "trace"
+    done = run_plan(replace(plan, argv=traced(plan.argv, str(output))), 60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("hi")
+    trace = parse_trace(output.read_text())
+    assert trace.started is not None
+    events = trace.events
+    # nothing of bwrap's setup (its mounts of /oldroot and /newroot) is counted as the server's
+    assert not [e for e in events if e.target.startswith(("/oldroot", "/newroot"))]
+    read = [e for e in events if e.target == str(shared) and e.kind is Kind.READ]
+    assert read and read[0].ok
+    (refused,) = [e for e in events if e.target == str(hidden)]
+    assert refused.errno == "ENOENT" and jail_refused(refused)
+    (written,) = [e for e in events if e.target == f"{shared}.new"]
+    assert written.kind is Kind.WRITE and written.errno == "EROFS" and jail_refused(written)
+    (connect,) = [e for e in events if e.kind is Kind.CONNECT and e.target.startswith("192.0.2.7")]
+    assert connect.target == "192.0.2.7:443" and connect.errno == "ENETUNREACH" and jail_refused(connect)
+    execs = [e.target for e in events if e.kind is Kind.EXEC]
+    assert "/bin/sh" in execs or "/usr/bin/sh" in execs
+
+
+def test_split_lines_are_joined_and_relative_paths_made_absolute() -> None:
+    text = "\n".join(
+        [
+            '10 1.0 execve("/usr/bin/bwrap", ["bwrap"], 0x1 /* 3 vars */) = 0',
+            '11 1.1 mount("/oldroot/x", "/newroot/x", NULL, MS_BIND, NULL) = 0',
+            '12 1.2 execve("/usr/bin/python3", ["python3"], 0x1 /* 3 vars */) = 0',
+            '12 1.3 openat(AT_FDCWD</work>, "notes/a.txt", O_WRONLY|O_CREAT, 0666 <unfinished ...>',
+            "11 1.35 wait4(-1,  <unfinished ...>",
+            "12 1.4 <... openat resumed>) = -1 EROFS (Read-only file system)",
+            '12 1.5 sendto(3<socket:[1]>, "\\1\\2\\1\\0\\0\\1\\0\\0\\0\\0\\0\\0\\7example\\3com\\0\\0\\1\\0\\1", 29, '
+            'MSG_NOSIGNAL, {sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("10.0.0.1")}, 16) = -1 '
+            "ENETUNREACH (Network is unreachable)",
+            "12 1.6 +++ exited with 0 +++",
+        ]
+    )
+    trace = parse_trace(text)
+    assert trace.started == 1.2 and trace.command == "/usr/bin/python3"
+    assert trace.events == (
+        Event(1.3, 12, Kind.WRITE, "/work/notes/a.txt", "openat", "EROFS"),
+        Event(1.5, 12, Kind.LOOKUP, "example.com", "sendto", "ENETUNREACH"),
+    )
