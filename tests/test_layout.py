@@ -61,7 +61,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "downstream": {"wire", "audit", "config", "ask"},
     "serve": {"wire", "audit", "config", "ask", "downstream"},
     "clients": {"config", "downstream"},
-    "cli": {"wire", "audit", "config", "ask", "downstream", "serve", "clients"},
+    "scan": {"config", "downstream"},
+    "cli": {"wire", "audit", "config", "ask", "downstream", "serve", "clients", "scan"},
 }
 # what must stay free of the MCP SDK: other tools' config files, the config, the audit log
 NO_SDK = {"clients", "config", "audit"}

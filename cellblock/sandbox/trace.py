@@ -288,8 +288,10 @@ def _network(pid: int, ts: float, call: str, args: str, errno: str | None) -> li
     host = address.group(1)
     target = f"[{host}]:{port.group(1)}" if ":" in host else f"{host}:{port.group(1)}"
     if port.group(1) == "53":
-        if call == "connect":
+        if call == "connect" and errno is None:
             return []  # the query that follows says what is looked up
+        if call == "connect":  # refused before any query: the name is not known
+            return [Event(ts, pid, Kind.LOOKUP, f"a name, through {target}", call, errno)]
         return [Event(ts, pid, Kind.LOOKUP, _query_name(args) or target, call, errno)]
     return [Event(ts, pid, Kind.CONNECT, target, call, errno)]
 

@@ -95,6 +95,24 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument("server", nargs="?", help="only this server")
     add_config(probe)
     probe.add_argument("--json", action="store_true", help="print JSON")
+    scan = sub.add_parser(
+        "scan",
+        help="run a server jailed under a tracer, call every tool with benign and hostile arguments, and "
+        "report what it did against what it declares; exit 1 on a finding (see docs/scan.md)",
+    )
+    scan.add_argument("server", metavar="SERVER")
+    add_config(scan)
+    scan.add_argument("--json", action="store_true", help="print JSON")
+    scan.add_argument(
+        "--fail-on",
+        choices=("info", "low", "medium", "high", "never"),
+        default="medium",
+        help="exit 1 on a finding of this severity or above (default: medium)",
+    )
+    scan.add_argument(
+        "--destructive", action="store_true", help="call destructive tools (delete_*, destructiveHint) too"
+    )
+    scan.add_argument("--apply", action="store_true", help="write the smallest jail the scan saw work into the config")
     install = sub.add_parser(
         "install", help="install servers' packages (install: in the config) once, in a jail, to run read-only"
     )
@@ -226,6 +244,10 @@ def _run(args: argparse.Namespace) -> int:
         from cellblock.gateway.cli.probe import probe_command
 
         return probe_command(args.config, args.server, args.json)
+    if command == "scan":
+        from cellblock.gateway.cli.scan import scan_command
+
+        return scan_command(args.config, args.server, args.json, args.fail_on, args.destructive, args.apply)
     if command == "doctor":
         from cellblock.gateway.cli.doctor import doctor_command
 

@@ -75,6 +75,7 @@ def jail_spec(
     egress_socket: str | None = None,
     pinned: Mapping[str, str] | None = None,
     own: Sequence[Path] = (),
+    jail_home: str | None = None,
 ) -> tuple[JailSpec, list[Mount]]:
     """The jail `server` asks for, and the launcher installations it needs shared.
 
@@ -91,6 +92,9 @@ def jail_spec(
     the listed executables (and the server's own command) be executed or loaded, then starts the
     server (`sandbox/pin.py`). With `exec.allow` the jail shows only what those programs need
     instead of all of /usr (`sandbox/closure.py`).
+
+    `jail_home` is the home the jail shows empty and tells the server of (default: the user's);
+    a scan names its scratch home, where it planted decoys the jail must hide.
 
     Raises:
         JailError: the command or an allowed executable cannot be found or lies in a writable grant
@@ -113,7 +117,7 @@ def jail_spec(
         bins = [package.bin_dir, *runtime]
     bins += [os.path.join(m.path, "bin") for m in launchers if os.path.isdir(os.path.join(m.path, "bin"))]
     env = {key: os.environ[key] for key in PASSED_ENV if key in os.environ}
-    env |= {"PATH": ":".join([*bins, JAIL_PATH]), "HOME": home, "TMPDIR": "/tmp"}
+    env |= {"PATH": ":".join([*bins, JAIL_PATH]), "HOME": jail_home or home, "TMPDIR": "/tmp"}
     env |= server.env
     argv: tuple[str, ...] = (command, *server.args)
     # the wrappers are stdlib-only scripts, run by the base interpreter isolated from site and home
@@ -151,7 +155,7 @@ def jail_spec(
         network=Network(jail.network),
         allow_hosts=tuple(jail.allow_hosts),
         tmp=jail.tmp,
-        home=home,
+        home=jail_home or home,
         exec_allow=tuple(allowed),
         exec_sha256=dict(jail.exec.sha256),
         egress_socket=egress_socket,
@@ -269,6 +273,7 @@ def launch_plan(
     secrets: Mapping[str, str] | None = None,
     limits: Limits | None = None,
     own: Sequence[Path] = (),
+    jail_home: str | None = None,
 ) -> LaunchPlan:
     """How to start `server`: jailed per its config, or plainly when it says `jail: false`.
 
@@ -276,6 +281,7 @@ def launch_plan(
     executables; the private temp dir on macOS). `secrets` are the values of its `secrets:`
     variables, read from the keyring; they go into the environment, never the command line.
     `limits` (`Config.limits_of`) bound what a Linux jail may take; macOS has none yet.
+    `jail_home`: see `jail_spec` (Linux only).
 
     Raises:
         JailError: the jail cannot be built here (no bwrap, no user namespaces, a missing path,
@@ -306,7 +312,7 @@ def launch_plan(
         if private is None:
             raise JailError(f"server '{name}': jail.exec.sha256 needs a private directory for verified copies")
         pinned = verify_pins(name, jail.exec.sha256, private / "pinned")
-    spec, launchers = jail_spec(name, server, jail, egress_socket, pinned, own)
+    spec, launchers = jail_spec(name, server, jail, egress_socket, pinned, own, jail_home)
     plan = bwrap_plan(spec, launchers, check_bwrap(), secrets, DEFAULT_INHERITED_ENV_VARS)
     return plan if limits is None else limit_plan(plan, name, limits)
 

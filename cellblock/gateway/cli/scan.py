@@ -1,0 +1,90 @@
+"""`cellblock scan SERVER`: what a server says it does against what it does, in its jail.
+
+The server runs in the jail the gateway would start it in (never unjailed), under strace, in a
+scratch world (copies of its grants, a home with decoys); every tool is called with benign and
+hostile arguments made from its schema; the report sets what each tool declares against what it
+did, and proposes the smallest jail its benign calls needed (`--apply` writes it). See docs/scan.md.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import anyio
+
+from cellblock.gateway.cli.options import EXIT_FINDING, EXIT_OK, EXIT_USAGE, load
+from cellblock.gateway.config.model import LocalServer
+from cellblock.gateway.scan.findings import Severity, findings, report_json, report_table
+from cellblock.gateway.scan.learn import apply_proposal, propose
+from cellblock.gateway.scan.run import Decoy, scan_run
+from cellblock.gateway.scan.scratch import ScanError, scratch_world
+from cellblock.gateway.state import runtime_dir, state_dir
+from cellblock.sandbox.types import JailError
+
+__all__ = ["FAIL_ON", "scan_command"]
+
+FAIL_ON = ("info", "low", "medium", "high", "never")
+
+
+def _say(text: str) -> None:
+    for line in text.splitlines():
+        print(f"cellblock: {line}", file=sys.stderr)
+
+
+def scan_command(
+    config_path: str | None,
+    name: str,
+    as_json: bool = False,
+    fail_on: str = "medium",
+    allow_destructive: bool = False,
+    apply: bool = False,
+) -> int:
+    """Scan one server; exit 1 on a finding at or above `fail_on` (or a scan that cannot run)."""
+    config, source = load(config_path, name)
+    server = config.servers[name]
+    if not isinstance(server, LocalServer):
+        _say(f"scan: '{name}' is a remote server: nothing of it runs here to trace")
+        return EXIT_USAGE
+    if server.jail is False:
+        _say(f"scan: '{name}' has jail: false, and a scan never runs a server unjailed; give it a jail first")
+        return EXIT_FINDING
+    if not sys.platform.startswith("linux"):
+        _say(f"scan: tracing a jail needs Linux (bubblewrap and strace); this is {sys.platform}")
+        return EXIT_FINDING
+    try:
+        scratch = scratch_world(name, server)
+    except ScanError as exc:
+        _say(str(exc))
+        return EXIT_FINDING
+    decoy = Decoy()
+    try:
+        moved = scratch.server(server)
+        run = anyio.run(
+            scan_run, config, source, state_dir(), runtime_dir(), name, moved, scratch, decoy, allow_destructive
+        )
+        found = findings(run, scratch, decoy)
+        proposal = propose(server, run, scratch)
+        if as_json:
+            print(json.dumps(report_json(name, run, scratch, found, proposal.as_json()), indent=2))
+        else:
+            print(report_table(name, run, found))
+            print()
+            print(proposal.text(name))
+    except (JailError, ScanError) as exc:
+        _say(f"scan: '{name}' was not scanned: {exc}")
+        return EXIT_FINDING
+    finally:
+        decoy.close()
+        scratch.close()
+    if apply:
+        if not proposal.changes:
+            _say(f"scan: the jail of '{name}' is already the smallest this scan saw work; nothing to apply")
+        else:
+            apply_proposal(Path(source), name, proposal, server)
+            _say(f"scan: wrote the proposed jail of '{name}' into {source}")
+    threshold = FAIL_ON.index(fail_on)
+    worst = max((int(f.severity) for f in found), default=-1)
+    failed = threshold < len(Severity) and worst >= threshold
+    return EXIT_FINDING if failed else EXIT_OK

@@ -1,0 +1,239 @@
+"""The smallest jail a scan saw work: from the start and the benign calls, the grants the server
+used (read_write only where it wrote), the allowed hosts it reached, the programs it executed;
+shown as a diff of the server's `jail:` and, with `--apply`, written into cellblock.yaml in place
+of that key alone (the rest of the file, comments included, is kept).
+
+It only narrows: a grant never used is dropped, a read_write grant only read becomes read_only;
+what the jail refused that the server seemed to need is a note, never a wider grant.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cellblock.gateway.config.loading import parse_config
+from cellblock.gateway.config.model import LocalServer
+from cellblock.gateway.scan.findings import noise
+from cellblock.gateway.scan.run import Run
+from cellblock.gateway.scan.scratch import ScanError, Scratch
+from cellblock.gateway.state import atomic_write_text
+from cellblock.sandbox.trace import Event, Kind, jail_refused
+
+__all__ = ["Proposal", "apply_proposal", "propose"]
+
+KEYS = ("network", "allow_hosts", "read_only", "read_write", "exec")
+
+
+@dataclass
+class Proposal:
+    """The jail as configured and as proposed (config keys, paths as the user wrote them)."""
+
+    current: dict[str, Any]
+    proposed: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def changes(self) -> bool:
+        return self.current != self.proposed
+
+    def as_json(self) -> dict[str, Any]:
+        return {"current": self.current, "proposed": self.proposed, "notes": self.notes, "changes": self.changes}
+
+    def diff(self, name: str) -> str:
+        def dump(jail: dict[str, Any]) -> list[str]:
+            return yaml.safe_dump({"jail": jail}, sort_keys=False, default_flow_style=False).splitlines(keepends=True)
+
+        return "".join(
+            difflib.unified_diff(dump(self.current), dump(self.proposed), f"{name}: jail now", f"{name}: smallest seen")
+        )
+
+    def text(self, name: str) -> str:
+        lines = ["the smallest jail the benign calls needed:"]
+        lines += [f"  {line}" for line in (self.diff(name) or "  (the same as now)\n").splitlines()]
+        lines += [f"  note: {n}" for n in self.notes]
+        if self.changes:
+            lines.append(f"  cellblock scan {name} --apply writes it into the config")
+        return "\n".join(lines)
+
+
+def _inside(path: str, root: str) -> bool:
+    roots = {root.rstrip("/") or "/", os.path.realpath(root)}
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _raw(source: Path, name: str) -> dict[str, Any]:
+    raw = yaml.safe_load(source.read_text()) or {}
+    server = (raw.get("servers") or {}).get(name) or {}
+    jail = server.get("jail")
+    return dict(jail) if isinstance(jail, dict) else {}
+
+
+def propose(server: LocalServer, run: Run, scratch: Scratch) -> Proposal:
+    """What the start and the benign calls used of `server`'s jail."""
+    jail = server.jail
+    assert jail is not False
+    events: list[Event] = [*run.start_events, *(e for c in run.calls if not c.probe.hostile for e in c.events)]
+    notes: list[str] = []
+
+    def used(grant: str) -> bool:
+        where = scratch.copies.get(grant, grant)
+        return any(_inside(e.target, where) and (e.ok or e.kind is Kind.WRITE) for e in events)
+
+    def written(grant: str) -> bool:
+        where = scratch.copies.get(grant, grant)
+        return any(e.kind is Kind.WRITE and e.ok and _inside(e.target, where) for e in events)
+
+    for event in events:
+        if event.kind is Kind.WRITE and event.errno == "EROFS" and not noise(event):
+            notes.append(f"wrote {scratch.to_user(event.target)}, which the jail shows read-only (refused)")
+    read_write = [g for g in jail.read_write if written(g)]
+    read_only = [g for g in jail.read_only if used(g) and g not in read_write]
+    read_only += [g for g in jail.read_write if used(g) and g not in read_write]
+    current: dict[str, Any] = {"network": jail.network}
+    proposed: dict[str, Any] = {}
+    reached = {e.target for e in events if e.kind is Kind.CONNECT and e.call == "egress" and e.ok}
+    if jail.network == "allowlist":
+        current["allow_hosts"] = list(jail.allow_hosts)
+        hosts = [h for h in jail.allow_hosts if any(_matches(h, r) for r in reached)]
+        proposed |= {"network": "allowlist", "allow_hosts": hosts} if hosts else {"network": "none"}
+    elif jail.network == "open":
+        tried = sorted(
+            {e.target for e in events if e.kind in (Kind.CONNECT, Kind.LOOKUP) and not e.target.startswith("/")}
+        )
+        proposed["network"] = "open" if tried else "none"
+        if tried:
+            notes.append(f"network: open used for {', '.join(tried[:5])}; an allowlist of those hosts would do")
+    else:
+        proposed["network"] = "none"
+    for event in events:
+        if event.kind in (Kind.CONNECT, Kind.LOOKUP) and jail_refused(event) and not event.target.startswith("/"):
+            notes.append(f"tried {scratch.to_user(event.target)} (refused by the jail); allow it only if it is needed")
+    current |= {"read_only": list(jail.read_only), "read_write": list(jail.read_write)}
+    proposed |= {"read_only": read_only, "read_write": read_write}
+    executed = sorted({e.target for e in events if e.kind is Kind.EXEC and e.ok})
+    current["exec"] = {"allow": list(jail.exec.allow)}
+    if jail.exec.allow:
+        real = {os.path.realpath(p) for p in executed}
+        proposed["exec"] = {"allow": [p for p in jail.exec.allow if os.path.realpath(p) in real]}
+    else:
+        proposed["exec"] = {"allow": executed}
+    return Proposal(_tidy(current), _tidy(proposed), list(dict.fromkeys(notes)))
+
+
+def _matches(rule: str, target: str) -> bool:
+    host, _, port = target.rpartition(":")
+    name, _, want = rule.partition(":")
+    if want and want != port:
+        return False
+    return host == name or (name.startswith("*.") and host.endswith(name[1:]))
+
+
+def _tidy(jail: dict[str, Any]) -> dict[str, Any]:
+    """Without the keys that say only the default."""
+    out = dict(jail)
+    for key in ("allow_hosts", "read_only", "read_write"):
+        if not out.get(key):
+            out.pop(key, None)
+    if not out.get("exec", {}).get("allow"):
+        out.pop("exec", None)
+    return out
+
+
+def _with_user_spelling(proposed: dict[str, Any], original: dict[str, Any], server: LocalServer) -> dict[str, Any]:
+    """The proposed jail written over the config's own `jail:` mapping: other keys (tmp, limits,
+    exec.sha256) kept, each path in the user's own spelling where the config had it."""
+    jail = server.jail
+    assert jail is not False
+    spelled: dict[str, str] = {}
+    for key in ("read_only", "read_write"):
+        for raw, expanded in zip(original.get(key) or [], getattr(jail, key), strict=False):
+            spelled[expanded] = raw
+    for raw, expanded in zip((original.get("exec") or {}).get("allow") or [], jail.exec.allow, strict=False):
+        spelled[expanded] = raw
+    out = {k: v for k, v in original.items() if k not in KEYS}
+    out["network"] = proposed["network"]
+    for key in ("allow_hosts", "read_only", "read_write"):
+        if proposed.get(key):
+            out[key] = [spelled.get(p, p) for p in proposed[key]]
+    allow = (proposed.get("exec") or {}).get("allow")
+    exec_rest = {k: v for k, v in (original.get("exec") or {}).items() if k != "allow"}
+    if allow or exec_rest:
+        out["exec"] = {**({"allow": [spelled.get(p, p) for p in allow]} if allow else {}), **exec_rest}
+    order = [k for k in (*KEYS, *original) if k in out]
+    return {k: out[k] for k in dict.fromkeys(order)}
+
+
+def _span(lines: list[str], name: str) -> tuple[int, int, str, int]:
+    """Where the server's `jail:` key is (start, end line) and its indentation; start == end when
+    it has none (insert there). The last value: the server's key line.
+
+    Raises:
+        ScanError: the servers mapping or the server cannot be found as a block.
+    """
+    top = next((i for i, line in enumerate(lines) if re.match(r"servers\s*:\s*(#.*)?$", line)), None)
+    if top is None:
+        raise ScanError("the config's servers: is not a block mapping; edit its jail by hand")
+    head = next(
+        (
+            i
+            for i in range(top + 1, len(lines))
+            if re.match(rf"\s+['\"]?{re.escape(name)}['\"]?\s*:\s*(#.*)?$", lines[i])
+        ),
+        None,
+    )
+    if head is None:
+        raise ScanError(f"server '{name}' is not written as a block in the config; edit its jail by hand")
+    level = len(lines[head]) - len(lines[head].lstrip())
+
+    def indent(i: int) -> int:
+        return len(lines[i]) - len(lines[i].lstrip())
+
+    def blank(i: int) -> bool:
+        return not lines[i].strip() or lines[i].lstrip().startswith("#")
+
+    end = head + 1
+    while end < len(lines) and (blank(end) or indent(end) > level):
+        end += 1
+    while end - 1 > head and blank(end - 1):
+        end -= 1
+    children = [i for i in range(head + 1, end) if not blank(i)]
+    child = indent(children[0]) if children else level + 2
+    for i in children:
+        if indent(i) == child and re.match(r"\s*jail\s*:", lines[i]):
+            stop = i + 1
+            while stop < end and (blank(stop) or indent(stop) > child):
+                stop += 1
+            while stop - 1 > i and blank(stop - 1):
+                stop -= 1
+            return i, stop, " " * child, head
+    return end, end, " " * child, head
+
+
+def apply_proposal(source: Path, name: str, proposal: Proposal, server: LocalServer) -> str:
+    """Write the proposed jail into the config at `source`; return the new text.
+
+    Raises:
+        ScanError: the config cannot be edited in place, or the edited config does not load.
+    """
+    text = source.read_text()
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    start, end, indent, _ = _span(lines, name)
+    jail = _with_user_spelling(proposal.proposed, _raw(source, name), server)
+    body = yaml.safe_dump({"jail": jail}, sort_keys=False, default_flow_style=False)
+    new = [f"{indent}{line}\n" for line in body.splitlines()]
+    result = "".join([*lines[:start], *new, *lines[end:]])
+    try:
+        parse_config(result, str(source))
+    except Exception as exc:
+        raise ScanError(f"the proposed jail does not load, so it was not written: {exc}") from exc
+    atomic_write_text(source, result, mode=source.stat().st_mode & 0o777)
+    return result

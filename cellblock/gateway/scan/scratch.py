@@ -1,0 +1,151 @@
+"""The throw-away world a scan runs a server in: copies of its granted directories, a home with
+decoys, a file outside every grant, and a symlink planted in a grant that points out.
+
+The server's config is rewritten to name the copies in place of the user's directories (in its
+jail, its arguments and its working directory), so a tool that deletes or writes changes only
+the copies; what the trace shows of the copies is mapped back to the user's paths in the report.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cellblock.gateway.config.model import LocalServer
+from cellblock.gateway.downstream.launch import granted_roots
+from cellblock.policy.constraints import within
+from cellblock.policy.errors import CellblockError
+from cellblock.policy.probes import Places
+
+__all__ = ["DECOYS", "MAX_COPIED_FILES", "ScanError", "Scratch", "scratch_world"]
+
+# Planted in the scratch home: what a server has no business reading.
+DECOYS = (".ssh/id_rsa", ".ssh/id_ed25519", ".aws/credentials", ".netrc", ".config/gh/hosts.yml")
+# A grant bigger than this is not copied: the scan says so instead of filling the disk.
+MAX_COPIED_FILES = 20000
+SAMPLE = "cellblock-scan.txt"
+LINK = "cellblock-scan-link"
+
+
+class ScanError(CellblockError):
+    """A scan cannot be run as asked; the message says why and what to do."""
+
+
+@dataclass
+class Scratch:
+    """Where the scan's world is (`root`), and the user's grants each copy stands for."""
+
+    root: Path
+    home: Path
+    outside: Path
+    copies: dict[str, str] = field(default_factory=dict)  # the user's grant -> its copy
+    canary: str = ""
+
+    def places(self, denied_url: str) -> Places:
+        writable = next(iter(self.copies.values()), None)
+        directory = writable
+        file = os.path.join(directory, SAMPLE) if directory else None
+        link = os.path.join(directory, LINK) if directory else None
+        traversal = None
+        if directory:
+            up = os.path.relpath(self.home / ".ssh" / "id_rsa", directory)
+            traversal = os.path.join(directory, up)
+        return Places(directory, file, link, str(self.outside), "~/.ssh/id_rsa", traversal, denied_url)
+
+    def server(self, server: LocalServer) -> LocalServer:
+        """`server` with the copies in place of the user's grants."""
+        if server.jail is False:
+            raise ScanError("a server with jail: false is not scanned: a scan never runs a server unjailed")
+        jail = server.jail.model_copy(
+            update={
+                "read_only": [self.to_copy(p) for p in server.jail.read_only],
+                "read_write": [self.to_copy(p) for p in server.jail.read_write],
+            }
+        )
+        args = [self.to_copy(a) for a in server.args]
+        cwd = self.to_copy(server.cwd) if server.cwd else None
+        return server.model_copy(update={"jail": jail, "args": args, "cwd": cwd})
+
+    def to_copy(self, value: str) -> str:
+        """A path (or `--option=PATH`) under a grant, moved under its copy."""
+        for grant, copy in self.copies.items():
+            if within(value, grant):
+                return copy + value[len(grant.rstrip("/")) :]
+        key, equals, path = value.partition("=")
+        if equals and path.startswith("/") and self.to_copy(path) != path:
+            return f"{key}={self.to_copy(path)}"
+        return value
+
+    def to_user(self, path: str) -> str:
+        """A path of the scan's world as the user knows it: a copy's as the grant's, the scratch
+        home's under `~`."""
+        for grant, copy in self.copies.items():
+            if within(path, copy):
+                return grant.rstrip("/") + path[len(copy) :]
+        if within(path, str(self.home)):
+            return "~" + path[len(str(self.home)) :]
+        return path
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _count(path: str) -> int:
+    total = 0
+    for _, dirs, files in os.walk(path):
+        total += len(dirs) + len(files)
+        if total > MAX_COPIED_FILES:
+            break
+    return total
+
+
+def scratch_world(name: str, server: LocalServer) -> Scratch:
+    """Copies of `server`'s work grants (not its code or package caches, which run read-only as
+    they are), a home with decoys, a file outside, and a symlink in the first copy.
+
+    Raises:
+        ScanError: a grant is too big to copy.
+    """
+    root = Path(tempfile.mkdtemp(prefix=f"cellblock-scan-{name}-"))
+    canary = f"CELLBLOCK-DECOY-{secrets.token_hex(8)}"
+    home = root / "home"
+    for decoy in DECOYS:
+        path = home / decoy
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{canary} {decoy}\n")
+    outside = root / "outside" / "not-granted.txt"
+    outside.parent.mkdir()
+    outside.write_text(f"{canary} outside\n")
+    scratch = Scratch(root, home, outside, canary=canary)
+    try:
+        for index, grant in enumerate(granted_roots(server)):
+            copy = root / "grants" / f"{index}-{os.path.basename(grant.rstrip('/')) or 'root'}"
+            if os.path.isfile(grant):
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(grant, copy)
+            elif os.path.isdir(grant):
+                if _count(grant) > MAX_COPIED_FILES:
+                    raise ScanError(
+                        f"server '{name}': its grant {grant} holds more than {MAX_COPIED_FILES} files, too many to "
+                        "copy for a scan; scan it with a smaller directory granted"
+                    )
+                shutil.copytree(grant, copy, symlinks=True)
+            else:
+                copy.mkdir(parents=True)
+            scratch.copies[grant] = str(copy)
+        first = next(iter(scratch.copies.values()), None)
+        if first is not None:
+            sample = Path(first) / SAMPLE
+            if not sample.exists():
+                sample.write_text("a file the scan planted\n")
+            link = Path(first) / LINK
+            if not link.is_symlink():
+                link.symlink_to(home / ".ssh" / "id_rsa")
+    except BaseException:
+        scratch.close()
+        raise
+    return scratch
