@@ -17,6 +17,7 @@ __all__ = ["Places", "Probe", "destructive", "probes"]
 
 _PATHY = re.compile(r"(^|_)(path|paths|file|files|filename|dir|directory|folder|source|destination|target|root)s?$")
 _URLY = re.compile(r"(^|_)(url|uri|href|link|endpoint|site)s?$")
+_MAKES = re.compile(r"(^|[_\-.])(create|write|make|mkdir|new|add|save|upload|copy|move|rename)")
 _DESTRUCTIVE = re.compile(r"(^|[_\-.])(delete|remove|rm|drop|destroy|wipe|purge|erase|kill|truncate|reset)")
 SAMPLE_TEXT = "cellblock scan"
 
@@ -116,12 +117,13 @@ def _aimed(kind: str, is_list: bool, places: Places) -> list[tuple[str, str]]:
     return aims
 
 
-def probes(schema: Mapping[str, Any] | None, places: Places) -> list[Probe]:
+def probes(schema: Mapping[str, Any] | None, places: Places, tool: str = "") -> list[Probe]:
     """The benign probe, then one hostile probe per path or URL argument and target.
 
     The benign one fills every required argument (and every path or URL one) with a valid value:
-    a path in the granted directory (the file for an argument that names a file), a URL of
-    `benign_url`. A tool with no path or URL argument gets no hostile probe.
+    a path in the granted directory (the file for an argument that names a file; a new name in the
+    directory for a `tool` that makes things: create_*, write_*, move_*, …), a URL of `benign_url`.
+    A tool with no path or URL argument gets no hostile probe.
     """
     schema = schema or {}
     properties: Mapping[str, Any] = schema.get("properties") or {}
@@ -134,8 +136,8 @@ def probes(schema: Mapping[str, Any] | None, places: Places) -> list[Probe]:
         kind = _kind(name, (sub.get("items") or {}) if is_list and "description" not in sub else sub)
         if kind == "path":
             where = places.directory if re.search(r"dir|folder|root", name.lower()) else places.file
-            if where is None:
-                where = places.directory
+            if where is None or (_MAKES.search(tool.lower()) and name.lower() not in ("source", "src")):
+                where = f"{places.directory}/cellblock-scan-new" if places.directory else None
             if where is None:
                 continue
             benign[name] = [where] if is_list else where

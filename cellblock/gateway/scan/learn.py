@@ -93,7 +93,14 @@ def propose(server: LocalServer, run: Run, scratch: Scratch) -> Proposal:
     for event in events:
         if event.kind is Kind.WRITE and event.errno == "EROFS" and not noise(event):
             notes.append(f"wrote {scratch.to_user(event.target)}, which the jail shows read-only (refused)")
-    read_write = [g for g in jail.read_write if written(g)]
+    # a grant only read is shown read-only, unless a tool that may write was not exercised
+    unexercised = [t.name for t in run.tools if t.name in run.skipped and t.annotations.get("readOnlyHint") is not True]
+    read_write = [g for g in jail.read_write if written(g) or (unexercised and used(g))]
+    if unexercised and any(used(g) and not written(g) for g in jail.read_write):
+        notes.append(
+            f"read_write kept as it is: {', '.join(unexercised)} may write and were not called "
+            "(--destructive calls them)"
+        )
     read_only = [g for g in jail.read_only if used(g) and g not in read_write]
     read_only += [g for g in jail.read_write if used(g) and g not in read_write]
     current: dict[str, Any] = {"network": jail.network}

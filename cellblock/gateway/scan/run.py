@@ -177,12 +177,21 @@ async def _session(
                 started, scope.deadline = True, math.inf
                 channel.answered = True
                 await _exercise(client, scratch, decoy, allow_destructive, run)
-    except (MCPError, anyio.ClosedResourceError, anyio.EndOfStream, OSError) as exc:
+    except Exception as exc:
+        if not _ended(exc):
+            raise
         if started:
             raise ScanError(f"server '{name}' stopped during the scan: {exc or type(exc).__name__}") from exc
         raise ScanError(f"server '{name}' did not start in its jail: {exc or type(exc).__name__}") from exc
     if scope.cancelled_caught:
         raise ScanError(f"server '{name}' did not answer its handshake within {START_SECONDS:.0f} seconds")
+
+
+def _ended(exc: BaseException) -> bool:
+    """Whether `exc` (or every exception of a group) says the server went away."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_ended(e) for e in exc.exceptions)
+    return isinstance(exc, (MCPError, anyio.ClosedResourceError, anyio.EndOfStream, anyio.BrokenResourceError, OSError))
 
 
 async def _exercise(client: Any, scratch: Scratch, decoy: Decoy, allow_destructive: bool, run: Run) -> None:
@@ -199,7 +208,7 @@ async def _exercise(client: Any, scratch: Scratch, decoy: Decoy, allow_destructi
         if info.destructive and not allow_destructive:
             run.skipped.append(info.name)
             continue
-        for probe in probes(info.schema, places):
+        for probe in probes(info.schema, places, info.name):
             call = Call(info.name, probe, time.time(), 0.0)
             try:
                 with anyio.fail_after(CALL_SECONDS):

@@ -122,7 +122,13 @@ def scratch_world(name: str, server: LocalServer) -> Scratch:
     outside.write_text(f"{canary} outside\n")
     scratch = Scratch(root, home, outside, canary=canary)
     try:
-        for index, grant in enumerate(granted_roots(server)):
+        # the probes aim at the first copy: a directory the server is told of, a writable one first
+        told = [a.partition("=")[2] or a for a in server.args]
+        grants = sorted(
+            granted_roots(server),
+            key=lambda g: (not any(within(t, g) for t in told), g not in server.jail.read_write),  # type: ignore[union-attr]
+        )
+        for index, grant in enumerate(grants):
             copy = root / "grants" / f"{index}-{os.path.basename(grant.rstrip('/')) or 'root'}"
             if os.path.isfile(grant):
                 copy.parent.mkdir(parents=True, exist_ok=True)
@@ -135,7 +141,7 @@ def scratch_world(name: str, server: LocalServer) -> Scratch:
                     )
                 shutil.copytree(grant, copy, symlinks=True)
             else:
-                copy.mkdir(parents=True)
+                continue  # a grant that does not exist is the jail's to refuse
             scratch.copies[grant] = str(copy)
         first = next(iter(scratch.copies.values()), None)
         if first is not None:

@@ -1,0 +1,193 @@
+"""`cellblock scan`: real servers in their jails under the tracer, their claims against their deeds.
+
+Each scan runs once per module (a fixture) and the tests read its report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import peers
+
+pytestmark = [
+    pytest.mark.jail,
+    pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("strace") is None, reason="needs bwrap, strace"),
+]
+
+SERVERS = Path(__file__).resolve().parents[1] / "servers"
+
+
+def cellblock(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CELLBLOCK_STATE_DIR": str(config.parent / "state")}
+    return subprocess.run(
+        [sys.executable, "-m", "cellblock.gateway.cli.main", *args, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every file under `root` and a digest of its bytes (symlinks by their target)."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_symlink():
+            found[str(path)] = "-> " + os.readlink(path)
+        elif path.is_file():
+            found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            found[str(path)] = "dir"
+    return found
+
+
+def notes_server(root: Path, *flags: str, extra: str = "") -> str:
+    return (
+        f"  notes:\n    command: {sys.executable}\n"
+        f"    args: [{str(SERVERS / 'scanned.py')!r}, '--root', {str(root)!r}{''.join(f', {f!r}' for f in flags)}]\n"
+        f"    jail:\n      read_only: [{str(SERVERS)!r}{extra}]\n      read_write: [{str(root)!r}]\n"
+    )
+
+
+def codes(report: dict[str, Any], where: str) -> set[str]:
+    return {f["code"] for f in report["findings"] if f["where"] == where}
+
+
+@pytest.fixture(scope="module")
+def filesystem(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path, dict[str, str], Path]:
+    """server-filesystem, told of `shared`, granted also a directory it never uses, scanned with --destructive."""
+    tmp = tmp_path_factory.mktemp("fs")
+    shared, unused = tmp / "shared", tmp / "unused"
+    (shared / "sub").mkdir(parents=True)
+    unused.mkdir()
+    (shared / "a.txt").write_text("the user's own file\n")
+    (shared / "sub" / "b.txt").write_text("another\n")
+    before = tree(shared)
+    node, script, *_ = peers.filesystem(shared)
+    modules = str(peers.NODE_MODULES)
+    config = tmp / "cellblock.yaml"
+    config.write_text(
+        "version: 1\nservers:\n  files:\n"
+        f"    command: {node}\n    args: [{script!r}, {str(shared)!r}]\n"
+        f"    jail:\n      read_only: [{modules!r}, {str(unused)!r}]\n      read_write: [{str(shared)!r}]\n"
+    )
+    done = cellblock(config, "scan", "files", "--json", "--destructive")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout), shared, before, unused
+
+
+@pytest.mark.slow
+def test_server_filesystem_refuses_traversal_and_outside_paths_itself(filesystem: tuple[Any, ...]) -> None:
+    report = filesystem[0]
+    read = next(t for t in report["tools"] if t["name"] == "read_text_file")
+    assert read["declared"]["readOnlyHint"] is True
+    confined = [f for f in read["findings"] if f["code"] == "confined-path"]
+    assert any("'..' traversal" in f["text"] for f in confined)
+    assert any("absolute path elsewhere" in f["text"] for f in confined)
+    assert any("~/.ssh/id_rsa" in f["text"] and "refused the path itself" in f["text"] for f in confined)
+    assert not [f for f in report["findings"] if f["severity"] in ("medium", "high")], report["findings"]
+
+
+@pytest.mark.slow
+def test_server_filesystem_learned_jail_is_exactly_its_directories(filesystem: tuple[Any, ...]) -> None:
+    report, shared, _, _ = filesystem
+    proposed = report["proposal"]["proposed"]
+    assert proposed["read_write"] == [str(shared)]
+    assert proposed["read_only"] == [str(peers.NODE_MODULES)]  # the unused grant is dropped
+    assert proposed["network"] == "none" and "exec" not in proposed
+
+
+@pytest.mark.slow
+def test_destructive_tools_touch_only_the_scratch_copies(filesystem: tuple[Any, ...]) -> None:
+    report, shared, before, _ = filesystem
+    called = {t["name"] for t in report["tools"] if t["calls"]}
+    assert {"write_file", "edit_file", "move_file"} <= called
+    assert tree(shared) == before
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("hostile")
+    root = tmp / "notes"
+    root.mkdir()
+    (root / "a.txt").write_text("a note\n")
+    config = tmp / "cellblock.yaml"
+    servers = notes_server(root, "--ssh", "--phone-home", "--writes", "--shell")
+    config.write_text(f"version: 1\nservers:\n{servers}")
+    done = cellblock(config, "scan", "notes", "--json")
+    return done, json.loads(done.stdout)
+
+
+def test_hostile_fixtures_are_each_flagged_and_the_scan_fails(hostile: tuple[Any, dict[str, Any]]) -> None:
+    done, report = hostile
+    assert done.returncode == 1, done.stderr
+    assert "secret-read" in codes(report, "read_note")  # reads ~/.ssh whatever it is asked
+    assert "network-at-start" in codes(report, "start")  # connects out at start
+    assert "read-only-wrote" in codes(report, "list_notes")  # a readOnlyHint tool that writes
+    assert "exec-shell" in codes(report, "version")  # execs a shell
+    texts = " ".join(f["text"] for f in report["findings"])
+    assert "at start: connected to 192.0.2.1:443 (refused by the jail: ENETUNREACH)" in texts
+    assert "opened ~/.ssh/id_rsa unasked (refused by the jail: ENOENT)" in texts
+    assert "readOnlyHint tool list_notes wrote" in texts
+
+
+def test_destructive_tools_wait_for_the_flag(hostile: tuple[Any, dict[str, Any]]) -> None:
+    deleting = next(t for t in hostile[1]["tools"] if t["name"] == "delete_note")
+    assert deleting["skipped"] and not deleting["calls"]
+
+
+def test_apply_writes_a_jail_check_accepts_and_the_server_still_works(tmp_path: Path) -> None:
+    root, unused = tmp_path / "notes", tmp_path / "unused"
+    root.mkdir()
+    unused.mkdir()
+    (root / "a.txt").write_text("a note\n")
+    before = tree(root)
+    config = tmp_path / "cellblock.yaml"
+    head = "# my servers\nversion: 1\nservers:\n"
+    config.write_text(head + notes_server(root, extra=f", {str(unused)!r}") + "    tools: {default: allow}  # mine\n")
+    done = cellblock(config, "scan", "notes", "--destructive", "--apply")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "smallest seen" in done.stdout and "wrote the proposed jail" in done.stderr
+    assert tree(root) == before  # delete_note and add_note ran on a copy
+    text = config.read_text()
+    assert text.startswith(head) and "tools: {default: allow}  # mine" in text and str(unused) not in text
+    assert cellblock(config, "check").returncode == 0
+    again = cellblock(config, "scan", "notes", "--json")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert {t["name"] for t in json.loads(again.stdout)["tools"]} >= {"read_note", "list_notes"}
+
+
+def test_a_jail_that_cannot_be_built_is_refused_and_nothing_runs(tmp_path: Path) -> None:
+    ran = tmp_path / "ran"
+    config = tmp_path / "cellblock.yaml"
+    config.write_text(
+        f"version: 1\nservers:\n  broken:\n    command: {sys.executable}\n"
+        f"    args: {json.dumps(['-c', f'open({str(ran)!r}, chr(119))'])}\n"
+        f"    jail: {{read_only: [{str(tmp_path / 'missing')!r}]}}\n"
+    )
+    done = cellblock(config, "scan", "broken")
+    assert done.returncode == 1
+    assert "was not scanned" in done.stderr and "does not exist" in done.stderr
+    assert not ran.exists()
+
+
+def test_unjailed_and_remote_servers_are_refused(tmp_path: Path) -> None:
+    config = tmp_path / "cellblock.yaml"
+    config.write_text(
+        f"version: 1\nservers:\n  loose:\n    command: {sys.executable}\n    jail: false\n"
+        "  far:\n    url: https://example.com/mcp\n"
+    )
+    loose = cellblock(config, "scan", "loose")
+    assert loose.returncode == 1 and "never runs a server unjailed" in loose.stderr
+    far = cellblock(config, "scan", "far")
+    assert far.returncode == 2 and "remote server" in far.stderr
