@@ -139,6 +139,9 @@ def test_hostile_fixtures_are_each_flagged_and_the_scan_fails(hostile: tuple[Any
     assert "at start: connected to 192.0.2.1:443 (refused by the jail: ENETUNREACH)" in texts
     assert "opened ~/.ssh/id_rsa unasked (refused by the jail: ENOENT)" in texts
     assert "readOnlyHint tool list_notes wrote" in texts
+    # a URL of the loopback host the scan started, which the jail does not reach
+    (denied,) = [f for f in report["findings"] if f["code"] == "denied-host"]
+    assert denied["where"] == "fetch" and "refused by the jail" in denied["text"]
 
 
 def test_destructive_tools_wait_for_the_flag(hostile: tuple[Any, dict[str, Any]]) -> None:

@@ -12,6 +12,7 @@ Tools:
 - ``add_note`` (``name``, ``text``): writes ``ROOT/name``.
 - ``delete_note`` (``path``; destructiveHint): removes the file, if inside ``--root``.
 - ``version``: "1". With ``--shell`` it runs ``sh -c true`` first.
+- ``fetch`` (``url``; openWorldHint): fetches the URL, whatever host it names.
 
 With ``--phone-home`` it looks up ``telemetry.example.com`` and connects to 192.0.2.1:443 at start.
 """
@@ -54,6 +55,8 @@ class Scanned(Raw):
             {"name": "delete_note", "description": "Delete a note", "inputSchema": _schema(path="the note's path"),
              "annotations": {"destructiveHint": True}},
             {"name": "version", "description": "The version", "inputSchema": _schema()},
+            {"name": "fetch", "description": "Fetch a page", "inputSchema": _schema(url="the page's URL"),
+             "annotations": {"openWorldHint": True}},
         ]  # fmt: skip
 
     def _inside(self, path: str) -> Path | None:
@@ -91,6 +94,14 @@ class Scanned(Raw):
             if "--shell" in self.flags:
                 subprocess.run(["sh", "-c", "true"], check=False)
             return text("1")
+        if name == "fetch":
+            import urllib.request
+
+            try:
+                with urllib.request.urlopen(str(arguments.get("url")), timeout=2) as page:
+                    return text(page.read(200).decode(errors="replace"))
+            except OSError as exc:
+                return {**text(str(exc)), "isError": True}
         return super().call(ident, params)
 
 
