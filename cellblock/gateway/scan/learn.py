@@ -131,6 +131,8 @@ def propose(server: LocalServer, run: Run, scratch: Scratch) -> Proposal:
         proposed["exec"] = {"allow": [p for p in jail.exec.allow if os.path.realpath(p) in real]}
     else:
         proposed["exec"] = {"allow": executed}
+        if executed:
+            notes.append("exec.allow also narrows what the jail shows of /usr: scan again after --apply")
     return Proposal(_tidy(current), _tidy(proposed), list(dict.fromkeys(notes)))
 
 
