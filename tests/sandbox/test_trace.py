@@ -3,8 +3,11 @@ server does and how the jail answers, and nothing of bwrap's own setup."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -89,3 +92,24 @@ def test_split_lines_are_joined_and_relative_paths_made_absolute() -> None:
         Event(1.3, 12, Kind.WRITE, "/work/notes/a.txt", "openat", "EROFS"),
         Event(1.5, 12, Kind.LOOKUP, "example.com", "sendto", "ENETUNREACH"),
     )
+
+
+@pytest.mark.skipif(os.getuid() != 0 or shutil.which("runuser") is None, reason="needs root to become another user")
+def test_an_unprivileged_user_traces_its_own_jail() -> None:
+    """No privilege is needed: a user traces the bwrap it starts, and the jail's refusals show."""
+    with tempfile.TemporaryDirectory() as place:  # pytest's tmp_path is root's alone
+        os.chmod(place, 0o777)
+        output = Path(place) / "trace"
+        _trace_as_nobody(output)
+
+
+def _trace_as_nobody(output: Path) -> None:
+    jail = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--die-with-parent"]
+    jail += ["--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64"]
+    jail += ["--symlink", "usr/bin", "/bin", "--proc", "/proc", "--dev", "/dev", "--"]
+    argv = traced([*jail, "/bin/sh", "-c", "echo > /usr/cellblock-x"], str(output))
+    done = subprocess.run(["runuser", "-u", "nobody", "--", *argv], capture_output=True, text=True, check=False)
+    assert "Read-only file system" in done.stderr
+    trace = parse_trace(output.read_text())
+    (written,) = [e for e in trace.events if e.target == "/usr/cellblock-x"]
+    assert written.kind is Kind.WRITE and written.errno == "EROFS"
