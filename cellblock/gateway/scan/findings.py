@@ -256,6 +256,7 @@ def report_json(
             {
                 "name": tool.name,
                 "declared": _declared(tool),
+                "schema": tool.schema,
                 "destructive": tool.destructive,
                 "skipped": tool.name in run.skipped,
                 "calls": calls,
