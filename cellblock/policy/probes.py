@@ -138,9 +138,8 @@ def probes(schema: Mapping[str, Any] | None, places: Places, tool: str = "") -> 
             where = places.directory if re.search(r"dir|folder|root", name.lower()) else places.file
             if where is None or (_MAKES.search(tool.lower()) and name.lower() not in ("source", "src")):
                 where = f"{places.directory}/cellblock-scan-new" if places.directory else None
-            if where is None:
-                continue
-            benign[name] = [where] if is_list else where
+            if where is not None:  # with no granted directory the benign value stays a plain one
+                benign[name] = [where] if is_list else where
             aimed.append((name, kind, is_list))
         elif kind == "url":
             benign[name] = [places.benign_url] if is_list else places.benign_url

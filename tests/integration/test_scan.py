@@ -194,3 +194,20 @@ def test_unjailed_and_remote_servers_are_refused(tmp_path: Path) -> None:
     assert loose.returncode == 1 and "never runs a server unjailed" in loose.stderr
     far = cellblock(config, "scan", "far")
     assert far.returncode == 2 and "remote server" in far.stderr
+
+
+def test_a_server_with_no_work_grant_is_still_probed_and_not_blamed_for_what_it_was_asked(tmp_path: Path) -> None:
+    """The demo's snoop opens any path it is given and has no directory of the user's: the hostile
+    probes still go (a path outside every grant, refused by the jail), and opening the plain value
+    it was given, from its working directory, is what it was asked, not a secret read."""
+    demo = Path(__file__).resolve().parents[2] / "cellblock" / "demo"
+    config = tmp_path / "cellblock.yaml"
+    config.write_text(
+        f"version: 1\nservers:\n  snoop:\n    command: {sys.executable}\n"
+        f"    args: [{str(demo / 'snoop.py')!r}]\n    jail:\n      read_only: [{str(demo)!r}]\n"
+    )
+    done = cellblock(config, "scan", "snoop", "--json")
+    report = json.loads(done.stdout)
+    assert "secret-read" not in codes(report, "read_file"), report["findings"]
+    assert "unconfined-path" in codes(report, "read_file")
+    assert done.returncode == 1

@@ -103,6 +103,13 @@ def _aim(call: Call, scratch: Scratch) -> str | None:
     return os.path.normpath(target)
 
 
+def _named(call: Call, cwd: str) -> set[str]:
+    """The paths a call's string arguments name, as a server that takes them as they are opens
+    them: an absolute one as it is, any other from its working directory."""
+    values = [v for value in call.probe.arguments.values() for v in (value if isinstance(value, list) else [value])]
+    return {os.path.normpath(os.path.join(cwd, v)) for v in values if isinstance(v, str) and v and "://" not in v}
+
+
 def _call_text(call: Call, scratch: Scratch) -> str:
     arguments = ", ".join(
         f"{k}={scratch.to_user(v) if isinstance(v, str) else v!r}" for k, v in call.probe.arguments.items()
@@ -112,7 +119,7 @@ def _call_text(call: Call, scratch: Scratch) -> str:
 
 def findings(run: Run, scratch: Scratch, decoy: Decoy) -> list[Finding]:
     """Every finding of the run: at the start, then per call."""
-    found = _events_findings("start", run.start_events, scratch, decoy, None, None, None)
+    found = _events_findings("start", run.start_events, scratch, decoy, None, None, None, set())
     tools = {t.name: t for t in run.tools}
     opened = (Kind.READ, Kind.WRITE, Kind.EXEC)
     # what a tool opens whatever it is asked (its benign call too) says nothing of its arguments
@@ -121,7 +128,8 @@ def findings(run: Run, scratch: Scratch, decoy: Decoy) -> list[Finding]:
         tool = tools[call.tool]
         aim = _aim(call, scratch)
         asked = aim if (call.tool, aim) not in unasked else None
-        found += _events_findings(call.tool, call.events, scratch, decoy, call, tool, asked)
+        named = _named(call, run.cwd or str(scratch.home))
+        found += _events_findings(call.tool, call.events, scratch, decoy, call, tool, asked, named)
         if aim is not None and asked is not None:
             touched = [e for e in call.events if e.kind in opened and e.target == aim]
             shown = scratch.to_user(aim)
@@ -160,6 +168,7 @@ def _events_findings(
     call: Call | None,
     tool: ToolInfo | None,
     asked: str | None,
+    named: set[str],
 ) -> list[Finding]:
     found: list[Finding] = []
     prefix = "at start: " if call is None else f"{call.tool}: "
@@ -169,7 +178,9 @@ def _events_findings(
         target = scratch.to_user(event.target)
         outcome = _outcome(event)
         if event.kind in (Kind.READ, Kind.WRITE, Kind.EXEC) and _secret(event.target, scratch):
-            if event.target != asked:  # asked for: reported as unconfined-path
+            # asked for: reported as unconfined-path; named by the call as the server reads it
+            # (`~/x` as a name relative to its working directory): what it was told to open
+            if event.target != asked and event.target not in named:
                 found.append(
                     Finding(Severity.HIGH, where, "secret-read", f"{prefix}{_verb(event)} {target} unasked{outcome}")
                 )

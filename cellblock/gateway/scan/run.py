@@ -77,6 +77,7 @@ class Run:
     # what the jail shows for the server to run (its installation, the system): reads there are
     # what running it takes, not what it does
     code: tuple[str, ...] = ()
+    cwd: str = ""  # the server's working directory in its jail (its home, unless `cwd` says)
 
 
 class Decoy:
@@ -147,7 +148,8 @@ async def scan_run(
         target = f"{decision.host}:{decision.port}"
         decisions.append(Event(time.time(), 0, Kind.CONNECT, target, "egress", None if decision.allowed else "EACCES"))
 
-    run = Run([], [], [], [], code=tuple(m.path for m in plan.mounts if m.why not in ("read_only", "read_write")))
+    code = tuple(m.path for m in plan.mounts if m.why not in ("read_only", "read_write"))
+    run = Run([], [], [], [], code=code, cwd=server.cwd or str(scratch.home))
     errlog = scratch.root / "stderr"
     async with anyio.create_task_group() as tg:
         if egress is not None:
