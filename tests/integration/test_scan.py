@@ -211,3 +211,36 @@ def test_a_server_with_no_work_grant_is_still_probed_and_not_blamed_for_what_it_
     assert "secret-read" not in codes(report, "read_file"), report["findings"]
     assert "unconfined-path" in codes(report, "read_file")
     assert done.returncode == 1
+
+
+def test_report_and_badge_are_the_same_for_two_scans_but_for_the_time(tmp_path: Path) -> None:
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "a.txt").write_text("a note\n")
+    config = tmp_path / "cellblock.yaml"
+    config.write_text(f"version: 1\nservers:\n{notes_server(root, '--ssh', '--shell')}")
+    reports = []
+    for run in ("1", "2"):
+        done = cellblock(
+            config,
+            "scan",
+            "notes",
+            "--report",
+            str(tmp_path / f"r{run}.json"),
+            "--badge",
+            str(tmp_path / f"b{run}.svg"),
+        )
+        assert done.returncode == 1, done.stderr
+        reports.append(json.loads((tmp_path / f"r{run}.json").read_text()))
+    first, second = reports
+    assert first.pop("scanned_at") and second.pop("scanned_at")
+    assert first == second
+    assert "cellblock-scan-notes-" not in json.dumps(first)  # no scratch path that differs run to run
+    assert first["server"]["command"] == sys.executable
+    assert first["server"]["files_sha256"][str(SERVERS / "scanned.py")].startswith("sha256:")
+    summary = first["summary"]
+    assert not summary["fs"]["confined"] and "secret-read" in summary["fs"]["failed"]
+    assert not summary["exec"]["confined"] and summary["exec"]["failed"] == ["exec-shell"]
+    assert first["jail"]["configured"]["read_write"] == [str(root)]
+    badge = (tmp_path / "b1.svg").read_text()
+    assert badge == (tmp_path / "b2.svg").read_text() and "fs ✗" in badge and "exec ✗" in badge

@@ -113,6 +113,8 @@ def _parser() -> argparse.ArgumentParser:
         "--destructive", action="store_true", help="call destructive tools (delete_*, destructiveHint) too"
     )
     scan.add_argument("--apply", action="store_true", help="write the smallest jail the scan saw work into the config")
+    scan.add_argument("--report", metavar="FILE.json", help="also write a confinement report others can reproduce")
+    scan.add_argument("--badge", metavar="FILE.svg", help="also write a badge of the report's summary")
     install = sub.add_parser(
         "install", help="install servers' packages (install: in the config) once, in a jail, to run read-only"
     )
@@ -247,7 +249,16 @@ def _run(args: argparse.Namespace) -> int:
     if command == "scan":
         from cellblock.gateway.cli.scan import scan_command
 
-        return scan_command(args.config, args.server, args.json, args.fail_on, args.destructive, args.apply)
+        return scan_command(
+            args.config,
+            args.server,
+            args.json,
+            args.fail_on,
+            args.destructive,
+            args.apply,
+            report=args.report,
+            badge=args.badge,
+        )
     if command == "doctor":
         from cellblock.gateway.cli.doctor import doctor_command
 

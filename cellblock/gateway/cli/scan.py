@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -18,9 +19,10 @@ from cellblock.gateway.cli.options import EXIT_FINDING, EXIT_OK, EXIT_USAGE, loa
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.scan.findings import Severity, findings, report_json, report_table
 from cellblock.gateway.scan.learn import apply_proposal, propose
+from cellblock.gateway.scan.report import badge_svg, confinement_report
 from cellblock.gateway.scan.run import Decoy, scan_run
 from cellblock.gateway.scan.scratch import ScanError, scratch_world
-from cellblock.gateway.state import runtime_dir, state_dir
+from cellblock.gateway.state import StateWriteError, atomic_write_text, runtime_dir, state_dir
 from cellblock.sandbox.types import JailError
 
 __all__ = ["FAIL_ON", "scan_command"]
@@ -40,6 +42,8 @@ def scan_command(
     fail_on: str = "medium",
     allow_destructive: bool = False,
     apply: bool = False,
+    report: str | None = None,
+    badge: str | None = None,
 ) -> int:
     """Scan one server; exit 1 on a finding at or above `fail_on` (or a scan that cannot run)."""
     config, source = load(config_path, name)
@@ -72,7 +76,12 @@ def scan_command(
             print(report_table(name, run, found))
             print()
             print(proposal.text(name))
-    except (JailError, ScanError) as exc:
+        if report or badge:
+            shown = confinement_report(
+                name, server, Path(source), run, scratch, decoy, found, proposal.as_json(), allow_destructive, fail_on
+            )
+            _write_results(shown, report, badge)
+    except (JailError, ScanError, StateWriteError) as exc:
         _say(f"scan: '{name}' was not scanned: {exc}")
         return EXIT_FINDING
     finally:
@@ -88,3 +97,13 @@ def scan_command(
     worst = max((int(f.severity) for f in found), default=-1)
     failed = threshold < len(Severity) and worst >= threshold
     return EXIT_FINDING if failed else EXIT_OK
+
+
+def _write_results(shown: dict[str, Any], report: str | None, badge: str | None) -> None:
+    """`--report` and `--badge`, each written whole or not at all."""
+    if report:
+        atomic_write_text(Path(report), json.dumps(shown, indent=2) + "\n", 0o644)
+        _say(f"scan: wrote the report to {report}")
+    if badge:
+        atomic_write_text(Path(badge), badge_svg(shown["summary"]), 0o644)
+        _say(f"scan: wrote the badge to {badge}")

@@ -1,0 +1,64 @@
+"""`cellblock scan --report/--badge`: the summary per dimension and the badge drawn from it."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from cellblock.gateway.scan.findings import Finding, Severity
+from cellblock.gateway.scan.report import _stable, badge_svg, summary
+from cellblock.gateway.scan.scratch import Scratch
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def texts(svg: str) -> list[str]:
+    root = ET.fromstring(svg)
+    assert root.tag == f"{SVG}svg"
+    # self-contained: nothing it draws is fetched from elsewhere
+    assert "href" not in svg and "@import" not in svg and "url(" not in svg
+    return [t.text or "" for t in root.iter(f"{SVG}text")]
+
+
+def test_a_confined_summary_makes_a_green_badge_with_every_dimension_ticked() -> None:
+    found = [
+        Finding(Severity.LOW, "fetch", "network", "fetch: looked up a name"),
+        Finding(Severity.INFO, "t", "confined-path", "x"),
+    ]
+    result = summary(found, "medium")
+    assert result["confined"] and all(result[d]["confined"] for d in ("fs", "net", "exec"))
+    assert texts(badge_svg(result)) == ["cellblock", "confined · fs ✓ net ✓ exec ✓"]
+
+
+def test_a_failing_summary_names_what_failed() -> None:
+    found = [
+        Finding(Severity.HIGH, "start", "secret-read", "at start: opened ~/.ssh/id_rsa unasked"),
+        Finding(Severity.HIGH, "version", "exec-shell", "version: executes /bin/sh"),
+        Finding(Severity.LOW, "fetch", "network", "fetch: looked up a name"),
+    ]
+    result = summary(found, "medium")
+    assert not result["confined"]
+    assert result["fs"] == {"confined": False, "failed": ["secret-read"], "worst": "high"}
+    assert result["net"]["confined"] and not result["exec"]["confined"]
+    svg = badge_svg(result)
+    assert texts(svg) == ["cellblock", "not confined · fs ✗ net ✓ exec ✗"]
+    assert 'fill="#c62828"' in svg
+    # the threshold is --fail-on's: at low, the lookup fails net too; at never, nothing fails
+    assert not summary(found, "low")["net"]["confined"]
+    assert summary(found, "never")["confined"]
+
+
+def test_the_scans_own_world_gets_names_that_are_the_same_every_run(tmp_path: Path) -> None:
+    class Port:
+        port = 40123
+
+    scratch = Scratch(tmp_path / "s", tmp_path / "s" / "home", tmp_path / "s" / "outside" / "x")
+    scratch.copies["/data/notes"] = str(tmp_path / "s" / "grants" / "0-notes")
+    value = {
+        "a": [f"{tmp_path}/s/grants/0-notes/a.txt", f"{tmp_path}/s/home/.ssh/id_rsa"],
+        "b": f"read {tmp_path}/s/outside/x from http://127.0.0.1:40123/cellblock-scan",
+    }
+    assert _stable(value, scratch, Port()) == {  # type: ignore[arg-type]
+        "a": ["/data/notes/a.txt", "~/.ssh/id_rsa"],
+        "b": "read <scan>/outside/x from http://127.0.0.1:<denied-port>/cellblock-scan",
+    }
