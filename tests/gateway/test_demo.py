@@ -34,6 +34,12 @@ def test_the_demo_shows_routing_and_a_jail_that_holds() -> None:
     assert "cellblock: OK: approved" in out and "notes__read_note -> Cellblock routes me." in out  # from the CLI
     assert "Cellblock approval · server 'notes' · arguments sha256:" in out and 'tool "read_note"' in out  # a form
     assert "notes__read_note -> asked through a form" in out
+    scanned = out.split("$ cellblock scan snoop")[-1]
+    if shutil.which("strace") is None:
+        assert "The scan of snoop is skipped" in out
+    else:  # snoop opens any path it is given and fetches any URL: the jail refused both
+        assert "snoop: 2 tools" in scanned and "the server does not confine paths itself" in scanned
+        assert "fetches a URL of a host that is not allowed" in scanned and "refused by the jail" in scanned
 
 
 # A user namespace of its own whose limit lets nothing in it make another: as where the kernel

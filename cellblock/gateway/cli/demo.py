@@ -3,13 +3,15 @@
 It starts `cellblock serve` as a client would (a child process on stdio), lists the one catalog,
 calls tools on two servers through it, shows the policy refusing a denied tool and a write outside
 the allowed folder, lets a snooping server try to read a planted fake key and reach a web server
-on this machine from inside its jail, and catches a server that changes a tool's description.
+on this machine from inside its jail, catches a server that changes a tool's description, and
+scans the snooping server (`cellblock scan`, when strace is installed).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -100,6 +102,15 @@ async def _pending_id(env: dict[str, str]) -> str:
 
 def _indent(text: str) -> str:
     return "\n".join(f"    {line}" for line in text.splitlines())
+
+
+def _scan(env: dict[str, str]) -> None:
+    """One scan: snoop in its jail under strace, each tool called with benign and hostile arguments."""
+    if not sys.platform.startswith("linux") or shutil.which("strace") is None:
+        _say("\n(The scan of snoop is skipped: `cellblock scan` traces with strace, which is not installed here.)")
+        return
+    _say("\n$ cellblock scan snoop   (snoop in its jail under strace, its tools called with hostile arguments)")
+    _say(_indent(_cellblock(env, "scan", "snoop", data=True).split("\nthe smallest jail")[0].rstrip()))
 
 
 async def run_demo() -> int:
@@ -241,6 +252,7 @@ async def run_demo() -> int:
         _say(_indent(asked[0] if asked else "(no question arrived)"))
         _say("    [Allow once]")
         _say(f"  notes__read_note -> {_text(again)}")
+        _scan(env)
         _say("\nDone. `cellblock show` prints what each server can see; `cellblock probe` attacks each jail.")
     return 0
 
