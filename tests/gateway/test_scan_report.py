@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
+from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.scan.findings import Finding, Severity
-from cellblock.gateway.scan.report import _stable, badge_svg, summary
+from cellblock.gateway.scan.report import _identity, _stable, badge_svg, summary
 from cellblock.gateway.scan.scratch import Scratch
+from cellblock.gateway.state import atomic_write_json
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -62,3 +68,35 @@ def test_the_scans_own_world_gets_names_that_are_the_same_every_run(tmp_path: Pa
         "a": ["/data/notes/a.txt", "~/.ssh/id_rsa"],
         "b": "read <scan>/outside/x from http://127.0.0.1:<denied-port>/cellblock-scan",
     }
+
+
+def test_the_server_is_named_as_configured_with_its_package_or_its_programs_digest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CELLBLOCK_DATA_DIR", str(tmp_path / "data"))
+    record = {
+        "ecosystem": "npm",
+        "name": "pkg",
+        "version": "1.2.3",
+        "tree": str(tmp_path / "tree"),
+        "digest": "sha256:" + "ab" * 32,
+        "installed_at": 0.0,
+        "files": {},
+    }
+    atomic_write_json(tmp_path / "data" / "installs" / "srv.json", record)
+    source = tmp_path / "cellblock.yaml"
+    source.write_text("version: 1\nservers:\n  srv:\n    install: {npm: pkg}\n  py:\n    command: ${PY}\n")
+    identity = _identity("srv", LocalServer.model_validate({"install": {"npm": "pkg"}}), source)
+    assert identity["package"] == {
+        "ecosystem": "npm",
+        "name": "pkg",
+        "version": "1.2.3",
+        "tree_digest": "sha256:" + "ab" * 32,
+    }
+    script = tmp_path / "server.py"
+    script.write_text("print('hi')\n")
+    plain = LocalServer.model_validate({"command": sys.executable, "args": [str(script), "--flag"]})
+    identity = _identity("py", plain, source)
+    assert identity["command"] == "${PY}" and identity["args"] == [str(script), "--flag"]  # as the config spells it
+    assert identity["program_sha256"] == "sha256:" + hashlib.sha256(Path(sys.executable).read_bytes()).hexdigest()
+    assert identity["files_sha256"] == {str(script): "sha256:" + hashlib.sha256(script.read_bytes()).hexdigest()}
