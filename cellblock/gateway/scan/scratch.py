@@ -88,6 +88,8 @@ class Scratch:
                 return grant.rstrip("/") + path[len(copy) :]
         if within(path, str(self.home)):
             return "~" + path[len(str(self.home)) :]
+        if within(path, str(self.root)):  # the scan's own world, by a name that is the same every run
+            return "<scan>" + path[len(str(self.root)) :]
         return path
 
     def close(self) -> None:
