@@ -19,14 +19,14 @@ from typing import Any
 import yaml
 
 from cellblock.gateway.config.loading import parse_config
-from cellblock.gateway.config.model import LocalServer
+from cellblock.gateway.config.model import JailConfig, LocalServer
 from cellblock.gateway.scan.findings import noise
 from cellblock.gateway.scan.run import Run
 from cellblock.gateway.scan.scratch import ScanError, Scratch
 from cellblock.gateway.state import atomic_write_text
 from cellblock.sandbox.trace import Event, Kind, jail_refused
 
-__all__ = ["Proposal", "apply_proposal", "propose"]
+__all__ = ["Proposal", "apply_proposal", "configured", "inside", "propose", "tidy"]
 
 KEYS = ("network", "allow_hosts", "read_only", "read_write", "exec")
 
@@ -38,6 +38,9 @@ class Proposal:
     current: dict[str, Any]
     proposed: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    heading: str = "the smallest jail the benign calls needed:"
+    label: str = "smallest seen"
+    flags: str = "--apply"  # how `cellblock scan NAME` writes it
 
     @property
     def changes(self) -> bool:
@@ -51,19 +54,19 @@ class Proposal:
             return yaml.safe_dump({"jail": jail}, sort_keys=False, default_flow_style=False).splitlines(keepends=True)
 
         return "".join(
-            difflib.unified_diff(dump(self.current), dump(self.proposed), f"{name}: jail now", f"{name}: smallest seen")
+            difflib.unified_diff(dump(self.current), dump(self.proposed), f"{name}: jail now", f"{name}: {self.label}")
         )
 
     def text(self, name: str) -> str:
-        lines = ["the smallest jail the benign calls needed:"]
+        lines = [self.heading]
         lines += [f"  {line}" for line in (self.diff(name) or "  (the same as now)\n").splitlines()]
         lines += [f"  note: {n}" for n in self.notes]
         if self.changes:
-            lines.append(f"  cellblock scan {name} --apply writes it into the config")
+            lines.append(f"  cellblock scan {name} {self.flags} writes it into the config")
         return "\n".join(lines)
 
 
-def _inside(path: str, root: str) -> bool:
+def inside(path: str, root: str) -> bool:
     roots = {root.rstrip("/") or "/", os.path.realpath(root)}
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
@@ -84,11 +87,11 @@ def propose(server: LocalServer, run: Run, scratch: Scratch) -> Proposal:
 
     def used(grant: str) -> bool:
         where = scratch.copies.get(grant, grant)
-        return any(_inside(e.target, where) and (e.ok or e.kind is Kind.WRITE) for e in events)
+        return any(inside(e.target, where) and (e.ok or e.kind is Kind.WRITE) for e in events)
 
     def written(grant: str) -> bool:
         where = scratch.copies.get(grant, grant)
-        return any(e.kind is Kind.WRITE and e.ok and _inside(e.target, where) for e in events)
+        return any(e.kind is Kind.WRITE and e.ok and inside(e.target, where) for e in events)
 
     for event in events:
         if event.kind is Kind.WRITE and event.errno == "EROFS" and not noise(event):
@@ -103,11 +106,10 @@ def propose(server: LocalServer, run: Run, scratch: Scratch) -> Proposal:
         )
     read_only = [g for g in jail.read_only if used(g) and g not in read_write]
     read_only += [g for g in jail.read_write if used(g) and g not in read_write]
-    current: dict[str, Any] = {"network": jail.network}
+    current = configured(jail)
     proposed: dict[str, Any] = {}
     reached = {e.target for e in events if e.kind is Kind.CONNECT and e.call == "egress" and e.ok}
     if jail.network == "allowlist":
-        current["allow_hosts"] = list(jail.allow_hosts)
         hosts = [h for h in jail.allow_hosts if any(_matches(h, r) for r in reached)]
         proposed |= {"network": "allowlist", "allow_hosts": hosts} if hosts else {"network": "none"}
     elif jail.network == "open":
@@ -122,10 +124,8 @@ def propose(server: LocalServer, run: Run, scratch: Scratch) -> Proposal:
     for event in events:
         if event.kind in (Kind.CONNECT, Kind.LOOKUP) and jail_refused(event) and not event.target.startswith("/"):
             notes.append(f"tried {scratch.to_user(event.target)} (refused by the jail); allow it only if it is needed")
-    current |= {"read_only": list(jail.read_only), "read_write": list(jail.read_write)}
     proposed |= {"read_only": read_only, "read_write": read_write}
     executed = sorted({e.target for e in events if e.kind is Kind.EXEC and e.ok})
-    current["exec"] = {"allow": list(jail.exec.allow)}
     if jail.exec.allow:
         real = {os.path.realpath(p) for p in executed}
         proposed["exec"] = {"allow": [p for p in jail.exec.allow if os.path.realpath(p) in real]}
@@ -133,7 +133,17 @@ def propose(server: LocalServer, run: Run, scratch: Scratch) -> Proposal:
         proposed["exec"] = {"allow": executed}
         if executed:
             notes.append("exec.allow also narrows what the jail shows of /usr: scan again after --apply")
-    return Proposal(_tidy(current), _tidy(proposed), list(dict.fromkeys(notes)))
+    return Proposal(tidy(current), tidy(proposed), list(dict.fromkeys(notes)))
+
+
+def configured(jail: JailConfig) -> dict[str, Any]:
+    """The keys of `jail` a proposal may change, as the config has them (expanded)."""
+    current: dict[str, Any] = {"network": jail.network}
+    if jail.network == "allowlist":
+        current["allow_hosts"] = list(jail.allow_hosts)
+    current |= {"read_only": list(jail.read_only), "read_write": list(jail.read_write)}
+    current["exec"] = {"allow": list(jail.exec.allow)}
+    return current
 
 
 def _matches(rule: str, target: str) -> bool:
@@ -144,7 +154,7 @@ def _matches(rule: str, target: str) -> bool:
     return host == name or (name.startswith("*.") and host.endswith(name[1:]))
 
 
-def _tidy(jail: dict[str, Any]) -> dict[str, Any]:
+def tidy(jail: dict[str, Any]) -> dict[str, Any]:
     """Without the keys that say only the default."""
     out = dict(jail)
     for key in ("allow_hosts", "read_only", "read_write"):
