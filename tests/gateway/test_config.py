@@ -160,6 +160,14 @@ def test_a_secret_may_not_take_a_variable_the_config_or_launcher_sets(body: str,
     assert error_of(LOCAL + body) == expected
 
 
+def test_learn_is_off_by_default_and_needs_a_jail() -> None:
+    server = parse_config(LOCAL).servers["a"]
+    assert isinstance(server, LocalServer) and server.learn is False
+    assert error_of(f"{LOCAL}    learn: true\n    jail: false\n") == (
+        "c.yaml:3: servers.a: learn: true records what the jail refused, and jail: false has no jail; give it one"
+    )
+
+
 @pytest.mark.parametrize(
     "entry",
     [

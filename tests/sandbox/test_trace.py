@@ -40,12 +40,17 @@ os.system("true")
 """
 
 
-def test_a_traced_jail_shows_reads_refusals_connections_and_execs(tmp_path: Path) -> None:
+def scripted(tmp_path: Path, script: str = SCRIPT) -> tuple[Path, Path, str]:
+    """A file the jail is granted (its directory, read-only), one it is not, and `script` naming both."""
     shared, hidden = tmp_path / "d" / "f", tmp_path / "hidden"
     shared.parent.mkdir()
     shared.write_text("hi\n")
     hidden.write_text("secret\n")
-    script = SCRIPT.format(shared=str(shared), hidden=str(hidden))
+    return shared, hidden, script.format(shared=str(shared), hidden=str(hidden))
+
+
+def test_a_traced_jail_shows_reads_refusals_connections_and_execs(tmp_path: Path) -> None:
+    shared, hidden, script = scripted(tmp_path)
     server = LocalServer.model_validate(
         {"command": sys.executable, "args": ["-c", script], "jail": {"read_only": [str(shared.parent)]}}
     )

@@ -115,6 +115,11 @@ def _parser() -> argparse.ArgumentParser:
     scan.add_argument("--apply", action="store_true", help="write the smallest jail the scan saw work into the config")
     scan.add_argument("--report", metavar="FILE.json", help="also write a confinement report others can reproduce")
     scan.add_argument("--badge", metavar="FILE.svg", help="also write a badge of the report's summary")
+    scan.add_argument(
+        "--from-learned",
+        action="store_true",
+        help="start nothing: propose the grants the jail refused, from the traces of learn: true",
+    )
     install = sub.add_parser(
         "install", help="install servers' packages (install: in the config) once, in a jail, to run read-only"
     )
@@ -249,6 +254,10 @@ def _run(args: argparse.Namespace) -> int:
     if command == "scan":
         from cellblock.gateway.cli.scan import scan_command
 
+        if args.from_learned:
+            from cellblock.gateway.cli.scan import learned_command
+
+            return learned_command(args.config, args.server, args.json, args.apply)
         return scan_command(
             args.config,
             args.server,

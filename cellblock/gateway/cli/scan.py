@@ -17,15 +17,17 @@ import anyio
 
 from cellblock.gateway.cli.options import EXIT_FINDING, EXIT_OK, EXIT_USAGE, load
 from cellblock.gateway.config.model import LocalServer
+from cellblock.gateway.downstream.learning import learned_traces
 from cellblock.gateway.scan.findings import Severity, findings, report_json, report_table
-from cellblock.gateway.scan.learn import apply_proposal, propose
+from cellblock.gateway.scan.learn import Proposal, apply_proposal, propose
+from cellblock.gateway.scan.learned import read_learned, widen
 from cellblock.gateway.scan.report import badge_svg, confinement_report
 from cellblock.gateway.scan.run import Decoy, scan_run
 from cellblock.gateway.scan.scratch import ScanError, scratch_world
 from cellblock.gateway.state import StateWriteError, atomic_write_text, runtime_dir, state_dir
 from cellblock.sandbox.types import JailError
 
-__all__ = ["FAIL_ON", "scan_command"]
+__all__ = ["FAIL_ON", "learned_command", "scan_command"]
 
 FAIL_ON = ("info", "low", "medium", "high", "never")
 
@@ -88,11 +90,7 @@ def scan_command(
         decoy.close()
         scratch.close()
     if apply:
-        if not proposal.changes:
-            _say(f"scan: the jail of '{name}' is already the smallest this scan saw work; nothing to apply")
-        else:
-            apply_proposal(Path(source), name, proposal, server)
-            _say(f"scan: wrote the proposed jail of '{name}' into {source}")
+        _apply(Path(source), name, proposal, server, "the smallest this scan saw work")
     threshold = FAIL_ON.index(fail_on)
     worst = max((int(f.severity) for f in found), default=-1)
     failed = threshold < len(Severity) and worst >= threshold
@@ -107,3 +105,40 @@ def _write_results(shown: dict[str, Any], report: str | None, badge: str | None)
     if badge:
         atomic_write_text(Path(badge), badge_svg(shown["summary"]), 0o644)
         _say(f"scan: wrote the badge to {badge}")
+
+
+def _apply(source: Path, name: str, proposal: Proposal, server: LocalServer, already: str) -> None:
+    """Write a proposal that was shown into the config (--apply)."""
+    if not proposal.changes:
+        _say(f"scan: the jail of '{name}' is already {already}; nothing to apply")
+    else:
+        apply_proposal(source, name, proposal, server)
+        _say(f"scan: wrote the proposed jail of '{name}' into {source}")
+
+
+def learned_command(config_path: str | None, name: str, as_json: bool = False, apply: bool = False) -> int:
+    """`scan NAME --from-learned`: the grants its learn traces say the jail refused; starts nothing.
+    Exit 1 when there is no trace to read."""
+    config, source = load(config_path, name)
+    server = config.servers[name]
+    if not isinstance(server, LocalServer) or server.jail is False:
+        _say(f"scan: '{name}' has no jail to widen (a remote server, or jail: false)")
+        return EXIT_USAGE
+    traces = learned_traces(state_dir(), name)
+    if not traces:
+        _say(f"scan: no learn traces of '{name}'; set learn: true on it and serve (see docs/scan.md)")
+        return EXIT_FINDING
+    learned = read_learned(traces)
+    proposal = widen(server, learned)
+    if as_json:
+        print(json.dumps({"server": name, "learned": learned.summary(), **proposal.as_json()}, indent=2))
+    else:
+        print(learned.summary())
+        print(proposal.text(name))
+    if apply:
+        try:
+            _apply(Path(source), name, proposal, server, "all its learn traces asked for")
+        except ScanError as exc:
+            _say(f"scan: {exc}")
+            return EXIT_FINDING
+    return EXIT_OK

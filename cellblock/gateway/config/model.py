@@ -371,6 +371,8 @@ class LocalServer(_ServerBase):
     cwd: str | None = None
     # `false` (YAML `off` too) is the only way to run a server unjailed, and it is shown as such
     jail: Jail = JailConfig()
+    # trace the jailed server while it serves; `cellblock scan NAME --from-learned` reads the traces
+    learn: bool = False
 
     @field_validator("command", "cwd")
     @classmethod
@@ -399,6 +401,12 @@ class LocalServer(_ServerBase):
                 f"command {self.command!r}: with install, name one of the package's programs (no path), "
                 "or leave command out to run the package's own"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _learn_needs_a_jail(self) -> LocalServer:
+        if self.learn and self.jail is False:
+            raise ValueError("learn: true records what the jail refused, and jail: false has no jail; give it one")
         return self
 
     @model_validator(mode="after")

@@ -48,6 +48,7 @@ from cellblock.gateway.downstream.connection import (
 from cellblock.gateway.downstream.httpwatch import HttpWatch
 from cellblock.gateway.downstream.keys import ServerKeys
 from cellblock.gateway.downstream.launch import launch_plan, stdio_parameters, tell_limits
+from cellblock.gateway.downstream.learning import learning
 from cellblock.gateway.downstream.listing import Listing, fetch_listing
 from cellblock.gateway.downstream.local import LocalChannel, local_transport
 from cellblock.gateway.downstream.offer import Offer
@@ -126,6 +127,7 @@ class Downstream:
     limits: Limits | None = None
     # the gateway's config file, audit log, state and runtime dirs: hidden in a jail whose grants hold them
     own: tuple[Path, ...] = ()
+    learn_in: Path | None = None  # the state directory, where `learn: true` keeps its traces
     offer: Offer = field(default_factory=Offer)  # what the client answers, so what the server is offered
     # what the server may send unasked (logs, progress) before the excess is dropped
     notices: Budget = field(default_factory=Budget)
@@ -424,10 +426,8 @@ class Downstream:
             values = await self.keys.environment()
             private = self.runtime / "servers" / self.name
             # off the event loop: building a jail looks at the disk (an installed tree is checked file by file)
-            build = functools.partial(
-                launch_plan, self.name, self.config, egress_socket, private, values, self.limits, self.own
-            )
-            plan = await anyio.to_thread.run_sync(build)
+            build = functools.partial(launch_plan, self.name, self.config, egress_socket, private, values, self.limits)
+            plan = learning(await anyio.to_thread.run_sync(build, self.own), self.name, self.config, self.learn_in)
             self._tell_limits(plan)
             if sys.platform == "win32":  # no process groups: the SDK's transport, and no fast path
                 return stdio_client(stdio_parameters(plan), errlog=sys.stderr)

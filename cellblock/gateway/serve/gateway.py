@@ -138,6 +138,7 @@ class Gateway:
                 sampling=config.sampling_of(name),
                 max_message=config.max_message_of(name),
                 own=own_paths(config, state, source, runtime),
+                learn_in=state,
                 limits=config.limits_of(name),
                 approve_sampling=self.approvals.sampling,
                 allow_insecure=config.credentials.allow_insecure,
