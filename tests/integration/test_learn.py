@@ -48,14 +48,14 @@ def jail_of(config: Path) -> dict[str, object]:
     return dict(yaml.safe_load(config.read_text())["servers"]["learner"]["jail"])
 
 
-def notes(root: Path, outside: Path, learn: bool) -> dict[str, object]:
+def notes(root: Path, outside: Path, learn: bool, **jail: object) -> dict[str, object]:
     return {
         "command": sys.executable,
         "args": [str(SERVERS / "scanned.py"), "--root", str(root), "--read", str(outside)],
         "env": {"NOTES_PLAIN": ENV_SECRET},
         "secrets": {"NOTES_TOKEN": "learn-key"},
         "learn": learn,
-        "jail": {"read_only": [str(SERVERS)], "read_write": [str(root)]},
+        "jail": {"read_only": [str(SERVERS)], "read_write": [str(root)], **jail},
     }
 
 
@@ -97,3 +97,19 @@ async def test_serve_learns_what_the_jail_refused_and_scan_proposes_it(
     assert cli(env, "check", "--config", str(config)).returncode == 0
     again = cli(env, "scan", "learner", "--from-learned", "--config", str(config))
     assert again.returncode == 0 and "(the same as now)" in again.stdout
+
+
+async def test_behind_an_allowlist_the_hosts_the_egress_proxy_refused_are_proposed(tmp_path: Path) -> None:
+    root, outside = tmp_path / "notes", tmp_path / "unused"
+    root.mkdir()
+    server = notes(root, outside, True, network="allowlist", allow_hosts=["example.org"])
+    server.pop("secrets")
+    config = write_config(tmp_path, {"learner": server})
+    state = tmp_path / "state"
+    async with gateway(config, state) as client:
+        fetched = await client.call_tool("learner__fetch", {"url": "http://denied.invalid:8080/"})
+        assert fetched.is_error  # the proxy refused it
+    shown = cli({"CELLBLOCK_STATE_DIR": str(state)}, "scan", "learner", "--from-learned", "--config", str(config))
+    assert shown.returncode == 0, shown.stderr
+    assert "+  - denied.invalid:8080" in shown.stdout, shown.stdout
+    assert "allow_hosts + denied.invalid:8080: egress denied.invalid:8080 refused by the jail (EACCES)" in shown.stdout

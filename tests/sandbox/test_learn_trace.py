@@ -61,11 +61,12 @@ def test_a_learned_trace_proposes_what_the_jail_refused_and_holds_no_secret(
     proposal = widen(server, read_learned([trace]))
     assert proposal.proposed["read_only"] == [str(hidden)]
     assert proposal.proposed["read_write"] == [str(shared.parent)]  # it wrote in its read-only grant
-    assert proposal.proposed["network"] == "none"  # an address by its number is a note, not a grant
+    assert proposal.proposed["network"] == "allowlist"  # the jail had no network for it
+    assert proposal.proposed["allow_hosts"] == ["192.0.2.7:443"]
     notes = "\n".join(proposal.notes)
     assert f"read_only + {hidden}: openat {hidden} refused by the jail (ENOENT)" in notes
     assert f"read_write + {shared.parent}: " in notes and "(EROFS)" in notes
-    assert "192.0.2.7:443" in notes
+    assert "allow_hosts + 192.0.2.7:443: connect 192.0.2.7:443 refused by the jail (ENETUNREACH)" in notes
     assert "--from-learned --apply" in proposal.text("t")
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "AuditReport",
     "audit_command",
     "audit_path",
+    "egress_refused",
     "format_event",
     "parse_since",
     "read_report",
@@ -199,6 +200,16 @@ def read_report(path: Path, since: float | None = None, server: str | None = Non
             continue
         report.add(event)
     return report
+
+
+def egress_refused(path: Path, server: str, since: float) -> list[dict[str, Any]]:
+    """The connections the egress proxy refused `server` since `since`, from `path` and its rotated files."""
+    found = []
+    for _, raw in _lines(rotated_paths(path)):
+        event = _parse(raw) if b'"egress"' in raw else None
+        if event is not None and event["event"] == "egress" and event["server"] == server and event["ts"] >= since:
+            found += [event] if event.get("decision") == "deny" else []
+    return found
 
 
 def _value(value: Any) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 
+from cellblock.gateway.cli.audit import egress_refused
 from cellblock.gateway.cli.options import EXIT_FINDING, EXIT_OK, EXIT_USAGE, load
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.downstream.learning import learned_traces
@@ -25,6 +26,7 @@ from cellblock.gateway.scan.report import badge_svg, confinement_report
 from cellblock.gateway.scan.run import Decoy, scan_run
 from cellblock.gateway.scan.scratch import ScanError, scratch_world
 from cellblock.gateway.state import StateWriteError, atomic_write_text, runtime_dir, state_dir
+from cellblock.sandbox.trace import Event, Kind
 from cellblock.sandbox.types import JailError
 
 __all__ = ["FAIL_ON", "learned_command", "scan_command"]
@@ -129,6 +131,11 @@ def learned_command(config_path: str | None, name: str, as_json: bool = False, a
         _say(f"scan: no learn traces of '{name}'; set learn: true on it and serve (see docs/scan.md)")
         return EXIT_FINDING
     learned = read_learned(traces)
+    # behind network: allowlist, the egress proxy decides by name, outside the trace: its refusals are audited
+    since = min((e.ts for e in learned.events), default=0.0)
+    for refused in egress_refused(config.audit_file(state_dir()), name, since):
+        target = f"{refused.get('host')}:{refused.get('port')}"
+        learned.events.append(Event(float(refused["ts"]), 0, Kind.CONNECT, target, "egress", "EACCES"))
     proposal = widen(server, learned)
     if as_json:
         print(json.dumps({"server": name, "learned": learned.summary(), **proposal.as_json()}, indent=2))

@@ -8,11 +8,14 @@ that motivates it:
 - a write refused in a `read_only` grant (EROFS): that grant becomes `read_write`; one refused
   where the jail does not show the path: `read_write` + that path;
 - with `exec.allow`, a program whose execution was refused: `exec.allow` + it;
-- a name looked up that the jail refused: `network: allowlist` with that name in `allow_hosts`.
+- a connection the jail refused (no network) or the egress proxy did (`network: allowlist`; its
+  refusals are in the audit log, which `--from-learned` reads too): `network: allowlist` with
+  `host:port` in `allow_hosts`; a lookup whose refused query names the host: that name.
 
 Never proposed (a note says what was refused): what looks like a secret (`~/.ssh`, `~/.aws`, …),
 Cellblock's own files, system files, a look at a path's metadata alone, a write outside any grant
-shown read-only, an address known only by its number, a socket's path. The proposal is printed
+shown read-only, the jail's own loopback, a lookup whose name is not known, a socket's path, any
+host with `network: open`. The proposal is printed
 as the scan's is (a diff of `jail:`); `--apply` writes it after it is shown.
 """
 
@@ -31,6 +34,9 @@ from cellblock.gateway.state import default_config_path, own_dirs
 from cellblock.sandbox.trace import Event, Kind, jail_refused, parse_trace
 
 __all__ = ["Learned", "read_learned", "widen"]
+
+# the jail's own loopback: a connection refused there is to nothing in the jail, not to a host
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 @dataclass
@@ -129,12 +135,17 @@ def widen(server: LocalServer, learned: Learned) -> Proposal:
             else:
                 notes.append(f"not proposed, no exec.allow to widen (a mount refused it): {_describe(event)}")
         elif not path.startswith(("/", "@")) and not noise(event):
-            named = event.kind is Kind.LOOKUP and not path.startswith("a name, through")
-            if named and jail.network != "open":
+            host = path.rpartition(":")[0].strip("[]") if event.kind is Kind.CONNECT else path
+            if (
+                jail.network == "open"
+                or path.startswith("a name, through")
+                or host in LOOPBACK
+                or host.startswith("127.")
+            ):
+                notes.append(f"not proposed: {_describe(event)}")
+            else:
                 proposed["network"] = "allowlist"
                 grant("allow_hosts", path, event)
-            else:
-                notes.append(f"not proposed, a host is granted by its name in allow_hosts: {_describe(event)}")
     proposed["read_only"] = [p for p in proposed["read_only"] if p not in proposed["read_write"]]
     order = ("network", "allow_hosts", "read_only", "read_write", "exec")
     proposed = {k: proposed[k] for k in order if k in proposed}
