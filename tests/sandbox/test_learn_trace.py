@@ -58,6 +58,8 @@ def test_a_learned_trace_proposes_what_the_jail_refused_and_holds_no_secret(
     text = trace.read_text()
     assert re.search(r'execve\("[^"]*bwrap", \[\.\.\.\]', text)  # bwrap's own start is in the file …
     assert ENV_SECRET not in text and KEYRING_SECRET not in text  # … but none of its arguments
+    # control: bwrap's own argv holds the env: value (--setenv), which strace alone would print
+    assert ENV_SECRET in plan.argv and KEYRING_SECRET not in plan.argv
     proposal = widen(server, read_learned([trace]))
     assert proposal.proposed["read_only"] == [str(hidden)]
     assert proposal.proposed["read_write"] == [str(shared.parent)]  # it wrote in its read-only grant
