@@ -68,6 +68,18 @@ def test_show_lists_every_mount_and_never_an_env_value(config: Path) -> None:
     assert servers["loose"]["jail"].startswith("OFF")
     assert "does not exist" in servers["missing"]["error"]
     assert servers["web"]["kind"] == "remote"
+    assert jailed["learn"] is None
+
+
+def test_show_says_whether_a_server_learns(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(f"version: 1\nservers:\n  l:\n    command: {sys.executable}\n    learn: true\n    jail: {{}}\n")
+    done = cellblock("show", "--config", str(config), "l")
+    assert done.returncode == 0, done.stderr
+    if shutil.which("strace") is not None and sys.platform.startswith("linux"):
+        assert "  learn    traced while serving (strace, outside the jail); cellblock scan l --from" in done.stdout
+    else:
+        assert "  learn    NOT LEARNING: strace is not installed" in done.stdout
 
 
 def test_show_text_marks_the_unjailed_server(config: Path) -> None:

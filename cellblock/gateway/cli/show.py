@@ -4,6 +4,7 @@ the gateway would start it."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -127,7 +128,17 @@ def describe_server(
         "exec_allow": list(spec.exec_allow),
         "exec_guarantee": GUARANTEE if spec.exec_closure is not None else None,
         "exec_sha256": dict(spec.exec_sha256),
+        "learn": _learning(name, server),
     }
+
+
+def _learning(name: str, server: LocalServer) -> str | None:
+    """What `learn: true` does here, in words (None: off)."""
+    if not server.learn:
+        return None
+    if sys.platform.startswith("linux") and shutil.which("strace") is not None:
+        return f"traced while serving (strace, outside the jail); cellblock scan {name} --from-learned reads it"
+    return "NOT LEARNING: strace is not installed here (the server still runs jailed)"
 
 
 def show(config: Config, only: str | None, as_json: bool, state: Path | None = None, source: Path | None = None) -> int:
@@ -176,6 +187,8 @@ def show(config: Config, only: str | None, as_json: bool, state: Path | None = N
             for path, digest in item["exec_sha256"].items():
                 print(f"  pinned   {path}  sha256 {digest}")
             print(f"  env      {', '.join(item['jail_env'])}")
+            if item["learn"]:
+                print(f"  learn    {item['learn']}")
         for key, what in (("policy", "tools"), ("prompt_policy", "prompts"), ("resource_policy", "resources")):
             policy = item[key]
             print(f"  policy   {what}: default {policy['default']}")
