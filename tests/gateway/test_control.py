@@ -20,7 +20,14 @@ import anyio
 import pytest
 
 from cellblock.gateway.serve import control
-from cellblock.gateway.serve.control import ControlError, ControlServer, gateways, request, socket_path
+from cellblock.gateway.serve.control import (
+    ControlError,
+    ControlServer,
+    gateways,
+    request,
+    socket_path,
+    token_path,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -204,7 +211,8 @@ async def test_past_the_connection_cap_peers_wait_their_turn(short_dir: Path, mo
             first.connect(str(path))  # holds the only slot, silent for now
             async with anyio.create_task_group() as calls:
                 calls.start_soon(ask, path, {"op": "second"})
-                first.sendall(b'{"op": "first"}\n')
+                token = token_path(path).read_text().strip()
+                first.sendall(json.dumps({"op": "first", "token": token}).encode() + b"\n")
                 await anyio.to_thread.run_sync(first.recv, 100)
                 first.close()
             assert seen == ["first", "second"]

@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import pytest
 
+from cellblock.gateway.serve.control import token_path
 from tests.integration.conftest import gateway, probe_server, write_config
 from tests.servers.hostile import load_escape
 
@@ -154,11 +155,26 @@ async def test_a_server_can_neither_reach_the_control_socket_nor_touch_the_state
         assert not hidden["got_through"] and "ENOENT" in hidden["detail"], hidden
         refused = _outcome(await client.call_tool("loose__control_socket", {"path": sock}))
         assert not refused["got_through"] and "refused" in refused["detail"], refused
+        assert "sent the" in refused["detail"]  # refused though it read the token and sent it
+        # the token beside the socket: the jailed server cannot read it; the unjailed control can
+        token = {"path": str(token_path(Path(sock)))}
+        hidden = _outcome(await client.call_tool("wide__read_file", token))
+        assert not hidden["got_through"] and "ENOENT" in hidden["detail"], hidden
+        assert _outcome(await client.call_tool("loose__read_file", token))["got_through"]
+        secret = token_path(Path(sock)).read_text().strip()
         # the state dir the grant holds shows empty: what the server sees there is not the user's
         listed = _outcome(await client.call_tool("wide__list_dir", {"path": str(state), "expect": []}))
         assert not listed["got_through"], listed
         control = _outcome(await client.call_tool("loose__list_dir", {"path": str(state), "expect": []}))
         assert control["got_through"], control
+    # the refusal is audited, and the token is in no event
+    audit = (state / "audit.jsonl").read_text()
+    assert secret not in audit
+    events = [json.loads(line) for line in audit.splitlines()]
+    [refusal] = [event for event in events if event["event"] == "control_refused"]
+    assert refusal["op"] == "ps" and "a process the gateway started" in refusal["reason"], refusal
+    assert isinstance(refusal["peer_pid"], int) and refusal["peer_uid"] == os.geteuid()
+    assert not list((run / "cellblock").glob("control-*"))  # socket and token gone with the gateway
 
 
 async def test_what_a_grant_would_show_of_cellblock_and_the_session_stays_hidden_at_the_path_the_jail_shows_it(

@@ -1,7 +1,19 @@
 """The control socket: how `cellblock pending|approve|deny|ps` reach a running gateway.
 
 Each gateway (`cellblock serve`, one per MCP client) listens on `control-<pid>.sock` in the 0700
-runtime dir. The protocol is one JSON object per line, one exchange per connection:
+runtime dir, and writes a random token, new at each start, to `control-<pid>.token` beside it
+(0600, written atomically before the socket is bound, removed at exit). The runtime dir is hidden
+from every jail, so only the user's own processes outside the jails can read it.
+
+Reaching the socket is never enough. A connection is refused unless the peer's credentials (Linux
+`SO_PEERCRED`; macOS and the BSDs `getpeereid`) name the gateway's own uid, and unless the peer is
+none of the servers the gateway started nor anything they run (its process tree, where the OS gives
+the peer's pid: Linux). A request is refused unless it carries the token, compared in constant
+time. Each refusal is answered with why, logged and audited (`control_refused`), never with the
+token's value, which nothing logs.
+
+The protocol is one JSON object per line, one exchange per connection; every request carries
+`"token": "<the token file's content>"` besides what is shown:
 
     -> {"op": "pending"}                      <- {"ok": true, "pending": [...]}   (arguments cut)
     -> {"op": "pending", "full": ID}          <- the same, only ID, its arguments uncut
@@ -12,8 +24,9 @@ runtime dir. The protocol is one JSON object per line, one exchange per connecti
 
 A reply refusing an unknown id should carry `"code": NOT_FOUND`, so the CLI can tell "not this
 gateway" from a real refusal when several gateways run. The server side checks the frame (one
-line, a JSON object with a string `op`) and leaves every op to the gateway's handler; the client
-side is blocking stdlib code for the CLI.
+line, a JSON object with a string `op`), the peer and the token, and leaves every op (without the
+token) to the gateway's handler; the client side is blocking stdlib code for the CLI, which reads
+the token beside the socket it talks to.
 
     CellblockError
     └── ControlError      no gateway at a socket, or its answer is not a control reply
@@ -21,9 +34,13 @@ side is blocking stdlib code for the CLI.
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import hmac
 import json
 import logging
 import os
+import secrets
 import socket
 import stat
 import struct
@@ -37,6 +54,7 @@ import anyio
 import anyio.abc
 
 from cellblock.policy.errors import CellblockError
+from cellblock.policy.files import atomic_write_bytes
 from cellblock.sandbox.unix import accept, bind_private, reachable
 
 __all__ = [
@@ -48,14 +66,18 @@ __all__ = [
     "ControlError",
     "ControlServer",
     "Handler",
+    "Refused",
     "gateways",
     "request",
     "socket_path",
+    "token_path",
 ]
 
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+# Told of each refused request: its op, the peer's pid and uid (None where unknown), and why.
+Refused = Callable[[str, int | None, int | None, str], None]
 
 # The requests are a few hundred bytes (an op and an id); 64 KiB is far above any honest one and
 # small enough that a confused or hostile local peer cannot make the gateway buffer much.
@@ -78,6 +100,10 @@ MAX_REPLY = 16 * 1024 * 1024
 PROBE_TIMEOUT = 1.0
 
 NOT_FOUND = "not_found"
+# 32 random bytes: nobody guesses it, and it fits in any request with room to spare.
+TOKEN_BYTES = 32
+# The token file holds one token and a newline; a bigger one is not the gateway's.
+MAX_TOKEN_FILE = 1024
 # How far up a peer's process tree is followed, and how often when it changes while it is read.
 MAX_ANCESTRY = 4096
 ANCESTRY_TRIES = 3
@@ -97,6 +123,11 @@ def socket_path(runtime: Path, pid: int | None = None) -> Path:
     return runtime / f"control-{pid or os.getpid()}.sock"
 
 
+def token_path(socket_file: Path) -> Path:
+    """The token file beside the control socket `socket_file`."""
+    return socket_file.with_name(socket_file.name.removesuffix(".sock") + ".token")
+
+
 # -- server ----------------------------------------------------------------------------------------
 
 
@@ -108,20 +139,41 @@ class ControlServer:
     exception is logged.
     """
 
-    def __init__(self, path: Path, handler: Handler, servers: Callable[[], set[int]] = set) -> None:
+    def __init__(
+        self,
+        path: Path,
+        handler: Handler,
+        servers: Callable[[], set[int]] = set,
+        refused: Refused | None = None,
+    ) -> None:
         self.path = path
         self._handler = handler
         self._servers = servers  # the pids of the servers the gateway runs: they and theirs are refused
+        self._refused = refused  # told of each refusal (the audit), besides the log
+        self._token = b""
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Bind the socket (mode 0600), report started, and serve until cancelled.
+        """Write a new token file (0600), bind the socket (0600), report started, and serve until
+        cancelled.
 
-        A stale socket file at `path` is replaced; the socket file is removed on the way out.
+        A stale socket file at `path` is replaced; the socket and token files are removed on the
+        way out.
 
         Raises:
-            OSError: the socket cannot be bound (its directory is missing, the path is too long,
-                or a non-socket file is in the way).
+            OSError: the token cannot be written or the socket bound (its directory is missing,
+                the path is too long, or a non-socket file is in the way).
         """
+        token = secrets.token_urlsafe(TOKEN_BYTES)
+        token_file = token_path(self.path)
+        # before the socket: a client that finds the socket finds the token beside it
+        atomic_write_bytes(token_file, (token + "\n").encode("ascii"), 0o600)
+        self._token = token.encode("ascii")
+        try:
+            await self._serve_bound(task_status)
+        finally:
+            _remove_token(token_file, self._token)
+
+    async def _serve_bound(self, task_status: anyio.abc.TaskStatus[None]) -> None:
         listener = bind_private(self.path, MAX_CONNECTIONS)
         bound = os.lstat(self.path).st_ino
         slots = anyio.Semaphore(MAX_CONNECTIONS)
@@ -139,16 +191,14 @@ class ControlServer:
                     tg.start_soon(self._connection, conn, slots)
         finally:
             listener.close()
-            with suppress(FileNotFoundError):
-                # only our own socket: a later gateway may have replaced a file we left behind
-                if os.lstat(self.path).st_ino == bound:
-                    os.unlink(self.path)
+            _remove_own(self.path, bound)
 
     async def _connection(self, conn: socket.socket, slots: anyio.Semaphore) -> None:
         try:
             with conn:
                 drain = False
-                refusal = _refused_peer(conn, self._servers())
+                pid, uid, refusal = _peer(conn)
+                refusal = refusal or _refused_ancestry(pid, self._servers())
                 try:
                     message = await _read_request(conn)
                 except _BadRequest as exc:
@@ -158,8 +208,9 @@ class ControlServer:
                 else:
                     if message is None:
                         return  # connected and left without a word: a liveness probe
+                    refusal = refusal or self._refused_token(message.pop("token", None))
                     if refusal is not None:
-                        logger.warning("control socket: %s", refusal)
+                        self._refuse(str(message["op"]), pid, uid, refusal)
                         reply = _encode({"ok": False, "error": refusal})
                     else:
                         reply = await self._answer(message)
@@ -174,6 +225,23 @@ class ControlServer:
         finally:
             slots.release()
 
+    def _refused_token(self, sent: Any) -> str | None:
+        """Why the request's token is refused, if it is; never the token's value."""
+        if sent is None:
+            return f"refused a request without the control token (the CLI reads it from {token_path(self.path).name})"
+        given = sent.encode("utf-8", "replace") if isinstance(sent, str) else b""
+        if not self._token or not hmac.compare_digest(given, self._token):
+            return "refused a request with a wrong control token"
+        return None
+
+    def _refuse(self, op: str, pid: int | None, uid: int | None, why: str) -> None:
+        logger.warning("control socket: %s (op %r, peer pid %s, uid %s)", why, op[:40], pid, uid)
+        if self._refused is not None:
+            try:
+                self._refused(op[:40], pid, uid, why)
+            except Exception:
+                logger.exception("control socket: could not record a refusal")
+
     async def _answer(self, message: dict[str, Any]) -> bytes:
         try:
             reply = await self._handler(message)
@@ -186,7 +254,70 @@ class ControlServer:
             return _encode(_INTERNAL)
 
 
-def _refused_peer(conn: socket.socket, servers: set[int]) -> str | None:
+def _remove_own(path: Path, inode: int) -> None:
+    """Remove `path` if it is still the file we made: a later gateway may have replaced one we left."""
+    with suppress(FileNotFoundError):
+        if os.lstat(path).st_ino == inode:
+            os.unlink(path)
+
+
+def _remove_token(path: Path, token: bytes) -> None:
+    """Remove the token file at `path` if it still holds `token`: a later gateway may have replaced
+    a file we left behind, and an inode number is reused at once, so the content tells."""
+    with suppress(OSError), open(path, "rb") as handle:
+        if hmac.compare_digest(handle.read(MAX_TOKEN_FILE).strip(), token):
+            os.unlink(path)
+
+
+def _peer(conn: socket.socket) -> tuple[int | None, int | None, str | None]:
+    """The peer's pid (None where the OS does not give it) and uid, and why it is refused if it
+    is not the gateway's own uid or its credentials cannot be read."""
+    try:
+        pid, uid = _peer_credentials(conn)
+    except OSError as exc:
+        return None, None, f"refused a connection whose peer credentials could not be read ({exc.strerror or exc})"
+    if uid != os.geteuid():
+        return pid, uid, _peer_refusal(uid)
+    return pid, uid, None
+
+
+def _peer_refusal(uid: int) -> str:
+    return f"refused a connection from uid {uid}: only the gateway's own uid may use its control socket"
+
+
+def _peer_credentials(conn: socket.socket) -> tuple[int | None, int]:
+    """(pid, uid) of the peer. Linux gives both (`SO_PEERCRED`; pid 0 for a peer in a pid
+    namespace the gateway cannot see); macOS and the BSDs give the uid (`getpeereid`).
+
+    Raises:
+        OSError: the credentials cannot be read, or this OS offers neither way.
+    """
+    if hasattr(socket, "SO_PEERCRED"):
+        pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        return pid, uid
+    return None, _getpeereid(conn.fileno())
+
+
+def _getpeereid(fd: int) -> int:
+    """The effective uid of the peer of the Unix socket `fd`: `getpeereid(2)` of libc (macOS, BSDs).
+
+    Raises:
+        OSError: the call failed, or libc has no `getpeereid`.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    call = getattr(libc, "getpeereid", None)
+    if call is None:
+        raise OSError(errno.ENOSYS, "this system gives no peer credentials for a Unix socket")
+    uid, gid = ctypes.c_uint32(), ctypes.c_uint32()  # uid_t and gid_t are 32-bit unsigned
+    call.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32)]
+    call.restype = ctypes.c_int
+    if call(fd, ctypes.byref(uid), ctypes.byref(gid)) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return uid.value
+
+
+def _refused_ancestry(peer: int | None, servers: set[int]) -> str | None:
     """Why the peer may not use the control socket, if it may not: a server the gateway runs (the
     process it started, jailed or not, or anything that one runs) must never approve its own
     calls, whatever it can see.
@@ -194,11 +325,9 @@ def _refused_peer(conn: socket.socket, servers: set[int]) -> str | None:
     A server's descendant is always visible in the gateway's pid namespace, so a peer the kernel
     reports as pid 0 (from a namespace the gateway cannot see) is not one. An ancestry that changes
     while it is read (a parent exiting) is read again; one that cannot be read at all is refused.
+    Without the peer's pid (macOS) there is nothing to follow: the uid and the token must do.
     """
-    if not hasattr(socket, "SO_PEERCRED"):
-        return None  # macOS: the socket's mode and directory are all there is
-    peer, _, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-    if peer <= 0 or not servers:
+    if peer is None or peer <= 0 or not servers:
         return None
     for _ in range(ANCESTRY_TRIES):
         ancestry = _ancestry(peer)
@@ -297,7 +426,6 @@ def request(path: Path, message: dict[str, Any], timeout: float = 5.0) -> dict[s
         ControlError: nobody listens at `path`, it did not answer in time, or the answer is not
             one JSON object with a boolean `ok`.
     """
-    data = (json.dumps(message, separators=(",", ":")) + "\n").encode("utf-8")
     deadline = time.monotonic() + timeout
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
@@ -310,6 +438,10 @@ def request(path: Path, message: dict[str, Any], timeout: float = 5.0) -> dict[s
             raise ControlError(f"the gateway at {path} did not accept a connection within {timeout:g} s") from exc
         except OSError as exc:
             raise ControlError(f"cannot connect to the gateway at {path}: {exc.strerror or exc}") from exc
+        token = _read_token(path)
+        # without a token the gateway refuses the request, and its answer says why
+        sent = message if token is None else {**message, "token": token}
+        data = (json.dumps(sent, separators=(",", ":")) + "\n").encode("utf-8")
         try:
             sock.settimeout(_remaining(deadline, path, timeout))
             sock.sendall(data)
@@ -325,6 +457,16 @@ def request(path: Path, message: dict[str, Any], timeout: float = 5.0) -> dict[s
     if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
         raise ControlError(f"the gateway at {path} answered something that is not a control reply: {raw[:80]!r}")
     return reply
+
+
+def _read_token(path: Path) -> str | None:
+    """The token the gateway at `path` wrote beside its socket; None if it cannot be read."""
+    try:
+        with open(token_path(path), "rb") as handle:
+            token = handle.read(MAX_TOKEN_FILE).strip().decode("ascii")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return token or None
 
 
 def _remaining(deadline: float, path: Path, timeout: float) -> float:
@@ -375,6 +517,7 @@ def gateways(runtime: Path) -> list[Path]:
             except ConnectionRefusedError:
                 if not _alive(path):
                     path.unlink(missing_ok=True)
+                    token_path(path).unlink(missing_ok=True)
                 continue
             except TimeoutError:
                 pass  # listening, with a full backlog: alive and busy

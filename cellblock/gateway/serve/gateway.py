@@ -300,15 +300,20 @@ class Gateway:
             tg.start_soon(self._watch_locks)
             if self.runtime is not None:
                 # answers to pending approvals, and `cellblock ps`, arrive on this socket
-                await tg.start(
-                    ControlServer(socket_path(self.runtime), Operations(self).answer, self._server_pids).serve
+                control = ControlServer(
+                    socket_path(self.runtime), Operations(self).answer, self._server_pids, self._control_refused
                 )
+                await tg.start(control.serve)
             # The handshake carries the servers' instructions, so it waits (bounded) for them.
             with anyio.move_on_after(START_SECONDS):
                 await self._settled.wait()
             self.server.instructions = self._instructions()
             yield tg
             tg.cancel_scope.cancel()
+
+    def _control_refused(self, op: str, pid: int | None, uid: int | None, why: str) -> None:
+        """A request on the control socket was refused (a foreign uid, a server, no or a wrong token)."""
+        self.audit.write("control_refused", "", op=op, peer_pid=pid, peer_uid=uid, reason=why)
 
     async def _start_after_first_list(self, known: list[Downstream]) -> None:
         """Start the eager servers whose catalog is known once the client has its first list:

@@ -21,7 +21,8 @@ did, 2 on a bad spec. Kinds and their fields (``target`` is always a string):
 - ``resolve``: target=name. Through if it resolved to any address.
 - ``exec``: ``argv``=[...] (target defaults to argv[0]). Through if it ran: exit 0 or any output on stdout.
 - ``control``: target=the path of a gateway's control socket. Through if it answered a request
-  (``ps``) with ``ok``: a server that can do that can approve its own calls.
+  (``ps``, with the token from ``control-<pid>.token`` beside the socket when that can be read, as
+  the CLI sends it) with ``ok``: a server that can do that can approve its own calls.
 - ``sysctl``: target=a file under /proc/sys. Through if its own value could be written back (uid 0
   may write sysctls without a capability; ``kernel.core_pattern`` runs a program as host root).
 - ``load_copy``: target=a writable path, ``source``=a program. Copies the program there and runs the

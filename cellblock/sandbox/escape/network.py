@@ -71,12 +71,15 @@ def resolve(name: str, timeout: float = RESOLVE_TIMEOUT) -> Attempt:
 
 @never_raises("control")
 def control_socket(path: str) -> Attempt:
-    """Ask the gateway's control socket at `path` for `ps`. Through if it answered ok."""
+    """Ask the gateway's control socket at `path` for `ps`, with the token beside it if that can
+    be read (what the CLI sends). Through if it answered ok."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(CONNECT_TIMEOUT)
         try:
             sock.connect(path)
-            sock.sendall(b'{"op":"ps"}\n')
+            token, why = _control_token(path)
+            request = {"op": "ps"} if token is None else {"op": "ps", "token": token}
+            sock.sendall(json.dumps(request).encode("ascii") + b"\n")
             reply = b""
             while b"\n" not in reply:
                 chunk = sock.recv(65536)
@@ -91,7 +94,19 @@ def control_socket(path: str) -> Attempt:
         return Attempt("control", path, False, f"{len(reply)} bytes that are not a reply")
     ok = isinstance(answer, dict) and answer.get("ok") is True
     said = answer.get("error", "") if isinstance(answer, dict) else ""
-    return Attempt("control", path, ok, "answered ok" if ok else f"refused: {str(said)[:120]}")
+    return Attempt("control", path, ok, "answered ok" if ok else f"refused: {str(said)[:120]} ({why})")
+
+
+def _control_token(path: str) -> tuple[str | None, str]:
+    """The token the gateway keeps beside its socket (`control-<pid>.token`), and how that went;
+    only the token's length is ever reported."""
+    base = path[: -len(".sock")] if path.endswith(".sock") else path
+    try:
+        with open(base + ".token", "rb") as handle:
+            token = handle.read(1024).strip().decode("ascii", "replace")
+    except OSError as exc:
+        return None, f"token: {error_label(exc)}"
+    return token, f"sent the {len(token)}-character token"
 
 
 def _dbus_candidates(address: str, abstract: Sequence[str]) -> list[tuple[str, str]]:
