@@ -330,13 +330,14 @@ async def test_gateways_lists_live_sockets_and_removes_stale_ones(served: tuple[
     stale = socket_path(runtime, DEAD_PID)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
         dead.bind(str(stale))
+    token_path(stale).write_text("left by a gateway that was killed\n")
     starting = socket_path(runtime, os.getppid())  # refused, but its process lives: maybe not listening yet
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as early:
         early.bind(str(starting))
     (runtime / "control-99.sock").write_text("not a socket")
     found = await anyio.to_thread.run_sync(gateways, runtime)
     assert found == [path]
-    assert not stale.exists()
+    assert not stale.exists() and not token_path(stale).exists()  # its token goes with it
     assert starting.exists() and (runtime / "control-99.sock").exists()
     assert handler.seen == []  # the probe connects and leaves; nothing reaches the handler
 

@@ -3,6 +3,8 @@ has its control: the same exchange from the CLI (or the same uid, or with the to
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import logging
 import os
@@ -200,3 +202,32 @@ async def test_the_cli_without_the_token_file_is_refused_with_a_clear_error(
     code, _, err = await cellblock(xdg, "approve", "k3x9", "--always")
     assert code == 0 and handler.seen == [APPROVE], err
     assert token.strip() not in err
+
+
+def test_getpeereid_is_called_as_libc_declares_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`int getpeereid(int, uid_t *, gid_t *)`, through a stand-in of the same C signature: the
+    uid is read back from where the call wrote it, and a failure is the errno it set."""
+    signature = ctypes.CFUNCTYPE(
+        ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32)
+    )
+    calls: list[int] = []
+
+    def getpeereid(fd: int, uid: Any, gid: Any) -> int:
+        calls.append(fd)
+        if fd < 0:
+            ctypes.set_errno(errno.EBADF)
+            return -1
+        uid[0], gid[0] = 501, 20
+        return 0
+
+    libc = type("Libc", (), {"getpeereid": signature(getpeereid)})()
+    monkeypatch.setattr(ctypes, "CDLL", lambda *args, **kwargs: libc)
+    assert control._getpeereid(7) == 501 and calls == [7]
+    with pytest.raises(OSError) as failed:
+        control._getpeereid(-1)
+    assert failed.value.errno == errno.EBADF
+    # a libc without it (glibc): the peer is refused, not let through
+    monkeypatch.setattr(ctypes, "CDLL", lambda *args, **kwargs: object())
+    with pytest.raises(OSError) as missing:
+        control._getpeereid(7)
+    assert missing.value.errno == errno.ENOSYS

@@ -13,7 +13,7 @@ time. Each refusal is answered with why, logged and audited (`control_refused`),
 token's value, which nothing logs.
 
 The protocol is one JSON object per line, one exchange per connection; every request carries
-`"token": "<the token file's content>"` besides what is shown:
+`"token": "<the token file's line, without its newline>"` besides what is shown:
 
     -> {"op": "pending"}                      <- {"ok": true, "pending": [...]}   (arguments cut)
     -> {"op": "pending", "full": ID}          <- the same, only ID, its arguments uncut
@@ -497,7 +497,8 @@ def _read_reply(sock: socket.socket, deadline: float, path: Path, timeout: float
 
 
 def gateways(runtime: Path) -> list[Path]:
-    """The control sockets of the running gateways in `runtime`; stale socket files are removed.
+    """The control sockets of the running gateways in `runtime`; stale socket files (and the token
+    files beside them) are removed.
 
     A socket whose connect is refused is stale (its gateway died without cleaning up) unless the
     pid in its name is still alive, which covers a gateway between bind() and listen().
