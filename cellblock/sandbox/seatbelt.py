@@ -1,15 +1,20 @@
-"""macOS jail: a `JailSpec` as a Seatbelt (SBPL) profile, run by `sandbox-exec -p PROFILE argv...`.
+"""macOS jail: a `JailSpec` as a Seatbelt (SBPL) profile, run by `sandbox-exec -p PROFILE -D NAME=PATH... argv...`.
 
 Pure text generation, so it is built and golden-tested on any OS (`tests/sandbox/golden/*.sb`).
+No path from the config or the host enters the profile's text: each is a parameter,
+`(param "MOUNT_0")`, whose value `sandbox-exec -D MOUNT_0=/path` passes (as codex does with its
+writable roots). Only this module's constants are written as string literals.
 
 The profile starts from `(deny default)` and adds, in this order:
 
-1. process basics (fork, signal itself, sysctl reads, POSIX shared memory) and a short list of
-   Mach services;
+1. process basics (fork, signals and process info within the same sandbox, a list of sysctls,
+   POSIX semaphores) and a short list of Mach services;
 2. the system roots, read-only, plus a few files under `/private/etc` and `/dev`;
 3. the caller's mounts that lie outside the protected trees (below);
-4. a deny on the protected trees: the user's home, `/private/tmp` and `/private/var/folders`;
-5. the mounts inside a protected tree, the private temp dir and `exec.allow`;
+4. a deny on the protected trees: the user's home, `/private/tmp`, `/private/var/folders` and
+   `/System/Volumes` (where the Data volume shows the home again);
+5. what dyld needs of `/System/Volumes`, the mounts inside a protected tree, the private temp dir
+   and `exec.allow`;
 5b. a deny on what the spec hides (Cellblock's own files and the user's session, where a mount
     holds them), then the mounts inside those again;
 6. metadata (stat, not listing) of every ancestor directory of what is shared, so realpath works;
@@ -28,9 +33,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from cellblock.policy.constraints import within
+from cellblock.sandbox.closure import exec_closure
 from cellblock.sandbox.types import JailError, JailSpec, LaunchPlan, Mount, MountMode, Network
 
-__all__ = ["SANDBOX_EXEC", "seatbelt_plan", "seatbelt_profile"]
+__all__ = ["SANDBOX_EXEC", "seatbelt_compile", "seatbelt_executables", "seatbelt_plan"]
 
 SANDBOX_EXEC = "/usr/bin/sandbox-exec"
 
@@ -42,6 +48,20 @@ _SYMLINKED_ROOTS = ("/tmp", "/var", "/etc")
 # /Applications, /opt or /private: launchers outside these roots arrive as the caller's mounts.
 _SYSTEM_ROOTS = ("/usr", "/bin", "/sbin", "/System", "/Library")
 
+# /System covers /System/Volumes/Data, the Data volume, where the whole home shows again at
+# /System/Volumes/Data/Users/NAME: it is denied with the home (agent-sandbox.nix denies it and keeps
+# a pentest for it). dyld loads the shared cache from the OS cryptex on macOS 13 and later, so that
+# one directory is shared back (agent-sandbox.nix and sandbox-runtime allow it too).
+_SYSTEM_VOLUMES = "/System/Volumes"
+_CRYPTEXES = "/System/Volumes/Preboot/Cryptexes"
+
+# Homebrew on Apple silicon lives outside /usr: a venv on Homebrew's Python maps libssl from another
+# keg through /opt/homebrew/opt/openssl@3. Shared read-only, never executable, when anything shared
+# lies under /opt/homebrew (hlyn and sandbox-runtime read /opt/homebrew whole). Intel's /usr/local
+# is under /usr already.
+_HOMEBREW = "/opt/homebrew"
+_HOMEBREW_LIBS = ("/opt/homebrew/Cellar", "/opt/homebrew/opt")
+
 # Read-only files and data a CLI program needs; nothing here is executable.
 _SYSTEM_DATA: tuple[tuple[str, bool], ...] = (  # (path, is_dir)
     ("/private/etc/hosts", False),
@@ -50,27 +70,53 @@ _SYSTEM_DATA: tuple[tuple[str, bool], ...] = (  # (path, is_dir)
     ("/private/etc/services", False),
     ("/private/etc/ssl", True),  # OpenSSL's CA bundle
     ("/private/var/db/timezone", True),
+    ("/private/var/select/sh", False),  # which shell /bin/sh runs (bash, dash or zsh)
     ("/dev/null", False),
+    ("/dev/zero", False),  # mmap of anonymous memory by older code (codex allows it too)
     ("/dev/random", False),
     ("/dev/urandom", False),
     # Usable only with a controlling terminal, which a downstream started in a new session has not.
     ("/dev/tty", False),
 )
 
-# The only Mach services a CLI program is allowed to look up:
-#   opendirectoryd.libinfo  user and group lookups (getpwuid, getgrgid)
-#   notification_center     notify(3), which libc uses for time zone and locale changes
-#   logger                  syslog(3)
-_MACH_SERVICES = (
-    "com.apple.system.opendirectoryd.libinfo",
-    "com.apple.system.notification_center",
-    "com.apple.system.logger",
+# The only Mach services a CLI program is allowed to look up: user and group lookups (getpwuid,
+# getgrgid; codex, agent-sandbox.nix) and syslog(3). Not notification_center: notify(3) is a channel
+# between every process that may post to it, and libc works without it (codex leaves it out).
+_MACH_SERVICES = ("com.apple.system.opendirectoryd.libinfo", "com.apple.system.logger")
+# With any network: certificate checks of Security.framework users (Go, curl, Swift), which TLS
+# needs through the egress proxy too, and DNS settings (codex's network policy has the same four).
+_MACH_SERVICES_NETWORK = (
+    "com.apple.SecurityServer",
+    "com.apple.trustd.agent",
+    "com.apple.ocspd",
+    "com.apple.SystemConfiguration.DNSConfiguration",
 )
-# Only with network: certificate checks of Security.framework users (Go, curl, Swift).
-_MACH_SERVICES_NETWORK = ("com.apple.trustd.agent",)
+# Read with any network: the Security framework's keychain schema (Go's crypto/x509 fails without it).
+_NETWORK_DATA = ("/private/etc/resolv.conf", "/private/var/run/resolv.conf", "/private/var/db/mds")
+# The one Unix socket a server with an open network reaches: the DNS resolver's (codex, Anthropic's
+# sandbox-runtime and agent-sandbox.nix allow exactly this one).
+_RESOLVER_SOCKET = "/private/var/run/mDNSResponder"
 
-# Read only when the network is open: DNS settings (mDNSResponder's socket is covered by network*).
-_NETWORK_DATA = ("/private/etc/resolv.conf", "/private/var/run/resolv.conf")
+# The sysctls a runtime reads at start (CPU count and features, page size, OS version): codex's
+# list, less what no server needs. Never kern.procargs2 (any process's argv and environment, where
+# a sibling server's secrets are) nor kern.proc.* (every process's name and owner).
+_SYSCTL_NAMES = (
+    *("hw.activecpu", "hw.byteorder", "hw.cachelinesize", "hw.cpufamily", "hw.cputype", "hw.l1dcachesize"),
+    *("hw.l1icachesize", "hw.l2cachesize", "hw.l3cachesize", "hw.logicalcpu", "hw.logicalcpu_max"),
+    *("hw.machine", "hw.memsize", "hw.model", "hw.ncpu", "hw.nperflevels", "hw.pagesize", "hw.pagesize_compat"),
+    *(
+        "hw.cpufrequency",
+        "hw.physicalcpu",
+        "hw.physicalcpu_max",
+        "hw.tbfrequency",
+        "hw.vectorunit",
+        "machdep.cpu.brand_string",
+    ),
+    *("kern.argmax", "kern.boottime", "kern.hostname", "kern.maxfiles", "kern.maxfilesperproc", "kern.maxproc"),
+    *("kern.osproductversion", "kern.osrelease", "kern.ostype", "kern.osvariant_status", "kern.osversion"),
+    *("kern.secure_kernel", "kern.usrstack64", "kern.version", "sysctl.proc_cputype", "vm.loadavg"),
+)
+_SYSCTL_PREFIXES = ("hw.optional.", "hw.perflevel", "machdep.cpu.")
 
 # Shared trees that are never visible unless a mount, the private temp dir or exec.allow lies inside.
 _SHARED_TEMP_TREES = ("/private/tmp", "/private/var/folders")
@@ -79,6 +125,32 @@ _READ = ("file-read*", "file-map-executable")
 _WRITE = ("file-write*",)
 _EXEC = ("process-exec*",)  # the star covers process-exec-interpreter, i.e. #! scripts
 _DENIED = ("file-read*", "file-write*", "file-map-executable", "process-exec*")
+# What `/bin/sh` is on macOS: a launcher that runs the shell /private/var/select/sh names.
+_SH = "/bin/sh"
+_SH_CHOICE = "/private/var/select/sh"
+
+
+class _Params:
+    """The profile's parameters: one name per host path, in the order they are first used."""
+
+    def __init__(self, constants: Iterable[str]) -> None:
+        self.constants = set(constants)
+        self.values: dict[str, str] = {}
+        self._names: dict[str, str] = {}
+        self._counts: dict[str, int] = {}
+
+    def ref(self, path: str, role: str) -> str:
+        """`path` as an SBPL expression: a literal for this module's constants, else a parameter."""
+        if path in self.constants:
+            return _string(path)
+        name = self._names.get(path)
+        if name is None:
+            count = self._counts.get(role, 0)
+            self._counts[role] = count + 1
+            name = f"{role}_{count}"
+            self._names[path] = name
+            self.values[name] = path
+        return f"(param {_string(name)})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,20 +159,21 @@ class _Target:
 
     path: str
     is_dir: bool
+    role: str = "SYSTEM"
 
-    def sbpl(self) -> str:
-        return f"({'subpath' if self.is_dir else 'literal'} {_string(self.path)})"
+    def sbpl(self, params: _Params) -> str:
+        return f"({'subpath' if self.is_dir else 'literal'} {params.ref(self.path, self.role)})"
 
 
-def seatbelt_profile(
+def seatbelt_compile(
     spec: JailSpec,
     mounts: Sequence[Mount],
     *,
     proxy_port: int | None = None,
     tmp_dir: str | None = None,
     is_dir: Callable[[str], bool] = os.path.isdir,
-) -> str:
-    """Return the SBPL profile that jails `spec`, for `sandbox-exec -p`.
+) -> tuple[str, dict[str, str]]:
+    """Return the SBPL profile that jails `spec`, for `sandbox-exec -p`, and its parameters, for `-D`.
 
     `mounts` are every host path the jail shares (system paths, launcher installs and the user's
     `read_only`/`read_write` grants), computed by the caller; they are shared at their own path
@@ -108,80 +181,125 @@ def seatbelt_profile(
     removed) by the caller, who also points `TMPDIR` in `spec.env` at it; it is required exactly
     when `spec.tmp` is set. `proxy_port` is the egress proxy's TCP port on localhost, required for
     `network: allowlist` and ignored otherwise. `is_dir` decides `subpath` (a tree) or `literal`
-    (one file) for mounts and `exec.allow` entries; tests pass a fake.
+    (one file) for mounts and `exec.allow` entries; tests pass a fake. `spec.exec_allow` is used
+    as given: `seatbelt_executables` resolves it.
 
     Raises:
-        JailError: a path cannot be written safely into a profile (relative, `.`/`..`, control
-            characters), `tmp_dir` and `spec.tmp` disagree, the allowlist has no proxy port, or
-            `exec.allow` does not permit the server's own command.
+        JailError: a path cannot be passed safely (relative, `.`/`..`, a NUL), `tmp_dir` and
+            `spec.tmp` disagree, the allowlist has no proxy port, or `exec.allow` does not permit
+            the server's own command.
     """
     if not spec.argv:
         raise JailError(f"server '{spec.name}' has no command to run; set its command in the config")
     home = _resolve(spec.home, "home")
-    protected = (home, *_SHARED_TEMP_TREES)
+    protected = (home, *_SHARED_TEMP_TREES, _SYSTEM_VOLUMES)
     tmp = _tmp_target(spec, tmp_dir, protected)
     execs = _exec_targets(spec, is_dir)
     exec_anything = not execs
 
     exec_ops = _EXEC if exec_anything else ()
     read_exec = _READ + exec_ops
+    system = [_Target(p, True) for p in _SYSTEM_ROOTS]
+    data = [_Target(p, d) for p, d in _SYSTEM_DATA]
+    constant = [*system, *data, *(_Target(p, True) for p in (*_SHARED_TEMP_TREES, _CRYPTEXES, *_HOMEBREW_LIBS))]
+    params = _Params([*_ancestors(constant), *(t.path for t in constant), _RESOLVER_SOCKET, *_NETWORK_DATA])
+    params.ref(home, "HOME")
     outside: list[str] = []
-    inside: list[str] = []
+    inside: list[str] = [_rule("allow", read_exec, [_Target(_CRYPTEXES, True)], params)]
     shared: list[_Target] = []
-    hidden = [_Target(_resolve(p, "hidden"), is_dir(p)) for p in spec.hidden]
+    hidden = [_Target(_resolve(p, "hidden"), is_dir(p), "HIDDEN") for p in spec.hidden]
     again: list[str] = []
     for target, mode in _merge(mounts, is_dir):
         ops = _READ + (_WRITE if mode is MountMode.READ_WRITE else ()) + exec_ops
-        rule = _rule("allow", ops, [target])
+        rule = _rule("allow", ops, [target], params)
         (inside if _within_any(target.path, protected) else outside).append(rule)
         if any(within(target.path, h.path) and target.path != h.path for h in hidden):
             again.append(rule)
         shared.append(target)
     if tmp is not None:
-        inside.append(_rule("allow", _READ + _WRITE + exec_ops, [tmp]))
+        inside.append(_rule("allow", _READ + _WRITE + exec_ops, [tmp], params))
         shared.append(tmp)
     for target in execs:
-        inside.append(_rule("allow", _READ + _EXEC, [target]))
+        inside.append(_rule("allow", _READ + _EXEC, [target], params))
         shared.append(target)
-
-    system = [_Target(p, True) for p in _SYSTEM_ROOTS]
-    data = [_Target(p, d) for p, d in _SYSTEM_DATA]
+    brew = [_Target(p, True) for p in _HOMEBREW_LIBS] if any(within(t.path, _HOMEBREW) for t in shared) else []
     services = _MACH_SERVICES + (_MACH_SERVICES_NETWORK if spec.network is not Network.NONE else ())
 
     lines = [
         "(version 1)",
         "(deny default)",
         "",
-        ";; Processes: start children, signal only itself, read kernel settings, share memory.",
+        ";; Processes: start children; signal and inspect only this jail's processes (a server ends its",
+        ";; own children on a timeout), as codex and agent-sandbox.nix do; POSIX semaphores for Python's",
+        ";; multiprocessing (codex). No POSIX shared memory but notify(3)'s read-only page (Chrome's).",
         "(allow process-fork)",
-        "(allow signal (target self))",
-        "(allow sysctl-read)",
-        "(allow ipc-posix-shm)",
+        "(allow signal (target same-sandbox))",
+        "(allow process-info* (target same-sandbox))",
+        "(allow ipc-posix-sem)",
+        '(allow ipc-posix-shm-read-data (ipc-posix-name "apple.shm.notification_center"))',
         "",
-        ";; Mach services: user/group lookups, notify(3), syslog(3); trustd only with network.",
-        _rule("allow", ("mach-lookup",), [f"(global-name {_string(s)})" for s in services]),
+        ";; Kernel settings runtimes read at start (codex's list); never kern.procargs2 or kern.proc.*.",
+        _rule("allow", ("sysctl-read",), _sysctl_filters(), params),
+        "",
+        ";; Mach services: user/group lookups, syslog(3); with a network, TLS trust and DNS settings.",
+        _rule("allow", ("mach-lookup",), [f"(global-name {_string(s)})" for s in services], params),
+        "",
+        ";; The root directory itself: dyld and Node stat and open it at start (codex, sandbox-runtime,",
+        ";; agent-sandbox.nix and hlyn all allow it). Its entries are ruled on below.",
+        '(allow file-read* (literal "/"))',
         "",
         ";; System roots, read-only." + ("" if exec_anything else " Executables only from exec.allow, below."),
-        _rule("allow", read_exec, [t.sbpl() for t in system]),
-        _rule("allow", ("file-read*",), [t.sbpl() for t in data]),
-        _rule("allow", ("file-write-data",), ['(literal "/dev/null")']),
+        _rule("allow", read_exec, system, params),
+        _rule("allow", ("file-read*",), data, params),
+        ";; /dev/null and the descriptors a process already holds, as codex allows.",
+        _rule("allow", ("file-write-data",), ['(literal "/dev/null")'], params),
+        '(allow file-read-data file-write-data (subpath "/dev/fd"))',
+        *(
+            [
+                ";; Homebrew's kegs and their opt links: libraries one keg maps from another.",
+                _rule("allow", _READ, brew, params),
+            ]
+            if brew
+            else []
+        ),
         "",
         ";; Shared paths outside the home and temp trees.",
         *(outside or [";; (none)"]),
         "",
-        ";; The home and the shared temp trees stay hidden, even under a mount of an ancestor.",
-        _rule("deny", _DENIED, [_Target(p, True).sbpl() for p in protected]),
+        ";; The home, the shared temp trees and the Data volume stay hidden, even under a mount of an ancestor.",
+        _rule("deny", _DENIED, [_Target(p, True, "HOME") for p in protected], params),
         "",
-        ";; Shared back inside them: mounts, the private temp dir and exec.allow.",
-        *(inside or [";; (none)"]),
+        ";; Shared back inside them: dyld's cryptex, mounts, the private temp dir and exec.allow.",
+        *inside,
         "",
-        *_hiding(hidden, again),
+        *_hiding(hidden, again, params),
         ";; Metadata (not listing) of every ancestor directory, so realpath() and getcwd() work.",
-        _rule("allow", ("file-read-metadata",), [f"(literal {_string(p)})" for p in _ancestors(system, data, shared)]),
+        _rule(
+            "allow",
+            ("file-read-metadata",),
+            [_Target(p, False, "DIR") for p in _ancestors(system, data, shared)],
+            params,
+        ),
         "",
         *_network_rules(spec.network, proxy_port),
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n", params.values
+
+
+def seatbelt_executables(allowed: Sequence[str], path: str) -> tuple[str, ...]:
+    """What `exec.allow` must let run on macOS for the programs `allowed` (absolute paths).
+
+    Seatbelt judges the file a path resolves to, so each program is listed with every symlink hop
+    to its real file (Homebrew's `/opt/homebrew/bin/node`), and a script with its `#!` interpreter
+    (and for `#!/usr/bin/env NAME`, NAME found on `path`): the same walk that builds the Linux
+    jail's closure (`closure.exec_closure`). `/bin/sh` comes too, with the shell it runs, since
+    `system(3)`, `popen(3)` and Node's `exec` start every command through it; the shell can run
+    only what is listed here.
+    """
+    if not allowed:
+        return ()
+    shell = os.path.realpath(_SH_CHOICE) if os.path.lexists(_SH_CHOICE) else "/bin/bash"
+    return exec_closure([*allowed, _SH, shell], path).executables
 
 
 def seatbelt_plan(
@@ -192,21 +310,23 @@ def seatbelt_plan(
     tmp_dir: str | None = None,
     is_dir: Callable[[str], bool] = os.path.isdir,
 ) -> LaunchPlan:
-    """Return the plan that runs `spec` under `sandbox-exec` with `seatbelt_profile`.
+    """Return the plan that runs `spec` under `sandbox-exec` with `seatbelt_compile`'s profile,
+    each path passed as a `-D NAME=PATH` parameter.
 
     The plan's mounts are the caller's, then the private temp dir and the `exec.allow` entries,
     which the profile also makes visible.
 
     Raises:
-        JailError: as `seatbelt_profile`.
+        JailError: as `seatbelt_compile`.
     """
-    profile = seatbelt_profile(spec, mounts, proxy_port=proxy_port, tmp_dir=tmp_dir, is_dir=is_dir)
+    profile, params = seatbelt_compile(spec, mounts, proxy_port=proxy_port, tmp_dir=tmp_dir, is_dir=is_dir)
     extra: list[Mount] = []
     if tmp_dir is not None:
         extra.append(Mount(tmp_dir, MountMode.READ_WRITE, "tmp"))
     extra.extend(Mount(path, MountMode.READ_ONLY, "exec_allow") for path in spec.exec_allow)
+    defines = [word for name, value in params.items() for word in ("-D", f"{name}={value}")]
     return LaunchPlan(
-        argv=(SANDBOX_EXEC, "-p", profile, *spec.argv),
+        argv=(SANDBOX_EXEC, "-p", profile, *defines, *spec.argv),
         env=spec.env,
         cwd=spec.cwd,
         mounts=(*mounts, *extra),
@@ -214,13 +334,20 @@ def seatbelt_plan(
     )
 
 
-def _hiding(hidden: Sequence[_Target], again: Sequence[str]) -> list[str]:
+def _sysctl_filters() -> list[str]:
+    return [
+        *(f"(sysctl-name {_string(n)})" for n in _SYSCTL_NAMES),
+        *(f"(sysctl-name-prefix {_string(p)})" for p in _SYSCTL_PREFIXES),
+    ]
+
+
+def _hiding(hidden: Sequence[_Target], again: Sequence[str], params: _Params) -> list[str]:
     if not hidden:
         return []
     return [
         ";; Cellblock's own files and the user's session, hidden even under a mount that holds them,",
         ";; and what is shared back inside them (a server's own package cache).",
-        _rule("deny", _DENIED, hidden),
+        _rule("deny", _DENIED, hidden, params),
         *again,
         "",
     ]
@@ -229,9 +356,17 @@ def _hiding(hidden: Sequence[_Target], again: Sequence[str]) -> list[str]:
 def _network_rules(network: Network, proxy_port: int | None) -> list[str]:
     if network is Network.OPEN:
         return [
-            ";; Network: open.",
+            ";; Network: open, but no Unix socket besides the DNS resolver's: not Docker's, not an",
+            ";; ssh-agent's, not the gateway's control socket (codex, sandbox-runtime, agent-sandbox.nix).",
             "(allow network*)",
-            _rule("allow", ("file-read*",), [f"(literal {_string(p)})" for p in _NETWORK_DATA]),
+            "(deny network-outbound (remote unix-socket))",
+            f"(allow network-outbound (remote unix-socket (path-literal {_string(_RESOLVER_SOCKET)})))",
+            _rule(
+                "allow",
+                ("file-read*",),
+                [_Target(p, p.endswith("/mds")) for p in _NETWORK_DATA],
+                _Params(_NETWORK_DATA),
+            ),
         ]
     if network is Network.ALLOWLIST:
         # bool is an int: refuse it too, rather than emitting port 1.
@@ -243,6 +378,8 @@ def _network_rules(network: Network, proxy_port: int | None) -> list[str]:
         return [
             ";; Network: allowlist. Only the gateway's egress proxy, which checks every host.",
             f'(allow network-outbound (remote tcp "localhost:{proxy_port}"))',
+            ";; TLS through the proxy still checks certificates here.",
+            '(allow file-read* (subpath "/private/var/db/mds"))',
         ]
     return [";; Network: none. No sockets at all, not even Unix ones (default deny)."]
 
@@ -260,14 +397,14 @@ def _tmp_target(spec: JailSpec, tmp_dir: str | None, protected: Sequence[str]) -
             f"private temp dir {tmp_dir!r} would share the home or a system temp tree; "
             "create a fresh directory for the server instead"
         )
-    return _Target(path, True)
+    return _Target(path, True, "TMP")
 
 
 def _exec_targets(spec: JailSpec, is_dir: Callable[[str], bool]) -> list[_Target]:
     targets: list[_Target] = []
     for raw in spec.exec_allow:
         path = _resolve(raw, "exec.allow")
-        targets.append(_Target(path, is_dir(raw)))  # ask about the path as given: /tmp is a link
+        targets.append(_Target(path, is_dir(raw), "EXEC"))  # ask about the path as given: /tmp is a link
     if targets:
         command = spec.argv[0]
         resolved = _resolve(command, "command")
@@ -288,7 +425,7 @@ def _merge(mounts: Iterable[Mount], is_dir: Callable[[str], bool]) -> list[tuple
         if modes.get(path) is not MountMode.READ_WRITE:
             modes[path] = mount.mode
     # ask about the path as given: its /private form exists only on macOS
-    return [(_Target(path, is_dir(given[path])), mode) for path, mode in modes.items()]
+    return [(_Target(path, is_dir(given[path]), "MOUNT"), mode) for path, mode in modes.items()]
 
 
 def _ancestors(*groups: Iterable[_Target]) -> list[str]:
@@ -305,15 +442,14 @@ def _ancestors(*groups: Iterable[_Target]) -> list[str]:
 def _resolve(path: str, what: str) -> str:
     """Validate an absolute path and return it normalised, in its /private form.
 
-    Input is validated before it is escaped: no control characters (a newline would end the
-    string in some readers, a NUL truncates it in the kernel), no `.` or `..` (the sandbox
-    matches resolved paths, so a lexical `..` would not mean what it says).
+    A path reaches the profile only as a `-D` parameter, so quotes, backslashes and newlines are
+    harmless; a NUL cannot be passed in an argument at all, and `.` or `..` are refused since the
+    sandbox matches resolved paths (a lexical `..` would not mean what it says).
     """
-    bad = next((c for c in path if unicodedata.category(c) in ("Cc", "Cs")), None)
-    if bad is not None:
+    if "\x00" in path:
         raise JailError(
-            f"{what} path {path!r} contains the control character {bad!r}, which a sandbox profile "
-            "cannot hold; rename the path or remove it from the jail config"
+            f"{what} path {path!r} contains a NUL character, which no sandbox parameter can hold; "
+            "rename the path or remove it from the jail config"
         )
     if not path.startswith("/"):
         raise JailError(f"{what} path {path!r} is not absolute; write the full path")
@@ -328,12 +464,14 @@ def _resolve(path: str, what: str) -> str:
 
 
 def _string(text: str) -> str:
-    """An SBPL string literal; the text was validated by `_resolve` or is a constant."""
+    """An SBPL string literal, for this module's constants and parameter names only."""
+    if any(unicodedata.category(c) in ("Cc", "Cs") for c in text):
+        raise JailError(f"internal error: {text!r} cannot be an SBPL string literal")
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _rule(action: str, ops: Sequence[str], filters: Sequence[_Target | str]) -> str:
-    rendered = [f.sbpl() if isinstance(f, _Target) else f for f in filters]
+def _rule(action: str, ops: Sequence[str], filters: Sequence[_Target | str], params: _Params) -> str:
+    rendered = [f.sbpl(params) if isinstance(f, _Target) else f for f in filters]
     head = f"({action} {' '.join(ops)}"
     if len(rendered) == 1:
         return f"{head} {rendered[0]})"

@@ -35,11 +35,30 @@ def test_on_macos_the_plan_is_sandbox_exec_with_the_grants(monkeypatch: pytest.M
     shared = tmp_path / "shared"
     shared.mkdir()
     plan = launch_plan("s", server(f"    jail: {{read_only: ['{shared}']}}\n"), private=tmp_path / "private")
-    assert plan.argv[:2] == ("/usr/bin/sandbox-exec", "-p") and plan.argv[3] == sys.executable
-    # macOS reaches /tmp through a symlink; the profile names the real /private/tmp path
+    assert plan.argv[:2] == ("/usr/bin/sandbox-exec", "-p") and plan.argv[-1] == sys.executable
+    # macOS reaches /tmp through a symlink; the profile names the real /private/tmp path, as a -D parameter
     real = f"/private{shared}" if str(shared).startswith("/tmp/") else str(shared)
-    assert f'(subpath "{real}")' in plan.argv[2]
+    defines = dict(plan.argv[i + 1].split("=", 1) for i in range(3, len(plan.argv) - 1, 2))
+    assert all(plan.argv[i] == "-D" for i in range(3, len(plan.argv) - 1, 2))
+    name = next(k for k, v in defines.items() if v == real)
+    assert f'(subpath (param "{name}"))' in plan.argv[2] and real not in plan.argv[2]
     assert plan.env["TMPDIR"] == str(tmp_path / "private" / "tmp")
+
+
+def test_on_macos_exec_allow_lists_each_link_its_target_the_interpreter_and_sh(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(sys, "platform", "darwin")
+    script = tmp_path / "tool"
+    script.write_text(f"#!{sys.executable}\n")
+    script.chmod(0o755)
+    link = tmp_path / "tool-link"
+    link.symlink_to(script)
+    plan = launch_plan("s", server(f"    jail: {{tmp: false, exec: {{allow: ['{link}']}}}}\n"))
+    values = {plan.argv[i + 1].split("=", 1)[1] for i in range(3, len(plan.argv) - 1, 2)}
+    real_python = str(Path(sys.executable).resolve())
+    wanted = [str(link), str(script), real_python, "/bin/sh"]
+    assert {f"/private{p}" if p.startswith("/tmp/") else p for p in wanted} <= values
 
 
 @pytest.mark.parametrize(

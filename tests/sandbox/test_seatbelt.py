@@ -1,11 +1,17 @@
 """The macOS profile, checked on any OS: golden files, an SBPL reader, and the refusals.
 
-`UPDATE_GOLDEN=1 pytest tests/sandbox/test_seatbelt.py` rewrites `golden/*.sb`; review the diff.
+`UPDATE_GOLDEN=1 pytest tests/sandbox/test_seatbelt.py` rewrites `golden/*.sb` (and the hostile
+case's `golden/hostile.params.json`); review the diff. The reader here is the compiler check that
+runs without a Mac: every profile must parse, every string literal must be escaped as SBPL reads
+it, and no path from the config may appear in the text, only as a `-D` parameter. Rule tests
+read the profile with its parameters substituted (`expand`), as sandbox-exec would.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import unicodedata
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -13,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from cellblock.sandbox.seatbelt import SANDBOX_EXEC, seatbelt_plan, seatbelt_profile
+from cellblock.sandbox.seatbelt import SANDBOX_EXEC, seatbelt_compile, seatbelt_executables, seatbelt_plan
 from cellblock.sandbox.types import JailError, JailSpec, Mount, MountMode, Network
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -81,10 +87,39 @@ class Case:
     proxy_port: int | None = None
     tmp_dir: str | None = TMP
 
-    def profile(self) -> str:
-        return seatbelt_profile(
+    def compiled(self) -> tuple[str, dict[str, str]]:
+        return seatbelt_compile(
             self.spec, grant_mounts(self.spec), proxy_port=self.proxy_port, tmp_dir=self.tmp_dir, is_dir=is_dir
         )
+
+    def text(self) -> str:
+        return self.compiled()[0]
+
+    def profile(self) -> str:
+        """The profile with its parameters in place, as sandbox-exec reads it."""
+        return expand(*self.compiled())
+
+
+def seatbelt_profile(spec: JailSpec, mounts: tuple[Mount, ...], **options: Any) -> str:
+    """The profile's text alone: for the refusals."""
+    return seatbelt_compile(spec, mounts, **options)[0]
+
+
+def compiled(spec: JailSpec, mounts: tuple[Mount, ...], **options: Any) -> str:
+    return expand(*seatbelt_compile(spec, mounts, is_dir=is_dir, **options))
+
+
+# quotes, backslashes, newlines, a parenthesis, UTF-8 in NFC and NFD, what looks like SBPL
+HOSTILE_GRANTS = (
+    f'{HOME}/say "hi"',
+    "/Volumes/data/back\\slash\\",
+    f"{HOME}/two\nlines",
+    '/work/evil")\n(allow file-read* (subpath "/"))\n;',
+    "/srv/données/日本語",
+    unicodedata.normalize("NFD", "/srv/données"),
+    '/work/tab\there/(param "HOME_0")',
+    "/work/c1\x85next-line\x7f",
+)
 
 
 CASES = {
@@ -101,6 +136,13 @@ CASES = {
     "hidden": Case(
         make_spec(read_only=(HOME,), read_write=(CACHE_GRANT,), hidden=(OWN_CONFIG, OWN_CACHE, f"{HOME}/fs.yaml"))
     ),
+    "hostile": Case(
+        make_spec(
+            read_only=HOSTILE_GRANTS[:4],
+            read_write=HOSTILE_GRANTS[4:],
+            exec_allow=("/usr/local/bin/fs-server", HOSTILE_GRANTS[0]),
+        ),
+    ),
 }
 
 
@@ -115,8 +157,9 @@ class Str:
 Form = str | Str | list["Form"]
 
 
-def read_sbpl(text: str) -> list[Form]:
-    """Read the profile's top-level forms; raises on unbalanced parens or a bad string."""
+def read_sbpl(text: str, strict: bool = False) -> list[Form]:
+    """Read the profile's top-level forms; raises on unbalanced parens or a bad string, and when
+    `strict` (the text as generated, before parameters) on a raw control character in a string."""
     stack: list[list[Form]] = [[]]
     i = 0
     while i < len(text):
@@ -135,6 +178,9 @@ def read_sbpl(text: str) -> list[Form]:
                 if text[i] == "\\":
                     i += 1
                     assert text[i] in '\\"', f"unexpected escape \\{text[i]}"
+                assert not strict or unicodedata.category(text[i]) != "Cc", (
+                    f"raw control character {text[i]!r} in a string"
+                )
                 value.append(text[i])
                 i += 1
             stack[-1].append(Str("".join(value)))
@@ -183,6 +229,29 @@ def paths_allowed(text: str, op_prefix: str = "file-") -> list[tuple[Rule, str, 
     ]
 
 
+def sbpl_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def expand(text: str, params: dict[str, str]) -> str:
+    """`text` with each `(param "NAME")` replaced by its value, escaped; every name must be given."""
+
+    def value(match: re.Match[str]) -> str:
+        return sbpl_string(params[match.group(1)])
+
+    return re.sub(r'\(param "([A-Z][A-Z0-9_]*)"\)', value, text)
+
+
+def strings(forms: list[Form]) -> list[str]:
+    found: list[str] = []
+    for form in forms:
+        if isinstance(form, Str):
+            found.append(form.value)
+        elif isinstance(form, list):
+            found += strings(form)
+    return found
+
+
 def within(path: str, root: str) -> bool:
     return path == root or path.startswith(root + "/")
 
@@ -192,19 +261,61 @@ def within(path: str, root: str) -> bool:
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_profile_matches_its_golden_file(name: str) -> None:
-    profile = CASES[name].profile()
+    profile, params = CASES[name].compiled()
     golden = GOLDEN / f"{name}.sb"
+    given = GOLDEN / f"{name}.params.json"
+    shown = json.dumps(params, indent=2, ensure_ascii=False) + "\n"
     if os.environ.get("UPDATE_GOLDEN") == "1":
         GOLDEN.mkdir(exist_ok=True)
         golden.write_text(profile, encoding="utf-8")
+        if name == "hostile":
+            given.write_text(shown, encoding="utf-8")
     assert golden.exists(), f"no golden file {golden.name}; run with UPDATE_GOLDEN=1 and review it"
     assert profile == golden.read_text(encoding="utf-8")
+    if name == "hostile":
+        assert shown == given.read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_profile_is_well_formed_sbpl_that_denies_by_default(name: str) -> None:
-    forms = read_sbpl(CASES[name].profile())
+    text, params = CASES[name].compiled()
+    forms = read_sbpl(text, strict=True)
     assert forms[:2] == [["version", "1"], ["deny", "default"]]
+    assert read_sbpl(expand(text, params))  # and still after sandbox-exec puts the values in
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_no_config_path_is_in_the_text_only_constants_and_parameter_names(name: str) -> None:
+    text, params = CASES[name].compiled()
+    written = strings(read_sbpl(text, strict=True))
+    names = {s for s in written if re.fullmatch(r"[A-Z][A-Z0-9_]*", s)}
+    assert names == set(params)  # each parameter used, none missing
+    paths = [s for s in written if s.startswith("/")]
+    # the constants: system roots and files, the temp trees, the cryptex, Homebrew's kegs, resolver
+    assert all(re.fullmatch(r"/[A-Za-z0-9_./@-]*", p) for p in paths), paths
+    assert not set(paths) & set(params.values()) - {"/"}
+
+
+def test_hostile_paths_arrive_only_as_parameters_byte_for_byte() -> None:
+    text, params = CASES["hostile"].compiled()
+    private = {f"/private{p}" if p.startswith("/tmp/") else p for p in HOSTILE_GRANTS}
+    assert private <= set(params.values())
+    for piece in (
+        *HOSTILE_GRANTS,
+        'say "hi"',
+        "slash",
+        "two\nlines",
+        "evil",
+        "données",
+        "日本語",
+        "tab\there",
+        "next-line",
+    ):
+        assert piece not in text, piece
+    plan = seatbelt_plan(CASES["hostile"].spec, grant_mounts(CASES["hostile"].spec), tmp_dir=TMP, is_dir=is_dir)
+    assert plan.argv[2] == text
+    defines = plan.argv[3 : -len(CASES["hostile"].spec.argv)]
+    assert defines == tuple(w for k, v in params.items() for w in ("-D", f"{k}={v}"))
 
 
 def test_profile_is_deterministic() -> None:
@@ -235,7 +346,7 @@ def test_home_appears_only_as_its_grants_and_as_an_ancestor_for_stat() -> None:
 @pytest.mark.parametrize("ancestor", ["/", "/Users"])
 def test_a_mount_of_an_ancestor_of_home_is_overridden_by_the_deny_on_home(ancestor: str) -> None:
     spec = make_spec(read_only=(ancestor,))
-    found = rules(seatbelt_profile(spec, grant_mounts(spec), tmp_dir=TMP, is_dir=is_dir))
+    found = rules(compiled(spec, grant_mounts(spec), tmp_dir=TMP))
     allow_at = next(i for i, r in enumerate(found) if r.action == "allow" and ("subpath", ancestor) in r.filters)
     deny_at = next(i for i, r in enumerate(found) if r.action == "deny" and ("subpath", HOME) in r.filters)
     # Seatbelt: the last matching rule wins.
@@ -328,7 +439,7 @@ def test_a_path_mounted_twice_is_read_write_if_either_mount_is() -> None:
         Mount("/work/data", MountMode.READ_ONLY, "system"),
         Mount("/work/data/", MountMode.READ_WRITE, "read_write"),
     )
-    profile = seatbelt_profile(spec, mounts, tmp_dir=TMP, is_dir=is_dir)
+    profile = compiled(spec, mounts, tmp_dir=TMP)
     (rule,) = [r for r, _, path in paths_allowed(profile) if path == "/work/data" and r.ops[0] == "file-read*"]
     assert "file-write*" in rule.ops
 
@@ -339,40 +450,27 @@ def test_paths_are_not_unicode_normalised() -> None:
     Seatbelt. Unverified without a Mac; the config layer should normalise to the on-disk form."""
     nfd = unicodedata.normalize("NFD", "/srv/données")
     spec = make_spec(read_only=(nfd,))
-    written = {
-        path for _, _, path in paths_allowed(seatbelt_profile(spec, grant_mounts(spec), tmp_dir=TMP, is_dir=is_dir))
-    }
+    written = {path for _, _, path in paths_allowed(compiled(spec, grant_mounts(spec), tmp_dir=TMP))}
     assert nfd in written
     assert unicodedata.normalize("NFC", nfd) not in written
 
 
 # --- refusals ---------------------------------------------------------------------------------
 
-HOSTILE_PATHS = [
-    '/work/evil\n(allow file-read* (subpath "/"))',
-    "/work/nul\x00byte",
-    "/work/cr\rreturn",
-    "/work/tab\there",
-    "/work/esc\x1b[2J",
-    "/work/del\x7f",
-    "/work/c1\x85next-line",
-]
 
-
-@pytest.mark.parametrize("path", HOSTILE_PATHS)
-def test_a_path_with_a_control_character_is_refused_naming_the_path(path: str) -> None:
+def test_a_path_with_a_nul_is_refused_naming_the_path_since_no_argument_can_hold_it() -> None:
+    path = "/work/nul\x00byte"
     spec = make_spec(read_only=(path,))
     with pytest.raises(JailError) as caught:
         seatbelt_profile(spec, grant_mounts(spec), tmp_dir=TMP, is_dir=is_dir)
     assert repr(path) in str(caught.value)
-    assert "\n" not in str(caught.value)
 
 
-def test_control_characters_are_refused_in_exec_allow_and_tmp_dir_too() -> None:
+def test_a_nul_is_refused_in_exec_allow_and_tmp_dir_too() -> None:
     with pytest.raises(JailError, match=r"exec\.allow"):
-        seatbelt_profile(make_spec(exec_allow=("/usr/bin/git\n",)), SYSTEM_MOUNTS, tmp_dir=TMP, is_dir=is_dir)
+        seatbelt_profile(make_spec(exec_allow=("/usr/bin/git\x00",)), SYSTEM_MOUNTS, tmp_dir=TMP, is_dir=is_dir)
     with pytest.raises(JailError, match="tmp_dir"):
-        seatbelt_profile(make_spec(), SYSTEM_MOUNTS, tmp_dir="/private/tmp/x\ny", is_dir=is_dir)
+        seatbelt_profile(make_spec(), SYSTEM_MOUNTS, tmp_dir="/private/tmp/x\x00y", is_dir=is_dir)
 
 
 @pytest.mark.parametrize("path", ["relative/dir", "", "/work/../Users/alice", "/work/./data"])
@@ -433,7 +531,9 @@ def test_a_spec_without_a_command_is_refused() -> None:
 def test_plan_runs_the_server_under_sandbox_exec_with_the_profile() -> None:
     case = CASES["allowlist"]
     plan = seatbelt_plan(case.spec, grant_mounts(case.spec), proxy_port=PROXY_PORT, tmp_dir=TMP, is_dir=is_dir)
-    assert plan.argv == (SANDBOX_EXEC, "-p", case.profile(), *case.spec.argv)
+    text, params = case.compiled()
+    defines = tuple(w for k, v in params.items() for w in ("-D", f"{k}={v}"))
+    assert plan.argv == (SANDBOX_EXEC, "-p", text, *defines, *case.spec.argv)
     assert SANDBOX_EXEC == "/usr/bin/sandbox-exec"
     assert plan.env == case.spec.env
     assert plan.cwd == "/work/data"
@@ -445,3 +545,91 @@ def test_plan_lists_exec_allow_entries_among_its_mounts() -> None:
     case = CASES["exec_allow"]
     plan = seatbelt_plan(case.spec, grant_mounts(case.spec), tmp_dir=TMP, is_dir=is_dir)
     assert Mount("/usr/bin/git", MountMode.READ_ONLY, "exec_allow") in plan.mounts
+
+
+# --- the rules the peers' profiles show a jail needs, and the holes they close ----------------
+
+
+def forms_of(name: str) -> list[Form]:
+    return read_sbpl(CASES[name].profile())
+
+
+def test_the_root_directory_itself_is_readable_since_dyld_and_node_open_it() -> None:
+    assert ["allow", "file-read*", ["literal", Str("/")]] in forms_of("default")
+
+
+def test_the_data_volume_is_hidden_after_every_mount_and_only_dyld_s_cryptex_comes_back() -> None:
+    spec = make_spec(read_only=("/",))
+    found = rules(compiled(spec, grant_mounts(spec), tmp_dir=TMP))
+    root_at = next(i for i, r in enumerate(found) if r.action == "allow" and ("subpath", "/") in r.filters)
+    deny_at = next(i for i, r in enumerate(found) if r.action == "deny" and ("subpath", "/System/Volumes") in r.filters)
+    back = [
+        i
+        for i, r in enumerate(found)
+        if r.action == "allow" and any(within(p, "/System/Volumes") for _, p in r.filters)
+    ]
+    assert root_at < deny_at and back and all(i > deny_at for i in back)
+    assert [p for i in back for _, p in found[i].filters] == ["/System/Volumes/Preboot/Cryptexes"]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_sysctl_reads_are_by_name_and_never_reach_other_processes_arguments(name: str) -> None:
+    reads = [f for f in forms_of(name) if isinstance(f, list) and f[:2] == ["allow", "sysctl-read"]]
+    assert len(reads) == 1 and len(reads[0]) > 2  # never the unfiltered (allow sysctl-read)
+    names = [x[1].value for x in reads[0][2:] if isinstance(x, list) and isinstance(x[1], Str)]
+    assert "hw.ncpu" in names and not [n for n in names if n.startswith(("kern.proc", "kern.procargs"))]
+
+
+def test_open_network_reaches_no_unix_socket_but_the_resolvers() -> None:
+    forms = [f for f in forms_of("open") if isinstance(f, list) and any("network" in str(x) for x in f[:2])]
+    assert forms == [
+        ["allow", "network*"],
+        ["deny", "network-outbound", ["remote", "unix-socket"]],
+        [
+            "allow",
+            "network-outbound",
+            ["remote", "unix-socket", ["path-literal", Str("/private/var/run/mDNSResponder")]],
+        ],
+    ]
+
+
+def test_signals_and_ipc_stay_inside_the_jail() -> None:
+    forms = forms_of("default")
+    assert ["allow", "signal", ["target", "same-sandbox"]] in forms
+    assert ["allow", "ipc-posix-sem"] in forms
+    assert ["allow", "ipc-posix-shm"] not in forms
+    shm = [f for f in forms if isinstance(f, list) and any(str(x).startswith("ipc-posix-shm") for x in f)]
+    assert shm == [["allow", "ipc-posix-shm-read-data", ["ipc-posix-name", Str("apple.shm.notification_center")]]]
+    assert "notification_center" not in str([f for f in forms if isinstance(f, list) and "mach-lookup" in f])
+
+
+def test_dev_fd_and_dev_zero_are_there() -> None:
+    profile = CASES["default"].profile()
+    assert '(allow file-read-data file-write-data (subpath "/dev/fd"))' in profile
+    assert '(literal "/dev/zero")' in profile
+
+
+@pytest.mark.parametrize(("name", "tls"), [("default", False), ("open", True), ("allowlist", True)])
+def test_tls_trust_is_reachable_with_a_network_and_only_then(name: str, tls: bool) -> None:
+    profile = CASES[name].profile()
+    assert ('(global-name "com.apple.SecurityServer")' in profile) is tls
+    assert ('(subpath "/private/var/db/mds")' in profile) is tls
+
+
+def test_homebrew_kegs_are_readable_not_executable_only_when_something_comes_from_homebrew() -> None:
+    brew = [(r.ops, p) for r, _, p in paths_allowed(CASES["default"].profile()) if p.startswith("/opt/homebrew/")]
+    assert (("file-read*", "file-map-executable"), "/opt/homebrew/opt") in brew
+    spec = make_spec()
+    plain = compiled(spec, (SYSTEM_MOUNTS[1],), tmp_dir=TMP)
+    assert "/opt/homebrew/opt" not in plain
+
+
+def test_exec_allow_lists_each_link_and_the_interpreter_of_a_script(tmp_path: Path) -> None:
+    interpreter = os.path.realpath("/bin/sh")
+    script = tmp_path / "tool"
+    script.write_text(f"#!{interpreter}\n")
+    script.chmod(0o755)
+    (tmp_path / "link").symlink_to(script)
+    found = seatbelt_executables([str(tmp_path / "link")], "/usr/bin:/bin")
+    assert {str(tmp_path / "link"), str(script), interpreter, "/bin/sh"} <= set(found)
+    assert seatbelt_executables([], "/usr/bin") == ()

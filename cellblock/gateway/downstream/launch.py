@@ -28,7 +28,7 @@ from cellblock.sandbox.egress import relayed
 from cellblock.sandbox.launchers import launcher_gaps, launcher_mounts, resolve_command
 from cellblock.sandbox.limits import describe, limit_plan
 from cellblock.sandbox.pins import landlock_abi, verify_pins
-from cellblock.sandbox.seatbelt import seatbelt_plan
+from cellblock.sandbox.seatbelt import seatbelt_executables, seatbelt_plan
 from cellblock.sandbox.types import (
     Closure,
     JailError,
@@ -326,6 +326,8 @@ def _macos_plan(
     if jail.exec.sha256:
         raise JailError(f"server '{name}': jail.exec.sha256 is not available on macOS yet")
     spec, launchers = jail_spec(name, server, jail, own=own)
+    # Seatbelt judges the file a path resolves to: each program with its links, interpreters and sh
+    spec = replace(spec, exec_allow=seatbelt_executables(spec.exec_allow, spec.env["PATH"]))
     tmp = None
     if jail.tmp:
         if private is None:
