@@ -43,6 +43,17 @@ def test_on_macos_the_plan_is_sandbox_exec_with_the_grants(monkeypatch: pytest.M
     name = next(k for k, v in defines.items() if v == real)
     assert f'(subpath (param "{name}"))' in plan.argv[2] and real not in plan.argv[2]
     assert plan.env["TMPDIR"] == str(tmp_path / "private" / "tmp")
+    # no cwd in the config: the server starts in its private temp dir, not the gateway's (often ~)
+    assert plan.cwd == str(tmp_path / "private" / "tmp")
+
+
+def test_on_macos_without_a_temp_dir_a_server_starts_in_its_grant_or_at_the_root(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert launch_plan("s", server("    jail: {tmp: false}\n")).cwd == "/"
+    jail = f"    jail: {{tmp: false, read_only: ['{tmp_path}']}}\n"
+    assert launch_plan("s", server(jail)).cwd == str(tmp_path)
 
 
 def test_on_macos_exec_allow_lists_each_link_its_target_the_interpreter_and_sh(

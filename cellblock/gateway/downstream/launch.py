@@ -47,6 +47,7 @@ __all__ = [
     "granted_roots",
     "jail_spec",
     "launch_plan",
+    "macos_cwd",
     "own_paths",
     "stdio_parameters",
     "tell_limits",
@@ -335,9 +336,18 @@ def _macos_plan(
         (private / "tmp").mkdir(mode=0o700, parents=True, exist_ok=True)
         tmp = str(private / "tmp")
         spec = replace(spec, env={**spec.env, "TMPDIR": tmp})
+    spec = replace(spec, cwd=spec.cwd or macos_cwd(jail, tmp))
     grants = [Mount(p, MountMode.READ_ONLY, "read_only") for p in jail.read_only]
     grants += [Mount(p, MountMode.READ_WRITE, "read_write") for p in jail.read_write]
     return seatbelt_plan(spec, [*launchers, *grants], tmp_dir=tmp)
+
+
+def macos_cwd(jail: JailConfig, tmp: str | None) -> str:
+    """Where a server without `cwd` starts on macOS: a directory its profile lets it read, never the
+    gateway's own (often the home, which the profile hides: npm then fails in `uv_cwd` with EPERM).
+    Its private temp dir, else its first granted directory (writable first), else `/`."""
+    granted = [p for p in [*jail.read_write, *jail.read_only] if os.path.isdir(p)]
+    return tmp or next(iter(granted), "/")
 
 
 def stdio_parameters(plan: LaunchPlan) -> StdioServerParameters:
