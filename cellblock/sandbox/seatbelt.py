@@ -50,15 +50,16 @@ _SYSTEM_ROOTS = ("/usr", "/bin", "/sbin", "/System", "/Library")
 
 # /System covers /System/Volumes/Data, the Data volume, where the whole home shows again at
 # /System/Volumes/Data/Users/NAME: it is denied with the home (agent-sandbox.nix denies it and keeps
-# a pentest for it). dyld loads the shared cache from the OS cryptex on macOS 13 and later, so that
-# one directory is shared back (agent-sandbox.nix and sandbox-runtime allow it too).
+# a pentest for it). The OS cryptex, where macOS 13 and later keep dyld's shared cache, is shared
+# back, read-only: no peer read here does so (agent-sandbox.nix denies /System/Volumes whole), so
+# whether dyld needs it under sandbox-exec is unverified; it holds only Apple's signed system files.
 _SYSTEM_VOLUMES = "/System/Volumes"
 _CRYPTEXES = "/System/Volumes/Preboot/Cryptexes"
 
 # Homebrew on Apple silicon lives outside /usr: a venv on Homebrew's Python maps libssl from another
 # keg through /opt/homebrew/opt/openssl@3. Shared read-only, never executable, when anything shared
-# lies under /opt/homebrew (hlyn and sandbox-runtime read /opt/homebrew whole). Intel's /usr/local
-# is under /usr already.
+# lies under /opt/homebrew, as agent-sandbox.nix shares the whole Nix store read-only for the same
+# reason. Intel's /usr/local is under /usr already.
 _HOMEBREW = "/opt/homebrew"
 _HOMEBREW_LIBS = ("/opt/homebrew/Cellar", "/opt/homebrew/opt")
 
@@ -70,9 +71,9 @@ _SYSTEM_DATA: tuple[tuple[str, bool], ...] = (  # (path, is_dir)
     ("/private/etc/services", False),
     ("/private/etc/ssl", True),  # OpenSSL's CA bundle
     ("/private/var/db/timezone", True),
-    ("/private/var/select/sh", False),  # which shell /bin/sh runs (bash, dash or zsh)
+    ("/private/var/select/sh", False),  # which shell /bin/sh runs (agent-sandbox.nix reads it too)
     ("/dev/null", False),
-    ("/dev/zero", False),  # mmap of anonymous memory by older code (codex allows it too)
+    ("/dev/zero", False),  # mmap of anonymous memory by older code (agent-sandbox.nix allows it too)
     ("/dev/random", False),
     ("/dev/urandom", False),
     # Usable only with a controlling terminal, which a downstream started in a new session has not.
@@ -85,21 +86,25 @@ _SYSTEM_DATA: tuple[tuple[str, bool], ...] = (  # (path, is_dir)
 _MACH_SERVICES = ("com.apple.system.opendirectoryd.libinfo", "com.apple.system.logger")
 # With any network: certificate checks of Security.framework users (Go, curl, Swift), which TLS
 # needs through the egress proxy too, and DNS settings (codex's network policy has the same four).
+# trustd may fetch a certificate's issuer or OCSP URL for the server, outside the egress proxy
+# (hlyn measured it and refuses trustd in its proxy mode): a residual of network: allowlist.
 _MACH_SERVICES_NETWORK = (
     "com.apple.SecurityServer",
     "com.apple.trustd.agent",
     "com.apple.ocspd",
     "com.apple.SystemConfiguration.DNSConfiguration",
 )
-# Read with any network: the Security framework's keychain schema (Go's crypto/x509 fails without it).
+# Read with any network: the Security framework's keychain schema, without which certificate checks
+# fail with errSecInternalComponent (agent-sandbox.nix reads it for that reason).
 _NETWORK_DATA = ("/private/etc/resolv.conf", "/private/var/run/resolv.conf", "/private/var/db/mds")
-# The one Unix socket a server with an open network reaches: the DNS resolver's (codex, Anthropic's
-# sandbox-runtime and agent-sandbox.nix allow exactly this one).
+# The one Unix socket a server with an open network reaches: the DNS resolver's (agent-sandbox.nix
+# and hlyn allow exactly this one besides what their config names).
 _RESOLVER_SOCKET = "/private/var/run/mDNSResponder"
 
 # The sysctls a runtime reads at start (CPU count and features, page size, OS version): codex's
 # list, less what no server needs. Never kern.procargs2 (any process's argv and environment, where
-# a sibling server's secrets are) nor kern.proc.* (every process's name and owner).
+# a sibling server's secrets are) nor kern.proc.* (every process's name and owner), which
+# agent-sandbox.nix denies for the same reason.
 _SYSCTL_NAMES = (
     *("hw.activecpu", "hw.byteorder", "hw.cachelinesize", "hw.cpufamily", "hw.cputype", "hw.l1dcachesize"),
     *("hw.l1icachesize", "hw.l2cachesize", "hw.l3cachesize", "hw.logicalcpu", "hw.logicalcpu_max"),
@@ -230,28 +235,29 @@ def seatbelt_compile(
         "(deny default)",
         "",
         ";; Processes: start children; signal and inspect only this jail's processes (a server ends its",
-        ";; own children on a timeout), as codex and agent-sandbox.nix do; POSIX semaphores for Python's",
-        ";; multiprocessing (codex). No POSIX shared memory but notify(3)'s read-only page (Chrome's).",
+        ";; own children on a timeout), as codex does; POSIX semaphores for Python's multiprocessing",
+        ";; (codex). No POSIX shared memory but the notification center's read-only page (hlyn's).",
         "(allow process-fork)",
         "(allow signal (target same-sandbox))",
         "(allow process-info* (target same-sandbox))",
         "(allow ipc-posix-sem)",
         '(allow ipc-posix-shm-read-data (ipc-posix-name "apple.shm.notification_center"))',
         "",
-        ";; Kernel settings runtimes read at start (codex's list); never kern.procargs2 or kern.proc.*.",
+        ";; Kernel settings runtimes read at start (codex's list); never kern.procargs2 or kern.proc.*",
+        ";; (agent-sandbox.nix denies those too).",
         _rule("allow", ("sysctl-read",), _sysctl_filters(), params),
         "",
         ";; Mach services: user/group lookups, syslog(3); with a network, TLS trust and DNS settings.",
         _rule("allow", ("mach-lookup",), [f"(global-name {_string(s)})" for s in services], params),
         "",
-        ";; The root directory itself: dyld and Node stat and open it at start (codex, sandbox-runtime,",
-        ";; agent-sandbox.nix and hlyn all allow it). Its entries are ruled on below.",
+        ";; The root directory itself: a new process reads it at start and dyld aborts without it",
+        ";; (agent-sandbox.nix and hlyn allow it). What lies under it is ruled on below.",
         '(allow file-read* (literal "/"))',
         "",
         ";; System roots, read-only." + ("" if exec_anything else " Executables only from exec.allow, below."),
         _rule("allow", read_exec, system, params),
         _rule("allow", ("file-read*",), data, params),
-        ";; /dev/null and the descriptors a process already holds, as codex allows.",
+        ";; /dev/null, and /dev/fd: the descriptors a process already holds (agent-sandbox.nix).",
         _rule("allow", ("file-write-data",), ['(literal "/dev/null")'], params),
         '(allow file-read-data file-write-data (subpath "/dev/fd"))',
         *(
@@ -357,7 +363,7 @@ def _network_rules(network: Network, proxy_port: int | None) -> list[str]:
     if network is Network.OPEN:
         return [
             ";; Network: open, but no Unix socket besides the DNS resolver's: not Docker's, not an",
-            ";; ssh-agent's, not the gateway's control socket (codex, sandbox-runtime, agent-sandbox.nix).",
+            ";; ssh-agent's, not the gateway's control socket (agent-sandbox.nix and hlyn do the same).",
             "(allow network*)",
             "(deny network-outbound (remote unix-socket))",
             f"(allow network-outbound (remote unix-socket (path-literal {_string(_RESOLVER_SOCKET)})))",
