@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections import deque
 from collections.abc import Sequence
 
@@ -48,6 +49,9 @@ ENV_VALUED = ("-u", "--unset", "-C", "--chdir")
 # Launchers that run a program beside their own executable rather than one on the PATH: uvx
 # execs the `uv` next to it (uv's installer puts both in ~/.local/bin, which is no installation).
 SIBLINGS = {"uvx": ("uv",)}
+# The first bytes of a Mach-O program, which macOS's kernel loads itself: thin 32- and 64-bit, in
+# either byte order, and universal (fat). Only on macOS: Linux's kernel cannot run one.
+MACHO_MAGICS = (b"\xfe\xed\xfa\xce", b"\xce\xfa\xed\xfe", b"\xfe\xed\xfa\xcf", b"\xcf\xfa\xed\xfe", b"\xca\xfe\xba\xbe")
 # Version managers' shims: scripts that need the whole manager (its config, its other versions).
 SHIMS = ("/.pyenv/shims/", "/.asdf/shims/", "/.rbenv/shims/", "/.nodenv/shims/", "/.local/share/mise/shims/")
 
@@ -147,11 +151,12 @@ def link_chain(path: str) -> list[str]:
 
 
 def is_interpreter(path: str, depth: int = 0) -> bool:
-    """Whether the kernel can run `path` as a `#!` interpreter: an executable ELF file, or an
-    executable script whose own `#!` names one (as deep as the kernel nests them)."""
+    """Whether the kernel can run `path` as a `#!` interpreter: an executable ELF file (on macOS a
+    Mach-O one: uv's and Homebrew's Pythons, Node), or an executable script whose own `#!` names
+    one (as deep as the kernel nests them)."""
     if not os.path.isfile(path) or not os.access(path, os.X_OK):
         return False
-    if is_elf(path):
+    if is_elf(path) or (sys.platform == "darwin" and _is_macho(path)):
         return True
     words = shebang(path)
     if words is None or not os.path.isabs(words[0]) or depth >= MAX_SCRIPT_DEPTH:
@@ -237,6 +242,14 @@ def _physical(path: str) -> str:
     if name in ("", ".", ".."):
         return os.path.realpath(path)
     return os.path.join(os.path.realpath(directory), name)
+
+
+def _is_macho(path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(4) in MACHO_MAGICS
+    except OSError:
+        return False
 
 
 def _system(path: str) -> bool:

@@ -454,3 +454,21 @@ def test_env_in_a_shebang_runs_its_whole_argument_as_one_program_unless_split(tm
     assert env_program("tool x") == "tool x"  # the kernel passes one word: env looks for "tool x"
     assert env_program("-S node --flag") == "node"
     assert env_program("--split-string=PATH=/x node") == "node"
+
+
+@pytest.mark.parametrize("platform", ["darwin", "linux"])
+def test_on_macos_a_tool_whose_shebang_names_a_mach_o_python_shares_that_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, platform: str
+) -> None:
+    """uv's managed Pythons are Mach-O programs on macOS: a uv tool's `#!` python is followed there."""
+    monkeypatch.setattr(sys, "platform", platform)
+    home = tmp_path / "home"
+    prefix = home / ".local/share/uv/python/cpython-3.12.8-macos-aarch64-none"
+    python = make_prefix(prefix)
+    python.resolve().write_bytes(b"\xcf\xfa\xed\xfe" + bytes(60))  # a thin 64-bit Mach-O program
+    tool = home / ".local/share/uv/tools/fs/bin"
+    tool.mkdir(parents=True)
+    (tool / "python").symlink_to(python)
+    script = executable(tool / "fs-server", f"#!{tool / 'python'}\n")
+    shared = mounts(script, home)
+    assert (str(prefix) in shared) is (platform == "darwin")
