@@ -7,19 +7,25 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from cellblock import __version__
 from cellblock.gateway.cli.options import optional_config
-from cellblock.gateway.config.model import Config, LocalServer
+from cellblock.gateway.config.model import Config, JailConfig, LocalServer
 from cellblock.gateway.credentials import CredentialError, Keyring, active_backend
-from cellblock.gateway.downstream.launch import jail_spec
+from cellblock.gateway.downstream.launch import jail_spec, launch_plan
 from cellblock.sandbox.bwrap import check_bwrap, namespace_hint
 from cellblock.sandbox.limits import enforcement
 from cellblock.sandbox.pins import landlock_abi
-from cellblock.sandbox.types import JailError, Mechanism
+from cellblock.sandbox.types import JailError, LaunchPlan, Mechanism
 
-__all__ = ["doctor", "doctor_command"]
+__all__ = ["Runner", "doctor", "doctor_command", "run_plan"]
+
+# Runs a launch plan to its end: what the macOS self-test starts its jails with (tests substitute it)
+Runner = Callable[[LaunchPlan], subprocess.CompletedProcess[str]]
+SELF_TEST_TIMEOUT = 30
 
 
 def _line(ok: bool, what: str, detail: str) -> bool:
@@ -32,14 +38,26 @@ def doctor_command(config_path: str | None) -> int:
     return doctor(optional_config(config_path))
 
 
-def doctor(config: Config | None = None) -> int:
-    """Print one line per check; return 1 if any check failed. `config`: the user's, when it loads."""
+def run_plan(plan: LaunchPlan) -> subprocess.CompletedProcess[str]:
+    """Run `plan` to its end, its output captured.
+
+    Raises:
+        OSError: its program cannot be started (no sandbox-exec).
+        subprocess.TimeoutExpired: it did not end in time.
+    """
+    return subprocess.run(
+        plan.argv, env=dict(plan.env), cwd=plan.cwd, capture_output=True, text=True, timeout=SELF_TEST_TIMEOUT
+    )
+
+
+def doctor(config: Config | None = None, run: Runner = run_plan) -> int:
+    """Print one line per check; return 1 if any check failed. `config`: the user's, when it loads;
+    `run`: what starts the macOS self-test's jails."""
     results = [_line(True, "cellblock", f"{__version__} on Python {platform.python_version()}, {sys.platform}")]
     if sys.platform.startswith("linux"):
         results.append(_linux())
     elif sys.platform == "darwin":
-        found = shutil.which("sandbox-exec")
-        results.append(_line(found is not None, "sandbox-exec", found or "not found: macOS jails need it"))
+        results.append(_macos(run))
     else:
         results.append(
             _line(False, "jail", f"Cellblock has no jail for {sys.platform}: only 'jail: false' servers can run")
@@ -132,6 +150,45 @@ def _linux() -> bool:
         return _line(False, "trial jail", str(exc))
     _line(True, "trial jail", "a jail with new namespaces, no capabilities and the seccomp filter started and exited")
     return _limits()
+
+
+def _macos(run: Runner) -> bool:
+    """The self-test profile: a jail built by the code that builds servers' jails, which must start
+    /usr/bin/true and must not read a decoy outside it that the same read finds unjailed."""
+    with tempfile.TemporaryDirectory(prefix="cellblock-doctor-") as scratch:
+        decoy = Path(scratch) / "decoy"
+        decoy.write_text("cellblock doctor decoy\n")
+        jailed, private = JailConfig(), Path(scratch) / "jail"  # its private /tmp, beside the decoy
+        try:
+            start = launch_plan("doctor", LocalServer(command="/usr/bin/true", jail=jailed), private=private)
+            read = launch_plan(
+                "doctor", LocalServer(command="/bin/cat", args=[str(decoy)], jail=jailed), private=private
+            )
+            control = launch_plan("doctor", LocalServer(command="/bin/cat", args=[str(decoy)], jail=False))
+        except JailError as exc:
+            return _line(False, "self-test profile", f"cannot be built: {exc}")
+        try:
+            started, leaked, plain = run(start), run(read), run(control)
+        except FileNotFoundError:
+            return _line(False, "sandbox-exec", f"{start.argv[0]} not found: macOS jails need it")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return _line(False, "self-test profile", f"sandbox-exec did not run to its end: {exc}")
+    if started.returncode != 0:
+        said = _last_line(started) or "nothing"
+        return _line(False, "self-test profile", f"/usr/bin/true exited {started.returncode} in the jail: {said}")
+    _line(True, "self-test profile", "/usr/bin/true started and exited in a generated sandbox-exec profile")
+    if plain.returncode != 0:
+        return _line(
+            False, "self-test decoy", f"unreadable even unjailed, so the test proves nothing: {_last_line(plain)}"
+        )
+    if leaked.returncode == 0 or "decoy" in leaked.stdout:
+        return _line(False, "self-test decoy", f"a jailed cat read {decoy}, outside every grant: the jail leaks")
+    return _line(True, "self-test decoy", f"a jailed cat could not read a file outside it ({_last_line(leaked)})")
+
+
+def _last_line(done: subprocess.CompletedProcess[str]) -> str:
+    lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
+    return lines[-1] if lines else ""
 
 
 def _limits() -> bool:
