@@ -6,7 +6,6 @@ succeeded."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shutil
@@ -22,6 +21,7 @@ import pytest
 
 from cellblock.gateway.serve.control import socket_path
 from cellblock.gateway.state import runtime_dir
+from cellblock.sandbox.unix import bind_private
 from tests.macos.jail import plan, run
 
 pytestmark = pytest.mark.macos
@@ -53,7 +53,7 @@ class World:
     decoy: str  # a file under the real home, holding the marker
     link: str  # a symlink to it, inside the read_write grant
     sibling: int  # the pid of a process with the marker in its environment
-    control: str  # a listener where the gateway keeps its control socket
+    control: str  # a listener where, and as, the gateway binds its control socket
     docker: str  # Docker's socket when it answers, else a listener the test made
     labels: list[str] = field(default_factory=list)
 
@@ -95,15 +95,6 @@ ESCAPES = [
 ]
 
 
-def listener(path: str) -> socket.socket:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(path)
-    server.listen(8)  # a connection is accepted by the kernel into the backlog: no thread needed
-    return server
-
-
 def answering(path: str) -> bool:
     with socket.socket(socket.AF_UNIX) as probe:
         try:
@@ -131,7 +122,8 @@ def world(tmp_path: Path) -> Iterator[World]:
     short = tempfile.mkdtemp(prefix="cb-", dir="/tmp")  # a socket's path must fit in 104 bytes
     docker = next((os.path.expanduser(p) for p in DOCKER_SOCKETS if answering(p)), os.path.join(short, "docker.sock"))
     control = str(socket_path(runtime_dir()))
-    sockets = [listener(control), *([listener(docker)] if docker.startswith(short) else [])]
+    # bound as the gateway binds its sockets; a connection waits in the backlog, no thread needed
+    sockets = [bind_private(path, 8) for path in [control, *([docker] if docker.startswith(short) else [])]]
     sibling = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(600)"], env={**os.environ, "CELLBLOCK_DECOY": marker}
     )
