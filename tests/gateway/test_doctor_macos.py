@@ -19,6 +19,14 @@ DENIED = "cat: decoy: Operation not permitted"
 Outcome = tuple[int, str, str] | Exception
 
 
+def program(argv: list[str]) -> str:
+    """The program a sandbox-exec command line runs: past `-p PROFILE` and each `-D NAME=VALUE`."""
+    at = 1
+    while argv[at] in ("-p", "-D"):
+        at += 2
+    return argv[at]
+
+
 def runner(
     true: Outcome, cat: Outcome, plans: list[LaunchPlan]
 ) -> Callable[[LaunchPlan], subprocess.CompletedProcess[str]]:
@@ -28,7 +36,7 @@ def runner(
         plans.append(plan)
         if plan.argv[0] != SANDBOX_EXEC:
             return subprocess.run(plan.argv, capture_output=True, text=True, check=False)
-        outcome = true if plan.argv[3] == "/usr/bin/true" else cat
+        outcome = true if program(list(plan.argv)) == "/usr/bin/true" else cat
         if isinstance(outcome, Exception):
             raise outcome
         return subprocess.CompletedProcess(plan.argv, outcome[0], outcome[1], outcome[2])
@@ -49,7 +57,7 @@ def test_a_working_jail_is_reported_ok_with_both_checks(capsys: pytest.CaptureFi
     assert f"OK    self-test decoy: a jailed cat could not read a file outside it ({DENIED})" in out
     # both jails are built by the servers' own launch code, the control runs plainly
     jailed = [p for p in plans if p.argv[0] == SANDBOX_EXEC]
-    assert [p.argv[3] for p in jailed] == ["/usr/bin/true", "/bin/cat"] and len(plans) == 3
+    assert [program(list(p.argv)) for p in jailed] == ["/usr/bin/true", "/bin/cat"] and len(plans) == 3
     assert all(p.argv[1] == "-p" and "(deny default)" in p.argv[2] for p in jailed)
 
 
