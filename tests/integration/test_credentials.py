@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -25,6 +26,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from cellblock.gateway.downstream.oauth import LOGIN_PORT
 from tests.integration.conftest import PROBE, bus_at_the_standard_path, cli, gateway, write_config
 from tests.servers.remote_run import run_remote
 
@@ -242,7 +244,12 @@ async def test_a_pre_registered_client_logs_in_with_its_secret_from_the_keyring(
         assert stored.returncode == 0, stored.stderr
         listed = cli(env, "auth", "list", "--config", str(config))
         assert "cloud/oauth-client-secret\tcloud\tOAuth client secret\tset" in listed.stdout
-        login = cli(browser, "auth", "login", "cloud", "--config", str(config))
+        # the port its redirect URI names is held by another program: refused at once, not a login
+        # left waiting for a callback the authorization server will never send elsewhere
+        with socket.create_server(("127.0.0.1", LOGIN_PORT)):
+            held = cli(browser, "auth", "login", "cloud", "--config", str(config))
+        assert held.returncode == 1 and f"names port {LOGIN_PORT}" in held.stderr, held.stderr
+        login = cli(browser, "auth", "login", "cloud", "--config", str(config))  # the control: the port free
         assert login.returncode == 0, login.stderr
         async with gateway(config, tmp_path / "state", env=env) as client:
             assert "client=pre-registered token=" in _text(await client.call_tool("cloud__whoami", {}))

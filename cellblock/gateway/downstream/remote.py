@@ -292,7 +292,14 @@ async def login(
     storage = KeyringTokenStorage(store, name, on_secret, server.auth.client_id, server.auth.client_auth)
     stored = await storage.get_client_info()
     registered = redirect_uri_of(stored)
-    async with LoopbackCatcher(name, (urlsplit(registered).port if registered else None) or LOGIN_PORT) as catcher:
+    port = (urlsplit(registered).port if registered else None) or LOGIN_PORT
+    async with LoopbackCatcher(name, port) as catcher:
+        if catcher.port != port and (server.auth.client_id or server.auth.client_metadata_url):
+            # a client that cannot register anew keeps its redirect URI: a login on another port is refused
+            raise CredentialError(
+                f"cannot log in to '{name}': its client's redirect URI names port {port} on this machine, which "
+                "another program holds (another login?); free it and log in again"
+            )
         scope = union_scopes(server.auth.scope, scope)
         wanted = set((scope or "").split())
         if registered != catcher.redirect_uri or not wanted <= set(((stored and stored.scope) or "").split()):
