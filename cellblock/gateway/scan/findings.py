@@ -10,6 +10,7 @@ from typing import Any
 
 from cellblock.gateway.scan.run import Call, Decoy, Run, ToolInfo
 from cellblock.gateway.scan.scratch import Scratch
+from cellblock.policy.constraints import within
 from cellblock.sandbox.trace import Event, Kind, jail_refused
 
 __all__ = ["Finding", "Severity", "findings", "noise", "observed", "report_json", "report_table"]
@@ -40,10 +41,6 @@ class Finding:
     text: str
 
 
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 def noise(event: Event) -> bool:
     """What every program does: looks, system files, interpreter caches, its own descriptors."""
     if event.kind is Kind.LOOK:
@@ -52,7 +49,7 @@ def noise(event: Event) -> bool:
         return event.target in NAME_SERVICE
     if "/__pycache__" in event.target or event.target.endswith(".pyc"):
         return True
-    return event.kind is not Kind.EXEC and any(_within(event.target, s) for s in SYSTEM)
+    return event.kind is not Kind.EXEC and any(within(event.target, s) for s in SYSTEM)
 
 
 def _outcome(event: Event) -> str:
@@ -79,7 +76,7 @@ def observed(events: list[Event], scratch: Scratch, code: tuple[str, ...] = ()) 
     def running(e: Event) -> bool:
         if e.kind is Kind.READ and e.errno == "ENOENT" and not jail_refused(e):
             return True
-        return e.kind is Kind.READ and any(_within(e.target, c) for c in code)
+        return e.kind is Kind.READ and any(within(e.target, c) for c in code)
 
     lines = [f"{_verb(e)} {scratch.to_user(e.target)}{_outcome(e)}" for e in events if not noise(e) and not running(e)]
     return list(dict.fromkeys(lines))
@@ -87,8 +84,8 @@ def observed(events: list[Event], scratch: Scratch, code: tuple[str, ...] = ()) 
 
 def _secret(path: str, scratch: Scratch) -> bool:
     return (
-        _within(path, str(scratch.home))
-        or _within(path, str(scratch.outside.parent))
+        within(path, str(scratch.home))
+        or within(path, str(scratch.outside.parent))
         or any(part in path for part in SECRET_PARTS)
     )
 

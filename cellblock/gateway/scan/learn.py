@@ -24,6 +24,7 @@ from cellblock.gateway.scan.findings import noise
 from cellblock.gateway.scan.run import Run
 from cellblock.gateway.scan.scratch import ScanError, Scratch
 from cellblock.gateway.state import atomic_write_text
+from cellblock.policy.constraints import within
 from cellblock.sandbox.trace import Event, Kind, jail_refused
 
 __all__ = ["Proposal", "apply_proposal", "configured", "inside", "propose", "tidy"]
@@ -67,8 +68,8 @@ class Proposal:
 
 
 def inside(path: str, root: str) -> bool:
-    roots = {root.rstrip("/") or "/", os.path.realpath(root)}
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+    """`path` under `root` as written or as resolved (the trace shows resolved paths)."""
+    return within(path, root) or within(path, os.path.realpath(root))
 
 
 def _raw(source: Path, name: str) -> dict[str, Any]:
