@@ -52,7 +52,12 @@ class Kind(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Event:
     """One thing the server did: `target` is a path, `host:port` or a Unix socket's path, or for
-    a lookup the name looked up (or the name server's address, when the name cannot be read)."""
+    a lookup the name looked up (or the name server's address, when the name cannot be read).
+
+    A path's `target` has `.`, `..` and doubled slashes collapsed as text; `named` is the path as
+    the call gave it to the kernel (made absolute against its directory), kept when the two
+    differ. They differ in meaning too: the kernel resolves `missing/..` only if `missing` is
+    there, and `link/..` from where the link leads."""
 
     ts: float  # seconds since the epoch, as strace saw the call
     pid: int
@@ -60,10 +65,16 @@ class Event:
     target: str
     call: str  # the system call
     errno: str | None = None  # None: it succeeded
+    named: str = ""  # the path as the kernel was given it, when that is not `target`
 
     @property
     def ok(self) -> bool:
         return self.errno is None
+
+    @property
+    def as_named(self) -> str:
+        """The path as the kernel was given it (the target, for what is not a path)."""
+        return self.named or self.target
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,26 +247,30 @@ def _arguments(args: str) -> list[str]:
 
 
 def _path_at(args: str, index: int) -> str | None:
-    """The path argument at `index`, made absolute against the directory descriptor before it
-    (strace's `-y` shows its path) when it is relative."""
+    """The path argument at `index` as the call gave it, made absolute against the directory
+    descriptor before it (strace's `-y` shows its path) when it is relative; nothing collapsed.
+    None for a string strace cut (`"..."...`): a part of a path is no path."""
     parts = _arguments(args)
     if index >= len(parts):
         return None
-    strings = _strings(parts[index])
-    if not strings or not parts[index].startswith('"'):
+    strings = list(_STRING.finditer(parts[index]))
+    if not strings or not parts[index].startswith('"') or strings[0].group(2):
         return None
-    path = strings[0][1]
+    path = _unescape(strings[0].group(1))
     if not path.startswith("/") and index > 0:
         at = _AT_DIR.match(parts[index - 1])
         if at is not None:
             path = os.path.join(at["dir"], path) if path else at["dir"]
-    return os.path.normpath(path) if path else None
+    return path or None
 
 
 def _events(pid: int, ts: float, call: str, args: str, errno: str | None) -> list[Event]:
     def at(index: int, kind: Kind) -> list[Event]:
-        path = _path_at(args, index)
-        return [Event(ts, pid, kind, path, call, errno)] if path else []
+        named = _path_at(args, index)
+        if not named:
+            return []
+        target = os.path.normpath(named)
+        return [Event(ts, pid, kind, target, call, errno, "" if named == target else named)]
 
     if call in _OPENS:
         parts = _arguments(args)
@@ -297,7 +312,9 @@ def _network(pid: int, ts: float, call: str, args: str, errno: str | None) -> li
 
 
 def _query_name(args: str) -> str | None:
-    """The name a DNS query in a send's buffer asks for."""
+    """The name a DNS query in a send's buffer asks for, in DNS's presentation format: each label
+    as it was sent, a dot or backslash in a label escaped (`\\.`), any byte that is not printable
+    ASCII as `\\DDD`, so that labels `0.0.0.0/0` and `0`, `0`, `0`, `0/0` read differently."""
     for _, text in _strings(args):
         data = text.encode("latin-1", "replace")
         if len(data) < 13:
@@ -307,11 +324,16 @@ def _query_name(args: str) -> str | None:
             size = data[at]
             if size > 63 or at + 1 + size > len(data):
                 break
-            labels.append(data[at + 1 : at + 1 + size].decode("ascii", "replace"))
+            labels.append(_label(data[at + 1 : at + 1 + size]))
             at += 1 + size
         if labels and at < len(data) and data[at] == 0:
             return ".".join(labels)
     return None
+
+
+def _label(data: bytes) -> str:
+    """One DNS label in presentation format (RFC 1035, 5.1)."""
+    return "".join(f"\\{chr(b)}" if chr(b) in ".\\" else chr(b) if 0x21 <= b <= 0x7E else f"\\{b:03d}" for b in data)
 
 
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "v": "\v", "f": "\f", "\\": "\\", '"': '"'}
@@ -350,6 +372,6 @@ def jail_refused(event: Event, exists: Callable[[str], bool] = os.path.lexists) 
         return False
     if event.kind in (Kind.CONNECT, Kind.LOOKUP):
         return event.errno in ("ENETUNREACH", "ECONNREFUSED", "EHOSTUNREACH", "EACCES", "EPERM", "ENOENT")
-    if event.errno == "ENOENT":
-        return exists(event.target)
+    if event.errno == "ENOENT":  # the path as the kernel resolved it: `missing/..` is not there
+        return exists(event.as_named)
     return event.errno in ("EROFS", "EPERM", "EACCES", "EXDEV")

@@ -118,3 +118,46 @@ def _trace_as_nobody(output: Path) -> None:
     trace = parse_trace(output.read_text())
     (written,) = [e for e in trace.events if e.target == "/usr/cellblock-x"]
     assert written.kind is Kind.WRITE and written.errno == "EROFS"
+
+
+# bwrap, then the server's first program: what comes after is the server's
+START = (
+    '10 0.9 execve("/usr/bin/bwrap", ["bwrap"], 0x1 /* 3 vars */) = 0',
+    '12 1.0 execve("/usr/bin/python3", ["python3"], 0x1 /* 3 vars */) = 0',
+)
+
+
+def test_a_path_keeps_the_spelling_the_kernel_was_given_and_is_judged_by_it(tmp_path: Path) -> None:
+    """`missing/..` collapsed as text is the directory above; the kernel found no `missing`, so the
+    jail refused nothing the host has. `dir/..` the host resolves is a refusal, spelled as named."""
+    (tmp_path / "dir").mkdir()
+    text = "\n".join(
+        [
+            *START,
+            f'12 1.1 openat(AT_FDCWD</>, "{tmp_path}/missing/..", O_RDONLY) = -1 ENOENT (No such file or directory)',
+            f'12 1.2 openat(AT_FDCWD<{tmp_path}>, "dir/../", O_RDONLY) = -1 ENOENT (No such file or directory)',
+            f'12 1.3 openat(AT_FDCWD</>, "{tmp_path}/x"..., O_RDONLY) = -1 ENOENT (No such file or directory)',
+            f'12 1.4 openat(AT_FDCWD</>, "{tmp_path}/dir", O_RDONLY) = 3',
+        ]
+    )
+    missing, through, plain = parse_trace(text).events  # the cut string is no path
+    assert (missing.target, missing.named) == (str(tmp_path), f"{tmp_path}/missing/..")
+    assert not jail_refused(missing)
+    assert (through.target, through.named) == (str(tmp_path), f"{tmp_path}/dir/../")
+    assert jail_refused(through) and through.as_named == f"{tmp_path}/dir/../"
+    assert plain.named == "" and plain.as_named == f"{tmp_path}/dir"
+
+
+def test_a_lookups_labels_are_read_as_sent_never_joined_into_another_name() -> None:
+    def query(*labels: bytes) -> str:
+        name = b"".join(bytes([len(label)]) + label for label in labels) + b"\0"
+        data = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + name + b"\x00\x01\x00\x01"
+        escaped = "".join(f"\\{b:o}" for b in data)
+        return (
+            f'12 1.1 sendto(3<socket:[1]>, "{escaped}", {len(data)}, 0, {{sa_family=AF_INET, '
+            'sin_port=htons(53), sin_addr=inet_addr("192.0.2.53")}, 16) = -1 ENETUNREACH (Network is unreachable)'
+        )
+
+    sent = [(b"0", b"0", b"0", b"0/0"), (b"0.0.0.0/0",), (b"b\xc3\xbccher", b"example"), (b"a\\b", b"com")]
+    names = [parse_trace([*START, query(*labels)]).events[0].target for labels in sent]
+    assert names == ["0.0.0.0/0", r"0\.0\.0\.0/0", r"b\195\188cher.example", r"a\\b.com"]
