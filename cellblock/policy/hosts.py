@@ -31,6 +31,7 @@ __all__ = [
     "HostKind",
     "HostRule",
     "address_allowed",
+    "embedded_ipv4",
     "host_allowed",
     "is_ip",
     "is_loopback",
@@ -230,20 +231,24 @@ def is_special_address(ip: str | IPAddress) -> bool:
         address = ip if not isinstance(ip, str) else ipaddress.ip_address(ip)
     except ValueError:
         return True
-    if _is_special_one(address):
-        return True
-    if isinstance(address, ipaddress.IPv6Address):
-        embedded: list[ipaddress.IPv4Address] = []
-        if address.ipv4_mapped is not None:
-            embedded.append(address.ipv4_mapped)
-        if address.sixtofour is not None:
-            embedded.append(address.sixtofour)
-        if address.teredo is not None:
-            embedded.extend(address.teredo)
-        if address in _NAT64:
-            embedded.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
-        return any(_is_special_one(e) for e in embedded)
-    return False
+    return _is_special_one(address) or any(_is_special_one(e) for e in embedded_ipv4(address))
+
+
+def embedded_ipv4(address: IPAddress) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries (mapped, NAT64, 6to4, Teredo), which a
+    translator or tunnel reaches when it is connected to; none for an IPv4 address."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return []
+    embedded: list[ipaddress.IPv4Address] = []
+    if address.ipv4_mapped is not None:
+        embedded.append(address.ipv4_mapped)
+    if address.sixtofour is not None:
+        embedded.append(address.sixtofour)
+    if address.teredo is not None:
+        embedded.extend(address.teredo)
+    if address in _NAT64:
+        embedded.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    return embedded
 
 
 def address_allowed(rules: Iterable[HostRule], rule: HostRule, ip: str, port: int | None = None) -> bool:

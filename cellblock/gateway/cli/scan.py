@@ -92,7 +92,11 @@ def scan_command(
         decoy.close()
         scratch.close()
     if apply:
-        _apply(Path(source), name, proposal, server, "the smallest this scan saw work")
+        try:
+            _apply(Path(source), name, proposal, server, "the smallest this scan saw work")
+        except ScanError as exc:
+            _say(f"scan: {exc}")
+            return EXIT_FINDING
     threshold = FAIL_ON.index(fail_on)
     worst = max((int(f.severity) for f in found), default=-1)
     failed = threshold < len(Severity) and worst >= threshold
@@ -136,7 +140,7 @@ def learned_command(config_path: str | None, name: str, as_json: bool = False, a
     for refused in egress_refused(config.audit_file(state_dir()), name, since):
         target = f"{refused.get('host')}:{refused.get('port')}"
         learned.events.append(Event(float(refused["ts"]), 0, Kind.CONNECT, target, "egress", "EACCES"))
-    proposal = widen(server, learned)
+    proposal = widen(server, learned, Path(source))
     if as_json:
         print(json.dumps({"server": name, "learned": learned.summary(), **proposal.as_json()}, indent=2))
     else:

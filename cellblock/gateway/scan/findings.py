@@ -18,7 +18,10 @@ __all__ = ["Finding", "Severity", "findings", "noise", "observed", "report_json"
 # What every program reads or touches to run: not worth a line of the report.
 SYSTEM = ("/usr", "/etc", "/proc", "/sys", "/dev", "/lib", "/lib64", "/bin", "/sbin", "/run/cellblock")
 SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "fish", "busybox", "csh", "tcsh"}
-SECRET_PARTS = ("/.ssh/", "/.aws/", "/.gnupg/", "/.netrc", "/.config/gh/", "/.kube/", "/.docker/config")
+SECRET_PARTS = (
+    *("/.ssh/", "/.aws/", "/.gnupg/", "/.netrc", "/.config/gh/", "/.kube/", "/.docker/config"),
+    *("/.local/share/keyrings/", "/.password-store/"),
+)
 # The name service's own sockets, which the C library tries before any lookup.
 NAME_SERVICE = ("/var/run/nscd/socket", "/run/nscd/socket", "/run/systemd/resolve/io.systemd.Resolve")
 

@@ -21,6 +21,7 @@ import yaml
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import JailConfig, LocalServer
 from cellblock.gateway.scan.findings import noise
+from cellblock.gateway.scan.gate import NotGrantable, check_written, vet
 from cellblock.gateway.scan.run import Run
 from cellblock.gateway.scan.scratch import ScanError, Scratch
 from cellblock.gateway.state import atomic_write_text
@@ -42,6 +43,13 @@ class Proposal:
     heading: str = "the smallest jail the benign calls needed:"
     label: str = "smallest seen"
     flags: str = "--apply"  # how `cellblock scan NAME` writes it
+    config: Path | None = None  # the config file it is for (Cellblock's own: never granted)
+
+    def __post_init__(self) -> None:
+        # what it adds passes the gate, whoever made it (a scan, a learn trace)
+        proposed, refused = vet(self.current, self.proposed, [self.config] if self.config else [])
+        self.proposed = tidy(proposed)
+        self.notes = list(dict.fromkeys([*self.notes, *refused]))
 
     @property
     def changes(self) -> bool:
@@ -240,7 +248,8 @@ def apply_proposal(source: Path, name: str, proposal: Proposal, server: LocalSer
     """Write the proposed jail into the config at `source`; return the new text.
 
     Raises:
-        ScanError: the config cannot be edited in place, or the edited config does not load.
+        ScanError: the config cannot be edited in place, the edited config does not load, or it
+            would grant what a proposal never may (`gate.py`).
     """
     text = source.read_text()
     lines = text.splitlines(keepends=True)
@@ -252,8 +261,15 @@ def apply_proposal(source: Path, name: str, proposal: Proposal, server: LocalSer
     new = [f"{indent}{line}\n" for line in body.splitlines()]
     result = "".join([*lines[:start], *new, *lines[end:]])
     try:
-        parse_config(result, str(source))
+        loaded = parse_config(result, str(source)).servers.get(name)
     except Exception as exc:
         raise ScanError(f"the proposed jail does not load, so it was not written: {exc}") from exc
+    written = loaded.jail if isinstance(loaded, LocalServer) else False
+    if written is False or server.jail is False:
+        raise ScanError(f"server '{name}' has no jail in the edited config, so it was not written")
+    try:
+        check_written(server.jail, written, source)  # as the config reads it back: every spelling expanded
+    except NotGrantable as exc:
+        raise ScanError(f"the proposed jail of '{name}' was not written: {exc}") from exc
     atomic_write_text(source, result, mode=source.stat().st_mode & 0o777)
     return result

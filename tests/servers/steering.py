@@ -1,0 +1,112 @@
+"""Steering: a server that tries to steer what `learn: true` proposes, and writes what it may.
+
+Run as ``python tests/servers/steering.py [--clobber FILE]``. With ``--clobber FILE`` it writes
+"clobbered" over FILE at start (where its jail lets it; errors are ignored).
+
+Tools (each tries every attempt and ignores what the jail refuses; none fails):
+
+- ``open`` (``paths``, ``write``): opens each path, for reading, or for appending when ``write``.
+- ``lookup`` (``names``): sends a DNS query for each name (a list of labels, each sent as it is,
+  dots and slashes included) to 192.0.2.53:53.
+- ``connect`` (``targets``): a TCP connection to each ``[host, port]`` (IPv4, blocking).
+- ``append`` (``path``, ``text``): appends ``text`` to the file; says "wrote" or the error.
+- ``read`` (``path``): says "read N bytes" or the error.
+- ``fetch`` (``url``): fetches the URL (through the proxy the environment names); says "fetched"
+  or the error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from raw import Raw, text
+
+RESOLVER = ("192.0.2.53", 53)
+
+
+def _query(labels: list[str]) -> bytes:
+    """A DNS query (type A) for `labels`, each label's bytes as given."""
+    name = b"".join(bytes([len(label)]) + label.encode() for label in labels) + b"\0"
+    return struct.pack("!HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0) + name + struct.pack("!HH", 1, 1)
+
+
+class Steering(Raw):
+    def tools(self) -> list[dict[str, Any]]:
+        items = {"type": "array", "items": {}}
+        schemas = {
+            "open": {"paths": items, "write": {"type": "boolean"}},
+            "lookup": {"names": items},
+            "connect": {"targets": items},
+            "append": {"path": {"type": "string"}, "text": {"type": "string"}},
+            "read": {"path": {"type": "string"}},
+            "fetch": {"url": {"type": "string"}},
+        }
+        return [
+            {"name": n, "description": f"steering {n}", "inputSchema": {"type": "object", "properties": p}}
+            for n, p in schemas.items()
+        ]
+
+    def call(self, ident: Any, params: dict[str, Any]) -> dict[str, Any] | None:
+        name, arguments = params.get("name"), params.get("arguments") or {}
+        if name == "open":
+            for path in arguments.get("paths", []):
+                with contextlib.suppress(OSError), open(path, "a" if arguments.get("write") else "r"):
+                    pass
+            return text("opened")
+        if name == "lookup":
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                for labels in arguments.get("names", []):
+                    with contextlib.suppress(OSError):
+                        sock.sendto(_query(labels), RESOLVER)
+            return text("looked up")
+        if name == "connect":
+            for host, port in arguments.get("targets", []):  # blocking: the refusal is the call's own result
+                with contextlib.suppress(OSError), socket.socket() as sock:
+                    sock.connect((host, int(port)))
+            return text("connected")
+        if name == "append":
+            try:
+                with open(str(arguments.get("path")), "a") as out:
+                    out.write(str(arguments.get("text", "")))
+            except OSError as exc:
+                return text(f"{type(exc).__name__}: {exc}")
+            return text("wrote")
+        if name == "read":
+            try:
+                return text(f"read {len(Path(str(arguments.get('path'))).read_bytes())} bytes")
+            except OSError as exc:
+                return text(f"{type(exc).__name__}: {exc}")
+        if name == "fetch":
+            import urllib.request
+
+            try:
+                with urllib.request.urlopen(str(arguments.get("url")), timeout=5) as page:
+                    page.read(100)
+            except OSError as exc:
+                return text(f"{type(exc).__name__}: {exc}")
+            return text("fetched")
+        return super().call(ident, params)
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    if "--clobber" in argv:
+        with contextlib.suppress(OSError):
+            Path(argv[argv.index("--clobber") + 1]).write_text("clobbered\n")
+    sys.argv = [sys.argv[0]]
+    from raw import main as serve
+
+    serve(Steering)
+
+
+if __name__ == "__main__":
+    os.umask(0o077)
+    main()
