@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests import peers
+from tests.integration.conftest import gateway, write_config
 
 pytestmark = [
     pytest.mark.jail,
@@ -244,3 +245,44 @@ def test_report_and_badge_are_the_same_for_two_scans_but_for_the_time(tmp_path: 
     assert first["jail"]["configured"]["read_write"] == [str(root)]
     badge = (tmp_path / "b1.svg").read_text()
     assert badge == (tmp_path / "b2.svg").read_text() and "fs ✗" in badge and "exec ✗" in badge
+
+
+def server_in_its_own_grant(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
+    """A server whose code is in the directory it is granted read_write (so a scan does not copy
+    it), and which writes over a file of the user's there at start."""
+    project = tmp_path / "project"
+    project.mkdir()
+    for script in ("steering.py", "raw.py"):
+        shutil.copy(SERVERS / script, project / script)
+    notes = project / "notes.txt"
+    notes.write_bytes(b"the user's own notes\n")
+    server = {
+        "command": sys.executable,
+        "args": [str(project / "steering.py"), "--clobber", str(notes)],
+        "jail": {"read_write": [str(project)]},
+    }
+    return project, notes, server
+
+
+def test_a_scan_never_writes_a_grant_it_does_not_copy(tmp_path: Path) -> None:
+    project, notes, server = server_in_its_own_grant(tmp_path)
+    before = tree(project)
+    config = tmp_path / "cellblock.yaml"
+    config.write_text(json.dumps({"version": 1, "servers": {"steer": server}}))
+    done = cellblock(config, "scan", "steer", "--json", "--destructive")
+    assert done.returncode in (0, 1) and "was not scanned" not in done.stderr, done.stderr
+    assert notes.read_bytes() == b"the user's own notes\n"
+    assert tree(project) == before
+    report = json.loads(done.stdout)
+    assert f"wrote {notes}, which the jail shows read-only (refused)" in report["proposal"]["notes"]
+    # what it tried to write stays read_write in the proposal: the scan, not the user, made it read-only
+    assert report["proposal"]["proposed"]["read_write"] == [str(project)]
+
+
+@pytest.mark.anyio
+async def test_control_served_with_the_same_grant_the_server_writes_the_users_file(tmp_path: Path) -> None:
+    _, notes, server = server_in_its_own_grant(tmp_path)
+    config = write_config(tmp_path, {"steer": server})
+    async with gateway(config, tmp_path / "state") as client:
+        await client.call_tool("steer__read", {"path": str(notes)})
+    assert notes.read_bytes() == b"clobbered\n"

@@ -100,8 +100,15 @@ def propose(server: LocalServer, run: Run, scratch: Scratch) -> Proposal:
 
     def written(grant: str) -> bool:
         where = scratch.copies.get(grant, grant)
-        return any(e.kind is Kind.WRITE and e.ok and inside(e.target, where) for e in events)
+        # a grant the scan showed read-only (not copied) was written if the server tried
+        tried = ("EROFS",) if grant in scratch.frozen else ()
+        return any(e.kind is Kind.WRITE and (e.ok or e.errno in tried) and inside(e.target, where) for e in events)
 
+    for grant in scratch.frozen:
+        notes.append(
+            f"{grant} is read_write but the scan showed it read-only: it holds the server's own code or a "
+            "package cache, which a scan does not copy; a write there shows as refused (EROFS)"
+        )
     for event in events:
         if event.kind is Kind.WRITE and event.errno == "EROFS" and not noise(event):
             notes.append(f"wrote {scratch.to_user(event.target)}, which the jail shows read-only (refused)")

@@ -44,6 +44,9 @@ class Scratch:
     outside: Path
     copies: dict[str, str] = field(default_factory=dict)  # the user's grant -> its copy
     canary: str = ""
+    # the user's read_write grants not copied (the server's own code, a package cache): shown
+    # read-only, so that nothing the server does changes a file of the user's
+    frozen: list[str] = field(default_factory=list)
 
     def places(self, denied_url: str) -> Places:
         writable = next(iter(self.copies.values()), None)
@@ -57,13 +60,15 @@ class Scratch:
         return Places(directory, file, link, str(self.outside), "~/.ssh/id_rsa", traversal, denied_url)
 
     def server(self, server: LocalServer) -> LocalServer:
-        """`server` with the copies in place of the user's grants."""
+        """`server` with the copies in place of the user's grants, and every read_write grant that
+        has no copy shown read-only: the jail can write in nothing but the scan's own world."""
         if server.jail is False:
             raise ScanError("a server with jail: false is not scanned: a scan never runs a server unjailed")
+        writable = [p for p in server.jail.read_write if p not in self.frozen]
         jail = server.jail.model_copy(
             update={
-                "read_only": [self.to_copy(p) for p in server.jail.read_only],
-                "read_write": [self.to_copy(p) for p in server.jail.read_write],
+                "read_only": [self.to_copy(p) for p in [*server.jail.read_only, *self.frozen]],
+                "read_write": [self.to_copy(p) for p in writable],
             }
         )
         args = [self.to_copy(a) for a in server.args]
@@ -107,7 +112,8 @@ def _count(path: str) -> int:
 
 def scratch_world(name: str, server: LocalServer) -> Scratch:
     """Copies of `server`'s work grants (not its code or package caches, which run read-only as
-    they are), a home with decoys, a file outside, and a symlink in the first copy.
+    they are, even where granted read_write), a home with decoys, a file outside, and a symlink in
+    the first copy.
 
     Raises:
         ScanError: a grant is too big to copy.
@@ -145,6 +151,8 @@ def scratch_world(name: str, server: LocalServer) -> Scratch:
             else:
                 continue  # a grant that does not exist is the jail's to refuse
             scratch.copies[grant] = str(copy)
+        writable = server.jail.read_write if server.jail is not False else []
+        scratch.frozen = [g for g in writable if scratch.to_copy(g) == g]
         first = next(iter(scratch.copies.values()), None)
         if first is not None:
             sample = Path(first) / SAMPLE
