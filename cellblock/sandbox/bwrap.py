@@ -291,10 +291,13 @@ def bwrap_plan(
     ]
     for mount in shared:
         args += _bind(mount)
-    hidden = [Mount(p, MountMode.READ_ONLY, "Cellblock's own: hidden (shown empty)") for p in spec.hidden]
+    hidden = [
+        Mount(p, MountMode.HIDDEN, f"{why}: {'shown empty' if os.path.isdir(p) else '/dev/null in its place'}")
+        for p, why in spec.hidden.items()
+    ]
     # the outermost hidden paths are emptied; what is shared inside one (a server's own package
     # cache in Cellblock's) is shown again over it, and hidden paths inside that are emptied last
-    outer = [h for h in spec.hidden if not _beneath(h, spec.hidden)]
+    outer = [h for h in spec.hidden if not _beneath(h, list(spec.hidden))]
     again = [m for m in shared if _beneath(m.path, outer)]
     args += [a for h in outer for a in _emptied(h)]
     args += [a for m in again for a in _bind(m)]

@@ -15,8 +15,8 @@ The profile starts from `(deny default)` and adds, in this order:
    `/System/Volumes` (where the Data volume shows the home again);
 5. what dyld needs of `/System/Volumes`, the mounts inside a protected tree, the private temp dir
    and `exec.allow`;
-5b. a deny on what the spec hides (Cellblock's own files and the user's session, where a mount
-    holds them), then the mounts inside those again;
+5b. a deny on what the spec hides (Cellblock's own files, the user's session and the machine's
+    sockets, where a mount holds them), then the mounts inside those again;
 6. metadata (stat, not listing) of every ancestor directory of what is shared, so realpath works;
 7. the network rule.
 
@@ -351,8 +351,8 @@ def _hiding(hidden: Sequence[_Target], again: Sequence[str], params: _Params) ->
     if not hidden:
         return []
     return [
-        ";; Cellblock's own files and the user's session, hidden even under a mount that holds them,",
-        ";; and what is shared back inside them (a server's own package cache).",
+        ";; Cellblock's own files, the user's session and the machine's sockets, hidden even under a",
+        ";; mount that holds them, and what is shared back inside them (a server's own package cache).",
         _rule("deny", _DENIED, hidden, params),
         *again,
         "",

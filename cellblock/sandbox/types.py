@@ -45,6 +45,7 @@ class Network(StrEnum):
 class MountMode(StrEnum):
     READ_ONLY = "ro"
     READ_WRITE = "rw"
+    HIDDEN = "hidden"  # shown empty (a directory) or as /dev/null (a file, a socket) over what a share holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +90,10 @@ class JailSpec:
     # with exec.allow: the system files the jail shows instead of all of /usr (what the allowed
     # programs and the gateway's launcher need to run)
     exec_closure: Closure | None = None
-    # Cellblock's own files and directories inside a granted one (its config, state, runtime, control
-    # socket): the jail shows an empty directory (or /dev/null) there instead
-    hidden: tuple[str, ...] = ()
+    # what no jail may reach inside a shared path (Cellblock's own config, state, runtime and control
+    # socket; the session's and the machine's sockets), at the place the jail shows it -> what it is:
+    # the jail shows an empty directory (or /dev/null) there instead
+    hidden: Mapping[str, str] = field(default_factory=dict)
     # what the command needs that this jail will not have (sandbox/launchers.launcher_gaps), for show and doctor
     gaps: tuple[str, ...] = ()
 

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
+import socket
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,9 +16,11 @@ import pytest
 from cellblock.gateway.cli.probe import ESCAPE
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import LocalServer
-from cellblock.gateway.downstream.launch import PIN, granted_roots, jail_spec, launch_plan
-from cellblock.sandbox import escape, pin
-from cellblock.sandbox.types import JailError
+from cellblock.gateway.downstream.launch import PIN, granted_roots, jail_spec, launch_plan, tell_jail
+from cellblock.sandbox import escape, pin, sockets
+from cellblock.sandbox.types import JailError, MountMode
+
+NULL = "/dev/null in its place"
 
 
 def server(jail: str = "") -> LocalServer:
@@ -218,3 +225,85 @@ def test_the_scripts_run_in_a_jail_are_the_sandbox_modules() -> None:
     """The pin launcher and the escape probe are mounted into jails by path: a moved module must move it."""
     assert Path(pin.__file__).resolve() == PIN
     assert Path(escape.__file__).resolve().parent == ESCAPE
+
+
+@pytest.fixture
+def session(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A directory standing for /tmp, short enough for sockets, with what a session keeps there: an
+    ssh-agent's socket (named by SSH_AUTH_SOCK), a bus dbus-launch made (named by nothing) and a
+    database's socket in a project; each listening."""
+    with tempfile.TemporaryDirectory(prefix="cb-launch-", dir="/tmp") as directory:
+        root = Path(directory)
+        for sub in ("ssh-Ab12", "proj"):
+            (root / sub).mkdir()
+        paths = [root / "ssh-Ab12" / "agent.7", root / "dbus-Q9x", root / "proj" / ".s.PGSQL.5432"]
+        with contextlib.ExitStack() as listening:
+            for path in paths:
+                sock = listening.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+                sock.bind(str(path))
+                sock.listen(1)
+            monkeypatch.setenv("SSH_AUTH_SOCK", str(paths[0]))
+            yield root
+
+
+def test_the_sockets_a_grant_holds_are_each_shown_as_dev_null_named_and_told(
+    session: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(session)
+    plan = launch_plan("s", server(f"    jail: {{read_only: ['{session}', '{link}']}}\n"))
+    hidden = {m.path: m.why for m in plan.mounts if m.mode is MountMode.HIDDEN}
+    agent, bus, database = (str(session / p) for p in ("ssh-Ab12/agent.7", "dbus-Q9x", "proj/.s.PGSQL.5432"))
+    assert hidden[agent] == f"an ssh-agent's socket, which signs with your SSH keys (SSH_AUTH_SOCK): {NULL}"
+    assert hidden[bus].startswith("a D-Bus bus, which reaches the keyring") and hidden[bus].endswith(NULL)
+    assert hidden[database] == f"a Unix socket a program on this machine listens on: {NULL}"
+    # also where the grant through a symlink shows it
+    assert f"{link}/ssh-Ab12/agent.7" in hidden
+    # bound over each, after the grant that shows it
+    args = list(plan.argv)
+    grant = next(i for i in range(len(args) - 2) if args[i : i + 3] == ["--ro-bind", str(session), str(session)])
+    masked = next(i for i in range(len(args) - 2) if args[i : i + 3] == ["--dev-bind", "/dev/null", agent])
+    assert grant < masked
+    # and the log says so at the first start
+    with caplog.at_level(logging.WARNING, logger="cellblock.gateway.downstream.launch"):
+        tell_jail("s", plan)
+    assert "server 's': its jail keeps from it what its grants hold: " in caplog.text
+    assert f"{agent} (an ssh-agent's socket" in caplog.text and f"{database} (a Unix socket" in caplog.text
+
+
+def test_a_grant_of_a_socket_or_a_directory_of_them_is_refused_naming_what_it_is(
+    session: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = session / "ssh-Ab12" / "agent.7"
+    stale = session / "stale.sock"  # a socket file nothing listens on any more: in no list
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.bind(str(stale))
+    displays = session / "X11-unix"
+    displays.mkdir()
+    monkeypatch.setattr(sockets, "SOCKET_DIRS", ((str(displays), "X11's sockets"),))
+    refused = {
+        str(agent): f"is {agent}: an ssh-agent's socket, which signs with your SSH keys (SSH_AUTH_SOCK), which "
+        "Cellblock keeps from every server; remove it from jail.read_only",
+        str(stale): f"is {stale}: a Unix socket, a way into the program that listens on it, which Cellblock keeps "
+        "from every server; remove it from jail.read_only",
+        str(
+            displays
+        ): f"is {displays}: X11's sockets, which Cellblock keeps from every server; grant another directory",
+    }
+    for path, reason in refused.items():
+        with pytest.raises(JailError) as refusal:
+            launch_plan("s", server(f"    jail: {{read_only: ['{path}']}}\n"))
+        assert str(refusal.value) == f"server 's': jail.read_only path {path} {reason}"
+
+
+def test_on_macos_a_socket_a_grant_holds_is_denied_in_the_profile(
+    session: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(sys, "platform", "darwin")
+    plan = launch_plan("s", server(f"    jail: {{read_only: ['{session}']}}\n"), private=tmp_path)
+    defines = dict(plan.argv[i + 1].split("=", 1) for i in range(3, len(plan.argv) - 1, 2) if plan.argv[i] == "-D")
+    hidden = {v for k, v in defines.items() if k.startswith("HIDDEN_")}
+    agent = f"/private{session}/ssh-Ab12/agent.7"  # /tmp is /private/tmp there
+    assert agent in hidden
+    name = next(k for k, v in defines.items() if v == agent)
+    assert f'(literal (param "{name}"))' in plan.argv[2]

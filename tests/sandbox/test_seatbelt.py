@@ -34,6 +34,7 @@ FILES = frozenset(
         "/etc/fs.conf",  # is_dir is asked about paths as written in the config
         "/Users/alice/notes.txt",
         "/Users/alice/fs.yaml",
+        "/Users/alice/.docker/run/docker.sock",
     }
 )
 
@@ -54,6 +55,8 @@ ODD_RW = (f"{HOME}/project dir",)
 OWN_CONFIG = f"{HOME}/Library/Application Support/cellblock"
 OWN_CACHE = f"{HOME}/Library/Caches/cellblock"
 CACHE_GRANT = f"{OWN_CACHE}/npm-fs"
+# a socket that launch.py hides where a grant holds it: Docker Desktop's, in the home
+DOCKER_SOCKET = f"{HOME}/.docker/run/docker.sock"
 
 SYSTEM_MOUNTS = (
     Mount("/opt/homebrew/Cellar/node/22.1.0", MountMode.READ_ONLY, "launcher"),
@@ -134,7 +137,11 @@ CASES = {
     "exec_allow": Case(make_spec(exec_allow=("/usr/local/bin/fs-server", "/usr/bin/git"), read_write=("/work/data",))),
     "no_tmp": Case(make_spec(tmp=False), tmp_dir=None),
     "hidden": Case(
-        make_spec(read_only=(HOME,), read_write=(CACHE_GRANT,), hidden=(OWN_CONFIG, OWN_CACHE, f"{HOME}/fs.yaml"))
+        make_spec(
+            read_only=(HOME,),
+            read_write=(CACHE_GRANT,),
+            hidden=dict.fromkeys((OWN_CONFIG, OWN_CACHE, f"{HOME}/fs.yaml", DOCKER_SOCKET), "hidden"),
+        )
     ),
     "hostile": Case(
         make_spec(
@@ -370,6 +377,9 @@ def test_what_the_spec_hides_is_denied_after_every_grant_that_holds_it_and_only_
     assert {("subpath", OWN_CONFIG), ("subpath", OWN_CACHE), ("literal", f"{HOME}/fs.yaml")} <= set(
         found[deny_at].filters
     )
+    # a socket the grant of the home holds, hidden like a file; no network rule allows connecting to
+    # any Unix socket but the resolver's besides (test_open_network_reaches_no_unix_socket_but_the_resolvers)
+    assert ("literal", DOCKER_SOCKET) in found[deny_at].filters
     assert {"file-read*", "file-write*", "process-exec*"} <= set(found[deny_at].ops)
     home_at = next(i for i, r in enumerate(found) if r.action == "allow" and ("subpath", HOME) in r.filters)
     assert home_at < deny_at  # the grant of the whole home does not win over the hiding

@@ -175,6 +175,36 @@ def memfd_exec(source: str) -> Result:
     return _result(load_escape().memfd_exec(source))
 
 
+def unix_socket(target: str, send: str = "") -> Result:
+    """Connect to the Unix socket `target` (a path, or @name for an abstract one), send `send`, read the answer."""
+    return _result(load_escape().unix_socket(target, send))
+
+
+def ssh_agent(target: str) -> Result:
+    """Ask the ssh-agent at `target` (a path, or @name) for the keys it holds."""
+    return _result(load_escape().ssh_agent(target))
+
+
+def secret_service(address: str, looking_for: str) -> Result:
+    """Read every secret the Secret Service on the D-Bus bus at `address` holds, as the keyring's
+    own clients do; through if `looking_for` is among them (only counts are reported)."""
+    from jeepney import DBusErrorResponse
+    from jeepney.io.blocking import open_dbus_connection
+    from secretstorage import get_all_collections
+    from secretstorage.exceptions import SecretStorageException
+
+    escape = load_escape()
+    try:
+        with open_dbus_connection(bus=address) as connection:
+            secrets = [item.get_secret() for c in get_all_collections(connection) for item in c.get_all_items()]
+    except (OSError, DBusErrorResponse, SecretStorageException) as exc:
+        label = escape.attempt.error_label(exc)
+        return _result(escape.Attempt("secret_service", address, False, f"connect: {label}"))
+    found = looking_for.encode() in secrets
+    detail = f"read {len(secrets)} secret(s){', the one looked for among them' if found else ''}"
+    return _result(escape.Attempt("secret_service", address, found, detail, len(secrets)))
+
+
 TOOLS = (
     read_file,
     list_dir,
@@ -189,6 +219,9 @@ TOOLS = (
     drop_and_run,
     load_copy,
     memfd_exec,
+    unix_socket,
+    ssh_agent,
+    secret_service,
     sysctl,
     fork_bomb,
     memory_hog,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -29,6 +30,7 @@ from cellblock.sandbox.launchers import launcher_gaps, launcher_mounts, resolve_
 from cellblock.sandbox.limits import describe, limit_plan
 from cellblock.sandbox.pins import landlock_abi, verify_pins
 from cellblock.sandbox.seatbelt import seatbelt_executables, seatbelt_plan
+from cellblock.sandbox.sockets import host_sockets
 from cellblock.sandbox.types import (
     Closure,
     JailError,
@@ -50,7 +52,7 @@ __all__ = [
     "macos_cwd",
     "own_paths",
     "stdio_parameters",
-    "tell_limits",
+    "tell_jail",
 ]
 
 logger = logging.getLogger(__name__)
@@ -81,11 +83,14 @@ def jail_spec(
     """The jail `server` asks for, and the launcher installations it needs shared.
 
     Cellblock's own directories and the paths in `own` (the config file, the audit log, the state
-    and runtime directories it was given), and the user's session directory (the D-Bus socket that
-    reaches the keyring), are hidden in the jail where a grant or an installation holds them: a
-    server must not reach the control socket (and approve its own calls), an egress socket of
-    another server, the keyring, the locks or the config. A grant inside them is refused, except
-    one inside Cellblock's cache (where a server's own package cache goes), which is shown.
+    and runtime directories it was given), the user's session directory, and every socket of the
+    session and the machine (`sandbox/sockets.py`: the session bus, an ssh-agent's, X11's,
+    Docker's, any socket bound to a path now) are hidden in the jail where a grant or an
+    installation holds them: a server must not reach the control socket (and approve its own
+    calls), an egress socket of another server, the keyring, the locks or the config, nor a
+    program that acts with the user's rights. A grant of or inside them is refused, except one
+    inside Cellblock's cache (where a server's own package cache goes), which is shown; so is a
+    grant that is a socket.
 
     Wrappers run inside the jail, outermost first, each by the gateway's own interpreter:
     with `network: allowlist` the egress relay (a loopback listener carrying each connection to
@@ -101,7 +106,8 @@ def jail_spec(
         JailError: the command or an allowed executable cannot be found or lies in a writable grant
             unpinned, or a grant lies inside Cellblock's own state.
     """
-    _refuse_own_grants(name, jail, own)
+    private = _private_paths(own)
+    _refuse_own_grants(name, jail, private)
     home = os.path.expanduser("~")
     host_path = os.environ.get("PATH", JAIL_PATH)
     package = installed(name, server)
@@ -142,6 +148,7 @@ def jail_spec(
         launchers += [*pinning, Mount(str(PIN), MountMode.READ_ONLY, "exec pinning")]
         options = [*(w for p in runs.executables for w in ("--allow", p)), *(w for p in keep for w in ("--exec", p))]
         argv = (python, "-I", "-S", str(PIN), *options, "--seccomp", PIN_FILTER, "--", *argv)
+    gaps = launcher_gaps(command, env["PATH"], [m.path for m in launchers])
     if jail.network == "allowlist":
         argv, relaying = relayed(argv, python, home, host_path)
         launchers += relaying
@@ -162,8 +169,8 @@ def jail_spec(
         egress_socket=egress_socket,
         pinned=dict(pinned or {}),
         exec_closure=closure,
-        hidden=_hidden([*jail.read_only, *jail.read_write, *(m.path for m in launchers)], own),
-        gaps=tuple(launcher_gaps(command, env["PATH"], [m.path for m in launchers])),
+        hidden=_hidden([*jail.read_only, *jail.read_write, *(m.path for m in launchers)], private),
+        gaps=tuple(gaps),
     )
     return spec, launchers
 
@@ -198,17 +205,23 @@ def own_paths(config: Config, state: Path, source: Path | None, runtime: Path | 
     return (*([source] if source else []), config.audit_file(state), state, *([runtime] if runtime else []))
 
 
-def _private_paths(own: Sequence[Path]) -> list[Path]:
-    """What no server may see: Cellblock's own directories and files (of its cache, only what a
-    server is granted: its own package cache), and the user's session directory."""
-    session = [os.environ.get("XDG_RUNTIME_DIR", ""), f"/run/user/{os.getuid()}"]
-    return [*own_dirs(), default_config_path(), *own, *(Path(s) for s in session if s)]
+def _private_paths(own: Sequence[Path]) -> dict[str, str]:
+    """What no server may see, each with what it is: Cellblock's own directories and files (of its
+    cache, only what a server is granted: its own package cache), the user's session directory and
+    the sockets of the session and the machine (`sandbox/sockets.py`), all as real paths."""
+    mine = "Cellblock's own (its config, state, cache, data, sockets or audit log)"
+    private = [(str(p), mine) for p in [*own_dirs(), default_config_path(), *own]]
+    private += [(s.path, s.why) for s in host_sockets()]
+    found: dict[str, str] = {}
+    for path, why in private:
+        found.setdefault(os.path.realpath(path), why)
+    return found
 
 
-def _refuse_own_grants(name: str, jail: JailConfig, own: Sequence[Path]) -> None:
-    """A grant of what `_hidden` would hide (a jail shows a grant whole) is refused, not emptied."""
+def _refuse_own_grants(name: str, jail: JailConfig, private: Mapping[str, str]) -> None:
+    """A grant of what `_hidden` would hide (a jail shows a grant whole) is refused, not emptied;
+    so is a grant that is a socket, whatever listens on it."""
     cache = os.path.realpath(user_cache_path("cellblock"))
-    private = [os.path.realpath(p) for p in _private_paths(own)]
     for key, paths in (("read_only", jail.read_only), ("read_write", jail.read_write)):
         for path in paths:
             real = os.path.realpath(path)
@@ -218,24 +231,37 @@ def _refuse_own_grants(name: str, jail: JailConfig, own: Sequence[Path]) -> None
                     "server's package cache; grant the server's own directory inside it"
                 )
             held = next((p for p in private if within(real, p) and p != cache), None)
+            why = private[held] if held is not None else "a Unix socket, a way into the program that listens on it"
+            if held is None and _is_socket(real):
+                held = real
             if held is not None:
                 where = held if real == held else f"inside {held}"
+                fix = "grant another directory" if os.path.isdir(held) else f"remove it from jail.{key}"
                 raise JailError(
-                    f"server '{name}': jail.{key} path {path} is {where}, which Cellblock keeps from every "
-                    "server (its state, config, sockets and audit log, and your session's D-Bus, which "
-                    "reaches the keyring); grant another directory"
+                    f"server '{name}': jail.{key} path {path} is {where}: {why}, which Cellblock keeps from "
+                    f"every server; {fix}"
                 )
 
 
-def _hidden(shared: Sequence[str], own: Sequence[Path]) -> tuple[str, ...]:
-    """Where, in the jail, the shared directories show what no server may see: each such path at
-    the place the jail shows it, which for a grant given through a symlink is not its real path."""
-    found = {os.path.realpath(p) for p in _private_paths(own) if os.path.lexists(p)}
-    hidden: set[str] = set()
+def _is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _hidden(shared: Sequence[str], private: Mapping[str, str]) -> dict[str, str]:
+    """Where, in the jail, the shared directories show what no server may see, with what it is:
+    each such path at the place the jail shows it, which for a grant given through a symlink is not
+    its real path."""
+    found = {p: why for p, why in private.items() if os.path.lexists(p)}
+    hidden: dict[str, str] = {}
     for path in shared:
         real = os.path.realpath(path)
-        hidden |= {os.path.normpath(os.path.join(path, os.path.relpath(p, real))) for p in found if within(p, real)}
-    return tuple(sorted(hidden))
+        for p, why in found.items():
+            if within(p, real):
+                hidden.setdefault(os.path.normpath(os.path.join(path, os.path.relpath(p, real))), why)
+    return dict(sorted(hidden.items()))
 
 
 def granted_roots(server: LocalServer) -> list[str]:
@@ -357,7 +383,17 @@ def stdio_parameters(plan: LaunchPlan) -> StdioServerParameters:
     )
 
 
-def tell_limits(name: str, limits: LimitPlan) -> None:
+def tell_jail(name: str, plan: LaunchPlan) -> None:
+    """Say, at a server's first start, what its jail keeps from it though its grants hold it (as a
+    warning: the grant is wider than it works), and how its limits are enforced."""
+    hidden = [f"{m.path} ({m.why})" for m in plan.mounts if m.mode is MountMode.HIDDEN]
+    if hidden:
+        logger.warning("server '%s': its jail keeps from it what its grants hold: %s", name, "; ".join(hidden))
+    if plan.limits is not None:
+        _tell_limits(name, plan.limits)
+
+
+def _tell_limits(name: str, limits: LimitPlan) -> None:
     """Say how a server's jail limits are enforced here, as a warning where not for the jail as a whole."""
     how = limits.enforcement
     weak = [f"{key} {m.how}" for key, m in (("processes:", how.processes), ("memory:", how.memory)) if not m.whole]

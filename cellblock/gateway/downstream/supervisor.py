@@ -47,7 +47,7 @@ from cellblock.gateway.downstream.connection import (
 )
 from cellblock.gateway.downstream.httpwatch import HttpWatch
 from cellblock.gateway.downstream.keys import ServerKeys
-from cellblock.gateway.downstream.launch import launch_plan, stdio_parameters, tell_limits
+from cellblock.gateway.downstream.launch import launch_plan, stdio_parameters, tell_jail
 from cellblock.gateway.downstream.learning import learning
 from cellblock.gateway.downstream.listing import Listing, fetch_listing
 from cellblock.gateway.downstream.local import LocalChannel, local_transport
@@ -156,7 +156,7 @@ class Downstream:
     _restart_reason: str | None = None  # why the gateway ended the current connection itself
     _ran: bool = False  # the current run was ready: its end is an exit to tell
     _words: str = ""  # the last lines the server wrote to stderr, as put into `error`
-    _limits_told = False  # the log said once how the jail's limits are enforced
+    _jail_told = False  # the log said once what the jail keeps from the server and how its limits are enforced
     _garbage = 0  # messages that were not valid MCP, in this run
     _garbage_log: Budget = field(default_factory=lambda: Budget(rate=1.0, burst=20.0))
     questions: Questions = field(init=False)
@@ -428,7 +428,7 @@ class Downstream:
             # off the event loop: building a jail looks at the disk (an installed tree is checked file by file)
             build = functools.partial(launch_plan, self.name, self.config, egress_socket, private, values, self.limits)
             plan = learning(await anyio.to_thread.run_sync(build, self.own), self.name, self.config, self.learn_in)
-            self._tell_limits(plan)
+            self._tell_jail(plan)
             if sys.platform == "win32":  # no process groups: the SDK's transport, and no fast path
                 return stdio_client(stdio_parameters(plan), errlog=sys.stderr)
             self.channel = LocalChannel(
@@ -445,10 +445,10 @@ class Downstream:
         self._watch = HttpWatch()
         return await remote_transport(self.name, self.config, self.keys, self._watch, self.max_message)
 
-    def _tell_limits(self, plan: LaunchPlan) -> None:
-        if plan.limits is not None and not self._limits_told:
-            self._limits_told = True
-            tell_limits(self.name, plan.limits)
+    def _tell_jail(self, plan: LaunchPlan) -> None:
+        if not self._jail_told:
+            self._jail_told = True
+            tell_jail(self.name, plan)
 
     # -- what the server sends us ----------------------------------------------------------
 

@@ -24,7 +24,7 @@ from mcp import MCPError
 
 from cellblock.gateway.config.model import Config, LocalServer
 from cellblock.gateway.downstream.connection import gateway_client
-from cellblock.gateway.downstream.launch import launch_plan, own_paths
+from cellblock.gateway.downstream.launch import launch_plan, own_paths, tell_jail
 from cellblock.gateway.downstream.local import LocalChannel, local_transport
 from cellblock.gateway.scan.scratch import ScanError, Scratch
 from cellblock.policy.hosts import parse_rule
@@ -140,6 +140,7 @@ async def scan_run(
     egress = str(runtime / f"scan-{os.getpid()}-{name}.sock") if jail.network == "allowlist" else None
     private = scratch.root / "private"
     plan = launch_plan(name, server, egress, private, None, config.limits_of(name), own, jail_home=str(scratch.home))
+    tell_jail(name, plan)
     output = scratch.root / "trace"
     plan = replace(plan, argv=traced(plan.argv, str(output), strace))
     decisions: list[Event] = []

@@ -32,6 +32,10 @@ did, 2 on a bad spec. Kinds and their fields (``target`` is always a string):
   Through if it ran.
 - ``dbus``: target=D-Bus address or socket path ("" for the defaults), optional ``abstract``=[names].
   Through if any candidate socket accepted a connection.
+- ``unix``: target=a Unix socket's path, or ``@name`` for an abstract one, optional ``send``=text.
+  Through if it accepted a connection; ``amount`` is the bytes it answered.
+- ``ssh_agent``: target=an ssh-agent's socket (path or ``@name``). Asks for the keys it holds.
+  Through if it answered; ``amount`` is how many keys it listed.
 - ``processes``: optional ``pid``. Through if /proc shows that PID or too many foreign sessions.
 - ``capabilities``: through if CapEff is non-zero.
 - ``userns``: through if unshare(CLONE_NEWUSER) succeeds (tried in a forked child).
@@ -59,7 +63,7 @@ from __future__ import annotations
 from .attempt import Attempt
 from .files import host_processes, list_dir, read_file, write_file
 from .hogs import fork_bomb, memory_hog
-from .network import connect, control_socket, dbus, resolve
+from .network import connect, control_socket, dbus, resolve, ssh_agent, unix_socket
 from .privileges import (
     KEYCTL_SYSCALL,
     capabilities,
@@ -97,6 +101,8 @@ __all__ = [
     "remount_rw",
     "resolve",
     "run_spec",
+    "ssh_agent",
     "sysctl",
+    "unix_socket",
     "write_file",
 ]

@@ -1,21 +1,37 @@
-"""Attempts to reach out: a TCP connection, a name lookup, the gateway's control socket, D-Bus."""
+"""Attempts to reach out: a TCP connection, a name lookup, the gateway's control socket, D-Bus, any
+Unix socket (an ssh-agent's, by its own protocol)."""
 
 from __future__ import annotations
 
 import json
 import os
 import socket
+import struct
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 from .attempt import Attempt, error_label, never_raises
 
-__all__ = ["CONNECT_TIMEOUT", "RESOLVE_TIMEOUT", "connect", "control_socket", "dbus", "host_port", "resolve"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "RESOLVE_TIMEOUT",
+    "connect",
+    "control_socket",
+    "dbus",
+    "host_port",
+    "resolve",
+    "ssh_agent",
+    "unix_socket",
+]
 
 # Bounded waits: a jail that drops packets must not stall a probe run.
 CONNECT_TIMEOUT = 3.0  # seconds for one TCP or Unix-socket connect
 RESOLVE_TIMEOUT = 5.0  # seconds for getaddrinfo; glibc's own retry schedule can run far longer
+# What a Unix-socket attempt reads of an answer at most.
+ANSWER_BYTES = 65536
+# The ssh-agent protocol (draft-miller-ssh-agent): ask for the identities, and the answer's type.
+AGENTC_REQUEST_IDENTITIES, AGENT_IDENTITIES_ANSWER = 11, 12
 
 
 def host_port(target: str) -> tuple[str, int]:
@@ -163,3 +179,57 @@ def dbus(address: str = "", abstract: Sequence[str] = (), timeout: float = CONNE
         finally:
             sock.close()
     return Attempt("dbus", address or "(default buses)", through, "; ".join(results))
+
+
+def _unix_address(target: str) -> str:
+    """A socket address: a path, or ``@name`` for an abstract socket (a leading NUL)."""
+    return "\0" + target[1:] if target.startswith("@") else target
+
+
+def _exchange(target: str, request: bytes, timeout: float) -> bytes:
+    """Connect to the Unix socket `target`, send `request` (if any) and read the answer, up to
+    `ANSWER_BYTES`, until the listener closes or pauses for `timeout`.
+
+    Raises:
+        OSError: the connection was refused (the reason the jail stops it).
+    """
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(_unix_address(target))
+        if request:
+            sock.sendall(request)
+        answer = b""
+        try:
+            while len(answer) < ANSWER_BYTES:
+                chunk = sock.recv(ANSWER_BYTES - len(answer))
+                if not chunk:
+                    break
+                answer += chunk
+        except OSError:
+            pass  # a pause (socket.timeout, not TimeoutError before 3.10) or a reset: it said what it said
+    return answer
+
+
+@never_raises("unix")
+def unix_socket(target: str, send: str = "", timeout: float = CONNECT_TIMEOUT) -> Attempt:
+    """Connect to the Unix socket `target` (a path, or ``@name`` for an abstract one), send `send`
+    and read what the listener answers. Through if it accepted; `amount` is the bytes it gave."""
+    try:
+        answer = _exchange(target, send.encode(), timeout)
+    except OSError as exc:
+        return Attempt("unix", target, False, f"connect: {error_label(exc)}")
+    return Attempt("unix", target, True, f"connected; it answered {len(answer)} byte(s)", len(answer))
+
+
+@never_raises("ssh_agent")
+def ssh_agent(target: str, timeout: float = CONNECT_TIMEOUT) -> Attempt:
+    """Ask the ssh-agent at `target` (``SSH_AUTH_SOCK``; a path or ``@name``) for the keys it holds.
+    Through if it answered; `amount` is how many keys it listed (it would sign with each)."""
+    try:
+        answer = _exchange(target, struct.pack(">IB", 1, AGENTC_REQUEST_IDENTITIES), timeout)
+    except OSError as exc:
+        return Attempt("ssh_agent", target, False, f"connect: {error_label(exc)}")
+    if len(answer) < 9 or answer[4] != AGENT_IDENTITIES_ANSWER:
+        return Attempt("ssh_agent", target, True, f"connected; {len(answer)} byte(s) that list no keys", 0)
+    (count,) = struct.unpack(">I", answer[5:9])
+    return Attempt("ssh_agent", target, True, f"the agent listed {count} key(s)", count)

@@ -15,7 +15,7 @@ from typing import Any
 from .attempt import Attempt
 from .files import WRITE_TEXT, host_processes, list_dir, read_file, write_file
 from .hogs import FORK_CEILING, MEMORY_STEP, fork_bomb, memory_hog
-from .network import connect, control_socket, dbus, host_port, resolve
+from .network import connect, control_socket, dbus, host_port, resolve, ssh_agent, unix_socket
 from .privileges import capabilities, keyring, new_user_namespace, privileges, remount_rw, sysctl
 from .programs import exec_binary, load_copy, memfd_exec
 
@@ -70,11 +70,13 @@ KINDS = (
     "memory",
     "sysctl",
     "control",
+    "unix",
+    "ssh_agent",
 )
 _NEEDS_TARGET = frozenset(
     {
         *("read", "list", "write", "connect", "resolve", "remount", "privileges", "keyring"),
-        *("load_copy", "memfd_exec", "sysctl", "control"),
+        *("load_copy", "memfd_exec", "sysctl", "control", "unix", "ssh_agent"),
     }
 )
 
@@ -109,6 +111,13 @@ def _bind(kind: str, entry: dict[str, Any]) -> Callable[[], Attempt]:
     if kind == "dbus":
         abstract = _strs(entry, "abstract")
         return lambda: dbus(target, abstract)
+    if kind == "unix":
+        send = entry.get("send", "")
+        if not isinstance(send, str):
+            raise ValueError(f"'send' must be a string (got {send!r})")
+        return lambda: unix_socket(target, send)
+    if kind == "ssh_agent":
+        return lambda: ssh_agent(target)
     if kind == "processes":
         pid = _pid(entry)
         return lambda: host_processes(pid)

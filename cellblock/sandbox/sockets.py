@@ -1,0 +1,208 @@
+"""The host's Unix sockets no jail may reach, and how each kind is kept from one.
+
+A Unix socket is a door into the program that listens on it, with that program's rights: the
+session bus reaches the keyring (every secret Cellblock holds), an ssh-agent signs with your keys,
+X11 shows your screen and types into your windows, Docker's socket is root on the machine. A jail
+that shows a directory shows the sockets in it, so:
+
+- **Path sockets** (a file) are found here, each with what it is: those the session's environment
+  names (`DBUS_SESSION_BUS_ADDRESS`, `SSH_AUTH_SOCK`, `DISPLAY`, `WAYLAND_DISPLAY`, `DOCKER_HOST`,
+  `CONTAINER_HOST`, `GPG_AGENT_INFO`, `PULSE_SERVER`), the places they are kept whatever the
+  environment says (a client may start the gateway with little more than `HOME` and `PATH`): the
+  session's runtime directory, X11's and ICE's socket directories in `/tmp`, Docker's, Podman's, the
+  system bus, GnuPG's and OpenSSH's agent sockets in the home; and every socket bound to a path in
+  this network namespace (`/proc/net/unix`), which is how a bus `dbus-launch` put in `/tmp` or an
+  agent's `/tmp/ssh-*/agent.*` is found when nothing names it. The gateway hides each one inside
+  what a jail shares (`gateway/downstream/launch.py`: a directory shown empty, a socket as
+  `/dev/null`) and refuses a grant of one.
+
+What this cannot see: a socket made (or made again) inside a grant after the jail started; one
+bound in another network namespace (a container's, another jail's) that nothing names.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote
+
+__all__ = [
+    "NET_UNIX",
+    "HostSocket",
+    "bound_sockets",
+    "bus_paths",
+    "host_sockets",
+    "named_sockets",
+    "socket_kind",
+]
+
+# Every socket of this network namespace, with the path it was bound to (Linux).
+NET_UNIX = Path("/proc/net/unix")
+
+_BUS = "a D-Bus bus, which reaches the keyring and every secret Cellblock holds"
+_AGENT = "an ssh-agent's socket, which signs with your SSH keys"
+_X11 = "an X11 display, which shows your screen and types into your windows"
+_DOCKER = "Docker's socket, which is root on this machine"
+# What a socket is, by where programs put it (fnmatch patterns on the path; the first match names it).
+KINDS = (
+    ("*/bus", _BUS),
+    ("*/dbus-*", _BUS),
+    ("/run/dbus/system_bus_socket", "the system D-Bus bus, which reaches the machine's services"),
+    ("*/ssh-*/agent.*", _AGENT),
+    ("*/.ssh/agent/*", _AGENT),
+    ("*/S.gpg-agent*", "GnuPG's agent, which decrypts and signs with your keys"),
+    ("*/keyring/*", "the keyring's own socket"),
+    ("*docker.sock", _DOCKER),
+    ("*/podman.sock", "Podman's socket, which runs containers as you"),
+    ("/tmp/.X11-unix/*", _X11),
+    ("*/wayland-*", "a Wayland display, which shows your windows"),
+    ("*/pulse/native", "PulseAudio's socket, which records from the microphone"),
+    ("*/pipewire-*", "PipeWire's socket, which records the screen and the microphone"),
+)
+_ANY = "a Unix socket a program on this machine listens on"
+_RUNTIME = (
+    "your session's runtime directory: the session bus (which reaches the keyring), the keyring's, "
+    "the ssh-agent's, GnuPG's, Wayland's and Docker's sockets"
+)
+# Directories that hold sockets and nothing else, shown empty: (path, what is in it).
+SOCKET_DIRS = (
+    ("/tmp/.X11-unix", "X11's sockets, which show your screen and type into your windows"),
+    ("/tmp/.ICE-unix", "the session manager's (ICE) sockets"),
+)
+# Sockets at fixed places (a `~` is the home), with globs for those named per agent or per user.
+SOCKET_FILES = (
+    "/run/docker.sock",
+    "/var/run/docker.sock",
+    "/run/podman/podman.sock",
+    "/run/dbus/system_bus_socket",
+    "~/.docker/run/docker.sock",
+    "~/.docker/desktop/docker.sock",
+    "~/.gnupg/S.*",
+    "~/.ssh/agent/*",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HostSocket:
+    """A socket, or a directory of them, that no jail may reach, and what it is (for messages)."""
+
+    path: str
+    why: str
+
+
+def socket_kind(path: str) -> str:
+    """What the socket at `path` is, by where it lies."""
+    return next((why for pattern, why in KINDS if fnmatch.fnmatchcase(path, pattern)), _ANY)
+
+
+def host_sockets(
+    env: Mapping[str, str] | None = None, home: str | None = None, net_unix: Path = NET_UNIX
+) -> list[HostSocket]:
+    """Every socket (and socket directory) of the user's session and the machine that exists now,
+    each once (the first reason found is kept): named by the environment, at the usual places, and
+    bound to a path in this network namespace."""
+    env = os.environ if env is None else env
+    home = home or env.get("HOME") or os.path.expanduser("~")
+    runtime = [env.get("XDG_RUNTIME_DIR", ""), f"/run/user/{os.getuid()}"]
+    found = [HostSocket(d, _RUNTIME) for d in runtime]
+    found += [*named_sockets(env), *(HostSocket(d, why) for d, why in SOCKET_DIRS)]
+    places = [p for place in SOCKET_FILES for p in _expand(home + place[1:] if place[0] == "~" else place)]
+    found += [HostSocket(p, socket_kind(p)) for p in [*places, *bound_sockets(net_unix)]]
+    seen: dict[str, HostSocket] = {}
+    for item in found:
+        # a relative path in a variable names no place a jail shows
+        if item.path.startswith("/") and os.path.lexists(item.path):
+            seen.setdefault(os.path.normpath(item.path), item)
+    return list(seen.values())
+
+
+def named_sockets(env: Mapping[str, str]) -> list[HostSocket]:
+    """The sockets the session's environment names, each with the variable that names it (whether
+    or not they exist)."""
+    found = [
+        HostSocket(p, f"{_BUS} (DBUS_SESSION_BUS_ADDRESS)") for p in bus_paths(env.get("DBUS_SESSION_BUS_ADDRESS", ""))
+    ]
+    if env.get("SSH_AUTH_SOCK", "").startswith("/"):
+        found.append(HostSocket(env["SSH_AUTH_SOCK"], f"{_AGENT} (SSH_AUTH_SOCK)"))
+    display = env.get("DISPLAY", "")
+    if display.startswith("/"):  # macOS's XQuartz: the socket's path, ":0" and all
+        found.append(HostSocket(display, f"{_X11} (DISPLAY)"))
+    elif display.partition(":")[0] in ("", "unix") and display.partition(":")[2]:
+        number = display.partition(":")[2].partition(".")[0]
+        found.append(HostSocket(f"/tmp/.X11-unix/X{number}", f"{_X11} (DISPLAY)"))
+    wayland = env.get("WAYLAND_DISPLAY", "")
+    runtime = env.get("XDG_RUNTIME_DIR", "")
+    if wayland.startswith("/") or (wayland and runtime.startswith("/")):
+        found.append(HostSocket(os.path.join(runtime, wayland), "a Wayland display (WAYLAND_DISPLAY)"))
+    for variable, why in (("DOCKER_HOST", _DOCKER), ("CONTAINER_HOST", "Podman's socket, which runs containers")):
+        scheme, _, path = env.get(variable, "").partition("://")
+        if scheme == "unix" and path.startswith("/"):
+            found.append(HostSocket(path, f"{why} ({variable})"))
+    gpg = env.get("GPG_AGENT_INFO", "").partition(":")[0]
+    if gpg.startswith("/"):
+        found.append(HostSocket(gpg, "GnuPG's agent (GPG_AGENT_INFO)"))
+    for server in env.get("PULSE_SERVER", "").split():
+        path = server.removeprefix("unix:")
+        if path.startswith("/"):
+            found.append(HostSocket(path, "PulseAudio's socket (PULSE_SERVER)"))
+    return found
+
+
+def bus_paths(address: str) -> list[str]:
+    """The socket files a D-Bus address leads to: each `unix:path=`, and for `unix:dir=` and
+    `unix:tmpdir=` (where the bus makes a `dbus-*` socket of a random name) those there now.
+    Values are unescaped as D-Bus escapes them (`%2d`); `abstract=` names no file."""
+    found: list[str] = []
+    for entry in address.split(";"):
+        transport, _, fields = entry.partition(":")
+        if transport != "unix":
+            continue
+        keys = dict(field.partition("=")[::2] for field in fields.split(","))
+        if keys.get("path"):
+            found.append(unquote(keys["path"]))
+        for key in ("dir", "tmpdir"):
+            if keys.get(key):
+                found += _expand(os.path.join(unquote(keys[key]), "dbus-*"))
+    return found
+
+
+def _expand(path: str) -> list[str]:
+    """`path`, or with a `*` in its last part the entries of its directory that match it now."""
+    directory, pattern = os.path.split(path)
+    if "*" not in pattern:
+        return [path]
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(os.path.join(directory, name) for name in fnmatch.filter(names, pattern))
+
+
+def bound_sockets(net_unix: Path = NET_UNIX) -> list[str]:
+    """Every path a socket of this network namespace is bound to and that is a socket now (a
+    listener, or a datagram socket a program receives on), from `/proc/net/unix` (none elsewhere).
+
+    The kernel writes the path as it was bound: one bound by a relative path, or through
+    `/proc/self/fd`, names no place; one removed since may now name another file, and a path with
+    a newline in it can pass for another line. So only an absolute path that is a socket file now
+    is taken."""
+    try:
+        lines = net_unix.read_text(errors="surrogateescape").splitlines()[1:]
+    except OSError:
+        return []
+    found: list[str] = []
+    for line in lines:
+        fields = line.split(maxsplit=7)
+        path = fields[7] if len(fields) == 8 else ""
+        if not path.startswith("/") or path.startswith("/proc/"):
+            continue  # abstract (@name), unnamed, relative, or a descriptor's path
+        try:
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                found.append(path)
+        except (OSError, ValueError):
+            continue
+    return sorted(set(found))

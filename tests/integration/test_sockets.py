@@ -1,0 +1,266 @@
+"""A Unix socket inside a grant.
+
+A grant that held the session bus (`dbus-launch` puts it in /tmp) or an ssh-agent's socket let a
+server read every secret of the keyring, the HTTP token among them, and list the agent's keys. Each
+jail now shows every socket of the session and the machine that a grant holds as /dev/null
+(`sandbox/sockets.py`, `launch._hidden`). The attacks run through a real
+`cellblock serve` against a real private bus with gnome-keyring and a real ssh-agent holding a key;
+the controls are the same reads from an unjailed server and from the same jail without the mask.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import keyring
+import pytest
+
+from cellblock.gateway.config.model import LocalServer
+from cellblock.gateway.credentials import SERVICE
+from cellblock.gateway.downstream.launch import jail_spec
+from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap
+from cellblock.sandbox.spawn import run_plan
+from tests.integration.conftest import cli, gateway, write_config
+
+pytestmark = [pytest.mark.anyio, pytest.mark.jail]
+
+SERVERS = Path(__file__).resolve().parents[1] / "servers"
+HOSTILE = SERVERS / "hostile.py"
+SANDBOX = Path(__file__).resolve().parents[2] / "cellblock" / "sandbox"
+CODE = [str(SERVERS), str(SANDBOX)]
+PLANTED_KEY = "cellblock-planted-key"
+# what a stand-in listener gives whoever connects
+GIFT = b"planted-by-the-test"
+# a jail's one run of the reader below; it starts in well under a second
+RUN_SECONDS = 60
+# Run in a jail by the tests' Python: the hostile server's own reads, printed as JSON.
+READER = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import hostile
+reads = [hostile.secret_service(sys.argv[2], sys.argv[3]), hostile.ssh_agent(sys.argv[4])]
+print(json.dumps([r.structured_content for r in reads]))
+"""
+
+
+def _outcome(result: Any) -> dict[str, Any]:
+    assert not result.is_error and result.structured_content is not None, result
+    outcome: dict[str, Any] = result.structured_content
+    return outcome
+
+
+def bus_socket(address: str) -> Path:
+    """The socket file of a `unix:path=` D-Bus address."""
+    fields = dict(f.partition("=")[::2] for f in address.removeprefix("unix:").split(","))
+    return Path(fields["path"])
+
+
+@pytest.fixture
+def planted(keyring_env: Mapping[str, str]) -> Iterator[str]:
+    """A secret Cellblock holds in the (private) keyring, as `cellblock auth set` keeps one."""
+    entry, value = f"planted-{uuid.uuid4().hex[:8]}", f"secret-{uuid.uuid4().hex}"
+    keyring.set_password(SERVICE, entry, value)
+    try:
+        yield value
+    finally:
+        keyring.delete_password(SERVICE, entry)
+
+
+@pytest.fixture
+def agent() -> Iterator[Path]:
+    """A real ssh-agent holding one key, listening in a directory of its own in /tmp, as ssh-agent does."""
+    if shutil.which("ssh-agent") is None or shutil.which("ssh-add") is None:
+        pytest.skip("no ssh-agent here: install openssh-client")
+    with tempfile.TemporaryDirectory(prefix="ssh-", dir="/tmp") as directory:
+        sock, key = Path(directory) / "agent.1", Path(directory) / "key"
+        keygen = ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", PLANTED_KEY, "-f", str(key)]
+        subprocess.run(keygen, check=True, timeout=30)
+        process = subprocess.Popen(
+            ["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+        )
+        try:
+            assert process.stdout is not None
+            process.stdout.readline()  # it tells its address once it listens (or ends, and says nothing)
+            assert sock.is_socket(), "ssh-agent did not start"
+            env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
+            subprocess.run(["ssh-add", "-q", str(key)], env=env, check=True, timeout=30, capture_output=True)
+            yield sock
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
+
+
+class Listener:
+    """A Unix socket that gives `GIFT` to whoever connects: a stand-in for a service on the host."""
+
+    def __init__(self, address: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(address)
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.accepted = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.accepted += 1
+            with conn:
+                conn.sendall(GIFT)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
+
+
+@pytest.fixture
+def short() -> Iterator[Path]:
+    """A directory standing for /tmp, with a path short enough for a socket."""
+    with tempfile.TemporaryDirectory(prefix="cb-grant-", dir="/tmp") as directory:
+        yield Path(directory)
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["named-by-the-environment", "as-a-desktop-client-starts-it"])
+async def test_a_server_whose_grant_holds_the_session_bus_and_an_agent_reads_no_secret_and_lists_no_key(
+    tmp_path: Path, keyring_env: Mapping[str, str], planted: str, agent: Path, named: bool
+) -> None:
+    """The grant holds the directory of a bus (where the tests' private Secret Service listens, as
+    dbus-launch's does in /tmp) and the agent's. Named by the gateway's environment or not (a
+    desktop client starts it with little more than HOME and PATH), both are masked."""
+    address = keyring_env["DBUS_SESSION_BUS_ADDRESS"]
+    bus = bus_socket(address)
+    control = bus.parent / "run" / "keyring" / "control"  # gnome-keyring's own, beside the bus
+    assert control.is_socket()
+    env = {"HOME": str(Path.home())} | ({**keyring_env, "SSH_AUTH_SOCK": str(agent)} if named else {})
+    hostile = {"command": sys.executable, "args": [str(HOSTILE)]}
+    servers = {
+        "jailed": hostile | {"jail": {"read_only": [*CODE, str(bus.parent), str(agent.parent)]}},
+        "loose": hostile | {"jail": False},
+    }
+    log = tmp_path / "gateway.log"
+    reads = {"address": address, "looking_for": planted}
+    async with gateway(write_config(tmp_path, servers), tmp_path / "state", env=env, stderr=log) as client:
+        # the honest control: without a jail the same reads get the secret and the key
+        stolen = _outcome(await client.call_tool("loose__secret_service", reads))
+        assert stolen["got_through"] and stolen["amount"] >= 1, stolen
+        listed = _outcome(await client.call_tool("loose__ssh_agent", {"target": str(agent)}))
+        assert listed["got_through"] and listed["amount"] == 1, listed
+        given = _outcome(await client.call_tool("loose__unix_socket", {"target": str(control)}))
+        assert given["got_through"], given
+        # the jailed server sees the sockets in its grant, as /dev/null: nothing answers
+        stolen = _outcome(await client.call_tool("jailed__secret_service", reads))
+        assert not stolen["got_through"] and "ECONNREFUSED" in stolen["detail"] and stolen["amount"] is None, stolen
+        listed = _outcome(await client.call_tool("jailed__ssh_agent", {"target": str(agent)}))
+        assert not listed["got_through"] and "ECONNREFUSED" in listed["detail"], listed
+        given = _outcome(await client.call_tool("jailed__unix_socket", {"target": str(control)}))
+        assert not given["got_through"] and "ECONNREFUSED" in given["detail"], given
+    told = log.read_text()
+    assert "server 'jailed': its jail keeps from it what its grants hold" in told
+    assert f"{agent} (an ssh-agent's socket" in told and f"{bus} (a D-Bus bus" in told
+    assert ("(SSH_AUTH_SOCK)" in told) is named
+    assert planted not in told
+
+
+async def test_a_socket_made_or_made_again_inside_a_grant_after_the_jail_started_is_reached(
+    tmp_path: Path, short: Path
+) -> None:
+    """GAP: the mask is made when the jail starts. A socket made inside a grant after that, or made
+    again at the same path (an ssh-agent or a bus restarted: removing the old file takes the mask
+    with it), is reachable until the server's next start. No mount made at start can cover a file
+    that does not exist yet, and Landlock (up to ABI 7) has no rule on connecting to a path socket."""
+    before = Listener(str(short / "before.sock"))
+    hostile = {"command": sys.executable, "args": [str(HOSTILE)]}
+    servers = {"jailed": hostile | {"jail": {"read_only": [*CODE, str(short)]}}}
+    try:
+        async with gateway(write_config(tmp_path, servers), tmp_path / "state") as client:
+            masked = _outcome(await client.call_tool("jailed__unix_socket", {"target": str(short / "before.sock")}))
+            assert not masked["got_through"], masked
+            late = Listener(str(short / "late.sock"))
+            before.close()
+            (short / "before.sock").unlink()
+            again = Listener(str(short / "before.sock"))
+            try:
+                for name in ("late.sock", "before.sock"):
+                    reached = _outcome(await client.call_tool("jailed__unix_socket", {"target": str(short / name)}))
+                    assert reached["got_through"] and reached["amount"] == len(GIFT), (name, reached)
+            finally:
+                late.close()
+                again.close()
+    finally:
+        before.close()
+
+
+def _reader(grants: list[str]) -> LocalServer:
+    return LocalServer.model_validate(
+        {"command": sys.executable, "args": ["-c", READER], "jail": {"read_only": grants}}
+    )
+
+
+def test_the_same_jail_without_the_mask_reads_the_keyring_and_lists_the_agents_keys(
+    keyring_env: Mapping[str, str], planted: str, agent: Path
+) -> None:
+    """The honest control of the mask: the jail `launch_plan` builds for a grant that holds the bus
+    and the agent, run as it is and with nothing hidden. Only the mask stands between them."""
+    address = keyring_env["DBUS_SESSION_BUS_ADDRESS"]
+    server = _reader([*CODE, str(bus_socket(address).parent), str(agent.parent)])
+    assert server.jail is not False
+    spec, launchers = jail_spec("reader", server, server.jail)
+    assert {str(bus_socket(address)), str(agent)} <= set(spec.hidden)
+    args = (str(SERVERS), address, planted, str(agent))
+
+    def run(hidden: Mapping[str, str]) -> list[dict[str, Any]]:
+        jailed = replace(spec, argv=(*spec.argv, *args), hidden=hidden)
+        done = run_plan(bwrap_plan(jailed, launchers, check_bwrap()), RUN_SECONDS)
+        assert done.returncode == 0, done.stderr
+        reads: list[dict[str, Any]] = json.loads(done.stdout)
+        return reads
+
+    secrets, keys = run({})
+    assert secrets["got_through"] and keys["got_through"] and keys["amount"] == 1, (secrets, keys)
+    secrets, keys = run(spec.hidden)
+    assert not secrets["got_through"] and "ECONNREFUSED" in secrets["detail"], secrets
+    assert not keys["got_through"] and "ECONNREFUSED" in keys["detail"], keys
+
+
+def test_show_names_each_masked_socket_and_a_grant_of_one_is_refused(agent: Path, tmp_path: Path) -> None:
+    hostile = {"command": sys.executable, "args": [str(HOSTILE)]}
+    servers = {
+        "jailed": hostile | {"jail": {"read_only": [*CODE, str(agent.parent)]}},
+        "direct": hostile | {"jail": {"read_only": [*CODE, str(agent)]}},
+    }
+    config = write_config(tmp_path, servers)
+    env = {"SSH_AUTH_SOCK": str(agent), "CELLBLOCK_STATE_DIR": str(tmp_path / "state")}
+    done = cli(env, "show", "--config", str(config), "--json")
+    assert done.returncode == 0, done.stderr
+    shown = {s["name"]: s for s in json.loads(done.stdout)}
+    masked = [m for m in shown["jailed"]["mounts"] if m["path"] == str(agent)]
+    assert masked == [
+        {
+            "path": str(agent),
+            "mode": "hidden",
+            "why": "an ssh-agent's socket, which signs with your SSH keys (SSH_AUTH_SOCK): /dev/null in its place",
+        }
+    ]
+    assert shown["direct"]["jail"] == "cannot be built"
+    assert shown["direct"]["error"] == (
+        f"server 'direct': jail.read_only path {agent} is {agent}: an ssh-agent's socket, which signs with your "
+        "SSH keys (SSH_AUTH_SOCK), which Cellblock keeps from every server; remove it from jail.read_only"
+    )
