@@ -15,6 +15,10 @@ that shows a directory shows the sockets in it, so:
   agent's `/tmp/ssh-*/agent.*` is found when nothing names it. The gateway hides each one inside
   what a jail shares (`gateway/downstream/launch.py`: a directory shown empty, a socket as
   `/dev/null`) and refuses a grant of one.
+- **Abstract sockets** (a name in the network namespace, no file: X11's `@/tmp/.X11-unix/X0`, a
+  bus at `unix:abstract=`) are out of reach of a jail with a network namespace of its own
+  (`network: none`, `allowlist`); one that shares the host's (`network: open`) is put in a Landlock
+  domain scoped against them (`scope.py`, Landlock ABI 6, Linux 6.12), where the kernel has it.
 
 What this cannot see: a socket made (or made again) inside a grant after the jail started; one
 bound in another network namespace (a container's, another jail's) that nothing names.
@@ -30,9 +34,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
+from cellblock.sandbox.launchers import launcher_mounts
+from cellblock.sandbox.types import Mount, MountMode
+
 __all__ = [
+    "ABSTRACT_SCOPE_ABI",
     "NET_UNIX",
+    "SCOPE",
     "HostSocket",
+    "abstract_gap",
+    "abstract_scoped",
     "bound_sockets",
     "bus_paths",
     "host_sockets",
@@ -40,8 +51,12 @@ __all__ = [
     "socket_kind",
 ]
 
+# The Landlock ABI whose scope keeps a domain from the abstract Unix sockets made outside it.
+ABSTRACT_SCOPE_ABI = 6
 # Every socket of this network namespace, with the path it was bound to (Linux).
 NET_UNIX = Path("/proc/net/unix")
+# The launcher that puts a `network: open` jail in such a domain (run inside it).
+SCOPE = str(Path(__file__).resolve().with_name("scope.py"))
 
 _BUS = "a D-Bus bus, which reaches the keyring and every secret Cellblock holds"
 _AGENT = "an ssh-agent's socket, which signs with your SSH keys"
@@ -206,3 +221,24 @@ def bound_sockets(net_unix: Path = NET_UNIX) -> list[str]:
         except (OSError, ValueError):
             continue
     return sorted(set(found))
+
+
+def abstract_scoped(
+    argv: tuple[str, ...], python: str, home: str, host_path: str
+) -> tuple[tuple[str, ...], list[Mount]]:
+    """`argv` started by the scope launcher inside its jail (run by `python`, isolated from site
+    and home), which keeps it from every abstract Unix socket made outside it; and what the jail
+    must show for it."""
+    mounts = launcher_mounts(python, home, host_path, role="the gateway's Python, which runs the socket scope")
+    mounts.append(Mount(SCOPE, MountMode.READ_ONLY, "keeps the server from the host's abstract Unix sockets"))
+    return (python, "-I", "-S", SCOPE, "--", *argv), mounts
+
+
+def abstract_gap(name: str, abi: int) -> str:
+    """Why a `network: open` jail reaches the host's abstract sockets on this kernel, and what to do."""
+    have = f"Landlock ABI {abi}" if abi else "no Landlock"
+    return (
+        f"server '{name}' has network: open, which shares the host's network and with it every abstract Unix "
+        "socket the host listens on (X11's, a D-Bus bus at unix:abstract=): closing them needs Landlock ABI "
+        f"{ABSTRACT_SCOPE_ABI} (Linux 6.12 or newer), and this kernel has {have}; use network: allowlist or none"
+    )

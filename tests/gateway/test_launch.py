@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
 import socket
 import sys
 import tempfile
@@ -16,8 +17,10 @@ import pytest
 from cellblock.gateway.cli.probe import ESCAPE
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import LocalServer
+from cellblock.gateway.downstream import launch
 from cellblock.gateway.downstream.launch import PIN, granted_roots, jail_spec, launch_plan, tell_jail
-from cellblock.sandbox import escape, pin, sockets
+from cellblock.sandbox import escape, pin, scope, sockets
+from cellblock.sandbox.sockets import ABSTRACT_SCOPE_ABI, SCOPE, abstract_gap
 from cellblock.sandbox.types import JailError, MountMode
 
 NULL = "/dev/null in its place"
@@ -222,8 +225,9 @@ def test_an_allowed_program_a_writable_grant_holds_is_refused_unless_its_bytes_a
 
 
 def test_the_scripts_run_in_a_jail_are_the_sandbox_modules() -> None:
-    """The pin launcher and the escape probe are mounted into jails by path: a moved module must move it."""
+    """The pin and scope launchers and the escape probe are mounted into jails by path: a moved module must move it."""
     assert Path(pin.__file__).resolve() == PIN
+    assert Path(scope.__file__).resolve() == Path(SCOPE)
     assert Path(escape.__file__).resolve().parent == ESCAPE
 
 
@@ -296,14 +300,40 @@ def test_a_grant_of_a_socket_or_a_directory_of_them_is_refused_naming_what_it_is
         assert str(refusal.value) == f"server 's': jail.read_only path {path} {reason}"
 
 
+def test_an_open_network_jail_starts_in_the_abstract_socket_scope_or_says_it_cannot(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = server("    jail: {network: open}\n")
+    assert config.jail is not False
+    monkeypatch.setattr(launch, "landlock_abi", lambda: ABSTRACT_SCOPE_ABI)
+    spec, mounts = jail_spec("s", config, config.jail)
+    python = os.path.realpath(sys.executable)
+    assert spec.argv == (python, "-I", "-S", SCOPE, "--", sys.executable) and not spec.gaps
+    assert any(m.path == SCOPE for m in mounts)
+    # where the kernel has no such scope: no launcher, and said in show, doctor and the start log
+    monkeypatch.setattr(launch, "landlock_abi", lambda: ABSTRACT_SCOPE_ABI - 1)
+    spec, mounts = jail_spec("s", config, config.jail)
+    assert spec.argv == (sys.executable,) and not any(m.path == SCOPE for m in mounts)
+    assert spec.gaps == (abstract_gap("s", ABSTRACT_SCOPE_ABI - 1),)
+    assert "abstract Unix socket" in spec.gaps[0] and "use network: allowlist or none" in spec.gaps[0]
+    with caplog.at_level(logging.WARNING, logger="cellblock.gateway.downstream.launch"):
+        tell_jail("s", launch_plan("s", config))
+    assert spec.gaps[0] in caplog.text
+    # a jail of its own network has nothing to close
+    closed = server("    jail: {network: none}\n")
+    assert closed.jail is not False
+    assert jail_spec("s", closed, closed.jail)[0].argv == (sys.executable,)
+
+
 def test_on_macos_a_socket_a_grant_holds_is_denied_in_the_profile(
     session: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(sys, "platform", "darwin")
-    plan = launch_plan("s", server(f"    jail: {{read_only: ['{session}']}}\n"), private=tmp_path)
+    plan = launch_plan("s", server(f"    jail: {{read_only: ['{session}'], network: open}}\n"), private=tmp_path)
     defines = dict(plan.argv[i + 1].split("=", 1) for i in range(3, len(plan.argv) - 1, 2) if plan.argv[i] == "-D")
     hidden = {v for k, v in defines.items() if k.startswith("HIDDEN_")}
     agent = f"/private{session}/ssh-Ab12/agent.7"  # /tmp is /private/tmp there
     assert agent in hidden
     name = next(k for k, v in defines.items() if v == agent)
     assert f'(literal (param "{name}"))' in plan.argv[2]
+    assert SCOPE not in plan.argv  # macOS has no abstract sockets: its network rules refuse every Unix socket

@@ -1,9 +1,10 @@
-"""A Unix socket inside a grant.
+"""A Unix socket inside a grant, and the host's abstract sockets under `network: open`.
 
 A grant that held the session bus (`dbus-launch` puts it in /tmp) or an ssh-agent's socket let a
 server read every secret of the keyring, the HTTP token among them, and list the agent's keys. Each
 jail now shows every socket of the session and the machine that a grant holds as /dev/null
-(`sandbox/sockets.py`, `launch._hidden`). The attacks run through a real
+(`sandbox/sockets.py`, `launch._hidden`), and a `network: open` jail starts in a Landlock domain
+scoped against the host's abstract sockets (`sandbox/scope.py`). The attacks run through a real
 `cellblock serve` against a real private bus with gnome-keyring and a real ssh-agent holding a key;
 the controls are the same reads from an unjailed server and from the same jail without the mask.
 """
@@ -29,8 +30,11 @@ import pytest
 
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.credentials import SERVICE
-from cellblock.gateway.downstream.launch import jail_spec
+from cellblock.gateway.downstream import launch
+from cellblock.gateway.downstream.launch import jail_spec, launch_plan
 from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap
+from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.sockets import ABSTRACT_SCOPE_ABI
 from cellblock.sandbox.spawn import run_plan
 from tests.integration.conftest import cli, gateway, write_config
 
@@ -208,6 +212,29 @@ async def test_a_socket_made_or_made_again_inside_a_grant_after_the_jail_started
         before.close()
 
 
+async def test_an_open_network_server_reaches_none_of_the_hosts_abstract_sockets(tmp_path: Path) -> None:
+    """An abstract socket (X11's @/tmp/.X11-unix/X0, a bus at unix:abstract=) is no file a mount can
+    hide; `network: open` shares the namespace it lives in. The jail's Landlock scope refuses it."""
+    if landlock_abi() < ABSTRACT_SCOPE_ABI:
+        pytest.skip(f"this kernel has Landlock ABI {landlock_abi()}: see the GAP test below")
+    name = f"@cellblock-test-{uuid.uuid4().hex[:12]}"
+    listener = Listener("\0" + name[1:])
+    hostile = {"command": sys.executable, "args": [str(HOSTILE)]}
+    servers = {
+        "opened": hostile | {"jail": {"read_only": CODE, "network": "open"}},
+        "loose": hostile | {"jail": False},
+    }
+    try:
+        async with gateway(write_config(tmp_path, servers), tmp_path / "state") as client:
+            given = _outcome(await client.call_tool("loose__unix_socket", {"target": name}))
+            assert given["got_through"] and given["amount"] == len(GIFT), given  # the honest control
+            refused = _outcome(await client.call_tool("opened__unix_socket", {"target": name}))
+            assert not refused["got_through"] and "EPERM" in refused["detail"], refused
+    finally:
+        listener.close()
+    assert listener.accepted == 1  # the control's connection, and no other
+
+
 def _reader(grants: list[str]) -> LocalServer:
     return LocalServer.model_validate(
         {"command": sys.executable, "args": ["-c", READER], "jail": {"read_only": grants}}
@@ -238,6 +265,53 @@ def test_the_same_jail_without_the_mask_reads_the_keyring_and_lists_the_agents_k
     secrets, keys = run(spec.hidden)
     assert not secrets["got_through"] and "ECONNREFUSED" in secrets["detail"], secrets
     assert not keys["got_through"] and "ECONNREFUSED" in keys["detail"], keys
+
+
+def test_without_landlock_6_an_open_network_jail_reaches_the_hosts_abstract_sockets(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """GAP: on a kernel whose Landlock is older than ABI 6 (Linux before 6.12), or has none, a
+    `network: open` jail reaches every abstract socket the host listens on (X11's, a bus at
+    unix:abstract=); the server still starts, and `show`, `doctor` and the start log say so. Here:
+    the same jail planned as on such a kernel reaches it, and as this kernel allows it, does not."""
+    name = f"cellblock-test-{uuid.uuid4().hex[:12]}"
+    listener = Listener("\0" + name)
+    code = f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({chr(0) + name!r})\nprint(s.recv(64).decode())"
+    server = LocalServer.model_validate({"command": sys.executable, "args": ["-c", code], "jail": {"network": "open"}})
+    try:
+        if landlock_abi() >= ABSTRACT_SCOPE_ABI:
+            closed = run_plan(launch_plan("s", server), RUN_SECONDS)
+            assert closed.returncode != 0 and "PermissionError" in closed.stderr, closed
+        monkeypatch.setattr(launch, "landlock_abi", lambda: ABSTRACT_SCOPE_ABI - 1)
+        plan = launch_plan("s", server)
+        reached = run_plan(plan, RUN_SECONDS)
+        assert reached.returncode == 0 and reached.stdout.strip() == GIFT.decode(), reached
+        with caplog.at_level("WARNING"):
+            launch.tell_jail("s", plan)
+        assert "server 's' has network: open" in caplog.text and "Landlock ABI 6" in caplog.text
+    finally:
+        listener.close()
+
+
+def test_with_exec_allow_an_open_network_jail_is_scoped_and_still_runs_only_what_it_may() -> None:
+    """The scope launcher runs before the pin launcher: both hold."""
+    if landlock_abi() < ABSTRACT_SCOPE_ABI:
+        pytest.skip(f"this kernel has Landlock ABI {landlock_abi()}")
+    name = f"cellblock-test-{uuid.uuid4().hex[:12]}"
+    listener = Listener("\0" + name)
+    code = (
+        "import socket, subprocess\n"
+        "try:\n    subprocess.run(['/bin/sh', '-c', 'true'])\nexcept OSError as e:\n    print('sh:', e.errno)\n"
+        f"s = socket.socket(socket.AF_UNIX)\ns.connect({chr(0) + name!r})"
+    )
+    jail = {"network": "open", "exec": {"allow": [sys.executable]}}
+    server = LocalServer.model_validate({"command": sys.executable, "args": ["-c", code], "jail": jail})
+    try:
+        done = run_plan(launch_plan("s", server), RUN_SECONDS)
+    finally:
+        listener.close()
+    assert done.stdout.startswith("sh: ") and "PermissionError" in done.stderr, done
+    assert listener.accepted == 0
 
 
 def test_show_names_each_masked_socket_and_a_grant_of_one_is_refused(agent: Path, tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import socket
 import tempfile
 from collections.abc import Iterator
@@ -9,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from cellblock.sandbox import scope
 from cellblock.sandbox.sockets import bound_sockets, bus_paths, host_sockets, named_sockets, socket_kind
 
 
@@ -142,3 +145,19 @@ def test_with_nothing_in_the_environment_the_sessions_sockets_are_still_found(
     # what does not exist is not listed
     missing = "/tmp/ssh-nothing/agent.1"
     assert missing not in {s.path for s in host_sockets({"SSH_AUTH_SOCK": missing})}
+
+
+def test_the_scope_launcher_starts_nothing_when_the_kernel_refuses_the_scope(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def refused() -> None:
+        raise OSError(errno.EINVAL, "landlock_create_ruleset: Invalid argument")
+
+    def started(*args: object) -> None:
+        pytest.fail(f"the server was started: {args}")
+
+    monkeypatch.setattr(scope, "scope_abstract_sockets", refused)
+    monkeypatch.setattr(os, "execv", started)
+    assert scope.main(["--", "/bin/true"]) == scope.EXIT_CANNOT_START
+    assert "the host's abstract Unix sockets cannot be closed (landlock_create_ruleset" in capsys.readouterr().err
+    assert scope.main(["/bin/true"]) == scope.EXIT_CANNOT_START  # no "--": a usage error, nothing run

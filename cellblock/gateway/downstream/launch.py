@@ -30,7 +30,7 @@ from cellblock.sandbox.launchers import launcher_gaps, launcher_mounts, resolve_
 from cellblock.sandbox.limits import describe, limit_plan
 from cellblock.sandbox.pins import landlock_abi, verify_pins
 from cellblock.sandbox.seatbelt import seatbelt_executables, seatbelt_plan
-from cellblock.sandbox.sockets import host_sockets
+from cellblock.sandbox.sockets import ABSTRACT_SCOPE_ABI, abstract_gap, abstract_scoped, host_sockets
 from cellblock.sandbox.types import (
     Closure,
     JailError,
@@ -90,7 +90,9 @@ def jail_spec(
     calls), an egress socket of another server, the keyring, the locks or the config, nor a
     program that acts with the user's rights. A grant of or inside them is refused, except one
     inside Cellblock's cache (where a server's own package cache goes), which is shown; so is a
-    grant that is a socket.
+    grant that is a socket. With `network: open`, where the kernel allows it, the server starts in
+    a Landlock domain that keeps it from the host's abstract sockets (`sandbox/scope.py`);
+    elsewhere that gap is in `gaps`.
 
     Wrappers run inside the jail, outermost first, each by the gateway's own interpreter:
     with `network: allowlist` the egress relay (a loopback listener carrying each connection to
@@ -153,6 +155,13 @@ def jail_spec(
         argv, relaying = relayed(argv, python, home, host_path)
         launchers += relaying
         env["NODE_USE_ENV_PROXY"] = "1"  # Node 24's fetch uses the proxy variables only when asked
+    elif jail.network == "open" and sys.platform.startswith("linux"):  # macOS has no abstract sockets
+        abi = landlock_abi()
+        if abi >= ABSTRACT_SCOPE_ABI:
+            argv, scoping = abstract_scoped(argv, python, home, host_path)
+            launchers += scoping
+        else:
+            gaps.append(abstract_gap(name, abi))
     spec = JailSpec(
         name=name,
         argv=argv,
@@ -385,10 +394,13 @@ def stdio_parameters(plan: LaunchPlan) -> StdioServerParameters:
 
 def tell_jail(name: str, plan: LaunchPlan) -> None:
     """Say, at a server's first start, what its jail keeps from it though its grants hold it (as a
-    warning: the grant is wider than it works), and how its limits are enforced."""
+    warning: the grant is wider than it works), what it cannot close here, and how its limits are
+    enforced."""
     hidden = [f"{m.path} ({m.why})" for m in plan.mounts if m.mode is MountMode.HIDDEN]
     if hidden:
         logger.warning("server '%s': its jail keeps from it what its grants hold: %s", name, "; ".join(hidden))
+    if plan.network is Network.OPEN and plan.seccomp is not None and landlock_abi() < ABSTRACT_SCOPE_ABI:
+        logger.warning("%s", abstract_gap(name, landlock_abi()))
     if plan.limits is not None:
         _tell_limits(name, plan.limits)
 
