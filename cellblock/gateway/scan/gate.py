@@ -39,6 +39,7 @@ from cellblock.gateway.state import default_config_path, own_dirs
 from cellblock.gateway.terminal import printable
 from cellblock.policy.constraints import within
 from cellblock.policy.hosts import HostKind, HostRule, embedded_ipv4, is_ip, normalize_host, parse_rule
+from cellblock.sandbox.sockets import host_sockets
 
 __all__ = [
     "NotGrantable",
@@ -55,8 +56,6 @@ __all__ = [
 PATH_MAX = 4095
 NAME_MAX = 255
 SHOWN = 300  # characters of a refused entry a note shows
-# Sockets of the user's session: a grant that holds one reaches the keyring, the agent or X.
-SESSION_SOCKETS = ("/tmp/.X11-unix", "/run/docker.sock", "/var/run/docker.sock")
 _LDH = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 
@@ -278,13 +277,10 @@ def _homes() -> list[str]:
 
 
 def _secrets() -> list[str]:
-    """What holds a secret of the user's: the secret directories of each home, the session's sockets."""
+    """What holds a secret of the user's: the secret directories of each home, and the sockets of
+    the session and the machine that every jail hides (`sandbox/sockets.py`)."""
     found = [os.path.join(home, part.strip("/")) for home in _homes() for part in SECRET_PARTS]
-    found += SESSION_SOCKETS
-    bus = os.environ.get("DBUS_SESSION_BUS_ADDRESS", "")
-    found += [m.group(1) for m in re.finditer(r"unix:path=([^,;]+)", bus)]
-    found += [os.environ[v] for v in ("SSH_AUTH_SOCK", "XDG_RUNTIME_DIR") if os.environ.get(v, "").startswith("/")]
-    found.append(f"/run/user/{os.getuid()}")
+    found += [s.path for s in host_sockets()]
     return list(dict.fromkeys([*found, *map(os.path.realpath, found)]))
 
 
