@@ -128,3 +128,46 @@ def test_past_half_a_file_of_decisions_a_servers_own_events_are_still_written(tm
     found = events(path)
     assert sum(1 for e in found if e["event"] == "call") == calls  # not one decision rotated out
     assert sum(e["count"] for e in found if e["event"] == "suppressed") > 0
+
+
+def test_sampling_and_its_approvals_are_the_servers_own_but_a_tool_named_sampling_is_a_call(
+    tmp_path: Path, clock: Clock
+) -> None:
+    audit = Audit(tmp_path / "audit.jsonl")
+    for _ in range(100):  # a server asking for the client's model, under `sampling: ask`
+        audit.write("approval_asked", "llm", tool="sampling", via="elicitation", kind="sampling")
+        audit.write("approval_granted", "llm", tool="sampling", scope="once", via="elicitation", kind="sampling")
+        audit.write("sampling", "llm", decision="allow", max_output=10)
+        # control: the approvals of a call to a tool that is named "sampling" are decisions
+        audit.write("approval_granted", "llm", tool="sampling", scope="once", via="elicitation")
+    audit.close()
+    found = events(tmp_path / "audit.jsonl")
+    calls = [e for e in found if e["event"] == "approval_granted" and "kind" not in e]
+    assert len(calls) == 100
+    for event, kind in (("approval_asked", "sampling_asked"), ("approval_granted", "sampling_granted")):
+        assert sum(1 for e in found if e["event"] == event and e.get("kind") == "sampling") == BURST
+        (summary,) = [e for e in found if e["event"] == "suppressed" and e["kind"] == kind]
+        assert summary["count"] == 100 - BURST
+    assert sum(1 for e in found if e["event"] == "sampling") == BURST
+
+
+def sampling_flood(audit: Audit, servers: range) -> None:
+    """Sampling approvals from many servers, each within its own budget."""
+    for _ in range(BURST):
+        for s in servers:
+            audit.write("approval_asked", f"s{s}", tool="sampling", via="elicitation", kind="sampling", pad="x" * 400)
+
+
+def test_a_new_writer_counts_the_sampling_approvals_already_in_the_file_as_the_servers_share(
+    tmp_path: Path, clock: Clock
+) -> None:
+    path = tmp_path / "audit.jsonl"
+    first = Audit(path, max_bytes=64 << 10, keep=2)
+    sampling_flood(first, range(50))
+    first.close()
+    again = Audit(path, max_bytes=64 << 10, keep=2)  # it reads the share from the file
+    sampling_flood(again, range(50, 100))
+    again.close()
+    assert len(rotated_paths(path)) == 1  # the second flood found the share taken: no rotation
+    own = sum(len(line) + 1 for line in path.read_text().splitlines())
+    assert own <= (64 << 10) // 2 + (16 << 10)  # the summaries at close

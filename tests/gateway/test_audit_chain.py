@@ -50,9 +50,32 @@ def test_a_whole_log_verifies_through_rotation_and_two_writers(tmp_path: Path) -
     done = verify_cli(tmp_path, "--verify")
     assert done.returncode == 0, done.stderr
     assert f"40 line(s) in {len(paths)} file(s)" in done.stdout
-    # rotation dropping the oldest file is not a break
+    assert "audit chain whole" in done.stdout and "rotated away" not in done.stdout
+    # rotation dropping the oldest file is not a break, but the chain no longer speaks for it
     paths[0].unlink()
-    assert verify_cli(tmp_path, "--verify").returncode == 0
+    done = verify_cli(tmp_path, "--verify")
+    assert done.returncode == 0
+    assert "audit chain whole" not in done.stdout
+    assert f"older lines were rotated away: {paths[1].name} follows a file no longer kept" in done.stdout
+
+
+def test_verify_says_what_rotation_dropped_and_what_the_budget_counted_instead_of_whole(tmp_path: Path) -> None:
+    tmp_path.chmod(0o700)
+    audit = Audit(tmp_path / "audit.jsonl", max_bytes=2000, keep=2)
+    audit.write("call", "files", tool="read_file", decision="allow", arguments={"path": "marker"})
+    for n in range(60):  # a server's own events past its budget, among calls that rotate the marker out
+        audit.write("lock_changed", "churn", items=[f"tool:t{n}"])
+        audit.write("call", "files", tool="read_file", decision="allow", arguments={"n": n})
+    audit.close()
+    done = verify_cli(tmp_path, "--verify")
+    assert done.returncode == 0, done.stderr
+    assert "audit chain unbroken from its oldest kept line" in done.stdout and "whole" not in done.stdout
+    assert "older lines were rotated away: audit.jsonl.2 follows a file no longer kept" in done.stdout
+    kept = [json.loads(line) for path in rotated_paths(tmp_path / "audit.jsonl") for line in lines(path)]
+    left_out = sum(e["count"] for e in kept if e["event"] == "suppressed")
+    summaries = sum(1 for e in kept if e["event"] == "suppressed")
+    assert left_out > 0
+    assert f"{left_out} event(s) servers triggered were counted, not written, in {summaries}" in done.stdout
 
 
 def _edit(path: Path, index: int) -> None:

@@ -1,12 +1,13 @@
 """What a server can make the audit log write without a call, held to a budget per server and kind.
 
 A server can churn its catalog (`lock_changed`), make connections its allowlist refuses
-(`egress`), crash and restart, or have its questions refused, as fast as it likes. Each
+(`egress`), crash and restart, have its questions refused, or ask for the client's model
+(`sampling`, and with `sampling: ask` the approval events of each request), as fast as it likes. Each
 (server, kind) gets a burst of `BURST` events, then one more every `REFILL` seconds; past that,
 events are counted, not written, and one `suppressed` event with the count stands for them: at
 the next event of that kind the budget lets through, once `WINDOW` seconds have passed since the
-first one left out, or when the log is closed. Decisions (calls, approvals, lock approvals) never
-pass through here: they are always written.
+first one left out, or when the log is closed. Decisions (calls, approvals of calls, lock
+approvals) never pass through here: they are always written.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BUDGETED", "BURST", "REFILL", "WINDOW", "Budget", "kind_of"]
+__all__ = ["BUDGETED", "BURST", "REFILL", "SAMPLING_APPROVALS", "WINDOW", "Budget", "kind_of"]
 
 # events a server triggers by itself; every other event is a decision or the user's own act
 BUDGETED = frozenset(
@@ -28,8 +29,17 @@ BUDGETED = frozenset(
         "server_failed",
         "server_reconnect",
         "elicitation_refused",
+        "sampling",
     }
 )
+# an approval event is the server's own when it is about the server's request for the client's
+# model (`kind: sampling`), never a call's: each request of a flood asked and answered one
+SAMPLING_APPROVALS = {
+    "approval_asked": "sampling_asked",
+    "approval_granted": "sampling_granted",
+    "approval_denied": "sampling_denied",
+    "approval_timeout": "sampling_timeout",
+}
 BURST = 20  # events of one kind from one server written back to back
 REFILL = 10.0  # seconds per further event once the burst is spent: six a minute
 WINDOW = 60.0  # seconds a count of left-out events waits before its `suppressed` event is due
@@ -38,7 +48,7 @@ WINDOW = 60.0  # seconds a count of left-out events waits before its `suppressed
 def kind_of(event: str, fields: dict[str, Any]) -> str | None:
     """The kind an event is budgeted as, or None when it is always written."""
     if event not in BUDGETED:
-        return None
+        return SAMPLING_APPROVALS.get(event) if fields.get("kind") == "sampling" else None
     if event == "egress":
         return "egress_refused" if fields.get("decision") == "deny" else "egress_allowed"
     return event

@@ -25,7 +25,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from cellblock.gateway.audit.budget import BUDGETED, Budget, kind_of
+from cellblock.gateway.audit.budget import BUDGETED, SAMPLING_APPROVALS, Budget, kind_of
 from cellblock.gateway.audit.chain import FIELDS as CHAIN_FIELDS
 from cellblock.gateway.audit.chain import KEY_NAME, TAIL_BYTES, Chain, last_mac, load_key
 from cellblock.gateway.audit.secretnames import is_secret_name
@@ -113,6 +113,20 @@ def _clean(value: Any, secrets: re.Pattern[str] | None, depth: int = 0) -> Any:
 def _cut(text: str) -> str:
     extra = len(text) - MAX_STRING
     return text if extra <= 0 else f"{text[:MAX_STRING]}…(+{extra} chars)"
+
+
+def _servers_own(line: re.Match[bytes]) -> bool:
+    """Whether a line of the log is an event a server triggered by itself (`audit_budget`)."""
+    event = line[1].decode()
+    if event in _SERVERS_OWN:
+        return True
+    if event not in SAMPLING_APPROVALS:  # only these are the server's own by a field: read that
+        return False
+    try:
+        fields = json.loads(line[0])
+    except ValueError:
+        return False
+    return isinstance(fields, dict) and kind_of(event, fields) is not None
 
 
 def rotated_paths(path: Path) -> list[Path]:
@@ -290,7 +304,7 @@ class Audit:
         if self._budgeted is None:
             assert self._fd is not None
             data = os.pread(self._fd, size, 0)
-            self._budgeted = sum(len(m[0]) + 1 for m in _LINE.finditer(data) if m[1].decode() in _SERVERS_OWN)
+            self._budgeted = sum(len(m[0]) + 1 for m in _LINE.finditer(data) if _servers_own(m))
         return self._budgeted
 
     def _prev(self, size: int) -> tuple[str, bool]:

@@ -281,8 +281,47 @@ def verify_log(path: Path, key_path: Path) -> int:
         print(f"cellblock: the audit chain breaks at {broken}", file=sys.stderr)
         print(f"({checked} line(s) before it check out)", file=sys.stderr)
         return 1
-    print(f"audit chain whole: {checked} line(s) in {len(paths)} file(s), oldest {paths[0].name}")
+    rotated, left_out, summaries = _not_in_the_chain(paths)
+    where = f"{checked} line(s) in {len(paths)} file(s), oldest {paths[0].name}"
+    if not rotated:
+        print(f"audit chain whole: {where}")
+    else:  # nothing is broken, but the chain cannot speak for what rotation dropped
+        print(f"audit chain unbroken from its oldest kept line: {where}")
+        print(f"older lines were rotated away: {paths[0].name} follows a file no longer kept (audit.keep)")
+    if left_out:
+        print(
+            f"{left_out} event(s) servers triggered were counted, not written, in {summaries} 'suppressed' "
+            "line(s) (the audit budget; `cellblock audit` shows them)"
+        )
     return 0
+
+
+def _not_in_the_chain(paths: list[Path]) -> tuple[bool, int, int]:
+    """What a whole chain does not hold: whether the oldest file follows one that rotation dropped
+    (its first line names a line before it), and how many events `suppressed` lines stand for, in
+    how many lines.
+
+    Raises:
+        OSError: a file cannot be read.
+    """
+    rotated, left_out, summaries = False, 0, 0
+    for index, path in enumerate(paths):
+        with path.open("rb") as handle:
+            for number, line in enumerate(handle):
+                first = index == 0 and number == 0
+                if not first and b'"event":"suppressed"' not in line:
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue  # the chain checked it: a line written before the chain began
+                if not isinstance(event, dict):
+                    continue
+                if first:
+                    rotated = bool(event.get("prev"))
+                if event.get("event") == "suppressed" and isinstance(event.get("count"), int):
+                    left_out, summaries = left_out + event["count"], summaries + 1
+    return rotated, left_out, summaries
 
 
 def run(path: Path, since: str | None, server: str | None, as_json: bool) -> int:

@@ -4,7 +4,8 @@
 A question goes to the call it belongs to (`Downstream.owner`), framed as the server's own; one
 that may not be shown (`forms.refusal`), or a URL that would carry a secret the gateway gave the
 server, is declined. Sampling follows the server's `sampling:` setting, and passes on no secret
-the gateway holds.
+the gateway holds. One call may put at most `MAX_QUESTIONS` questions and sampling requests to
+the client; the server is refused the rest, and the first refusal is audited (`questions_capped`).
 """
 
 from __future__ import annotations
@@ -28,11 +29,18 @@ from cellblock.gateway.downstream.rounds import Caller, DownstreamError
 from cellblock.gateway.scrub import Scrubbed
 from cellblock.gateway.scrub import scrub as scrub_secrets
 
-__all__ = ["Questions", "SamplingApproval"]
+__all__ = ["MAX_QUESTIONS", "Questions", "SamplingApproval"]
 
 logger = logging.getLogger(__name__)
 
+# Questions (forms for the user, requests for the client's model) one call may ask, whatever the
+# era: a human does not answer more forms than this for one call, nor does a model's loop on a
+# server's behalf need more turns; a server flooding one call (1,500 sampling requests) gets the
+# rest refused, and leaves one audit line for them.
+MAX_QUESTIONS = 32
+
 P = TypeVar("P", bound=BaseModel)  # a server's question or sampling request
+A = TypeVar("A", bound=BaseModel)  # the answer to one
 # asks the human whether a server may use the client's model (`sampling: ask`): None when they
 # allowed it, else why not
 SamplingApproval = Callable[[str, types.CreateMessageRequestParams, Caller], Awaitable[str | None]]
@@ -52,16 +60,15 @@ class Questions:
 
     # -- the SDK client's callbacks: questions that come over the server's session ---------
 
-    async def on_elicit(self, context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ElicitResult:
-        return await self.elicit(params, self.owner())
+    async def on_elicit(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        return await _or_refusal(self.elicit(params, self.owner()))
 
     async def on_sampling(
         self, context: ClientRequestContext, params: types.CreateMessageRequestParams
     ) -> types.CreateMessageResult | types.ErrorData:
-        try:
-            return await self.sample(params, self.owner())
-        except DownstreamError as exc:
-            return types.ErrorData(code=types.INVALID_REQUEST, message=str(exc))
+        return await _or_refusal(self.sample(params, self.owner()))
 
     async def on_roots(self, context: ClientRequestContext) -> types.ListRootsResult:
         return self.roots()
@@ -90,12 +97,37 @@ class Questions:
             raise DownstreamError(f"server '{self.name}' sent a request that is {exc}") from None
         return (type(params).model_validate(clean), count) if count else (params, 0)
 
+    def count(self, entry: Caller, what: str) -> None:
+        """Count one more question of `entry`'s call; past `MAX_QUESTIONS` it is refused, and the
+        first refused is audited.
+
+        Raises:
+            DownstreamError: the call has asked `MAX_QUESTIONS` already.
+        """
+        entry.questions += 1
+        if entry.questions <= MAX_QUESTIONS:
+            return
+        if entry.questions == MAX_QUESTIONS + 1:
+            self.event("questions_capped", limit=MAX_QUESTIONS, what=what)
+            logger.warning(
+                "server '%s' asked more than %d questions in one call; the rest are refused", self.name, MAX_QUESTIONS
+            )
+        raise DownstreamError(
+            f"server '{self.name}' may ask at most {MAX_QUESTIONS} questions (forms and sampling requests) "
+            f"in one call; this {what} request is refused"
+        )
+
     async def elicit(self, params: types.ElicitRequestParams, entry: Caller | None) -> types.ElicitResult:
         """The server's question put to the user, or declined: nobody to ask, a client that cannot
         show it, or it may not be shown (`forms.refusal`: a URL a browser should not open, or the
-        look of an approval)."""
+        look of an approval).
+
+        Raises:
+            DownstreamError: the call has asked as many questions as it may (`count`).
+        """
         if entry is None or entry.asker is None:
             return types.ElicitResult(action="decline")
+        self.count(entry, "elicitation")
         url = params.url if isinstance(params, types.ElicitRequestURLParams) else None
         if not (entry.can_elicit_url if url is not None else entry.can_elicit):
             # a question the client did not say it can show would fail its call there, unanswered
@@ -119,8 +151,11 @@ class Questions:
         """Pass a request for the client's model on, as `sampling:` allows.
 
         Raises:
-            DownstreamError: refused by the config or the user, or the client could not answer.
+            DownstreamError: refused by the config or the user, the call has asked as many
+                questions as it may (`count`), or the client could not answer.
         """
+        if entry is not None:
+            self.count(entry, "sampling")
         if self.sampling == "deny":
             self.event("sampling", decision="deny", reason="sampling: deny")
             raise DownstreamError(
@@ -156,10 +191,19 @@ class Questions:
         """The answer to one of a 2026-07-28 server's input requests during `caller`'s call.
 
         Raises:
-            DownstreamError: a sampling request refused, or the client could not answer it.
+            DownstreamError: a sampling request refused, a question past `MAX_QUESTIONS`, or the
+                client could not answer it.
         """
         if isinstance(request, types.ElicitRequest):
             return await self.elicit(request.params, caller)
         if isinstance(request, types.ListRootsRequest):
             return self.roots()
         return await self.sample(request.params, caller)
+
+
+async def _or_refusal(answer: Awaitable[A]) -> A | types.ErrorData:
+    """The answer to a server's request over its session, or the refusal, in words, as an error."""
+    try:
+        return await answer
+    except DownstreamError as exc:
+        return types.ErrorData(code=types.INVALID_REQUEST, message=str(exc))

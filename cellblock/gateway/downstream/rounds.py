@@ -80,6 +80,8 @@ class Able(Protocol):
 class Caller(Able, Protocol):
     """The call in flight on a server: where its questions, logs and sampling requests go."""
 
+    questions: int  # how many the server has put to it (`Questions.count`)
+
     @property
     def asker(self) -> Asker | None: ...
     def log(self, params: types.LoggingMessageNotificationParams) -> None: ...

@@ -379,13 +379,16 @@ class Approvals:
                 server, "sampling (use your model)", "sampling: ask", summary, secrets=self.audit.secrets(), full=True
             )
             schema = choice_schema(("allow_once", "deny"), ("Allow once", "Deny"))
-            self.audit.write("approval_asked", server, tool="sampling", via="elicitation")
+            # `kind: sampling`: the server's own request, held to its audit budget; and no answer
+            # to it is remembered for a tool that happens to be named "sampling"
+            self.audit.write("approval_asked", server, tool="sampling", via="elicitation", kind="sampling")
             with anyio.move_on_after(self.timeout):
                 answer = await entry.asker.ask(types.ElicitRequestFormParams(message=message, requested_schema=schema))
-                decided = self._granted(server, "sampling", verdict, answer, "elicitation")
+                decided = self._granted(server, "sampling", verdict, answer, "elicitation", "sampling")
                 return None if decided.decision is Decision.ALLOW else decided.reason
-            return self._refused(server, "sampling", verdict, "approval_timeout", "no answer in time").reason
-        decided = await self._wait_for_cli(server, "sampling", f"{server} sampling", verdict, summary)
+            timed_out = self._refused(server, "sampling", verdict, "approval_timeout", "no answer in time", "sampling")
+            return timed_out.reason
+        decided = await self._wait_for_cli(server, "sampling", f"{server} sampling", verdict, summary, kind="sampling")
         return None if decided.decision is Decision.ALLOW else decided.reason
 
     # -- sealed request_state (2026-07-28) ---------------------------------------------------

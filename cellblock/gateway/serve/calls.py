@@ -148,6 +148,7 @@ class ToolCall:
     began: float = field(default_factory=time.perf_counter)
     rounds: int = 0
     asked: int = 0  # questions put to a 2026-07-28 client so far
+    questions: int = 0  # questions and sampling requests the server put to this call (`Questions.count`)
     _round: Round | None = None
     _question: InputNeeded | None = None
     _held: Reply | None = None  # parked: the request the question went to (what that client can do)
