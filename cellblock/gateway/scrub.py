@@ -13,9 +13,12 @@ import functools
 import re
 from typing import Any
 
-__all__ = ["REDACTED", "Scrubbed", "number_holds", "pattern_of", "scrub", "scrub_result"]
+__all__ = ["REDACTED", "Scrubbed", "line_pattern", "number_holds", "pattern_of", "scrub", "scrub_result"]
 
 REDACTED = "[redacted]"
+# a line of a secret that spans lines (a PEM key) is itself a secret from this many characters;
+# shorter ones ("-----", "==") say nothing of it
+LINE_OF_SECRET = 8
 
 
 class Scrubbed(ValueError):
@@ -27,6 +30,14 @@ def pattern_of(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
     """One pattern that finds any of `secrets` (longest first, so no secret is half replaced)."""
     alternatives = sorted({s for s in secrets if s}, key=lambda s: (-len(s), s))
     return re.compile("|".join(map(re.escape, alternatives))) if alternatives else None
+
+
+@functools.lru_cache(maxsize=8)  # asked for per chunk of a server's stderr
+def line_pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
+    """What finds any of `secrets` in text read a line at a time: each secret, and each line of
+    one that spans lines (its whole never stands on one line) of `LINE_OF_SECRET` characters or more."""
+    parts = (p.strip() for s in secrets if "\n" in s or "\r" in s for p in s.splitlines())
+    return pattern_of((*secrets, *(p for p in parts if len(p) >= LINE_OF_SECRET)))
 
 
 def number_holds(value: int | float, pattern: re.Pattern[str]) -> bool:

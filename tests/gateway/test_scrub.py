@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cellblock.gateway.scrub import REDACTED, Scrubbed, pattern_of, scrub, scrub_result
+from cellblock.gateway.scrub import REDACTED, Scrubbed, line_pattern, pattern_of, scrub, scrub_result
 
 TOKEN = "tok-5f1e9a2b77c4"
 NUMBER = "918273645546372819"
@@ -55,3 +55,11 @@ def test_a_scrubbed_result_says_so_and_a_clean_one_is_left_alone() -> None:
     ]
     untouched = {"content": [{"type": "text", "text": "hello"}]}
     assert scrub_result(untouched, PATTERN) is untouched
+
+
+def test_a_line_pattern_finds_each_long_line_of_a_secret_that_spans_lines() -> None:
+    pattern = line_pattern(("one-line-secret", "-----BEGIN-----\nMIIEvQIBADANBgkq\n==\n-----END-----"))
+    assert pattern is not None
+    found = {m[0] for m in pattern.finditer("one-line-secret MIIEvQIBADANBgkq == -----BEGIN----- -----END-----")}
+    assert found == {"one-line-secret", "MIIEvQIBADANBgkq", "-----BEGIN-----", "-----END-----"}  # not "=="
+    assert line_pattern(()) is None

@@ -339,7 +339,7 @@ async def test_a_server_that_dies_at_start_says_why_in_the_refusal_the_log_ps_an
     audit = [json.loads(line) for line in (tmp_path / "state" / "audit.jsonl").read_text().splitlines()]
     assert any(e["event"] == "server_start_failed" and said in e["reason"] for e in audit)
     told = log.read_text()
-    assert f"\n{said}\n" in told  # the server's own stderr is still passed on as it was
+    assert f"\n[git stderr] {said}\n" in told  # the server's own stderr is still passed on, as its own
     assert f"server 'git' is down (exited at start: starting... | {said})" in told
 
 

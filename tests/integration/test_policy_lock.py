@@ -317,7 +317,7 @@ async def test_review_meets_the_servers_then_walks_each_held_catalog_and_approve
     assert "[1/2] " in walked.stdout and "Approve the catalog of 'alpha'? [y/N]" in walked.stdout
     assert "[2/2] " in walked.stdout and "'beta' stays held" in walked.stderr
     assert "alpha__echo" not in walked.stdout and "echo" in walked.stdout  # the diff, item by item
-    assert "\x1b" not in walked.stdout + walked.stderr and '"\\u001b[2J\\u001b[8m' in walked.stderr
+    assert "\x1b" not in walked.stdout + walked.stderr and "[beta stderr] \\u001b[2J\\u001b[8m" in walked.stderr
     locks = tmp_path / "state" / "locks"
     assert (locks / "alpha.json").exists() and not (locks / "alpha.pending.json").exists()
     assert (locks / "beta.pending.json").exists()

@@ -44,7 +44,7 @@ from mcp.client.stdio import PROCESS_TERMINATION_TIMEOUT, get_default_environmen
 from mcp.os.posix.utilities import terminate_posix_process_tree
 
 from cellblock.gateway.downstream.ratelimit import Budget
-from cellblock.gateway.downstream.stderr import StderrRelay
+from cellblock.gateway.downstream.stderr import Secrets, StderrRelay
 from cellblock.gateway.wire.lines import SessionLines, Streams, error_response, request_id
 from cellblock.gateway.wire.stdio import DEFAULT_LINE_LIMIT, LineReader, OnOversize, Oversized, PipeWriter
 from cellblock.sandbox.limits import Confinement
@@ -308,8 +308,12 @@ class LocalChannel:
 
 
 @asynccontextmanager
-async def local_transport(plan: LaunchPlan, channel: LocalChannel, errlog: TextIO) -> AsyncIterator[Streams]:
+async def local_transport(
+    plan: LaunchPlan, channel: LocalChannel, errlog: TextIO, secrets: Secrets | None = None
+) -> AsyncIterator[Streams]:
     """Start the planned process and yield the SDK session's streams; `channel` shares the pipes.
+    What it writes to stderr reaches `errlog` as its own lines, with `secrets` (every secret the
+    gateway holds) redacted (`StderrRelay`).
 
     Raises:
         OSError: the process cannot be started.
@@ -319,7 +323,7 @@ async def local_transport(plan: LaunchPlan, channel: LocalChannel, errlog: TextI
     child_in, to_child = os.pipe()
     from_child, child_out = os.pipe()
     stderr_in, child_err = os.pipe()
-    channel.stderr = StderrRelay(stderr_in, errlog.fileno())
+    channel.stderr = StderrRelay(stderr_in, errlog.fileno(), channel.name, secrets)
     try:
         with spawn_args(plan) as spawn:
             process = await anyio.open_process(

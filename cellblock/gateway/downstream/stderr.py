@@ -1,62 +1,96 @@
-"""A local server's stderr: passed on to the gateway's own, its last lines kept to tell why it stopped.
+"""A local server's stderr: passed on to the gateway's own as the server's, its last lines kept to
+tell why it stopped.
 
 A server that dies at start usually says why on stderr ("Could not find the uv binary at …", a
 traceback's last line); without those lines the gateway could only report "Connection closed".
 The relay is a thread, not a task: a blocking write to a stderr nobody drains then stalls this one
 server, as it did when the server wrote to the gateway's stderr itself, never the event loop.
 
-The last words are the server's own text, so they are told as such: whole lines only (a line
-too long to keep whole is named by its length, so no part of a secret is ever cut out of one),
-the gateway's known secrets redacted, then shortened, with everything a terminal or a reader
-would not see as text replaced. Per chunk only the lines that could be among the last are kept,
-so a flood costs the gateway little more than the copy.
+What a server writes there is its own text, and the gateway's stderr is the client's log of the
+gateway: so nothing passes as it was written. Each line (`shown`) is whole (a line too long to
+keep whole is named by its length, so no part of a secret is ever cut out of one), has every
+secret the gateway holds redacted (any server's, and each line of one that spans lines), has
+everything a terminal or a reader would act on or not see as text (ANSI escapes, CR, other
+controls, bidi overrides, invisible characters) written as a `\\uXXXX` escape, and is cut to a
+bound. A relayed line starts with `[NAME stderr] `, never as the gateway's own lines do
+(`cellblock: `), whatever the server wrote; lines past a budget (`STDERR_RATE` a second after a
+burst) are counted and said, not passed on. Per chunk only the lines that could be among the last
+or within the budget are looked at, so a flood costs the gateway little more than the read.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import select
 import threading
+import time
 import unicodedata
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from cellblock.gateway.scrub import REDACTED, pattern_of
+from cellblock.gateway.downstream.ratelimit import Budget
+from cellblock.gateway.scrub import REDACTED, line_pattern
 
-__all__ = ["LAST_LINES", "LINE_BYTES", "LINE_CHARS", "StderrRelay"]
+__all__ = [
+    "LAST_LINES",
+    "LINE_BYTES",
+    "LINE_CHARS",
+    "RELAY_CHARS",
+    "STDERR_BURST",
+    "STDERR_RATE",
+    "StderrRelay",
+    "shown",
+]
+
+logger = logging.getLogger(__name__)
 
 LAST_LINES = 3
 LINE_BYTES = 4096  # longer lines are not kept, only named
-LINE_CHARS = 300
+LINE_CHARS = 300  # of a last line, told in why the server stopped
+RELAY_CHARS = 1000  # of a relayed line, escapes included
+# A server that logs a traceback or a page of start-up output is passed on whole; a flood of
+# lines (a client keeps the gateway's stderr as its log, often in a file) is cut to this rate.
+STDERR_RATE = 20.0
+STDERR_BURST = 500.0
+TELL_EVERY = 10.0  # seconds between the gateway's notes of how many lines were left out
 _CHUNK = 65536
 # letters, digits, punctuation and symbols are text; of the rest only the plain space is kept
 _TEXT = ("L", "N", "P", "S")
 # printable by Unicode's account, and shown as nothing: fillers and the blank braille pattern
 _BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800")
 
+Secrets = Callable[[], Iterable[str]]  # every secret the gateway holds, as it is now
+
 
 class StderrRelay:
-    """Copies what a server writes to the read end `source` on to the fd `target`, keeping its last lines.
+    """Copies what a server writes to the read end `source` on to the fd `target` as `server`'s
+    lines (`shown`), keeping its last lines; `secrets` gives every secret the gateway holds.
 
     Owns `source` (closed at EOF). `last_words()` may be called from any thread, at any time.
     """
 
-    def __init__(self, source: int, target: int) -> None:
+    def __init__(self, source: int, target: int, server: str = "server", secrets: Secrets | None = None) -> None:
         self._source, self._target = source, target
+        self._mark = f"[{server} stderr] ".encode()
+        self._server, self._secrets = server, secrets or tuple
         self._lines: deque[bytes] = deque(maxlen=LAST_LINES)
         self._partial = b""
         self._partial_size = 0  # of the line not yet ended, which may be longer than what is kept
         self._lock = threading.Lock()
+        self._budget = Budget(rate=STDERR_RATE, burst=STDERR_BURST)  # used by the relay's thread only
+        self._told = 0.0  # when the gateway last said how many lines were left out
         self._thread = threading.Thread(target=self._run, name="cellblock-stderr", daemon=True)
         self._thread.start()
 
-    def last_words(self, secrets: Iterable[str] = ()) -> str:
-        """The last lines the server wrote (a line not yet ended included), as one printable line."""
+    def last_words(self, secrets: Iterable[str] | None = None) -> str:
+        """The last lines the server wrote (a line not yet ended included), as one printable line;
+        the relay's secrets are redacted unless others are given."""
         with self._lock:
             raw = [*self._lines, *([_kept(self._partial, self._partial_size)] if self._partial.strip() else [])]
-        known = pattern_of(tuple(secrets))
-        return " | ".join(_plain(line, known) for line in raw[-LAST_LINES:])
+        known = line_pattern(tuple(self._secrets() if secrets is None else secrets))
+        return " | ".join(shown(line, known, LINE_CHARS) for line in raw[-LAST_LINES:])
 
     def join(self, timeout: float) -> None:
         """Wait (a blocking call) until the server's stderr has ended and every line is kept."""
@@ -65,31 +99,62 @@ class StderrRelay:
     def _run(self) -> None:
         try:
             while chunk := os.read(self._source, _CHUNK):
-                self._keep(chunk)
-                _write_all(self._target, chunk)
+                self._relay(self._keep(chunk))
+            if self._partial.strip():  # the last line, never ended
+                self._relay([_kept(self._partial, self._partial_size)])
         except OSError:
             pass  # the gateway's stderr is gone: there is nowhere left to tell
         finally:
+            self._tell(at_end=True)
             os.close(self._source)
 
-    def _keep(self, chunk: bytes) -> None:
+    def _keep(self, chunk: bytes) -> list[bytes]:
+        """Keep the last lines of `chunk`; the lines it ended, each whole or named (`_kept`)."""
         *ended, rest = chunk.split(b"\n")
-        last: list[bytes] = []
+        lines: list[bytes] = []
         if ended:
-            last.append(_kept(self._partial + ended[0], self._partial_size + len(ended[0])))
-            found = 0
-            for line in reversed(ended[1:]):  # only what could be among the last lines is looked at
-                if found == LAST_LINES:
-                    break
-                if line.strip():
-                    found += 1
-                    last.insert(1, _kept(line, len(line)))
+            lines = [_kept(self._partial + ended[0], self._partial_size + len(ended[0]))]
+            lines += ended[1:]  # cut, if too long, as they are relayed: most are not looked at
             self._partial, self._partial_size = b"", 0
+        last: list[bytes] = []
+        for line in reversed(lines):  # only what could be among the last lines is looked at
+            if len(last) == LAST_LINES:
+                break
+            if line.strip():
+                last.insert(0, _kept(line, len(line)))
         with self._lock:
-            self._lines.extend(line for line in last if line.strip())
+            self._lines.extend(last)
             self._partial_size += len(rest)
             if len(self._partial) < LINE_BYTES:
                 self._partial = (self._partial + rest)[: LINE_BYTES + 1]
+        return lines
+
+    def _relay(self, lines: list[bytes]) -> None:
+        """Write the lines within the budget as the server's, in one write; count the rest."""
+        known = line_pattern(tuple(self._secrets()))
+        out = []
+        for index, line in enumerate(lines):
+            # a blank line is not passed on, but costs as much: a flood of them is looked at no longer
+            if not self._budget.take():
+                self._budget.dropped += len(lines) - index - 1  # counted, not looked at
+                break
+            if line.strip():
+                out.append(self._mark + shown(_kept(line, len(line)), known, RELAY_CHARS).encode() + b"\n")
+        if out:
+            _write_all(self._target, b"".join(out))
+        self._tell()
+
+    def _tell(self, at_end: bool = False) -> None:
+        """Say how many lines were left out: at most once every `TELL_EVERY` seconds, and at the end."""
+        now = time.monotonic()
+        if self._budget.dropped and (at_end or now - self._told >= TELL_EVERY):
+            self._told = now
+            logger.warning(
+                "server '%s' wrote more to stderr than %g lines a second: %d line(s) were not passed on",
+                self._server,
+                STDERR_RATE,
+                self._budget.settle(),
+            )
 
 
 def _kept(line: bytes, size: int) -> bytes:
@@ -97,16 +162,22 @@ def _kept(line: bytes, size: int) -> bytes:
     return line if size <= LINE_BYTES else f"[a line of {size} bytes]".encode()
 
 
-def _plain(raw: bytes, secrets: re.Pattern[str] | None) -> str:
-    """One line of a server's output as text a log, a terminal and a client can show as it is."""
+def shown(raw: bytes, secrets: re.Pattern[str] | None, limit: int) -> str:
+    """One line of a server's output as text a log, a terminal and a client show as it is: the
+    secrets `secrets` finds redacted, what is not text escaped (`\\u001b`), cut at `limit`."""
     text = raw.decode("utf-8", "replace").strip()
     if secrets is not None:
         text = secrets.sub(REDACTED, text)
-    text = "".join(
-        c if c == " " or (unicodedata.category(c)[0] in _TEXT and c not in _BLANK) else "\N{REPLACEMENT CHARACTER}"
-        for c in text
-    )
-    return text if len(text) <= LINE_CHARS else text[: LINE_CHARS - 1] + "…"
+    text = "".join(c if _is_text(c) else _escaped(c) for c in text)
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
+
+
+def _is_text(c: str) -> bool:
+    return c == " " or (unicodedata.category(c)[0] in _TEXT and c not in _BLANK)
+
+
+def _escaped(c: str) -> str:
+    return f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -299,8 +299,7 @@ class Downstream:
     def _with_last_words(self, reason: str, exc: BaseException | None = None) -> str:
         """`reason`, with the last lines the server wrote to stderr: most often they say why it stopped."""
         relay = self.channel.stderr if self.channel is not None else None
-        # the gateway's secrets (this server's and every other's) never leave in what it wrote
-        words = relay.last_words(self.audit.secrets() if self.audit is not None else ()) if relay else ""
+        words = relay.last_words() if relay else ""  # the gateway's secrets (any server's) redacted
         if not words:
             return reason
         self._words = words
@@ -439,7 +438,8 @@ class Downstream:
                 on_misbehaving=self._restart,
                 on_log=self._log,
             )
-            return local_transport(plan, self.channel, sys.stderr)
+            # what it writes to stderr is its own, with no secret of the gateway's (any server's)
+            return local_transport(plan, self.channel, sys.stderr, self.audit.secrets if self.audit else None)
         from cellblock.gateway.downstream.remote import remote_transport  # the HTTP stack: remote servers only
 
         self._watch = HttpWatch()
