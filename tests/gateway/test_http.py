@@ -1,12 +1,15 @@
-"""`serve --http`'s bind parsing and its Guard (Host, Origin, token), driven as a bare ASGI app."""
+"""`serve --http`'s bind parsing, its Guard (Host, Origin, token), driven as a bare ASGI app, and
+which of its servers can reach it (so that it needs a token)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+import yaml
 
-from cellblock.gateway.serve.http import Bind, Guard, parse_bind
+from cellblock.gateway.config.loading import parse_config
+from cellblock.gateway.serve.http import Bind, Guard, parse_bind, reaching
 
 pytestmark = pytest.mark.anyio
 
@@ -120,3 +123,54 @@ async def test_a_websocket_is_closed_before_any_check_could_be_skipped() -> None
     assert sent == [{"type": "websocket.close", "code": 1008}] and reached == []
     await guard({"type": "lifespan"}, None, send)  # type: ignore[arg-type]
     assert reached == ["lifespan"]  # control: the lifespan still reaches the app
+
+
+def servers(**jails: Any) -> Any:
+    """A config whose local servers have these jails (a `url` makes a remote one)."""
+    entries = {
+        name: {"url": jail["url"]} if "url" in jail else {"command": "/bin/true", "jail": jail["jail"]}
+        for name, jail in jails.items()
+    }
+    return parse_config(yaml.safe_dump({"version": 1, "servers": entries}))
+
+
+def allowlist(*hosts: str) -> dict[str, Any]:
+    return {"jail": {"network": "allowlist", "allow_hosts": list(hosts)}}
+
+
+@pytest.mark.parametrize(
+    ("jail", "why"),
+    [
+        ({"jail": {"network": "open"}}, "network: open"),
+        ({"jail": False}, "jail: false"),
+        (allowlist("api.github.com", "127.0.0.1:8080"), "allow_hosts: 127.0.0.1:8080"),
+        (allowlist("127.0.0.0/8:8080"), "allow_hosts: 127.0.0.0/8:8080"),
+        (allowlist("0.0.0.0/0:8080"), "allow_hosts: 0.0.0.0/0:8080"),
+        (allowlist("0.0.0.0:8080"), "allow_hosts: 0.0.0.0:8080"),  # Linux connects 0.0.0.0 to loopback
+    ],
+)
+def test_a_server_that_can_connect_to_the_gateways_port_is_named_with_why(jail: dict[str, Any], why: str) -> None:
+    assert reaching(servers(x=jail), Bind("127.0.0.1", 0), 8080) == [f"'x' ({why})"]
+    assert reaching(servers(x=jail), Bind("localhost", 8080), 8080) == [f"'x' ({why})"]
+
+
+@pytest.mark.parametrize(
+    "jail",
+    [
+        {"jail": {"network": "none"}},
+        allowlist("api.github.com", "localhost:8080"),  # a name never leads to loopback (the proxy checks)
+        allowlist("127.0.0.1"),  # ports 80 and 443 only
+        allowlist("127.0.0.1:8081"),
+        allowlist("127.0.0.2:8080"),  # another address than the one it listens on
+        allowlist("10.0.0.0/8:8080", "[::1]:8080"),
+        {"url": "http://127.0.0.1:9000/mcp"},  # remote: a program of the user's, no jail of ours
+    ],
+)
+def test_a_server_that_cannot_connect_to_it_is_not(jail: dict[str, Any]) -> None:
+    assert reaching(servers(x=jail), Bind("127.0.0.1", 8080), 8080) == []
+
+
+def test_on_ipv6_loopback_its_own_address_and_the_unspecified_one_reach_it() -> None:
+    config = servers(a=allowlist("[::1]:8080"), b=allowlist("[::]:8080"), c=allowlist("127.0.0.1:8080"))
+    found = reaching(config, Bind("::1", 8080), 8080)
+    assert found == ["'a' (allow_hosts: [::1]:8080)", "'b' (allow_hosts: [::]:8080)"]

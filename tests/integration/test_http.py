@@ -56,12 +56,19 @@ def serving(config: Path, env: Mapping[str, str], bind: str = "127.0.0.1:0") -> 
             seen += chunk
         yield found.group(1)
     finally:
-        proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=20)
+            stop(proc)
         finally:
-            proc.kill()
             proc.stderr.close()
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, as a user stops the gateway; killed if it has not exited within 20 s."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    finally:
+        proc.kill()
 
 
 @pytest.fixture(scope="module")

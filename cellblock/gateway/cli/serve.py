@@ -27,6 +27,7 @@ def serve(config_path: str | None, verbose: bool, http: str | None = None) -> in
 
     from cellblock.gateway.config.loading import load_config
     from cellblock.gateway.config.model import ConfigError
+    from cellblock.gateway.credentials import CredentialError
     from cellblock.gateway.serve.gateway import Gateway
 
     # stdout is the protocol channel: every log line goes to stderr, which clients keep as a log
@@ -63,10 +64,14 @@ def serve(config_path: str | None, verbose: bool, http: str | None = None) -> in
         bind = parse_bind(http)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    token = http_token(config, bind)
     try:
         sock = bind.socket()
     except OSError as exc:
         raise ConfigError(f"--http {http}: cannot listen there: {exc.strerror or exc}") from None
+    try:
+        token = http_token(config, bind, sock.getsockname()[1])  # which servers reach it depends on the port
+    except CredentialError:
+        sock.close()
+        raise
     anyio.run(serve_http, gateway, bind, sock, token)
     return EXIT_OK

@@ -9,8 +9,10 @@ the server's own requests, so approvals can ask) and stateless 2026-07-28 reques
 - **Origin**, when a browser sends one: a loopback origin for a loopback bind, else the very
   host the request was sent to (same origin). A page elsewhere cannot drive the gateway.
 - **Authorization**: `Bearer <token>` with the token in the keyring entry `HTTP_TOKEN_ENTRY`,
-  compared in constant time. Required whenever a token is set, and a bind beyond loopback
-  refuses to start without one.
+  compared in constant time. Required whenever a token is set. Without one the gateway does not
+  start beyond loopback, nor on loopback while one of its own servers can connect to the port as
+  any program of the user's can (`reaching`): such a server would call every tool and answer its
+  own approvals.
 """
 
 from __future__ import annotations
@@ -32,13 +34,14 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from cellblock.gateway.config.model import Config
+from cellblock.gateway.config.model import Config, LocalServer
 from cellblock.gateway.credentials import HTTP_TOKEN_ENTRY, CredentialError, Keyring
+from cellblock.policy.hosts import parse_rule
 
 if TYPE_CHECKING:
     from cellblock.gateway.serve.gateway import Gateway
 
-__all__ = ["MCP_PATH", "Bind", "Guard", "http_token", "parse_bind", "serve_http"]
+__all__ = ["MCP_PATH", "Bind", "Guard", "http_token", "parse_bind", "reaching", "serve_http"]
 
 logger = logging.getLogger(__name__)
 
@@ -170,12 +173,41 @@ class Guard:
         return parts.netloc == host
 
 
-def http_token(config: Config, bind: Bind) -> str | None:
-    """The token HTTP clients must send, from the keyring; None only on a loopback bind without one.
+def reaching(config: Config, bind: Bind, port: int) -> list[str]:
+    """The servers of `config` that can connect to a loopback gateway at `bind`, `port`, each with
+    why: unjailed, on the host's network (`network: open`), or with an `allow_hosts` IP rule the
+    egress proxy would follow to it (the address, or the unspecified one Linux connects to
+    loopback, and the port). A name rule never leads to loopback; `network: none` has its own.
+
+    Remote servers are not counted: one elsewhere cannot reach this machine's loopback, and one
+    run on it is a program of the user's, outside any jail of Cellblock's.
+    """
+    host = "127.0.0.1" if bind.host == "localhost" else bind.host
+    targets = (host, "::" if ":" in host else "0.0.0.0")
+    found: list[str] = []
+    for name, server in sorted(config.servers.items()):
+        if not isinstance(server, LocalServer):
+            continue
+        if server.jail is False:
+            found.append(f"'{name}' (jail: false)")
+        elif server.jail.network == "open":
+            found.append(f"'{name}' (network: open)")
+        elif server.jail.network == "allowlist":
+            rules = [r for r in map(parse_rule, server.jail.allow_hosts) if r.allows_port(port)]
+            led = [r.text for r in rules if any(r.covers(target) for target in targets)]
+            if led:
+                found.append(f"'{name}' (allow_hosts: {led[0]})")
+    return found
+
+
+def http_token(config: Config, bind: Bind, port: int) -> str | None:
+    """The token HTTP clients must send, from the keyring; None only on a loopback bind without one,
+    and none of the servers `reaching` it.
 
     Raises:
-        CredentialError: the keyring cannot be read, or a bind beyond loopback has no token. Either
-            way the gateway does not start: serving without the token a user set would be weaker.
+        CredentialError: the keyring cannot be read, or there is no token for a bind beyond
+            loopback or one that a server reaches. Either way the gateway does not start: serving
+            without the token a user set, or open to its own servers, would be weaker.
     """
     try:
         token = Keyring(config.credentials.allow_insecure).get(HTTP_TOKEN_ENTRY)
@@ -189,6 +221,17 @@ def http_token(config: Config, bind: Bind) -> str | None:
             "who reaches the port could call every tool as you. Store one with `cellblock auth set --http` "
             "(read from stdin; for example `openssl rand -hex 32`), give it to your client as "
             "`Authorization: Bearer <token>`, and put TLS in front (see docs/http.md)"
+        )
+    servers = reaching(config, bind, port) if token is None else []
+    if servers:
+        raise CredentialError(
+            f"refusing to serve HTTP on port {port} without a token: {'server' if len(servers) == 1 else 'servers'} "
+            f"{', '.join(servers)} can connect to it as any program of yours can, and would call every tool as you "
+            "and answer its own approvals. "
+            "Store a token in the keyring with `cellblock auth set --http` (read from stdin; for example "
+            "`openssl rand -hex 32`, keeping a copy) and give it to your client as `Authorization: Bearer <token>`; "
+            "or give those servers network: none, or allow_hosts without this loopback address and port "
+            "(see docs/http.md)"
         )
     return token
 
