@@ -1,10 +1,20 @@
-"""How a server that keeps crashing is restarted: the waits between attempts, and when to stop."""
+"""How a server that keeps crashing is restarted: the waits between attempts, and when to stop.
+
+One kind of failure never counts toward stopping: the gateway running out of file descriptors
+(EMFILE, ENFILE) while a server starts. That is the gateway's state, not the server's fault, and
+it passes (a flood of connections ends, other servers close files): such a start is tried again,
+at the wait of the last restart allowed, until it works (`OutOfDescriptors`).
+"""
 
 from __future__ import annotations
 
+import errno
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
-__all__ = ["Backoff"]
+__all__ = ["Backoff", "OutOfDescriptors", "exhausted_by", "short_of_descriptors"]
+
+_EXHAUSTED = (errno.EMFILE, errno.ENFILE)
 
 
 @dataclass(frozen=True)
@@ -21,3 +31,49 @@ class Backoff:
     def delay(self, failures: int) -> float:
         """The wait before the next attempt after `failures` quick failures in a row (1 or more)."""
         return min(self.first * 2.0 ** (failures - 1), self.most)
+
+    def count(self, failures: int, lasted: float, exhausted: bool = False) -> int:
+        """The quick failures in a row once a run of `lasted` seconds has ended, `failures` before it.
+        A run that failed for want of file descriptors (`exhausted`) counts no further than the last
+        restart allowed: it is tried again, never given up on."""
+        if lasted > self.healthy:
+            return 1
+        return min(failures + 1, self.restarts) if exhausted else failures + 1
+
+
+class OutOfDescriptors(OSError):
+    """A start failed because the gateway (or the system) had no file descriptor left to give it."""
+
+
+def exhausted_by(exc: BaseException) -> OSError | None:
+    """The EMFILE or ENFILE error `exc` comes of, if any: itself, one of its causes, or of its group."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        error = todo.pop()
+        if id(error) in seen:
+            continue
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in _EXHAUSTED:
+            return error
+        if isinstance(error, BaseExceptionGroup):
+            todo.extend(error.exceptions)
+        todo.extend(e for e in (error.__cause__, error.__context__) if e is not None)
+    return None
+
+
+async def short_of_descriptors(run: Awaitable[None]) -> None:
+    """Await `run`; a failure that comes of running out of file descriptors, whatever it was
+    raised as (a jail that could not be built, a group of a task group's errors), is raised as
+    `OutOfDescriptors`, so the supervisor retries it.
+
+    Raises:
+        OutOfDescriptors: see above; any other exception of `run` as it is.
+    """
+    try:
+        await run
+    except Exception as exc:  # re-raised: only its kind is looked at
+        error = exhausted_by(exc)
+        if error is None:
+            raise
+        raise OutOfDescriptors(f"the gateway ran out of file descriptors as it started ({error.strerror})") from exc

@@ -35,7 +35,7 @@ from cellblock.gateway.ask.elicitation import Asker
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.model import LocalServer, RemoteServer
 from cellblock.gateway.credentials import CredentialError
-from cellblock.gateway.downstream.backoff import Backoff
+from cellblock.gateway.downstream.backoff import Backoff, OutOfDescriptors, short_of_descriptors
 from cellblock.gateway.downstream.changes import Refresher, listen
 from cellblock.gateway.downstream.connection import (
     START_SECONDS,
@@ -233,9 +233,9 @@ class Downstream:
         failures = 0
         while True:
             began = anyio.current_time()
-            self._restart_reason, self._garbage = None, 0
+            self._restart_reason, self._garbage, exhausted = None, 0, False
             try:
-                await self._run_once()
+                await short_of_descriptors(self._run_once())
                 reason = self._exit_reason
             except InstallError as exc:
                 # `cellblock install` puts it right; the next call retries
@@ -250,6 +250,7 @@ class Downstream:
                 self._fail(str(exc), retry_on_use=True)
                 return
             except Exception as exc:  # the supervisor: any failure means restart, never a crash
+                exhausted = isinstance(exc, OutOfDescriptors)  # the gateway's state: it passes, never given up on
                 # a jail that reached a limit while starting failed for that reason, whatever broke next
                 breach = self.channel.breach() if self.channel is not None else None
                 reason = breach or self._with_last_words(self._explain(exc), exc)
@@ -257,7 +258,7 @@ class Downstream:
                     self._fail(reason, retry_on_use=True)
                     return
             self._down(reason)
-            failures = 1 if anyio.current_time() - began > self.backoff.healthy else failures + 1
+            failures = self.backoff.count(failures, anyio.current_time() - began, exhausted)
             if failures > self.backoff.restarts:
                 self._fail(f"{reason} (gave up after {self.backoff.restarts} restarts)", retry_on_use=self.is_remote)
                 return
