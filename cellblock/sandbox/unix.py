@@ -1,4 +1,5 @@
-"""Private Unix sockets: the egress proxy and the control socket both listen on one, and accept alike.
+"""Private Unix sockets: the egress proxy and the control socket both listen on one, and accept alike
+(as `serve --http` does its TCP connections).
 
 A socket's path must fit in `sun_path` (108 bytes on Linux, 104 on macOS), and a runtime
 directory under a deep home or a test's temp dir may not leave room. On Linux such a socket is
@@ -10,16 +11,18 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import socket
 import stat
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
 import anyio
 
-__all__ = ["ACCEPT_BACKOFF", "SUN_PATH", "accept", "bind_private", "reachable"]
+__all__ = ["ACCEPT_BACKOFF", "ACCEPT_TELL_SECONDS", "SUN_PATH", "accept", "bind_private", "reachable"]
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +30,17 @@ logger = logging.getLogger(__name__)
 SUN_PATH = 104 if sys.platform == "darwin" else 108
 # Out of file descriptors or buffers: accepting again at once would spin; a short pause lets others close.
 ACCEPT_BACKOFF = 0.1
+# While accepts keep failing, one log line per this many seconds says how many did: a line per
+# failure would grow the log by ten lines a second for as long as it lasts.
+ACCEPT_TELL_SECONDS = 10.0
+# per listener (by its name in the log): failures not told yet, and when the last were
+_untold: dict[str, tuple[int, float]] = {}
 _EXHAUSTED = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+# Errors of the connection being accepted, not of the listener (accept(2)): the next one may do.
+_ITS_OWN = frozenset(
+    getattr(errno, name, -1)
+    for name in ("ENETDOWN", "EPROTO", "ENOPROTOOPT", "EHOSTDOWN", "ENONET", "EHOSTUNREACH", "ENETUNREACH")
+)
 
 
 @contextmanager
@@ -82,7 +95,7 @@ def bind_private(path: str | os.PathLike[str], backlog: int) -> socket.socket:
 async def accept(listener: socket.socket, what: str) -> socket.socket:
     """The next connection to the non-blocking `listener`, itself non-blocking. A peer that gave up
     before it was accepted is waited past; while the process is out of descriptors or memory, the
-    accept is retried after `ACCEPT_BACKOFF` (logged as `what`'s).
+    accept is retried after `ACCEPT_BACKOFF` (logged as `what`'s, once per `ACCEPT_TELL_SECONDS`).
 
     Raises:
         OSError: any other failure to accept.
@@ -91,12 +104,19 @@ async def accept(listener: socket.socket, what: str) -> socket.socket:
         await anyio.wait_readable(listener)
         try:
             conn, _ = listener.accept()
-        except (BlockingIOError, InterruptedError):
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
             continue  # another waiter took it, or the peer gave up between readiness and accept
         except OSError as exc:
+            if exc.errno in _ITS_OWN:
+                continue
             if exc.errno not in _EXHAUSTED:
                 raise
-            logger.warning("%s: accept failed (%s); backing off", what, exc)
+            failed, told = _untold.get(what, (0, -math.inf))
+            if time.monotonic() - told < ACCEPT_TELL_SECONDS:
+                _untold[what] = (failed + 1, told)
+            else:
+                logger.warning("%s: accept failed %d time(s) (%s); backing off", what, failed + 1, exc.strerror)
+                _untold[what] = (0, time.monotonic())
             await anyio.sleep(ACCEPT_BACKOFF)
             continue
         conn.setblocking(False)

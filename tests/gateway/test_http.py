@@ -3,6 +3,7 @@ which of its servers can reach it (so that it needs a token)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -174,3 +175,12 @@ def test_on_ipv6_loopback_its_own_address_and_the_unspecified_one_reach_it() -> 
     config = servers(a=allowlist("[::1]:8080"), b=allowlist("[::]:8080"), c=allowlist("127.0.0.1:8080"))
     found = reaching(config, Bind("::1", 8080), 8080)
     assert found == ["'a' (allow_hosts: [::1]:8080)", "'b' (allow_hosts: [::]:8080)"]
+
+
+async def test_what_a_client_makes_the_guard_log_is_budgeted(caplog: pytest.LogCaptureFixture) -> None:
+    guard = Guard(passed, Bind("127.0.0.1", 0), 4567, None)
+    with caplog.at_level(logging.WARNING, logger="cellblock.gateway.serve.http"):
+        for _ in range(500):
+            assert await ask(guard, {"Host": "evil.example:4567"}) == 421  # every one refused
+            assert await ask(guard, {"Host": "localhost:4567", "Origin": "http://evil.example"}) == 403
+    assert 1 <= len(caplog.records) <= 21  # not a line each: a client would grow the log at will

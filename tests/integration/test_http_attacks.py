@@ -1,18 +1,23 @@
 """`cellblock serve --http` against what can reach its port: one of its own jailed servers, on the
 host's network or with an allowlist that leads to it, driving the gateway and answering its own
-approval forms.
+approval forms; and a flood of half-sent requests against a gateway with few file descriptors.
 
 Each runs a real gateway process; each control is the same attempt against the gateway as the
 issue found it, the defence taken out of the process (`WITHOUT_*`, run before the CLI)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import resource
+import select
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +26,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from cellblock.gateway.downstream.backoff import Backoff
 from tests.integration.conftest import ROOT, cli, eventually, free_port, probe_server, write_config
 from tests.integration.test_approvals import text
 from tests.integration.test_http import stop
@@ -28,17 +34,32 @@ from tests.integration.test_http import stop
 pytestmark = [pytest.mark.anyio, pytest.mark.jail]
 
 INTRUDER = ROOT / "tests" / "servers" / "intruder.py"
-# the gateway as the issue found it: no check of which servers reach the port
+RAW = ROOT / "tests" / "servers" / "raw.py"
+# the gateway as the issue found it: no check of which servers reach the port; no cap on connections
+# nor deadline for a request to arrive
 WITHOUT_REACH_CHECK = "import cellblock.gateway.serve.http as h; h.reaching = lambda *args: []"
+WITHOUT_LIMITS = (
+    "import cellblock.gateway.serve.connections as c; c.connection_cap = lambda files: 1 << 20; c.ARRIVAL_SECONDS = 1e6"
+)
+OPENING = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
+}
+# A flood's size against the gateway's limit of open files: cheap, and well past what the limit holds.
+FILES, FLOOD = 128, 200
+# How long an authenticated request may take while the flood lasts (the control's starves past it).
+ANSWER_SECONDS = 5.0
 
 
 @asynccontextmanager
 async def launched(
-    config: Path, env: dict[str, str], port: int, log: Path, without: str = ""
+    config: Path, env: dict[str, str], port: int, log: Path, without: str = "", files: int | None = None
 ) -> AsyncIterator[subprocess.Popen[bytes]]:
-    """`cellblock serve --http 127.0.0.1:PORT` (`without` run first), its log in `log`, until the
-    block ends (then SIGTERM)."""
-    proc = spawn(config, env, port, log, without)
+    """`cellblock serve --http 127.0.0.1:PORT` (`without` run first; at most `files` open files),
+    its log in `log`, until the block ends (then SIGTERM)."""
+    proc = spawn(config, env, port, log, without, files)
     try:
         await eventually(lambda: proc.poll() is not None or "serving on" in read(log), 60)
         assert proc.poll() is None, read(log)
@@ -48,11 +69,18 @@ async def launched(
         proc.wait()
 
 
-def spawn(config: Path, env: dict[str, str], port: int, log: Path, without: str) -> Any:
+def spawn(config: Path, env: dict[str, str], port: int, log: Path, without: str, files: int | None) -> Any:
     code = f"{without or 'pass'}; import sys; from cellblock.gateway.cli.main import main; sys.exit(main())"
     command = [sys.executable, "-c", code, "serve", "--http", f"127.0.0.1:{port}", "--config", str(config)]
+
+    def limited() -> None:
+        if files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
+
     with log.open("ab") as stderr:
-        return subprocess.Popen(command, env={**os.environ, **env}, stderr=stderr, stdin=subprocess.DEVNULL)
+        return subprocess.Popen(
+            command, env={**os.environ, **env}, stderr=stderr, stdin=subprocess.DEVNULL, preexec_fn=limited
+        )
 
 
 def read(log: Path) -> str:
@@ -122,7 +150,7 @@ async def test_a_jailed_server_that_reaches_the_port_calls_nothing_and_approves_
     port, env, state, log = free_port(), environment(tmp_path, keyring_env), tmp_path / "state", tmp_path / "log"
     config = write_config(tmp_path, intruders(port))
     # the issue's set-up, no token: the gateway does not start, and says why and what to do
-    refused = spawn(config, env, port, log, "")
+    refused = spawn(config, env, port, log, "", None)
     try:
         await eventually(lambda: refused.poll() is not None or "serving on" in read(log), 60)
     finally:
@@ -158,3 +186,102 @@ async def test_control_without_the_check_a_jailed_server_calls_the_tool_and_appr
     assert json.loads((state / "approvals.json").read_text())["always"] == {"p": ["echo"]}
     granted = [r for r in audit(state) if r["event"] == "approval_granted"]
     assert granted and granted[0]["scope"] == "always"
+
+
+# -- a flood of half-sent requests ------------------------------------------------------------
+
+
+@contextmanager
+def flood(port: int) -> Iterator[None]:
+    """`FLOOD` connections to `port` while the block runs, each with a request begun and never
+    ended; those the gateway has not accepted wait in its backlog, their bytes sent."""
+    socks = []
+    try:
+        for _ in range(FLOOD):
+            socks.append(sock := socket.socket())
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", port))
+        pending, deadline = list(socks), time.monotonic() + 5
+        while pending and time.monotonic() < deadline:
+            _, ready, _ = select.select([], pending, [], 0.5)
+            for sock in ready:
+                pending.remove(sock)
+                with suppress(OSError):  # closed by the gateway already
+                    sock.send(f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: ".encode())
+        yield
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def answered_within(port: int, token: str, seconds: float) -> bool:
+    """Whether the user's authenticated request gets its answer within `seconds`."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=seconds)
+    headers = {
+        "Host": f"127.0.0.1:{port}",
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {token}",
+    }
+    try:
+        conn.request("POST", "/mcp", json.dumps(OPENING), headers)
+        return conn.getresponse().status == 200
+    except TimeoutError:
+        return False
+    finally:
+        conn.close()
+
+
+@asynccontextmanager
+async def few_files(tmp_path: Path, keyring_env: Any, without: str = "") -> AsyncIterator[tuple[int, str, Path]]:
+    """A gateway of `FILES` open files with a token, its server `r` ready; yields its port, the
+    token and its log. `r` exits once `tmp_path/signal/exit` exists, so the test chooses when it
+    starts again (and the one started then stays)."""
+    port, env, log = free_port(), environment(tmp_path, keyring_env), tmp_path / "log"
+    (tmp_path / "signal").mkdir()
+    args = [str(RAW), "--exit-when", str(tmp_path / "signal" / "exit")]
+    jail = {"read_only": [str(RAW.parent), str(tmp_path / "signal")]}
+    config = write_config(
+        tmp_path, {"r": {"command": sys.executable, "args": args, "protocol": "legacy", "jail": jail}}
+    )
+    with token_stored(env, config) as token:
+        async with launched(config, env, port, log, without=without, files=FILES):
+            await eventually(lambda: "server 'r' is ready" in read(log), 30)
+            yield port, token, log
+
+
+async def ok(port: int, token: str) -> str:
+    """What `r`'s tool answers the user (a call waits for the server's start)."""
+    async with client(port, token) as user:
+        return text(await user.call_tool("r__ok", {}))
+
+
+async def test_a_flood_of_half_sent_requests_starves_no_client_fills_no_log_and_fails_no_server(
+    tmp_path: Path, keyring_env: Any
+) -> None:
+    async with few_files(tmp_path, keyring_env) as (port, token, log):
+        with flood(port):
+            assert answered_within(port, token, ANSWER_SECONDS)
+            (tmp_path / "signal" / "exit").touch()
+            # it starts again while the flood holds, and runs
+            await eventually(lambda: read(log).count("server 'r' is ready") == 2, 30)
+        assert await ok(port, token) == "ok"
+        assert len(read(log).encode()) < 16_000, read(log)[-2000:]  # a few lines, not one per connection
+
+
+async def test_control_without_the_cap_the_flood_starves_a_client_and_a_starting_server_waits_it_out(
+    tmp_path: Path, keyring_env: Any
+) -> None:
+    async with few_files(tmp_path, keyring_env, without=WITHOUT_LIMITS) as (port, token, log):
+        with flood(port):
+            assert not answered_within(port, token, ANSWER_SECONDS)  # it waits behind the flood
+            (tmp_path / "signal" / "exit").touch()
+            # its starts again fail for want of descriptors, as many times as restarts are allowed
+            await eventually(lambda: failed_starts(read(log)) >= Backoff().restarts or "gave up" in read(log), 60)
+        # once the flood has passed, the next start runs: the server was never failed for good
+        assert await ok(port, token) == "ok"
+        assert len(read(log).encode()) < 16_000, read(log)[-2000:]  # failed accepts told once in a while
+
+
+def failed_starts(log: str) -> int:
+    return sum("server 'r' is down" in line and "Too many open files" in line for line in log.splitlines())

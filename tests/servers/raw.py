@@ -10,6 +10,8 @@ lone surrogate goes out as a valid `"\\ud800"` escape that no UTF-8 encoder can 
 - ``--surrogates`` puts a lone surrogate in its instructions, a tool's name and description,
   its prompt's text and its resource's text.
 - ``--meta-file PATH``: the ``ok`` tool's ``_meta`` is the JSON object in that file, read at start.
+- ``--exit-when PATH``: exits (status 3) once PATH exists, unless it existed at start: the test
+  decides when it restarts, and the restarted one stays.
 
 Tools (all answer with text):
 
@@ -33,7 +35,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -211,13 +216,22 @@ class Raw:
         return None
 
 
+def exit_when(path: str) -> None:
+    while not os.path.exists(path):  # the test's signal is a file: nothing else crosses the jail
+        time.sleep(0.05)
+    os._exit(3)
+
+
 def main(kind: type[Raw] = Raw) -> None:
     """Serve stdio as `kind` (a subclass adds tools of its own)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--era", choices=["legacy", "modern"], default="legacy")
     parser.add_argument("--surrogates", action="store_true")
     parser.add_argument("--meta-file")
+    parser.add_argument("--exit-when")
     args = parser.parse_args()
+    if args.exit_when and not os.path.exists(args.exit_when):
+        threading.Thread(target=exit_when, args=(args.exit_when,), daemon=True).start()
     raw = kind(args.era, args.surrogates, json.loads(Path(args.meta_file).read_text()) if args.meta_file else None)
     for line in sys.stdin:
         try:

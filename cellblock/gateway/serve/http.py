@@ -13,11 +13,14 @@ the server's own requests, so approvals can ask) and stateless 2026-07-28 reques
   start beyond loopback, nor on loopback while one of its own servers can connect to the port as
   any program of the user's can (`reaching`): such a server would call every tool and answer its
   own approvals.
+
+How many connections it holds, and for how long, is `connections.py`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
 import ipaddress
 import logging
@@ -36,6 +39,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cellblock.gateway.config.model import Config, LocalServer
 from cellblock.gateway.credentials import HTTP_TOKEN_ENTRY, CredentialError, Keyring
+from cellblock.gateway.downstream.ratelimit import Budget
 from cellblock.policy.hosts import parse_rule
 
 if TYPE_CHECKING:
@@ -125,6 +129,8 @@ class Guard:
         names = {*_LOOPBACK_NAMES, own} if bind.loopback else set()
         self.hosts = frozenset({f"{name}:{port}" for name in names} | (names if port == 80 else set()))
         self._expected = f"Bearer {token}".encode() if token is not None else None
+        # a client decides how often a refusal is logged: a line each would let it grow the log at will
+        self._told = Budget(rate=0.1, burst=20.0)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -142,11 +148,13 @@ class Guard:
     def _refusal(self, headers: Headers) -> Response | None:
         host = headers.get("host", "")
         if self.loopback and host not in self.hosts:
-            logger.warning("refused an HTTP request for Host %r: not this gateway's loopback address", host[:100])
+            if self._told.take():
+                logger.warning("refused an HTTP request for Host %r: not this gateway's loopback address", host[:100])
             return Response("Invalid Host header", status_code=421)
         origin = headers.get("origin")
         if origin is not None and not self._origin_allowed(origin, host):
-            logger.warning("refused an HTTP request from Origin %r", origin[:100])
+            if self._told.take():
+                logger.warning("refused an HTTP request from Origin %r", origin[:100])
             return Response("Invalid Origin header", status_code=403)
         if self._expected is not None:
             given = headers.get("authorization", "").encode("latin-1", errors="replace")
@@ -241,6 +249,8 @@ async def serve_http(gateway: Gateway, bind: Bind, sock: socket.socket, token: s
     import uvicorn  # only an HTTP gateway needs it
     from mcp.server.transport_security import TransportSecuritySettings
 
+    from cellblock.gateway.serve.connections import BudgetedLog, Connection, Connections, connection_cap, open_files
+
     app = gateway.server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         # Host and Origin are the Guard's, for both eras alike
@@ -248,6 +258,9 @@ async def serve_http(gateway: Gateway, bind: Bind, sock: socket.socket, token: s
         max_request_body_size=int(gateway.config.defaults.max_message_size),
     )
     port = sock.getsockname()[1]
+    files = open_files()
+    pool = Connections(connection_cap(files))
+    logger.debug("serve --http: up to %d connections at once (open files: %d)", pool.cap, files)
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager
@@ -256,7 +269,22 @@ async def serve_http(gateway: Gateway, bind: Bind, sock: socket.socket, token: s
             # default action then ends the process before the gateway stops its servers
             yield
 
-    config = uvicorn.Config(Guard(app, bind, port, token), lifespan="on", log_level="warning", access_log=False)
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=[])  # the app's lifespan only: the pool accepts the connections
+            if self.started:
+                made = functools.partial(Connection, pool, self.config, self.server_state, self.lifespan.state)
+                tg.start_soon(pool.serve, sock, made)
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            pool.stop()
+            await super().shutdown()
+
+    # no WebSocket (MCP has none), so no request leaves the HTTP protocol the pool counts
+    config = uvicorn.Config(
+        Guard(app, bind, port, token), http="h11", ws="none", lifespan="on", log_level="warning", access_log=False
+    )
+    # what a client can make uvicorn log (a bad request line) is budgeted like the Guard's refusals
+    logging.getLogger("uvicorn.error").addFilter(BudgetedLog())
     server = Server(config)
     try:
         async with gateway.running() as tg:
@@ -269,7 +297,7 @@ async def serve_http(gateway: Gateway, bind: Bind, sock: socket.socket, token: s
                 MCP_PATH,
                 "a bearer token required" if token is not None else "loopback only, no token",
             )
-            await server.serve(sockets=[sock])
+            await server.serve()
     finally:
         gateway.audit.close()
 
