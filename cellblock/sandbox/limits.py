@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import mmap
 import os
 import re
@@ -37,10 +36,10 @@ from pathlib import Path
 from cellblock.sandbox.cgroups import (
     CGROUP_ROOT,
     CONTROLLERS,
-    PREFIX,
     Cgroup,
     bases,
     make,
+    name_for,
     own_cgroups,
     remove,
     scope_cgroups,
@@ -57,7 +56,6 @@ NPROC_PER_NAMESPACE = (5, 14)
 # systemd-run expands $VARIABLES in a scope's command line from this version on, unless told not to.
 SYSTEMD_EXPANDS = 254
 _PAGE = mmap.PAGESIZE
-_names = itertools.count(1)
 
 
 def size(value: int) -> str:
@@ -195,7 +193,7 @@ def limit_plan(plan: LaunchPlan, server: str, limits: Limits) -> LaunchPlan:
     if how.scope:
         prefix = (
             *how.scope,
-            f"--unit={PREFIX}{os.getpid()}-{server}-{next(_names)}",
+            f"--unit={name_for(server)}",
             f"--description=Cellblock jail of server {server}",
             *("-p", f"TasksMax={limits.processes}", "-p", f"MemoryMax={limits.memory}", "-p", "MemorySwapMax=0"),
             "--",
@@ -285,7 +283,7 @@ def confine(pid: int, plan: LimitPlan) -> Confinement:
             for controller, method in (("pids", how.processes), ("memory", how.memory)):
                 if method.mechanism is Mechanism.CGROUP and method.base is not None:
                     places.setdefault(Path(method.base), []).append((controller, method.version))
-            name = f"{PREFIX}{os.getpid()}-{plan.server}-{next(_names)}"
+            name = name_for(plan.server)
             for base, controllers in places.items():
                 confinement.cgroups += make(base, name, controllers, limits, pid)
                 confinement.made.append(base / name)

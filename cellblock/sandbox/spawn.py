@@ -12,6 +12,10 @@ the jail's first process) and `--block-fd` (where that process waits before it s
 server). The spawner calls `Spawn.release` right after starting the process: it puts the jail
 under its limits (`sandbox/limits.py`) and only then lets it go on. A jail that is not released
 (the spawner failed, or forgot) is ended, never let go without its limits.
+
+An unjailed server's plan may carry a mark (`sandbox/marks.py`): `spawn_args` makes its cgroup and
+writes the path its first process joins into the argv; the spawner removes it (`Spawn.mark`) once
+the server has ended.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from cellblock.sandbox.limits import BLOCK_FD, INFO_FD, Confinement, confine
-from cellblock.sandbox.types import JailError, LaunchPlan, LimitPlan
+from cellblock.sandbox.marks import JOIN, MARK_PROCS, Mark, made
+from cellblock.sandbox.types import JailError, LaunchPlan, LimitPlan, MarkPlan
 
 __all__ = ["PIN_FILTER_FD", "SECCOMP_FD", "Hold", "Spawn", "run_plan", "spawn_args"]
 
@@ -136,6 +141,7 @@ class Spawn:
     argv: tuple[str, ...]
     pass_fds: tuple[int, ...]
     hold: Hold | None = None  # with limits: call `release` once the process is started
+    mark: Mark | None = None  # the cgroup an unjailed server joins: close it once the server has ended
 
     def release(self) -> Confinement | None:
         """Let a jail with limits start its server once they are in place (None: a plan without limits).
@@ -177,11 +183,16 @@ def spawn_args(plan: LaunchPlan) -> Iterator[Spawn]:
             raise JailError("the launch plan asks for a seccomp filter but carries none; nothing was started")
     if plan.limits is None and (INFO_FD in argv or BLOCK_FD in argv):
         raise JailError("the launch plan holds its jail for limits it does not carry; nothing was started")
+    if plan.mark is None and MARK_PROCS in argv:
+        raise JailError("the launch plan joins a cgroup it does not carry; nothing was started")
     slots = {p: _placeholder(plan.argv, p, option) for p, option, program in programs if program is not None}
     if plan.limits is not None:
         slots[INFO_FD] = _placeholder(plan.argv, INFO_FD, "--info-fd")
         slots[BLOCK_FD] = _placeholder(plan.argv, BLOCK_FD, "--block-fd")
+    if plan.mark is not None:
+        slots[MARK_PROCS] = _placeholder(plan.argv, MARK_PROCS, JOIN)
     hold: Hold | None = None
+    mark: Mark | None = None
     try:
         for placeholder, _, program in programs:
             if program is not None:
@@ -190,12 +201,34 @@ def spawn_args(plan: LaunchPlan) -> Iterator[Spawn]:
         if plan.limits is not None:
             hold = Hold(plan.limits)
             argv[slots[INFO_FD]], argv[slots[BLOCK_FD]] = (str(fd) for fd in hold.child_fds)
-        yield Spawn(tuple(argv), (*fds, *(hold.child_fds if hold else ())), hold)
+        if plan.mark is not None:
+            mark = _mark(plan.mark)
+            argv[slots[MARK_PROCS]] = str(mark.path / "cgroup.procs")
+        yield Spawn(tuple(argv), (*fds, *(hold.child_fds if hold else ())), hold, mark)
+    except BaseException:
+        if mark is not None:
+            mark.close()  # nothing started in it (or what did is ended): an empty cgroup goes
+        raise
     finally:
         if hold is not None:
             hold.close()  # a jail never released is ended, not let go
         for fd in fds:
             os.close(fd)
+
+
+def _mark(plan: MarkPlan) -> Mark:
+    """The cgroup that marks the processes of `plan`'s server, made now.
+
+    Raises:
+        JailError: it cannot be made (the server is not started unmarked).
+    """
+    try:
+        return made(plan)
+    except OSError as exc:
+        raise JailError(
+            f"server '{plan.server}': the cgroup that marks its processes could not be made in "
+            f"{plan.base} ({exc.strerror or exc}); nothing was started"
+        ) from exc
 
 
 def run_plan(plan: LaunchPlan, timeout: float, prefix: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
@@ -226,13 +259,14 @@ def run_plan(plan: LaunchPlan, timeout: float, prefix: Sequence[str] = ()) -> su
                 process.communicate()
                 raise
             finally:
-                if confinement is not None:
-                    settle(confinement)
+                for made_here in (confinement, spawn.mark):
+                    if made_here is not None:
+                        settle(made_here)
         return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
-def settle(confinement: Confinement) -> None:
-    """Remove what was made for an ended jail, waiting (briefly) for its last tasks to exit."""
+def settle(confinement: Confinement | Mark) -> None:
+    """Remove what was made for an ended jail or server, waiting (briefly) for its last tasks to exit."""
     deadline = time.monotonic() + SETTLE_SECONDS
     while not confinement.close() and time.monotonic() < deadline:
         time.sleep(0.01)

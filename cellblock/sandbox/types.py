@@ -24,6 +24,7 @@ __all__ = [
     "LaunchPlan",
     "LimitPlan",
     "Limits",
+    "MarkPlan",
     "Mechanism",
     "Method",
     "Mount",
@@ -149,6 +150,15 @@ class LimitPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class MarkPlan:
+    """A cgroup to make at spawn in `base`, which a server's first process joins itself before it
+    runs the server (see sandbox/marks.py)."""
+
+    server: str
+    base: str
+
+
+@dataclass(frozen=True, slots=True)
 class LaunchPlan:
     """The command that starts a server, and what it will be able to see.
 
@@ -168,6 +178,7 @@ class LaunchPlan:
     # with exec.allow: the stricter program the pin launcher installs itself (shown to it as a file)
     pin_filter: bytes | None = field(default=None, repr=False)
     limits: LimitPlan | None = None  # see sandbox/limits.py
+    mark: MarkPlan | None = None  # an unjailed server's marked cgroup: see sandbox/marks.py
 
 
 class InstallKind(StrEnum):

@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
-from cellblock.gateway.serve import control
+from cellblock.gateway.serve import peer
 from cellblock.gateway.serve.control import ControlServer, request, socket_path, token_path
 from tests.gateway.test_control import FakeGateway, anyio_backend, cellblock, runtime, short_dir
 
@@ -156,7 +156,7 @@ async def test_another_uid_with_the_token_is_refused(short_dir: Path) -> None:
         path.chmod(0o666)
         line = json.dumps(APPROVE | {"token": token_path(path).read_text().strip()}).encode() + b"\n"
         reply = await anyio.to_thread.run_sync(lambda: run_client(path, line, user=65534))
-        assert reply == {"ok": False, "error": control._peer_refusal(65534)}, reply
+        assert reply == {"ok": False, "error": peer.peer_refusal(65534)}, reply
         assert handler.seen == [] and refusals.seen[0][2] == 65534
         # the control: the same client, line and socket as the gateway's own uid approves
         reply = await anyio.to_thread.run_sync(lambda: run_client(path, line, user=None))
@@ -170,19 +170,19 @@ async def test_where_the_os_gives_only_getpeereid_the_uid_is_still_checked(
     """The macOS path (no SO_PEERCRED): the uid comes from getpeereid, and there is no pid."""
     path, handler, refusals = served
     monkeypatch.delattr(socket, "SO_PEERCRED")
-    monkeypatch.setattr(control, "_getpeereid", lambda fd: os.geteuid() + 1)
+    monkeypatch.setattr(peer, "_getpeereid", lambda fd: os.geteuid() + 1)
     reply = await anyio.to_thread.run_sync(lambda: request(path, APPROVE))
-    assert reply == {"ok": False, "error": control._peer_refusal(os.geteuid() + 1)}
+    assert reply == {"ok": False, "error": peer.peer_refusal(os.geteuid() + 1)}
     assert handler.seen == [] and refusals.seen[0][1:3] == (None, os.geteuid() + 1)
 
     def unreadable(fd: int) -> int:
         raise OSError(38, "Function not implemented")
 
-    monkeypatch.setattr(control, "_getpeereid", unreadable)
+    monkeypatch.setattr(peer, "_getpeereid", unreadable)
     reply = await anyio.to_thread.run_sync(lambda: request(path, APPROVE))
     assert reply["ok"] is False and "peer credentials could not be read" in reply["error"]
     # the control: the gateway's own uid, through the same path, approves
-    monkeypatch.setattr(control, "_getpeereid", lambda fd: os.geteuid())
+    monkeypatch.setattr(peer, "_getpeereid", lambda fd: os.geteuid())
     assert (await anyio.to_thread.run_sync(lambda: request(path, APPROVE))) == {"ok": True}
     assert handler.seen == [APPROVE]
 
@@ -222,12 +222,12 @@ def test_getpeereid_is_called_as_libc_declares_it(monkeypatch: pytest.MonkeyPatc
 
     libc = type("Libc", (), {"getpeereid": signature(getpeereid)})()
     monkeypatch.setattr(ctypes, "CDLL", lambda *args, **kwargs: libc)
-    assert control._getpeereid(7) == 501 and calls == [7]
+    assert peer._getpeereid(7) == 501 and calls == [7]
     with pytest.raises(OSError) as failed:
-        control._getpeereid(-1)
+        peer._getpeereid(-1)
     assert failed.value.errno == errno.EBADF
     # a libc without it (glibc): the peer is refused, not let through
     monkeypatch.setattr(ctypes, "CDLL", lambda *args, **kwargs: object())
     with pytest.raises(OSError) as missing:
-        control._getpeereid(7)
+        peer._getpeereid(7)
     assert missing.value.errno == errno.ENOSYS

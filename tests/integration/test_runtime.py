@@ -172,7 +172,7 @@ async def test_a_server_can_neither_reach_the_control_socket_nor_touch_the_state
     assert secret not in audit
     events = [json.loads(line) for line in audit.splitlines()]
     [refusal] = [event for event in events if event["event"] == "control_refused"]
-    assert refusal["op"] == "ps" and "a process the gateway started" in refusal["reason"], refusal
+    assert refusal["op"] == "ps" and "a server may not answer for the user" in refusal["reason"], refusal
     assert isinstance(refusal["peer_pid"], int) and refusal["peer_uid"] == os.geteuid()
     assert not list((run / "cellblock").glob("control-*"))  # socket and token gone with the gateway
 

@@ -53,7 +53,7 @@ def serve(config_path: str | None, verbose: bool, http: str | None = None) -> in
         log.warning("lint: %s", finding)
     for name, server in sorted(config.servers.items()):
         if getattr(server, "jail", None) is False:
-            log.warning("server '%s' runs UNJAILED (jail: false in the config)", name)
+            log.warning("server '%s' runs UNJAILED (jail: false in the config)%s", name, _marked())
     gateway = Gateway(config, state_dir(), runtime_dir(), source, early)
     if http is None:
         anyio.run(gateway.serve_stdio)
@@ -75,3 +75,18 @@ def serve(config_path: str | None, verbose: bool, http: str | None = None) -> in
         raise
     anyio.run(serve_http, gateway, bind, sock, token)
     return EXIT_OK
+
+
+def _marked() -> str:
+    """What marks an unjailed server's processes for the control socket here (Linux), for the warning."""
+    if not sys.platform.startswith("linux"):
+        return ""
+    from cellblock.sandbox.marks import how_marked
+
+    how = how_marked()
+    if how is None:
+        return (
+            "; this machine gives Cellblock no cgroup or systemd scope to mark its processes in, so the control "
+            "socket knows them only by their process tree, which a double fork leaves (see docs/approvals.md)"
+        )
+    return f"; every gateway's control socket refuses its processes, which run in {how}"

@@ -28,6 +28,7 @@ from cellblock.sandbox.closure import exec_closure
 from cellblock.sandbox.egress import relayed
 from cellblock.sandbox.launchers import launcher_gaps, launcher_mounts, resolve_command
 from cellblock.sandbox.limits import describe, limit_plan
+from cellblock.sandbox.marks import mark_plan
 from cellblock.sandbox.pins import landlock_abi, verify_pins
 from cellblock.sandbox.seatbelt import seatbelt_executables, seatbelt_plan
 from cellblock.sandbox.sockets import ABSTRACT_SCOPE_ABI, abstract_gap, abstract_scoped, host_sockets
@@ -326,7 +327,8 @@ def launch_plan(
     if server.jail is False:
         env = {key: os.environ[key] for key in PASSED_ENV if key in os.environ} | server.env | dict(secrets or {})
         command = (_command(server, installed(name, server), os.environ.get("PATH", JAIL_PATH)), *server.args)
-        return LaunchPlan(argv=command, env=env, cwd=server.cwd, mounts=(), network=Network.OPEN)
+        # no jail, but a mark on all it runs: no control socket takes its processes for the user's
+        return mark_plan(LaunchPlan(argv=command, env=env, cwd=server.cwd, mounts=(), network=Network.OPEN), name)
     jail = server.jail
     if jail.network == "allowlist" and egress_socket is None:
         raise JailError(f"server '{name}': network: allowlist needs the gateway's egress proxy, which is not running")

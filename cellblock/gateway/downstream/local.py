@@ -48,6 +48,7 @@ from cellblock.gateway.downstream.stderr import Secrets, StderrRelay
 from cellblock.gateway.wire.lines import SessionLines, Streams, error_response, request_id
 from cellblock.gateway.wire.stdio import DEFAULT_LINE_LIMIT, LineReader, OnOversize, Oversized, PipeWriter
 from cellblock.sandbox.limits import Confinement
+from cellblock.sandbox.marks import Mark
 from cellblock.sandbox.spawn import SETTLE_SECONDS, spawn_args
 from cellblock.sandbox.types import LaunchPlan
 
@@ -122,6 +123,7 @@ class LocalChannel:
     answered: bool = False
     # the jail's resource limits while it runs, and whether it reached one (sandbox/limits.py)
     confinement: Confinement | None = None
+    mark: Mark | None = None  # an unjailed server's marked cgroup, removed once it has ended (sandbox/marks.py)
     pid: int | None = None  # the process started for the server (bwrap, for a jailed one)
     stderr: StderrRelay | None = None  # what it writes there, passed on; its last lines kept
     _writer: PipeWriter | None = None
@@ -336,7 +338,7 @@ async def local_transport(
                 start_new_session=True,
                 pass_fds=spawn.pass_fds,
             )
-            channel.pid = process.pid
+            channel.pid, channel.mark = process.pid, spawn.mark
             try:
                 # the jail waits until this returns: its limits are in place before the server runs
                 channel.confinement = spawn.release()
@@ -394,12 +396,13 @@ async def local_transport(
             await anyio.to_thread.run_sync(channel.stderr.join, _EXIT_SECONDS)
             lines.close()
             os.close(from_child)
-            if channel.confinement is not None:
-                await _settle(channel.confinement)
+            for made in (channel.confinement, channel.mark):
+                if made is not None:
+                    await _settle(made)
 
 
-async def _settle(confinement: Confinement) -> None:
-    """Remove what was made for the ended jail, once its last tasks have exited (a moment after)."""
+async def _settle(confinement: Confinement | Mark) -> None:
+    """Remove what was made for the ended jail or server, once its last tasks have exited (a moment after)."""
     with anyio.move_on_after(SETTLE_SECONDS):
         while not confinement.close():  # noqa: ASYNC110 - no event fires when a cgroup empties
             await anyio.sleep(0.01)

@@ -7,10 +7,10 @@ from every jail, so only the user's own processes outside the jails can read it.
 
 Reaching the socket is never enough. A connection is refused unless the peer's credentials (Linux
 `SO_PEERCRED`; macOS and the BSDs `getpeereid`) name the gateway's own uid, and unless the peer is
-none of the servers the gateway started nor anything they run (its process tree, where the OS gives
-the peer's pid: Linux). A request is refused unless it carries the token, compared in constant
-time. Each refusal is answered with why, logged and audited (`control_refused`), never with the
-token's value, which nothing logs.
+no process of a server, this gateway's or another's (`serve/peer.py`: a server's marked cgroup,
+and its process tree, where the OS gives the peer's pid: Linux). A request is refused unless it
+carries the token, compared in constant time. Each refusal is answered with why, logged and
+audited (`control_refused`), never with the token's value, which nothing logs.
 
 The protocol is one JSON object per line, one exchange per connection; every request carries
 `"token": "<the token file's line, without its newline>"` besides what is shown:
@@ -34,8 +34,6 @@ the token beside the socket it talks to.
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import hmac
 import json
 import logging
@@ -43,7 +41,6 @@ import os
 import secrets
 import socket
 import stat
-import struct
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
@@ -53,6 +50,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from cellblock.gateway.serve.peer import peer
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.files import atomic_write_bytes
 from cellblock.sandbox.unix import accept, bind_private, reachable
@@ -104,9 +102,6 @@ NOT_FOUND = "not_found"
 TOKEN_BYTES = 32
 # The token file holds one token and a newline; a bigger one is not the gateway's.
 MAX_TOKEN_FILE = 1024
-# How far up a peer's process tree is followed, and how often when it changes while it is read.
-MAX_ANCESTRY = 4096
-ANCESTRY_TRIES = 3
 _INTERNAL = {"ok": False, "error": "internal error"}
 
 
@@ -197,8 +192,7 @@ class ControlServer:
         try:
             with conn:
                 drain = False
-                pid, uid, refusal = _peer(conn)
-                refusal = refusal or _refused_ancestry(pid, self._servers())
+                pid, uid, refusal = peer(conn, self._servers())
                 try:
                     message = await _read_request(conn)
                 except _BadRequest as exc:
@@ -267,89 +261,6 @@ def _remove_token(path: Path, token: bytes) -> None:
     with suppress(OSError), open(path, "rb") as handle:
         if hmac.compare_digest(handle.read(MAX_TOKEN_FILE).strip(), token):
             os.unlink(path)
-
-
-def _peer(conn: socket.socket) -> tuple[int | None, int | None, str | None]:
-    """The peer's pid (None where the OS does not give it) and uid, and why it is refused if it
-    is not the gateway's own uid or its credentials cannot be read."""
-    try:
-        pid, uid = _peer_credentials(conn)
-    except OSError as exc:
-        return None, None, f"refused a connection whose peer credentials could not be read ({exc.strerror or exc})"
-    if uid != os.geteuid():
-        return pid, uid, _peer_refusal(uid)
-    return pid, uid, None
-
-
-def _peer_refusal(uid: int) -> str:
-    return f"refused a connection from uid {uid}: only the gateway's own uid may use its control socket"
-
-
-def _peer_credentials(conn: socket.socket) -> tuple[int | None, int]:
-    """(pid, uid) of the peer. Linux gives both (`SO_PEERCRED`; pid 0 for a peer in a pid
-    namespace the gateway cannot see); macOS and the BSDs give the uid (`getpeereid`).
-
-    Raises:
-        OSError: the credentials cannot be read, or this OS offers neither way.
-    """
-    if hasattr(socket, "SO_PEERCRED"):
-        pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-        return pid, uid
-    return None, _getpeereid(conn.fileno())
-
-
-def _getpeereid(fd: int) -> int:
-    """The effective uid of the peer of the Unix socket `fd`: `getpeereid(2)` of libc (macOS, BSDs).
-
-    Raises:
-        OSError: the call failed, or libc has no `getpeereid`.
-    """
-    libc = ctypes.CDLL(None, use_errno=True)
-    call = getattr(libc, "getpeereid", None)
-    if call is None:
-        raise OSError(errno.ENOSYS, "this system gives no peer credentials for a Unix socket")
-    uid, gid = ctypes.c_uint32(), ctypes.c_uint32()  # uid_t and gid_t are 32-bit unsigned
-    call.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32)]
-    call.restype = ctypes.c_int
-    if call(fd, ctypes.byref(uid), ctypes.byref(gid)) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code))
-    return uid.value
-
-
-def _refused_ancestry(peer: int | None, servers: set[int]) -> str | None:
-    """Why the peer may not use the control socket, if it may not: a server the gateway runs (the
-    process it started, jailed or not, or anything that one runs) must never approve its own
-    calls, whatever it can see.
-
-    A server's descendant is always visible in the gateway's pid namespace, so a peer the kernel
-    reports as pid 0 (from a namespace the gateway cannot see) is not one. An ancestry that changes
-    while it is read (a parent exiting) is read again; one that cannot be read at all is refused.
-    Without the peer's pid (macOS) there is nothing to follow: the uid and the token must do.
-    """
-    if peer is None or peer <= 0 or not servers:
-        return None
-    for _ in range(ANCESTRY_TRIES):
-        ancestry = _ancestry(peer)
-        if ancestry is not None:
-            if servers & set(ancestry):
-                return "refused a connection from a process the gateway started: a server may not answer for the user"
-            return None
-    return f"refused a connection from process {peer}, whose ancestry could not be read"
-
-
-def _ancestry(pid: int) -> list[int] | None:
-    """`pid` and its parents up to pid 1; None when one of them exited while they were read."""
-    found = [pid]
-    while pid > 1 and len(found) < MAX_ANCESTRY:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after the last ')'
-                pid = int(handle.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return None
-        found.append(pid)
-    return found
 
 
 async def _read_request(conn: socket.socket) -> dict[str, Any] | None:
