@@ -3,7 +3,9 @@
 State files are written atomically by the project's one writer (`policy.files`: temp file, fsync,
 rename, fsync of the directory) and created 0600, so a crash mid-write leaves the old file, never
 half of a new one; the temp file a killed writer leaves is removed at the next start
-(`clean_stale_temps`).
+(`clean_stale_temps`). A file that several processes change (two gateways, a gateway and the CLI)
+is read, changed and written under `locked`, so none of them works from a copy another has
+replaced meanwhile.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import errno
 import json
 import os
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,7 @@ __all__ = [
     "data_dir",
     "default_config_path",
     "lock_path",
+    "locked",
     "own_dirs",
     "pending_path",
     "private_dir",
@@ -247,6 +251,44 @@ def _state_write(path: Path) -> Iterator[None]:
     except OSError as exc:
         full = " (the disk is full)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
         raise StateWriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}{full}") from exc
+
+
+# A writer holds the lock for one read, change and atomic write: milliseconds. One held this long
+# is a stuck or hostile process of the user's; the change is refused, not waited for without end.
+LOCK_SECONDS = 10.0
+LOCK_POLL = 0.01  # a held flock gives no event to wait on in a thread; it is tried again this often
+
+
+@contextlib.contextmanager
+def locked(path: Path, timeout: float = LOCK_SECONDS) -> Iterator[None]:
+    """Hold the lock for changing `path`: an exclusive `flock` of `<path>.lock` beside it (made
+    0600), which every process that changes `path` takes; read `path` again inside, then change
+    and write it. It blocks: call it off the event loop.
+
+    Raises:
+        StateWriteError: the lock file cannot be made, or another process has held it for `timeout` s.
+    """
+    lock = path.with_name(path.name + ".lock")
+    with _state_write(lock):
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        while fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise StateWriteError(
+                        errno.EWOULDBLOCK,
+                        f"cannot change {path}: another process has held {lock.name} for {timeout:g} s; "
+                        f"see which with 'fuser {lock}', then try again",
+                    ) from None
+                time.sleep(LOCK_POLL)
+        yield
+    finally:
+        os.close(fd)  # the lock goes with the descriptor
 
 
 def clean_stale_temps(directory: Path, before: float) -> int:

@@ -194,10 +194,10 @@ async def test_a_call_waits_for_the_answer_from_the_cli(tmp_path: Path, scope: s
         tg.start_soon(call)
         ident = await told.id()
         assert [item["id"] for item in approvals_.listing()] == [ident]
-        assert approvals_.answer(ident, scope)
+        assert await approvals_.answer(ident, scope)
     [verdict] = verdicts
     assert (verdict.decision is Decision.ALLOW) is allowed
-    assert approvals_.pending == {} and not approvals_.answer(ident, scope)  # answered once
+    assert approvals_.pending == {} and not await approvals_.answer(ident, scope)  # answered once
 
 
 async def test_an_approval_from_the_cli_after_the_call_gave_up_lets_its_retry_through_once(tmp_path: Path) -> None:
@@ -205,7 +205,7 @@ async def test_an_approval_from_the_cli_after_the_call_gave_up_lets_its_retry_th
     refused = await decide(approvals_, asking(Session(elicits=False)))
     [ident] = re.findall(r"cellblock approve (\w+)", refused.reason)[:1]
     assert refused.decision is Decision.DENY
-    assert approvals_.answer(ident, "once")
+    assert await approvals_.answer(ident, "once")
     assert (await decide(approvals_, asking(Session(elicits=False)), {"message": "other"})).decision is Decision.DENY
     assert (await decide(approvals_)).rule == "approval:once"
     assert (await decide(approvals_)).decision is Decision.DENY  # once

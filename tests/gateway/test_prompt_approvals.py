@@ -24,22 +24,22 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def approvals(tmp_path: Path) -> Approvals:
+async def approvals(tmp_path: Path) -> Approvals:
     # no client to ask and a short wait: whatever is not remembered is refused at once
     approvals = Approvals(tmp_path, Audit(tmp_path / "audit.jsonl"), timeout=0.05)
-    approvals.remember("p", "prompt:greet", "prompt")
+    await approvals.remember("p", "prompt:greet", "prompt")
     return approvals
 
 
 async def test_an_always_approved_prompt_is_allowed_without_asking(tmp_path: Path) -> None:
     call = Call("prompt:p__greet", None, "p", "prompt:greet", kind="prompt")
-    verdict = await approvals(tmp_path).decide("p", "prompt:greet", call.name, ASK, call)
+    verdict = await (await approvals(tmp_path)).decide("p", "prompt:greet", call.name, ASK, call)
     assert verdict.decision is Decision.ALLOW and verdict.rule == "approval:always"
 
 
 async def test_a_tool_named_like_the_approved_prompt_is_asked_not_let_through(tmp_path: Path) -> None:
     call = Call("p__prompt_greet", None, "p", "prompt:greet")  # a server's tool whose own name is "prompt:greet"
-    verdict = await approvals(tmp_path).decide("p", "prompt:greet", call.name, ASK, call)
+    verdict = await (await approvals(tmp_path)).decide("p", "prompt:greet", call.name, ASK, call)
     assert verdict.decision is Decision.DENY and "needs the user's approval" in verdict.reason
     asked = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
     assert [e["event"] for e in asked] == ["approval_asked", "approval_timeout"]
@@ -66,7 +66,7 @@ async def test_a_late_cli_approval_of_a_prompt_lets_that_prompt_through_once_and
     approvals = Approvals(tmp_path, Audit(tmp_path / "audit.jsonl"), timeout=0.05)
     assert (await decide(approvals, PROMPT)).decision is Decision.DENY  # timed out, pending
     [ident] = [e["id"] for e in map(json.loads, (tmp_path / "audit.jsonl").read_text().splitlines()) if "id" in e][:1]
-    assert approvals.answer(ident, "once")
+    assert await approvals.answer(ident, "once")
     # the same server, the same spelled name, the same arguments: only the kind differs
     assert (await decide(approvals, TOOL_LIKE_PROMPT)).decision is Decision.DENY
     # control: the prompt itself, retried, is let through once
@@ -101,7 +101,7 @@ async def test_an_approvals_file_of_version_1_keeps_its_tool_and_prompt_grants(t
     assert (await decide(approvals, echo)).rule == "approval:always"
     assert (await decide(approvals, PROMPT)).rule == "approval:always"  # what "prompt:greet" granted then
     assert (await decide(approvals, TOOL_LIKE_PROMPT)).decision is Decision.DENY
-    approvals.remember("p", "resource:h://index", "resource")  # the next write is version 2
+    await approvals.remember("p", "resource:h://index", "resource")  # the next write is version 2
     stored = json.loads((tmp_path / "approvals.json").read_text())
     assert stored == {
         "version": 2,
@@ -116,8 +116,8 @@ async def test_an_approvals_file_of_version_1_keeps_its_tool_and_prompt_grants(t
 
 async def test_a_version_2_tool_named_like_a_prompt_stays_a_tool_and_revoke_tells_them_apart(tmp_path: Path) -> None:
     approvals = Approvals(tmp_path, Audit(tmp_path / "audit.jsonl"), timeout=0.05)
-    approvals.remember("p", "prompt:greet")  # the look-alike tool
-    approvals.remember("p", "prompt:greet", "prompt")
+    await approvals.remember("p", "prompt:greet")  # the look-alike tool
+    await approvals.remember("p", "prompt:greet", "prompt")
     reread = Approvals(tmp_path, Audit(tmp_path / "audit.jsonl"), timeout=0.05)
     assert (await decide(reread, TOOL_LIKE_PROMPT)).rule == "approval:always"
     assert reread.revoke("p", "greet", "prompt") == [("prompt", "prompt:greet")]

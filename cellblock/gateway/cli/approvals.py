@@ -139,13 +139,17 @@ def pending_full(ident: str, as_json: bool) -> int:
 def revoke(config_path: str | None, target: str, kind: str = "tool") -> int:
     from cellblock.gateway.config.loading import load_config
     from cellblock.gateway.serve.approvals import Approvals, describe
-    from cellblock.gateway.state import state_dir
+    from cellblock.gateway.state import StateWriteError, state_dir
 
     config, _ = load_config(config_path)
     server, _, tool = target.partition(":")
     state = state_dir()
     audit = config.audit_log(state)
-    gone = Approvals(state, audit, config.approvals.timeout).revoke(server, tool or None, kind)
+    try:
+        gone = Approvals(state, audit, config.approvals.timeout).revoke(server, tool or None, kind)
+    except StateWriteError as exc:
+        print(f"cellblock: FAIL: nothing was revoked: {exc}", file=sys.stderr)
+        return EXIT_FINDING
     if not gone:
         what = f"{kind} {target}" if tool and kind != "tool" else target
         print(f"cellblock: no 'always' approval for {printable(what)}", file=sys.stderr)

@@ -15,7 +15,8 @@ from cellblock.gateway.config.loading import load_config
 from cellblock.gateway.config.model import Config, LocalServer
 from cellblock.gateway.downstream.launch import jail_spec, own_paths
 from cellblock.gateway.downstream.packages import read_record
-from cellblock.gateway.serve.approvals import describe, read_always
+from cellblock.gateway.serve.approvals import describe
+from cellblock.gateway.serve.remembered import read_always
 from cellblock.gateway.state import read_json, state_dir
 from cellblock.sandbox.bwrap import bwrap_plan
 from cellblock.sandbox.closure import GUARANTEE

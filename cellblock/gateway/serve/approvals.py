@@ -17,9 +17,9 @@ applied before this module is consulted, so an approval cannot widen them.
 A prompt get or a resource read under `ask` goes the same way, and the form says what is got or
 read. Every remembered approval (once, session, always, pending) is keyed by kind as well as by
 name: a server's tool named "prompt:greet" and its prompt "greet" never share a grant, whichever
-of them was approved. approvals.json (version 2) keeps tools under "always" and prompts and
-resources under "items"; a version 1 file's "prompt:NAME"/"resource:URI" entries are read as the
-prompt's or resource's approval, which is what they granted then.
+of them was approved. "Always" is kept in approvals.json (`serve/remembered.py`), changed under
+a lock off the event loop; `cellblock revoke` changes it there, and every gateway reads it again
+before its next question.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ from cellblock.gateway.ask.forms import (
 )
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.serve.notify import notify
-from cellblock.gateway.state import StateWriteError, atomic_write_json, read_json
+from cellblock.gateway.serve.remembered import ITEM_KINDS, Remembered
+from cellblock.gateway.state import StateWriteError
 from cellblock.policy.text import visible
 from cellblock.policy.types import Decision, Verdict
 
@@ -66,7 +67,6 @@ __all__ = [
     "choice_schema",
     "describe",
     "human_answer",
-    "read_always",
     "review_form",
 ]
 
@@ -79,10 +79,6 @@ APPROVAL_KEY = "cellblock_approval"
 PENDING_TTL = 600.0
 MAX_PENDING = 64  # pending approvals are created by the model's calls: keep them bounded
 STATE_PREFIX = "ap1."
-# how a prompt's and a resource's `tool` begins inside the gateway ("prompt:greet")
-ITEM_PREFIXES = ("prompt:", "resource:")
-ITEM_KINDS = ("prompt", "resource")
-FILE_VERSION = 2
 
 
 class NeedsInput(Exception):
@@ -112,7 +108,7 @@ class Approvals:
     """Remembered approvals, pending ones, and the ways of asking."""
 
     def __init__(self, state: Path, audit: Audit, timeout: float) -> None:
-        self.path = state / "approvals.json"
+        self.remembered = Remembered(state / "approvals.json")
         self.audit = audit
         self.timeout = timeout
         self.session: set[tuple[str, str, str]] = set()  # (server, kind, tool)
@@ -120,63 +116,30 @@ class Approvals:
         self._once: dict[tuple[str, str, str, str], float] = {}  # (server, kind, tool, digest): after a timeout
         self._sealer = Sealer(STATE_PREFIX)
         self._used: dict[str, float] = {}
-        self._always: dict[str, set[tuple[str, str]]] = {}  # server -> {(kind, tool)}
-        self._mtime = -1.0
 
     # -- remembered ------------------------------------------------------------------------
 
     def always(self) -> dict[str, set[tuple[str, str]]]:
-        """server -> {(kind, tool)} always allowed; re-read when the file changed (a revoke elsewhere)."""
-        try:
-            mtime = os.stat(self.path).st_mtime_ns / 1e9
-        except OSError:
-            mtime = 0.0
-        if mtime != self._mtime:
-            self._always = read_always(read_json(self.path))
-            self._mtime = mtime
-        return self._always
+        """server -> {(kind, tool)} always allowed, as approvals.json holds them now."""
+        return self.remembered.table()
 
-    def _save_always(self, table: dict[str, set[tuple[str, str]]]) -> None:
-        tools = {s: sorted(t for k, t in keys if k == "tool") for s, keys in sorted(table.items())}
-        items = {
-            s: {k: sorted(t.removeprefix(f"{k}:") for kk, t in keys if kk == k) for k in ITEM_KINDS}
-            for s, keys in sorted(table.items())
-        }
-        atomic_write_json(
-            self.path,
-            {
-                "version": FILE_VERSION,
-                "always": {s: t for s, t in tools.items() if t},
-                "items": {
-                    s: {k: n for k, n in kinds.items() if n} for s, kinds in items.items() if any(kinds.values())
-                },
-            },
-        )
-        self._mtime = -1.0
-
-    def remember(self, server: str, tool: str, kind: str = "tool") -> None:
-        """Allow `tool` (of `kind`) of `server` always, from now on and after restarts.
+    async def remember(self, server: str, tool: str, kind: str = "tool") -> None:
+        """Allow `tool` (of `kind`) of `server` always, from now on and after restarts; the file
+        is changed under its lock in a worker thread, so the event loop never waits on the lock.
 
         Raises:
             StateWriteError: the approvals file could not be saved (nothing is remembered).
         """
-        table = {s: set(t) for s, t in self.always().items()}
-        table.setdefault(server, set()).add((kind, tool))
-        self._save_always(table)
+        await anyio.to_thread.run_sync(self.remembered.add, server, kind, tool)
 
     def revoke(self, server: str, tool: str | None, kind: str = "tool") -> list[tuple[str, str]]:
-        """Forget always- and session-approvals of `server` (one tool, prompt or resource, or all);
-        what was removed, each (kind, tool)."""
-        table = {s: set(t) for s, t in self.always().items()}
-        key = (kind, tool if kind == "tool" or tool is None else f"{kind}:{tool}")
-        stored = table.get(server, set())
-        gone = sorted(stored if tool is None else stored & {key})
-        if tool is None:
-            table.pop(server, None)
-        else:
-            stored.discard(key)
-        self._save_always(table)
-        self.session = {(s, k, t) for s, k, t in self.session if not (s == server and (tool is None or (k, t) == key))}
+        """Forget the always-approvals of `server` (one tool, prompt or resource, or all) in
+        approvals.json; what was removed, each (kind, tool). It blocks on the file's lock (the CLI).
+
+        Raises:
+            StateWriteError: the approvals file could not be locked or saved (nothing is forgotten).
+        """
+        gone = self.remembered.remove(server, None if tool is None else _key(tool, kind))
         for k, name in gone:
             self.audit.write("approval_revoked", server, tool=name, **_kind(k))
         return gone
@@ -201,7 +164,7 @@ class Approvals:
         human = getattr(call, "human", None)
         full = human is not None and _choice(human) == SHOW_FULL  # asked to read every argument first
         if human is not None and not full:  # the answer a 2026-07-28 client sent back with the retried call
-            return self._granted(server, tool, verdict, human, "elicitation", kind)
+            return await self._granted(server, tool, verdict, human, "elicitation", kind)
         ctx = call.ctx
         if ctx is not None and can_elicit(ctx.session):
             if ctx.modern:
@@ -250,9 +213,9 @@ class Approvals:
                 )
             if full or _choice(result) != SHOW_FULL:
                 break
-        return self._granted(server, tool, verdict, result, "elicitation", kind)
+        return await self._granted(server, tool, verdict, result, "elicitation", kind)
 
-    def _granted(
+    async def _granted(
         self, server: str, tool: str, verdict: Verdict, result: types.ElicitResult, via: str, kind: str = "tool"
     ) -> Verdict:
         choice = _choice(result)
@@ -264,7 +227,7 @@ class Approvals:
             self.session.add((server, kind, tool))
         elif scope == "always":
             try:
-                self.remember(server, tool, kind)
+                await self.remember(server, tool, kind)
             except StateWriteError as exc:  # an "always" that would be forgotten is not what was granted
                 return self._refused(
                     server, tool, verdict, "approval_denied", f"'always' could not be saved: {exc}", kind
@@ -333,26 +296,29 @@ class Approvals:
             "arguments; or 'cellblock deny " + ident + "'.",
         )
 
-    def answer(self, ident: str, scope: str | None) -> bool:
+    async def answer(self, ident: str, scope: str | None) -> bool:
         """The CLI's answer to pending approval `ident` (scope None: deny). False if there is none.
 
         Raises:
             StateWriteError: "always" could not be saved; the approval stays pending, unanswered.
         """
         self._expire()
-        item = self.pending.get(ident)
+        item = self.pending.pop(ident, None)  # taken while "always" is saved: a second answer finds none
         if item is None:
             return False
-        if scope == "session":
+        if scope == "always":
+            try:
+                await self.remember(item.server, item.tool, item.kind)
+            except BaseException:
+                self.pending.setdefault(ident, item)
+                raise
+        elif scope == "session":
             self.session.add((item.server, item.kind, item.tool))
-        elif scope == "always":
-            self.remember(item.server, item.tool, item.kind)
         if scope is not None and not item.waiting:
             # the call already timed out: let the same call (same kind too) through once when the model retries
             self._once[(item.server, item.kind, item.tool, item.digest)] = item.expires
         item.scope = scope
         item.answer.set()
-        self.pending.pop(ident, None)
         event = "approval_granted" if scope is not None else "approval_denied"
         self.audit.write(event, item.server, tool=item.tool, scope=scope, via="cli", id=ident, **_kind(item.kind))
         return True
@@ -384,7 +350,7 @@ class Approvals:
             self.audit.write("approval_asked", server, tool="sampling", via="elicitation", kind="sampling")
             with anyio.move_on_after(self.timeout):
                 answer = await entry.asker.ask(types.ElicitRequestFormParams(message=message, requested_schema=schema))
-                decided = self._granted(server, "sampling", verdict, answer, "elicitation", "sampling")
+                decided = await self._granted(server, "sampling", verdict, answer, "elicitation", "sampling")
                 return None if decided.decision is Decision.ALLOW else decided.reason
             timed_out = self._refused(server, "sampling", verdict, "approval_timeout", "no answer in time", "sampling")
             return timed_out.reason
@@ -441,31 +407,6 @@ class Approvals:
         return listed
 
 
-def read_always(data: Any) -> dict[str, set[tuple[str, str]]]:
-    """The always-approvals in approvals.json's `data`: server -> {(kind, tool)}; anything malformed is left out."""
-    if not isinstance(data, dict):
-        return {}
-    table: dict[str, set[tuple[str, str]]] = {}
-    tools = data.get("always", {})
-    for server, names in tools.items() if isinstance(tools, dict) else ():
-        if isinstance(server, str) and isinstance(names, list):
-            for name in (n for n in names if isinstance(n, str)):
-                # version 1 kept a prompt's or resource's approval here as "prompt:NAME"/"resource:URI"
-                kind = (
-                    name.partition(":")[0]
-                    if data.get("version") != FILE_VERSION and name.startswith(ITEM_PREFIXES)
-                    else "tool"
-                )
-                table.setdefault(server, set()).add((kind, name))
-    items = data.get("items", {}) if data.get("version") == FILE_VERSION else {}
-    for server, kinds in items.items() if isinstance(items, dict) else ():
-        for kind in ITEM_KINDS if isinstance(server, str) and isinstance(kinds, dict) else ():
-            names = kinds.get(kind, [])
-            for name in (n for n in names if isinstance(n, str)) if isinstance(names, list) else ():
-                table.setdefault(server, set()).add((kind, f"{kind}:{name}"))
-    return table
-
-
 def describe(kind: str, tool: str, server: str = "") -> str:
     """How the CLI names a remembered approval: `p:echo` for a tool, `prompt p:greet`, `resource p:h://index`
     (without `server`: `echo`, `prompt greet`)."""
@@ -480,6 +421,11 @@ def _what(tool: str, kind: str | None = None) -> str:
     if kind in ITEM_KINDS or (kind is None and sep and prefix in ITEM_KINDS):
         return f"{prefix} {visible(name)!r}"
     return f"tool {visible(tool)!r}"
+
+
+def _key(tool: str, kind: str) -> tuple[str, str]:
+    """How a grant of `tool` (a prompt's or resource's plain name) of `kind` is kept: (kind, "prompt:greet")."""
+    return kind, tool if kind == "tool" else f"{kind}:{tool}"
 
 
 def _kind(kind: str) -> dict[str, str]:

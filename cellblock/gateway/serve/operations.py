@@ -40,7 +40,7 @@ class Operations:
             if scope not in (None, "once", "session", "always"):
                 return {"ok": False, "error": f"unknown scope {scope!r}"}
             try:
-                found = self.gateway.approvals.answer(ident, scope)
+                found = await self.gateway.approvals.answer(ident, scope)
             except StateWriteError as exc:  # the approval stays pending: approve it for now, or free space
                 return {"ok": False, "error": f"the 'always' approval was not saved: {exc}; it is still pending"}
             if not found:
