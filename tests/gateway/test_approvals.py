@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,25 @@ async def test_an_always_approval_outlives_the_gateway_until_it_is_revoked(tmp_p
     assert (await decide(later, asking(Session()))).rule == "approval:always"
     assert later.revoke("p", "echo") == [("tool", "echo")]
     assert (await decide(later, asking(Session(None)))).decision is Decision.DENY
+
+
+def test_forget_drops_the_session_and_retry_grants_of_what_is_revoked_and_nothing_else(tmp_path: Path) -> None:
+    approvals_ = approvals(tmp_path)
+    approvals_.session |= {("p", "tool", "echo"), ("p", "tool", "slow"), ("q", "tool", "echo")}
+    approvals_.session.add(("p", "prompt", "prompt:echo"))  # the prompt is not the tool
+    approvals_._once[("p", "tool", "echo", "digest")] = time.time() + 60
+    assert approvals_.forget("p", "echo") == [("tool", "echo", "session"), ("tool", "echo", "once")]
+    assert approvals_.session == {("p", "tool", "slow"), ("q", "tool", "echo"), ("p", "prompt", "prompt:echo")}
+    assert approvals_._once == {}
+    assert approvals_.forget("p", "echo", "prompt") == [("prompt", "prompt:echo", "session")]
+    assert approvals_.forget("p", None) == [("tool", "slow", "session")] and approvals_.forget("p", None) == []
+    revoked = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [(e["tool"], e["scope"]) for e in revoked if e["event"] == "approval_revoked"] == [
+        ("echo", "session"),
+        ("echo", "once"),
+        ("prompt:echo", "session"),
+        ("slow", "session"),
+    ]
 
 
 # -- a sealed question (2026-07-28) -----------------------------------------------------------

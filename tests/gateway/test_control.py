@@ -90,6 +90,9 @@ class FakeGateway:
             if any(item["id"] == message.get("id") for item in self.pending):
                 return {"ok": True}
             return {"ok": False, "error": f"no pending approval '{message.get('id')}'", "code": control.NOT_FOUND}
+        if op == "revoke":  # it holds a session approval of fs:write_file
+            held = message.get("server") == "fs" and message.get("tool") in ("write_file", None)
+            return {"ok": True, "revoked": [{"kind": "tool", "tool": "write_file", "scope": "session"}] if held else []}
         if op == "ps":
             return {
                 "ok": True,

@@ -109,6 +109,23 @@ async def test_always_survives_a_restart_and_revoke_takes_it_back(tmp_path: Path
     assert any(e["event"] == "approval_revoked" for e in events(state))
 
 
+async def test_revoke_takes_a_session_approval_back_from_the_running_gateway_at_once(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir(mode=0o700)
+    state, human = tmp_path / "state", Human("allow_session")
+    env = {"XDG_RUNTIME_DIR": str(tmp_path / "run")}
+    async with gateway(config(tmp_path), state, mode="legacy", elicitation_callback=human, env=env) as client:
+        assert text(await client.call_tool("p__echo", {"message": "a"})) == "a"
+        # the control: while the session approval stands, the next call runs unasked
+        assert text(await client.call_tool("p__echo", {"message": "b"})) == "b" and len(human.asked) == 1
+        target = str(config(tmp_path))
+        revoked = await anyio.to_thread.run_sync(lambda: cli(tmp_path, "revoke", "p:echo", "--config", target))
+        assert text(await client.call_tool("p__echo", {"message": "c"})) == "c"
+        assert len(human.asked) == 2  # asked again, without a restart
+        assert revoked.returncode == 0 and "revoked p:echo (for this session, in gateway " in revoked.stderr, revoked
+    [event] = [e for e in events(state) if e["event"] == "approval_revoked"]
+    assert (event["server"], event["tool"], event["scope"]) == ("p", "echo", "session")
+
+
 async def test_a_deny_rule_is_never_asked_and_never_remembered_into_allow(tmp_path: Path) -> None:
     human = Human("allow_always")
     async with gateway(config(tmp_path), tmp_path / "state", mode="legacy", elicitation_callback=human) as client:

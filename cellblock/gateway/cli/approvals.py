@@ -137,6 +137,9 @@ def pending_full(ident: str, as_json: bool) -> int:
 
 
 def revoke(config_path: str | None, target: str, kind: str = "tool") -> int:
+    """Forget the "always" approval of `target` (SERVER or SERVER:TOOL) in approvals.json, and tell
+    each running gateway to drop its session approvals of the same; exit 1 if there was none, or
+    a running gateway could not be told."""
     from cellblock.gateway.config.loading import load_config
     from cellblock.gateway.serve.approvals import Approvals, describe
     from cellblock.gateway.state import StateWriteError, state_dir
@@ -144,23 +147,48 @@ def revoke(config_path: str | None, target: str, kind: str = "tool") -> int:
     config, _ = load_config(config_path)
     server, _, tool = target.partition(":")
     state = state_dir()
-    audit = config.audit_log(state)
     try:
-        gone = Approvals(state, audit, config.approvals.timeout).revoke(server, tool or None, kind)
+        stored = Approvals(state, config.audit_log(state), config.approvals.timeout).revoke(server, tool or None, kind)
     except StateWriteError as exc:
         print(f"cellblock: FAIL: nothing was revoked: {exc}", file=sys.stderr)
         return EXIT_FINDING
-    if not gone:
+    gone = [f"{printable(describe(k, t, server))} (always)" for k, t in stored]
+    # what a running gateway holds for this session is in its memory: each is told, over its socket
+    missed = []
+    try:
+        paths = running()
+    except ControlError as exc:
+        paths, missed = [], [f"the running gateways could not be found ({exc})"]
+    for path in paths:
+        try:
+            reply = request(path, {"op": "revoke", "server": server, "tool": tool or None, "kind": kind})
+        except ControlError as exc:
+            reply = {"ok": False, "error": str(exc)}
+        if not reply["ok"]:
+            missed.append(f"gateway {pid_of(path)} was not told ({printable(str(reply.get('error', 'refused')))})")
+            continue
+        for item in reply.get("revoked", []) if isinstance(reply.get("revoked"), list) else []:
+            if isinstance(item, dict):
+                what = describe(str(item.get("kind")), str(item.get("tool")), server)
+                scope = "for this session" if item.get("scope") == "session" else "a retry after a late approval"
+                gone.append(f"{printable(what)} ({scope}, in gateway {pid_of(path)})")
+    if gone:
+        print(f"cellblock: OK: revoked {', '.join(gone)}", file=sys.stderr)
+    else:
         what = f"{kind} {target}" if tool and kind != "tool" else target
-        print(f"cellblock: no 'always' approval for {printable(what)}", file=sys.stderr)
+        print(f"cellblock: no 'always' or session approval for {printable(what)}", file=sys.stderr)
         item, sep, name = tool.partition(":")
         if kind == "tool" and sep and item in ("prompt", "resource"):  # the spelling before kinds were kept apart
             hint = f"{server}:{name} --kind {item}"
             print(f"cellblock: for the {item}, run 'cellblock revoke {printable(hint)}'", file=sys.stderr)
-        return EXIT_FINDING
-    # a running gateway re-reads approvals.json before its next question; no restart needed
-    print(f"cellblock: OK: revoked {', '.join(printable(describe(k, t, server)) for k, t in gone)}", file=sys.stderr)
-    return EXIT_OK
+    for why in missed:
+        # its "always" approvals went with the file, which every gateway reads again before its next question
+        print(
+            f"cellblock: FAIL: {why}: what it allowed for this session of {printable(target)} stays allowed "
+            "until it restarts; run this again, or restart the client that runs it",
+            file=sys.stderr,
+        )
+    return EXIT_OK if gone and not missed else EXIT_FINDING
 
 
 def _number(value: Any, default: float) -> float:

@@ -80,7 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     pending.add_argument("--json", action="store_true", help="print JSON")
     ps = sub.add_parser("ps", help="list the running gateways, their servers and pending approvals")
     ps.add_argument("--json", action="store_true", help="print JSON")
-    revoke = sub.add_parser("revoke", help="forget 'always' approvals: SERVER, SERVER:TOOL, or a prompt or resource")
+    revoke = sub.add_parser(
+        "revoke", help="forget 'always' and session approvals: SERVER, SERVER:TOOL, or a prompt or resource"
+    )
     revoke.add_argument("target", metavar="SERVER[:NAME]")
     revoke.add_argument(
         "--kind",

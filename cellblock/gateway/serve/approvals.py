@@ -18,8 +18,8 @@ A prompt get or a resource read under `ask` goes the same way, and the form says
 read. Every remembered approval (once, session, always, pending) is keyed by kind as well as by
 name: a server's tool named "prompt:greet" and its prompt "greet" never share a grant, whichever
 of them was approved. "Always" is kept in approvals.json (`serve/remembered.py`), changed under
-a lock off the event loop; `cellblock revoke` changes it there, and every gateway reads it again
-before its next question.
+a lock off the event loop; `cellblock revoke` changes it, and tells each running gateway to
+`forget` its session and retry grants of the same.
 """
 
 from __future__ import annotations
@@ -141,7 +141,25 @@ class Approvals:
         """
         gone = self.remembered.remove(server, None if tool is None else _key(tool, kind))
         for k, name in gone:
-            self.audit.write("approval_revoked", server, tool=name, **_kind(k))
+            self.audit.write("approval_revoked", server, tool=name, scope="always", **_kind(k))
+        return gone
+
+    def forget(self, server: str, tool: str | None, kind: str = "tool") -> list[tuple[str, str, str]]:
+        """`cellblock revoke` in a running gateway: drop the session grants of `server` (one tool,
+        prompt or resource, or all) and the retries a late CLI approval let through, and read
+        approvals.json again at once; what was dropped, each (kind, tool, scope)."""
+        key = None if tool is None else _key(tool, kind)
+        self.remembered.stale()
+
+        def matches(s: str, k: str, t: str) -> bool:
+            return s == server and (key is None or (k, t) == key)
+
+        gone = [(k, t, "session") for s, k, t in sorted(self.session) if matches(s, k, t)]
+        gone += [(k, t, "once") for s, k, t, _ in sorted(self._once) if matches(s, k, t)]
+        self.session = {(s, k, t) for s, k, t in self.session if not matches(s, k, t)}
+        self._once = {entry: exp for entry, exp in self._once.items() if not matches(*entry[:3])}
+        for k, name, scope in gone:
+            self.audit.write("approval_revoked", server, tool=name, scope=scope, **_kind(k))
         return gone
 
     # -- asking ----------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """What the CLI asks of a running gateway over its control socket (`serve/control.py`):
-pending approvals and their answers, a reconnect after a credential changed, and `ps`."""
+pending approvals and their answers, a revoke, a reconnect after a credential changed, and `ps`."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from cellblock.gateway.serve.control import NOT_FOUND
 from cellblock.gateway.state import StateWriteError
 
 __all__ = ["Operations"]
+
+KINDS = ("tool", "prompt", "resource")
 
 
 class Host(Protocol):
@@ -46,6 +48,16 @@ class Operations:
             if not found:
                 return {"ok": False, "error": f"no pending approval '{ident}'", "code": NOT_FOUND}
             return {"ok": True}
+        if op == "revoke":
+            # `cellblock revoke` changed approvals.json; what this gateway holds of the same goes too
+            server, tool, kind = message.get("server"), message.get("tool"), message.get("kind", "tool")
+            if not isinstance(server, str) or not isinstance(tool, str | None) or kind not in KINDS:
+                return {
+                    "ok": False,
+                    "error": "revoke takes a 'server', a 'tool' (or null) and a 'kind' of " + str(KINDS),
+                }
+            gone = self.gateway.approvals.forget(server, tool, kind)
+            return {"ok": True, "revoked": [{"kind": k, "tool": t, "scope": scope} for k, t, scope in gone]}
         if op == "reconnect":
             # `cellblock auth set|login|logout` changed a credential this server uses
             ds = self.gateway.downstreams.get(str(message.get("server", "")))
