@@ -3,8 +3,9 @@
 Every jail gets new user, mount, pid, ipc, uts and cgroup namespaces, and a new network namespace
 unless the network is `open`; all capabilities dropped (the gateway may run as root, and root
 with capabilities can remount a read-only share writable); no nested user namespaces; a cleared
-environment; read-only `/usr` and a few `/etc` files; an empty private home and `/tmp`; the
-granted directories at their own paths; a read-only root over all of it; and the seccomp filter
+environment; read-only `/usr` and a few `/etc` files; an empty private home, `/tmp` and `/dev/shm`
+(the only tmpfs mounts it may write, which `limits.limit_plan` sizes); the granted directories at
+their own paths; a read-only root over all of it; and the seccomp filter
 of `sandbox/seccomp.py`, handed over at spawn by `sandbox/spawn.py`.
 """
 
@@ -277,13 +278,19 @@ def bwrap_plan(
     system_args, system = _system_mounts(spec.exec_closure, early)
     args += system_args
     args += ["--proc", "/proc", "--dev", "/dev"]
+    # bwrap's /dev is a tmpfs it cannot size and the jail's user may write: it is made read-only
+    # (its devices still work) below, and shared memory gets a tmpfs of its own, sized by the limits
+    writable = [len(args)]
+    args += ["--tmpfs", "/dev/shm"]
     args += [a for f in READ_ONLY_PROC for a in ("--ro-bind-try", f, f)]
     # the user's kernel keys are out of reach (seccomp), but /proc would still list their names
     # (a device: --ro-bind would mount it nodev, unreadable; /dev/null discards what is written)
     args += [a for f in MASKED_PROC if os.path.exists(f) for a in ("--dev-bind", "/dev/null", f)]
     args += [a for d in MASKED_PROC_DIRS if os.path.isdir(d) for a in ("--tmpfs", d)]
     if spec.tmp:
+        writable.append(len(args))
         args += ["--tmpfs", "/tmp"]
+    writable.append(len(args))
     args += ["--tmpfs", spec.home]  # an empty, private, throw-away home
     # verified copies of pinned executables go last, over whatever else is at their paths
     pinned = [
@@ -299,9 +306,10 @@ def bwrap_plan(
     # cache in Cellblock's) is shown again over it, and hidden paths inside that are emptied last
     outer = [h for h in spec.hidden if not _beneath(h, list(spec.hidden))]
     again = [m for m in shared if _beneath(m.path, outer)]
+    inner = [h for h in spec.hidden if h not in outer and _beneath(h, [m.path for m in again])]
     args += [a for h in outer for a in _emptied(h)]
     args += [a for m in again for a in _bind(m)]
-    args += [a for h in spec.hidden if h not in outer and _beneath(h, [m.path for m in again]) for a in _emptied(h)]
+    args += [a for h in inner for a in _emptied(h)]
     for path in late:
         # a symlink under a grant is there already, and making one would write into the grant
         if not os.path.islink(path):
@@ -320,9 +328,16 @@ def bwrap_plan(
             f"server '{spec.name}': its cwd {spec.cwd} is not shared with the jail; "
             "add it (or a parent) to jail.read_only or jail.read_write"
         )
+    # what is written to a tmpfs is memory: only those in `writable` take writes, each sized within
+    # the jail's memory limit (sandbox/limits.py); the rest, shown empty or with devices, are made
+    # read-only once everything inside them is mounted
+    emptied = [h for h in (*outer, *inner) if os.path.isdir(h)]  # (a file is shown as /dev/null)
+    frozen = ["/dev", *(d for d in MASKED_PROC_DIRS if os.path.isdir(d)), *emptied]
+    args += [a for path in frozen for a in ("--remount-ro", path)]
     args += ["--chdir", cwd, "--remount-ro", "/", "--", *spec.argv]
 
-    private = [Mount(spec.home, MountMode.READ_WRITE, "private empty home (tmpfs)")]
+    private = [Mount("/dev/shm", MountMode.READ_WRITE, "private shared memory (tmpfs)")]
+    private.append(Mount(spec.home, MountMode.READ_WRITE, "private empty home (tmpfs)"))
     if spec.tmp:
         private.append(Mount("/tmp", MountMode.READ_WRITE, "private /tmp (tmpfs)"))
     return LaunchPlan(
@@ -333,6 +348,7 @@ def bwrap_plan(
         network=spec.network,
         seccomp=program,
         pin_filter=pin_filter,
+        tmpfs=tuple((at, args[at + 1]) for at in writable),
     )
 
 

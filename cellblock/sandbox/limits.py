@@ -15,6 +15,10 @@ mechanism per limit, the strongest this machine offers (`enforcement`):
   jail's user namespace, where Linux 5.14 and newer count a user's tasks (it does not apply to
   root); and `RLIMIT_DATA`, which bounds each process, not the jail as a whole.
 
+A file in a tmpfs is memory that no process's RLIMIT_DATA counts and that outlives its writer, so
+the tmpfs mounts a jail may write (its /tmp, home and /dev/shm: `LaunchPlan.tmpfs`) are sized
+within its memory limit, whatever enforces the rest (`tmpfs_sizes`).
+
 Where nothing can enforce a limit as a whole, `Method.how` says so, and `show`, `doctor` and the
 log repeat it; the server still starts. A running jail's `Confinement` tells whether it reached a
 limit: a refused fork or an OOM kill in its cgroup (the kernel counts both), or, with rlimits, as
@@ -30,6 +34,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -44,9 +49,30 @@ from cellblock.sandbox.cgroups import (
     remove,
     scope_cgroups,
 )
-from cellblock.sandbox.types import Enforcement, JailError, LaunchPlan, LimitPlan, Limits, Mechanism, Method
+from cellblock.sandbox.types import (
+    Enforcement,
+    JailError,
+    LaunchPlan,
+    LimitPlan,
+    Limits,
+    Mechanism,
+    Method,
+    Mount,
+)
 
-__all__ = ["BLOCK_FD", "INFO_FD", "Confinement", "confine", "describe", "enforcement", "limit_plan", "size"]
+__all__ = [
+    "BLOCK_FD",
+    "INFO_FD",
+    "TMPFS_WEIGHTS",
+    "Confinement",
+    "confine",
+    "describe",
+    "enforcement",
+    "limit_plan",
+    "size",
+    "sizes_tmpfs",
+    "tmpfs_sizes",
+]
 
 INFO_FD = "<info-fd>"
 BLOCK_FD = "<block-fd>"
@@ -56,6 +82,11 @@ NPROC_PER_NAMESPACE = (5, 14)
 # systemd-run expands $VARIABLES in a scope's command line from this version on, unless told not to.
 SYSTEMD_EXPANDS = 254
 _PAGE = mmap.PAGESIZE
+# What a jail's writable tmpfs mounts get of its memory limit, by weight (any other: 1): /tmp, where
+# programs put their temporary files, twice what the home and /dev/shm get. A file in a tmpfs is
+# memory that no process's RLIMIT_DATA counts and that outlives its writer, so together they never
+# exceed the limit.
+TMPFS_WEIGHTS = {"/tmp": 2}
 
 
 def size(value: int) -> str:
@@ -183,9 +214,15 @@ def _systemd() -> tuple[tuple[str, ...], dict[str, str], str] | None:
 
 def limit_plan(plan: LaunchPlan, server: str, limits: Limits) -> LaunchPlan:
     """`plan` (a bwrap command) under `limits`: held at start until `spawn.Spawn.release` has put
-    them in place, and run in a systemd scope where that is how this machine enforces them."""
+    them in place, run in a systemd scope where that is how this machine enforces them, and its
+    writable tmpfs mounts sized within its memory limit.
+
+    Raises:
+        JailError: the plan's tmpfs mounts are not where it says (it was changed after it was made).
+    """
     how = enforcement()
-    bwrap, rest = plan.argv[0], plan.argv[1:]
+    argv, mounts = _sized(plan, limits.memory)
+    bwrap, rest = argv[0], argv[1:]
     held = ("--info-fd", INFO_FD, "--block-fd", BLOCK_FD)
     prefix: tuple[str, ...] = ()
     unset: tuple[str, ...] = ()
@@ -201,7 +238,53 @@ def limit_plan(plan: LaunchPlan, server: str, limits: Limits) -> LaunchPlan:
         env |= how.scope_env
         # what systemd-run needs or adds stays outside the jail (without secrets bwrap clears all anyway)
         unset = tuple(a for key in (*how.scope_env, "INVOCATION_ID") for a in ("--unsetenv", key))
-    return replace(plan, argv=(*prefix, bwrap, *held, *unset, *rest), env=env, limits=LimitPlan(server, limits, how))
+    limited = LimitPlan(server, limits, how)
+    return replace(plan, argv=(*prefix, bwrap, *held, *unset, *rest), env=env, mounts=mounts, limits=limited)
+
+
+def tmpfs_sizes(points: Sequence[str], memory: int) -> dict[str, int]:
+    """What each of a jail's writable tmpfs mounts may hold, in whole pages: together at most
+    `memory` (/tmp twice what each other gets)."""
+    weights = {point: TMPFS_WEIGHTS.get(point, 1) for point in points}
+    total = sum(weights.values())
+    return {point: max(_PAGE, memory * weight // total // _PAGE * _PAGE) for point, weight in weights.items()}
+
+
+@functools.cache
+def sizes_tmpfs(bwrap: str) -> bool:
+    """Whether `bwrap` can size a tmpfs (`--size`: bubblewrap 0.7.0 and newer)."""
+    try:
+        shown = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--size" in shown.stdout + shown.stderr
+
+
+def _sized(plan: LaunchPlan, memory: int) -> tuple[tuple[str, ...], tuple[Mount, ...]]:
+    """`plan`'s argv with each writable tmpfs sized within `memory`, and its mounts saying so.
+
+    Raises:
+        JailError: a tmpfs is not where the plan says.
+    """
+    argv = list(plan.argv)
+    if any(argv[at : at + 2] != ["--tmpfs", point] for at, point in plan.tmpfs):
+        raise JailError("the launch plan's tmpfs mounts are not where it says; nothing was started")
+    points = [point for _, point in plan.tmpfs]
+    if not points:
+        return plan.argv, plan.mounts
+    if sizes_tmpfs(argv[0]):
+        sizes = tmpfs_sizes(points, memory)
+        for at, point in sorted(plan.tmpfs, reverse=True):
+            argv[at:at] = ["--size", str(sizes[point])]
+        said = {point: f"at most {size(sizes[point])}" for point in points}
+    else:
+        # where a cgroup or scope bounds memory, what is written there still counts against it
+        said = dict.fromkeys(points, "NOT SIZED: this bubblewrap has no --size (0.7.0 and newer have it)")
+    mounts = tuple(
+        replace(m, why=f"{m.why}, {said[m.path]}") if m.path in said and m.why.endswith("(tmpfs)") else m
+        for m in plan.mounts
+    )
+    return tuple(argv), mounts
 
 
 # -- a running jail under its limits -------------------------------------------------------

@@ -179,6 +179,9 @@ class LaunchPlan:
     pin_filter: bytes | None = field(default=None, repr=False)
     limits: LimitPlan | None = None  # see sandbox/limits.py
     mark: MarkPlan | None = None  # an unjailed server's marked cgroup: see sandbox/marks.py
+    # the tmpfs mounts the jail may write (what is written there is memory): where each one's
+    # `--tmpfs` stands in `argv`, and its mount point; `limit_plan` sizes them within the memory limit
+    tmpfs: tuple[tuple[int, str], ...] = ()
 
 
 class InstallKind(StrEnum):

@@ -59,9 +59,11 @@ def test_show_lists_every_mount_and_never_an_env_value(config: Path) -> None:
     assert jailed["network"] == "none"
     mounts = {(m["path"], m["mode"], m["why"]) for m in jailed["mounts"]}
     assert (str(config.parent / "shared"), "ro", "read_only") in mounts
-    assert (HOME, "rw", "private empty home (tmpfs)") in mounts
+    # sized within the default memory limit of 4 GiB (/tmp half, the home and /dev/shm a quarter each)
+    assert (HOME, "rw", "private empty home (tmpfs), at most 1 GiB") in mounts
+    assert ("/tmp", "rw", "private /tmp (tmpfs), at most 2 GiB") in mounts
     # of the home directory only launcher installations are shared, never the home itself
-    assert not any(p == HOME and why != "private empty home (tmpfs)" for p, _, why in mounts)
+    assert not any(p == HOME and not why.startswith("private empty home (tmpfs)") for p, _, why in mounts)
     assert "API_TOKEN" in jailed["env"] and "tok-never-shown" not in done.stdout
     if sys.platform.startswith("linux"):
         assert jailed["seccomp"].startswith("on: refuses the kernel keyring")

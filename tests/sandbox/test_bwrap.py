@@ -97,6 +97,23 @@ def test_no_private_tmp_when_tmp_is_off(tmp_path: Path) -> None:
     assert ("--tmpfs", "/tmp") not in [(argv[i], argv[i + 1]) for i in range(len(argv) - 1)]
 
 
+def test_only_the_home_tmp_and_dev_shm_take_writes_and_every_other_tmpfs_is_made_read_only(tmp_path: Path) -> None:
+    granted, hidden = tmp_path / "granted", tmp_path / "granted" / "cellblock-state"
+    hidden.mkdir(parents=True)
+    plan = bwrap_plan(spec(tmp_path, read_write=(str(granted),), hidden={str(hidden): "Cellblock's state"}), [])
+    argv = plan.argv
+    assert [point for _, point in plan.tmpfs] == ["/dev/shm", "/tmp", "/root"]
+    assert all(argv[at : at + 2] == ("--tmpfs", point) for at, point in plan.tmpfs)
+    # bwrap's /dev (a tmpfs it cannot size), the emptied /proc dirs and Cellblock's own directories
+    # shown empty: read-only, once everything inside them is mounted, before the command
+    frozen = flags(argv, "--remount-ro")
+    assert {*flags(argv, "--tmpfs"), "/dev"} - {"/dev/shm", "/tmp", "/root"} == set(frozen) - {"/"}
+    assert str(hidden) in frozen and "/dev" in frozen
+    assert argv.index("--remount-ro") > max(i for i, a in enumerate(argv) if a in ("--bind", "--ro-bind", "--tmpfs"))
+    writable = {m.path for m in plan.mounts if m.why.endswith("(tmpfs)")}
+    assert writable == {"/dev/shm", "/tmp", "/root"}
+
+
 SPAWNER_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")  # what the SDK's stdio spawner adds on POSIX
 
 

@@ -3,18 +3,21 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cellblock.sandbox import limits
+from cellblock.sandbox.bwrap import bwrap_plan
 from cellblock.sandbox.cgroups import Cgroup
 from cellblock.sandbox.limits import BLOCK_FD, INFO_FD, limit_plan
 from cellblock.sandbox.spawn import spawn_args
-from cellblock.sandbox.types import Enforcement, JailError, LaunchPlan, Limits, Mechanism, Method, Network
+from cellblock.sandbox.types import Enforcement, JailError, JailSpec, LaunchPlan, Limits, Mechanism, Method, Network
 
 MIB = 1 << 20
 ROOMY = Limits(600, 1 << 30)
@@ -83,6 +86,53 @@ def test_a_plan_whose_command_and_limits_disagree_is_not_started(
         plan = replace(plan, limits=limit_plan(plan_of(), "t", ROOMY).limits)
     with pytest.raises(JailError, match="nothing was started"), spawn_args(plan):
         pytest.fail("spawned")
+
+
+def sizes(argv: tuple[str, ...]) -> dict[str, int]:
+    """Each sized tmpfs's mount point -> its size (`--size N --tmpfs POINT`)."""
+    return {argv[i + 3]: int(argv[i + 1]) for i, a in enumerate(argv) if a == "--size" and argv[i + 2] == "--tmpfs"}
+
+
+def jail(**extra: Any) -> LaunchPlan:
+    return bwrap_plan(JailSpec("files", ("/usr/bin/true",), {"PATH": "/usr/bin"}, home="/root", **extra), [])
+
+
+@pytest.mark.parametrize("memory", [32 * MIB, 100 * MIB + 4097, 4 << 30])
+def test_a_jails_writable_tmpfs_mounts_together_hold_no_more_than_its_memory_limit(memory: int, rlimits: None) -> None:
+    plan = limit_plan(jail(), "files", Limits(64, memory))
+    sized = sizes(plan.argv)
+    assert set(sized) == {"/tmp", "/root", "/dev/shm"}  # every tmpfs the jail may write
+    assert sum(sized.values()) <= memory and all(n % mmap.PAGESIZE == 0 for n in sized.values())
+    assert sized["/tmp"] == 2 * sized["/root"] == 2 * sized["/dev/shm"] >= memory // 2 - 2 * mmap.PAGESIZE
+    shown = {m.path: m.why for m in plan.mounts}
+    assert shown["/tmp"] == f"private /tmp (tmpfs), at most {limits.size(sized['/tmp'])}"
+
+
+def test_without_a_private_tmp_the_home_and_dev_shm_share_the_memory_limit(rlimits: None) -> None:
+    assert sizes(limit_plan(jail(tmp=False), "files", Limits(64, 64 * MIB)).argv) == {
+        "/root": 32 * MIB,
+        "/dev/shm": 32 * MIB,
+    }
+
+
+def test_a_bubblewrap_that_cannot_size_a_tmpfs_gets_no_size_and_show_says_so(
+    rlimits: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "sizes_tmpfs", lambda bwrap: False)  # bubblewrap before 0.7.0
+    plan = limit_plan(jail(), "files", Limits(64, 64 * MIB))
+    assert "--size" not in plan.argv
+    assert {m.path for m in plan.mounts if "NOT SIZED: this bubblewrap has no --size" in m.why} == {
+        "/tmp",
+        "/root",
+        "/dev/shm",
+    }
+
+
+def test_a_plan_whose_tmpfs_mounts_are_not_where_it_says_is_refused(rlimits: None) -> None:
+    plan = jail()
+    moved = replace(plan, argv=(*plan.argv[:1], "--unshare-net", *plan.argv[1:]))
+    with pytest.raises(JailError, match="tmpfs mounts are not where it says"):
+        limit_plan(moved, "files", Limits(64, 64 * MIB))
 
 
 # -- what this machine offers ----------------------------------------------------------------

@@ -20,7 +20,7 @@ import pytest
 from cellblock.sandbox import limits
 from cellblock.sandbox.bwrap import bwrap_plan
 from cellblock.sandbox.limits import enforcement, limit_plan
-from cellblock.sandbox.spawn import settle, spawn_args
+from cellblock.sandbox.spawn import run_plan, settle, spawn_args
 from cellblock.sandbox.types import Enforcement, JailError, JailSpec, LaunchPlan, Limits, Mechanism, Method
 from tests.sandbox import held as held_module
 from tests.sandbox.conftest import escape_copy
@@ -190,3 +190,27 @@ def test_a_jail_whose_limits_cannot_be_put_in_place_does_not_start(
             spawn.release()
     process.wait(60)
     assert not marker.exists()
+
+
+MEMFD_HOG = """
+import os
+try:
+    heap = bytearray(128 << 20)
+    print("heap 128")
+except MemoryError:
+    print("heap refused")
+fd, chunk, held = os.memfd_create("hog"), b"x" * (1 << 20), 0
+for _ in range(128):
+    os.write(fd, chunk)
+    held += 1
+print("memfd", held)
+"""
+
+
+def test_with_rlimits_memory_kept_in_a_memfd_counts_against_no_limit(tmp_path: Path, rlimits: None) -> None:
+    """GAP: with rlimits only, RLIMIT_DATA refuses a process 128 MiB of its own memory under a
+    limit of 64 MiB, but not 128 MiB written into a memfd (nor System V shared memory): only a
+    cgroup or a systemd scope bounds those."""
+    spec = JailSpec("t", ("/usr/bin/python3", "-I", "-S", "-c", MEMFD_HOG), {"PATH": "/usr/bin"}, home="/root")
+    done = run_plan(limit_plan(bwrap_plan(spec, []), "t", Limits(64, 64 * MIB)), 60)
+    assert done.stdout.split("\n")[:2] == ["heap refused", "memfd 128"], done.stdout + done.stderr

@@ -139,6 +139,11 @@ def memory_hog(mib: int, step: int = 64) -> Result:
     return _result(load_escape().memory_hog(mib, step))
 
 
+def tmpfs_hog(mib: int, places: list[str]) -> Result:
+    """Write `mib` MiB of files into the directories `places`, each until it is full, then remove them."""
+    return _result(load_escape().tmpfs_hog(mib, places))
+
+
 def drop_and_run(path: str, text: str) -> Result:
     """Write `text` to `path` as an executable file, try to run it, and remove it again."""
     import os
@@ -225,6 +230,7 @@ TOOLS = (
     sysctl,
     fork_bomb,
     memory_hog,
+    tmpfs_hog,
     control_socket,
 )
 

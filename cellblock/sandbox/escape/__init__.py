@@ -49,6 +49,9 @@ did, 2 on a bad spec. Kinds and their fields (``target`` is always a string):
   stay, default 0: they exit as the attempt ends). Through if all ``ceiling`` children were made.
 - ``memory``: ``mib`` (to allocate and touch) and optional ``step`` (MiB at a time, default 64).
   Through if all of it was had; it is freed again at the end.
+- ``tmpfs``: ``mib`` and ``places``=[directories]. Writes files of that many MiB in all into each
+  place in turn until it is full (a jail's /tmp, home and /dev/shm are memory). Through if all of it
+  was written; removed again at the end.
 
 Reported details carry sizes, counts and error names, never the bytes of what was read;
 ``amount`` is what an attempt got when that is a quantity (processes made, MiB had).
@@ -62,7 +65,7 @@ from __future__ import annotations
 
 from .attempt import Attempt
 from .files import host_processes, list_dir, read_file, write_file
-from .hogs import fork_bomb, memory_hog
+from .hogs import fork_bomb, memory_hog, tmpfs_hog
 from .network import connect, control_socket, dbus, resolve, ssh_agent, unix_socket
 from .privileges import (
     KEYCTL_SYSCALL,
@@ -103,6 +106,7 @@ __all__ = [
     "run_spec",
     "ssh_agent",
     "sysctl",
+    "tmpfs_hog",
     "unix_socket",
     "write_file",
 ]

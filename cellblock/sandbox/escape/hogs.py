@@ -1,18 +1,22 @@
-"""Attempts on the machine's resources: a fork bomb and a memory hog, which the jail's limits stop."""
+"""Attempts on the machine's resources: a fork bomb, a memory hog and a hog of memory through files
+in the jail's tmpfs mounts, which the jail's limits stop."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
+from collections.abc import Sequence
 
 from .attempt import Attempt, errno_name, never_raises
 
-__all__ = ["FORK_CEILING", "FORK_HOLD_MAX", "MEMORY_STEP", "fork_bomb", "memory_hog"]
+__all__ = ["FORK_CEILING", "FORK_HOLD_MAX", "MEMORY_STEP", "fork_bomb", "memory_hog", "tmpfs_hog"]
 
 FORK_CEILING = 1000  # forks a fork bomb makes at most: far above a test's limit, and harmless to the machine
 FORK_HOLD_MAX = 120  # seconds a forked child lives at most, whatever becomes of its parent
 MEMORY_STEP = 64  # MiB a memory hog takes at a time
+_MIB = b"\x01" * (1 << 20)
 
 
 @never_raises("fork")
@@ -75,3 +79,30 @@ def memory_hog(mib: int, step: int = MEMORY_STEP) -> Attempt:
     had = len(chunks) * step
     chunks.clear()
     return Attempt("memory", f"{mib} MiB", True, f"had all {had} MiB", amount=had)
+
+
+@never_raises("tmpfs")
+def tmpfs_hog(mib: int, places: Sequence[str]) -> Attempt:
+    """Write `mib` MiB of files into the directories `places` (a jail's /tmp, home, /dev/shm: memory
+    that no process's RLIMIT_DATA counts), each until it is full, 1 MiB at a time, and hold them all
+    at once. Through if all of it was written; the files are removed at the end."""
+    written, stops, paths = 0, [], []
+    try:
+        for place in places:
+            paths.append(os.path.join(place, f"cellblock-tmpfs-hog-{os.getpid()}"))
+            try:
+                with open(paths[-1], "wb") as handle:
+                    while written < mib:
+                        handle.write(_MIB)
+                        handle.flush()  # each MiB reaches the file system now, not at close
+                        written += 1
+            except OSError as exc:
+                stops.append(f"{place}: {errno_name(exc.errno or 0)}")
+            if written >= mib:
+                break
+    finally:
+        for path in paths:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+    detail = f"held {written} MiB of {mib} at once" + (f" ({'; '.join(stops)})" if stops else "")
+    return Attempt("tmpfs", f"{mib} MiB in {', '.join(places)}", written >= mib, detail, amount=written)

