@@ -27,14 +27,24 @@ import select
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from cellblock.sandbox.limits import BLOCK_FD, INFO_FD, Confinement, confine
 from cellblock.sandbox.marks import JOIN, MARK_PROCS, Mark, made
 from cellblock.sandbox.types import JailError, LaunchPlan, LimitPlan, MarkPlan
 
-__all__ = ["PIN_FILTER_FD", "SECCOMP_FD", "Hold", "Spawn", "run_plan", "spawn_args"]
+__all__ = [
+    "PIN_FILTER_FD",
+    "SECCOMP_FD",
+    "TAIL_BYTES",
+    "Bounded",
+    "Hold",
+    "Spawn",
+    "run_bounded",
+    "run_plan",
+    "spawn_args",
+]
 
 SECCOMP_FD = "<seccomp-fd>"
 PIN_FILTER_FD = "<pin-filter-fd>"
@@ -43,6 +53,11 @@ PIN_FILTER_FD = "<pin-filter-fd>"
 HOLD_SECONDS = 10.0
 # A jail's cgroups can be removed once its last task has exited, a moment after the jail ends.
 SETTLE_SECONDS = 1.0
+# What `run_bounded` keeps of a jail's output: the end of it, where a failing command says why.
+TAIL_BYTES = 64 * 1024
+CHUNK_BYTES = 64 * 1024
+# How often `run_bounded` looks whether a running jail has reached a limit (or its watch says stop).
+LOOK_SECONDS = 0.05
 
 
 class Hold:
@@ -263,6 +278,92 @@ def run_plan(plan: LaunchPlan, timeout: float, prefix: Sequence[str] = ()) -> su
                     if made_here is not None:
                         settle(made_here)
         return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+@dataclass(frozen=True, slots=True)
+class Bounded:
+    """How a jail run by `run_bounded` ended."""
+
+    returncode: int
+    tail: str  # the end of its output (stdout and stderr as they came): at most TAIL_BYTES of it
+    total: int  # bytes of output in all: what came before the tail was read and let go
+    stopped: str | None  # why it was ended before it exited: a limit it reached, or what its watch said
+
+
+def run_bounded(plan: LaunchPlan, timeout: float, watch: Callable[[], str | None] | None = None) -> Bounded:
+    """Run the jail `plan` (under limits) to its end, keeping only the end of its output, however
+    much it writes; end it at once when it reaches a limit, or when `watch` (called a few times a
+    second while it runs) says why it must stop.
+
+    Raises:
+        JailError: see `spawn_args` and `Spawn.release`.
+        OSError: the command cannot be started.
+        subprocess.TimeoutExpired: it ran longer than `timeout` seconds (it is ended).
+    """
+    with spawn_args(plan) as spawn:
+        out, into = os.pipe()  # one pipe for both streams: the tail is what came last, from either
+        try:
+            process = subprocess.Popen(
+                spawn.argv, stdin=subprocess.DEVNULL, stdout=into, stderr=into, pass_fds=spawn.pass_fds
+            )
+        except BaseException:
+            os.close(out)
+            raise
+        finally:
+            os.close(into)
+        confinement: Confinement | None = None
+        with process, open(out, "rb", buffering=0) as output:
+            try:
+                confinement = spawn.release()
+                looks = [confinement.breach] if confinement is not None else []
+                tail, total, stopped = _follow(process, output.fileno(), [*looks, *([watch] if watch else [])], timeout)
+            finally:
+                if process.poll() is None:
+                    process.kill()  # the jail's first process dies with bwrap (--die-with-parent)
+                process.wait()
+                for made_here in (confinement, spawn.mark):
+                    if made_here is not None:
+                        settle(made_here)
+        return Bounded(process.returncode, tail.decode(errors="replace"), total, stopped)
+
+
+def _follow(
+    process: subprocess.Popen[bytes], out: int, looks: Sequence[Callable[[], str | None]], timeout: float
+) -> tuple[bytearray, int, str | None]:
+    """Read `process`'s output from `out` to its end, keeping the last TAIL_BYTES, until it exits;
+    looking every LOOK_SECONDS, and once it has ended, whether one of `looks` says why it must stop.
+    Returns the tail, the bytes read in all, and that reason (None: it ended within its bounds).
+
+    Raises:
+        subprocess.TimeoutExpired: it ran longer than `timeout` seconds.
+    """
+    poller = select.poll()
+    poller.register(out, select.POLLIN)
+    tail, total, open_ = bytearray(), 0, True
+    deadline = time.monotonic() + timeout
+    look = time.monotonic()
+    while open_ or process.poll() is None:
+        now = time.monotonic()
+        if now >= deadline:
+            raise subprocess.TimeoutExpired(process.args, timeout)
+        if now >= look:
+            look = now + LOOK_SECONDS
+            for reason in (each() for each in looks):
+                if reason is not None:
+                    return tail, total, reason
+        wait = max(0.0, min(deadline, look) - now)
+        if not open_:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(wait)
+            continue
+        if poller.poll(wait * 1000):
+            chunk = os.read(out, CHUNK_BYTES)
+            open_ = bool(chunk)
+            total += len(chunk)
+            tail += chunk
+            del tail[:-TAIL_BYTES]
+    # a last look: what it did since the one before counts as much (a refused fork, the disk)
+    return tail, total, next((r for r in (each() for each in looks) if r is not None), None)
 
 
 def settle(confinement: Confinement | Mark) -> None:

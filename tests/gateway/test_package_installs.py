@@ -7,6 +7,7 @@ gateway does with a tree and its record.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -15,11 +16,11 @@ import pytest
 
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.downstream.launch import jail_spec
-from cellblock.gateway.downstream.packages import InstallError, Record, installed
+from cellblock.gateway.downstream.packages import LINE, InstallError, Record, _failure, installed
 from cellblock.gateway.state import atomic_write_json
 from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap
-from cellblock.sandbox.packages import Ecosystem, digest, manifest
-from cellblock.sandbox.spawn import run_plan
+from cellblock.sandbox.packages import Ecosystem, Package, digest, manifest
+from cellblock.sandbox.spawn import Bounded, run_plan
 from cellblock.sandbox.types import Mount, MountMode
 
 
@@ -117,3 +118,23 @@ def test_a_server_cannot_change_the_code_it_runs_next_time(data: Path, tmp_path:
     jailed = run_plan(bwrap_plan(replace(spec, argv=attack), launchers, check_bwrap()), 30)
     assert "Read-only file system" in jailed.stderr
     assert "evil.example" not in code.read_text()
+
+
+def test_a_failed_install_shows_the_end_of_its_output_each_line_cut_and_says_how_much_there_was() -> None:
+    package = Package(Ecosystem.NPM, "pkg", "1.0.0")
+    tail = "early line\n" + "x" * 100_000 + "\n\x1b[2Jcleared\n" + "".join(f"line {n}\n" for n in range(3))
+    message = _failure("srv", package, "npm", Bounded(1, tail, 5_000_000, None), [], [])
+    head, *shown = message.split("\n  ")
+    assert head == "installing pkg@1.0.0 for server 'srv' failed (npm exited 1):"
+    assert shown[0] == "x" * LINE + "…" and shown[1] == json.dumps("\x1b[2Jcleared")  # no escape reaches the terminal
+    assert shown[2:] == ["line 0", "line 1", "line 2", "(the end of its output, 5,000,000 bytes in all)"]
+
+
+def test_an_install_stopped_at_a_limit_says_which_and_how_to_raise_it() -> None:
+    reason = "it reached its limit of 64 processes (jail.limits.processes)"
+    message = _failure("srv", Package(Ecosystem.NPM, "pkg", "1.0.0"), "npm", Bounded(-9, "", 0, reason), [], [])
+    assert message == (
+        f"installing pkg@1.0.0 for server 'srv' was stopped: {reason}; if the package needs more, raise that "
+        "limit in servers.srv.jail.limits (or defaults.limits), then run `cellblock install srv` again:\n"
+        "  (no output)"
+    )

@@ -17,6 +17,7 @@ import os
 import secrets
 import shutil
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -50,7 +51,7 @@ from cellblock.sandbox.packages import (
     seal,
     tree_of,
 )
-from cellblock.sandbox.spawn import run_plan
+from cellblock.sandbox.spawn import Bounded, run_bounded
 from cellblock.sandbox.types import JailError
 
 __all__ = [
@@ -68,6 +69,8 @@ __all__ = [
 INSTALL_SECONDS = 600.0
 # Lines of an installer's output shown when it fails, and changed paths named when a tree changed.
 SHOWN = 5
+# Characters of one such line shown: an installer's last line may be megabytes long.
+LINE = 300
 
 
 class InstallError(JailError):
@@ -231,20 +234,16 @@ def _install(name: str, server: LocalServer, package: Package, base: Path, versi
             serving, _ = portal.start_task(proxy.serve)
             try:
                 for step, mounts in installer_steps(package, str(staging), tool, home, python, egress):
-                    result = run_plan(bwrap_plan(step, mounts, check_bwrap()), INSTALL_SECONDS)
-                    if result.returncode != 0:
-                        output = (result.stderr or result.stdout).splitlines()
-                        lines = [printable(ln) for ln in output if ln.strip()][-SHOWN:]
-                        if refused:
-                            lines.append(
-                                f"(it reached for {', '.join(dict.fromkeys(refused))}: refused; it may "
-                                f"reach only {', '.join(hosts)})"
-                            )
+                    try:
+                        ran = run_bounded(bwrap_plan(step, mounts, check_bwrap()), INSTALL_SECONDS)
+                    except subprocess.TimeoutExpired:
                         raise InstallError(
-                            f"installing {package.spec()} for server '{name}' failed "
-                            f"({os.path.basename(step.argv[step.argv.index('--') + 1])} exited "
-                            f"{result.returncode}):\n  " + "\n  ".join(lines or ["(no output)"])
-                        )
+                            f"installing {package.spec()} for server '{name}' took longer than {INSTALL_SECONDS:.0f} s "
+                            "and was ended; if the registry is slow, try again"
+                        ) from None
+                    if ran.stopped is not None or ran.returncode != 0:
+                        program = os.path.basename(step.argv[step.argv.index("--") + 1])
+                        raise InstallError(_failure(name, package, program, ran, refused, hosts))
             finally:
                 serving.cancel()
         seal(str(staging), package.ecosystem)  # removes work/ too
@@ -282,6 +281,27 @@ def _install(name: str, server: LocalServer, package: Package, base: Path, versi
         file=out,
     )
     return record
+
+
+def _failure(name: str, package: Package, program: str, ran: Bounded, refused: list[str], hosts: list[str]) -> str:
+    """Why an install failed: what stopped it or how its installer exited, and the end of its
+    output (SHOWN lines of at most LINE characters, saying how much output there was before)."""
+    kept = [line for line in ran.tail.splitlines() if line.strip()][-SHOWN:]
+    shown = [printable(line[:LINE]) + ("…" if len(line) > LINE else "") for line in kept]
+    if ran.total > sum(len(line.encode()) + 1 for line in kept) or any(len(line) > LINE for line in kept):
+        shown.append(f"(the end of its output, {ran.total:,} bytes in all)")
+    if refused:
+        reached = ", ".join(dict.fromkeys(refused))
+        shown.append(f"(it reached for {reached}: refused; it may reach only {', '.join(hosts)})")
+    what = f"installing {package.spec()} for server '{name}'"
+    if ran.stopped is not None:
+        head = (
+            f"{what} was stopped: {ran.stopped}; if the package needs more, raise that limit in "
+            f"servers.{name}.jail.limits (or defaults.limits), then run `cellblock install {name}` again"
+        )
+    else:
+        head = f"{what} failed ({program} exited {ran.returncode})"
+    return f"{head}:\n  " + "\n  ".join(shown or ["(no output)"])
 
 
 def _registry_rules(hosts: list[str]) -> list[HostRule]:
