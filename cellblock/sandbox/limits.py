@@ -378,6 +378,9 @@ def confine(pid: int, plan: LimitPlan) -> Confinement:
             _lower(pid, "RLIMIT_NPROC", limits.processes)
         if how.memory.mechanism is Mechanism.RLIMIT:
             _lower(pid, "RLIMIT_DATA", limits.memory)
+        if limits.disk is not None:
+            # an installer's: no one file past the disk its install may fill (sandbox/disk.py watches the rest)
+            _lower(pid, "RLIMIT_FSIZE", limits.disk)
     except OSError as exc:
         confinement.close()
         raise JailError(

@@ -102,10 +102,11 @@ class JailSpec:
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What one jail may take: tasks (processes and threads alike, as the kernel counts both) and
-    memory, in bytes."""
+    memory, in bytes; and for an installer's jail, the bytes of disk its install may fill."""
 
     processes: int
     memory: int
+    disk: int | None = None  # None: a server's own jail, whose writes go to its grants
 
 
 class Mechanism(StrEnum):

@@ -486,9 +486,28 @@ servers:
     assert parse_config("version: 1\nservers: {a: {command: /bin/true}}").limits_of("a") == Limits(512, 4 << 30)
 
 
+def test_an_installer_gets_its_servers_limits_and_a_disk_limit_even_where_the_server_runs_unjailed() -> None:
+    config = parse_config(
+        """version: 1
+defaults: {limits: {memory: 2GiB, disk: 1GiB}}
+servers:
+  plain: {install: {npm: pkg@1.0.0}}
+  big: {install: {pypi: pkg==1.0}, jail: {limits: {processes: 64, disk: 8GiB}}}
+  loose: {install: {npm: pkg@1.0.0}, jail: false}
+"""
+    )
+    assert config.install_limits_of("plain") == Limits(512, 2 << 30, disk=1 << 30)
+    assert config.install_limits_of("big") == Limits(64, 2 << 30, disk=8 << 30)
+    assert config.install_limits_of("loose") == Limits(512, 2 << 30, disk=1 << 30)  # the defaults'
+    assert config.limits_of("big") == Limits(64, 2 << 30)  # a running server's writes are not bounded by it
+    default = parse_config("version: 1\nservers: {a: {install: {npm: pkg@1.0.0}}}")
+    assert default.install_limits_of("a") == Limits(512, 4 << 30, disk=2 << 30)
+
+
 @pytest.mark.parametrize(
     ("limits", "expected"),
     [
+        ("{disk: 1MiB}", "servers.a.jail.limits.disk: must be at least 16.0MiB (got 1MiB)"),
         ("{processes: 4}", "servers.a.jail.limits.processes: Input should be greater than or equal to 8"),
         (
             "{processes: many}",

@@ -1,9 +1,11 @@
-"""`cellblock install` of a hostile package: what its install script does stays within bounds.
+"""`cellblock install` of a hostile package: its install script runs under the limits of a server.
 
 Each package comes from a registry on loopback (tests/registry.py) and its npm `postinstall` runs
-one attack (`HOSTILE`), then fails on purpose (npm shows a failed script's output, so the
-message says what it did). The flood of output is judged by the most memory `cellblock install`
-held, against the same install keeping all of its output as the honest control.
+one attack (`HOSTILE`): a flood of output, a fork bomb, a memory hog, a disk filler. Each is judged
+on the host while the install runs (`Peak`: the attacker's processes and their memory, the bytes of
+the install's directory) and by what the install says; each has an honest control, the same
+package under limits above what it takes, whose script gets all it asks for and then fails on
+purpose (npm shows a failed script's output, so the control's message says what it did).
 """
 
 from __future__ import annotations
@@ -13,20 +15,24 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from cellblock.sandbox.disk import tree_bytes
+from cellblock.sandbox.limits import enforcement
 from tests.registry import npm_registry
 
 pytestmark = [pytest.mark.jail]
 
 MIB = 1 << 20
 MARK = f"cellblock-hostile-install-{os.getpid()}"  # on the attacker's command line, so the host can count it
-HOLD = 2  # seconds the fork bomb's children stay: the host sees them all at once
+HOLD = 2  # seconds the fork bomb's children and the memory hog's memory stay: the host sees them
 # The attack, run by npm as the package's postinstall: `python3 hostile.py MODE AMOUNT MARK`.
 HOSTILE = f"""
 import os, sys, time
@@ -49,9 +55,10 @@ elif mode == "fork":  # AMOUNT children that stay {HOLD} s
         made += 1
     print(f"made {{made}} of {{amount}}", flush=True)
     time.sleep({HOLD})
-elif mode == "memory":  # AMOUNT MiB, each page touched
+elif mode == "memory":  # AMOUNT MiB, each page touched, held {HOLD} s
     chunks = [b"\\x01" * (1 << 20) for _ in range(amount)]
-    print(f"had {{len(chunks)}} MiB")
+    print(f"had {{len(chunks)}} MiB", flush=True)
+    time.sleep({HOLD})
 elif mode == "fill":  # AMOUNT files of 1 MiB in the package's own directory (RLIMIT_FSIZE alone allows it)
     os.makedirs("fill")
     for i in range(amount):
@@ -60,7 +67,7 @@ elif mode == "fill":  # AMOUNT files of 1 MiB in the package's own directory (RL
     print(f"wrote {{amount}} MiB")
 sys.exit(1)  # the controls' way to have npm show what they did
 """
-ATTACKS = {"flood": 200_000_000, "fork": 200, "memory": 512, "fill": 256}
+ATTACKS = {"flood": 200_000_000, "fork": 200, "memory": 512, "fill": 512}
 # `cellblock install`, run as the user runs it, saying at its end the most memory it held: its
 # own (the installer's processes are in the jail), since it started (VmHWM; ru_maxrss would count
 # what the test process held when it spawned it). `lift` takes the cap off the output it keeps.
@@ -121,6 +128,43 @@ def install(
     return subprocess.CompletedProcess(done.args, done.returncode, done.stdout, "\n".join(rest)), int(last.split()[1])
 
 
+class Peak:
+    """The most of `measure` seen on the host while the block runs, looked at every few milliseconds."""
+
+    def __init__(self, measure: Callable[[], int]) -> None:
+        self.measure, self.most = measure, 0
+        self._done = threading.Event()
+
+    @contextmanager
+    def watching(self) -> Iterator[Peak]:
+        thread = threading.Thread(target=self._watch)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self._done.set()
+            thread.join()
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.005):  # sampling an effect in other processes: no event exists
+            self.most = max(self.most, self.measure())
+
+
+def marked(field: str = "") -> int:
+    """How many of the attacker's processes run now (with `field`, e.g. "VmRSS", the sum of that, in KiB)."""
+    found = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if MARK.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                continue
+            status = Path(f"/proc/{pid}/status").read_text() if field else ""
+        except OSError:
+            continue  # gone meanwhile
+        lines = [line.split()[1] for line in status.splitlines() if line.startswith(f"{field}:")]
+        found += int(lines[0]) if field and lines else 0 if field else 1
+    return found
+
+
 @pytest.mark.slow
 def test_an_install_script_that_floods_its_output_leaves_the_installers_memory_bounded(
     place: tuple[Path, dict[str, str]],
@@ -139,3 +183,56 @@ def test_an_install_script_that_floods_its_output_leaves_the_installers_memory_b
     said = re.search(r"\(the end of its output, ([\d,]+) bytes in all\)", done.stderr)
     assert said is not None and int(said.group(1).replace(",", "")) >= flood, done.stderr[-2000:]
     assert "flood: the end" in done.stderr and len(done.stderr) < 10_000, done.stderr[-2000:]
+
+
+def test_an_install_scripts_fork_bomb_stops_at_the_process_limit_and_the_install_names_it(
+    place: tuple[Path, dict[str, str]],
+) -> None:
+    with Peak(marked).watching() as control:
+        roomy, _ = install(place, "fork-roomy", "fork", {"processes": 512})
+    assert roomy.returncode == 1 and "made 200 of 200" in roomy.stderr, roomy.stderr[-2000:]
+    assert control.most > 200, control.most
+
+    with Peak(marked).watching() as bombed:
+        done, _ = install(place, "fork", "fork", {"processes": 64})
+    assert done.returncode == 1
+    assert "was stopped: it reached its limit of 64 processes (jail.limits.processes)" in done.stderr, done.stderr
+    assert "raise that limit in servers.fork.jail.limits (or defaults.limits)" in done.stderr
+    assert bombed.most < 64, bombed.most
+
+
+def test_an_install_scripts_memory_hog_stops_at_the_memory_limit(place: tuple[Path, dict[str, str]]) -> None:
+    with Peak(lambda: marked("VmRSS")).watching() as control:
+        roomy, _ = install(place, "memory-roomy", "memory", {"memory": "1GiB"})
+    assert roomy.returncode == 1 and "had 512 MiB" in roomy.stderr, roomy.stderr[-2000:]
+    assert control.most > 512 * 1024, control.most
+
+    with Peak(lambda: marked("VmRSS")).watching() as hog:
+        done, _ = install(place, "memory", "memory", {"memory": "128MiB"})
+    assert done.returncode == 1 and "had 512 MiB" not in done.stderr
+    assert hog.most <= 128 * 1024, hog.most
+    if enforcement().memory.whole:
+        reason = "it reached its memory limit of 128 MiB (jail.limits.memory), and the kernel ended a process"
+        assert f"was stopped: {reason}" in done.stderr, done.stderr
+    else:  # RLIMIT_DATA: the hog is refused memory and fails by itself
+        assert "MemoryError" in done.stderr, done.stderr
+
+
+def test_an_install_that_writes_past_its_disk_limit_is_stopped_near_it_and_fails_naming_it(
+    place: tuple[Path, dict[str, str]],
+) -> None:
+    data = place[0] / "data" / "installs"
+    with Peak(lambda: tree_bytes(str(data / "fill-roomy"))).watching() as roomy:
+        control, _ = install(place, "fill-roomy", "fill", {"disk": "1GiB"})
+    assert control.returncode == 1 and "wrote 512 MiB" in control.stderr, control.stderr[-2000:]
+    assert roomy.most >= 512 * MIB, roomy.most
+
+    with Peak(lambda: tree_bytes(str(data / "fill"))).watching() as filled:
+        done, _ = install(place, "fill", "fill", {"disk": "32MiB"})
+    assert done.returncode == 1 and "wrote 512 MiB" not in done.stderr
+    assert "was stopped: it wrote more than its disk limit of 32 MiB (limits.disk)" in done.stderr, done.stderr
+    assert "then run `cellblock install fill` again" in done.stderr
+    # it goes past by what it writes between two looks: a few MiB on an idle machine (~1 GB/s, a
+    # look every 50 ms), more on a busy one; far from all it tried to write either way
+    assert filled.most < 256 * MIB, f"{filled.most:,} bytes at most"
+    assert [p.name for p in (data / "fill").iterdir()] == [".lock"]  # nothing of it is left

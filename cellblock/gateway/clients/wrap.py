@@ -452,7 +452,7 @@ def _install(plan: Plan, config_path: Path) -> list[str]:
         if moved.reused or not isinstance(server, LocalServer) or server.install is None:
             continue
         try:
-            packages.install(moved.starter.name, server)
+            packages.install(moved.starter.name, server, config.install_limits_of(moved.starter.name))
         except JailError as exc:  # packages.InstallError too: the others still install
             _say(str(exc))
             failed.append(moved.starter.name)

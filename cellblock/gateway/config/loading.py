@@ -116,7 +116,11 @@ def _describe(err: Any, lines: dict[tuple[str, ...], int], source: str) -> str:
         )
     elif err["type"] in ("model_type", "dict_type") and loc[-1:] == ["jail"]:
         message = "expected jail settings (a mapping), or false to run the server unjailed"
-    elif err["type"] in ("greater_than_equal", "less_than_equal") and loc[-1:] in (["memory"], ["max_message_size"]):
+    elif err["type"] in ("greater_than_equal", "less_than_equal") and loc[-1:] in (
+        ["memory"],
+        ["disk"],
+        ["max_message_size"],
+    ):
         bound = ByteSize(err["ctx"]["ge" if err["type"] == "greater_than_equal" else "le"]).human_readable()
         least = "at least" if err["type"] == "greater_than_equal" else "at most"
         message = f"must be {least} {bound} (got {err['input']})"

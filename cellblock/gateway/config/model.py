@@ -115,6 +115,11 @@ Processes = Annotated[int, Field(ge=8, le=1_000_000)]
 MemorySize = Annotated[ByteSize, Field(ge=32 << 20, le=1 << 40)]
 DEFAULT_PROCESSES = 512
 DEFAULT_MEMORY = 4 << 30
+# What one install of a server's package may write: its tree and the installer's caches. An MCP
+# server's tree is tens of MB (server-everything's ~4,000 files), some a few hundred, and the
+# caches about as much again; 2 GiB holds that with room, and a postinstall filling the disk stops there.
+DiskSize = Annotated[ByteSize, Field(ge=16 << 20, le=1 << 40)]
+DEFAULT_DISK = 2 << 30
 
 
 DecisionName = Literal["allow", "deny", "ask"]
@@ -202,6 +207,8 @@ class LimitsConfig(_Model):
     processes: Processes | None = None
     # bytes, or "256MiB", "4GiB", ...
     memory: MemorySize | None = None
+    # what `cellblock install` may write for the server (its package and the installer's caches)
+    disk: DiskSize | None = None
 
 
 class DefaultsConfig(_Model):
@@ -551,10 +558,19 @@ class Config(_Model):
         server = self.servers[name]
         if not isinstance(server, LocalServer) or server.jail is False:
             return None
-        own, shared = server.jail.limits, self.defaults.limits
+        limits = self.install_limits_of(name)
+        return Limits(limits.processes, limits.memory)  # a server's own writes go to its grants
+
+    def install_limits_of(self, name: str) -> Limits:
+        """What the installer of a local server's package may take: the limits its jail has (the
+        defaults' where it runs with `jail: false`), and the disk the install may fill."""
+        server = self.servers[name]
+        jail = server.jail if isinstance(server, LocalServer) else False
+        own, shared = jail.limits if jail is not False else LimitsConfig(), self.defaults.limits
         return Limits(
             processes=own.processes or shared.processes or DEFAULT_PROCESSES,
             memory=int(own.memory or shared.memory or DEFAULT_MEMORY),
+            disk=int(own.disk or shared.disk or DEFAULT_DISK),
         )
 
     def max_message_of(self, name: str) -> int:

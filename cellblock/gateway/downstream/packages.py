@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -29,13 +29,15 @@ import anyio.from_thread
 from pydantic import BaseModel, ValidationError
 
 from cellblock.gateway.config.loading import load_config, parse_config
-from cellblock.gateway.config.model import ConfigError, LocalServer
+from cellblock.gateway.config.model import DEFAULT_DISK, ConfigError, LocalServer
 from cellblock.gateway.state import atomic_write_json, atomic_write_text, data_dir, read_json, runtime_dir
 from cellblock.gateway.terminal import printable
 from cellblock.policy.hosts import HostRule, parse_rule
 from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap
+from cellblock.sandbox.disk import DiskWatch
 from cellblock.sandbox.egress import Decision, EgressProxy
 from cellblock.sandbox.launchers import resolve_command
+from cellblock.sandbox.limits import limit_plan, size
 from cellblock.sandbox.packages import (
     Ecosystem,
     Package,
@@ -52,7 +54,7 @@ from cellblock.sandbox.packages import (
     tree_of,
 )
 from cellblock.sandbox.spawn import Bounded, run_bounded
-from cellblock.sandbox.types import JailError
+from cellblock.sandbox.types import JailError, Limits
 
 __all__ = [
     "InstallError",
@@ -168,11 +170,17 @@ def installed(name: str, server: LocalServer) -> Installed | None:
 
 
 def install(
-    name: str, server: LocalServer, version: str | None = None, newest: bool = False, out: TextIO | None = None
+    name: str,
+    server: LocalServer,
+    limits: Limits,
+    version: str | None = None,
+    newest: bool = False,
+    out: TextIO | None = None,
 ) -> Record:
     """Install `server`'s package (at `version`; else the newest when `newest` or when the config
     pins none; else the config's) into a new tree, record it, and remove the trees of earlier
-    installs. Progress goes to `out`.
+    installs. The installer runs under `limits` (`Config.install_limits_of`): its jail's processes
+    and memory, and the disk its install may fill. Progress goes to `out`.
 
     Raises:
         InstallError: it has no `install:`, no installer is found, the install failed.
@@ -192,7 +200,7 @@ def install(
     base = data_dir() / "installs" / name
     base.mkdir(mode=0o700, parents=True, exist_ok=True)
     with _only_install(base, name):
-        return _install(name, server, package, base, version, out)
+        return _install(name, server, package, base, version, limits, out)
 
 
 @contextlib.contextmanager
@@ -206,7 +214,9 @@ def _only_install(base: Path, name: str) -> Iterator[None]:
         yield
 
 
-def _install(name: str, server: LocalServer, package: Package, base: Path, version: str | None, out: TextIO) -> Record:
+def _install(
+    name: str, server: LocalServer, package: Package, base: Path, version: str | None, limits: Limits, out: TextIO
+) -> Record:
     assert server.install is not None
     before = read_record(name)
     staging = base / secrets.token_hex(4)
@@ -214,8 +224,12 @@ def _install(name: str, server: LocalServer, package: Package, base: Path, versi
     tool = _installer(package)
     home = os.path.expanduser("~")
     how = "npm" if package.ecosystem is Ecosystem.NPM else os.path.basename(tool)
+    cap = limits.disk or DEFAULT_DISK  # an install's disk is always bounded
+    limits = replace(limits, disk=cap)
+    bounds = f"at most {limits.processes} processes, {size(limits.memory)} of memory, {size(cap)} of disk"
     print(
-        f"cellblock: installing {package.spec()} for '{name}' ({how}, in a jail that reaches the registry)…", file=out
+        f"cellblock: installing {package.spec()} for '{name}' ({how}, in a jail that reaches the registry; {bounds})…",
+        file=out,
     )
     began = time.monotonic()
     refused: list[str] = []
@@ -230,12 +244,14 @@ def _install(name: str, server: LocalServer, package: Package, base: Path, versi
     python = os.path.realpath(sys.executable)
     try:
         work.mkdir(mode=0o700, parents=True)
+        disk = DiskWatch(str(staging), cap)
         with anyio.from_thread.start_blocking_portal() as portal:
             serving, _ = portal.start_task(proxy.serve)
             try:
                 for step, mounts in installer_steps(package, str(staging), tool, home, python, egress):
+                    plan = limit_plan(bwrap_plan(step, mounts, check_bwrap()), name, limits)
                     try:
-                        ran = run_bounded(bwrap_plan(step, mounts, check_bwrap()), INSTALL_SECONDS)
+                        ran = run_bounded(plan, INSTALL_SECONDS, disk)
                     except subprocess.TimeoutExpired:
                         raise InstallError(
                             f"installing {package.spec()} for server '{name}' took longer than {INSTALL_SECONDS:.0f} s "
@@ -365,7 +381,7 @@ def install_command(names: list[str], all_servers: bool, config_path: str | None
             print(f"cellblock: '{name}' is not a server with install: in the config", file=sys.stderr)
             return 2
         try:
-            install(name, server)
+            install(name, server, config.install_limits_of(name))
         except (InstallError, JailError) as exc:
             print(f"cellblock: {exc}", file=sys.stderr)
             failed += 1
@@ -392,7 +408,7 @@ def update_command(name: str, to: str | None, config_path: str | None) -> int:
         )
         return 1
     try:
-        record = install(name, server, version=to, newest=to is None)
+        record = install(name, server, config.install_limits_of(name), version=to, newest=to is None)
     except (InstallError, JailError) as exc:
         print(f"cellblock: {exc}", file=sys.stderr)
         return 1
