@@ -11,10 +11,14 @@ that shows a directory shows the sockets in it, so:
   environment says (a client may start the gateway with little more than `HOME` and `PATH`): the
   session's runtime directory, X11's and ICE's socket directories in `/tmp`, Docker's, Podman's, the
   system bus, GnuPG's and OpenSSH's agent sockets in the home; and every socket bound to a path in
-  this network namespace (`/proc/net/unix`), which is how a bus `dbus-launch` put in `/tmp` or an
-  agent's `/tmp/ssh-*/agent.*` is found when nothing names it. The gateway hides each one inside
-  what a jail shares (`gateway/downstream/launch.py`: a directory shown empty, a socket as
-  `/dev/null`) and refuses a grant of one.
+  this network namespace (the kernel's `sock_diag`), which is how a bus `dbus-launch` put in `/tmp`
+  or an agent's `/tmp/ssh-*/agent.*` is found when nothing names it. The kernel says the path a
+  socket was bound to and the inode of its file: where that path no longer leads to that file (a
+  directory on the way renamed, which a server with a writable grant can do while the socket is
+  hidden from it; a relative path; a path in another mount namespace; another hard link), the
+  file is looked for by its inode in what the jail shares (`sockets_within`). The gateway hides
+  each one inside what a jail shares (`gateway/downstream/launch.py`: a directory shown empty, a
+  socket as `/dev/null`) and refuses a grant of one.
 - **Abstract sockets** (a name in the network namespace, no file: X11's `@/tmp/.X11-unix/X0`, a
   bus at `unix:abstract=`) are out of reach of a jail with a network namespace of its own
   (`network: none`, `allowlist`); one that shares the host's (`network: open`) is put in a Landlock
@@ -28,19 +32,23 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import socket
 import stat
-from collections.abc import Mapping
+import struct
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
+from cellblock.policy.constraints import within
 from cellblock.sandbox.launchers import launcher_mounts
 from cellblock.sandbox.types import Mount, MountMode
 
 __all__ = [
     "ABSTRACT_SCOPE_ABI",
-    "NET_UNIX",
     "SCOPE",
+    "Bound",
     "HostSocket",
     "abstract_gap",
     "abstract_scoped",
@@ -49,12 +57,21 @@ __all__ = [
     "host_sockets",
     "named_sockets",
     "socket_kind",
+    "sockets_within",
 ]
 
 # The Landlock ABI whose scope keeps a domain from the abstract Unix sockets made outside it.
 ABSTRACT_SCOPE_ABI = 6
-# Every socket of this network namespace, with the path it was bound to (Linux).
-NET_UNIX = Path("/proc/net/unix")
+# sock_diag (linux/netlink.h, sock_diag.h, unix_diag.h): every socket of this network namespace,
+# with the path it was bound to and the inode of the file its bind made (Linux).
+NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY = 4, 20
+NLM_F_REQUEST, NLM_F_DUMP, NLMSG_ERROR, NLMSG_DONE = 0x1, 0x300, 2, 3
+UDIAG_SHOW_NAME, UDIAG_SHOW_VFS, UNIX_DIAG_NAME, UNIX_DIAG_VFS = 0x1, 0x2, 0, 1
+NLMSG, RTA = "=IHHII", "=HH"  # a netlink message's header, an attribute's
+INODE_BITS = 0xFFFF_FFFF  # the kernel gives a socket file's inode number in 32 bits
+# Kernel file systems, which hold no socket file a program binds: a walk does not go into them.
+PSEUDO = ("/proc", "/sys")
+DIAG_SECONDS = 5.0  # the kernel answers at once; a hang here must not hang a server's start
 # The launcher that puts a `network: open` jail in such a domain (run inside it).
 SCOPE = str(Path(__file__).resolve().with_name("scope.py"))
 
@@ -79,6 +96,8 @@ KINDS = (
     ("*/pipewire-*", "PipeWire's socket, which records the screen and the microphone"),
 )
 _ANY = "a Unix socket a program on this machine listens on"
+_MOVED = f"{_ANY}, found by its inode: it is not, or not only, at the path it was bound to"
+_UNSEEN = "a directory Cellblock cannot look into for a listening socket that is not where it was bound"
 _RUNTIME = (
     "your session's runtime directory: the session bus (which reaches the keyring), the keyring's, "
     "the ssh-agent's, GnuPG's, Wayland's and Docker's sockets"
@@ -109,24 +128,37 @@ class HostSocket:
     why: str
 
 
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """The sockets bound to a path in this network namespace, by where their files are."""
+
+    # the paths of those whose file is at the path it was bound to, and nowhere else
+    at: tuple[str, ...] = ()
+    # the inode numbers (their low 32 bits) of those whose file is not, or not only, there; None:
+    # the kernel would not say (no sock_diag), so any socket file may be one
+    elsewhere: frozenset[int] | None = frozenset()
+
+
 def socket_kind(path: str) -> str:
     """What the socket at `path` is, by where it lies."""
     return next((why for pattern, why in KINDS if fnmatch.fnmatchcase(path, pattern)), _ANY)
 
 
 def host_sockets(
-    env: Mapping[str, str] | None = None, home: str | None = None, net_unix: Path = NET_UNIX
+    env: Mapping[str, str] | None = None, home: str | None = None, bound: Bound | None = None
 ) -> list[HostSocket]:
     """Every socket (and socket directory) of the user's session and the machine that exists now,
     each once (the first reason found is kept): named by the environment, at the usual places, and
-    bound to a path in this network namespace."""
+    bound to a path in this network namespace (`bound`, default: `bound_sockets()`), where it
+    still is. Those no longer there are found in a jail's shares by `sockets_within`."""
     env = os.environ if env is None else env
+    bound = bound_sockets() if bound is None else bound
     home = home or env.get("HOME") or os.path.expanduser("~")
     runtime = [env.get("XDG_RUNTIME_DIR", ""), f"/run/user/{os.getuid()}"]
     found = [HostSocket(d, _RUNTIME) for d in runtime]
     found += [*named_sockets(env), *(HostSocket(d, why) for d, why in SOCKET_DIRS)]
     places = [p for place in SOCKET_FILES for p in _expand(home + place[1:] if place[0] == "~" else place)]
-    found += [HostSocket(p, socket_kind(p)) for p in [*places, *bound_sockets(net_unix)]]
+    found += [HostSocket(p, socket_kind(p)) for p in [*places, *bound.at]]
     seen: dict[str, HostSocket] = {}
     for item in found:
         # a relative path in a variable names no place a jail shows
@@ -197,30 +229,122 @@ def _expand(path: str) -> list[str]:
     return sorted(os.path.join(directory, name) for name in fnmatch.filter(names, pattern))
 
 
-def bound_sockets(net_unix: Path = NET_UNIX) -> list[str]:
-    """Every path a socket of this network namespace is bound to and that is a socket now (a
-    listener, or a datagram socket a program receives on), from `/proc/net/unix` (none elsewhere).
+def bound_sockets() -> Bound:
+    """Every socket bound to a path in this network namespace (a listener, or a datagram socket a
+    program receives on), by whether its file is at that path and nowhere else.
 
-    The kernel writes the path as it was bound: one bound by a relative path, or through
-    `/proc/self/fd`, names no place; one removed since may now name another file, and a path with
-    a newline in it can pass for another line. So only an absolute path that is a socket file now
-    is taken."""
+    The kernel keeps the path as it was bound, and the file may have gone on without it: a
+    directory on the way renamed (a server can rename one in a writable grant while the socket in
+    it is hidden from it, and so find it shown at its next start), a second hard link, a path
+    relative to the binder's directory, through `/proc/self/fd`, or in another mount namespace (a
+    service's private /tmp). Each such file is known by its inode, for `sockets_within`."""
+    if not sys.platform.startswith("linux"):
+        return Bound()  # macOS: the jail's profile refuses Unix sockets itself
     try:
-        lines = net_unix.read_text(errors="surrogateescape").splitlines()[1:]
+        listed = _diag_unix()
     except OSError:
-        return []
-    found: list[str] = []
-    for line in lines:
-        fields = line.split(maxsplit=7)
-        path = fields[7] if len(fields) == 8 else ""
-        if not path.startswith("/") or path.startswith("/proc/"):
-            continue  # abstract (@name), unnamed, relative, or a descriptor's path
+        return Bound(elsewhere=None)
+    at: set[str] = set()
+    elsewhere: set[int] = set()
+    for name, inode in listed:
         try:
-            if stat.S_ISSOCK(os.lstat(path).st_mode):
-                found.append(path)
+            found = os.lstat(name) if name.startswith("/") else None
         except (OSError, ValueError):
+            found = None
+        if found is not None and stat.S_ISSOCK(found.st_mode) and found.st_ino & INODE_BITS == inode:
+            at.add(name)
+            if found.st_nlink == 1:
+                continue
+        elsewhere.add(inode)
+    return Bound(tuple(sorted(at)), frozenset(elsewhere))
+
+
+def _diag_unix() -> list[tuple[str, int]]:
+    """(the path it was bound to, its file's inode) of each socket of this network namespace bound
+    to a path, asked of the kernel over netlink (`sock_diag`, as `ss -x` does).
+
+    Raises:
+        OSError: the kernel has no sock_diag for Unix sockets (CONFIG_UNIX_DIAG) or refused.
+    """
+    # struct unix_diag_req: family, protocol, pad, states (all), ino (any), show, cookie (any)
+    request = struct.pack(
+        "=BBHIIIII", socket.AF_UNIX, 0, 0, 0xFFFF_FFFF, 0, UDIAG_SHOW_NAME | UDIAG_SHOW_VFS, *(0xFFFF_FFFF,) * 2
+    )
+    size = struct.calcsize(NLMSG) + len(request)
+    header = struct.pack(NLMSG, size, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, 1, 0)
+    found: set[tuple[str, int]] = set()  # an accepted connection repeats its listener's
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_SOCK_DIAG) as diag:
+        diag.settimeout(DIAG_SECONDS)
+        diag.sendto(header + request, (0, 0))
+        while True:
+            data = diag.recv(1 << 16)
+            for kind, message in _netlink(data, NLMSG):
+                if kind == NLMSG_DONE:
+                    return sorted(found)
+                if kind == NLMSG_ERROR:
+                    (code,) = struct.unpack_from("=i", message)
+                    raise OSError(-code, f"sock_diag: {os.strerror(-code)}")
+                # struct unix_diag_msg (16 bytes), then attributes: the name and the file's inode
+                attributes = dict(_netlink(message[16:], RTA))
+                if UNIX_DIAG_NAME in attributes and UNIX_DIAG_VFS in attributes:
+                    name = os.fsdecode(attributes[UNIX_DIAG_NAME].split(b"\0", 1)[0])
+                    (inode,) = struct.unpack_from("=I", attributes[UNIX_DIAG_VFS])
+                    found.add((name, inode))
+            if not data:
+                raise OSError(0, "sock_diag: the kernel ended the answer early")
+
+
+def _netlink(data: bytes, head: str) -> Iterator[tuple[int, bytes]]:
+    """(type, payload) of each netlink record in `data`, each a length and a type first and 4-byte
+    aligned: messages (`head` NLMSG, a 16-byte header) or a message's attributes (RTA, 4 bytes)."""
+    size = struct.calcsize(head)
+    offset = 0
+    while offset + size <= len(data):
+        length, kind = struct.unpack_from(head, data, offset)[:2]
+        if length < size:
+            return
+        yield kind, data[offset + size : offset + length]
+        offset += (length + 3) & ~3
+
+
+def sockets_within(grants: Sequence[str], bound: Bound) -> list[HostSocket]:
+    """The socket files inside the directories `grants` whose listener is not at the path it was
+    bound to (`bound.elsewhere`; any socket file when the kernel would not say), and the
+    directories there that cannot be listed, which may hold one. Each grant is walked by its real
+    path, not through symlinks, not into /proc or /sys; nothing is walked when every bound socket
+    is where it was bound."""
+    if bound.elsewhere is not None and not bound.elsewhere:
+        return []
+    found: list[HostSocket] = []
+    roots = {os.path.realpath(p) for p in grants}
+    pending = sorted(r for r in roots if os.path.isdir(r) and not any(within(r, p) for p in PSEUDO))
+    seen: set[str] = set()
+    while pending:
+        directory = pending.pop()
+        if directory in seen:  # a grant inside another one
             continue
-    return sorted(set(found))
+        seen.add(directory)
+        try:
+            with os.scandir(directory) as entries:
+                listed = list(entries)
+        except OSError:  # the jail may still reach a name inside it: shown empty
+            found.append(HostSocket(directory, _UNSEEN))
+            continue
+        for entry in listed:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.path not in PSEUDO:
+                    pending.append(entry.path)
+            elif not entry.is_file(follow_symlinks=False) and not entry.is_symlink() and _elsewhere(entry, bound):
+                found.append(HostSocket(entry.path, _MOVED))
+    return found
+
+
+def _elsewhere(entry: os.DirEntry[str], bound: Bound) -> bool:
+    try:
+        info = entry.stat(follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISSOCK(info.st_mode) and (bound.elsewhere is None or info.st_ino & INODE_BITS in bound.elsewhere)
 
 
 def abstract_scoped(

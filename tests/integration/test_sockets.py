@@ -11,6 +11,7 @@ the controls are the same reads from an unjailed server and from the same jail w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -82,13 +83,13 @@ def planted(keyring_env: Mapping[str, str]) -> Iterator[str]:
         keyring.delete_password(SERVICE, entry)
 
 
-@pytest.fixture
-def agent() -> Iterator[Path]:
-    """A real ssh-agent holding one key, listening in a directory of its own in /tmp, as ssh-agent does."""
+@contextlib.contextmanager
+def running_agent(sock: Path) -> Iterator[Path]:
+    """A real ssh-agent holding one key, listening at `sock` (its key made and kept elsewhere)."""
     if shutil.which("ssh-agent") is None or shutil.which("ssh-add") is None:
         pytest.skip("no ssh-agent here: install openssh-client")
-    with tempfile.TemporaryDirectory(prefix="ssh-", dir="/tmp") as directory:
-        sock, key = Path(directory) / "agent.1", Path(directory) / "key"
+    with tempfile.TemporaryDirectory(prefix="cb-key-") as keys:
+        key = Path(keys) / "key"
         keygen = ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", PLANTED_KEY, "-f", str(key)]
         subprocess.run(keygen, check=True, timeout=30)
         process = subprocess.Popen(
@@ -104,6 +105,16 @@ def agent() -> Iterator[Path]:
         finally:
             process.terminate()
             process.wait(timeout=10)
+
+
+@pytest.fixture
+def agent() -> Iterator[Path]:
+    """A real ssh-agent holding one key, listening in a directory of its own in /tmp, as ssh-agent does."""
+    with (
+        tempfile.TemporaryDirectory(prefix="ssh-", dir="/tmp") as directory,
+        running_agent(Path(directory) / "agent.1") as sock,
+    ):
+        yield sock
 
 
 class Listener:
@@ -338,3 +349,70 @@ def test_show_names_each_masked_socket_and_a_grant_of_one_is_refused(agent: Path
         f"server 'direct': jail.read_only path {agent} is {agent}: an ssh-agent's socket, which signs with your "
         "SSH keys (SSH_AUTH_SOCK), which Cellblock keeps from every server; remove it from jail.read_only"
     )
+
+
+# Run in a jail: an ssh-agent's keys asked for at argv[2], printed as JSON.
+AGENT_READER = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import hostile
+print(json.dumps(hostile.ssh_agent(sys.argv[2]).structured_content))
+"""
+
+
+async def test_a_server_that_renames_the_directory_of_a_hidden_agent_finds_it_hidden_again_at_its_next_start(
+    tmp_path: Path, short: Path
+) -> None:
+    """The mask is a mount at a path; the agent is a file. A server with a writable grant cannot move
+    the masked socket (a mount point), but it can rename the directory it is in, and the kernel
+    still lists the agent at the path it was bound to, where nothing is now. At the server's next
+    start the agent is found in the grant by its inode and hidden where it went."""
+    (short / "ssh-Ab12").mkdir(mode=0o700)
+    hostile = {"command": sys.executable, "args": [str(HOSTILE)]}
+    servers = {
+        "jailed": hostile | {"jail": {"read_only": CODE, "read_write": [str(short)]}},
+        "loose": hostile | {"jail": False},
+    }
+    config, state, log = write_config(tmp_path, servers), tmp_path / "state", tmp_path / "gateway.log"
+    moved = short / "moved" / "agent.1"
+    with running_agent(short / "ssh-Ab12" / "agent.1") as agent:
+        async with gateway(config, state) as client:
+            hidden = _outcome(await client.call_tool("jailed__ssh_agent", {"target": str(agent)}))
+            assert not hidden["got_through"] and "ECONNREFUSED" in hidden["detail"], hidden
+            mv = {"argv": ["mv", str(agent.parent), str(moved.parent)]}
+            renamed = _outcome(await client.call_tool("jailed__exec_binary", mv))
+            assert renamed["got_through"] and moved.is_socket(), renamed
+        # the server's next start: a restart, or the next session
+        async with gateway(config, state, stderr=log) as client:
+            # the honest control: the agent is there, and answers whoever reaches it
+            listed = _outcome(await client.call_tool("loose__ssh_agent", {"target": str(moved)}))
+            assert listed["got_through"] and listed["amount"] == 1, listed
+            refused = _outcome(await client.call_tool("jailed__ssh_agent", {"target": str(moved)}))
+            assert not refused["got_through"] and "ECONNREFUSED" in refused["detail"], refused
+    told = log.read_text()
+    assert f"{moved} (a Unix socket a program on this machine listens on, found by its inode" in told
+
+
+def test_the_same_jail_hiding_only_the_sockets_where_they_were_bound_lists_a_moved_agents_keys(short: Path) -> None:
+    """The honest control of the inode search: the jail `jail_spec` plans after the rename, run as
+    it is and with the moved agent left as the listed path alone would leave it."""
+    (short / "ssh-Ab12").mkdir(mode=0o700)
+    moved = short / "moved" / "agent.1"
+    with running_agent(short / "ssh-Ab12" / "agent.1") as agent:
+        agent.parent.rename(moved.parent)
+        reader = {"command": sys.executable, "args": ["-c", AGENT_READER, str(SERVERS), str(moved)]}
+        server = LocalServer.model_validate(reader | {"jail": {"read_only": CODE, "read_write": [str(short)]}})
+        assert server.jail is not False
+        spec, launchers = jail_spec("reader", server, server.jail)
+        assert "found by its inode" in spec.hidden[str(moved)]
+
+        def run(hidden: Mapping[str, str]) -> dict[str, Any]:
+            done = run_plan(bwrap_plan(replace(spec, hidden=hidden), launchers, check_bwrap()), RUN_SECONDS)
+            assert done.returncode == 0, done.stderr
+            read: dict[str, Any] = json.loads(done.stdout)
+            return read
+
+        listed = run({path: why for path, why in spec.hidden.items() if path != str(moved)})
+        assert listed["got_through"] and listed["amount"] == 1, listed
+        refused = run(spec.hidden)
+        assert not refused["got_through"] and "ECONNREFUSED" in refused["detail"], refused

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from cellblock.sandbox import scope
-from cellblock.sandbox.sockets import bound_sockets, bus_paths, host_sockets, named_sockets, socket_kind
+from cellblock.sandbox import scope, sockets
+from cellblock.sandbox.sockets import (
+    Bound,
+    bound_sockets,
+    bus_paths,
+    host_sockets,
+    named_sockets,
+    socket_kind,
+    sockets_within,
+)
 
 
 @pytest.fixture
@@ -76,30 +86,88 @@ def test_the_environment_names_the_bus_the_agent_the_displays_docker_gnupg_and_p
     assert xquartz.path == "/private/tmp/com.apple.launchd.Q/org.xquartz:0"
 
 
-def test_proc_net_unix_gives_the_sockets_bound_to_a_path_that_are_sockets_now(short: Path) -> None:
-    listener = listen(short / "bus")
-    plain = short / "plain"
-    plain.write_text("not a socket\n")
-    table = short / "unix"
-    head = "Num       RefCount Protocol Flags    Type St Inode Path\n"
-    rows = [
-        f"0000000000000000: 00000002 00000000 00010000 0001 01 1001 {short / 'bus'}",
-        "0000000000000000: 00000002 00000000 00010000 0001 01 1002 @/tmp/.X11-unix/X0",  # abstract
-        "0000000000000000: 00000002 00000000 00000000 0001 03 1003",  # unnamed
-        "0000000000000000: 00000002 00000000 00010000 0001 01 1004 relative.sock",
-        "0000000000000000: 00000002 00000000 00010000 0001 01 1005 /proc/self/fd/7/control.sock",
-        # what a socket named "x\n<a line of its own>" prints: that line's path is no socket, not taken
-        f"0000000000000000: 00000002 00000000 00010000 0001 01 1006 {short}/x",
-        f"0000000000000000: 00000002 00000000 00010000 0001 01 1008 {plain}",
-        str(plain),
-        f"0000000000000000: 00000002 00000000 00010000 0001 01 1007 {short / 'gone'}",
-    ]
-    table.write_text(head + "\n".join(rows) + "\n")
-    with listener:
-        assert bound_sockets(table) == [str(short / "bus")]
-        # and the machine's own table lists it
-        assert str(short / "bus") in bound_sockets()
-    assert bound_sockets(short / "missing") == []
+def inode(path: Path) -> int:
+    """A socket file's inode number as the kernel gives it (its low 32 bits)."""
+    return os.lstat(path).st_ino & sockets.INODE_BITS
+
+
+def test_the_kernel_tells_each_socket_bound_to_a_path_and_whether_its_file_is_still_only_there(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sock_diag gives the path a socket was bound to and its file's inode: a socket is taken by its
+    path only where that path still leads to that file and no other name does; each other one is
+    known by its inode."""
+    (short / "ssh-Ab12").mkdir()
+    (short / "rel").mkdir()
+    # a name that passed for two lines of /proc/net/unix: the kernel gives it whole
+    forged = short / "x\n0000000000000000: 00000002 00000000 00010000 0001 01 1 plain"
+    with contextlib.ExitStack() as stack:
+        for path in ("bus", "ssh-Ab12/agent.7", "linked", "gone", forged):
+            stack.enter_context(listen(short / path))
+        monkeypatch.chdir(short / "rel")
+        stack.enter_context(listen(Path("r.sock")))
+        stack.enter_context(listen(Path("\0cellblock-test-abstract")))
+        gone = inode(short / "gone")
+        (short / "gone").unlink()
+        os.rename(short / "ssh-Ab12", short / "moved")  # what a server with a writable grant can do
+        os.link(short / "linked", short / "other-name")
+        bound = bound_sockets()
+    assert sorted(p for p in bound.at if p.startswith(f"{short}/")) == sorted(
+        [str(short / "bus"), str(short / "linked"), str(forged)]
+    )
+    assert bound.elsewhere is not None
+    moved, linked, relative = (inode(short / p) for p in ("moved/agent.7", "linked", "rel/r.sock"))
+    assert {moved, linked, relative, gone} <= bound.elsewhere
+    assert inode(short / "bus") not in bound.elsewhere and inode(forged) not in bound.elsewhere
+
+
+def test_a_listener_not_where_it_was_bound_is_found_in_the_grants_by_its_inode(
+    short: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    grant, outside = short / "grant", short / "outside"
+    for directory in (grant / "ssh-Ab12", grant / "deep" / "er", outside):
+        directory.mkdir(parents=True)
+    with listen(grant / "ssh-Ab12" / "agent.7"), listen(grant / "deep" / "er" / "bus"), listen(outside / "s"):
+        with listen(grant / "dead"):
+            pass  # its file stays, nothing listens on it: a server may bind there again
+        os.rename(grant / "ssh-Ab12", grant / "moved")
+        os.rename(outside / "s", outside / "t")
+        bound = bound_sockets()
+        (grant / "link").symlink_to(outside)  # not followed: the jail resolves it inside
+        found = sockets_within([str(grant)], bound)
+        assert [s.path for s in found] == [str(grant / "moved" / "agent.7")]
+        assert "found by its inode" in found[0].why
+        # every bound socket where it was bound: nothing to look for, nothing walked
+        monkeypatch.setattr(os, "scandir", lambda *_: pytest.fail("walked"))
+        assert sockets_within([str(grant)], Bound(at=bound.at)) == []
+    monkeypatch.undo()
+    # the kernel would not say: every socket file in a grant is taken, listening or not
+    anything = {s.path for s in sockets_within([str(grant)], Bound(elsewhere=None))}
+    assert anything == {str(grant / p) for p in ("moved/agent.7", "deep/er/bus", "dead")}
+
+
+def test_a_directory_the_walk_cannot_list_is_taken_whole(short: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gateway may not list a directory the jail can still reach a name in (execute without read)."""
+    shut = short / "shut"
+    shut.mkdir()
+    listing = os.scandir
+
+    def scandir(path: str) -> Any:
+        if path == str(shut):
+            raise PermissionError(13, "Permission denied", path)
+        return listing(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    [found] = sockets_within([str(short)], Bound(elsewhere=frozenset({1})))
+    assert found.path == str(shut) and "cannot look into" in found.why
+
+
+def test_without_sock_diag_any_socket_file_may_be_a_moved_listener(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused() -> None:
+        raise OSError(errno.EPROTONOSUPPORT, "sock_diag: Protocol not supported")
+
+    monkeypatch.setattr(sockets, "_diag_unix", refused)
+    assert bound_sockets() == Bound(elsewhere=None)
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,15 @@ from cellblock.sandbox.limits import describe, limit_plan
 from cellblock.sandbox.marks import mark_plan
 from cellblock.sandbox.pins import landlock_abi, verify_pins
 from cellblock.sandbox.seatbelt import seatbelt_executables, seatbelt_plan
-from cellblock.sandbox.sockets import ABSTRACT_SCOPE_ABI, abstract_gap, abstract_scoped, host_sockets
+from cellblock.sandbox.sockets import (
+    ABSTRACT_SCOPE_ABI,
+    Bound,
+    abstract_gap,
+    abstract_scoped,
+    bound_sockets,
+    host_sockets,
+    sockets_within,
+)
 from cellblock.sandbox.types import (
     Closure,
     JailError,
@@ -91,9 +99,10 @@ def jail_spec(
     calls), an egress socket of another server, the keyring, the locks or the config, nor a
     program that acts with the user's rights. A grant of or inside them is refused, except one
     inside Cellblock's cache (where a server's own package cache goes), which is shown; so is a
-    grant that is a socket. With `network: open`, where the kernel allows it, the server starts in
-    a Landlock domain that keeps it from the host's abstract sockets (`sandbox/scope.py`);
-    elsewhere that gap is in `gaps`.
+    grant that is a socket. A listener whose file is not at the path it was bound to is found in
+    the grants by its inode (`sockets.sockets_within`) and hidden too. With `network: open`, where
+    the kernel allows it, the server starts in a Landlock domain that keeps it from the host's
+    abstract sockets (`sandbox/scope.py`); elsewhere that gap is in `gaps`.
 
     Wrappers run inside the jail, outermost first, each by the gateway's own interpreter:
     with `network: allowlist` the egress relay (a loopback listener carrying each connection to
@@ -109,7 +118,8 @@ def jail_spec(
         JailError: the command or an allowed executable cannot be found or lies in a writable grant
             unpinned, or a grant lies inside Cellblock's own state.
     """
-    private = _private_paths(own)
+    bound = bound_sockets()
+    private = _private_paths(own, bound)
     _refuse_own_grants(name, jail, private)
     home = os.path.expanduser("~")
     host_path = os.environ.get("PATH", JAIL_PATH)
@@ -163,6 +173,8 @@ def jail_spec(
             launchers += scoping
         else:
             gaps.append(abstract_gap(name, abi))
+    # a listener whose file is not where it was bound (a server may rename a directory on its way)
+    moved = {s.path: s.why for s in sockets_within([*jail.read_only, *jail.read_write], bound)}
     spec = JailSpec(
         name=name,
         argv=argv,
@@ -179,7 +191,7 @@ def jail_spec(
         egress_socket=egress_socket,
         pinned=dict(pinned or {}),
         exec_closure=closure,
-        hidden=_hidden([*jail.read_only, *jail.read_write, *(m.path for m in launchers)], private),
+        hidden=_hidden([*jail.read_only, *jail.read_write, *(m.path for m in launchers)], moved | private),
         gaps=tuple(gaps),
     )
     return spec, launchers
@@ -215,13 +227,14 @@ def own_paths(config: Config, state: Path, source: Path | None, runtime: Path | 
     return (*([source] if source else []), config.audit_file(state), state, *([runtime] if runtime else []))
 
 
-def _private_paths(own: Sequence[Path]) -> dict[str, str]:
+def _private_paths(own: Sequence[Path], bound: Bound) -> dict[str, str]:
     """What no server may see, each with what it is: Cellblock's own directories and files (of its
     cache, only what a server is granted: its own package cache), the user's session directory and
-    the sockets of the session and the machine (`sandbox/sockets.py`), all as real paths."""
+    the sockets of the session and the machine (`sandbox/sockets.py`; `bound`: those bound to a
+    path now), all as real paths."""
     mine = "Cellblock's own (its config, state, cache, data, sockets or audit log)"
     private = [(str(p), mine) for p in [*own_dirs(), default_config_path(), *own]]
-    private += [(s.path, s.why) for s in host_sockets()]
+    private += [(s.path, s.why) for s in host_sockets(bound=bound)]
     found: dict[str, str] = {}
     for path, why in private:
         found.setdefault(os.path.realpath(path), why)
