@@ -1,16 +1,18 @@
-"""Inside a jail on the host's network: keep the server from the host's abstract Unix sockets, then start it.
+"""Inside a jail: keep the server from the host's abstract Unix sockets, then start it.
 
-Run by the gateway's interpreter inside the jail, isolated (``python3 -I -S``)::
+Run by the gateway's interpreter inside every jail, isolated (``python3 -I -S``)::
 
     scope.py -- ARGV...
 
 An abstract Unix socket (X11's ``@/tmp/.X11-unix/X0``, a D-Bus bus at ``unix:abstract=``) is a
-name in a network namespace, not a file, so no mount hides it; a jail that shares the host's
-network (``network: open``) reaches every one the host listens on. Landlock's abstract-socket scope
-(ABI 6, Linux 6.12) refuses a process in a domain to connect or send to one made outside that
-domain; the server's own abstract sockets still work. This launcher enters such a domain (it has
-no rights to restrict besides: files and ports stay as the jail has them), then replaces itself
-with ARGV, which the domain covers with all it starts. If the kernel refuses, nothing is started.
+name in a network namespace, not a file, so no mount hides it. A jail that shares the host's
+network (``network: open``) reaches every one the host listens on by name; any other jail does
+through a socket made on the host's network and handed to it (``SCM_RIGHTS``), since the name is
+looked up where the socket was made. Landlock's abstract-socket scope (ABI 6, Linux 6.12) refuses a
+process in a domain to connect or send to one made outside that domain, whatever socket it holds;
+the server's own abstract sockets still work. This launcher enters such a domain (it has no rights
+to restrict besides: files and ports stay as the jail has them), then replaces itself with ARGV,
+which the domain covers with all it starts. If the kernel refuses, nothing is started.
 
 Standard library only: it runs inside the jail, with nothing but the interpreter mounted.
 """

@@ -19,10 +19,11 @@ that shows a directory shows the sockets in it, so:
   file is looked for by its inode in what the jail shares (`sockets_within`). The gateway hides
   each one inside what a jail shares (`gateway/downstream/launch.py`: a directory shown empty, a
   socket as `/dev/null`) and refuses a grant of one.
-- **Abstract sockets** (a name in the network namespace, no file: X11's `@/tmp/.X11-unix/X0`, a
-  bus at `unix:abstract=`) are out of reach of a jail with a network namespace of its own
-  (`network: none`, `allowlist`); one that shares the host's (`network: open`) is put in a Landlock
-  domain scoped against them (`scope.py`, Landlock ABI 6, Linux 6.12), where the kernel has it.
+- **Abstract sockets** (a name in a network namespace, no file: X11's `@/tmp/.X11-unix/X0`, a
+  bus at `unix:abstract=`) are looked up in the namespace the socket was made in: a jail that shares
+  the host's (`network: open`) reaches them by name, any other through a socket such a jail hands
+  it. Every jail is put in a Landlock domain scoped against them (`scope.py`, Landlock ABI 6, Linux
+  6.12), where the kernel has it.
 
 What this cannot see: a socket made (or made again) inside a grant after the jail started; one
 bound in another network namespace (a container's, another jail's) that nothing names.
@@ -72,7 +73,7 @@ INODE_BITS = 0xFFFF_FFFF  # the kernel gives a socket file's inode number in 32 
 # Kernel file systems, which hold no socket file a program binds: a walk does not go into them.
 PSEUDO = ("/proc", "/sys")
 DIAG_SECONDS = 5.0  # the kernel answers at once; a hang here must not hang a server's start
-# The launcher that puts a `network: open` jail in such a domain (run inside it).
+# The launcher that puts every jail in such a domain (run inside it).
 SCOPE = str(Path(__file__).resolve().with_name("scope.py"))
 
 _BUS = "a D-Bus bus, which reaches the keyring and every secret Cellblock holds"

@@ -7,7 +7,10 @@ jail is seen as the server sees it: ENOENT for a path the jail does not show, ER
 read-only, EPERM from the seccomp filter, ENETUNREACH or ECONNREFUSED from the jail's network.
 
 What bwrap does before the server's command runs (its mounts, its own reads of the host) is
-left out: the server starts at the first program executed by a process other than bwrap's own.
+left out, and so is what Cellblock's launchers do inside the jail before it (the socket scope, the
+egress relay, the exec pin: the gateway's Python running `sandbox/scope.py`, `relay.py`, `pin.py`):
+the server starts at the first program executed by a process other than bwrap's own that is not
+one of those launchers.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import shutil
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 
 from cellblock.sandbox.types import JailError
 
@@ -38,6 +42,8 @@ CALLS = "trace=%file,%network,%process"
 # How much of a string argument strace shows: paths are shown whole anyway; this is for a DNS
 # query's bytes and a program's arguments.
 STRING_BYTES = "512"
+# Cellblock's launchers, run in a jail before the server (`python -I -S LAUNCHER -- ...`).
+LAUNCHERS = frozenset(str(Path(__file__).resolve().with_name(n)) for n in ("scope.py", "relay.py", "pin.py"))
 
 
 class Kind(StrEnum):
@@ -150,8 +156,9 @@ def parse_trace(text: str | Iterable[str], command: str | None = None) -> Trace:
     """The events of strace's output (as `traced` asks for it), from the server's start.
 
     The start is the first successful execve by a process other than those bwrap was before
-    it (`command`, when given, must be what is executed: the jail's own program). Lines split by
-    strace (`<unfinished ...>`, `<... resumed>`) are joined first.
+    it that does not start one of `LAUNCHERS` (`command`, when given, must be what is executed:
+    the jail's own program). Lines split by strace (`<unfinished ...>`, `<... resumed>`) are
+    joined first.
     """
     lines = text.splitlines() if isinstance(text, str) else list(text)
     calls = _joined(lines)
@@ -166,7 +173,7 @@ def parse_trace(text: str | Iterable[str], command: str | None = None) -> Trace:
         if started is None:
             if call in _EXECS and errno is None and pid != root:
                 path = _path_at(args, _EXECS[call])
-                if command is None or path == command:
+                if (command is None or path == command) and not _launches(args, _EXECS[call]):
                     started, first = ts, path
                     setup.discard(pid)
                     continue
@@ -244,6 +251,15 @@ def _arguments(args: str) -> list[str]:
     if current:
         parts.append("".join(current).strip())
     return parts
+
+
+def _launches(args: str, index: int) -> bool:
+    """Whether an execve's argument vector (after its path at `index`) starts one of `LAUNCHERS`."""
+    parts = _arguments(args)
+    if index + 1 >= len(parts):
+        return False
+    vector = [_unescape(m.group(1)) for m in _STRING.finditer(parts[index + 1])][:4]
+    return any(word in LAUNCHERS for word in vector)
 
 
 def _path_at(args: str, index: int) -> str | None:

@@ -302,16 +302,26 @@ def test_a_grant_of_a_socket_or_a_directory_of_them_is_refused_naming_what_it_is
         assert str(refusal.value) == f"server 's': jail.read_only path {path} {reason}"
 
 
-def test_an_open_network_jail_starts_in_the_abstract_socket_scope_or_says_it_cannot(
+def test_every_jail_starts_in_the_abstract_socket_scope_or_an_open_one_says_it_cannot(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A jail on the host's network reaches the host's abstract sockets by name; any other one
+    through a socket made on the host's network and handed to it: every jail is scoped."""
     config = server("    jail: {network: open}\n")
-    assert config.jail is not False
+    closed = server("    jail: {network: none}\n")
+    allowlist = server("    jail: {network: allowlist, allow_hosts: [example.com]}\n")
+    assert config.jail is not False and closed.jail is not False and allowlist.jail is not False
     monkeypatch.setattr(launch, "landlock_abi", lambda: ABSTRACT_SCOPE_ABI)
-    spec, mounts = jail_spec("s", config, config.jail)
     python = os.path.realpath(sys.executable)
-    assert spec.argv == (python, "-I", "-S", SCOPE, "--", sys.executable) and not spec.gaps
-    assert any(m.path == SCOPE for m in mounts)
+    scoped = (python, "-I", "-S", SCOPE, "--")
+    for local in (config, closed):
+        assert local.jail is not False
+        spec, mounts = jail_spec("s", local, local.jail)
+        assert spec.argv == (*scoped, sys.executable) and not spec.gaps
+        assert any(m.path == SCOPE for m in mounts)
+    # outermost: the egress relay runs in the domain too
+    spec, _ = jail_spec("s", allowlist, allowlist.jail, egress_socket="/run/egress.sock")
+    assert spec.argv[:5] == scoped and "relay.py" in spec.argv[8] and spec.argv[-1] == sys.executable
     # where the kernel has no such scope: no launcher, and said in show, doctor and the start log
     monkeypatch.setattr(launch, "landlock_abi", lambda: ABSTRACT_SCOPE_ABI - 1)
     spec, mounts = jail_spec("s", config, config.jail)
@@ -321,10 +331,8 @@ def test_an_open_network_jail_starts_in_the_abstract_socket_scope_or_says_it_can
     with caplog.at_level(logging.WARNING, logger="cellblock.gateway.downstream.launch"):
         tell_jail("s", launch_plan("s", config))
     assert spec.gaps[0] in caplog.text
-    # a jail of its own network has nothing to close
-    closed = server("    jail: {network: none}\n")
-    assert closed.jail is not False
-    assert jail_spec("s", closed, closed.jail)[0].argv == (sys.executable,)
+    # a jail of its own network reaches none by name: no gap to say
+    assert jail_spec("s", closed, closed.jail)[0].gaps == ()
 
 
 def test_on_macos_a_socket_a_grant_holds_is_denied_in_the_profile(

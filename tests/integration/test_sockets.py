@@ -36,7 +36,7 @@ from cellblock.gateway.downstream.launch import jail_spec, launch_plan
 from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap
 from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.sockets import ABSTRACT_SCOPE_ABI
-from cellblock.sandbox.spawn import run_plan
+from cellblock.sandbox.spawn import run_plan, spawn_args
 from tests.integration.conftest import cli, gateway, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.jail]
@@ -416,3 +416,99 @@ def test_the_same_jail_hiding_only_the_sockets_where_they_were_bound_lists_a_mov
         assert listed["got_through"] and listed["amount"] == 1, listed
         refused = run(spec.hidden)
         assert not refused["got_through"] and "ECONNREFUSED" in refused["detail"], refused
+
+
+async def test_a_socket_made_on_the_hosts_network_and_handed_to_another_jail_reaches_no_abstract_socket(
+    tmp_path: Path, short: Path
+) -> None:
+    """An abstract name is looked up on the network namespace the socket was made in, and Landlock's
+    scope judges the process that connects. A `network: open` server lends a socket it made (on the
+    host's network) through a socket in a grant it shares with a `network: none` one, which connects
+    it to the host's abstract listener: every jail is in the scope, so that fails as well."""
+    if landlock_abi() < ABSTRACT_SCOPE_ABI:
+        pytest.skip(f"this kernel has Landlock ABI {landlock_abi()}: see the GAP test above")
+    name = f"@cellblock-test-{uuid.uuid4().hex[:12]}"
+    listener = Listener("\0" + name[1:])
+    hostile = {"command": sys.executable, "args": [str(HOSTILE)]}
+    shared = {"read_only": CODE, "read_write": [str(short)]}
+    servers = {
+        "opened": hostile | {"jail": shared | {"network": "open"}},
+        "closed": hostile | {"jail": shared},
+        "loose": hostile | {"jail": False},
+    }
+    borrowed: dict[str, dict[str, Any]] = {}
+    try:
+        async with gateway(write_config(tmp_path, servers), tmp_path / "state") as client:
+            for borrower in ("loose", "closed"):
+                lent = str(short / f"{borrower}.sock")
+                lending = _outcome(await client.call_tool("opened__lend_socket", {"path": lent}))
+                assert lending["got_through"], lending
+                asked = {"path": lent, "target": name}
+                borrowed[borrower] = _outcome(await client.call_tool(f"{borrower}__borrowed_socket", asked))
+    finally:
+        listener.close()
+    # the honest control: the lent socket reaches the listener from a process outside any domain
+    assert borrowed["loose"]["got_through"] and borrowed["loose"]["amount"] == len(GIFT), borrowed
+    closed = borrowed["closed"]
+    assert not closed["got_through"] and closed["detail"] == "connect: PermissionError EPERM", closed
+    assert listener.accepted == 1
+
+
+# Run in a jail: lend a socket made on this jail's network at argv[2], say so, then wait until taken.
+LENDER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import hostile
+lending = hostile.lend(sys.argv[2])
+print("listening", flush=True)
+lending.join()
+"""
+# Run in a jail: borrow the socket lent at argv[2] and connect it to the abstract argv[3], as JSON.
+BORROWER = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import hostile
+print(json.dumps(hostile.borrowed_socket(sys.argv[2], sys.argv[3]).structured_content))
+"""
+
+
+def test_a_jail_planned_without_the_scope_reaches_the_hosts_abstract_socket_through_a_lent_socket(
+    monkeypatch: pytest.MonkeyPatch, short: Path
+) -> None:
+    """The honest control of the scope for a jail of its own network: the same borrower planned as
+    on a kernel without Landlock ABI 6 (no scope launcher) reaches the host's listener; as this
+    kernel allows it, it does not."""
+    if landlock_abi() < ABSTRACT_SCOPE_ABI:
+        pytest.skip(f"this kernel has Landlock ABI {landlock_abi()}")
+    name = f"@cellblock-test-{uuid.uuid4().hex[:12]}"
+    listener = Listener("\0" + name[1:])
+    shared = {"read_only": CODE, "read_write": [str(short)]}
+
+    def plan(code: str, *args: str, **jail: str) -> Any:
+        argv = ["-c", code, str(SERVERS), *args]
+        return launch_plan(
+            "s", LocalServer.model_validate({"command": sys.executable, "args": argv, "jail": shared | jail})
+        )
+
+    def borrow(lender: Any, borrower: Any) -> dict[str, Any]:
+        with spawn_args(lender) as spawn:
+            lending = subprocess.Popen(spawn.argv, stdout=subprocess.PIPE, text=True, pass_fds=spawn.pass_fds)
+        with lending:
+            assert lending.stdout is not None and lending.stdout.readline() == "listening\n"
+            done = run_plan(borrower, RUN_SECONDS)
+            lending.wait(timeout=RUN_SECONDS)
+        assert done.returncode == 0, done.stderr
+        read: dict[str, Any] = json.loads(done.stdout)
+        return read
+
+    paths = [str(short / "a.sock"), str(short / "b.sock")]
+    lenders = [plan(LENDER, path, network="open") for path in paths]
+    try:
+        scoped = borrow(lenders[0], plan(BORROWER, paths[0], name))
+        monkeypatch.setattr(launch, "landlock_abi", lambda: ABSTRACT_SCOPE_ABI - 1)
+        unscoped = borrow(lenders[1], plan(BORROWER, paths[1], name))
+    finally:
+        listener.close()
+    assert unscoped["got_through"] and unscoped["amount"] == len(GIFT), unscoped
+    assert not scoped["got_through"] and scoped["detail"] == "connect: PermissionError EPERM", scoped
+    assert listener.accepted == 1

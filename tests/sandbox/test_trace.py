@@ -16,7 +16,7 @@ import pytest
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.downstream.launch import launch_plan
 from cellblock.sandbox.spawn import run_plan
-from cellblock.sandbox.trace import Event, Kind, jail_refused, parse_trace, traced
+from cellblock.sandbox.trace import LAUNCHERS, Event, Kind, jail_refused, parse_trace, traced
 from cellblock.sandbox.types import Limits
 
 pytestmark = [
@@ -62,8 +62,10 @@ def test_a_traced_jail_shows_reads_refusals_connections_and_execs(tmp_path: Path
     trace = parse_trace(output.read_text())
     assert trace.started is not None
     events = trace.events
-    # nothing of bwrap's setup (its mounts of /oldroot and /newroot) is counted as the server's
+    # nothing of bwrap's setup (its mounts of /oldroot and /newroot) is counted as the server's, nor
+    # what the launchers the jail runs before it do: the server starts at its own command
     assert not [e for e in events if e.target.startswith(("/oldroot", "/newroot"))]
+    assert trace.command == sys.executable and not [e for e in events if e.target in LAUNCHERS]
     read = [e for e in events if e.target == str(shared) and e.kind is Kind.READ]
     assert read and read[0].ok
     (refused,) = [e for e in events if e.target == str(hidden)]

@@ -14,7 +14,9 @@ library's.
 
 import argparse
 import importlib.util
+import socket
 import sys
+import threading
 import warnings
 from pathlib import Path
 from types import ModuleType
@@ -190,6 +192,56 @@ def ssh_agent(target: str) -> Result:
     return _result(load_escape().ssh_agent(target))
 
 
+def lend(path: str) -> threading.Thread:
+    """Listen at `path` (a server made it after the others started: no jail hides it) and hand
+    whoever connects first a Unix socket made here, on this process's network (the host's, for a
+    `network: open` jail), then wait until it is done with it."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+
+    def hand() -> None:
+        with listener, listener.accept()[0] as conn, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as made:
+            socket.send_fds(conn, [b"s"], [made.fileno()])
+            conn.recv(1)
+
+    thread = threading.Thread(target=hand, daemon=True)
+    thread.start()
+    return thread
+
+
+def lend_socket(path: str) -> Result:
+    """Listen at `path` and hand a Unix socket made on this jail's network to the first who connects."""
+    escape = load_escape()
+    try:
+        lend(path)
+    except OSError as exc:
+        return _result(escape.Attempt("lend", path, False, f"bind: {escape.attempt.error_label(exc)}"))
+    return _result(escape.Attempt("lend", path, True, "listening; hands a socket made here to the first who connects"))
+
+
+def borrowed_socket(path: str, target: str) -> Result:
+    """Take the socket another server lends at `path` and connect it to the abstract socket `target`
+    (@name), which is looked up on the network the socket was made on, not this jail's."""
+    escape = load_escape()
+    stage = "borrow"
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(10)
+            conn.connect(path)
+            _, fds, _, _ = socket.recv_fds(conn, 1, 1)
+            with socket.socket(fileno=fds[0]) as lent:
+                stage = "connect"
+                lent.settimeout(10)
+                lent.connect("\0" + target.removeprefix("@"))
+                answer = lent.recv(64)
+    except (OSError, IndexError) as exc:
+        label = escape.attempt.error_label(exc) if isinstance(exc, OSError) else "no socket was handed over"
+        return _result(escape.Attempt("borrowed", target, False, f"{stage}: {label}"))
+    detail = f"connected through the socket lent at {path}; it answered {len(answer)} byte(s)"
+    return _result(escape.Attempt("borrowed", target, True, detail, len(answer)))
+
+
 def secret_service(address: str, looking_for: str) -> Result:
     """Read every secret the Secret Service on the D-Bus bus at `address` holds, as the keyring's
     own clients do; through if `looking_for` is among them (only counts are reported)."""
@@ -227,6 +279,8 @@ TOOLS = (
     unix_socket,
     ssh_agent,
     secret_service,
+    lend_socket,
+    borrowed_socket,
     sysctl,
     fork_bomb,
     memory_hog,

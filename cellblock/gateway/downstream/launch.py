@@ -100,15 +100,18 @@ def jail_spec(
     program that acts with the user's rights. A grant of or inside them is refused, except one
     inside Cellblock's cache (where a server's own package cache goes), which is shown; so is a
     grant that is a socket. A listener whose file is not at the path it was bound to is found in
-    the grants by its inode (`sockets.sockets_within`) and hidden too. With `network: open`, where
-    the kernel allows it, the server starts in a Landlock domain that keeps it from the host's
-    abstract sockets (`sandbox/scope.py`); elsewhere that gap is in `gaps`.
+    the grants by its inode (`sockets.sockets_within`) and hidden too.
 
-    Wrappers run inside the jail, outermost first, each by the gateway's own interpreter:
-    with `network: allowlist` the egress relay (a loopback listener carrying each connection to
-    the gateway's proxy at `egress_socket`); with `exec.allow` the pin launcher, which lets only
-    the listed executables (and the server's own command) be executed or loaded, then starts the
-    server (`sandbox/pin.py`). With `exec.allow` the jail shows only what those programs need
+    Where the kernel allows it, every jail starts in a Landlock domain that keeps it from the
+    host's abstract sockets (`sandbox/scope.py`): a `network: open` jail would reach them by name,
+    any other through a socket made on the host's network and handed to it; on an older kernel a
+    `network: open` jail's gap is in `gaps`.
+
+    Wrappers run inside the jail, outermost first, each by the gateway's own interpreter: the
+    scope launcher; with `network: allowlist` the egress relay (a loopback listener carrying each
+    connection to the gateway's proxy at `egress_socket`); with `exec.allow` the pin launcher,
+    which lets only the listed executables (and the server's own command) be executed or loaded,
+    then starts the server (`sandbox/pin.py`). With `exec.allow` the jail shows only what those programs need
     instead of all of /usr (`sandbox/closure.py`).
 
     `jail_home` is the home the jail shows empty and tells the server of (default: the user's);
@@ -166,12 +169,14 @@ def jail_spec(
         argv, relaying = relayed(argv, python, home, host_path)
         launchers += relaying
         env["NODE_USE_ENV_PROXY"] = "1"  # Node 24's fetch uses the proxy variables only when asked
-    elif jail.network == "open" and sys.platform.startswith("linux"):  # macOS has no abstract sockets
+    if sys.platform.startswith("linux"):  # macOS has no abstract sockets
+        # every jail, not only one on the host's network: the reach goes with the socket, and a
+        # socket made on the host's network (by a network: open jail) can be handed to any jail
         abi = landlock_abi()
         if abi >= ABSTRACT_SCOPE_ABI:
             argv, scoping = abstract_scoped(argv, python, home, host_path)
             launchers += scoping
-        else:
+        elif jail.network == "open":
             gaps.append(abstract_gap(name, abi))
     # a listener whose file is not where it was bound (a server may rename a directory on its way)
     moved = {s.path: s.why for s in sockets_within([*jail.read_only, *jail.read_write], bound)}
