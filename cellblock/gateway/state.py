@@ -23,7 +23,7 @@ from typing import Any
 from platformdirs import user_cache_path, user_config_path, user_data_path, user_state_path
 
 from cellblock.policy.errors import CellblockError
-from cellblock.policy.files import TEMP_NAME, atomic_write_bytes, write_once
+from cellblock.policy.files import TEMP_NAME, atomic_write_bytes, make_dirs, write_once
 from cellblock.policy.jsontext import loads
 
 try:  # POSIX: a temp file being written is locked, so a start removes only a dead writer's
@@ -112,7 +112,7 @@ def _own_dir(path: Path, what: str, variable: str, holds: str) -> Path:
             it or replace it (through a directory on its path they can write).
     """
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_dirs(path)
         info = path.stat()
         if info.st_uid == os.getuid() and info.st_mode & 0o077 and not info.st_mode & 0o022:
             path.chmod(0o700)  # others could read it, but not have put anything in it
@@ -186,7 +186,7 @@ def runtime_dir() -> Path:
     base = next((Path(b) for b in bases if b and private_dir(Path(b), uid) and swappable(Path(b)) is None), None)
     path = base / "cellblock" if base is not None else state_dir() / "run"
     try:
-        path.mkdir(mode=0o700, exist_ok=True)
+        make_dirs(path)
     except OSError as exc:
         raise RuntimeDirError(f"cannot create the runtime directory {path}: {exc.strerror or exc}") from exc
     if not private_dir(path, uid):

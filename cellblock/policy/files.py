@@ -3,9 +3,10 @@
 DESIGN.md "State on disk": the data goes into a temp file beside the target (created 0600 with
 O_EXCL, locked while it is written so a start can tell a live writer's from a dead one's), is
 synced, then renamed (or linked) over the target, and the directory is synced; a missing
-directory is made 0700. It lives in `policy/`, the lowest layer, so that the lock files, the
-gateway's state (`gateway/state.py`) and the sandbox's verified copies all share it. Errors are
-plain `OSError`; callers translate them.
+directory is made 0700 whatever the umask (`make_dirs`, which every directory Cellblock makes goes
+through). It lives in `policy/`, the lowest layer, so that the lock files, the gateway's state
+(`gateway/state.py`) and the sandbox's verified copies all share it. Errors are plain `OSError`;
+callers translate them.
 """
 
 from __future__ import annotations
@@ -23,9 +24,36 @@ try:  # POSIX: a temp file being written is locked, so a start removes only a de
 except ImportError:  # pragma: no cover - Windows: temp files are removed by age alone
     fcntl = None  # type: ignore[assignment]  # reason: the module is optional on Windows
 
-__all__ = ["TEMP_NAME", "atomic_write_bytes", "atomic_write_json", "write_once"]
+__all__ = ["TEMP_NAME", "atomic_write_bytes", "atomic_write_json", "make_dirs", "write_once"]
 
 TEMP_NAME = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")  # what `tempfile.mkstemp` makes for a write here
+
+
+def make_dirs(path: Path, mode: int = 0o700) -> None:
+    """`path` and every missing directory above it, each made with exactly `mode`.
+
+    mkdir's mode is masked by the umask, and `Path.mkdir(parents=True)` gives the parents it makes
+    the umask's mode alone: under umask 002 (Ubuntu's for users) a first start made `~/.local/state`
+    0775, and then refused it as writable by others. So each directory made here is chmodded after
+    it is made. A directory that exists is left as it is: a user's own `~/.local` is not ours to change.
+
+    Raises:
+        OSError: a directory cannot be made, or something on the way is not a directory.
+    """
+    missing: list[Path] = []
+    while not path.is_dir():
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, mode)
+        except FileExistsError:
+            if not directory.is_dir():
+                raise
+            continue  # another process made it meanwhile: theirs, as it is
+        os.chmod(directory, mode)
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600) -> None:
@@ -64,7 +92,7 @@ def _commit(path: Path, data: bytes, mode: int, put: Callable[[str, Path], None]
     """`data` into a locked temp file beside `path`, synced, then `put` in place and the directory synced."""
     tmp = ""
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_dirs(path.parent)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
             if fcntl is not None:

@@ -397,6 +397,9 @@ def seal(staging: str, ecosystem: Ecosystem) -> str:
                 os.unlink(path)
     entries, _ = manifest(tree)  # also refuses a tree that is a link, special files, odd names
     real = os.path.realpath(tree)
+    top = stat.S_IMODE(os.lstat(tree).st_mode)  # the installer made it under the user's umask (002: 0775)
+    if top & 0o6022:
+        os.chmod(tree, top & ~0o6022)
     for rel, what in entries.items():
         path = os.path.join(tree, rel)
         if what.startswith("link "):

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from cellblock.policy.files import atomic_write_bytes
+from cellblock.policy.files import atomic_write_bytes, make_dirs
 from cellblock.sandbox.types import JailError
 
 __all__ = ["landlock_abi", "verify_pins"]
@@ -30,7 +30,7 @@ def verify_pins(server: str, pins: Mapping[str, str], store: Path) -> dict[str, 
         JailError: a file is missing, too large, or its digest does not match (both digests shown).
     """
     verified: dict[str, str] = {}
-    store.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_dirs(store)
     for path, expected in sorted(pins.items()):
         try:
             real = os.path.realpath(path)

@@ -30,6 +30,7 @@ from cellblock.gateway.audit.chain import FIELDS as CHAIN_FIELDS
 from cellblock.gateway.audit.chain import KEY_NAME, TAIL_BYTES, Chain, last_mac, load_key
 from cellblock.gateway.audit.secretnames import is_secret_name
 from cellblock.gateway.scrub import REDACTED, number_holds, pattern_of
+from cellblock.policy.files import make_dirs
 
 try:  # POSIX: two gateway processes sharing one state dir take turns on a lock file
     import fcntl
@@ -174,7 +175,7 @@ class Audit:
         self._secret_pattern: re.Pattern[str] | None = None
         self._lock = threading.Lock()
         self._budget = Budget()
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_dirs(path.parent)
         key = key if key is not None else path.with_name(KEY_NAME)
         self._chain = Chain(load_key(key))
         self._mac = ""  # the MAC of the last line this writer wrote

@@ -29,6 +29,7 @@ import mcp.types as types
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from cellblock.policy.files import make_dirs
 from cellblock.sandbox.bwrap import check_bwrap
 from cellblock.sandbox.types import JailError
 
@@ -130,7 +131,7 @@ async def run_demo() -> int:
         key.write_text(FAKE_KEY)
         (scratch / "out").mkdir()
         (scratch / "clock").mkdir()
-        (scratch / "run").mkdir(mode=0o700)
+        make_dirs(scratch / "run")
         env = {
             "CELLBLOCK_PYTHON": sys.executable,
             "CELLBLOCK_DEMO": str(config.parent),

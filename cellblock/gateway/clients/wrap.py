@@ -37,6 +37,7 @@ from cellblock.gateway.credentials import CredentialError, Keyring
 from cellblock.gateway.downstream import packages
 from cellblock.gateway.state import atomic_write_text
 from cellblock.policy.errors import CellblockError
+from cellblock.policy.files import make_dirs
 from cellblock.sandbox.types import JailError
 
 __all__ = [
@@ -429,7 +430,7 @@ def wrap(path: Path, config_path: Path, dry_run: bool = False, out: TextIO | Non
     mode = path.stat().st_mode & 0o777
     for each in plan.moved:
         for directory in each.starter.make:
-            Path(directory).mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_dirs(Path(directory))
     atomic_write_text(config_path, plan.new_config_text)
     atomic_write_text(_backup_path(path), plan.backup_text, 0o600)
     atomic_write_text(path.resolve(), plan.new_text, mode)

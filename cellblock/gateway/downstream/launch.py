@@ -23,6 +23,7 @@ from cellblock.gateway.config.model import Config, JailConfig, LocalServer
 from cellblock.gateway.downstream.packages import Installed, installed
 from cellblock.gateway.state import default_config_path, own_dirs
 from cellblock.policy.constraints import within
+from cellblock.policy.files import make_dirs
 from cellblock.sandbox.bwrap import PIN_FILTER, bwrap_plan, check_bwrap
 from cellblock.sandbox.closure import exec_closure
 from cellblock.sandbox.egress import relayed
@@ -388,7 +389,7 @@ def _macos_plan(
     if jail.tmp:
         if private is None:
             raise JailError(f"server '{name}': a private /tmp needs a private directory")
-        (private / "tmp").mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_dirs(private / "tmp")
         tmp = str(private / "tmp")
         spec = replace(spec, env={**spec.env, "TMPDIR": tmp})
     spec = replace(spec, cwd=spec.cwd or macos_cwd(jail, tmp))

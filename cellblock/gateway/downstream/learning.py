@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from cellblock.gateway.config.model import LocalServer
+from cellblock.policy.files import make_dirs
 from cellblock.sandbox.trace import traced
 from cellblock.sandbox.types import LaunchPlan
 
@@ -62,8 +63,8 @@ def learning(plan: LaunchPlan, name: str, server: LocalServer, state: Path | Non
         )
         return plan
     folder = learn_dir(state, name)
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(folder, 0o700)
+    make_dirs(folder)
+    os.chmod(folder, 0o700)  # ours, inside the state dir: narrowed even when it was there
     old = learned_traces(state, name)
     for stale in old[: max(0, len(old) - (KEEP - 1))]:
         stale.unlink(missing_ok=True)

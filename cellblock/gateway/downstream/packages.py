@@ -32,6 +32,7 @@ from cellblock.gateway.config.loading import load_config, parse_config
 from cellblock.gateway.config.model import DEFAULT_DISK, ConfigError, LocalServer
 from cellblock.gateway.state import atomic_write_json, atomic_write_text, data_dir, read_json, runtime_dir
 from cellblock.gateway.terminal import printable
+from cellblock.policy.files import make_dirs
 from cellblock.policy.hosts import HostRule, parse_rule
 from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap
 from cellblock.sandbox.disk import DiskWatch
@@ -198,7 +199,7 @@ def install(
     if version is not None or newest:
         package = Package(package.ecosystem, package.name, version, package.extras)
     base = data_dir() / "installs" / name
-    base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_dirs(base)
     with _only_install(base, name):
         return _install(name, server, package, base, version, limits, out)
 
@@ -243,7 +244,7 @@ def _install(
     proxy = EgressProxy(f"install of {name}", _registry_rules(hosts), egress, decided)
     python = os.path.realpath(sys.executable)
     try:
-        work.mkdir(mode=0o700, parents=True)
+        make_dirs(work)  # and the staging above it: the tree is made in there
         disk = DiskWatch(str(staging), cap)
         with anyio.from_thread.start_blocking_portal() as portal:
             serving, _ = portal.start_task(proxy.serve)

@@ -27,6 +27,7 @@ from cellblock.gateway.downstream.connection import gateway_client
 from cellblock.gateway.downstream.launch import launch_plan, own_paths, tell_jail
 from cellblock.gateway.downstream.local import LocalChannel, local_transport
 from cellblock.gateway.scan.scratch import ScanError, Scratch
+from cellblock.policy.files import make_dirs
 from cellblock.policy.hosts import parse_rule
 from cellblock.policy.probes import Probe, destructive, probes
 from cellblock.sandbox.egress import Decision, EgressProxy
@@ -154,7 +155,7 @@ async def scan_run(
     errlog = scratch.root / "stderr"
     async with anyio.create_task_group() as tg:
         if egress is not None:
-            await anyio.Path(runtime).mkdir(parents=True, exist_ok=True)
+            await anyio.to_thread.run_sync(make_dirs, runtime)
             proxy = EgressProxy(name, [parse_rule(h) for h in jail.allow_hosts], egress, told)
             await tg.start(proxy.serve)
         try:
