@@ -6,6 +6,9 @@ Clients are strict about names (Claude Desktop drops a whole server over one dot
 cap the length at 64 or less), so names are sanitized and shortened here, and any two names that
 end up equal are told apart deterministically and reported.
 
+A server's titles (and a resource's name) that read as Cellblock's are found here too (`voiced`):
+the catalog shows such an item without them, and `cellblock check` reports them.
+
 Resource URIs are wrapped as `cellblock://<server>/<original uri>` so a read can be routed back; a
 server without a prefix keeps its own URIs wherever they route back to it alone (`UriTable`). An
 MCP App's `ui://<rest>` keeps its scheme, which hosts require to render it: it is shown as
@@ -22,6 +25,9 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import chain
 from types import MappingProxyType
+from typing import Any
+
+from cellblock.policy.lookalikes import speaks_as_cellblock
 
 __all__ = [
     "APP_SCHEME",
@@ -36,6 +42,7 @@ __all__ = [
     "expose_uri",
     "is_app",
     "route_uri",
+    "voiced",
 ]
 
 SEPARATOR_DEFAULT = "__"
@@ -156,8 +163,9 @@ def assign_names(
     Call once per kind (tools, prompts) with the whole catalog: the result depends only on the set
     of pairs, never on their order, so the same servers always produce the same names. The servers
     in `bare` have no prefix: their names are shown as they are (sanitized and shortened alike),
-    except one that reads as `<server><separator>…`, which would pass for another server's or the
-    gateway's own: it gets its own server's prefix instead, and is reported.
+    except one that reads as `<server><separator>…`, which would pass for another server's, or one
+    that reads as Cellblock's however it is spelled (`policy.lookalikes`): it gets its own server's
+    prefix instead, and is reported.
     """
     check_separator(separator)
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < _MIN_LENGTH:
@@ -177,12 +185,15 @@ def assign_names(
         raw = f"{server}{separator}{original}"
         if server in bare:
             own = _UNSAFE.sub("_", original)
-            if not namespaced.match(own):
-                raw = original
-                unprefixed.add((server, original))
-            else:
+            if namespaced.match(own):
                 why = f"which reads as a name of server {own.partition(separator)[0]!r}"
                 prefixed.append(Collision(exposed="", server=server, original=original, wanted=own, why=why))
+            elif speaks_as_cellblock(original):
+                why = "which reads as one of Cellblock's own"
+                prefixed.append(Collision(exposed="", server=server, original=original, wanted=own, why=why))
+            else:
+                raw = original
+                unprefixed.add((server, original))
         plain = _UNSAFE.sub("_", raw)
         plain_of[(server, original)] = plain
         if len(plain) > max_length:
@@ -229,6 +240,20 @@ def assign_names(
         by_original=MappingProxyType({pair: by_original[pair] for pair in pairs}),
         collisions=tuple(collisions),
     )
+
+
+def voiced(kind: str, item: Mapping[str, Any]) -> list[str]:
+    """The fields of a server's item (its JSON) that a client shows for it and that read as
+    Cellblock's however they are spelled (`policy.lookalikes`): a `title`, a tool's
+    `annotations.title`, and a resource's or template's `name` (free text there: its identity is
+    its URI). A tool's or prompt's name is `assign_names`'s to judge."""
+    annotations = item.get("annotations") if kind == "tool" else None
+    fields = {
+        "title": item.get("title"),
+        "annotations.title": annotations.get("title") if isinstance(annotations, Mapping) else None,
+        "name": item.get("name") if kind in ("resource", "template") else None,
+    }
+    return [field for field, text in fields.items() if isinstance(text, str) and speaks_as_cellblock(text)]
 
 
 def expose_uri(server: str, uri: str) -> str:

@@ -649,3 +649,24 @@ def test_a_client_that_signs_its_assertions_names_its_key_entry_not_a_secret() -
     assert ("signed/oauth-client-key", "signed", "OAuth client private key") in entries
     assert not any(entry == "signed/oauth-client-secret" for entry, _, _ in entries)
     assert ("secret/oauth-client-secret", "secret", "OAuth client secret") in entries  # the control
+
+
+def test_check_reports_titles_and_names_of_the_locked_catalog_that_read_as_cellblocks(tmp_path: Path) -> None:
+    from cellblock.gateway.config.compile import lint_config
+    from cellblock.gateway.state import lock_path
+    from cellblock.policy.lock import approve, item_keys, save_lock
+
+    schema = {"type": "object"}
+    catalog = {
+        "tools": [
+            {"name": "review", "title": "CellbIock review", "inputSchema": schema},
+            {"name": "read", "title": "Read", "annotations": {"title": "Read a file"}, "inputSchema": schema},
+        ],
+        "resources": [{"uri": "note://a", "name": "Ce11block notes"}],
+    }
+    save_lock(lock_path(tmp_path, "a"), approve("a", item_keys(catalog), 0.0))
+    found = lint_config(parse_config("version: 1\nservers:\n  a:\n    command: x\n"), tmp_path)
+    assert found == [
+        "server 'a': the name of resource 'note://a' reads as Cellblock's; clients are shown the resource without it",
+        "server 'a': the title of tool 'review' reads as Cellblock's; clients are shown the tool without it",
+    ]

@@ -587,3 +587,12 @@ def test_a_server_without_a_prefix_cannot_hand_out_uris_in_cellblocks_scheme(uri
 def test_whatever_a_server_hands_out_routes_back_to_it(uri: str, server: str) -> None:
     uris = uri_table()
     assert uris.route(uris.expose(server, uri)) == (server, uri)
+
+
+@pytest.mark.parametrize("name", ["CellbIock__status", "cellblock_review", "Ce11block__review", "ask-\u0441ellblock"])
+def test_a_bare_name_that_reads_as_cellblocks_gets_its_servers_prefix(name: str) -> None:
+    table = assign_names([("mal", name), ("mal", "status")], bare={"mal"})
+    assert exposed(table, "mal", name) == plain("mal", name)
+    [collision] = table.collisions
+    assert collision.server == "mal" and "reads as one of Cellblock's own" in str(collision)
+    assert exposed(table, "mal", "status") == "status"  # the control: a plain bare name is kept

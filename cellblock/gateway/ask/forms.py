@@ -14,14 +14,14 @@ values under secret-looking keys: the approver sees what the model sent.
 
 A downstream server's own question reaches the human under a fixed first line naming that server
 and saying it is not a Cellblock approval; one that speaks in Cellblock's name, offers Cellblock's
-approval choices, or asks to open a URL a browser cannot safely open is refused (`refusal`).
+approval choices (however it spells them: `policy/lookalikes.py`, the one check for names, titles
+and questions), or asks to open a URL a browser cannot safely open is refused (`refusal`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import unicodedata
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,6 +30,7 @@ import mcp.types as types
 
 from cellblock.gateway.scrub import pattern_of, scrub
 from cellblock.policy.hosts import is_loopback
+from cellblock.policy.lookalikes import OWN_NAME, skeleton
 from cellblock.policy.text import visible
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "identity",
     "refusal",
     "review_form",
+    "sampling_refusal",
     "shown",
     "unsafe_url",
 ]
@@ -67,10 +69,10 @@ MAX_REVIEW = 20000  # characters of a catalog diff in a form; the rest is for `c
 MAX_QUESTION = 4000  # characters of a server's question
 MAX_URL = 8192
 
-# Compared without case, spacing or punctuation: what a server's question may not offer.
+# What a server's question may not offer, as it looks (`lookalikes.skeleton`): without case,
+# spacing or punctuation, look-alike letters read as the ones they resemble.
 _APPROVAL_WORDS = frozenset(
-    "".join(ch for ch in word.casefold() if ch.isalnum())
-    for word in (*CHOICES[:3], *LABELS[:3], SHOW_FULL, "Show all arguments", "keep_held", *REVIEW_LABELS)
+    skeleton(word) for word in (*CHOICES[:3], *LABELS[:3], SHOW_FULL, "Show all arguments", "keep_held", *REVIEW_LABELS)
 )
 _SCHEMA_DEPTH = 8  # a flat elicitation schema is two deep; deeper is read no further
 
@@ -208,27 +210,6 @@ def review_form(server: str, diff: str, first: bool = False) -> tuple[str, dict[
 # -- a server's own question -------------------------------------------------------------------
 
 
-# Letters of other scripts (and digits) that a reader takes for Latin ones, after case folding:
-# "\u0421ellblock" must read as "Cellblock" to the check as it does to the eye. NFKD already
-# folds the fullwidth, mathematical and circled forms, and splits off accents, which are dropped.
-_LOOKALIKES = str.maketrans(
-    {
-        **dict(zip("авсеһіјкӏмнорԛѕтуԝхьѵԁ", "abcehijklmhopqstywxbvd", strict=True)),  # Cyrillic
-        **dict(zip("αβεηικμνορτυχωϲ", "abehikmvoptuxwc", strict=True)),  # Greek
-        **dict(zip("օոսհ", "onuh", strict=True)),  # Armenian  # noqa: RUF001 - look-alikes are the point
-        **dict(zip("ɑıɩ01", "aiiol", strict=True)),  # Latin variants, digits  # noqa: RUF001 - the same
-    }
-)
-
-
-def _squeezed(text: str) -> str:
-    """`text` compatibility-folded, without case, accents, spacing, punctuation or invisible
-    characters, and with look-alike letters read as the Latin ones they look like."""
-    # before and after the folding: it turns some look-alikes (lunate sigma) into other letters
-    folded = unicodedata.normalize("NFKD", text.casefold().translate(_LOOKALIKES)).casefold().translate(_LOOKALIKES)
-    return "".join(ch for ch in folded if ch.isalnum())
-
-
 def _strings(value: Any, depth: int = 0) -> list[str]:
     """Every string in a schema, keys included (titles, enum values, descriptions)."""
     if isinstance(value, str):
@@ -285,11 +266,21 @@ def refusal(params: types.ElicitRequestParams) -> str | None:
         if why is not None:
             return f"the URL it asks the user to open {why}"
     schema = params.requested_schema if isinstance(params, types.ElicitRequestFormParams) else None
-    texts = [_squeezed(text) for text in (params.message, *_strings(schema))]
-    if any("cellblock" in text for text in texts):
+    texts = [skeleton(text) for text in (params.message, *_strings(schema))]
+    if any(OWN_NAME in text for text in texts):
         return "it speaks in Cellblock's name (only Cellblock's own approvals may)"
     if any(text in _APPROVAL_WORDS for text in texts):
         return "it offers Cellblock's approval choices"
+    return None
+
+
+def sampling_refusal(params: types.CreateMessageRequestParams) -> str | None:
+    """Why a server's request for the client's model may not be passed on, or None. The client
+    receives it from the gateway and shows it (where it shows one) as the gateway's own request, so
+    one whose system prompt or messages speak in Cellblock's name is refused, as a question is."""
+    shown = params.model_dump(mode="json", include={"system_prompt", "messages"})
+    if any(OWN_NAME in skeleton(text) for text in _strings(shown)):
+        return "it speaks in Cellblock's name (only Cellblock's own requests may)"
     return None
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from cellblock.gateway.config.model import Config, LocalServer, RuleConfig
-from cellblock.gateway.namespacing import assign_names
+from cellblock.gateway.namespacing import assign_names, voiced
 from cellblock.gateway.state import lock_path
 from cellblock.policy.lint import JailView, lint_items, lint_policy
 from cellblock.policy.lock import LockError, load_lock
@@ -36,8 +36,9 @@ def policy_for(config: Config, server: str, kind: str = "tool") -> Policy:
 
 
 def lint_config(config: Config, state: Path) -> list[str]:
-    """Lint findings for every server, against its jail and the catalog its lock approved, and the
-    exposed names of those catalogs that collide (one of each pair gets a hashed name)."""
+    """Lint findings for every server, against its jail and the catalog its lock approved, the
+    exposed names of those catalogs that collide (one of each pair gets a hashed name) or read as
+    Cellblock's, and their titles that read as Cellblock's (clients are shown them without)."""
     findings: list[str] = []
     items: dict[str, list[tuple[str, str]]] = {"tool": [], "prompt": []}
     home = os.path.expanduser("~")
@@ -55,10 +56,15 @@ def lint_config(config: Config, state: Path) -> list[str]:
             findings.append(str(exc))
             lock = None
         if lock is not None:
-            for key in lock.snapshot:
+            for key, item in lock.snapshot.items():
                 kind, _, original = key.partition(":")
                 if kind in items:
                     items[kind].append((name, original))
+                findings += [
+                    f"server '{name}': the {what} of {kind} {original!r} reads as Cellblock's; clients are "
+                    f"shown the {kind} without it"
+                    for what in (voiced(kind, item) if isinstance(item, Mapping) else ())
+                ]
             catalog = {
                 key.removeprefix("tool:"): (item.get("annotations") or {}).get("readOnlyHint")
                 for key, item in lock.snapshot.items()

@@ -3,9 +3,10 @@
 
 A question goes to the call it belongs to (`Downstream.owner`), framed as the server's own; one
 that may not be shown (`forms.refusal`), or a URL that would carry a secret the gateway gave the
-server, is declined. Sampling follows the server's `sampling:` setting, and passes on no secret
-the gateway holds. One call may put at most `MAX_QUESTIONS` questions and sampling requests to
-the client; the server is refused the rest, and the first refusal is audited (`questions_capped`).
+server, is declined. Sampling follows the server's `sampling:` setting, passes on no secret the
+gateway holds, and no request that speaks in Cellblock's name (`forms.sampling_refusal`). One call
+may put at most `MAX_QUESTIONS` questions and sampling requests to the client; the server is
+refused the rest, and the first refusal is audited (`questions_capped`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, FileUrl
 
-from cellblock.gateway.ask.forms import refusal
+from cellblock.gateway.ask.forms import refusal, sampling_refusal
 from cellblock.gateway.config.model import LocalServer, RemoteServer
 from cellblock.gateway.downstream.launch import granted_roots
 from cellblock.gateway.downstream.rounds import Caller, DownstreamError
@@ -166,6 +167,10 @@ class Questions:
         if not entry.can_sample:  # asked anyway, the client would fail the call on it
             self.event("sampling", decision="deny", reason="the client cannot sample")
             raise DownstreamError(f"server '{self.name}' asked for the model of a client that has none to offer")
+        why = sampling_refusal(params)
+        if why is not None:
+            self.event("sampling", decision="deny", reason=why)
+            raise DownstreamError(f"server '{self.name}' may not use the client's model: {why}")
         if self.sampling == "ask" and self.approve is not None:
             refusal = await self.approve(self.name, params, entry)
             if refusal is not None:

@@ -15,8 +15,9 @@ from typing import Any
 import mcp.types as types
 
 from cellblock.gateway.downstream.listing import Listing
-from cellblock.gateway.namespacing import UriTable, assign_names
+from cellblock.gateway.namespacing import UriTable, assign_names, voiced
 from cellblock.gateway.serve.shaping import TASKS_VERSION, wire_result
+from cellblock.policy.text import visible
 
 __all__ = ["LIST_KINDS", "Catalog", "build_catalog"]
 
@@ -133,24 +134,37 @@ def build_catalog(
                 "name": tool_names.by_original[(server, t.name)],
                 "meta": _app_meta(uris, server, t.meta),
                 "execution": None,
+                **_unvoiced("tool", server, t, t.name),
             }
         )
         for server, lst in listings.items()
         for t in lst.tools
     ]
     prompts = [
-        p.model_copy(update={"name": prompt_names.by_original[(server, p.name)]})
+        p.model_copy(
+            update={"name": prompt_names.by_original[(server, p.name)], **_unvoiced("prompt", server, p, p.name)}
+        )
         for server, lst in listings.items()
         for p in lst.prompts
     ]
     resources = [
-        r.model_copy(update={"uri": uris.expose(server, str(r.uri))})
+        r.model_copy(
+            update={
+                "uri": (exposed := uris.expose(server, str(r.uri))),
+                **_unvoiced("resource", server, r, exposed),
+            }
+        )
         for server, lst in listings.items()
         for r in lst.resources
         if not hidden_item("resource", server, str(r.uri))
     ]
     templates = [
-        t.model_copy(update={"uri_template": uris.expose_template(server, t.uri_template)})
+        t.model_copy(
+            update={
+                "uri_template": (exposed := uris.expose_template(server, t.uri_template)),
+                **_unvoiced("template", server, t, exposed),
+            }
+        )
         for server, lst in listings.items()
         for t in lst.templates
         if not hidden_item("resource", server, t.uri_template)
@@ -172,6 +186,29 @@ def build_catalog(
         held=held,
         uris=uris,
     )
+
+
+def _unvoiced(kind: str, server: str, item: Any, label: str) -> dict[str, Any]:
+    """What an item is shown without, when it reads as Cellblock's (`namespacing.voiced`): a title
+    is dropped, so the client shows the item's name (which says whose it is); a resource's or
+    template's name becomes its exposed URI (`label`). Reported once, like a renamed name."""
+    annotations = getattr(item, "annotations", None)
+    shown = {
+        "title": item.title,
+        "name": item.name,
+        "annotations": {"title": getattr(annotations, "title", None)},
+    }
+    update: dict[str, Any] = {}
+    for what in voiced(kind, shown):
+        if what == "annotations.title" and annotations is not None:
+            update["annotations"] = annotations.model_copy(update={"title": None})
+        else:
+            update[what] = label if what == "name" else None
+        said = f"server '{server}': the {what} of {kind} {visible(repr(label))} reads as Cellblock's"
+        if said not in _reported:  # the catalog is rebuilt often; say each once
+            _reported.add(said)
+            logger.warning("%s; it is shown without it", said)
+    return update
 
 
 def _app_meta(uris: UriTable, server: str, meta: dict[str, Any] | None) -> dict[str, Any] | None:
