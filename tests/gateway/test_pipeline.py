@@ -3,10 +3,13 @@ before anything is forwarded, and a decision that cannot be audited is a refusal
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 import mcp.types as types
 import pytest
 
@@ -166,7 +169,7 @@ async def test_a_call_whose_tool_changed_when_its_server_started_is_refused_by_t
 
 def test_the_stages_run_in_the_order_the_design_names() -> None:
     stages = pipeline(Audit(Path("/nonexistent/audit.jsonl")), catalog("read")).stages
-    assert [stage.__name__ for stage in stages] == ["_route", "_lock", "_policy", "_approval", "_record"]
+    assert [stage.__name__ for stage in stages] == ["_route", "_secrets", "_lock", "_policy", "_approval", "_record"]
 
 
 @pytest.mark.parametrize(("tool", "held"), [("read", ()), ("write", ()), ("delete", ()), ("read", ("read",))])
@@ -180,3 +183,64 @@ async def test_the_fast_decision_takes_only_a_call_allowed_without_waiting_and_w
     )
     assert fast is (tool == "read" and not held) and human.asked == []
     assert decisions(log) == ([("read", "allow", "read")] if fast else [])
+
+
+# -- secrets held for another server ---------------------------------------------------------------
+
+TOKEN = "ghp_" + "Zq8" * 12
+
+
+async def test_a_call_carrying_another_servers_secret_is_refused_by_name_and_never_fast(tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    audit = Audit(log)
+    audit.add_secret(TOKEN, "gh", "secret GITHUB_TOKEN (keyring entry 'gh-token')")
+    path = pipeline(audit, catalog("read"))
+    encoded = {"blob": base64.b64encode(f"x:{TOKEN}".encode()).decode()}
+    assert not path.allow_now(Call("fs__read", encoded), ("fs", "read"))
+    refused = await path.admit(Call("fs__read", encoded))
+    assert text(refused).startswith(
+        "refused: secret: its arguments carry the secret GITHUB_TOKEN (keyring entry 'gh-token') of server 'gh'"
+    )
+    [record] = records(log)
+    assert (record["decision"], record["rule"], record["held_for"]) == ("deny", "secret", ["gh"])
+    assert record["carried"] == ["secret GITHUB_TOKEN (keyring entry 'gh-token')"]
+    assert encoded["blob"][4:20] not in log.read_text()  # not even its base64: the record hides every form
+
+
+async def test_a_servers_own_secret_passes_and_a_call_without_one_reads_nothing(tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    audit = Audit(log)
+    audit.add_secret(TOKEN, "fs", "secret TOKEN (keyring entry 'fs-token')")
+    path = pipeline(audit, catalog("read"))
+    assert path.allow_now(Call("fs__read", {"path": TOKEN}), ("fs", "read"))
+    assert records(log)[0]["arguments"] == {"path": "[redacted]"}
+
+
+async def test_the_first_decision_waits_once_for_every_servers_credentials(tmp_path: Path) -> None:
+    audit, learnt = Audit(tmp_path / "audit.jsonl"), []
+
+    async def learn() -> None:
+        await anyio.lowlevel.checkpoint()  # another call arrives meanwhile
+        learnt.append(1)
+        audit.add_secret(TOKEN, "gh", "secret GITHUB_TOKEN (keyring entry 'gh-token')")
+
+    rules = tuple(parse_rule_entry(pattern, decision) for pattern, decision in RULES.items())
+    path = Pipeline(
+        lambda: catalog("read"),
+        lambda name: None,
+        {"fs": Policy(default=Decision.DENY, rules=rules)},
+        audit,
+        approver=Human(Decision.DENY),
+        learn=learn,
+    )
+    assert not path.allow_now(Call("fs__read", {"path": "a"}), ("fs", "read"))  # not known yet: the SDK's path
+    results: list[types.CallToolResult | None] = []
+
+    async def admit(arguments: dict[str, Any]) -> None:
+        results.append(await path.admit(Call("fs__read", arguments)))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(admit, {"path": TOKEN})
+        tg.start_soon(admit, {"path": f"x{TOKEN}"})
+    assert learnt == [1] and all(r is not None and r.is_error for r in results)
+    assert path.allow_now(Call("fs__read", {"path": "a"}), ("fs", "read"))  # known now: the fast path decides

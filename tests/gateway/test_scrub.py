@@ -1,13 +1,26 @@
-"""Known secret values are taken out of what a server sends toward the client, whatever their type."""
+"""Known secret values are taken out of what a server sends toward the client, whatever their type,
+and found in what a call would carry to a server they are not for."""
 
 from __future__ import annotations
 
+import base64
+import codecs
 import json
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import pytest
 
-from cellblock.gateway.scrub import REDACTED, Scrubbed, line_pattern, pattern_of, scrub, scrub_result
+from cellblock.gateway.scrub import (
+    REDACTED,
+    UNNAMED,
+    HeldSecrets,
+    Scrubbed,
+    line_pattern,
+    pattern_of,
+    scrub,
+    scrub_result,
+)
 
 TOKEN = "tok-5f1e9a2b77c4"
 NUMBER = "918273645546372819"
@@ -63,3 +76,93 @@ def test_a_line_pattern_finds_each_long_line_of_a_secret_that_spans_lines() -> N
     found = {m[0] for m in pattern.finditer("one-line-secret MIIEvQIBADANBgkq == -----BEGIN----- -----END-----")}
     assert found == {"one-line-secret", "MIIEvQIBADANBgkq", "-----BEGIN-----", "-----END-----"}  # not "=="
     assert line_pattern(()) is None
+
+
+# -- HeldSecrets: whose each secret is, and what a call to another server may not carry ------------
+
+SECRET = "sk+live/" + "9f8e7d6c5b4a" * 3  # a URL escapes its + and /, base64 differs by offset
+
+
+def held() -> HeldSecrets:
+    secrets = HeldSecrets()
+    secrets.add(SECRET, "a", "secret API_KEY (keyring entry 'a-key')")
+    secrets.add("918273645546372819", "a", "secret PIN (keyring entry 'a-pin')")
+    secrets.add("gateway-http-token-0123", name="HTTP token (keyring entry 'cellblock/http-token')")
+    return secrets
+
+
+CARRIED = {
+    "as it is": {"k": SECRET},
+    "nested, in a longer string": {"a": [{"b": {"c": f"Bearer {SECRET}; more"}}]},
+    "as a key": {SECRET: 1},
+    "JSON inside a string": {"body": json.dumps({"key": SECRET})},
+    "percent-encoded": {"url": "https://x.example/?k=" + quote(SECRET, safe="")},
+    "percent-encoded, / kept": {"url": "https://x.example/" + quote(SECRET)},
+    "form-encoded": {"body": "k=" + quote_plus(SECRET)},
+    "hex": {"k": SECRET.encode().hex()},
+    "HEX": {"k": SECRET.encode().hex().upper()},
+    **{
+        f"base64 after {n} bytes": {"k": base64.b64encode(b"x" * n + SECRET.encode() + b"tail").decode()}
+        for n in range(3)
+    },
+    **{
+        f"URL-safe base64 after {n} bytes, unpadded": {
+            "k": base64.urlsafe_b64encode(b"y" * n + SECRET.encode()).decode().rstrip("=")
+        }
+        for n in range(3)
+    },
+}
+
+
+@pytest.mark.parametrize("arguments", CARRIED.values(), ids=CARRIED.keys())
+def test_another_servers_secret_is_found_in_every_form_and_named(arguments: dict[str, Any]) -> None:
+    found = held().carried("b", arguments)
+    assert [str(h) for h in found] == ["the secret API_KEY (keyring entry 'a-key') of server 'a'"]
+    assert SECRET not in json.dumps(held().hidden("b", arguments))
+
+
+def test_a_secret_of_digits_passed_as_a_number_is_found() -> None:
+    assert [h.name for h in held().carried("b", {"n": 918273645546372819})] == ["secret PIN (keyring entry 'a-pin')"]
+    assert held().hidden("b", {"n": 918273645546372819}) == {"n": REDACTED}
+
+
+def test_a_servers_own_secret_is_not_carried_to_it_but_the_gateways_is() -> None:
+    secrets = held()
+    assert secrets.carried("a", {"k": SECRET, "n": 918273645546372819}) == []
+    assert [str(h) for h in secrets.carried("a", {"k": "gateway-http-token-0123"})] == [
+        "the gateway's HTTP token (keyring entry 'cellblock/http-token')"
+    ]
+
+
+def test_what_is_not_looked_for() -> None:
+    secrets = held()
+    secrets.add("short", "a", "a short secret")  # below MIN_CARRIED: redacted in results only
+    misses = [
+        {"k": "short"},
+        {"k": SECRET[::-1]},  # reversed
+        {"k": SECRET[:12], "j": SECRET[12:]},  # split across arguments
+        {"k": codecs.encode(SECRET, "rot13")},
+        {"k": "hello"},
+    ]
+    assert [secrets.carried("b", m) for m in misses] == [[]] * len(misses)
+    assert secrets.pattern is not None and secrets.pattern.search("short")
+
+
+def test_nothing_held_for_another_server_reads_nothing() -> None:
+    secrets = HeldSecrets()
+    secrets.add(SECRET, "a", "secret API_KEY")
+    deep: list[Any] = []
+    for _ in range(100_000):
+        deep = [deep]
+    assert secrets.carried("a", deep) == [] and HeldSecrets().carried("b", deep) == []  # never read
+    with pytest.raises(Scrubbed):
+        secrets.carried("b", deep)
+
+
+def test_a_value_learnt_without_a_name_takes_the_name_it_is_registered_under() -> None:
+    secrets = HeldSecrets()
+    secrets.add(SECRET, "a")  # told by a connection's callback
+    assert [h.name for h in secrets.carried("b", SECRET)] == [UNNAMED]
+    secrets.add(SECRET, "a", "secret header X-Api-Key (keyring entry 'a-key')")
+    secrets.add(SECRET, "a")
+    assert [h.name for h in secrets.carried("b", SECRET)] == ["secret header X-Api-Key (keyring entry 'a-key')"]

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 import yaml
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ROOT / "tests" / "servers" / "probe.py"
@@ -81,6 +83,16 @@ async def gateway(
     async with Client(
         params, mode=mode, cache=None, elicitation_callback=elicitation_callback, **client_args
     ) as client:
+        yield client
+
+
+@asynccontextmanager
+async def bearer_client(url: str, token: str, mode: str = "auto") -> AsyncIterator[Client]:
+    """The SDK's client of `cellblock serve --http` at `url`, sending `token` as the bearer token."""
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http_client,
+        Client(streamable_http_client(url, http_client=http_client), mode=mode) as client,
+    ):
         yield client
 
 

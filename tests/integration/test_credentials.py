@@ -401,9 +401,11 @@ async def test_secrets_reach_only_their_server_and_never_argv(
         assert "PROBE_KEY" not in other
         assert not any(hashlib.sha256(secret.encode()).hexdigest() == v for v in other.values())
         # a server that hands a secret back (the model's, or its own) hands the model "[redacted]"
-        echoed = await client.call_tool("other__echo", {"message": f"key={secret}"})
+        echoed = await client.call_tool("holder__echo", {"message": f"key={secret}"})
         assert echoed.structured_content == {"message": "key=[redacted]"}
         assert _text(echoed).startswith("key=[redacted][Cellblock redacted 2 secret value(s)")
+        # and another server is not even sent it (tests/integration/test_secret_arguments.py)
+        assert _text(await client.call_tool("other__echo", {"message": f"key={secret}"})).startswith("refused: secret:")
         assert_nowhere([secret], tmp_path, stored.stdout, stored.stderr)  # both servers are running now
 
 

@@ -22,10 +22,9 @@ import httpx2
 import mcp.types as types
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 from tests import peers
-from tests.integration.conftest import cli, probe_server, write_config
+from tests.integration.conftest import bearer_client, cli, probe_server, write_config
 from tests.integration.test_approvals import Human, text
 
 pytestmark = pytest.mark.anyio
@@ -196,11 +195,7 @@ async def test_the_sdk_client_works_with_the_token(config: Path, served_env: dic
     assert cli(served_env, "auth", "set", "--http", "--config", str(config), stdin=token).returncode == 0
     try:
         with serving(config, served_env) as found:
-            headers = {"Authorization": f"Bearer {token}"}
-            async with (
-                httpx2.AsyncClient(headers=headers) as http_client,
-                Client(streamable_http_client(found, http_client=http_client), mode="auto") as client,
-            ):
+            async with bearer_client(found, token) as client:
                 assert text(await client.call_tool("p__slow", {"steps": 1, "delay": 0})) != ""
     finally:
         cli(served_env, "auth", "logout", "--http", "--config", str(config))

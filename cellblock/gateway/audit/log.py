@@ -29,7 +29,7 @@ from cellblock.gateway.audit.budget import BUDGETED, SAMPLING_APPROVALS, Budget,
 from cellblock.gateway.audit.chain import FIELDS as CHAIN_FIELDS
 from cellblock.gateway.audit.chain import KEY_NAME, TAIL_BYTES, Chain, last_mac, load_key
 from cellblock.gateway.audit.secretnames import is_secret_name
-from cellblock.gateway.scrub import REDACTED, number_holds, pattern_of
+from cellblock.gateway.scrub import REDACTED, HeldSecrets, number_holds
 from cellblock.policy.files import make_dirs
 
 try:  # POSIX: two gateway processes sharing one state dir take turns on a lock file
@@ -171,8 +171,7 @@ class Audit:
         self.keep = keep
         self.failed = False
         self.failures = 0
-        self._secrets: set[str] = set()
-        self._secret_pattern: re.Pattern[str] | None = None
+        self.held = HeldSecrets()  # every secret the gateway holds, whose it is, and its name
         self._lock = threading.Lock()
         self._budget = Budget()
         make_dirs(path.parent)
@@ -188,21 +187,18 @@ class Audit:
         self._fd: int | None = self._open()
         self._identity = self._stat_identity(os.fstat(self._fd))
 
-    def add_secret(self, value: str) -> None:
-        """Redact `value` wherever it appears in a string of a later event (keyring values, tokens)."""
-        if value:
-            with self._lock:
-                self._secrets.add(value)
-                self._secret_pattern = pattern_of(tuple(sorted(self._secrets)))
+    def add_secret(self, value: str, server: str = "", name: str | None = None) -> None:
+        """Redact `value` wherever it appears in a string of a later event (keyring values, tokens);
+        it is `server`'s ("" for the gateway's own) and called `name` (`scrub.HeldSecrets`)."""
+        self.held.add(value, server, name)
 
     def secrets(self) -> tuple[str, ...]:
         """The values registered with `add_secret`, for text that leaves the gateway by another way."""
-        with self._lock:
-            return tuple(self._secrets)
+        return self.held.values()
 
     def secret_pattern(self) -> re.Pattern[str] | None:
         """What finds any of `secrets()` (compiled once per new secret, read without the lock)."""
-        return self._secret_pattern
+        return self.held.pattern
 
     def write(self, event: str, server: str, **fields: Any) -> None:
         """Append one event; on failure log it and set `failed` (the event's fields are never logged).
@@ -261,7 +257,7 @@ class Audit:
 
     def _encode(self, record: dict[str, Any]) -> bytes:
         """The event as one JSON object, without the newline and the chain's fields."""
-        secrets = self._secret_pattern
+        secrets = self.held.pattern
         clean: dict[str, Any] = {}
         for key, value in record.items():
             if key in ("ts", "event", "server"):

@@ -54,6 +54,7 @@ __all__ = [
     "RuleConfig",
     "ServerConfig",
     "ToolsConfig",
+    "entries_of",
     "expand_path",
 ]
 
@@ -500,21 +501,9 @@ class Config(_Model):
 
     def credential_entries(self) -> list[tuple[str, str, str]]:
         """Every keyring entry the config refers to: (entry, server, what), in config order."""
-        entries: list[tuple[str, str, str]] = []
-        for name, server in self.servers.items():
-            if isinstance(server, RemoteServer) and server.auth.type != "none":
-                entries.append((name, name, f"{server.auth.type} token"))
-            if isinstance(server, RemoteServer) and server.auth.grant == "identity_assertion":
-                entries.append((id_token_entry(name), name, "identity provider ID token"))
-            if isinstance(server, RemoteServer) and server.auth.client_auth == "private_key_jwt":
-                entries.append((client_key_entry(name), name, "OAuth client private key"))
-            elif isinstance(server, RemoteServer) and server.auth.client_id is not None:
-                entries.append((client_secret_entry(name), name, "OAuth client secret"))
-            if isinstance(server, RemoteServer):
-                entries += [(entry, name, f"secret header {h}") for h, entry in server.secrets.items()]
-            else:
-                entries += [(entry, name, f"secret {var}") for var, entry in server.secrets.items()]
-        return entries
+        return [
+            (entry, name, what) for name, server in self.servers.items() for entry, what in entries_of(name, server)
+        ]
 
     def start_of(self, name: str) -> Start:
         return self.servers[name].start or self.defaults.start
@@ -575,3 +564,21 @@ class Config(_Model):
 
     def max_message_of(self, name: str) -> int:
         return int(self.servers[name].max_message_size or self.defaults.max_message_size)
+
+
+def entries_of(name: str, server: ServerConfig) -> list[tuple[str, str]]:
+    """The keyring entries server `name` refers to: (entry, what it holds), in config order."""
+    entries: list[tuple[str, str]] = []
+    if isinstance(server, RemoteServer) and server.auth.type != "none":
+        entries.append((name, f"{server.auth.type} token"))
+    if isinstance(server, RemoteServer) and server.auth.grant == "identity_assertion":
+        entries.append((id_token_entry(name), "identity provider ID token"))
+    if isinstance(server, RemoteServer) and server.auth.client_auth == "private_key_jwt":
+        entries.append((client_key_entry(name), "OAuth client private key"))
+    elif isinstance(server, RemoteServer) and server.auth.client_id is not None:
+        entries.append((client_secret_entry(name), "OAuth client secret"))
+    if isinstance(server, RemoteServer):
+        entries += [(entry, f"secret header {h}") for h, entry in server.secrets.items()]
+    else:
+        entries += [(entry, f"secret {var}") for var, entry in server.secrets.items()]
+    return entries

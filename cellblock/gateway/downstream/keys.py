@@ -6,23 +6,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cellblock.gateway.audit.log import Audit
-from cellblock.gateway.config.model import LocalServer, RemoteServer
-from cellblock.gateway.credentials import (
-    CredentialError,
-    Keyring,
-    client_key_entry,
-    client_secret_entry,
-    id_token_entry,
-)
+from cellblock.gateway.config.model import LocalServer, RemoteServer, entries_of
+from cellblock.gateway.credentials import CredentialError, Keyring
 
 if TYPE_CHECKING:
     from cellblock.gateway.downstream.discovery import DiscoveryRefused
 
-__all__ = ["ServerKeys"]
+__all__ = ["ServerKeys", "reader_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +41,11 @@ class ServerKeys:
         if self.audit is not None:
             refused.record(self.audit)
 
-    def add(self, value: str) -> None:
-        # a credential the gateway handed out: redacted wherever it turns up in the audit log
+    def add(self, value: str, name: str | None = None) -> None:
+        """A credential the gateway handed out, called `name` (None: the name it was registered
+        under, if any): redacted wherever it turns up, and refused in a call to another server."""
         if self.audit is not None:
-            self.audit.add_secret(value)
+            self.audit.add_secret(value, self.name, name)
 
     async def environment(self) -> dict[str, str]:
         """A local server's `secrets:`, read from the keyring for one start: variable -> value.
@@ -66,37 +62,50 @@ class ServerKeys:
                     f"which is not set: run `cellblock auth set {entry}`"
                 )
             values[variable] = value
-            self.add(value)
+            self.add(value, _named(f"secret {variable}", entry))
         return values
 
     async def register(self) -> None:
-        """Tell the audit log this server's credentials before a call to it is recorded, so a value
-        echoed in a call's arguments is redacted even before the server has started (once)."""
+        """Tell the audit log this server's credentials, each with its name, before a call to it
+        is recorded (so a value echoed in a call's arguments is redacted even before the server
+        has started) and before a call to another server is judged (once)."""
         if self._known or self.audit is None:
             return
         self._known = True
-        entries = list(self.config.secrets.values())
         oauth = isinstance(self.config, RemoteServer) and self.config.auth.type == "oauth"
-        if isinstance(self.config, RemoteServer) and self.config.auth.type == "bearer":
-            entries.append(self.name)
-        if isinstance(self.config, RemoteServer) and self.config.auth.client_id is not None:  # a pre-registered client
-            signs = self.config.auth.client_auth == "private_key_jwt"
-            entries.append(client_key_entry(self.name) if signs else client_secret_entry(self.name))
-        if isinstance(self.config, RemoteServer) and self.config.auth.grant == "identity_assertion":
-            entries.append(id_token_entry(self.name))
+        # an OAuth server's tokens are in their own entries (read below), not under its name
+        entries = [(e, what) for e, what in entries_of(self.name, self.config) if not (oauth and e == self.name)]
         if not entries and not oauth:
             return
         with contextlib.suppress(CredentialError):  # missing or refused: starting the server says so
-            for entry in entries:
+            for entry, what in entries:
                 value = await self.keyring().aget(entry)
                 if value:
-                    self.add(value)
+                    self.add(value, _named(what, entry))
             if oauth:  # reading the stored tokens tells each one to `_secret`
                 from cellblock.gateway.downstream.oauth import KeyringTokenStorage  # remote servers only
 
-                await KeyringTokenStorage(self.keyring(), self.name, self.add).get_tokens()
+                storage = KeyringTokenStorage(self.keyring(), self.name)
+                storage.on_secret = lambda value: self.add(value, _named("OAuth token", storage.tokens_entry))
+                await storage.get_tokens()
 
     def keyring(self) -> Keyring:
         if self._store is None:
             self._store = Keyring(self.allow_insecure)
         return self._store
+
+
+def _named(what: str, entry: str) -> str:
+    """A secret's name as a refusal or the audit says it: what it is and where it is kept."""
+    return f"{what} (keyring entry '{entry}')"
+
+
+def reader_of(keys: Iterable[ServerKeys]) -> Callable[[], Awaitable[None]]:
+    """What reads every one of these servers' credentials (`ServerKeys.register`), in turn."""
+    every = list(keys)
+
+    async def read() -> None:
+        for each in every:
+            await each.register()
+
+    return read

@@ -38,6 +38,7 @@ from cellblock import __version__
 from cellblock.gateway.ask.elicitation import ParkedCalls, StateRejected
 from cellblock.gateway.config.compile import policy_for
 from cellblock.gateway.config.model import Config
+from cellblock.gateway.downstream.keys import reader_of
 from cellblock.gateway.downstream.launch import own_paths
 from cellblock.gateway.downstream.listing import Listing
 from cellblock.gateway.downstream.offer import Offer
@@ -164,6 +165,7 @@ class Gateway:
             self.audit,
             approver=self._approve,
             reviewer=self.review.review_lock,
+            learn=reader_of(ds.keys for ds in self.downstreams.values()) if config.credential_entries() else None,
         )
         self.bus = InMemorySubscriptionBus()
         self.parked = ParkedCalls()
@@ -512,10 +514,7 @@ class Gateway:
             call.human = human_answer(params.input_responses)
         if own:
             return await self.review.review(call)
-        server = self.pipeline.server_of(call.name)
-        if server is not None:  # its credentials are redacted from the record of this call
-            await self.downstreams[server].keys.register()
-        try:
+        try:  # every server's credentials are read first (the `secrets` stage), so the record redacts them
             refusal = await self.pipeline.admit(call)
         except NeedsInput as needed:
             return needed.result

@@ -261,6 +261,8 @@ async def serve_http(gateway: Gateway, bind: Bind, sock: socket.socket, token: s
     files = open_files()
     pool = Connections(connection_cap(files))
     logger.debug("serve --http: up to %d connections at once (open files: %d)", pool.cap, files)
+    if token is not None:  # redacted wherever it turns up, and no call may carry it to a server
+        gateway.audit.add_secret(token, name=f"HTTP token (keyring entry '{HTTP_TOKEN_ENTRY}')")
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager

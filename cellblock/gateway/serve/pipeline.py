@@ -1,5 +1,5 @@
-"""The call path, in one place: route -> lock -> policy -> approval -> record, then (the call's
-own, `serve/calls.py`) forward and the audit of its end.
+"""The call path, in one place: route -> secrets -> lock -> policy -> approval -> record, then (the
+call's own, `serve/calls.py`) forward and the audit of its end.
 
 The stages are data (`Pipeline.stages`), run in order by every decision. Each can only pass a
 call on, refuse it by raising `Refused` (audited, and a tool error the model can read), or
@@ -13,6 +13,13 @@ waiting for anyone; whatever else they would say, it says nothing and leaves the
 `admit`. `admit_item` runs the stages from policy on for a prompt get or a resource read that
 the gateway has routed and checked against the lock itself: the same rules machinery, the same
 approvals, the same `call` audit record (its `tool` is "prompt:NAME" or "resource:URI").
+
+`secrets` refuses a call whose arguments (a read's URI) carry a secret the gateway holds for
+another server, or its own (the HTTP token), in any form `scrub.HeldSecrets.carried` knows: a
+model can be tricked into copying a token from one tool's output into another tool's call. A
+server's own secret is let through: it holds it already, and refusing it would break a server
+whose tools take the key they were configured with. The first decision waits (once) until
+every server's credentials have been read from the keyring, so that no secret is unknown then.
 """
 
 from __future__ import annotations
@@ -21,10 +28,12 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import mcp.types as types
 
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.downstream.rounds import error_result
+from cellblock.gateway.scrub import Held, Scrubbed
 from cellblock.gateway.serve.catalog import Catalog
 from cellblock.policy.rules import Policy
 from cellblock.policy.types import Decision, Verdict
@@ -67,11 +76,12 @@ Reviewer = Callable[[Call], Awaitable[bool]]
 
 
 class Refused(Exception):
-    """A stage refuses the call; the refusal is audited with this verdict."""
+    """A stage refuses the call; the refusal is audited with this verdict (and `fields`)."""
 
-    def __init__(self, verdict: Verdict) -> None:
+    def __init__(self, verdict: Verdict, **fields: Any) -> None:
         super().__init__(verdict.reason)
         self.verdict = verdict
+        self.fields = fields
 
 
 class Unrecorded(Exception):
@@ -91,10 +101,11 @@ Stage = Callable[[Call], Wait | None]
 class Pipeline:
     """Runs the stages for a call against the current catalog, lock holds and policies.
 
-    One sequence, `stages` (route -> lock -> policy -> approval -> record), for every decision:
-    `admit` waits where a stage asks to, `allow_now` (the fast path's) stops there and says
-    nothing; `admit_item` runs the same stages from policy on. Forwarding and the audit of the
-    call's end are the call's own (`serve/calls.ToolCall`).
+    One sequence, `stages` (route -> secrets -> lock -> policy -> approval -> record), for every
+    decision: `admit` waits where a stage asks to, `allow_now` (the fast path's) stops there and
+    says nothing; `admit_item` runs the same stages from secrets on, but the lock. Forwarding and
+    the audit of the call's end are the call's own (`serve/calls.ToolCall`). `learn` reads every
+    server's credentials (None: the config names none).
     """
 
     def __init__(
@@ -105,6 +116,7 @@ class Pipeline:
         audit: Audit,
         approver: Approver,
         reviewer: Reviewer | None = None,
+        learn: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._catalog = catalog
         self._unavailable = unavailable
@@ -112,8 +124,14 @@ class Pipeline:
         self._audit = audit
         self._approver = approver
         self._reviewer = reviewer
-        self.stages: tuple[Stage, ...] = (self._route, self._lock, self._policy, self._approval, self._record)
-        self.item_stages: tuple[Stage, ...] = (self._policy, self._approval, self._record)
+        self._learn = learn
+        self._learned = learn is None  # every server's credentials are known to `audit.held`
+        self._learning: anyio.Event | None = None
+        self.stages: tuple[Stage, ...] = (
+            *(self._route, self._secrets, self._lock),
+            *(self._policy, self._approval, self._record),
+        )
+        self.item_stages: tuple[Stage, ...] = (self._secrets, self._policy, self._approval, self._record)
 
     async def admit(self, call: Call) -> types.CallToolResult | None:
         """None when the call may be forwarded (its allow already audited), else the refusal to return.
@@ -156,7 +174,7 @@ class Pipeline:
                 if wait is not None:
                     await wait()
         except Refused as refused:
-            return self.refusal(call, refused.verdict)
+            return self.refusal(call, refused.verdict, **refused.fields)
         except Unrecorded as unrecorded:
             return str(unrecorded)
         return None
@@ -177,6 +195,49 @@ class Pipeline:
         call.server, call.tool = found
         call.held = route is None
         return None
+
+    def _secrets(self, call: Call) -> Wait | None:
+        if self._learned:
+            self._carries_no_secret(call)
+            return None
+
+        async def learn() -> None:
+            await self._learn_all()
+            self._carries_no_secret(call)
+
+        return learn
+
+    async def _learn_all(self) -> None:
+        """Read every server's credentials once; a call meanwhile waits for the same reading."""
+        while not self._learned:
+            if self._learning is not None:
+                await self._learning.wait()
+                continue
+            self._learning = reading = anyio.Event()
+            try:
+                if self._learn is not None:
+                    await self._learn()
+                self._learned = True
+            finally:  # a cancelled reading is started again by the next call
+                self._learning = None
+                reading.set()
+
+    def _carries_no_secret(self, call: Call) -> None:
+        held = self._audit.held
+        carries = call.item if call.kind == "resource" else call.arguments
+        try:
+            found = held.carried(call.server, carries)
+            if found:  # the refusal's record keeps the arguments: none of their forms of the secret
+                call.arguments = held.hidden(call.server, call.arguments)
+                call.tool, call.name = held.hidden(call.server, call.tool), held.hidden(call.server, call.name)
+        except Scrubbed as exc:
+            raise Refused(Verdict(Decision.DENY, "secret", f"the arguments are {exc}")) from None
+        if found:
+            raise Refused(
+                Verdict(Decision.DENY, "secret", _carried_reason(found, call.server, call.kind)),
+                carried=[held.name for held in found],
+                held_for=[held.server or "cellblock" for held in found],
+            )
 
     def _lock(self, call: Call) -> Wait | None:
         if not call.held:
@@ -237,12 +298,6 @@ class Pipeline:
 
     # -- around the stages ----------------------------------------------------------------------
 
-    def server_of(self, name: str) -> str | None:
-        """The server an exposed name belongs to, whether the lock holds it or not."""
-        catalog = self._catalog()
-        route = catalog.tool_routes.get(name) or catalog.held.get(name)
-        return None if route is None else route[0]
-
     def route(self, name: str) -> tuple[str, str] | None:
         """(server, tool) for an exposed tool name that is in the catalog and not held."""
         return self._catalog().tool_routes.get(name)
@@ -269,8 +324,8 @@ class Pipeline:
             **_kind(call),
         )
 
-    def refusal(self, call: Call, verdict: Verdict) -> str:
-        """Audit the refusal of `call` and give its text."""
+    def refusal(self, call: Call, verdict: Verdict, **fields: Any) -> str:
+        """Audit the refusal of `call` (with `fields`) and give its text."""
         call.verdict = verdict
         self._audit.write(
             "call",
@@ -281,8 +336,9 @@ class Pipeline:
             reason=verdict.reason,
             arguments=call.arguments,
             **_kind(call),
+            **fields,
         )
-        prefix = "denied by policy" if verdict.rule not in ("route", "lock") else "refused"
+        prefix = "denied by policy" if verdict.rule not in ("route", "lock", "secret") else "refused"
         return f"{prefix}: {verdict.rule}: {verdict.reason}"
 
 
@@ -290,3 +346,12 @@ def _kind(call: Call) -> dict[str, str]:
     """A prompt get's or resource read's `kind` field; a tool call's record has none (and no extra bytes),
     so a tool named "prompt:greet" and the prompt greet are told apart."""
     return {} if call.kind == "tool" else {"kind": call.kind}
+
+
+def _carried_reason(found: list[Held], server: str, kind: str) -> str:
+    """Why a call that carries secrets held for others is refused: which (by name), and why."""
+    what = "URI" if kind == "resource" else "arguments"
+    return (
+        f"its {what} carry {'; '.join(map(str, found))}: a secret goes only to the server it belongs to, "
+        f"never to '{server}' (a tool's output may have asked for it to be passed on); nothing was sent to '{server}'"
+    )

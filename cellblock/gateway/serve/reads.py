@@ -238,7 +238,6 @@ class Reads:
             if why is not None:
                 raise MCPError(types.INVALID_PARAMS, f"retry of {call.name} refused: {why}")
             call.human = human_answer(params.input_responses)
-        await self.gateway.downstreams[call.server].keys.register()  # redacted from the record of this get or read
         try:
             refusal = await self.gateway.pipeline.admit_item(
                 call, self.gateway.item_policies[call.kind][call.server], name
