@@ -222,3 +222,63 @@ def test_what_apply_writes_is_checked_again_as_the_config_loads_it(home: Path, t
     assert config.read_text() == before
     with pytest.raises(NotGrantable):
         check_written(JailConfig(), JailConfig(read_write=[os.path.expanduser("~")]), config)
+
+
+NEVER_WRITABLE = [
+    "{home}/.bashrc",
+    "{home}/.profile",
+    "{home}/.config/autostart",
+    "{home}/.config/tool/settings.toml",
+    "{home}/.local/bin",
+    "{home}/.local/lib/python3.11/site-packages",  # a .pth file there runs at every start of Python
+    "{home}/work/.git",
+    "{home}/work/.git/hooks/pre-commit",
+    "{home}/work/.envrc",
+    "{home}/bin",
+    "{home}/bin/tool",
+    "{home}/go/bin/tool",  # on $PATH
+    "{home}/go",  # holds a directory on $PATH
+    "/usr/local/bin",
+    "/etc/cron.d",
+    "/var/spool/cron",
+    "/opt/tool",
+    "{home}/work/to-bin",  # a link to ~/bin
+]
+
+
+@pytest.mark.parametrize("spelled", NEVER_WRITABLE)
+def test_what_runs_outside_the_jail_is_never_made_writable(
+    spelled: str, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hidden entry or one inside one, a directory of programs run by name (or one holding
+    one), the system's: writable, a server puts code there that runs outside its jail."""
+    (home / "bin").mkdir()
+    (home / "work" / "to-bin").symlink_to(home / "bin")
+    monkeypatch.setenv("PATH", f"{home}/go/bin:/usr/bin")
+    path = spelled.format(home=home)
+    with pytest.raises(NotGrantable, match=r"a hidden entry|where programs are kept"):
+        check_path(path, write=True)
+
+
+def test_control_what_runs_outside_the_jail_may_be_read_and_the_users_files_written(home: Path) -> None:
+    for path in (f"{home}/.bashrc", f"{home}/.config/tool/settings.toml", f"{home}/work/.git"):
+        check_path(path)
+    for path in (f"{home}/work", f"{home}/work/notes.txt", "/srv/data"):
+        check_path(path, write=True)
+
+
+def test_a_grant_shown_read_only_is_not_made_writable_where_it_runs_outside_the_jail(home: Path) -> None:
+    """The two steps: a read of ~/.bashrc granted first, then its write learned (EROFS) moves it."""
+    jail = {"read_only": [f"{home}/.bashrc", f"{home}/work"]}
+    server = LocalServer.model_validate({"command": "python3", "jail": jail})
+    events = [
+        Event(1.0, 1, Kind.WRITE, f"{home}/.bashrc", "openat", "EROFS"),
+        Event(1.0, 1, Kind.WRITE, f"{home}/work/notes.txt", "openat", "EROFS"),  # the control
+    ]
+    proposal = widen(server, Learned(1, 0, events))
+    assert proposal.proposed == {"network": "none", "read_only": [f"{home}/.bashrc"], "read_write": [f"{home}/work"]}
+    assert any(".bashrc is or is inside .bashrc" in n for n in proposal.notes), proposal.notes
+    current = {"network": "none", "read_only": [f"{home}/.bashrc"]}
+    kept, notes = vet(current, {**current, "read_write": [f"{home}/.bashrc"]})
+    assert "read_write" not in kept or not kept["read_write"]
+    assert notes and "hidden entry" in notes[0]

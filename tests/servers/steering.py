@@ -5,7 +5,8 @@ Run as ``python tests/servers/steering.py [--clobber FILE]``. With ``--clobber F
 
 Tools (each tries every attempt and ignores what the jail refuses; none fails):
 
-- ``open`` (``paths``, ``write``): opens each path, for reading, or for appending when ``write``.
+- ``open`` (``paths``, ``write``, ``mode``): opens each path, for reading, or for appending when
+  ``write``, or in ``mode`` (``r+``: for writing, never creating it) when given.
 - ``lookup`` (``names``): sends a DNS query for each name (a list of labels, each sent as it is,
   dots and slashes included) to 192.0.2.53:53.
 - ``connect`` (``targets``): a TCP connection to each ``[host, port]`` (IPv4, blocking).
@@ -42,7 +43,7 @@ class Steering(Raw):
     def tools(self) -> list[dict[str, Any]]:
         items = {"type": "array", "items": {}}
         schemas = {
-            "open": {"paths": items, "write": {"type": "boolean"}},
+            "open": {"paths": items, "write": {"type": "boolean"}, "mode": {"type": "string"}},
             "lookup": {"names": items},
             "connect": {"targets": items},
             "append": {"path": {"type": "string"}, "text": {"type": "string"}},
@@ -58,7 +59,8 @@ class Steering(Raw):
         name, arguments = params.get("name"), params.get("arguments") or {}
         if name == "open":
             for path in arguments.get("paths", []):
-                with contextlib.suppress(OSError), open(path, "a" if arguments.get("write") else "r"):
+                mode = arguments.get("mode") or ("a" if arguments.get("write") else "r")
+                with contextlib.suppress(OSError), open(path, mode):
                     pass
             return text("opened")
         if name == "lookup":

@@ -11,7 +11,13 @@ A path is judged as the kernel saw it: absolute, with no `.` or `..` component (
 (which the config would expand), no control character; and both as written and as its links
 resolve on the host, it is never `/`, the home or a directory above it, a secret or a directory
 holding one (`~/.ssh`, `~/.aws`, the keyrings, the session's sockets), nor Cellblock's own
-directories, one inside them, or one holding them.
+directories, one inside them, or one holding them. A path made writable (a new `read_write`
+entry, or one moved there from `read_only`) is besides never a hidden entry (a name starting with
+`.`) or one inside one — where programs keep what they run on their own: a shell's and a login's
+startup files, `~/.config` (autostart, user services), `~/.local` (programs, Python's `.pth`
+files), a repository's `.git` (hooks) — nor a directory of programs the user runs by name (each on
+`$PATH`, `~/bin`), the system's (`/usr`, `/etc`, `/opt`, …) or cron's, inside or above: a server
+that may write one of those runs code outside its jail.
 
 A host is an entry the egress proxy reads as one host (`policy/hosts.py`, the grammar the proxy
 uses): a host name of letters, digits and hyphens with at least two labels (punycode that
@@ -56,6 +62,9 @@ __all__ = [
 PATH_MAX = 4095
 NAME_MAX = 255
 SHOWN = 300  # characters of a refused entry a note shows
+# Where the system keeps the programs and configuration it runs, and what cron and at run: never
+# made writable (with each directory on $PATH and each home's ~/bin).
+PROGRAMS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/opt", "/var/spool")
 _LDH = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 
@@ -63,9 +72,9 @@ class NotGrantable(ScanError):
     """An entry a proposal must never add to a jail; the message says why."""
 
 
-def check_path(path: str, own: Sequence[str | Path] = ()) -> None:
-    """`path` may be granted: see the module's docstring. `own`: more of Cellblock's own files
-    (the config file the proposal goes into).
+def check_path(path: str, own: Sequence[str | Path] = (), write: bool = False) -> None:
+    """`path` may be granted (`write`: read_write): see the module's docstring. `own`: more of
+    Cellblock's own files (the config file the proposal goes into).
 
     Raises:
         NotGrantable: it may not, and why.
@@ -86,6 +95,24 @@ def check_path(path: str, own: Sequence[str | Path] = ()) -> None:
         mine = next((o for o in _own(own) if within(o, form) or within(form, o)), None)
         if mine is not None:
             raise NotGrantable(f"{_shown(path)} is or holds {mine}, Cellblock's own{through}")
+        if write:
+            _check_writable(path, form, through)
+
+
+def _check_writable(path: str, form: str, through: str) -> None:
+    hidden = next((part for part in form.split("/") if part.startswith(".")), None)
+    if hidden is not None:
+        raise NotGrantable(
+            f"{_shown(path)} is or is inside {_shown(hidden)}{through}, a hidden entry: where programs keep what "
+            "they run on their own (a shell's startup files, autostart, a repository's hooks), so a proposal "
+            "never makes one writable; grant it read_write by hand if the server must write there"
+        )
+    runs = next((p for p in _programs() if within(p, form) or within(form, p)), None)
+    if runs is not None:
+        raise NotGrantable(
+            f"{_shown(path)} is or holds {runs}{through}, where programs are kept that run outside the jail, "
+            "so a proposal never makes it writable; grant it read_write by hand if the server must write there"
+        )
 
 
 def check_program(path: str) -> None:
@@ -219,10 +246,12 @@ def vet(
     had = {key: list(current.get(key) or []) for key in ("read_only", "read_write", "allow_hosts")}
     had["read_only"] += had["read_write"]  # a grant made read-only is no new reach
     allow = (current.get("exec") or {}).get("allow") or []
-    lists: list[tuple[str, list[str], list[str], Callable[[str], None]]]
-    lists = [(k, out.get(k) or [], had[k], lambda p: check_path(p, own)) for k in ("read_only", "read_write")]
-    lists.append(("allow_hosts", out.get("allow_hosts") or [], had["allow_hosts"], check_host))
-    lists.append(("exec.allow", (out.get("exec") or {}).get("allow") or [], allow, check_program))
+    lists: list[tuple[str, list[str], list[str], Callable[[str], None]]] = [
+        ("read_only", out.get("read_only") or [], had["read_only"], lambda p: check_path(p, own)),
+        ("read_write", out.get("read_write") or [], had["read_write"], lambda p: check_path(p, own, write=True)),
+        ("allow_hosts", out.get("allow_hosts") or [], had["allow_hosts"], check_host),
+        ("exec.allow", (out.get("exec") or {}).get("allow") or [], allow, check_program),
+    ]
     for key, values, before, check in lists:
         for value in list(values):
             if value in before:
@@ -253,7 +282,7 @@ def check_written(before: JailConfig, after: JailConfig, config: Path) -> None:
             check_path(path, [config])
     for path in after.read_write:
         if path not in before.read_write:
-            check_path(path, [config])
+            check_path(path, [config], write=True)
     for entry in after.allow_hosts:
         if entry not in before.allow_hosts:
             check_host(entry)
@@ -281,6 +310,14 @@ def _secrets() -> list[str]:
     the session and the machine that every jail hides (`sandbox/sockets.py`)."""
     found = [os.path.join(home, part.strip("/")) for home in _homes() for part in SECRET_PARTS]
     found += [s.path for s in host_sockets()]
+    return list(dict.fromkeys([*found, *map(os.path.realpath, found)]))
+
+
+def _programs() -> list[str]:
+    """Where programs are kept that run outside the jail: the system's, each directory on $PATH,
+    each home's ~/bin (which a login's profile puts on $PATH when it is there)."""
+    found = [*PROGRAMS, *(os.path.join(home, "bin") for home in _homes())]
+    found += [p for p in os.environ.get("PATH", "").split(os.pathsep) if p.startswith("/")]
     return list(dict.fromkeys([*found, *map(os.path.realpath, found)]))
 
 

@@ -14,8 +14,9 @@ that motivates it:
 
 Paths are judged as the kernel was given them, never with `..` collapsed first. Never proposed
 (a note says what was refused): whatever the gate refuses (`gate.py`: `/`, the home, a secret or
-a directory holding one, Cellblock's own, a path through `..`, an IP range, a wildcard, a name
-that is not a host, loopback), system files, a look at a path's metadata alone, a write outside
+a directory holding one, Cellblock's own, a path through `..`, write where a program outside the
+jail runs what is written, an IP range, a wildcard, a name that is not a host, loopback), system
+files, a look at a path's metadata alone, a write outside
 any grant shown read-only, a lookup whose name is not known, a socket's path, any host with
 `network: open`. The proposal is printed as the scan's is (a diff of `jail:`); `--apply` writes
 it after it is shown.
@@ -98,6 +99,9 @@ def widen(server: LocalServer, learned: Learned, config: Path | None = None) -> 
     def grantable(path: str) -> None:
         check_path(path, own)
 
+    def writable(path: str) -> None:
+        check_path(path, own, write=True)
+
     def grant(key: str, value: str, event: Event, check: Callable[[str], None]) -> bool:
         try:
             check(value)
@@ -125,11 +129,10 @@ def widen(server: LocalServer, learned: Learned, config: Path | None = None) -> 
                 grant("read_only", path, event, grantable)
             elif event.kind is Kind.WRITE and event.errno == "EROFS" and held in jail.read_only:
                 assert held is not None
-                if held in proposed["read_only"]:
+                if grant("read_write", held, event, writable) and held in proposed["read_only"]:
                     proposed["read_only"].remove(held)
-                grant("read_write", held, event, grantable)
             elif event.kind is Kind.WRITE and held is None and event.errno != "EROFS":
-                grant("read_write", path, event, grantable)
+                grant("read_write", path, event, writable)
             else:
                 where = "in its grant" if held is not None else "outside any grant"
                 notes.append(f"not proposed, refused {where}: {_describe(event)}")
