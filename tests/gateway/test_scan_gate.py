@@ -10,6 +10,7 @@ import pytest
 
 from cellblock.gateway.config.model import JailConfig, LocalServer
 from cellblock.gateway.scan.gate import (
+    MOST,
     NotGrantable,
     check_host,
     check_path,
@@ -282,3 +283,17 @@ def test_a_grant_shown_read_only_is_not_made_writable_where_it_runs_outside_the_
     kept, notes = vet(current, {**current, "read_write": [f"{home}/.bashrc"]})
     assert "read_write" not in kept or not kept["read_write"]
     assert notes and "hidden entry" in notes[0]
+
+
+def test_a_proposal_adds_at_most_a_few_entries_to_one_key(home: Path, tmp_path: Path) -> None:
+    hosts = [f"10.9.0.{n}:5432" for n in range(1, 41)]
+    kept, notes = vet({"network": "none"}, {"network": "allowlist", "allow_hosts": hosts})
+    assert kept["allow_hosts"] == hosts[:MOST]
+    assert notes == [notes[0]] and notes[0].startswith(f"not proposed, allow_hosts + {40 - MOST} more")
+    # an exec.allow where there was none narrows, however long it is
+    programs = sorted(str(p) for p in Path("/usr/bin").iterdir() if p.is_file() and not p.is_symlink())[: MOST + 4]
+    assert len(programs) > MOST and vet({}, {"exec": {"allow": programs}})[0]["exec"]["allow"] == programs
+    config = tmp_path / "cellblock.yaml"
+    with pytest.raises(NotGrantable, match="adds 40 entries to allow_hosts"):
+        check_written(JailConfig(), JailConfig(network="allowlist", allow_hosts=hosts), config)
+    check_written(JailConfig(), JailConfig(network="allowlist", allow_hosts=hosts[:MOST]), config)  # the control

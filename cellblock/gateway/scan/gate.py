@@ -19,6 +19,9 @@ files), a repository's `.git` (hooks) — nor a directory of programs the user r
 `$PATH`, `~/bin`), the system's (`/usr`, `/etc`, `/opt`, …) or cron's, inside or above: a server
 that may write one of those runs code outside its jail.
 
+A proposal adds at most `MOST` entries to one key: past that it is no list a person reads, and a
+range spelled one address at a time is still a range.
+
 A host is an entry the egress proxy reads as one host (`policy/hosts.py`, the grammar the proxy
 uses): a host name of letters, digits and hyphens with at least two labels (punycode that
 decodes), or one IP address; never a wildcard (`*.`), a range (`10.0.0.0/8`, `0.0.0.0/0`), a port
@@ -65,6 +68,7 @@ SHOWN = 300  # characters of a refused entry a note shows
 # Where the system keeps the programs and configuration it runs, and what cron and at run: never
 # made writable (with each directory on $PATH and each home's ~/bin).
 PROGRAMS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/opt", "/var/spool")
+MOST = 16  # entries a proposal adds to one key at most
 _LDH = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 
@@ -253,6 +257,7 @@ def vet(
         ("exec.allow", (out.get("exec") or {}).get("allow") or [], allow, check_program),
     ]
     for key, values, before, check in lists:
+        added: list[str] = []
         for value in list(values):
             if value in before:
                 continue
@@ -261,6 +266,12 @@ def vet(
             except NotGrantable as exc:
                 values.remove(value)
                 notes.append(f"not proposed, {key} + {exc}")
+                continue
+            added.append(value)
+        if len(added) > MOST and _widens(key, before):
+            for value in added[MOST:]:
+                values.remove(value)
+            notes.append(f"not proposed, {key} + {len(added) - MOST} more: {_too_many(key, added[MOST:])}")
     if out.get("network") == "allowlist" and not out.get("allow_hosts"):
         out["network"] = current.get("network", "none")
         out.pop("allow_hosts", None)
@@ -277,18 +288,37 @@ def check_written(before: JailConfig, after: JailConfig, config: Path) -> None:
         NotGrantable: one may not; nothing is to be written.
     """
     had = {*before.read_only, *before.read_write}
-    for path in after.read_only:
-        if path not in had:
-            check_path(path, [config])
-    for path in after.read_write:
-        if path not in before.read_write:
-            check_path(path, [config], write=True)
-    for entry in after.allow_hosts:
-        if entry not in before.allow_hosts:
-            check_host(entry)
-    for program in after.exec.allow:
-        if program not in before.exec.allow:
-            check_program(program)
+    added = {
+        "read_only": [p for p in after.read_only if p not in had],
+        "read_write": [p for p in after.read_write if p not in before.read_write],
+        "allow_hosts": [e for e in after.allow_hosts if e not in before.allow_hosts],
+        "exec.allow": [p for p in after.exec.allow if p not in before.exec.allow],
+    }
+    for key, values in added.items():
+        if len(values) > MOST and _widens(key, before.exec.allow):
+            raise NotGrantable(f"it adds {len(values)} entries to {key}: {_too_many(key, values)}")
+    for path in added["read_only"]:
+        check_path(path, [config])
+    for path in added["read_write"]:
+        check_path(path, [config], write=True)
+    for entry in added["allow_hosts"]:
+        check_host(entry)
+    for program in added["exec.allow"]:
+        check_program(program)
+
+
+def _widens(key: str, allow: Sequence[str]) -> bool:
+    """Whether entries added to `key` widen the jail: an exec.allow where there was none (`allow`)
+    narrows it, however long it is."""
+    return key != "exec.allow" or bool(allow)
+
+
+def _too_many(key: str, values: Sequence[str]) -> str:
+    shown = ", ".join(_shown(v) for v in values[:3])
+    return (
+        f"a proposal adds at most {MOST} entries to {key}, and past that it is no list a person reads ({shown}, …); "
+        "grant the directory or the host they share by hand, if the server needs it"
+    )
 
 
 def _spelling(rule: HostRule) -> str:
