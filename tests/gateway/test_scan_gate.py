@@ -4,6 +4,7 @@ a server spells it, and what it still may (the controls)."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from cellblock.gateway.scan.gate import (
     NotGrantable,
     check_host,
     check_path,
+    check_program,
     check_written,
     grantable_path,
     host_entry,
@@ -297,3 +299,25 @@ def test_a_proposal_adds_at_most_a_few_entries_to_one_key(home: Path, tmp_path: 
     with pytest.raises(NotGrantable, match="adds 40 entries to allow_hosts"):
         check_written(JailConfig(), JailConfig(network="allowlist", allow_hosts=hosts), config)
     check_written(JailConfig(), JailConfig(network="allowlist", allow_hosts=hosts[:MOST]), config)  # the control
+
+
+def test_a_program_the_host_does_not_have_or_another_user_could_replace_is_never_allowed(tmp_path: Path) -> None:
+    """What ran in the jail's own /tmp, or in a scan's copy that is gone, is not the host's file of
+    that name; nor is a program in a directory others may write (without the sticky bit)."""
+    with pytest.raises(NotGrantable, match="no program on this machine"):
+        check_program(str(tmp_path / "made-in-the-jail"))
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "tool").write_text("#!/bin/sh\n")
+    shared.chmod(0o777)
+    with pytest.raises(NotGrantable, match=r"another user's program.*writable by others"):
+        check_program(str(shared / "tool"))
+    with pytest.raises(NotGrantable, match="no program on this machine"):
+        check_program(str(shared))
+    check_program(os.path.realpath(sys.executable))  # the control
+    python = os.path.realpath(sys.executable)
+    server = LocalServer.model_validate({"command": "python3", "jail": {"exec": {"allow": [python]}}})
+    ran = Event(1.0, 1, Kind.EXEC, "/tmp/made-in-the-jail-by-the-server", "execve", "EACCES")
+    proposal = widen(server, Learned(1, 0, [ran]))
+    assert proposal.proposed["exec"] == {"allow": [python]}
+    assert any("no program on this machine" in n for n in proposal.notes)

@@ -286,3 +286,45 @@ async def test_control_served_with_the_same_grant_the_server_writes_the_users_fi
     async with gateway(config, tmp_path / "state") as client:
         await client.call_tool("steer__read", {"path": str(notes)})
     assert notes.read_bytes() == b"clobbered\n"
+
+
+def test_a_scan_never_proposes_a_program_of_its_own_world(tmp_path: Path) -> None:
+    """The server runs a script it wrote into its copy of the user's directory: that file is the
+    scan's, gone when the scan ends, and a path under /tmp that anyone could make again; --apply
+    never writes it into exec.allow (nor any other path of the scan's world)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    server = {
+        "command": sys.executable,
+        "args": [str(SERVERS / "steering.py")],
+        "jail": {"read_only": [str(SERVERS)], "read_write": [str(work)]},
+    }
+    config = write_config(tmp_path, {"steer": server})
+    done = cellblock(config, "scan", "steer", "--json", "--apply", "--fail-on", "never")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    run = next(t for t in report["tools"] if t["name"] == "run")
+    assert run["calls"][0]["observed"], run  # the control: it did run its script, in the copy
+    assert "cellblock-scan-" not in config.read_text()
+    assert any("is no program on this machine" in n for n in report["proposal"]["notes"]), report["proposal"]
+
+
+@pytest.mark.anyio
+async def test_control_a_program_named_in_exec_allow_is_whatever_is_there_at_the_next_start(tmp_path: Path) -> None:
+    """What writing a scan's path into exec.allow would give: whoever makes that path again
+    decides what the jail runs (here, a script that writes into the server's grant)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    planted = tmp_path / "cellblock-scan-steer-x" / "grants" / "0-work" / "cellblock-scan.txt"
+    planted.parent.mkdir(parents=True)
+    planted.write_text(f"#!/bin/sh\necho planted > {work}/marker\n")
+    planted.chmod(0o755)
+    server = {
+        "command": sys.executable,
+        "args": [str(SERVERS / "steering.py")],
+        "jail": {"read_only": [str(SERVERS)], "read_write": [str(work)], "exec": {"allow": [str(planted)]}},
+    }
+    config = write_config(tmp_path, {"steer": server})
+    async with gateway(config, tmp_path / "state") as client:
+        ran = await client.call_tool("steer__run", {"path": str(planted)})
+    assert (work / "marker").read_text() == "planted\n", ran

@@ -12,6 +12,8 @@ Tools (each tries every attempt and ignores what the jail refuses; none fails):
 - ``connect`` (``targets``): a TCP connection to each ``[host, port]`` (IPv4, blocking).
 - ``append`` (``path``, ``text``): appends ``text`` to the file; says "wrote" or the error.
 - ``read`` (``path``): says "read N bytes" or the error.
+- ``run`` (``path``, ``text``): writes ``text`` into ``path`` when given (or a ``#!/bin/sh`` script
+  that exits 0 when the file is no script), makes it executable and runs it; says "ran" or the error.
 - ``fetch`` (``url``): fetches the URL (through the proxy the environment names); says "fetched"
   or the error.
 """
@@ -39,6 +41,13 @@ def _query(labels: list[str]) -> bytes:
     return struct.pack("!HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0) + name + struct.pack("!HH", 1, 1)
 
 
+def _script(path: Path) -> bool:
+    try:
+        return path.read_bytes().startswith(b"#!")
+    except OSError:
+        return False
+
+
 class Steering(Raw):
     def tools(self) -> list[dict[str, Any]]:
         items = {"type": "array", "items": {}}
@@ -49,6 +58,7 @@ class Steering(Raw):
             "append": {"path": {"type": "string"}, "text": {"type": "string"}},
             "read": {"path": {"type": "string"}},
             "fetch": {"url": {"type": "string"}},
+            "run": {"path": {"type": "string"}, "text": {"type": "string"}},
         }
         return [
             {"name": n, "description": f"steering {n}", "inputSchema": {"type": "object", "properties": p}}
@@ -70,8 +80,9 @@ class Steering(Raw):
                         sock.sendto(_query(labels), RESOLVER)
             return text("looked up")
         if name == "connect":
-            for host, port in arguments.get("targets", []):  # blocking: the refusal is the call's own result
-                with contextlib.suppress(OSError), socket.socket() as sock:
+            for target in arguments.get("targets", []):  # blocking: the refusal is the call's own result
+                with contextlib.suppress(OSError, ValueError, TypeError), socket.socket() as sock:
+                    host, port = target
                     sock.connect((host, int(port)))
             return text("connected")
         if name == "append":
@@ -86,6 +97,19 @@ class Steering(Raw):
                 return text(f"read {len(Path(str(arguments.get('path'))).read_bytes())} bytes")
             except OSError as exc:
                 return text(f"{type(exc).__name__}: {exc}")
+        if name == "run":
+            import subprocess
+
+            path = Path(str(arguments.get("path")))
+            try:
+                if arguments.get("text") or not _script(path):
+                    path.write_text(str(arguments.get("text") or "#!/bin/sh\nexit 0\n"))
+                with contextlib.suppress(OSError):
+                    path.chmod(0o755)
+                subprocess.run([str(path)], check=True, timeout=10)
+            except (OSError, subprocess.SubprocessError) as exc:
+                return text(f"{type(exc).__name__}: {exc}")
+            return text("ran")
         if name == "fetch":
             import urllib.request
 

@@ -19,6 +19,10 @@ files), a repository's `.git` (hooks) — nor a directory of programs the user r
 `$PATH`, `~/bin`), the system's (`/usr`, `/etc`, `/opt`, …) or cron's, inside or above: a server
 that may write one of those runs code outside its jail.
 
+A program (`exec.allow`) is a file this machine has, that no other user could have put there or
+replace: a file the server made in its jail's own `/tmp` or home, or in a scan's copy, is not the
+host's file of that name.
+
 A proposal adds at most `MOST` entries to one key: past that it is no list a person reads, and a
 range spelled one address at a time is still a range.
 
@@ -37,6 +41,7 @@ import ipaddress
 import os
 import pwd
 import re
+import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,7 +49,7 @@ from typing import Any
 from cellblock.gateway.config.model import JailConfig
 from cellblock.gateway.scan.findings import SECRET_PARTS
 from cellblock.gateway.scan.scratch import ScanError
-from cellblock.gateway.state import default_config_path, own_dirs
+from cellblock.gateway.state import default_config_path, own_dirs, swappable
 from cellblock.gateway.terminal import printable
 from cellblock.policy.constraints import within
 from cellblock.policy.hosts import HostKind, HostRule, embedded_ipv4, is_ip, normalize_host, parse_rule
@@ -129,6 +134,23 @@ def check_program(path: str) -> None:
     real = os.path.realpath(path)
     if any(part in form for part in SECRET_PARTS for form in (path, real)):
         raise NotGrantable(f"{_shown(path)} looks like a secret")
+    try:
+        info = os.stat(real)
+    except OSError:
+        info = None
+    if info is None or not stat.S_ISREG(info.st_mode):
+        raise NotGrantable(
+            f"{_shown(path)} is no program on this machine: what the server ran there was a file of its jail's "
+            "own (its /tmp or home) or of a scan's copy, not the host's"
+        )
+    if info.st_uid not in (os.getuid(), 0):
+        unsafe: str | None = f"it belongs to uid {info.st_uid}"
+    elif info.st_mode & 0o022:
+        unsafe = f"it is writable by others (mode {info.st_mode & 0o7777:o})"
+    else:
+        unsafe = swappable(Path(real))
+    if unsafe is not None:
+        raise NotGrantable(f"{_shown(path)} could be another user's program: {unsafe}")
 
 
 def _check_spelling(path: str) -> None:

@@ -141,7 +141,10 @@ def propose(server: LocalServer, run: Run, scratch: Scratch) -> Proposal:
         if event.kind in (Kind.CONNECT, Kind.LOOKUP) and jail_refused(event) and not event.target.startswith("/"):
             notes.append(f"tried {scratch.to_user(event.target)} (refused by the jail); allow it only if it is needed")
     proposed |= {"read_only": read_only, "read_write": read_write}
-    executed = sorted({e.target for e in events if e.kind is Kind.EXEC and e.ok})
+    # a program run from a copy is the user's file of that name; one of the scan's own world is no one's
+    ran = {scratch.to_user(e.target) for e in events if e.kind is Kind.EXEC and e.ok}
+    executed = sorted(p for p in ran if p.startswith("/"))
+    notes += [f"ran {p}, a file of the scan's own world: not in the proposal" for p in sorted(ran - {*executed})]
     if jail.exec.allow:
         real = {os.path.realpath(p) for p in executed}
         proposed["exec"] = {"allow": [p for p in jail.exec.allow if os.path.realpath(p) in real]}
