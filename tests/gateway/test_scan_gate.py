@@ -321,3 +321,24 @@ def test_a_program_the_host_does_not_have_or_another_user_could_replace_is_never
     proposal = widen(server, Learned(1, 0, [ran]))
     assert proposal.proposed["exec"] == {"allow": [python]}
     assert any("no program on this machine" in n for n in proposal.notes)
+
+
+def test_a_path_that_leads_into_a_place_a_jail_may_write_is_never_granted(home: Path, tmp_path: Path) -> None:
+    """A link of the user's into a writable grant, or a link the server put in its grant on the
+    way: once granted, the server can make it lead to any file (a grant follows links)."""
+    grant = tmp_path / "data" / "work"
+    (grant / "sub").mkdir(parents=True)
+    (grant / "x").write_text("")
+    (grant / "out").symlink_to("/usr/share")  # put there by the server: benign today
+    (home / "worklink").symlink_to(grant)
+    (home / "datalink").symlink_to(grant.parent)
+    writable = [str(grant)]
+    for path in (f"{home}/worklink/x", f"{home}/worklink/out/doc", f"{home}/datalink/work/sub", str(grant / "x")):
+        with pytest.raises(NotGrantable, match="where a jail may write"):
+            check_path(path, writable=writable)
+    check_path(f"{home}/work/notes.txt", writable=writable)  # the control
+    check_path(str(grant.parent), writable=writable)  # holding it is no way into it
+    with pytest.raises(ScanError, match="where a jail may write"):
+        check_written(JailConfig(), JailConfig(read_only=[f"{home}/worklink/x"]), tmp_path / "c.yaml", writable)
+    kept, notes = vet({"read_write": [str(grant)]}, {"read_write": [str(grant)], "read_only": [f"{home}/worklink/x"]})
+    assert kept == {"read_write": [str(grant)], "read_only": []} and "where a jail may write" in notes[0]

@@ -266,3 +266,53 @@ async def test_learn_proposes_a_few_hosts_at_once_never_a_network_spelled_one_ad
     assert jail["network"] == "allowlist"
     assert jail["allow_hosts"] == [f"10.9.0.{n}:5432" for n in range(1, MOST + 1)], shown.stdout
     assert f"allow_hosts + {40 - MOST} more" in shown.stdout
+
+
+def linked_into_a_grant(tmp_path: Path) -> tuple[Path, dict[str, str], Path]:
+    """A home with a link of the user's own (`~/worklink`) to a directory the server may write."""
+    home, env = a_home(tmp_path)
+    work = tmp_path / "data" / "work"
+    work.mkdir(parents=True)
+    (work / "x").write_text("benign\n")
+    (home / "worklink").symlink_to(work)
+    return home, env, work
+
+
+async def relink_and_read(config: Path, env: dict[str, str], home: Path, work: Path) -> str:
+    """What the server reads through ~/worklink/x at the start after the one where it put a link
+    to ~/.ssh/id_rsa in place of its own file x."""
+    async with gateway(config, Path(env["CELLBLOCK_STATE_DIR"]), env=env) as client:
+        linked = await client.call_tool(
+            "steer__link", {"path": str(work / "x"), "target": str(home / ".ssh" / "id_rsa")}
+        )
+    assert _text(linked) == "linked"
+    async with gateway(config, Path(env["CELLBLOCK_STATE_DIR"]), env=env) as client:
+        return _text(await client.call_tool("steer__read", {"path": str(home / "worklink" / "x")}))
+
+
+async def test_learn_never_grants_a_path_that_leads_into_a_place_a_jail_may_write(tmp_path: Path) -> None:
+    """~/worklink/x leads into the server's own read_write grant, shared/doc is in another server's:
+    either, granted read-only, is whatever file a link put there before the next start makes it.
+    The control: a file of the user's elsewhere is still proposed and written."""
+    home, env, work = linked_into_a_grant(tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "doc").write_text("shared\n")
+    servers = {"steer": steering(read_write=[str(work)]), "other": steering(learn=False, read_write=[str(shared)])}
+    config = write_config(tmp_path, servers)
+    wanted = str(home / "wanted.toml")
+    await learn_from(config, env, [("open", {"paths": [str(home / "worklink" / "x"), str(shared / "doc"), wanted]})])
+    shown = cli(env, "scan", "steer", "--from-learned", "--apply", "--config", str(config))
+    assert shown.returncode == 0, shown.stderr
+    assert jail_of(config)["read_only"] == [str(STEERING.parent), wanted], shown.stdout
+    assert shown.stdout.count("where a jail may write") == 2, shown.stdout
+    read = await relink_and_read(config, env, home, work)
+    assert read.startswith("FileNotFoundError"), read
+
+
+async def test_a_grant_that_leads_into_the_servers_own_grant_is_any_file_it_links_there(tmp_path: Path) -> None:
+    """Control: ~/worklink/x granted read-only (what learn proposed) gives the server the key."""
+    home, env, work = linked_into_a_grant(tmp_path)
+    read_only = [str(STEERING.parent), str(home / "worklink" / "x")]
+    config = write_config(tmp_path, {"steer": steering(learn=False, read_only=read_only, read_write=[str(work)])})
+    assert await relink_and_read(config, env, home, work) == "read 4 bytes"

@@ -14,6 +14,8 @@ Tools (each tries every attempt and ignores what the jail refuses; none fails):
 - ``read`` (``path``): says "read N bytes" or the error.
 - ``run`` (``path``, ``text``): writes ``text`` into ``path`` when given (or a ``#!/bin/sh`` script
   that exits 0 when the file is no script), makes it executable and runs it; says "ran" or the error.
+- ``link`` (``path``, ``target``): makes ``path`` a symbolic link to ``target``, in place of what
+  is there; says "linked" or the error.
 - ``fetch`` (``url``): fetches the URL (through the proxy the environment names); says "fetched"
   or the error.
 """
@@ -59,6 +61,7 @@ class Steering(Raw):
             "read": {"path": {"type": "string"}},
             "fetch": {"url": {"type": "string"}},
             "run": {"path": {"type": "string"}, "text": {"type": "string"}},
+            "link": {"path": {"type": "string"}, "target": {"type": "string"}},
         }
         return [
             {"name": n, "description": f"steering {n}", "inputSchema": {"type": "object", "properties": p}}
@@ -110,6 +113,16 @@ class Steering(Raw):
             except (OSError, subprocess.SubprocessError) as exc:
                 return text(f"{type(exc).__name__}: {exc}")
             return text("ran")
+        if name == "link":
+            path = Path(str(arguments.get("path")))
+            swap = path.with_name(path.name + ".link")
+            try:
+                swap.unlink(missing_ok=True)
+                swap.symlink_to(str(arguments.get("target")))
+                swap.replace(path)
+            except OSError as exc:
+                return text(f"{type(exc).__name__}: {exc}")
+            return text("linked")
         if name == "fetch":
             import urllib.request
 

@@ -20,7 +20,7 @@ from cellblock.gateway.cli.options import EXIT_FINDING, EXIT_OK, EXIT_USAGE, loa
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.downstream.learning import learned_traces
 from cellblock.gateway.scan.findings import Severity, findings, report_json, report_table
-from cellblock.gateway.scan.learn import Proposal, apply_proposal, propose
+from cellblock.gateway.scan.learn import Proposal, apply_proposal, propose, writable
 from cellblock.gateway.scan.learned import read_learned, widen
 from cellblock.gateway.scan.report import badge_svg, confinement_report
 from cellblock.gateway.scan.run import Decoy, scan_run
@@ -140,7 +140,7 @@ def learned_command(config_path: str | None, name: str, as_json: bool = False, a
     for refused in egress_refused(config.audit_file(state_dir()), name, since):
         target = f"{refused.get('host')}:{refused.get('port')}"
         learned.events.append(Event(float(refused["ts"]), 0, Kind.CONNECT, target, "egress", "EACCES"))
-    proposal = widen(server, learned, Path(source))
+    proposal = widen(server, learned, Path(source), writable(config))
     if as_json:
         print(json.dumps({"server": name, "learned": learned.summary(), **proposal.as_json()}, indent=2))
     else:

@@ -19,6 +19,12 @@ files), a repository's `.git` (hooks) — nor a directory of programs the user r
 `$PATH`, `~/bin`), the system's (`/usr`, `/etc`, `/opt`, …) or cron's, inside or above: a server
 that may write one of those runs code outside its jail.
 
+No part of a path leads into a place a jail may write (a `read_write` grant of this server or of
+another in the config), by its own spelling or through a link: a server that may write there can
+put a link in place of what the path names once it is granted, and a grant follows links when
+its jail is built, so `~/link-into-its-grant/x` granted read-only becomes `~/.ssh/id_rsa` at the
+next start.
+
 A program (`exec.allow`) is a file this machine has, that no other user could have put there or
 replace: a file the server made in its jail's own `/tmp` or home, or in a scan's copy, is not the
 host's file of that name.
@@ -81,9 +87,10 @@ class NotGrantable(ScanError):
     """An entry a proposal must never add to a jail; the message says why."""
 
 
-def check_path(path: str, own: Sequence[str | Path] = (), write: bool = False) -> None:
+def check_path(path: str, own: Sequence[str | Path] = (), write: bool = False, writable: Sequence[str] = ()) -> None:
     """`path` may be granted (`write`: read_write): see the module's docstring. `own`: more of
-    Cellblock's own files (the config file the proposal goes into).
+    Cellblock's own files (the config file the proposal goes into); `writable`: the places jails
+    may write (the config's `read_write` grants).
 
     Raises:
         NotGrantable: it may not, and why.
@@ -106,6 +113,23 @@ def check_path(path: str, own: Sequence[str | Path] = (), write: bool = False) -
             raise NotGrantable(f"{_shown(path)} is or holds {mine}, Cellblock's own{through}")
         if write:
             _check_writable(path, form, through)
+    _check_steerable(path, writable)
+
+
+def _check_steerable(path: str, writable: Sequence[str]) -> None:
+    places = list(dict.fromkeys([*writable, *map(os.path.realpath, writable)]))
+    parts = path.split("/")
+    for end in range(2, len(parts) + 1):
+        prefix = "/".join(parts[:end])
+        real = os.path.realpath(prefix)
+        place = next((p for p in places if within(real, p)), None)
+        if place is not None:
+            how = "" if real == prefix else f" ({_shown(prefix)} leads to {_shown(real)})"
+            raise NotGrantable(
+                f"{_shown(path)} leads into {place}{how}, where a jail may write: a server there can put a link "
+                "in its place to any file of yours before the next start, and a grant follows links; grant what "
+                "it leads to by hand if the server needs it"
+            )
 
 
 def _check_writable(path: str, form: str, through: str) -> None:
@@ -262,19 +286,33 @@ def _check_address(entry: str, address: ipaddress.IPv4Address | ipaddress.IPv6Ad
 
 
 def vet(
-    current: dict[str, Any], proposed: dict[str, Any], own: Sequence[str | Path] = ()
+    current: dict[str, Any],
+    proposed: dict[str, Any],
+    own: Sequence[str | Path] = (),
+    writable: Sequence[str] = (),
 ) -> tuple[dict[str, Any], list[str]]:
     """`proposed` without the entries it adds to `current` (config keys) that may not be granted
-    (`own`: as `check_path`), and a note for each; network back to what it was if no host is left
+    (`own`: as `check_path`; `writable`: other jails' `read_write` grants, besides those of
+    `current` and `proposed`), and a note for each; network back to what it was if no host is left
     to allow."""
     out = copy.deepcopy(proposed)
     notes: list[str] = []
     had = {key: list(current.get(key) or []) for key in ("read_only", "read_write", "allow_hosts")}
     had["read_only"] += had["read_write"]  # a grant made read-only is no new reach
     allow = (current.get("exec") or {}).get("allow") or []
+
+    def jails() -> list[str]:  # where jails may write: the read_write entries kept so far among them
+        return [*writable, *had["read_write"], *(out.get("read_write") or [])]
+
+    def reads(path: str) -> None:
+        check_path(path, own, writable=jails())
+
+    def writes(path: str) -> None:
+        check_path(path, own, write=True, writable=[w for w in jails() if w != path])
+
     lists: list[tuple[str, list[str], list[str], Callable[[str], None]]] = [
-        ("read_only", out.get("read_only") or [], had["read_only"], lambda p: check_path(p, own)),
-        ("read_write", out.get("read_write") or [], had["read_write"], lambda p: check_path(p, own, write=True)),
+        ("read_write", out.get("read_write") or [], had["read_write"], writes),
+        ("read_only", out.get("read_only") or [], had["read_only"], reads),
         ("allow_hosts", out.get("allow_hosts") or [], had["allow_hosts"], check_host),
         ("exec.allow", (out.get("exec") or {}).get("allow") or [], allow, check_program),
     ]
@@ -302,9 +340,9 @@ def vet(
     return out, notes
 
 
-def check_written(before: JailConfig, after: JailConfig, config: Path) -> None:
+def check_written(before: JailConfig, after: JailConfig, config: Path, writable: Sequence[str] = ()) -> None:
     """Every entry the jail `after` (as the config at `config` loads it back) adds to `before`
-    may be granted.
+    may be granted (`writable`: every jail's `read_write` grants in that config).
 
     Raises:
         NotGrantable: one may not; nothing is to be written.
@@ -319,10 +357,11 @@ def check_written(before: JailConfig, after: JailConfig, config: Path) -> None:
     for key, values in added.items():
         if len(values) > MOST and _widens(key, before.exec.allow):
             raise NotGrantable(f"it adds {len(values)} entries to {key}: {_too_many(key, values)}")
+    jails = [*writable, *after.read_write]
     for path in added["read_only"]:
-        check_path(path, [config])
+        check_path(path, [config], writable=jails)
     for path in added["read_write"]:
-        check_path(path, [config], write=True)
+        check_path(path, [config], write=True, writable=[w for w in jails if w != path])
     for entry in added["allow_hosts"]:
         check_host(entry)
     for program in added["exec.allow"]:

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from cellblock.gateway.config.loading import parse_config
-from cellblock.gateway.config.model import JailConfig, LocalServer
+from cellblock.gateway.config.model import Config, JailConfig, LocalServer
 from cellblock.gateway.scan.findings import noise
 from cellblock.gateway.scan.gate import NotGrantable, check_written, vet
 from cellblock.gateway.scan.run import Run
@@ -28,7 +28,7 @@ from cellblock.gateway.state import atomic_write_text
 from cellblock.policy.constraints import within
 from cellblock.sandbox.trace import Event, Kind, jail_refused
 
-__all__ = ["Proposal", "apply_proposal", "configured", "inside", "propose", "tidy"]
+__all__ = ["Proposal", "apply_proposal", "configured", "inside", "propose", "tidy", "writable"]
 
 KEYS = ("network", "allow_hosts", "read_only", "read_write", "exec")
 
@@ -44,10 +44,12 @@ class Proposal:
     label: str = "smallest seen"
     flags: str = "--apply"  # how `cellblock scan NAME` writes it
     config: Path | None = None  # the config file it is for (Cellblock's own: never granted)
+    writable: list[str] = field(default_factory=list)  # the config's other read_write grants
 
     def __post_init__(self) -> None:
         # what it adds passes the gate, whoever made it (a scan, a learn trace)
-        proposed, refused = vet(self.current, self.proposed, [self.config] if self.config else [])
+        own = [self.config] if self.config else []
+        proposed, refused = vet(self.current, self.proposed, own, self.writable)
         self.proposed = tidy(proposed)
         self.notes = list(dict.fromkeys([*self.notes, *refused]))
 
@@ -153,6 +155,16 @@ def propose(server: LocalServer, run: Run, scratch: Scratch) -> Proposal:
         if executed:
             notes.append("exec.allow also narrows what the jail shows of /usr: scan again after --apply")
     return Proposal(tidy(current), tidy(proposed), list(dict.fromkeys(notes)))
+
+
+def writable(config: Config) -> list[str]:
+    """Every place a jail of `config` may write: its local servers' read_write grants."""
+    return [
+        p
+        for s in config.servers.values()
+        if isinstance(s, LocalServer) and s.jail is not False
+        for p in s.jail.read_write
+    ]
 
 
 def configured(jail: JailConfig) -> dict[str, Any]:
@@ -271,14 +283,16 @@ def apply_proposal(source: Path, name: str, proposal: Proposal, server: LocalSer
     new = [f"{indent}{line}\n" for line in body.splitlines()]
     result = "".join([*lines[:start], *new, *lines[end:]])
     try:
-        loaded = parse_config(result, str(source)).servers.get(name)
+        edited = parse_config(result, str(source))
+        loaded = edited.servers.get(name)
     except Exception as exc:
         raise ScanError(f"the proposed jail does not load, so it was not written: {exc}") from exc
     written = loaded.jail if isinstance(loaded, LocalServer) else False
     if written is False or server.jail is False:
         raise ScanError(f"server '{name}' has no jail in the edited config, so it was not written")
     try:
-        check_written(server.jail, written, source)  # as the config reads it back: every spelling expanded
+        # as the config reads it back: every spelling expanded, every jail's writable grants
+        check_written(server.jail, written, source, writable(edited))
     except NotGrantable as exc:
         raise ScanError(f"the proposed jail of '{name}' was not written: {exc}") from exc
     atomic_write_text(source, result, mode=source.stat().st_mode & 0o777)

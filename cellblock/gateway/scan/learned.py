@@ -14,12 +14,12 @@ that motivates it:
 
 Paths are judged as the kernel was given them, never with `..` collapsed first. Never proposed
 (a note says what was refused): whatever the gate refuses (`gate.py`: `/`, the home, a secret or
-a directory holding one, Cellblock's own, a path through `..`, write where a program outside the
-jail runs what is written, a program the host does not have, an IP range, a wildcard, a name that
-is not a host, loopback, more than a few entries at once), system files, a look at a path's
-metadata alone, a write outside any grant shown read-only, a lookup whose name is not known, a
-socket's path, any host with `network: open`. The proposal is printed as the scan's is (a diff of
-`jail:`); `--apply` writes it after it is shown.
+a directory holding one, Cellblock's own, a path through `..` or into a place a jail may write,
+write where a program outside the jail runs what is written, a program the host does not have,
+an IP range, a wildcard, a name that is not a host, loopback, more than a few entries at once),
+system files, a look at a path's metadata alone, a write outside any grant shown read-only, a
+lookup whose name is not known, a socket's path, any host with `network: open`. The proposal is
+printed as the scan's is (a diff of `jail:`); `--apply` writes it after it is shown.
 """
 
 from __future__ import annotations
@@ -84,9 +84,11 @@ def _describe(event: Event) -> str:
     return f"{event.call} {shown} refused by the jail ({event.errno}) at {_when(event.ts)}"
 
 
-def widen(server: LocalServer, learned: Learned, config: Path | None = None) -> Proposal:
-    """The jail of `server` (in the config file `config`) widened by what it tried and its jail
-    refused; each grant passes the gate (`gate.py`) first."""
+def widen(
+    server: LocalServer, learned: Learned, config: Path | None = None, writable: list[str] | None = None
+) -> Proposal:
+    """The jail of `server` (in the config file `config`, whose jails may write `writable`)
+    widened by what it tried and its jail refused; each grant passes the gate (`gate.py`) first."""
     jail = server.jail
     assert jail is not False
     current = configured(jail)
@@ -95,12 +97,13 @@ def widen(server: LocalServer, learned: Learned, config: Path | None = None) -> 
     motives: dict[str, str] = {}
     notes: list[str] = []
     own = [config] if config else []
+    jails = [*(writable or []), *jail.read_write]
 
-    def grantable(path: str) -> None:
-        check_path(path, own)
+    def reads(path: str) -> None:
+        check_path(path, own, writable=jails)
 
-    def writable(path: str) -> None:
-        check_path(path, own, write=True)
+    def writes(path: str) -> None:
+        check_path(path, own, write=True, writable=[w for w in jails if w != path])
 
     def grant(key: str, value: str, event: Event, check: Callable[[str], None]) -> bool:
         try:
@@ -126,13 +129,13 @@ def widen(server: LocalServer, learned: Learned, config: Path | None = None) -> 
         if event.kind in (Kind.READ, Kind.WRITE):
             held = next((g for g in grants if inside(path, g)), None)
             if event.kind is Kind.READ and held is None:
-                grant("read_only", path, event, grantable)
+                grant("read_only", path, event, reads)
             elif event.kind is Kind.WRITE and event.errno == "EROFS" and held in jail.read_only:
                 assert held is not None
-                if grant("read_write", held, event, writable) and held in proposed["read_only"]:
+                if grant("read_write", held, event, writes) and held in proposed["read_only"]:
                     proposed["read_only"].remove(held)
             elif event.kind is Kind.WRITE and held is None and event.errno != "EROFS":
-                grant("read_write", path, event, writable)
+                grant("read_write", path, event, writes)
             else:
                 where = "in its grant" if held is not None else "outside any grant"
                 notes.append(f"not proposed, refused {where}: {_describe(event)}")
@@ -164,4 +167,5 @@ def widen(server: LocalServer, learned: Learned, config: Path | None = None) -> 
         label="with what it tried",
         flags="--from-learned --apply",
         config=config,
+        writable=list(writable or []),
     )
