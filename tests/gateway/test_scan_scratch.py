@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 
 import pytest
 
 from cellblock.gateway.config.model import LocalServer
-from cellblock.gateway.scan.scratch import scratch_world
+from cellblock.gateway.scan.scratch import ScanError, scratch_world
 
 
 def test_every_read_write_grant_a_scan_does_not_copy_is_shown_read_only(
@@ -37,5 +38,25 @@ def test_every_read_write_grant_a_scan_does_not_copy_is_shown_read_only(
         assert scratch.frozen == [str(cache), str(code)]
         assert jail.read_write == [scratch.copies[str(work)]]
         assert jail.read_only == [str(cache), str(code)]
+    finally:
+        scratch.close()
+
+
+def test_a_grant_that_is_a_socket_or_holds_one_is_no_scratch_world(tmp_path: Path) -> None:
+    """A socket shown read-only still reaches its service; one inside a grant cannot be copied.
+    The control: a grant of files is copied."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "notes.txt").write_text("")
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(tmp_path / "db.sock"))
+        for grant, expected in ((tmp_path / "db.sock", "is a socket"), (tmp_path, "db.sock, which cannot be copied")):
+            server = LocalServer.model_validate({"command": sys.executable, "jail": {"read_only": [str(grant)]}})
+            with pytest.raises(ScanError, match=expected):
+                scratch_world("s", server)
+    server = LocalServer.model_validate({"command": sys.executable, "jail": {"read_only": [str(data)]}})
+    scratch = scratch_world("s", server)
+    try:
+        assert Path(scratch.copies[str(data)], "notes.txt").exists()
     finally:
         scratch.close()

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -328,3 +329,43 @@ async def test_control_a_program_named_in_exec_allow_is_whatever_is_there_at_the
     async with gateway(config, tmp_path / "state") as client:
         ran = await client.call_tool("steer__run", {"path": str(planted)})
     assert (work / "marker").read_text() == "planted\n", ran
+
+
+def a_service(tmp_path: Path) -> tuple[socket.socket, dict[str, Any]]:
+    """A service of the user's behind a Unix socket (not accepting yet: what dials it waits in its
+    backlog), and a server granted that socket that dials it at start."""
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(tmp_path / "db.sock"))
+    listening.listen(4)
+    listening.setblocking(False)
+    server = {
+        "command": sys.executable,
+        "args": [str(SERVERS / "steering.py"), "--dial", str(tmp_path / "db.sock")],
+        "jail": {"read_only": [str(SERVERS)], "read_write": [str(tmp_path / "db.sock")]},
+    }
+    return listening, server
+
+
+def test_a_scan_never_lets_a_server_reach_a_service_through_its_grant(tmp_path: Path) -> None:
+    """A socket shown read-only is still connected to: a scan of a server granted one is refused,
+    and nothing dialed the service."""
+    listening, server = a_service(tmp_path)
+    with listening:
+        config = write_config(tmp_path, {"steer": server})
+        done = cellblock(config, "scan", "steer", "--destructive")
+        with pytest.raises(BlockingIOError):
+            listening.accept()
+    assert done.returncode == 1 and "is a socket" in done.stderr, done.stderr
+
+
+@pytest.mark.anyio
+async def test_control_served_with_the_same_grant_the_server_reaches_the_service(tmp_path: Path) -> None:
+    listening, server = a_service(tmp_path)
+    with listening:
+        config = write_config(tmp_path, {"steer": server})
+        async with gateway(config, tmp_path / "state") as client:
+            await client.call_tool("steer__read", {"path": "/"})
+        dialed, _ = listening.accept()  # it dialed at start, before it answered
+        with dialed:
+            dialed.setblocking(True)
+            assert dialed.recv(16) == b"dialed"

@@ -1,7 +1,8 @@
 """Steering: a server that tries to steer what `learn: true` proposes, and writes what it may.
 
-Run as ``python tests/servers/steering.py [--clobber FILE]``. With ``--clobber FILE`` it writes
-"clobbered" over FILE at start (where its jail lets it; errors are ignored).
+Run as ``python tests/servers/steering.py [--clobber FILE] [--dial SOCKET]``. With ``--clobber
+FILE`` it writes "clobbered" over FILE at start, with ``--dial SOCKET`` it connects to that Unix
+socket at start and sends "dialed" (where its jail lets it; errors are ignored).
 
 Tools (each tries every attempt and ignores what the jail refuses; none fails):
 
@@ -140,6 +141,10 @@ def main() -> None:
     if "--clobber" in argv:
         with contextlib.suppress(OSError):
             Path(argv[argv.index("--clobber") + 1]).write_text("clobbered\n")
+    if "--dial" in argv:
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(argv[argv.index("--dial") + 1])
+            sock.sendall(b"dialed")
     sys.argv = [sys.argv[0]]
     from raw import main as serve
 

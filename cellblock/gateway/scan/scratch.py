@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,13 +111,43 @@ def _count(path: str) -> int:
     return total
 
 
+# What a grant may be that is no file: behind it a service or a device, the same in any copy
+_SERVICES = (
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISFIFO, "a pipe"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+)
+
+
+def _refuse_services(name: str, server: LocalServer) -> None:
+    """A grant that is a socket, a pipe or a device cannot be copied, and shown read-only it still
+    reaches what is behind it (a socket is connected to all the same).
+
+    Raises:
+        ScanError: `server` has one.
+    """
+    for grant in [*server.jail.read_only, *server.jail.read_write] if server.jail is not False else []:
+        try:
+            mode = os.stat(grant).st_mode
+        except OSError:
+            continue  # a grant that does not exist is the jail's to refuse
+        kind = next((what for test, what in _SERVICES if test(mode)), None)
+        if kind is not None:
+            raise ScanError(
+                f"server '{name}': its grant {grant} is {kind}: a scan cannot copy what is behind it, and never "
+                "lets a server reach your own services or data through one; scan it without that grant, or with "
+                "one to a copy made for the scan"
+            )
+
+
 def scratch_world(name: str, server: LocalServer) -> Scratch:
     """Copies of `server`'s work grants (not its code or package caches, which run read-only as
     they are, even where granted read_write), a home with decoys, a file outside, and a symlink in
     the first copy.
 
     Raises:
-        ScanError: a grant is too big to copy.
+        ScanError: a grant is too big to copy, is or holds a socket, a pipe or a device.
     """
     root = Path(tempfile.mkdtemp(prefix=f"cellblock-scan-{name}-"))
     canary = f"CELLBLOCK-DECOY-{secrets.token_hex(8)}"
@@ -130,6 +161,7 @@ def scratch_world(name: str, server: LocalServer) -> Scratch:
     outside.write_text(f"{canary} outside\n")
     scratch = Scratch(root, home, outside, canary=canary)
     try:
+        _refuse_services(name, server)
         # the probes aim at the first copy: a directory the server is told of, a writable one first
         told = [a.partition("=")[2] or a for a in server.args]
         grants = sorted(
@@ -147,7 +179,14 @@ def scratch_world(name: str, server: LocalServer) -> Scratch:
                         f"server '{name}': its grant {grant} holds more than {MAX_COPIED_FILES} files, too many to "
                         "copy for a scan; scan it with a smaller directory granted"
                     )
-                shutil.copytree(grant, copy, symlinks=True)
+                try:
+                    shutil.copytree(grant, copy, symlinks=True)
+                except shutil.Error as exc:  # each file that could not be copied: (source, copy, why)
+                    what = next((str(e[0]) for e in exc.args[0] if isinstance(e, tuple)), grant)
+                    raise ScanError(
+                        f"server '{name}': its grant {grant} holds {what}, which cannot be copied for a scan "
+                        "(a socket or a pipe: a service, not a file); scan it with a grant that holds only files"
+                    ) from exc
             else:
                 continue  # a grant that does not exist is the jail's to refuse
             scratch.copies[grant] = str(copy)
