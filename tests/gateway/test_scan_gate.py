@@ -4,6 +4,7 @@ a server spells it, and what it still may (the controls)."""
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -342,3 +343,17 @@ def test_a_path_that_leads_into_a_place_a_jail_may_write_is_never_granted(home: 
         check_written(JailConfig(), JailConfig(read_only=[f"{home}/worklink/x"]), tmp_path / "c.yaml", writable)
     kept, notes = vet({"read_write": [str(grant)]}, {"read_write": [str(grant)], "read_only": [f"{home}/worklink/x"]})
     assert kept == {"read_write": [str(grant)], "read_only": []} and "where a jail may write" in notes[0]
+
+
+def test_a_socket_or_a_directory_with_one_in_it_is_never_granted(home: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(run / "db.sock"))
+        (home / "work" / "db-link").symlink_to(run / "db.sock")
+        for path in (run / "db.sock", run, home / "work" / "db-link"):
+            with pytest.raises(NotGrantable, match="is a socket"):
+                check_path(str(path))
+        check_path(f"{home}/work")  # the control: a link in it leads where the jail shows, nowhere
+    with pytest.raises(NotGrantable, match="is a device"):
+        check_path("/dev/null")

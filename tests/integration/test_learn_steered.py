@@ -8,6 +8,7 @@ the grant the attack asked for, written by hand, lets the same server do the har
 from __future__ import annotations
 
 import shutil
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -316,3 +317,57 @@ async def test_a_grant_that_leads_into_the_servers_own_grant_is_any_file_it_link
     read_only = [str(STEERING.parent), str(home / "worklink" / "x")]
     config = write_config(tmp_path, {"steer": steering(learn=False, read_only=read_only, read_write=[str(work)])})
     assert await relink_and_read(config, env, home, work) == "read 4 bytes"
+
+
+def a_service(tmp_path: Path) -> tuple[socket.socket, Path]:
+    """A service of the user's behind a Unix socket, not accepting yet (a dial waits in its backlog)."""
+    sock = tmp_path / "run" / "db.sock"
+    sock.parent.mkdir()
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(sock))
+    listening.listen(4)
+    listening.setblocking(False)
+    return listening, sock
+
+
+def dialer(sock: Path, learn: bool = True, **jail: Any) -> dict[str, Any]:
+    """The steering server, dialing `sock` at each start."""
+    server = steering(learn, **jail)
+    return {**server, "args": [*server["args"], "--dial", str(sock)]}
+
+
+async def test_learn_never_grants_a_socket_which_read_only_still_reaches_its_service(tmp_path: Path) -> None:
+    """A socket (and a directory with one in it), opened as a file: the jail refused it and the
+    host has it, but granted read-only it is connected to all the same. The control: a file of the
+    user's is still proposed and written."""
+    _, env = a_home(tmp_path)
+    listening, sock = a_service(tmp_path)
+    with listening:
+        config = write_config(tmp_path, {"steer": dialer(sock)})
+        wanted = str(tmp_path / "home" / "wanted.toml")
+        await learn_from(config, env, [("open", {"paths": [str(sock), str(sock.parent), wanted]})])
+        with pytest.raises(BlockingIOError):
+            listening.accept()  # its dial at that start was refused
+        shown = cli(env, "scan", "steer", "--from-learned", "--apply", "--config", str(config))
+        assert shown.returncode == 0, shown.stderr
+        assert jail_of(config)["read_only"] == [str(STEERING.parent), wanted], shown.stdout
+        assert f"{sock} is a socket" in shown.stdout and f"holds {sock}, which is a socket" in shown.stdout
+        async with gateway(config, Path(env["CELLBLOCK_STATE_DIR"]), env=env) as client:
+            await client.call_tool("steer__read", {"path": "/"})
+        with pytest.raises(BlockingIOError):
+            listening.accept()
+
+
+async def test_a_socket_granted_read_only_is_connected_to_all_the_same(tmp_path: Path) -> None:
+    """Control: `read_only` of the socket, what learn proposed, lets the server reach the service."""
+    _, env = a_home(tmp_path)
+    listening, sock = a_service(tmp_path)
+    with listening:
+        jail = {"read_only": [str(STEERING.parent), str(sock)]}
+        config = write_config(tmp_path, {"steer": dialer(sock, learn=False, **jail)})
+        async with gateway(config, Path(env["CELLBLOCK_STATE_DIR"]), env=env) as client:
+            await client.call_tool("steer__read", {"path": "/"})
+        dialed, _ = listening.accept()
+        with dialed:
+            dialed.setblocking(True)
+            assert dialed.recv(16) == b"dialed"

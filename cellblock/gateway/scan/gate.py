@@ -11,7 +11,8 @@ A path is judged as the kernel saw it: absolute, with no `.` or `..` component (
 (which the config would expand), no control character; and both as written and as its links
 resolve on the host, it is never `/`, the home or a directory above it, a secret or a directory
 holding one (`~/.ssh`, `~/.aws`, the keyrings, the session's sockets), nor Cellblock's own
-directories, one inside them, or one holding them. A path made writable (a new `read_write`
+directories, one inside them, or one holding them; nor a socket, a pipe or a device, or a
+directory with one in it (read-only or not, a socket is connected to). A path made writable (a new `read_write`
 entry, or one moved there from `read_only`) is besides never a hidden entry (a name starting with
 `.`) or one inside one — where programs keep what they run on their own: a shell's and a login's
 startup files, `~/.config` (autostart, user services), `~/.local` (programs, Python's `.pth`
@@ -44,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import ipaddress
+import itertools
 import os
 import pwd
 import re
@@ -54,7 +56,7 @@ from typing import Any
 
 from cellblock.gateway.config.model import JailConfig
 from cellblock.gateway.scan.findings import SECRET_PARTS
-from cellblock.gateway.scan.scratch import ScanError
+from cellblock.gateway.scan.scratch import ScanError, service
 from cellblock.gateway.state import default_config_path, own_dirs, swappable
 from cellblock.gateway.terminal import printable
 from cellblock.policy.constraints import within
@@ -80,6 +82,7 @@ SHOWN = 300  # characters of a refused entry a note shows
 # made writable (with each directory on $PATH and each home's ~/bin).
 PROGRAMS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/opt", "/var/spool")
 MOST = 16  # entries a proposal adds to one key at most
+LISTED = 10000  # entries of a directory looked at for a socket in it
 _LDH = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 
@@ -99,6 +102,7 @@ def check_path(path: str, own: Sequence[str | Path] = (), write: bool = False, w
     if any(part in path or path.endswith(part.rstrip("/")) for part in SECRET_PARTS):
         raise NotGrantable(f"{_shown(path)} looks like a secret")
     real = os.path.realpath(path)
+    _check_no_service(path, real)
     for form in dict.fromkeys((path, real)):
         through = "" if form == path else f" (it leads to {_shown(real)})"
         if form == "/":
@@ -114,6 +118,22 @@ def check_path(path: str, own: Sequence[str | Path] = (), write: bool = False, w
         if write:
             _check_writable(path, form, through)
     _check_steerable(path, writable)
+
+
+def _check_no_service(path: str, real: str) -> None:
+    """Neither `real` nor an entry of it is a socket, a pipe or a device: granted, read-only or not,
+    it lets the server talk to what is behind it (a database that trusts the user, a service)."""
+    found = [(path, service(real))]
+    if os.path.isdir(real):  # a link in it leads, in the jail, where the jail shows: only what is there counts
+        with contextlib.suppress(OSError), os.scandir(real) as entries:
+            found += [(e.path, service(e.path)) for e in itertools.islice(entries, LISTED) if not e.is_symlink()]
+    where, kind = next(((p, k) for p, k in found if k is not None), (path, None))
+    if kind is not None:
+        held = "" if where == path else f" holds {_shown(where)}, which"
+        raise NotGrantable(
+            f"{_shown(path)}{held} is {kind}: granted, read-only or not, it lets the server reach what is behind "
+            "it (a service that trusts you); grant it by hand if the server needs it"
+        )
 
 
 def _check_steerable(path: str, writable: Sequence[str]) -> None:

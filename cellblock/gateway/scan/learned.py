@@ -14,12 +14,13 @@ that motivates it:
 
 Paths are judged as the kernel was given them, never with `..` collapsed first. Never proposed
 (a note says what was refused): whatever the gate refuses (`gate.py`: `/`, the home, a secret or
-a directory holding one, Cellblock's own, a path through `..` or into a place a jail may write,
-write where a program outside the jail runs what is written, a program the host does not have,
-an IP range, a wildcard, a name that is not a host, loopback, more than a few entries at once),
-system files, a look at a path's metadata alone, a write outside any grant shown read-only, a
-lookup whose name is not known, a socket's path, any host with `network: open`. The proposal is
-printed as the scan's is (a diff of `jail:`); `--apply` writes it after it is shown.
+a directory holding one, Cellblock's own, a socket, a path through `..` or into a place a jail
+may write, write where a program outside the jail runs what is written, a program the host does
+not have, an IP range, a wildcard, a name that is not a host, loopback, more than a few entries at
+once), system files, a look at a path's metadata alone, a write outside any grant shown
+read-only, a lookup whose name is not known, a connection to a socket's path, any host with
+`network: open`. The proposal is printed as the scan's is (a diff of `jail:`); `--apply` writes
+it after it is shown.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from cellblock.policy.constraints import within
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.probes import Places
 
-__all__ = ["DECOYS", "MAX_COPIED_FILES", "ScanError", "Scratch", "scratch_world"]
+__all__ = ["DECOYS", "MAX_COPIED_FILES", "ScanError", "Scratch", "scratch_world", "service"]
 
 # Planted in the scratch home: what a server has no business reading.
 DECOYS = (".ssh/id_rsa", ".ssh/id_ed25519", ".aws/credentials", ".netrc", ".config/gh/hosts.yml")
@@ -120,6 +120,16 @@ _SERVICES = (
 )
 
 
+def service(path: str) -> str | None:
+    """What `path` (links followed) is when it is no file nor directory but a way to something
+    else: "a socket", "a pipe", "a device"; None for a file, a directory, or nothing."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return next((what for test, what in _SERVICES if test(mode)), None)
+
+
 def _refuse_services(name: str, server: LocalServer) -> None:
     """A grant that is a socket, a pipe or a device cannot be copied, and shown read-only it still
     reaches what is behind it (a socket is connected to all the same).
@@ -128,11 +138,7 @@ def _refuse_services(name: str, server: LocalServer) -> None:
         ScanError: `server` has one.
     """
     for grant in [*server.jail.read_only, *server.jail.read_write] if server.jail is not False else []:
-        try:
-            mode = os.stat(grant).st_mode
-        except OSError:
-            continue  # a grant that does not exist is the jail's to refuse
-        kind = next((what for test, what in _SERVICES if test(mode)), None)
+        kind = service(grant)
         if kind is not None:
             raise ScanError(
                 f"server '{name}': its grant {grant} is {kind}: a scan cannot copy what is behind it, and never "
