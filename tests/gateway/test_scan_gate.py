@@ -4,7 +4,9 @@ a server spells it, and what it still may (the controls)."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -357,3 +359,59 @@ def test_a_socket_or_a_directory_with_one_in_it_is_never_granted(home: Path, tmp
         check_path(f"{home}/work")  # the control: a link in it leads where the jail shows, nowhere
     with pytest.raises(NotGrantable, match="is a device"):
         check_path("/dev/null")
+
+
+def test_a_home_a_secret_or_cellblocks_own_under_another_name_is_never_granted(home: Path, tmp_path: Path) -> None:
+    """A copy of a home (a backup, another user's) holds within two levels what a home holds
+    secret. The control: a directory of files, and one three levels above such a copy."""
+    copy = tmp_path / "disk" / "backups" / "home" / "alice"
+    (copy / ".aws").mkdir(parents=True)
+    (copy / "notes.txt").write_text("")
+    for path in (copy, copy.parent, copy.parent.parent):
+        with pytest.raises(NotGrantable, match="a home under another name"):
+            check_path(str(path))
+    check_path(str(copy / "notes.txt"))
+
+
+def test_a_home_copy_deeper_than_two_levels_is_not_looked_for(tmp_path: Path) -> None:
+    """GAP: a directory is looked at two levels down for what a home holds secret (a whole tree
+    would be walked for each proposal): one that holds a copy of a home deeper (a snapshot of a
+    whole root file system) is grantable."""
+    (tmp_path / "disk" / "backups" / "home" / "alice" / ".aws").mkdir(parents=True)
+    check_path(str(tmp_path / "disk"))
+
+
+BIND = """
+import os, subprocess, sys
+from cellblock.gateway.scan.gate import NotGrantable, check_path
+home, alias, keys = sys.argv[1:4]
+subprocess.run(["mount", "--bind", home, alias], check=True)
+subprocess.run(["mount", "--bind", os.path.join(home, ".ssh"), keys], check=True)
+for path in (alias, keys, os.path.join(keys, "id_rsa"), os.path.join(alias, "work")):
+    try:
+        check_path(path)
+        print("granted", path)
+    except NotGrantable as exc:
+        print("refused", exc)
+"""
+
+
+def test_a_bind_mount_of_the_home_or_a_secret_is_the_same_directory(home: Path, tmp_path: Path) -> None:
+    """By what a path is (device and inode), not its name: the home and ~/.ssh mounted elsewhere.
+    The control: a directory of the user's through the same mount."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare")
+    (home / ".ssh" / "id_rsa").write_text("KEY\n")
+    alias, keys = tmp_path / "mnt" / "home", tmp_path / "mnt" / "keys"
+    alias.mkdir(parents=True)
+    keys.mkdir()
+    argv = ["unshare", "-rm", sys.executable, "-c", BIND, str(home), str(alias), str(keys)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=os.environ, timeout=60)
+    if done.returncode != 0 and "mount" in done.stderr:
+        pytest.skip(f"no mount namespace here: {done.stderr.strip()[-200:]}")
+    lines = done.stdout.splitlines()
+    assert len(lines) == 4, done.stderr
+    assert lines[0] == f"refused {alias} is {home}, or a directory holding it, under another name"
+    assert lines[1].startswith(f"refused {keys} is {home}/.ssh")
+    assert lines[2].startswith(f"refused {keys}/id_rsa is inside {home}/.ssh under another name")
+    assert lines[3] == f"granted {alias}/work"

@@ -371,3 +371,38 @@ async def test_a_socket_granted_read_only_is_connected_to_all_the_same(tmp_path:
         with dialed:
             dialed.setblocking(True)
             assert dialed.recv(16) == b"dialed"
+
+
+def a_home_copy(tmp_path: Path) -> Path:
+    """A copy of the user's home, as a backup keeps it: its key included."""
+    copy = tmp_path / "backup" / "home"
+    (copy / ".ssh").mkdir(parents=True)
+    (copy / ".ssh" / "id_rsa").write_text("KEY\n")
+    (copy / "notes.txt").write_text("notes\n")
+    return copy
+
+
+async def test_learn_never_grants_a_home_under_another_name(tmp_path: Path) -> None:
+    """A backup of the home (or any directory above one) holds the key as the home does: the
+    server opens it, the jail refuses it, and it is not proposed. The control: a file in it is."""
+    _, env = a_home(tmp_path)
+    copy = a_home_copy(tmp_path)
+    config = write_config(tmp_path, {"steer": steering()})
+    await learn_from(config, env, [("open", {"paths": [str(copy), str(copy.parent), str(copy / "notes.txt")]})])
+    shown = cli(env, "scan", "steer", "--from-learned", "--apply", "--config", str(config))
+    assert shown.returncode == 0, shown.stderr
+    assert jail_of(config)["read_only"] == [str(STEERING.parent), str(copy / "notes.txt")], shown.stdout
+    assert shown.stdout.count("a home under another name") == 2, shown.stdout
+    async with gateway(config, Path(env["CELLBLOCK_STATE_DIR"]), env=env) as client:
+        read = _text(await client.call_tool("steer__read", {"path": str(copy / ".ssh" / "id_rsa")}))
+    assert read.startswith("FileNotFoundError"), read
+
+
+async def test_a_home_under_another_name_granted_gives_the_server_its_key(tmp_path: Path) -> None:
+    """Control: the backup granted read-only, as learn proposed it, is read whole."""
+    _, env = a_home(tmp_path)
+    copy = a_home_copy(tmp_path)
+    config = write_config(tmp_path, {"steer": steering(learn=False, read_only=[str(STEERING.parent), str(copy)])})
+    async with gateway(config, Path(env["CELLBLOCK_STATE_DIR"]), env=env) as client:
+        read = _text(await client.call_tool("steer__read", {"path": str(copy / ".ssh" / "id_rsa")}))
+    assert read == "read 4 bytes"

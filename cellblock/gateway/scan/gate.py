@@ -11,14 +11,17 @@ A path is judged as the kernel saw it: absolute, with no `.` or `..` component (
 (which the config would expand), no control character; and both as written and as its links
 resolve on the host, it is never `/`, the home or a directory above it, a secret or a directory
 holding one (`~/.ssh`, `~/.aws`, the keyrings, the session's sockets), nor Cellblock's own
-directories, one inside them, or one holding them; nor a socket, a pipe or a device, or a
-directory with one in it (read-only or not, a socket is connected to). A path made writable (a new `read_write`
-entry, or one moved there from `read_only`) is besides never a hidden entry (a name starting with
-`.`) or one inside one — where programs keep what they run on their own: a shell's and a login's
-startup files, `~/.config` (autostart, user services), `~/.local` (programs, Python's `.pth`
-files), a repository's `.git` (hooks) — nor a directory of programs the user runs by name (each on
-`$PATH`, `~/bin`), the system's (`/usr`, `/etc`, `/opt`, …) or cron's, inside or above: a server
-that may write one of those runs code outside its jail.
+directories, one inside them, or one holding them; nor any of these under another name (the
+same device and inode: a bind mount; a directory holding, within two levels, what a home holds
+secret: a backup of a home, another user's); nor a socket, a pipe or a device, or a directory
+with one in it (read-only or not, a socket is connected to).
+
+A path made writable (a new `read_write` entry, or one moved there from `read_only`) is besides
+never a hidden entry (a name starting with `.`) or one inside one — where programs keep what they
+run on their own: a shell's and a login's startup files, `~/.config` (autostart, user services),
+`~/.local` (programs, Python's `.pth` files), a repository's `.git` (hooks) — nor a directory of
+programs the user runs by name (each on `$PATH`, `~/bin`), the system's (`/usr`, `/etc`, `/opt`,
+…) or cron's, inside or above: a server that may write one of those runs code outside its jail.
 
 No part of a path leads into a place a jail may write (a `read_write` grant of this server or of
 another in the config), by its own spelling or through a link: a server that may write there can
@@ -117,7 +120,73 @@ def check_path(path: str, own: Sequence[str | Path] = (), write: bool = False, w
             raise NotGrantable(f"{_shown(path)} is or holds {mine}, Cellblock's own{through}")
         if write:
             _check_writable(path, form, through)
+    _check_other_names(path, real, own)
     _check_steerable(path, writable)
+
+
+def _check_other_names(path: str, real: str, own: Sequence[str | Path]) -> None:
+    """`real` is no home, secret or directory of Cellblock's own under another name: by what it
+    is (device and inode), not the same directory as one or as one above one, nor inside a secret
+    or Cellblock's own (a bind mount, a spelling the file system folds); and no copy of a home (a
+    backup, a snapshot, another user's), which holds within two levels what a home holds secret."""
+    kept = [*_secrets(), *_own(own)]
+    above = _identities([at for k in [*_homes(), *kept] for at in (k, *map(str, Path(k).parents))])
+    same = above.get(_identity(real) or (-1, -1))
+    if same is not None:
+        raise NotGrantable(f"{_shown(path)} is {same}, or a directory holding it, under another name")
+    inside = _identities(kept)
+    for at in (real, *map(str, Path(real).parents)):
+        found = inside.get(_identity(at) or (-1, -1))
+        if found is not None:
+            raise NotGrantable(f"{_shown(path)} is inside {found} under another name ({_shown(at)})")
+    copied = _home_copy(real)
+    if copied is not None:
+        raise NotGrantable(
+            f"{_shown(path)} holds {_shown(copied)}, a secret a home holds: it is a home under another name "
+            "(a copy, a backup, another user's); grant what the server needs in it by hand"
+        )
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """What `path` is on the machine: its device and inode (None where there is nothing)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _identities(paths: Sequence[str]) -> dict[tuple[int, int], str]:
+    found: dict[tuple[int, int], str] = {}
+    for path in paths:
+        identity = _identity(path)
+        if identity is not None:
+            found.setdefault(identity, path)
+    return found
+
+
+# What a home holds that is secret, relative to it (`SECRET_PARTS`, a file's name as its directory's)
+_MARKS = tuple(
+    dict.fromkeys(
+        p.strip("/") if p.endswith("/") or p.count("/") == 1 else os.path.dirname(p).strip("/") for p in SECRET_PARTS
+    )
+)
+
+
+def _home_copy(real: str) -> str | None:
+    """What `real`, its entries or theirs hold that a home holds secret, if anything."""
+    level = [real] if os.path.isdir(real) else []
+    for _ in range(3):  # the directory, its entries, theirs
+        for directory in level:
+            found = next((m for m in _MARKS if os.path.lexists(os.path.join(directory, m))), None)
+            if found is not None:
+                return os.path.join(directory, found)
+        deeper: list[str] = []
+        for directory in level:
+            with contextlib.suppress(OSError), os.scandir(directory) as entries:
+                deeper += [e.path for e in itertools.islice(entries, LISTED) if e.is_dir(follow_symlinks=False)]
+        level = deeper[:LISTED]
+    return None
 
 
 def _check_no_service(path: str, real: str) -> None:
