@@ -61,6 +61,9 @@ NEVER_PATHS = [
     "{home}/.config",  # holds ~/.config/gh and Cellblock's own config
     "{home}/.local",  # holds Cellblock's own state and data
     "{home}/.local/state/cellblock/audit.jsonl",
+    "{home}/.git-credentials",  # a secret of the home's under a name of its own
+    "{home}/.config/gcloud/application_default_credentials.json",
+    "{home}/.bash_history",
     "{tmp}",  # holds $CELLBLOCK_STATE_DIR
     "{tmp}/state/locks",
     "/tmp",  # holds /tmp/.X11-unix
@@ -89,7 +92,7 @@ def test_a_path_through_dotdot_is_not_grantable_as_the_kernel_saw_it(home: Path)
 
 
 def test_control_a_file_or_directory_of_the_users_own_is_grantable(home: Path) -> None:
-    for path in (f"{home}/work", f"{home}/work/notes.txt", f"{home}/work/new-file", "/srv/data"):
+    for path in (f"{home}/work", f"{home}/work/notes.txt", f"{home}/work/new-file", "/srv/data", f"{home}/work/.npmrc"):
         check_path(path)
     assert grantable_path(f"{home}/work//./notes.txt/") == f"{home}/work/notes.txt"
 

@@ -406,3 +406,38 @@ async def test_a_home_under_another_name_granted_gives_the_server_its_key(tmp_pa
     async with gateway(config, Path(env["CELLBLOCK_STATE_DIR"]), env=env) as client:
         read = _text(await client.call_tool("steer__read", {"path": str(copy / ".ssh" / "id_rsa")}))
     assert read == "read 4 bytes"
+
+
+def credentials(home: Path) -> list[Path]:
+    """Tokens a home keeps under names of their own: git's, a cloud client's."""
+    found = [home / ".git-credentials", home / ".config" / "gcloud" / "credentials.db"]
+    for path in found:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("TOKEN\n")
+    return found
+
+
+async def test_learn_never_grants_a_token_the_home_keeps_under_a_name_of_its_own(tmp_path: Path) -> None:
+    home, env = a_home(tmp_path)
+    tokens = credentials(home)
+    config = write_config(tmp_path, {"steer": steering()})
+    wanted = str(home / "wanted.toml")
+    await learn_from(config, env, [("open", {"paths": [*map(str, tokens), str(tokens[1].parent), wanted]})])
+    shown = cli(env, "scan", "steer", "--from-learned", "--apply", "--config", str(config))
+    assert shown.returncode == 0, shown.stderr
+    assert jail_of(config)["read_only"] == [str(STEERING.parent), wanted], shown.stdout  # the control
+    async with gateway(config, Path(env["CELLBLOCK_STATE_DIR"]), env=env) as client:
+        read = [_text(await client.call_tool("steer__read", {"path": str(p)})) for p in tokens]
+    assert all(r.startswith("FileNotFoundError") for r in read), read
+
+
+async def test_a_token_file_granted_read_only_is_read(tmp_path: Path) -> None:
+    """Control: the grants learn proposed before the gate knew these names give the server the tokens."""
+    home, env = a_home(tmp_path)
+    tokens = credentials(home)
+    config = write_config(
+        tmp_path, {"steer": steering(learn=False, read_only=[str(STEERING.parent), *map(str, tokens)])}
+    )
+    async with gateway(config, Path(env["CELLBLOCK_STATE_DIR"]), env=env) as client:
+        read = [_text(await client.call_tool("steer__read", {"path": str(p)})) for p in tokens]
+    assert read == ["read 6 bytes"] * 2

@@ -10,7 +10,8 @@ A path is judged as the kernel saw it: absolute, with no `.` or `..` component (
 `missing/..` only where `missing` is, and `link/..` from where the link leads), no `~` or `${`
 (which the config would expand), no control character; and both as written and as its links
 resolve on the host, it is never `/`, the home or a directory above it, a secret or a directory
-holding one (`~/.ssh`, `~/.aws`, the keyrings, the session's sockets), nor Cellblock's own
+holding one (`~/.ssh`, `~/.aws`, the keyrings, `~/.git-credentials`, `~/.npmrc`, the cloud
+clients' and the shells' histories: `HOME_SECRETS`, the session's sockets), nor Cellblock's own
 directories, one inside them, or one holding them; nor any of these under another name (the
 same device and inode: a bind mount; a directory holding, within two levels, what a home holds
 secret: a backup of a home, another user's); nor a socket, a pipe or a device, or a directory
@@ -84,6 +85,13 @@ SHOWN = 300  # characters of a refused entry a note shows
 # Where the system keeps the programs and configuration it runs, and what cron and at run: never
 # made writable (with each directory on $PATH and each home's ~/bin).
 PROGRAMS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/opt", "/var/spool")
+# Where a home keeps credentials besides SECRET_PARTS (which mark a secret anywhere): tokens of
+# git, npm, PyPI, cloud and database clients, and the shells' histories, which hold what was typed.
+HOME_SECRETS = (
+    *(".git-credentials", ".npmrc", ".yarnrc.yml", ".pypirc", ".pgpass", ".my.cnf", ".vault-token"),
+    *(".config/gcloud", ".azure", ".oci", ".terraform.d", ".cargo/credentials.toml", ".config/hub"),
+    *(".bash_history", ".zsh_history", ".python_history", ".psql_history", ".mysql_history"),
+)
 MOST = 16  # entries a proposal adds to one key at most
 LISTED = 10000  # entries of a directory looked at for a socket in it
 _LDH = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -486,9 +494,10 @@ def _homes() -> list[str]:
 
 
 def _secrets() -> list[str]:
-    """What holds a secret of the user's: the secret directories of each home, and the sockets of
-    the session and the machine that every jail hides (`sandbox/sockets.py`)."""
-    found = [os.path.join(home, part.strip("/")) for home in _homes() for part in SECRET_PARTS]
+    """What holds a secret of the user's: the secret files and directories of each home, and the
+    sockets of the session and the machine that every jail hides (`sandbox/sockets.py`)."""
+    parts = [*(p.strip("/") for p in SECRET_PARTS), *HOME_SECRETS]
+    found = [os.path.join(home, part) for home in _homes() for part in parts]
     found += [s.path for s in host_sockets()]
     return list(dict.fromkeys([*found, *map(os.path.realpath, found)]))
 
