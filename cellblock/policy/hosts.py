@@ -28,6 +28,7 @@ from enum import StrEnum
 
 __all__ = [
     "DEFAULT_PORTS",
+    "METADATA",
     "HostKind",
     "HostRule",
     "address_allowed",
@@ -53,6 +54,12 @@ _HEX_NUMBER = re.compile(r"0[xX][0-9a-fA-F]*")
 
 # NAT64 well-known prefix: the low 32 bits are an IPv4 address the translator will reach.
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+# Where a cloud answers a machine about itself (its credentials among it) on an address of its own,
+# besides link-local 169.254.169.254: AWS's and Google's IPv6 metadata, Alibaba's, Azure's WireServer
+# (an address that reads as public). Special: a listed name never leads there.
+METADATA = frozenset(
+    ipaddress.ip_address(a) for a in ("fd00:ec2::254", "fd20:ce::254", "100.100.100.200", "168.63.129.16")
+)
 
 
 class HostKind(StrEnum):
@@ -223,7 +230,8 @@ def host_allowed(rules: Iterable[HostRule], host: str, port: int) -> HostRule | 
 
 def is_special_address(ip: str | IPAddress) -> bool:
     """True for addresses a name rule must not reach: loopback, private, link-local, multicast,
-    unspecified, reserved, shared (CGNAT) and other non-global ranges, including IPv4 embedded
+    unspecified, reserved, shared (CGNAT) and other non-global ranges, a cloud's metadata
+    service (`METADATA`), including IPv4 embedded
     in IPv6 (mapped, NAT64, 6to4, Teredo) when the embedded address is special. Invalid text
     counts as special.
     """
@@ -388,7 +396,8 @@ def _unmap(address: IPAddress) -> IPAddress:
 
 def _is_special_one(address: IPAddress) -> bool:
     return (
-        address.is_loopback
+        address in METADATA
+        or address.is_loopback
         or address.is_private
         or address.is_link_local
         or address.is_multicast

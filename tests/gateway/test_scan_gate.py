@@ -133,6 +133,11 @@ NEVER_HOSTS = [
     "127.1:80",
     "0x7f.0.0.1:80",
     "[fe80::1%eth0]:80",
+    "[fd00:ec2::254]:80",  # AWS's metadata service, over IPv6
+    "[fd20:ce::254]:80",  # Google's
+    "100.100.100.200:80",  # Alibaba's
+    "168.63.129.16:80",  # Azure's WireServer
+    "[64:ff9b::a83f:8110]:80",  # NAT64 of it
     "a" * 64 + ".com",
 ]
 

@@ -441,3 +441,16 @@ async def test_a_token_file_granted_read_only_is_read(tmp_path: Path) -> None:
     async with gateway(config, Path(env["CELLBLOCK_STATE_DIR"]), env=env) as client:
         read = [_text(await client.call_tool("steer__read", {"path": str(p)})) for p in tokens]
     assert read == ["read 6 bytes"] * 2
+
+
+async def test_learn_never_allows_a_clouds_metadata_service_at_an_address_of_its_own(tmp_path: Path) -> None:
+    """AWS's metadata over IPv6, Alibaba's, Azure's WireServer: each one address, none link-local;
+    the control: an address of a host is still allowed."""
+    _, env = a_home(tmp_path)
+    config = write_config(tmp_path, {"steer": steering()})
+    targets = [["fd00:ec2::254", "80"], ["100.100.100.200", "80"], ["168.63.129.16", "80"], ["192.0.2.7", "443"]]
+    await learn_from(config, env, [("connect", {"targets": targets})])
+    shown = cli(env, "scan", "steer", "--from-learned", "--apply", "--config", str(config))
+    assert shown.returncode == 0, shown.stderr
+    assert jail_of(config)["allow_hosts"] == ["192.0.2.7:443"], shown.stdout
+    assert shown.stdout.count("a cloud's metadata service") == 3, shown.stdout

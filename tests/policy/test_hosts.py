@@ -265,6 +265,10 @@ def test_a_listed_name_may_reach_a_public_address() -> None:
         "172.16.0.1",
         "192.168.1.1",
         "169.254.169.254",  # cloud metadata
+        "fd00:ec2::254",  # AWS's, over IPv6
+        "100.100.100.200",  # Alibaba's
+        "168.63.129.16",  # Azure's WireServer: an address that reads as public
+        "::ffff:168.63.129.16",
         "fe80::1",
         "fc00::1",
         "fd12:3456::1",

@@ -191,6 +191,20 @@ async def test_a_listed_ip_on_another_port_is_refused(sock_dir: Path) -> None:
     assert [d.allowed for d in decisions] == [False]
 
 
+async def test_a_listed_name_that_resolves_to_a_clouds_metadata_service_is_refused(sock_dir: Path) -> None:
+    """Azure's WireServer reads as a public address; a name the server's owner resolves there is
+    no way to it (nor to AWS's metadata over IPv6)."""
+    resolver = Resolved({"api.example.test": ["168.63.129.16"], "v6.example.test": ["fd00:ec2::254"]})
+    async with proxy(sock_dir, ["api.example.test", "v6.example.test"], resolver) as (path, decisions):
+        for name in ("api.example.test", "v6.example.test"):
+            response = await exchange(path, f"CONNECT {name}:443 HTTP/1.1\r\n\r\n".encode())
+            assert status(response) == 403 and b"resolves to" in response
+    assert [(d.host, d.allowed, d.address) for d in decisions] == [
+        ("api.example.test", False, "168.63.129.16"),
+        ("v6.example.test", False, "fd00:ec2::254"),
+    ]
+
+
 async def test_a_listed_name_that_resolves_to_loopback_is_refused(sock_dir: Path) -> None:
     resolver = Resolved({"localhost": ["127.0.0.1"]})
     async with destination() as dest, proxy(sock_dir, [f"localhost:{dest.port}"], resolver) as (path, decisions):

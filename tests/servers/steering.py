@@ -10,7 +10,7 @@ Tools (each tries every attempt and ignores what the jail refuses; none fails):
   ``write``, or in ``mode`` (``r+``: for writing, never creating it) when given.
 - ``lookup`` (``names``): sends a DNS query for each name (a list of labels, each sent as it is,
   dots and slashes included) to 192.0.2.53:53.
-- ``connect`` (``targets``): a TCP connection to each ``[host, port]`` (IPv4, blocking).
+- ``connect`` (``targets``): a TCP connection to each ``[host, port]`` (IPv4 or IPv6, blocking).
 - ``append`` (``path``, ``text``): appends ``text`` to the file; says "wrote" or the error.
 - ``read`` (``path``): says "read N bytes" or the error.
 - ``run`` (``path``, ``text``): writes ``text`` into ``path`` when given (or a ``#!/bin/sh`` script
@@ -85,9 +85,10 @@ class Steering(Raw):
             return text("looked up")
         if name == "connect":
             for target in arguments.get("targets", []):  # blocking: the refusal is the call's own result
-                with contextlib.suppress(OSError, ValueError, TypeError), socket.socket() as sock:
-                    host, port = target
-                    sock.connect((host, int(port)))
+                host, port = target if isinstance(target, list) and len(target) == 2 else ("", 0)
+                family = socket.AF_INET6 if ":" in str(host) else socket.AF_INET
+                with contextlib.suppress(OSError, ValueError, TypeError), socket.socket(family) as sock:
+                    sock.connect((str(host), int(port)))
             return text("connected")
         if name == "append":
             try:

@@ -41,7 +41,8 @@ A host is an entry the egress proxy reads as one host (`policy/hosts.py`, the gr
 uses): a host name of letters, digits and hyphens with at least two labels (punycode that
 decodes), or one IP address; never a wildcard (`*.`), a range (`10.0.0.0/8`, `0.0.0.0/0`), a port
 smuggled into a name, a spelling other than the proxy's own, nor an address that is this machine
-or no one's (loopback, `0.0.0.0`, link-local with the cloud metadata service, multicast, reserved).
+or no one's (loopback, `0.0.0.0`, link-local with the cloud metadata service, multicast, reserved),
+nor a cloud's metadata service on an address of its own (`hosts.METADATA`: AWS's IPv6 one, ...).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ from cellblock.gateway.scan.scratch import ScanError, service
 from cellblock.gateway.state import default_config_path, own_dirs, swappable
 from cellblock.gateway.terminal import printable
 from cellblock.policy.constraints import within
-from cellblock.policy.hosts import HostKind, HostRule, embedded_ipv4, is_ip, normalize_host, parse_rule
+from cellblock.policy.hosts import METADATA, HostKind, HostRule, embedded_ipv4, is_ip, normalize_host, parse_rule
 from cellblock.sandbox.sockets import host_sockets
 
 __all__ = [
@@ -377,6 +378,8 @@ _NO_HOST = (
 
 def _check_address(entry: str, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> None:
     for one in (address, *embedded_ipv4(address)):
+        if one in METADATA:
+            raise NotGrantable(f"{_shown(entry)} is a cloud's metadata service, which hands out credentials")
         what = next((text for test, text in _NO_HOST if getattr(one, test)), None)
         if what is not None:
             raise NotGrantable(f"{_shown(entry)} is {what}")
