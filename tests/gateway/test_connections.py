@@ -25,6 +25,9 @@ pytestmark = pytest.mark.anyio
 
 REQUEST = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
 HALF = b"POST / HTTP/1.1\r\nHost: x\r\nContent-"
+# An answer more than the kernel holds for a client that reads nothing (about 30 KB with the
+# smallest receive buffer and segments), and less than that and asyncio's own 64 KiB together.
+BIG = 80_000
 
 
 @pytest.fixture
@@ -33,13 +36,16 @@ def anyio_backend() -> str:
 
 
 class App:
-    """Answers `/` with "ok"; `/stream` with a first chunk, and the rest once `release` is set."""
+    """Answers `/` with "ok"; `/stream` with a first chunk, and the rest once `release` is set;
+    `/big` with `BIG` bytes before its "ok"."""
 
     def __init__(self) -> None:
         self.release = anyio.Event()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        if scope["path"] == "/big":
+            await send({"type": "http.response.body", "body": b"x" * BIG, "more_body": True})
         if scope["path"] == "/stream":
             await send({"type": "http.response.body", "body": b"first ", "more_body": True})
             await self.release.wait()
@@ -149,6 +155,28 @@ async def test_at_the_cap_the_connection_waiting_longest_makes_room_and_a_stream
         assert await closed(prompt)
         app.release.set()
         assert await answered(stream, status=False)  # the stream being answered was never the one closed
+
+
+async def test_a_connection_that_does_not_take_its_answers_waits_for_its_client_and_is_closed_in_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(connections, "ARRIVAL_SECONDS", 0.5)
+    async with served(4, App()) as (port, pool):
+        # an answer it does not read, asked with Connection: close: uvicorn closes the connection
+        # once it has written the answer, and a close waits for the client to take it first
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 536)  # small segments: the kernel holds less
+        sock.connect(("127.0.0.1", port))
+        try:
+            sock.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            prompt = await opened(port, REQUEST)
+            assert await answered(prompt)  # control: a client that reads is answered meanwhile
+            await prompt.aclose()
+            # its answer not taken, the connection is closed when the deadline comes
+            await eventually(lambda: not pool._open, 5)
+        finally:
+            sock.close()
 
 
 def test_what_a_client_makes_uvicorn_log_is_budgeted() -> None:

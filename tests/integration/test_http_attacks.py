@@ -41,6 +41,8 @@ WITHOUT_REACH_CHECK = "import cellblock.gateway.serve.http as h; h.reaching = la
 WITHOUT_LIMITS = (
     "import cellblock.gateway.serve.connections as c; c.connection_cap = lambda files: 1 << 20; c.ARRIVAL_SECONDS = 1e6"
 )
+# as it was: a connection whose answer its client does not take is busy, not waiting for its client
+WITHOUT_UNTAKEN = "import cellblock.gateway.serve.connections as c; c.Connection.untaken = False"
 OPENING = {
     "jsonrpc": "2.0",
     "id": 1,
@@ -49,6 +51,10 @@ OPENING = {
 }
 # A flood's size against the gateway's limit of open files: cheap, and well past what the limit holds.
 FILES, FLOOD = 128, 200
+# Connections that never read their answers: past the cap at `FILES` (32), each with more requests
+# sent at once than the kernel holds answers to (a few hundred, for a client that reads next to
+# nothing and takes small segments: `stalled`).
+STALLS, PIPELINED, SEGMENT = 40, 1000, 536
 # How long an authenticated request may take while the flood lasts (the control's starves past it).
 ANSWER_SECONDS = 5.0
 
@@ -285,3 +291,66 @@ async def test_control_without_the_cap_the_flood_starves_a_client_and_a_starting
 
 def failed_starts(log: str) -> int:
     return sum("server 'r' is down" in line and "Too many open files" in line for line in log.splitlines())
+
+
+# -- answers never read -----------------------------------------------------------------------
+
+
+@contextmanager
+def stalled(port: int) -> Iterator[None]:
+    """`STALLS` connections to `port` while the block runs, each sending `PIPELINED` requests at
+    once (without the token: each is answered 401) and reading none of the answers, with the
+    smallest receive buffer the kernel gives and segments of `SEGMENT` bytes (so the kernel holds
+    less for it); those not accepted wait in the backlog."""
+    request = f"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode() * PIPELINED
+    socks, unsent = [], {}
+    try:
+        for _ in range(STALLS):
+            socks.append(sock := socket.socket())
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, SEGMENT)
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", port))
+            unsent[sock] = memoryview(request)
+        deadline = time.monotonic() + 10
+        while unsent and time.monotonic() < deadline:
+            _, ready, _ = select.select([], list(unsent), [], 0.5)
+            if not ready:
+                break  # every connection's requests wait behind answers it does not take
+            for sock in ready:
+                try:
+                    unsent[sock] = unsent[sock][sock.send(unsent[sock]) :]
+                except OSError:  # closed by the gateway already
+                    unsent[sock] = memoryview(b"")
+                if not unsent[sock]:
+                    del unsent[sock]
+        yield
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+@asynccontextmanager
+async def stalled_gateway(tmp_path: Path, keyring_env: Any, without: str = "") -> AsyncIterator[tuple[int, str, Path]]:
+    """`few_files`' gateway while `stalled` connections hold it; yields its port, token and log."""
+    async with few_files(tmp_path, keyring_env, without=without) as (port, token, log):
+        with stalled(port):
+            yield port, token, log
+
+
+async def test_connections_that_never_read_their_answers_starve_no_client_and_are_closed(
+    tmp_path: Path, keyring_env: Any
+) -> None:
+    async with stalled_gateway(tmp_path, keyring_env) as (port, token, log):
+        assert answered_within(port, token, ANSWER_SECONDS)
+        # and below the cap, none holds its connection past the deadline either
+        await eventually(lambda: "whose client did not take its answer" in read(log), 30)
+    assert len(read(log).encode()) < 16_000, read(log)[-2000:]
+
+
+async def test_control_without_untaken_answers_counted_connections_that_never_read_starve_a_client(
+    tmp_path: Path, keyring_env: Any
+) -> None:
+    async with stalled_gateway(tmp_path, keyring_env, without=WITHOUT_UNTAKEN) as (port, token, log):
+        assert not answered_within(port, token, ANSWER_SECONDS)  # the cap is held by connections answered
+    assert "whose client did not take its answer" not in read(log)

@@ -11,10 +11,14 @@ then failed for good). So the gateway accepts its connections itself (`Connectio
   the gateway's own, so that servers starting, and their egress, keep theirs; the limit of open
   files is first raised to the hard limit (`open_files`);
 - at the cap, the connection that has waited longest for its client (a request begun and not
-  arrived, or none begun) is closed for each new one: a flood of half-sent requests pushes out its
-  own connections, never a client that sends its request at once, nor a stream being answered;
+  arrived, none begun, or an answer its client does not take) is closed for each new one: a flood
+  of half-sent requests, or of requests whose answers are never read, pushes out its own
+  connections, never a client that sends its request at once and reads its answer, nor a stream
+  being answered;
 - a request, head and body, must arrive within `ARRIVAL_SECONDS` of when the gateway began to
-  wait for it (the connection, or the last answer on it);
+  wait for it (the connection, or the last answer on it), and an answer the kernel holds no more
+  of for the client must be taken within as long: a client that never reads would otherwise hold
+  its connection for good, answered and so never waiting for a request;
 - a failed accept waits and tries again, and what a client makes the gateway log is budgeted.
 """
 
@@ -49,8 +53,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Seconds for a request (head and body) to arrive once the gateway waits for one. A client sends
-# its request at once; only a connection held open on purpose takes this long.
+# Seconds for a request (head and body) to arrive once the gateway waits for one, and for a client
+# to take an answer the kernel holds no more of. A client sends its request at once and reads what
+# it asked for; only a connection held open on purpose takes this long.
 ARRIVAL_SECONDS = 10.0
 # Connections at once, whatever the limit of open files: a few clients, each with a stream or two
 # open and a request in flight, need a few dozen.
@@ -161,11 +166,12 @@ class Connections:
     def busy(self, connection: Connection) -> None:
         self._waiting.pop(connection, None)
 
-    def late(self) -> None:
+    def late(self, untaken: bool) -> None:
         if self._late.take():
             dropped = self._late.settle()
             logger.info(
-                "serve --http: closed a connection whose request did not arrive within %gs%s",
+                "serve --http: closed a connection whose %s within %gs%s",
+                "client did not take its answer" if untaken else "request did not arrive",
                 ARRIVAL_SECONDS,
                 f" ({dropped} more since the last report)" if dropped else "",
             )
@@ -187,17 +193,37 @@ class Connection(H11Protocol):
 
     @property
     def waiting(self) -> bool:
-        """Waiting for its client: for a request to begin, or for the rest of one begun."""
+        """Waiting for its client: for a request to begin, for the rest of one begun, or to take
+        an answer (the kernel holds no more of it: `pause_writing`), even one it was closed after."""
+        if self.untaken:
+            return True
         return not self.transport.is_closing() and self.conn.their_state in (h11.IDLE, h11.SEND_BODY)
 
+    @property
+    def untaken(self) -> bool:
+        """An answer is written that its client does not take: the kernel holds no more of it."""
+        return self.flow.write_paused
+
     def drop(self) -> None:
-        """Close the connection now, whatever it was waiting for."""
+        """Close the connection now, whatever it was waiting for: an answer not taken is thrown
+        away (a close would wait for the client to take it first)."""
         self._pool.busy(self)
-        self.transport.close()
+        self.transport.abort()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's
         super().connection_made(transport)
+        # told (`pause_writing`) as soon as the kernel holds no more of an answer, not 64 KiB later:
+        # an answer its client does not take is then what the connection waits for
+        transport.set_write_buffer_limits(high=0)
         self._pool.opened(self)
+        self._watch()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._watch()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
         self._watch()
 
     def data_received(self, data: bytes) -> None:
@@ -230,5 +256,5 @@ class Connection(H11Protocol):
     def _too_late(self) -> None:
         self._deadline = None
         if self.waiting:
-            self._pool.late()
+            self._pool.late(self.untaken)
             self.drop()
