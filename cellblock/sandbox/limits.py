@@ -17,7 +17,9 @@ mechanism per limit, the strongest this machine offers (`enforcement`):
 
 A file in a tmpfs is memory that no process's RLIMIT_DATA counts and that outlives its writer, so
 the tmpfs mounts a jail may write (its /tmp, home and /dev/shm: `LaunchPlan.tmpfs`) are sized
-within its memory limit, whatever enforces the rest (`tmpfs_sizes`).
+within its memory limit, whatever enforces the rest (`tmpfs_sizes`): their bytes, and their files,
+each of which the kernel keeps an inode and a name for (set from outside the held jail by
+`sandbox/tmpfs.py`).
 
 Where nothing can enforce a limit as a whole, `Method.how` says so, and `show`, `doctor` and the
 log repeat it; the server still starts. A running jail's `Confinement` tells whether it reached a
@@ -34,6 +36,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -62,6 +65,7 @@ from cellblock.sandbox.types import (
 
 __all__ = [
     "BLOCK_FD",
+    "FILE_BYTES",
     "INFO_FD",
     "TMPFS_WEIGHTS",
     "Confinement",
@@ -87,6 +91,16 @@ _PAGE = mmap.PAGESIZE
 # memory that no process's RLIMIT_DATA counts and that outlives its writer, so together they never
 # exceed the limit.
 TMPFS_WEIGHTS = {"/tmp": 2}
+# What the kernel keeps for each file, directory or link of a tmpfs, whatever its size: its inode
+# and its name (1 KiB for a short name, 1.7 KiB for a symlink with a 250-character one, measured
+# on Linux 6.18). A sixteenth of each mount's share is for them, the rest for what the files hold.
+FILE_BYTES = 2048
+FILES_SHARE = 16
+# `fspick` and `fsconfig`, with which the gateway sets a held jail's tmpfs sizes (`sandbox/tmpfs.py`).
+RESIZE_KERNEL = (5, 2)
+TMPFS = str(Path(__file__).resolve().with_name("tmpfs.py"))
+# It joins two namespaces and resizes three mounts: milliseconds. A jail not sized by then is ended.
+TMPFS_SECONDS = 10.0
 
 
 def size(value: int) -> str:
@@ -221,7 +235,7 @@ def limit_plan(plan: LaunchPlan, server: str, limits: Limits) -> LaunchPlan:
         JailError: the plan's tmpfs mounts are not where it says (it was changed after it was made).
     """
     how = enforcement()
-    argv, mounts = _sized(plan, limits.memory)
+    argv, mounts, tmpfs = _sized(plan, limits.memory)
     bwrap, rest = argv[0], argv[1:]
     held = ("--info-fd", INFO_FD, "--block-fd", BLOCK_FD)
     prefix: tuple[str, ...] = ()
@@ -238,16 +252,22 @@ def limit_plan(plan: LaunchPlan, server: str, limits: Limits) -> LaunchPlan:
         env |= how.scope_env
         # what systemd-run needs or adds stays outside the jail (without secrets bwrap clears all anyway)
         unset = tuple(a for key in (*how.scope_env, "INVOCATION_ID") for a in ("--unsetenv", key))
-    limited = LimitPlan(server, limits, how)
+    limited = LimitPlan(server, limits, how, tmpfs)
     return replace(plan, argv=(*prefix, bwrap, *held, *unset, *rest), env=env, mounts=mounts, limits=limited)
 
 
-def tmpfs_sizes(points: Sequence[str], memory: int) -> dict[str, int]:
-    """What each of a jail's writable tmpfs mounts may hold, in whole pages: together at most
-    `memory` (/tmp twice what each other gets)."""
+def tmpfs_sizes(points: Sequence[str], memory: int) -> dict[str, tuple[int, int]]:
+    """What each of a jail's writable tmpfs mounts may hold: bytes (in whole pages) and files, the
+    files at `FILE_BYTES` each a sixteenth of its share; together at most `memory` (/tmp's share
+    twice what each other gets)."""
     weights = {point: TMPFS_WEIGHTS.get(point, 1) for point in points}
     total = sum(weights.values())
-    return {point: max(_PAGE, memory * weight // total // _PAGE * _PAGE) for point, weight in weights.items()}
+    sizes = {}
+    for point, weight in weights.items():
+        share = memory * weight // total
+        files = max(1, share // FILES_SHARE // FILE_BYTES)
+        sizes[point] = (max(_PAGE, (share - files * FILE_BYTES) // _PAGE * _PAGE), files)
+    return sizes
 
 
 @functools.cache
@@ -260,8 +280,12 @@ def sizes_tmpfs(bwrap: str) -> bool:
     return "--size" in shown.stdout + shown.stderr
 
 
-def _sized(plan: LaunchPlan, memory: int) -> tuple[tuple[str, ...], tuple[Mount, ...]]:
-    """`plan`'s argv with each writable tmpfs sized within `memory`, and its mounts saying so.
+def _sized(
+    plan: LaunchPlan, memory: int
+) -> tuple[tuple[str, ...], tuple[Mount, ...], tuple[tuple[str, int, int], ...]]:
+    """`plan`'s argv with each writable tmpfs sized within `memory` (bwrap's `--size`, where it
+    has it), its mounts saying so, and what `confine` sets each to (bytes and files: where the
+    kernel lets it).
 
     Raises:
         JailError: a tmpfs is not where the plan says.
@@ -271,20 +295,31 @@ def _sized(plan: LaunchPlan, memory: int) -> tuple[tuple[str, ...], tuple[Mount,
         raise JailError("the launch plan's tmpfs mounts are not where it says; nothing was started")
     points = [point for _, point in plan.tmpfs]
     if not points:
-        return plan.argv, plan.mounts
+        return plan.argv, plan.mounts, ()
+    sizes = tmpfs_sizes(points, memory)
     if sizes_tmpfs(argv[0]):
-        sizes = tmpfs_sizes(points, memory)
         for at, point in sorted(plan.tmpfs, reverse=True):
-            argv[at:at] = ["--size", str(sizes[point])]
-        said = {point: f"at most {size(sizes[point])}" for point in points}
+            argv[at:at] = ["--size", str(sizes[point][0])]
+    if _kernel() >= RESIZE_KERNEL:
+        said = {point: f"at most {size(sizes[point][0])} in {sizes[point][1]:,} files" for point in points}
+        tmpfs = tuple((point, *sizes[point]) for point in points)
+    elif sizes_tmpfs(argv[0]):
+        said = {
+            point: f"at most {size(sizes[point][0])}, in ANY NUMBER OF FILES (Linux 5.2 and newer can cap them)"
+            for point in points
+        }
+        tmpfs = ()
     else:
         # where a cgroup or scope bounds memory, what is written there still counts against it
-        said = dict.fromkeys(points, "NOT SIZED: this bubblewrap has no --size (0.7.0 and newer have it)")
+        said = dict.fromkeys(
+            points, "NOT SIZED: this bubblewrap has no --size (0.7.0 and newer have it), nor Linux fspick (5.2)"
+        )
+        tmpfs = ()
     mounts = tuple(
         replace(m, why=f"{m.why}, {said[m.path]}") if m.path in said and m.why.endswith("(tmpfs)") else m
         for m in plan.mounts
     )
-    return tuple(argv), mounts
+    return tuple(argv), mounts, tmpfs
 
 
 # -- a running jail under its limits -------------------------------------------------------
@@ -381,6 +416,8 @@ def confine(pid: int, plan: LimitPlan) -> Confinement:
         if limits.disk is not None:
             # an installer's: no one file past the disk its install may fill (sandbox/disk.py watches the rest)
             _lower(pid, "RLIMIT_FSIZE", limits.disk)
+        if plan.tmpfs:
+            _resize(pid, plan.tmpfs)
     except OSError as exc:
         confinement.close()
         raise JailError(
@@ -388,6 +425,24 @@ def confine(pid: int, plan: LimitPlan) -> Confinement:
             "See 'cellblock doctor' for what enforces them here"
         ) from exc
     return confinement
+
+
+def _resize(pid: int, tmpfs: Sequence[tuple[str, int, int]]) -> None:
+    """Set the bytes and files of the held jail `pid`'s writable tmpfs mounts (`sandbox/tmpfs.py`,
+    a process of its own: joining the jail's namespaces needs a process with one thread).
+
+    Raises:
+        OSError: it could not, and says why.
+    """
+    sizes = [f"{point}={held}:{files}" for point, held, files in tmpfs]
+    command = [sys.executable, "-I", "-S", TMPFS, str(pid), *sizes]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=TMPFS_SECONDS, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise OSError(f"its tmpfs mounts were not sized within {TMPFS_SECONDS:g} s") from exc
+    if done.returncode != 0:
+        why = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        raise OSError(f"its tmpfs mounts could not be sized: {why[0]}")
 
 
 def _lower(pid: int, name: str, value: int) -> None:

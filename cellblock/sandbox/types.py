@@ -148,6 +148,9 @@ class LimitPlan:
     server: str
     limits: Limits
     enforcement: Enforcement
+    # each writable tmpfs's mount point -> the bytes and files it may hold, set from outside the
+    # held jail (`sandbox/tmpfs.py`); empty where this kernel cannot (before Linux 5.2)
+    tmpfs: tuple[tuple[str, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,9 +59,10 @@ def test_show_lists_every_mount_and_never_an_env_value(config: Path) -> None:
     assert jailed["network"] == "none"
     mounts = {(m["path"], m["mode"], m["why"]) for m in jailed["mounts"]}
     assert (str(config.parent / "shared"), "ro", "read_only") in mounts
-    # sized within the default memory limit of 4 GiB (/tmp half, the home and /dev/shm a quarter each)
-    assert (HOME, "rw", "private empty home (tmpfs), at most 1 GiB") in mounts
-    assert ("/tmp", "rw", "private /tmp (tmpfs), at most 2 GiB") in mounts
+    # sized within the default memory limit of 4 GiB (/tmp half, the home and /dev/shm a quarter
+    # each, a sixteenth of which is for the kernel's part of their files)
+    assert (HOME, "rw", "private empty home (tmpfs), at most 960 MiB in 32,768 files") in mounts
+    assert ("/tmp", "rw", "private /tmp (tmpfs), at most 1920 MiB in 65,536 files") in mounts
     # of the home directory only launcher installations are shared, never the home itself
     assert not any(p == HOME and not why.startswith("private empty home (tmpfs)") for p, _, why in mounts)
     assert "API_TOKEN" in jailed["env"] and "tok-never-shown" not in done.stdout

@@ -3,8 +3,9 @@
 A user without cgroup delegation (no systemd user manager, no writable cgroup) gets RLIMIT_NPROC
 and RLIMIT_DATA, which bound each process. A file in a tmpfs is memory that no process's
 RLIMIT_DATA counts, and it stays when its writer exits: the jail's /tmp, home and /dev/shm are
-sized within its memory limit, so together they hold no more than it. The attacker is the hostile
-server filling all three; the same server with a memory limit above what it writes is the honest
+sized within its memory limit, in bytes and in files (each costs the kernel an inode and a name),
+so together they hold no more than it. The attacker is the hostile server filling all three, with
+bytes or with empty files; the same server with a memory limit above what it writes is the honest
 control. The gateway runs as `cellblock-test` (tests/sandbox/conftest.py) on the system Python,
 with copies of the checkout's package and of this virtualenv's packages on its path (root's
 virtualenv, and maybe the checkout, are not the user's to reach).
@@ -42,6 +43,9 @@ pytestmark = [
 
 MEMORY_MIB = 128  # the attacked jail's memory limit: a Python MCP server starts within it
 HOG_MIB = 384  # what the hog writes into its tmpfs mounts at most
+# empty files the other hog makes: more than 128 MiB pays for (4,096 at 2 KiB, a sixteenth of the
+# limit), fewer than 1 GiB does (32,768)
+HOG_FILES = 20_000
 
 
 # What the gateway and the hostile server need of this virtualenv's packages; the rest (a Node
@@ -114,8 +118,24 @@ async def test_a_users_jail_holds_no_more_in_its_tmpfs_mounts_than_its_memory_li
 
     held = await attempt(client, "tight", "tmpfs_hog", {"mib": HOG_MIB, "places": places})
     assert not held["got_through"] and held["amount"] <= MEMORY_MIB, held["detail"]
-    # each one filled up (/tmp half, the home and /dev/shm a quarter each), none refused outright
-    assert held["amount"] >= MEMORY_MIB - 3, held["detail"]
+    # each one filled up (/tmp half, the home and /dev/shm a quarter each, less a sixteenth for the
+    # kernel's part of their files), none refused outright
+    assert held["amount"] >= MEMORY_MIB * 15 // 16 - 3, held["detail"]
     assert held["detail"].count("ENOSPC") == 3, held["detail"]
     (ready,) = events(audit, "server_ready", "tight")
     assert "RLIMIT_DATA, PER PROCESS ONLY" in ready["limits"], ready["limits"]  # what this test is about
+
+
+async def test_a_users_jail_keeps_no_more_files_in_its_tmpfs_mounts_than_its_memory_limit_pays_for(
+    as_user: tuple[Client, str, Path],
+) -> None:
+    """An empty file holds no bytes, but the kernel keeps an inode and a name for it (about 1 KiB):
+    without a cap on their number, 128 MiB of limit would keep 9 million of them (9 GiB) here."""
+    client, home, _ = as_user
+    places = ["/tmp", home, "/dev/shm"]
+    control = await attempt(client, "roomy", "tmpfs_files", {"count": HOG_FILES, "places": places})
+    assert control["got_through"] and control["amount"] == HOG_FILES, control["detail"]
+
+    held = await attempt(client, "tight", "tmpfs_files", {"count": HOG_FILES, "places": places})
+    assert not held["got_through"] and held["amount"] <= 4096, held["detail"]
+    assert held["detail"].count("ENOSPC") == 3, held["detail"]

@@ -75,7 +75,8 @@ def attack(prefix: list[str], plan: LaunchPlan) -> tuple[dict[str, Any] | None, 
 def main() -> None:
     """Attack with the plan `sys.argv[1]` describes (argv and limits), enforced by rlimits."""
     given = json.loads(sys.argv[1])
-    limits = LimitPlan("attacker", Limits(given["processes"], given["memory"]), RLIMITS)
+    tmpfs = tuple((point, held, files) for point, held, files in given.get("tmpfs", ()))
+    limits = LimitPlan("attacker", Limits(given["processes"], given["memory"]), RLIMITS, tmpfs)
     plan = LaunchPlan(tuple(given["argv"]), {}, None, (), Network.NONE, limits=limits)
     result, reason = attack([], plan)
     print(json.dumps({"result": result, "reason": reason}))

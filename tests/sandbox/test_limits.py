@@ -101,24 +101,43 @@ def jail(**extra: Any) -> LaunchPlan:
 def test_a_jails_writable_tmpfs_mounts_together_hold_no_more_than_its_memory_limit(memory: int, rlimits: None) -> None:
     plan = limit_plan(jail(), "files", Limits(64, memory))
     sized = sizes(plan.argv)
-    assert set(sized) == {"/tmp", "/root", "/dev/shm"}  # every tmpfs the jail may write
-    assert sum(sized.values()) <= memory and all(n % mmap.PAGESIZE == 0 for n in sized.values())
-    assert sized["/tmp"] == 2 * sized["/root"] == 2 * sized["/dev/shm"] >= memory // 2 - 2 * mmap.PAGESIZE
+    assert plan.limits is not None
+    capped = {point: (held, files) for point, held, files in plan.limits.tmpfs}
+    assert set(sized) == set(capped) == {"/tmp", "/root", "/dev/shm"}  # every tmpfs the jail may write
+    assert all(sized[point] == held for point, (held, _) in capped.items())  # bwrap's --size, and the gateway's
+    # what they hold and what the kernel keeps for their files, together
+    assert sum(held + files * limits.FILE_BYTES for held, files in capped.values()) <= memory
+    assert all(n % mmap.PAGESIZE == 0 for n in sized.values())
+    share = {point: held + files * limits.FILE_BYTES for point, (held, files) in capped.items()}
+    assert share["/tmp"] >= memory // 2 - 2 * mmap.PAGESIZE and share["/root"] >= memory // 4 - 2 * mmap.PAGESIZE
+    tmp, files = capped["/tmp"]
+    assert files == share["/tmp"] // 16 // limits.FILE_BYTES  # a sixteenth of it for its files
     shown = {m.path: m.why for m in plan.mounts}
-    assert shown["/tmp"] == f"private /tmp (tmpfs), at most {limits.size(sized['/tmp'])}"
+    assert shown["/tmp"] == f"private /tmp (tmpfs), at most {limits.size(tmp)} in {files:,} files"
+
+
+def test_before_linux_5_2_the_number_of_files_is_not_capped_and_show_says_so(
+    rlimits: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "_kernel", lambda: (5, 1))
+    plan = limit_plan(jail(), "files", Limits(64, 64 * MIB))
+    assert plan.limits is not None and plan.limits.tmpfs == ()
+    assert "--size" in plan.argv  # bwrap still sizes their bytes
+    shown = {m.path: m.why for m in plan.mounts}
+    assert "in ANY NUMBER OF FILES (Linux 5.2 and newer can cap them)" in shown["/tmp"]
 
 
 def test_without_a_private_tmp_the_home_and_dev_shm_share_the_memory_limit(rlimits: None) -> None:
-    assert sizes(limit_plan(jail(tmp=False), "files", Limits(64, 64 * MIB)).argv) == {
-        "/root": 32 * MIB,
-        "/dev/shm": 32 * MIB,
-    }
+    plan = limit_plan(jail(tmp=False), "files", Limits(64, 64 * MIB))
+    assert plan.limits is not None
+    assert plan.limits.tmpfs == (("/dev/shm", 30 * MIB, 1024), ("/root", 30 * MIB, 1024))
 
 
 def test_a_bubblewrap_that_cannot_size_a_tmpfs_gets_no_size_and_show_says_so(
     rlimits: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(limits, "sizes_tmpfs", lambda bwrap: False)  # bubblewrap before 0.7.0
+    monkeypatch.setattr(limits, "_kernel", lambda: (5, 1))  # and Linux before fspick
     plan = limit_plan(jail(), "files", Limits(64, 64 * MIB))
     assert "--size" not in plan.argv
     assert {m.path for m in plan.mounts if "NOT SIZED: this bubblewrap has no --size" in m.why} == {
@@ -126,6 +145,16 @@ def test_a_bubblewrap_that_cannot_size_a_tmpfs_gets_no_size_and_show_says_so(
         "/root",
         "/dev/shm",
     }
+
+
+def test_a_bubblewrap_that_cannot_size_a_tmpfs_has_it_sized_by_the_gateway_where_linux_can(
+    rlimits: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "sizes_tmpfs", lambda bwrap: False)  # Ubuntu 22.04: bubblewrap 0.6.1, Linux 5.15
+    plan = limit_plan(jail(), "files", Limits(64, 64 * MIB))
+    assert "--size" not in plan.argv and plan.limits is not None
+    assert {point for point, _, _ in plan.limits.tmpfs} == {"/tmp", "/root", "/dev/shm"}
+    assert {m.path: m.why for m in plan.mounts}["/tmp"] == "private /tmp (tmpfs), at most 30 MiB in 1,024 files"
 
 
 def test_a_plan_whose_tmpfs_mounts_are_not_where_it_says_is_refused(rlimits: None) -> None:

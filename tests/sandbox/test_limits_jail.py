@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,9 @@ def attack_as(who: tuple[str, list[str], str, int], area: Path, plan: LaunchPlan
         shutil.copyfile(held_module.__file__ or "", driver / "held.py")
     assert plan.limits is not None and plan.seccomp is None
     bounds = plan.limits.limits
-    given = json.dumps({"argv": plan.argv, "processes": bounds.processes, "memory": bounds.memory})
+    given = json.dumps(
+        {"argv": plan.argv, "processes": bounds.processes, "memory": bounds.memory, "tmpfs": plan.limits.tmpfs}
+    )
     command = [*prefix, "/usr/bin/python3", "-I", str(driver / "held.py"), given]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
@@ -160,20 +163,55 @@ def test_with_rlimits_a_memory_hog_is_refused_memory_per_process(
     assert "MemoryError" in result["detail"] and reason is None
 
 
+def test_with_rlimits_a_jails_tmpfs_mounts_keep_no_more_files_than_its_memory_limit_pays_for(
+    who: tuple[str, list[str], str, int], area: Path, escape: Path, rlimits: None
+) -> None:
+    """An empty file holds no bytes, but the kernel keeps about 1 KiB for it that no rlimit counts:
+    each writable tmpfs takes as many files as a sixteenth of its share pays for (2 KiB each)."""
+    name, _, home, _ = who
+    files = {"kind": "tmpfs_files", "count": 20_000, "places": ["/tmp", home, "/dev/shm"]}
+    control, _ = attack_as(who, area, held(escape, home, files, ROOMY, seccomp=False))
+    assert control is not None and control["got_through"], f"as {name}: {control}"
+    result, _ = attack_as(who, area, held(escape, home, files, Limits(ROOMY.processes, 64 * MIB), seccomp=False))
+    # 64 MiB: /tmp 1,024 files, the home and /dev/shm 512 each, less what is there already (their roots)
+    assert result is not None and not result["got_through"], f"as {name}: {result}"
+    assert 2048 - 8 <= result["amount"] <= 2048 and result["detail"].count("ENOSPC") == 3, f"as {name}: {result}"
+
+
+def touch(marker: Path) -> LaunchPlan:
+    """A jail under roomy limits that makes `marker`, where the gateway would run it."""
+    spec = JailSpec("t", ("/usr/bin/touch", str(marker)), {"PATH": "/usr/bin"}, read_write=(str(marker.parent),))
+    return limit_plan(bwrap_plan(spec, []), "t", ROOMY)
+
+
+def released(plan: LaunchPlan) -> int:
+    """Run `plan` released under its limits, as the gateway does; its exit code."""
+    with spawn_args(plan) as spawn:
+        process = subprocess.Popen(spawn.argv, pass_fds=spawn.pass_fds)
+        confinement = spawn.release()
+    code = process.wait(60)
+    assert confinement is not None
+    settle(confinement)
+    return code
+
+
+def refused(plan: LaunchPlan, match: str) -> None:
+    """Start `plan`, whose release must fail with a JailError that matches `match`."""
+    with spawn_args(plan) as spawn:
+        process = subprocess.Popen(spawn.argv, pass_fds=spawn.pass_fds)
+        with pytest.raises(JailError, match=match):
+            spawn.release()
+    process.wait(60)
+
+
 def test_a_held_jail_that_is_never_released_is_ended_not_let_go(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
-    spec = JailSpec("t", ("/usr/bin/touch", str(marker)), {"PATH": "/usr/bin"}, read_write=(str(tmp_path),))
-    plan = limit_plan(bwrap_plan(spec, []), "t", ROOMY)
+    plan = touch(marker)
     with spawn_args(plan) as spawn:
         process = subprocess.Popen(spawn.argv, pass_fds=spawn.pass_fds)
     process.wait(60)
     assert not marker.exists()
-    with spawn_args(plan) as spawn:  # the control: released, it runs
-        process = subprocess.Popen(spawn.argv, pass_fds=spawn.pass_fds)
-        confinement = spawn.release()
-    assert process.wait(60) == 0 and marker.exists()
-    assert confinement is not None
-    settle(confinement)
+    assert released(plan) == 0 and marker.exists()  # the control: released, it runs
 
 
 def test_a_jail_whose_limits_cannot_be_put_in_place_does_not_start(
@@ -182,14 +220,19 @@ def test_a_jail_whose_limits_cannot_be_put_in_place_does_not_start(
     marker = tmp_path / "ran"
     nowhere = Method(Mechanism.CGROUP, "a cgroup that cannot be made", True, str(tmp_path / "no-cgroup"), 1)
     monkeypatch.setattr(limits, "enforcement", lambda: Enforcement(nowhere, RLIMITS.memory))
-    spec = JailSpec("t", ("/usr/bin/touch", str(marker)), {"PATH": "/usr/bin"}, read_write=(str(tmp_path),))
-    plan = limit_plan(bwrap_plan(spec, []), "t", ROOMY)
-    with spawn_args(plan) as spawn:
-        process = subprocess.Popen(spawn.argv, pass_fds=spawn.pass_fds)
-        with pytest.raises(JailError, match="server 't': its jail could not be put under its limits"):
-            spawn.release()
-    process.wait(60)
+    refused(touch(marker), "server 't': its jail could not be put under its limits")
     assert not marker.exists()
+
+
+def test_a_jail_whose_tmpfs_mounts_cannot_be_sized_does_not_start(tmp_path: Path, rlimits: None) -> None:
+    marker = tmp_path / "ran"
+    plan = touch(marker)
+    assert plan.limits is not None
+    # /etc is no mount of the jail's own (bwrap binds files into it): nothing may run unsized
+    unsizable = replace(plan, limits=replace(plan.limits, tmpfs=(*plan.limits.tmpfs, ("/etc", 1 << 20, 16))))
+    refused(unsizable, "its tmpfs mounts could not be sized: /etc is not a mount of its own")
+    assert not marker.exists()
+    assert released(plan) == 0 and marker.exists()  # the control: its own tmpfs mounts are sized, and it runs
 
 
 MEMFD_HOG = """

@@ -146,6 +146,11 @@ def tmpfs_hog(mib: int, places: list[str]) -> Result:
     return _result(load_escape().tmpfs_hog(mib, places))
 
 
+def tmpfs_files(count: int, places: list[str]) -> Result:
+    """Make `count` empty files in the directories `places`, each until it takes no more, then remove them."""
+    return _result(load_escape().tmpfs_files(count, places))
+
+
 def drop_and_run(path: str, text: str) -> Result:
     """Write `text` to `path` as an executable file, try to run it, and remove it again."""
     import os
@@ -285,6 +290,7 @@ TOOLS = (
     fork_bomb,
     memory_hog,
     tmpfs_hog,
+    tmpfs_files,
     control_socket,
 )
 

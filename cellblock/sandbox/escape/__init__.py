@@ -52,6 +52,9 @@ did, 2 on a bad spec. Kinds and their fields (``target`` is always a string):
 - ``tmpfs``: ``mib`` and ``places``=[directories]. Writes files of that many MiB in all into each
   place in turn until it is full (a jail's /tmp, home and /dev/shm are memory). Through if all of it
   was written; removed again at the end.
+- ``tmpfs_files``: ``count`` and ``places``=[directories]. Makes that many empty files in all in each
+  place in turn until it takes no more (each costs the kernel an inode and a name). Through if all
+  were made; removed again at the end.
 
 Reported details carry sizes, counts and error names, never the bytes of what was read;
 ``amount`` is what an attempt got when that is a quantity (processes made, MiB had).
@@ -65,7 +68,7 @@ from __future__ import annotations
 
 from .attempt import Attempt
 from .files import host_processes, list_dir, read_file, write_file
-from .hogs import fork_bomb, memory_hog, tmpfs_hog
+from .hogs import fork_bomb, memory_hog, tmpfs_files, tmpfs_hog
 from .network import connect, control_socket, dbus, resolve, ssh_agent, unix_socket
 from .privileges import (
     KEYCTL_SYSCALL,
@@ -106,6 +109,7 @@ __all__ = [
     "run_spec",
     "ssh_agent",
     "sysctl",
+    "tmpfs_files",
     "tmpfs_hog",
     "unix_socket",
     "write_file",

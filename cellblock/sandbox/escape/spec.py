@@ -14,7 +14,7 @@ from typing import Any
 
 from .attempt import Attempt
 from .files import WRITE_TEXT, host_processes, list_dir, read_file, write_file
-from .hogs import FORK_CEILING, MEMORY_STEP, fork_bomb, memory_hog, tmpfs_hog
+from .hogs import FORK_CEILING, MEMORY_STEP, fork_bomb, memory_hog, tmpfs_files, tmpfs_hog
 from .network import connect, control_socket, dbus, host_port, resolve, ssh_agent, unix_socket
 from .privileges import capabilities, keyring, new_user_namespace, privileges, remount_rw, sysctl
 from .programs import exec_binary, load_copy, memfd_exec
@@ -69,6 +69,7 @@ KINDS = (
     "fork",
     "memory",
     "tmpfs",
+    "tmpfs_files",
     "sysctl",
     "control",
     "unix",
@@ -155,6 +156,9 @@ def _bind(kind: str, entry: dict[str, Any]) -> Callable[[], Attempt]:
     if kind == "tmpfs":
         mib, places = int(_number(entry, "mib", 0)), _strs(entry, "places")
         return lambda: tmpfs_hog(mib, places)
+    if kind == "tmpfs_files":
+        count, places = int(_number(entry, "count", 0)), _strs(entry, "places")
+        return lambda: tmpfs_files(count, places)
     raise ValueError(f"unknown kind {kind!r}; known kinds: {', '.join(KINDS)}")
 
 
