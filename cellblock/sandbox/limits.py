@@ -52,6 +52,7 @@ from cellblock.sandbox.cgroups import (
     remove,
     scope_cgroups,
 )
+from cellblock.sandbox.seccomp import DISK_WATCHED_RULES, RULES, jail_filter
 from cellblock.sandbox.types import (
     Enforcement,
     JailError,
@@ -229,13 +230,20 @@ def _systemd() -> tuple[tuple[str, ...], dict[str, str], str] | None:
 def limit_plan(plan: LaunchPlan, server: str, limits: Limits) -> LaunchPlan:
     """`plan` (a bwrap command) under `limits`: held at start until `spawn.Spawn.release` has put
     them in place, run in a systemd scope where that is how this machine enforces them, and its
-    writable tmpfs mounts sized within its memory limit.
+    writable tmpfs mounts sized within its memory limit. With a bounded disk (an installer's), its
+    seccomp filter also refuses `fallocate` (`seccomp.DISK_WATCHED_RULES`).
 
     Raises:
-        JailError: the plan's tmpfs mounts are not where it says (it was changed after it was made).
+        JailError: the plan's tmpfs mounts are not where it says (it was changed after it was made),
+            or a plan with a bounded disk has a filter other than the jail's.
     """
     how = enforcement()
     argv, mounts, tmpfs = _sized(plan, limits.memory)
+    seccomp = plan.seccomp
+    if limits.disk is not None and seccomp is not None:
+        if seccomp != jail_filter(RULES):
+            raise JailError("a jail whose disk is bounded runs under the jail filter only; nothing was started")
+        seccomp = jail_filter(DISK_WATCHED_RULES)
     bwrap, rest = argv[0], argv[1:]
     held = ("--info-fd", INFO_FD, "--block-fd", BLOCK_FD)
     prefix: tuple[str, ...] = ()
@@ -253,7 +261,8 @@ def limit_plan(plan: LaunchPlan, server: str, limits: Limits) -> LaunchPlan:
         # what systemd-run needs or adds stays outside the jail (without secrets bwrap clears all anyway)
         unset = tuple(a for key in (*how.scope_env, "INVOCATION_ID") for a in ("--unsetenv", key))
     limited = LimitPlan(server, limits, how, tmpfs)
-    return replace(plan, argv=(*prefix, bwrap, *held, *unset, *rest), env=env, mounts=mounts, limits=limited)
+    argv = (*prefix, bwrap, *held, *unset, *rest)
+    return replace(plan, argv=argv, env=env, mounts=mounts, limits=limited, seccomp=seccomp)
 
 
 def tmpfs_sizes(points: Sequence[str], memory: int) -> dict[str, tuple[int, int]]:

@@ -35,6 +35,7 @@ from cellblock.sandbox.types import JailError
 __all__ = [
     "CLONE_NAMESPACES",
     "CLONE_NEWTIME",
+    "DISK_WATCHED_RULES",
     "EXEC_ALLOW_RULES",
     "PIN_STAGE_RULES",
     "RULES",
@@ -254,6 +255,12 @@ PIN_STAGE_RULES: tuple[Rule, ...] = tuple(
     r for r in RULES if (r.syscall, r.datum) not in _PIN_NEEDS and r.syscall != "mount"
 )
 EXEC_ALLOW_RULES: tuple[Rule, ...] = (*RULES, Rule("memfd_create", errno.EPERM))
+# A jail whose disk is bounded (an installer's: limits.disk) is watched while it writes
+# (sandbox/disk.py), which sees what a write adds a moment later. fallocate takes gigabytes in one
+# call, as fast as the file system records it, so a jail could fill the disk between two looks:
+# it gets EOPNOTSUPP, what a file system without it answers, on which glibc's posix_fallocate
+# writes the blocks instead (at the speed the watch keeps up with).
+DISK_WATCHED_RULES: tuple[Rule, ...] = (*RULES, Rule("fallocate", errno.EOPNOTSUPP))
 
 
 def _binding() -> Any:

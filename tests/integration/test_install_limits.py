@@ -1,7 +1,8 @@
 """`cellblock install` of a hostile package: its install script runs under the limits of a server.
 
 Each package comes from a registry on loopback (tests/registry.py) and its npm `postinstall` runs
-one attack (`HOSTILE`): a flood of output, a fork bomb, a memory hog, a disk filler. Each is judged
+one attack (`HOSTILE`): a flood of output, a fork bomb, a memory hog, a disk filler, a disk taken in
+single calls (`fallocate`). Each is judged
 on the host while the install runs (`Peak`: the attacker's processes and their memory, the bytes of
 the install's directory) and by what the install says; each has an honest control, the same
 package under limits above what it takes, whose script gets all it asks for and then fails on
@@ -65,9 +66,16 @@ elif mode == "fill":  # AMOUNT files of 1 MiB in the package's own directory (RL
         with open(f"fill/{{i}}", "wb") as handle:
             handle.write(b"\\x01" * (1 << 20))
     print(f"wrote {{amount}} MiB")
+elif mode == "allocate":  # AMOUNT files of 32 MiB, each taken in one call, faster than any look
+    os.makedirs("allocate")
+    for i in range(amount):
+        fd = os.open(f"allocate/{{i}}", os.O_CREAT | os.O_WRONLY)
+        os.posix_fallocate(fd, 0, 32 << 20)
+        os.close(fd)
+    print(f"allocated {{amount * 32}} MiB")
 sys.exit(1)  # the controls' way to have npm show what they did
 """
-ATTACKS = {"flood": 200_000_000, "fork": 200, "memory": 512, "fill": 512}
+ATTACKS = {"flood": 200_000_000, "fork": 200, "memory": 512, "fill": 512, "allocate": 64}
 # `cellblock install`, run as the user runs it, saying at its end the most memory it held: its
 # own (the installer's processes are in the jail), since it started (VmHWM; ru_maxrss would count
 # what the test process held when it spawned it). `lift` takes the cap off the output it keeps.
@@ -218,21 +226,43 @@ def test_an_install_scripts_memory_hog_stops_at_the_memory_limit(place: tuple[Pa
         assert "MemoryError" in done.stderr, done.stderr
 
 
+def disk_attack(
+    place: tuple[Path, dict[str, str]], mode: str, roomy: str
+) -> tuple[subprocess.CompletedProcess[str], int, subprocess.CompletedProcess[str], int]:
+    """The `mode` attack installed under a disk limit of `roomy` (the control) and of 32 MiB: how
+    each ended and the most its tree held on the host while it ran. The second must have been
+    stopped at the limit, its message naming it, and left nothing behind."""
+    data = place[0] / "data" / "installs"
+    with Peak(lambda: tree_bytes(str(data / f"{mode}-roomy"))).watching() as room:
+        control, _ = install(place, f"{mode}-roomy", mode, {"disk": roomy})
+    with Peak(lambda: tree_bytes(str(data / mode))).watching() as held:
+        done, _ = install(place, mode, mode, {"disk": "32MiB"})
+    assert done.returncode == 1
+    assert "was stopped: it wrote more than its disk limit of 32 MiB (limits.disk)" in done.stderr, done.stderr
+    assert f"then run `cellblock install {mode}` again" in done.stderr
+    assert [p.name for p in (data / mode).iterdir()] == [".lock"]  # nothing of it is left
+    return control, room.most, done, held.most
+
+
 def test_an_install_that_writes_past_its_disk_limit_is_stopped_near_it_and_fails_naming_it(
     place: tuple[Path, dict[str, str]],
 ) -> None:
-    data = place[0] / "data" / "installs"
-    with Peak(lambda: tree_bytes(str(data / "fill-roomy"))).watching() as roomy:
-        control, _ = install(place, "fill-roomy", "fill", {"disk": "1GiB"})
+    control, roomy, done, filled = disk_attack(place, "fill", "1GiB")
     assert control.returncode == 1 and "wrote 512 MiB" in control.stderr, control.stderr[-2000:]
-    assert roomy.most >= 512 * MIB, roomy.most
-
-    with Peak(lambda: tree_bytes(str(data / "fill"))).watching() as filled:
-        done, _ = install(place, "fill", "fill", {"disk": "32MiB"})
-    assert done.returncode == 1 and "wrote 512 MiB" not in done.stderr
-    assert "was stopped: it wrote more than its disk limit of 32 MiB (limits.disk)" in done.stderr, done.stderr
-    assert "then run `cellblock install fill` again" in done.stderr
+    assert roomy >= 512 * MIB, roomy
+    assert "wrote 512 MiB" not in done.stderr
     # it goes past by what it writes between two looks: a few MiB on an idle machine (~1 GB/s, a
     # look every 50 ms), more on a busy one; far from all it tried to write either way
-    assert filled.most < 256 * MIB, f"{filled.most:,} bytes at most"
-    assert [p.name for p in (data / "fill").iterdir()] == [".lock"]  # nothing of it is left
+    assert filled < 256 * MIB, f"{filled:,} bytes at most"
+
+
+def test_an_install_script_that_takes_its_disk_in_single_calls_is_stopped_near_its_limit(
+    place: tuple[Path, dict[str, str]],
+) -> None:
+    """fallocate takes 32 MiB in one call, as fast as the file system notes it: 2 GiB between two
+    looks of the watch. It is refused (EOPNOTSUPP), and glibc writes the blocks instead."""
+    control, roomy, done, taken = disk_attack(place, "allocate", "4GiB")
+    assert control.returncode == 1 and "allocated 2048 MiB" in control.stderr, control.stderr[-2000:]
+    assert roomy >= 2048 * MIB, roomy
+    assert "allocated" not in done.stderr
+    assert taken < 256 * MIB, f"{taken:,} bytes at most"

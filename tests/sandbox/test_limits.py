@@ -7,6 +7,7 @@ import mmap
 import os
 import shutil
 from dataclasses import replace
+from errno import EOPNOTSUPP
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from cellblock.sandbox import limits
 from cellblock.sandbox.bwrap import bwrap_plan
 from cellblock.sandbox.cgroups import Cgroup
 from cellblock.sandbox.limits import BLOCK_FD, INFO_FD, limit_plan
+from cellblock.sandbox.seccomp import DISK_WATCHED_RULES, PIN_STAGE_RULES, RULES, Rule, jail_filter
 from cellblock.sandbox.spawn import spawn_args
 from cellblock.sandbox.types import Enforcement, JailError, JailSpec, LaunchPlan, Limits, Mechanism, Method, Network
 
@@ -155,6 +157,17 @@ def test_a_bubblewrap_that_cannot_size_a_tmpfs_has_it_sized_by_the_gateway_where
     assert "--size" not in plan.argv and plan.limits is not None
     assert {point for point, _, _ in plan.limits.tmpfs} == {"/tmp", "/root", "/dev/shm"}
     assert {m.path: m.why for m in plan.mounts}["/tmp"] == "private /tmp (tmpfs), at most 30 MiB in 1,024 files"
+
+
+def test_only_a_jail_whose_disk_is_bounded_has_fallocate_refused(rlimits: None) -> None:
+    plan = jail()
+    assert limit_plan(plan, "files", Limits(64, 64 * MIB)).seccomp == jail_filter(RULES)  # a server's
+    installer = limit_plan(plan, "files", Limits(64, 64 * MIB, disk=32 * MIB))
+    assert installer.seccomp == jail_filter(DISK_WATCHED_RULES) != jail_filter(RULES)
+    assert Rule("fallocate", EOPNOTSUPP) in DISK_WATCHED_RULES
+    # a plan under another filter is not silently given this one
+    with pytest.raises(JailError, match="a jail whose disk is bounded runs under the jail filter only"):
+        limit_plan(replace(plan, seccomp=jail_filter(PIN_STAGE_RULES)), "files", Limits(64, 64 * MIB, disk=32 * MIB))
 
 
 def test_a_plan_whose_tmpfs_mounts_are_not_where_it_says_is_refused(rlimits: None) -> None:
