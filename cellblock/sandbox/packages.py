@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from enum import StrEnum
 from urllib.parse import urlsplit
 
 from cellblock.policy.constraints import within
+from cellblock.sandbox.disk import remove_tree
 from cellblock.sandbox.egress import relayed
 from cellblock.sandbox.launchers import launcher_mounts, link_chain
 from cellblock.sandbox.types import JailSpec, Mount, Network
@@ -392,7 +392,7 @@ def seal(staging: str, ecosystem: Ecosystem) -> str:
         path = os.path.join(staging, entry)
         if path != tree:
             if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
+                remove_tree(path)
             else:
                 os.unlink(path)
     entries, _ = manifest(tree)  # also refuses a tree that is a link, special files, odd names

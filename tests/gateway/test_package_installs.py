@@ -130,6 +130,12 @@ def test_a_failed_install_shows_the_end_of_its_output_each_line_cut_and_says_how
     assert shown[2:] == ["line 0", "line 1", "line 2", "(the end of its output, 5,000,000 bytes in all)"]
 
 
+def test_an_install_stopped_for_what_it_did_names_it_escaped_and_no_limit_to_raise() -> None:
+    reason = "it made /x/pkg/\x1b[2Jhidden, a directory it keeps the gateway from looking into"
+    message = _failure("srv", Package(Ecosystem.NPM, "pkg", "1.0.0"), "npm", Bounded(-9, "", 0, reason), [], [])
+    assert message == f"installing pkg@1.0.0 for server 'srv' was stopped: {json.dumps(reason)}:\n  (no output)"
+
+
 def test_an_install_stopped_at_a_limit_says_which_and_how_to_raise_it() -> None:
     reason = "it reached its limit of 64 processes (jail.limits.processes)"
     message = _failure("srv", Package(Ecosystem.NPM, "pkg", "1.0.0"), "npm", Bounded(-9, "", 0, reason), [], [])

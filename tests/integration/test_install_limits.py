@@ -2,7 +2,8 @@
 
 Each package comes from a registry on loopback (tests/registry.py) and its npm `postinstall` runs
 one attack (`HOSTILE`): a flood of output, a fork bomb, a memory hog, a disk filler, a disk taken in
-single calls (`fallocate`). Each is judged
+single calls (`fallocate`), empty files by the thousand, files of holes, a directory the gateway may
+not list. Each is judged
 on the host while the install runs (`Peak`: the attacker's processes and their memory, the bytes of
 the install's directory) and by what the install says; each has an honest control, the same
 package under limits above what it takes, whose script gets all it asks for and then fails on
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -27,7 +29,9 @@ import yaml
 
 from cellblock.sandbox.disk import tree_bytes
 from cellblock.sandbox.limits import enforcement
+from tests.integration.test_limits_user import SYSTEM_PYTHON, user_area
 from tests.registry import npm_registry
+from tests.sandbox.conftest import ensure_user
 
 pytestmark = [pytest.mark.jail]
 
@@ -73,9 +77,30 @@ elif mode == "allocate":  # AMOUNT files of 32 MiB, each taken in one call, fast
         os.posix_fallocate(fd, 0, 32 << 20)
         os.close(fd)
     print(f"allocated {{amount * 32}} MiB")
-sys.exit(1)  # the controls' way to have npm show what they did
+elif mode == "touch":  # AMOUNT empty files: an inode each, and no block
+    os.makedirs("touch")
+    for i in range(amount):
+        open(f"touch/{{i}}", "w").close()
+    print(f"made {{amount}} empty files")
+elif mode == "sparse":  # AMOUNT files of 16 MiB of holes: no block at all; then the install goes on
+    os.makedirs("sparse")
+    for i in range(amount):
+        with open(f"sparse/{{i}}", "wb") as handle:
+            handle.truncate(16 << 20)
+    print(f"made {{amount * 16}} MiB of holes")
+elif mode == "hide":  # AMOUNT files of 1 MiB in a directory its owner may write but not list
+    os.makedirs("hidden")
+    os.chmod("hidden", 0o300)
+    for i in range(amount):
+        with open(f"hidden/{{i}}", "wb") as handle:
+            handle.write(b"\x01" * (1 << 20))
+    print(f"hid {{amount}} MiB")
+sys.exit(0 if mode == "sparse" else 1)  # the controls' way to have npm show what they did
 """
-ATTACKS = {"flood": 200_000_000, "fork": 200, "memory": 512, "fill": 512, "allocate": 64}
+ATTACKS = {
+    **{"flood": 200_000_000, "fork": 200, "memory": 512, "fill": 512, "allocate": 64},
+    **{"touch": 40_000, "sparse": 64, "hide": 256},
+}
 # `cellblock install`, run as the user runs it, saying at its end the most memory it held: its
 # own (the installer's processes are in the jail), since it started (VmHWM; ru_maxrss would count
 # what the test process held when it spawned it). `lift` takes the cap off the output it keeps.
@@ -226,16 +251,26 @@ def test_an_install_scripts_memory_hog_stops_at_the_memory_limit(place: tuple[Pa
         assert "MemoryError" in done.stderr, done.stderr
 
 
+def entries(path: str) -> int:
+    """How many files, directories and links there are under `path`."""
+    return sum(len(dirs) + len(files) for _, dirs, files in os.walk(path))
+
+
+def lengths(path: str) -> int:
+    """What the files under `path` are long, holes and all."""
+    return sum(os.lstat(os.path.join(at, f)).st_size for at, _, files in os.walk(path) for f in files)
+
+
 def disk_attack(
-    place: tuple[Path, dict[str, str]], mode: str, roomy: str
+    place: tuple[Path, dict[str, str]], mode: str, roomy: str, measure: Callable[[str], int] = tree_bytes
 ) -> tuple[subprocess.CompletedProcess[str], int, subprocess.CompletedProcess[str], int]:
     """The `mode` attack installed under a disk limit of `roomy` (the control) and of 32 MiB: how
-    each ended and the most its tree held on the host while it ran. The second must have been
-    stopped at the limit, its message naming it, and left nothing behind."""
+    each ended and the most of `measure` its tree held on the host while it ran. The second must
+    have been stopped at the limit, its message naming it, and left nothing behind."""
     data = place[0] / "data" / "installs"
-    with Peak(lambda: tree_bytes(str(data / f"{mode}-roomy"))).watching() as room:
+    with Peak(lambda: measure(str(data / f"{mode}-roomy"))).watching() as room:
         control, _ = install(place, f"{mode}-roomy", mode, {"disk": roomy})
-    with Peak(lambda: tree_bytes(str(data / mode))).watching() as held:
+    with Peak(lambda: measure(str(data / mode))).watching() as held:
         done, _ = install(place, mode, mode, {"disk": "32MiB"})
     assert done.returncode == 1
     assert "was stopped: it wrote more than its disk limit of 32 MiB (limits.disk)" in done.stderr, done.stderr
@@ -266,3 +301,86 @@ def test_an_install_script_that_takes_its_disk_in_single_calls_is_stopped_near_i
     assert roomy >= 2048 * MIB, roomy
     assert "allocated" not in done.stderr
     assert taken < 256 * MIB, f"{taken:,} bytes at most"
+
+
+def test_an_install_script_that_makes_empty_files_by_the_thousand_is_stopped_at_a_block_each(
+    place: tuple[Path, dict[str, str]],
+) -> None:
+    """An empty file takes an inode and no block: the watch counted 40,000 of them as nothing, and
+    as many million would use up the file system's inodes. Each entry now counts a block."""
+    control, roomy, done, made = disk_attack(place, "touch", "1GiB", entries)
+    assert control.returncode == 1 and "made 40000 empty files" in control.stderr, control.stderr[-2000:]
+    assert roomy >= 40_000, roomy
+    assert "empty files" not in done.stderr
+    # 32 MiB pays for 8,192 at a block each; it goes past by what it makes between two looks
+    assert made < 30_000, f"{made:,} entries at most"
+
+
+def test_an_install_script_that_makes_files_of_holes_is_stopped_at_their_length(
+    place: tuple[Path, dict[str, str]],
+) -> None:
+    """A file of holes takes no block, but the install's record reads every byte of it (64 files
+    of 16 MiB: 1 GiB read; as many as it likes of 2 GiB each: hours). A file counts its length."""
+    control, roomy, done, _ = disk_attack(place, "sparse", "2GiB", lengths)
+    assert control.returncode == 0, control.stderr[-2000:]
+    assert "installed cb-sparse@1.0.0 for 'sparse-roomy'" in control.stderr, control.stderr[-2000:]
+    assert roomy >= 1024 * MIB, roomy
+    assert "installed" not in done.stderr
+
+
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@pytest.fixture(scope="module")
+def as_user(place: tuple[Path, dict[str, str]]) -> Iterator[tuple[list[str], Path]]:
+    """`cellblock install` as an ordinary user runs it (no CAP_DAC_OVERRIDE: a directory it may not
+    list is closed to it): the command line that runs it, with the user's own data, state and runtime
+    directories and the same registry; and the user's data directory."""
+    if os.geteuid() != 0 or shutil.which("runuser") is None:
+        pytest.skip("runs cellblock install as another user: needs root and runuser")
+    if shutil.which("npm", path=SYSTEM_PATH) is None or not Path(SYSTEM_PYTHON).exists():
+        pytest.skip(f"the user's install needs npm on {SYSTEM_PATH} and {SYSTEM_PYTHON}")
+    user = ensure_user()
+    area, root, packages = user_area(user.pw_uid, user.pw_gid)
+    try:
+        (area / "data").mkdir(mode=0o700)  # user_area made the state and runtime directories
+        os.chown(area / "data", user.pw_uid, user.pw_gid)
+        env = {
+            "PATH": SYSTEM_PATH,
+            "HOME": user.pw_dir,
+            "PYTHONPATH": f"{root}:{packages}",
+            "CELLBLOCK_DATA_DIR": str(area / "data"),
+            "CELLBLOCK_STATE_DIR": str(area / "state"),
+            "XDG_RUNTIME_DIR": str(area / "run"),
+            "npm_config_registry": place[1]["npm_config_registry"],
+        }
+        settings = [f"{key}={value}" for key, value in env.items()]
+        command = ["runuser", "-u", user.pw_name, "--", "env", "-i", *settings, SYSTEM_PYTHON, "-m"]
+        yield [*command, "cellblock.gateway.cli.main", "install"], area / "data" / "installs"
+    finally:
+        shutil.rmtree(area)
+
+
+def test_an_install_script_that_hides_its_writes_from_a_users_gateway_is_stopped_and_leaves_nothing(
+    place: tuple[Path, dict[str, str]], as_user: tuple[list[str], Path]
+) -> None:
+    """A directory of mode 0300 takes writes, and nobody without CAP_DAC_OVERRIDE can list it: the
+    watch of a user's gateway counted nothing in it, and removing the install left it, whatever it
+    held. Such a directory now stops the install, and removal opens it first."""
+    # control: root's gateway, which may list any directory, sees the package write all of it there
+    data = place[0] / "data" / "installs"
+    with Peak(lambda: tree_bytes(str(data / "hide-roomy"))).watching() as roomy:
+        control, _ = install(place, "hide-roomy", "hide", {"disk": "1GiB"})
+    assert control.returncode == 1 and "hid 256 MiB" in control.stderr, control.stderr[-2000:]
+    assert roomy.most >= 256 * MIB, roomy.most
+
+    command, users = as_user
+    config = users.parent.parent / "hide.yaml"
+    server = {"install": {"npm": "cb-hide@1.0.0"}, "jail": {"limits": {"disk": "32MiB"}}}
+    config.write_text(yaml.safe_dump({"version": 1, "servers": {"hide": server}}))
+    with Peak(lambda: tree_bytes(str(users / "hide"))).watching() as hidden:
+        done = subprocess.run([*command, "hide", "--config", str(config)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "hid 256 MiB" not in done.stderr, done.stderr[-2000:]
+    assert "a directory it keeps the gateway from looking into" in done.stderr, done.stderr[-2000:]
+    assert hidden.most < 256 * MIB, f"{hidden.most:,} bytes at most"
+    assert [p.name for p in (users / "hide").iterdir()] == [".lock"]  # nothing of it is left

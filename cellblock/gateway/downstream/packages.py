@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -35,7 +36,7 @@ from cellblock.gateway.terminal import printable
 from cellblock.policy.files import make_dirs
 from cellblock.policy.hosts import HostRule, parse_rule
 from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap
-from cellblock.sandbox.disk import DiskWatch
+from cellblock.sandbox.disk import DiskWatch, remove_tree
 from cellblock.sandbox.egress import Decision, EgressProxy
 from cellblock.sandbox.launchers import resolve_command
 from cellblock.sandbox.limits import limit_plan, size
@@ -70,6 +71,8 @@ __all__ = [
 
 # An install that takes longer is ended: a registry that hangs must not hang `wrap`.
 INSTALL_SECONDS = 600.0
+# how a limit an install reached is named in why it was stopped: `(limits.disk)`, `(jail.limits.memory)`
+_LIMIT = re.compile(r"\((?:jail\.)?limits\.[a-z]+\)")
 # Lines of an installer's output shown when it fails, and changed paths named when a tree changed.
 SHOWN = 5
 # Characters of one such line shown: an installer's last line may be megabytes long.
@@ -258,6 +261,8 @@ def _install(
                             f"installing {package.spec()} for server '{name}' took longer than {INSTALL_SECONDS:.0f} s "
                             "and was ended; if the registry is slow, try again"
                         ) from None
+                    if ran.stopped is None:  # what the step did last counts as much
+                        ran = replace(ran, stopped=disk.measure())
                     if ran.stopped is not None or ran.returncode != 0:
                         program = os.path.basename(step.argv[step.argv.index("--") + 1])
                         raise InstallError(_failure(name, package, program, ran, refused, hosts))
@@ -280,17 +285,17 @@ def _install(
         )
         program_of(package.at(found), str(tree), server.command)  # a package with nothing to run fails now
     except PackageError as exc:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_tree(str(staging))
         raise InstallError(f"server '{name}': {exc}") from None
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_tree(str(staging))
         raise
     atomic_write_json(_record_path(name), record.model_dump(mode="json"))
     # the tree before stays until the next install: a gateway running it goes on until it restarts
     keep = {staging, *([Path(before.tree).parent] if before else []), base / ".lock"}
     for old in base.iterdir():
         if old not in keep:
-            shutil.rmtree(old, ignore_errors=True)
+            remove_tree(str(old))
     pinned = "" if server.install.package.version or version else f" (the config pins no version: pinned at {found})"
     print(
         f"cellblock: installed {record.package.spec()} for '{name}': {len(files)} files, {record.digest[:19]}…, "
@@ -312,10 +317,13 @@ def _failure(name: str, package: Package, program: str, ran: Bounded, refused: l
         shown.append(f"(it reached for {reached}: refused; it may reach only {', '.join(hosts)})")
     what = f"installing {package.spec()} for server '{name}'"
     if ran.stopped is not None:
-        head = (
-            f"{what} was stopped: {ran.stopped}; if the package needs more, raise that limit in "
-            f"servers.{name}.jail.limits (or defaults.limits), then run `cellblock install {name}` again"
-        )
+        # a reason may hold a path the installer named: nothing in it reaches the terminal as a control
+        head = f"{what} was stopped: {printable(ran.stopped)}"
+        if _LIMIT.search(ran.stopped):  # a limit it reached, named by its key: it may be raised
+            head += (
+                f"; if the package needs more, raise that limit in servers.{name}.jail.limits (or "
+                f"defaults.limits), then run `cellblock install {name}` again"
+            )
     else:
         head = f"{what} failed ({program} exited {ran.returncode})"
     return f"{head}:\n  " + "\n  ".join(shown or ["(no output)"])
