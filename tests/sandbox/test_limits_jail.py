@@ -254,6 +254,49 @@ def test_with_rlimits_memory_kept_in_a_memfd_counts_against_no_limit(tmp_path: P
     """GAP: with rlimits only, RLIMIT_DATA refuses a process 128 MiB of its own memory under a
     limit of 64 MiB, but not 128 MiB written into a memfd (nor System V shared memory): only a
     cgroup or a systemd scope bounds those."""
-    spec = JailSpec("t", ("/usr/bin/python3", "-I", "-S", "-c", MEMFD_HOG), {"PATH": "/usr/bin"}, home="/root")
+    assert rlimited(MEMFD_HOG)[:2] == ["heap refused", "memfd 128"]
+
+
+def rlimited(code: str) -> list[str]:
+    """What the Python `code` prints in a jail with a memory limit of 64 MiB (rlimits only)."""
+    spec = JailSpec("t", ("/usr/bin/python3", "-I", "-S", "-c", code), {"PATH": "/usr/bin"}, home="/root")
     done = run_plan(limit_plan(bwrap_plan(spec, []), "t", Limits(64, 64 * MIB)), 60)
-    assert done.stdout.split("\n")[:2] == ["heap refused", "memfd 128"], done.stdout + done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.split("\n")
+
+
+KERNEL_HOG = """
+import ctypes, resource, socket
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+shm = libc.shmget(0, 128 << 20, 0o600)  # IPC_PRIVATE
+at = libc.shmat(shm, None, 0) if shm >= 0 else None
+if at is not None and at != ctypes.c_void_p(-1).value:
+    ctypes.memset(at, 1, 128 << 20)  # every page touched
+    print("shm 128")
+else:
+    print("shm refused", ctypes.get_errno())
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+held, pairs = 0, []
+while held < 128 << 20:  # socket pairs, each one's send buffer full
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    try:
+        while True:
+            held += a.send(b"x" * 65536)
+    except BlockingIOError:
+        pairs.append((a, b))
+print("sockets", held >> 20)
+"""
+
+
+def test_with_rlimits_memory_the_kernel_keeps_for_shared_memory_and_sockets_counts_against_no_limit(
+    tmp_path: Path, rlimits: None
+) -> None:
+    """GAP: with rlimits only, a process under a limit of 64 MiB keeps 128 MiB in System V shared
+    memory and 128 MiB more in the buffers of its sockets (pipes likewise): each open file holds
+    buffers of its own, up to RLIMIT_NOFILE of them per process. So refusing memfd_create and
+    shmget in such jails would not bound them (and would break servers that use them: Chromium
+    keeps its shared memory in memfds); only a cgroup or a systemd scope bounds a jail's memory."""
+    assert rlimited(KERNEL_HOG)[:2] == ["shm 128", "sockets 128"]
