@@ -3,7 +3,7 @@
 Each package comes from a registry on loopback (tests/registry.py) and its npm `postinstall` runs
 one attack (`HOSTILE`): a flood of output, a fork bomb, a memory hog, a disk filler, a disk taken in
 single calls (`fallocate`), empty files by the thousand, files of holes, a directory the gateway may
-not list. Each is judged
+not list, a file with thousands of links. Each is judged
 on the host while the install runs (`Peak`: the attacker's processes and their memory, the bytes of
 the install's directory) and by what the install says; each has an honest control, the same
 package under limits above what it takes, whose script gets all it asks for and then fails on
@@ -95,25 +95,41 @@ elif mode == "hide":  # AMOUNT files of 1 MiB in a directory its owner may write
         with open(f"hidden/{{i}}", "wb") as handle:
             handle.write(b"\x01" * (1 << 20))
     print(f"hid {{amount}} MiB")
-sys.exit(0 if mode == "sparse" else 1)  # the controls' way to have npm show what they did
+elif mode == "links":  # one file of 4 MiB and AMOUNT links to it; then the install goes on
+    os.makedirs("links")
+    with open("links/file", "wb") as handle:
+        handle.write(b"\x01" * (4 << 20))
+    for i in range(amount):
+        os.link("links/file", f"links/{{i}}")
+    print(f"linked {{amount}} times")
+sys.exit(0 if mode in ("sparse", "links") else 1)  # the controls' way to have npm show what they did
 """
 ATTACKS = {
     **{"flood": 200_000_000, "fork": 200, "memory": 512, "fill": 512, "allocate": 64},
-    **{"touch": 40_000, "sparse": 64, "hide": 256},
+    **{"touch": 40_000, "sparse": 64, "hide": 256, "links": 500},
 }
 # `cellblock install`, run as the user runs it, saying at its end the most memory it held: its
 # own (the installer's processes are in the jail), since it started (VmHWM; ru_maxrss would count
-# what the test process held when it spawned it). `lift` takes the cap off the output it keeps.
+# what the test process held when it spawned it), and the bytes it read. `lift` takes a defence
+# out, for a control: "output" the cap on the output it keeps, "links" reading a file once for all
+# its links.
 MEASURED = """
 import sys
-lift = sys.argv.pop(1) == "lift"
-if lift:
+lift = sys.argv.pop(1)
+if lift == "output":
     import cellblock.sandbox.spawn
     cellblock.sandbox.spawn.TAIL_BYTES = 1 << 40
+elif lift == "links":
+    import cellblock.sandbox.packages as packages
+    once = packages._sha256
+    packages._sha256 = lambda path, info, hashed: once(path, info, {})
 from cellblock.gateway.cli.main import main
 try:
     sys.exit(main())
 finally:
+    with open("/proc/self/io") as io:
+        read = next(line.split()[1] for line in io if line.startswith("rchar:"))
+    print(f"read-bytes {read}", file=sys.stderr)
     with open("/proc/self/status") as status:
         peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
     print(f"peak-rss-kib {peak}", file=sys.stderr)
@@ -146,7 +162,7 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
 
 
 def install(
-    place: tuple[Path, dict[str, str]], name: str, mode: str, limits: dict[str, Any], lift: bool = False
+    place: tuple[Path, dict[str, str]], name: str, mode: str, limits: dict[str, Any], lift: str = "none"
 ) -> tuple[subprocess.CompletedProcess[str], int]:
     """`cellblock install NAME` of the `mode` attack under `limits`: how it ended, and the most
     memory (KiB) the command itself held."""
@@ -154,7 +170,7 @@ def install(
     config = tmp / f"{name}.yaml"
     server = {"install": {"npm": f"cb-{mode}@1.0.0"}, "jail": {"limits": limits}}
     config.write_text(yaml.safe_dump({"version": 1, "servers": {name: server}}))
-    command = [sys.executable, "-c", MEASURED, "lift" if lift else "keep", "install", name, "--config", str(config)]
+    command = [sys.executable, "-c", MEASURED, lift, "install", name, "--config", str(config)]
     done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, timeout=300, check=False)
     *rest, last = done.stderr.rstrip("\n").split("\n")
     assert last.startswith("peak-rss-kib "), done.stderr[-2000:]
@@ -204,7 +220,7 @@ def test_an_install_script_that_floods_its_output_leaves_the_installers_memory_b
 ) -> None:
     flood = ATTACKS["flood"]
     # control: the same install with the cap taken off what it keeps of the output holds all of it
-    whole, held = install(place, "flood-whole", "flood", {}, lift=True)
+    whole, held = install(place, "flood-whole", "flood", {}, lift="output")
     assert whole.returncode == 1 and "flood: the end" in whole.stderr, whole.stderr[-2000:]
     assert held * 1024 > flood, held
 
@@ -384,3 +400,25 @@ def test_an_install_script_that_hides_its_writes_from_a_users_gateway_is_stopped
     assert "a directory it keeps the gateway from looking into" in done.stderr, done.stderr[-2000:]
     assert hidden.most < 256 * MIB, f"{hidden.most:,} bytes at most"
     assert [p.name for p in (users / "hide").iterdir()] == [".lock"]  # nothing of it is left
+
+
+def read_bytes(done: subprocess.CompletedProcess[str]) -> int:
+    """What `cellblock install` read in all (its `rchar`), as `MEASURED` says at its end."""
+    found = re.search(r"^read-bytes (\d+)$", done.stderr, re.M)
+    assert found is not None, done.stderr[-2000:]
+    return int(found.group(1))
+
+
+def test_an_install_whose_files_are_links_to_one_reads_that_file_once(place: tuple[Path, dict[str, str]]) -> None:
+    """A tree's disk counts each inode once, and the install's record read the file again for each
+    link: 500 links to 4 MiB were 2 GB to read (4,000 links to 16 MiB: 64 GB, hours)."""
+    control, _ = install(place, "links-each", "links", {}, lift="links")  # each link read, as before
+    assert control.returncode == 0, control.stderr[-2000:]
+    assert read_bytes(control) > 2000 * MIB, read_bytes(control)
+
+    done, _ = install(place, "links", "links", {})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert read_bytes(done) < 256 * MIB, read_bytes(done)
+    record = json.loads((place[0] / "data" / "installs" / "links.json").read_text())
+    linked = [what for path, what in record["files"].items() if path.startswith("node_modules/cb-links/links/")]
+    assert len(linked) == 501 and len(set(linked)) == 1  # every link recorded, with the one file's hash
