@@ -26,6 +26,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from tests import peers
 from tests.integration.conftest import write_config
 from tests.integration.test_jail import HOSTILE, ROOT, attempt
 from tests.integration.test_limits import events
@@ -96,16 +97,20 @@ async def as_user() -> AsyncIterator[tuple[Client, str, Path]]:
         # the honest control: the same server, its memory limit above what the hog writes
         "roomy": server | {"jail": {"read_only": grants, "limits": {"memory": "1GiB"}}},
     }
-    config = write_config(area, servers)
-    env = {"PYTHONPATH": path, "CELLBLOCK_STATE_DIR": str(area / "state"), "XDG_RUNTIME_DIR": str(area / "run")}
-    serve = [SYSTEM_PYTHON, "-m", "cellblock.gateway.cli.main", "serve", "--config", str(config)]
-    runuser = shutil.which("runuser") or "runuser"
-    params = StdioServerParameters(command=runuser, args=["-u", user.pw_name, "--", *serve], env=env)
     try:
-        async with Client(params, mode="auto", cache=None) as client:
+        async with Client(served(user.pw_name, area, servers), mode="auto", cache=None) as client:
             yield client, user.pw_dir, area / "state" / "audit.jsonl"
     finally:
         shutil.rmtree(area)
+
+
+def served(user: str, area: Path, servers: dict[str, Any]) -> StdioServerParameters:
+    """`cellblock serve` of `servers`, run by `user` from the copies in `area` (`user_area`)."""
+    config = write_config(area, servers)
+    path = f"{area / 'checkout'}:{area / 'packages'}"
+    env = {"PYTHONPATH": path, "CELLBLOCK_STATE_DIR": str(area / "state"), "XDG_RUNTIME_DIR": str(area / "run")}
+    serve = [SYSTEM_PYTHON, "-m", "cellblock.gateway.cli.main", "serve", "--config", str(config)]
+    return StdioServerParameters(command=shutil.which("runuser") or "runuser", args=["-u", user, "--", *serve], env=env)
 
 
 async def test_a_users_jail_holds_no_more_in_its_tmpfs_mounts_than_its_memory_limit(
@@ -139,3 +144,58 @@ async def test_a_users_jail_keeps_no_more_files_in_its_tmpfs_mounts_than_its_mem
     held = await attempt(client, "tight", "tmpfs_files", {"count": HOG_FILES, "places": places})
     assert not held["got_through"] and held["amount"] <= 4096, held["detail"]
     assert held["detail"].count("ENOSPC") == 3, held["detail"]
+
+
+@pytest.fixture(scope="module")
+async def real_servers() -> AsyncIterator[Client]:
+    """A gateway an ordinary user runs (rlimits only), with the real npm server-everything on Node
+    and PyPI mcp-server-time on the system Python: copies of the peers the user may read, each jail
+    with 1 GiB (what Node needs of RLIMIT_DATA) and its /tmp, home and /dev/shm sized within it."""
+    node, everything = peers.node(), peers.everything()
+    time_server = Path(peers.time_server()[0])
+    site = time_server.parent.parent / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    user = ensure_user()
+    area, _, _ = user_area(user.pw_uid, user.pw_gid)
+    try:
+        copies = area / "peers"
+        shutil.copytree(peers.NODE_MODULES, copies / "node_modules", symlinks=True, copy_function=_link_or_copy)
+        shutil.copytree(site / "site-packages", copies / "site-packages", symlinks=True, copy_function=_link_or_copy)
+        (copies / "bin").mkdir()
+        _link_or_copy(node, str(copies / "bin" / "node"))
+        for path in [copies, *copies.rglob("*")]:
+            if path.is_dir() and not path.is_symlink():
+                path.chmod(0o755)
+        script = copies / "node_modules" / Path(everything[1]).relative_to(peers.NODE_MODULES)
+        limits = {"limits": {"memory": "1GiB"}}
+        servers = {
+            "everything": {
+                "command": str(copies / "bin" / "node"),
+                "args": [str(script), *everything[2:]],
+                "timeout": 30,
+                "jail": {"read_only": [str(copies / "node_modules")], **limits},
+            },
+            "time": {
+                "command": SYSTEM_PYTHON,
+                "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"],
+                "env": {"PYTHONPATH": str(copies / "site-packages")},
+                "jail": {"read_only": [str(copies / "site-packages")], **limits},
+            },
+        }
+        async with Client(served(user.pw_name, area, servers), mode="auto", cache=None) as client:
+            yield client
+    finally:
+        shutil.rmtree(area)
+
+
+@pytest.mark.peers
+async def test_real_node_and_python_servers_run_in_a_users_jail_with_its_tmpfs_mounts_sized(
+    real_servers: Client,
+) -> None:
+    """Fit: the sized /tmp, home and /dev/shm (bytes and files) and the read-only /dev, under rlimits."""
+    names = {tool.name for tool in (await real_servers.list_tools()).tools}
+    echo = next(n for n in names if n.startswith("everything") and n.endswith("echo"))
+    now = next(n for n in names if n.startswith("time") and n.endswith("get_current_time"))
+    echoed = await real_servers.call_tool(echo, {"message": "from a sized jail"})
+    assert not echoed.is_error and "from a sized jail" in str(echoed.content)
+    told = await real_servers.call_tool(now, {"timezone": "UTC"})
+    assert not told.is_error and '"timezone": "UTC"' in str(told.content), told.content
