@@ -68,14 +68,15 @@ class ServerKeys:
     async def register(self) -> None:
         """Tell the audit log this server's credentials, each with its name, before a call to it
         is recorded (so a value echoed in a call's arguments is redacted even before the server
-        has started) and before a call to another server is judged (once)."""
+        has started) and before a call to another server is judged (once: a reading cancelled
+        part way is done again by the next)."""
         if self._known or self.audit is None:
             return
-        self._known = True
         oauth = isinstance(self.config, RemoteServer) and self.config.auth.type == "oauth"
         # an OAuth server's tokens are in their own entries (read below), not under its name
         entries = [(e, what) for e, what in entries_of(self.name, self.config) if not (oauth and e == self.name)]
         if not entries and not oauth:
+            self._known = True
             return
         with contextlib.suppress(CredentialError):  # missing or refused: starting the server says so
             for entry, what in entries:
@@ -88,6 +89,7 @@ class ServerKeys:
                 storage = KeyringTokenStorage(self.keyring(), self.name)
                 storage.on_secret = lambda value: self.add(value, _named("OAuth token", storage.tokens_entry))
                 await storage.get_tokens()
+        self._known = True  # only now: a call must not find this server's secrets taken as read
 
     def keyring(self) -> Keyring:
         if self._store is None:
