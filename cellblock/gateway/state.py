@@ -270,7 +270,7 @@ def locked(path: Path, timeout: float = LOCK_SECONDS) -> Iterator[None]:
     """
     lock = path.with_name(path.name + ".lock")
     with _state_write(lock):
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_dirs(path.parent)  # 0700 whatever the umask, as every directory Cellblock makes
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         deadline = time.monotonic() + timeout

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -82,3 +83,14 @@ def test_a_lock_held_too_long_is_a_refusal_naming_it_and_then_it_is_had(tmp_path
         holder.communicate("")
     with locked(path, timeout=1):  # the control: once it is let go, the lock is had at once
         pass
+
+
+def test_the_lock_makes_the_directories_it_needs_private_whatever_the_umask(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "cellblock" / "approvals.json"
+    before = os.umask(0o002)  # Ubuntu's for users
+    try:
+        with locked(path):
+            pass
+    finally:
+        os.umask(before)
+    assert [oct(p.stat().st_mode & 0o777) for p in (path.parent.parent, path.parent)] == ["0o700", "0o700"]
