@@ -14,7 +14,7 @@ import pytest
 
 from cellblock.gateway.serve import remembered
 from cellblock.gateway.serve.remembered import Remembered
-from cellblock.gateway.state import StateWriteError, locked
+from cellblock.gateway.state import StateWriteError, atomic_write_json, locked
 
 WRITERS, EACH = 6, 25
 # Holds an flock of argv[1] until its stdin closes; says "held" once it has it.
@@ -94,3 +94,15 @@ def test_the_lock_makes_the_directories_it_needs_private_whatever_the_umask(tmp_
     finally:
         os.umask(before)
     assert [oct(p.stat().st_mode & 0o777) for p in (path.parent.parent, path.parent)] == ["0o700", "0o700"]
+
+
+def test_a_file_replaced_within_one_tick_of_the_clock_is_read_again(tmp_path: Path) -> None:
+    path = tmp_path / "approvals.json"
+    gateway = Remembered(path)
+    atomic_write_json(path, {"version": 2, "always": {"p": ["echo"]}})
+    assert gateway.table() == {"p": {("tool", "echo")}}
+    stamp = path.stat()
+    atomic_write_json(path, {"version": 2, "always": {"p": ["ohce"]}})  # a revoke and a grant no gateway was told of
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # as a coarse clock stamps two writes alike
+    assert path.stat().st_size == stamp.st_size
+    assert gateway.table() == {"p": {("tool", "ohce")}}

@@ -10,7 +10,8 @@ dir's lock for the file (`state.locked`): the file is read again under it, chang
 whole, so two writers at once (two gateways, or a gateway and the CLI) never lose each other's
 change, and a revoke is never undone by a gateway writing from a copy made before it. Reading
 needs no lock, as the file is only ever replaced whole; a gateway reads it again whenever it has
-changed on disk.
+changed on disk: its inode, times or size differ (a write replaces the file with a new one,
+whose inode is not the one it replaced, so a write within one tick of a coarse clock is seen).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ ITEM_PREFIXES = ("prompt:", "resource:")
 
 Table = dict[str, set[tuple[str, str]]]  # server -> {(kind, name)}
 T = TypeVar("T")
+_UNREAD = (-1, -1, -1, -1)  # what no file is: read it at the next answer
+_MISSING = (0, 0, 0, 0)
 
 
 class Remembered:
@@ -39,22 +42,23 @@ class Remembered:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._table: Table = {}
-        self._mtime = -1.0
+        self._seen = _UNREAD  # (inode, mtime, ctime, size) of the file as it was last read
 
     def table(self) -> Table:
         """server -> {(kind, name)} always allowed; read again when the file changed (a revoke elsewhere)."""
         try:
-            mtime = os.stat(self.path).st_mtime_ns / 1e9
+            info = os.stat(self.path)
+            seen = (info.st_ino, info.st_mtime_ns, info.st_ctime_ns, info.st_size)
         except OSError:
-            mtime = 0.0
-        if mtime != self._mtime:
+            seen = _MISSING
+        if seen != self._seen:
             self._table = read_always(read_json(self.path))
-            self._mtime = mtime
+            self._seen = seen
         return self._table
 
     def stale(self) -> None:
         """Read the file again before the next answer, whatever its time stamp says."""
-        self._mtime = -1.0
+        self._seen = _UNREAD
 
     def add(self, server: str, kind: str, name: str) -> None:
         """Allow `name` (of `kind`) of `server` always. It blocks on the lock: call it off the event loop.
