@@ -137,8 +137,9 @@ def scrub_result(result: dict[str, Any], pattern: re.Pattern[str] | None) -> dic
 
 # -- whose each secret is, and the secrets a call carries to a server they are not for ----------
 
-MIN_CARRIED = 8  # shorter values are looked for in results (redacted), not in arguments (refused)
-_MIN_ENCODED = 12  # an encoded form this short would match ordinary text by chance
+# shorter values are looked for in results (redacted), not in arguments (refused); every encoded
+# form of a value this long is at least as long (base64 of 8 bytes: 10 characters at any offset)
+MIN_CARRIED = 8
 # what a value the gateway holds is called when the code that learnt it did not say
 UNNAMED = "a credential of its connection (an OAuth token or key)"
 
@@ -180,7 +181,7 @@ def _forms(value: str) -> set[str]:
     encoded = {quote(value, safe=""), quote(value), quote_plus(value), data.hex(), data.hex().upper()}
     encoded |= set(_base64_cores(data))
     escaped = json.dumps(value, ensure_ascii=False)[1:-1]
-    return {value, escaped} | {form for form in encoded if len(form) >= _MIN_ENCODED}
+    return {value, escaped} | encoded
 
 
 class HeldSecrets:

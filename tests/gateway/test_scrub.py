@@ -12,6 +12,7 @@ from urllib.parse import quote, quote_plus
 import pytest
 
 from cellblock.gateway.scrub import (
+    MIN_CARRIED,
     REDACTED,
     UNNAMED,
     HeldSecrets,
@@ -119,6 +120,16 @@ def test_another_servers_secret_is_found_in_every_form_and_named(arguments: dict
     found = held().carried("b", arguments)
     assert [str(h) for h in found] == ["the secret API_KEY (keyring entry 'a-key') of server 'a'"]
     assert SECRET not in json.dumps(held().hidden("b", arguments))
+
+
+@pytest.mark.parametrize("size", [MIN_CARRIED, MIN_CARRIED + 1])
+def test_a_secret_as_short_as_is_looked_for_is_found_in_base64_at_every_offset(size: int) -> None:
+    secret = "Kp3#vX9q!w"[:size]
+    secrets = HeldSecrets()
+    secrets.add(secret, "a", "secret PIN")
+    for n in range(3):
+        encoded = base64.b64encode(b"x" * n + secret.encode() + b"tail").decode()
+        assert [h.name for h in secrets.carried("b", {"k": encoded})] == ["secret PIN"], f"after {n} bytes"
 
 
 def test_a_secret_of_digits_passed_as_a_number_is_found() -> None:
