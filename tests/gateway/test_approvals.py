@@ -9,6 +9,7 @@ import json
 import re
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -17,7 +18,7 @@ import pytest
 
 from cellblock.gateway.ask.forms import MAX_VALUE, SHOW_FULL
 from cellblock.gateway.audit.log import Audit
-from cellblock.gateway.serve.approvals import APPROVAL_KEY, MAX_PENDING, Approvals, NeedsInput
+from cellblock.gateway.serve.approvals import APPROVAL_KEY, MAX_PENDING, Approvals, NeedsInput, OnceOnly
 from cellblock.gateway.serve.pipeline import Asking, Call
 from cellblock.policy.types import Decision, Verdict
 
@@ -218,6 +219,32 @@ async def test_a_call_waits_for_the_answer_from_the_cli(tmp_path: Path, scope: s
     [verdict] = verdicts
     assert (verdict.decision is Decision.ALLOW) is allowed
     assert approvals_.pending == {} and not await approvals_.answer(ident, scope)  # answered once
+
+
+async def test_a_request_for_the_clients_model_is_allowed_from_the_cli_once_never_for_good(tmp_path: Path) -> None:
+    approvals_ = approvals(tmp_path, timeout=30)
+    text = types.TextContent(type="text", text="summarize")
+    params = types.CreateMessageRequestParams(messages=[types.SamplingMessage(role="user", content=text)], max_tokens=9)
+    refusals: list[str | None] = []
+
+    async def sample() -> None:
+        refusals.append(await approvals_.sampling("p", params, SimpleNamespace(can_elicit=False, asker=None)))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sample)
+        await anyio.wait_all_tasks_blocked()
+        [ident] = approvals_.pending
+        for scope in ("session", "always"):
+            with pytest.raises(
+                OnceOnly, match=f"it can be allowed once, not --{scope}; run 'cellblock approve {ident}'"
+            ):
+                await approvals_.answer(ident, scope)
+        assert list(approvals_.pending) == [ident]  # still asked
+        assert await approvals_.answer(ident, "once")
+    assert refusals == [None]
+    assert approvals_.session == set() and approvals_.always() == {}  # nothing said to be kept is kept
+    granted = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [e["scope"] for e in granted if e["event"] == "approval_granted"] == ["once"]
 
 
 async def test_an_approval_from_the_cli_after_the_call_gave_up_lets_its_retry_through_once(tmp_path: Path) -> None:

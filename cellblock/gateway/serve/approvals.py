@@ -62,6 +62,7 @@ __all__ = [
     "APPROVAL_KEY",
     "Approvals",
     "NeedsInput",
+    "OnceOnly",
     "approval_form",
     "can_elicit",
     "choice_schema",
@@ -87,6 +88,11 @@ class NeedsInput(Exception):
     def __init__(self, result: types.InputRequiredResult) -> None:
         super().__init__("input required")
         self.result = result
+
+
+class OnceOnly(ValueError):
+    """An answer that would be remembered, to a question that is asked every time: a server's
+    request for the client's model (`sampling: ask`) is allowed once or denied, never for good."""
 
 
 @dataclass
@@ -319,8 +325,15 @@ class Approvals:
 
         Raises:
             StateWriteError: "always" could not be saved; the approval stays pending, unanswered.
+            OnceOnly: "session" or "always" for a request for the client's model; it stays pending.
         """
         self._expire()
+        asked = self.pending.get(ident)
+        if asked is not None and asked.kind == "sampling" and scope in ("session", "always"):
+            raise OnceOnly(
+                f"'{ident}' is a request of server '{asked.server}' to use your model, which is asked each time "
+                f"(sampling: ask): it can be allowed once, not --{scope}; run 'cellblock approve {ident}'"
+            )
         item = self.pending.pop(ident, None)  # taken while "always" is saved: a second answer finds none
         if item is None:
             return False

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.downstream.supervisor import Downstream
-from cellblock.gateway.serve.approvals import Approvals
+from cellblock.gateway.serve.approvals import Approvals, OnceOnly
 from cellblock.gateway.serve.control import NOT_FOUND
 from cellblock.gateway.state import StateWriteError
 
@@ -45,6 +45,8 @@ class Operations:
                 found = await self.gateway.approvals.answer(ident, scope)
             except StateWriteError as exc:  # the approval stays pending: approve it for now, or free space
                 return {"ok": False, "error": f"the 'always' approval was not saved: {exc}; it is still pending"}
+            except OnceOnly as exc:
+                return {"ok": False, "error": str(exc)}
             if not found:
                 return {"ok": False, "error": f"no pending approval '{ident}'", "code": NOT_FOUND}
             return {"ok": True}
