@@ -184,3 +184,13 @@ async def test_what_a_client_makes_the_guard_log_is_budgeted(caplog: pytest.LogC
             assert await ask(guard, {"Host": "evil.example:4567"}) == 421  # every one refused
             assert await ask(guard, {"Host": "localhost:4567", "Origin": "http://evil.example"}) == 403
     assert 1 <= len(caplog.records) <= 21  # not a line each: a client would grow the log at will
+
+
+async def test_the_guards_refusals_and_uvicorns_lines_share_one_budget(caplog: pytest.LogCaptureFixture) -> None:
+    guard = Guard(passed, Bind("127.0.0.1", 0), 4567, None)
+    bad_lines = [logging.makeLogRecord({"msg": "Invalid HTTP request received."}) for _ in range(500)]
+    assert 1 <= sum(guard.told.filter(record) for record in bad_lines) <= 21  # uvicorn's, through the filter
+    with caplog.at_level(logging.WARNING, logger="cellblock.gateway.serve.http"):
+        for _ in range(50):
+            assert await ask(guard, {"Host": "evil.example:4567"}) == 421
+    assert len(caplog.records) <= 1  # spent by the other: not twice the lines for two ways in

@@ -19,7 +19,8 @@ then failed for good). So the gateway accepts its connections itself (`Connectio
   wait for it (the connection, or the last answer on it), and an answer the kernel holds no more
   of for the client must be taken within as long: a client that never reads would otherwise hold
   its connection for good, answered and so never waiting for a request;
-- a failed accept waits and tries again, and what a client makes the gateway log is budgeted.
+- a failed accept waits and tries again, and what a client makes the gateway log is budgeted
+  (`http.BudgetedLog`).
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ __all__ = [
     "ARRIVAL_SECONDS",
     "MAX_CONNECTIONS",
     "RESERVED_FILES",
-    "BudgetedLog",
     "Connection",
     "Connections",
     "connection_cap",
@@ -66,8 +66,8 @@ FEWEST_CONNECTIONS = 8
 RESERVED_FILES = 64
 # Where the hard limit is "unlimited", the soft one is raised this far (Linux's default nr_open).
 _MOST_FILES = 1 << 20
-# Lines about one kind of trouble a client can cause, at most: 20 at once, then one every 10 s.
-_TELL_RATE, _TELL_BURST = 0.1, 20.0
+# A report of the gateway's own trouble with its connections: one every 10 s at most, with a count.
+_TELL_RATE = 0.1
 
 
 def open_files() -> int:
@@ -94,18 +94,6 @@ def open_files() -> int:
 def connection_cap(files: int) -> int:
     """How many HTTP connections at once when the process may open `files` descriptors."""
     return max(FEWEST_CONNECTIONS, min(MAX_CONNECTIONS, (files - RESERVED_FILES) // 2))
-
-
-class BudgetedLog(logging.Filter):
-    """Passes a logger's records within a budget: what a client can make the gateway log (a bad
-    request, a refused Host) must not grow the log as fast as the client sends."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.budget = Budget(rate=_TELL_RATE, burst=_TELL_BURST)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return self.budget.take()
 
 
 class Connections:

@@ -45,12 +45,14 @@ from cellblock.policy.hosts import parse_rule
 if TYPE_CHECKING:
     from cellblock.gateway.serve.gateway import Gateway
 
-__all__ = ["MCP_PATH", "Bind", "Guard", "http_token", "parse_bind", "reaching", "serve_http"]
+__all__ = ["MCP_PATH", "Bind", "BudgetedLog", "Guard", "http_token", "parse_bind", "reaching", "serve_http"]
 
 logger = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+# Lines about trouble a client can cause, at most: 20 at once, then one every 10 s.
+_TELL_RATE, _TELL_BURST = 0.1, 20.0
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,19 @@ def parse_bind(text: str) -> Bind:
     return Bind(host, int(port))
 
 
+class BudgetedLog(logging.Filter):
+    """Passes a logger's records within one budget: what a client can make the gateway log (a
+    refused Host or Origin, a request uvicorn cannot parse) must not grow the log as fast as the
+    client sends. One for all of it (`Guard.told`, a filter on uvicorn's log too)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.budget = Budget(rate=_TELL_RATE, burst=_TELL_BURST)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.budget.take()
+
+
 def _loopback_host(host: str) -> bool:
     name = host[1 : host.index("]")] if host.startswith("[") and "]" in host else host.partition(":")[0]
     if name == "localhost":
@@ -130,7 +145,7 @@ class Guard:
         self.hosts = frozenset({f"{name}:{port}" for name in names} | (names if port == 80 else set()))
         self._expected = f"Bearer {token}".encode() if token is not None else None
         # a client decides how often a refusal is logged: a line each would let it grow the log at will
-        self._told = Budget(rate=0.1, burst=20.0)
+        self.told = BudgetedLog()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -148,12 +163,12 @@ class Guard:
     def _refusal(self, headers: Headers) -> Response | None:
         host = headers.get("host", "")
         if self.loopback and host not in self.hosts:
-            if self._told.take():
+            if self.told.budget.take():
                 logger.warning("refused an HTTP request for Host %r: not this gateway's loopback address", host[:100])
             return Response("Invalid Host header", status_code=421)
         origin = headers.get("origin")
         if origin is not None and not self._origin_allowed(origin, host):
-            if self._told.take():
+            if self.told.budget.take():
                 logger.warning("refused an HTTP request from Origin %r", origin[:100])
             return Response("Invalid Origin header", status_code=403)
         if self._expected is not None:
@@ -249,7 +264,7 @@ async def serve_http(gateway: Gateway, bind: Bind, sock: socket.socket, token: s
     import uvicorn  # only an HTTP gateway needs it
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from cellblock.gateway.serve.connections import BudgetedLog, Connection, Connections, connection_cap, open_files
+    from cellblock.gateway.serve.connections import Connection, Connections, connection_cap, open_files
 
     app = gateway.server.streamable_http_app(
         streamable_http_path=MCP_PATH,
@@ -281,12 +296,11 @@ async def serve_http(gateway: Gateway, bind: Bind, sock: socket.socket, token: s
             pool.stop()
             await super().shutdown()
 
+    guard = Guard(app, bind, port, token)
     # no WebSocket (MCP has none), so no request leaves the HTTP protocol the pool counts
-    config = uvicorn.Config(
-        Guard(app, bind, port, token), http="h11", ws="none", lifespan="on", log_level="warning", access_log=False
-    )
-    # what a client can make uvicorn log (a bad request line) is budgeted like the Guard's refusals
-    logging.getLogger("uvicorn.error").addFilter(BudgetedLog())
+    config = uvicorn.Config(guard, http="h11", ws="none", lifespan="on", log_level="warning", access_log=False)
+    # what a client can make uvicorn log (a bad request line) shares the budget of the Guard's refusals
+    logging.getLogger("uvicorn.error").addFilter(guard.told)
     server = Server(config)
     try:
         async with gateway.running() as tg:
