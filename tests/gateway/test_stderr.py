@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from cellblock.gateway.downstream import stderr
 from cellblock.gateway.downstream.stderr import LAST_LINES, RELAY_CHARS, STDERR_BURST, StderrRelay
 
 SECRET = "sk-LEAKY-0123456789abcdefghijABCDEFGHIJ"
@@ -94,6 +96,16 @@ def test_a_flood_of_lines_is_cut_to_a_budget_said_in_the_log_and_keeps_only_the_
     assert STDERR_BURST // 2 < len(passed) < STDERR_BURST + 100 and passed[0] == b"[git stderr] 0"
     dropped = sum(int(r.getMessage().split(": ")[-1].split()[0]) for r in caplog.records)
     assert "server 'git' wrote more to stderr than" in caplog.text and dropped >= 200_000 - len(passed)
+
+
+def test_lines_are_written_whole_in_writes_no_other_writer_can_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    writes: list[bytes] = []
+    monkeypatch.setattr(stderr, "_write_all", lambda fd, data: writes.append(bytes(data)))
+    wide = "\u4e16" * (RELAY_CHARS + 50)  # 3 bytes a character, cut at RELAY_CHARS
+    relayed(b"".join(f"{n} {'x' * 900}\n".encode() for n in range(400)), f"{wide}\n{wide}\n".encode())
+    assert len(writes) > 1 and all(len(w) <= select.PIPE_BUF for w in writes)  # each is one atomic write
+    assert all(w.endswith(b"\n") and all(ln.startswith(b"[git stderr] ") for ln in w.splitlines()) for w in writes)
+    assert sum(len(w.splitlines()) for w in writes) == 402
 
 
 def test_what_a_terminal_or_client_would_act_on_is_escaped() -> None:

@@ -28,7 +28,7 @@ import threading
 import time
 import unicodedata
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from cellblock.gateway.downstream.ratelimit import Budget
 from cellblock.gateway.scrub import REDACTED, line_pattern
@@ -140,8 +140,8 @@ class StderrRelay:
                 break
             if line.strip():
                 out.append(self._mark + shown(_kept(line, len(line)), known, RELAY_CHARS).encode() + b"\n")
-        if out:
-            _write_all(self._target, b"".join(out))
+        for batch in _batches(out):
+            _write_all(self._target, batch)
         self._tell()
 
     def _tell(self, at_end: bool = False) -> None:
@@ -178,6 +178,23 @@ def _is_text(c: str) -> bool:
 
 def _escaped(c: str) -> str:
     return f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
+
+
+def _batches(lines: list[bytes]) -> Iterator[bytes]:
+    """`lines` joined into writes of whole lines of at most `PIPE_BUF` bytes each where they fit (on
+    Linux, 4 KiB, longer than any relayed line: `RELAY_CHARS` characters of at most 4 bytes and a
+    server's name of 24; macOS's 512 bytes holds most). A write that size is never interleaved with
+    another writer's to the same pipe (the gateway's own log, the relay of another server), even
+    when the pipe is full: a longer one can be, and the rest of a line split there would start a
+    line without its mark."""
+    batch = b""
+    for line in lines:
+        if batch and len(batch) + len(line) > select.PIPE_BUF:
+            yield batch
+            batch = b""
+        batch += line
+    if batch:
+        yield batch
 
 
 def _write_all(fd: int, data: bytes) -> None:
