@@ -216,31 +216,75 @@ async def test_a_servers_own_secret_passes_and_a_call_without_one_reads_nothing(
     assert records(log)[0]["arguments"] == {"path": "[redacted]"}
 
 
-async def test_the_first_decision_waits_once_for_every_servers_credentials(tmp_path: Path) -> None:
-    audit, learnt = Audit(tmp_path / "audit.jsonl"), []
-
-    async def learn() -> None:
-        await anyio.lowlevel.checkpoint()  # another call arrives meanwhile
-        learnt.append(1)
-        audit.add_secret(TOKEN, "gh", "secret GITHUB_TOKEN (keyring entry 'gh-token')")
-
+def learning(audit: Audit, learn: Any) -> Pipeline:
     rules = tuple(parse_rule_entry(pattern, decision) for pattern, decision in RULES.items())
-    path = Pipeline(
+    return Pipeline(
         lambda: catalog("read"),
         lambda name: None,
-        {"fs": Policy(default=Decision.DENY, rules=rules)},
+        {"fs": Policy(default=Decision.ALLOW, rules=rules)},
         audit,
         approver=Human(Decision.DENY),
         learn=learn,
     )
+
+
+async def test_a_decision_waits_for_the_one_reading_of_every_servers_credentials(tmp_path: Path) -> None:
+    audit, learnt, began = Audit(tmp_path / "audit.jsonl"), [], anyio.Event()
+    go = anyio.Event()
+
+    async def learn() -> None:
+        began.set()
+        await go.wait()  # calls arrive meanwhile
+        learnt.append(1)
+        audit.add_secret(TOKEN, "gh", "secret GITHUB_TOKEN (keyring entry 'gh-token')")
+
+    path = learning(audit, learn)
     assert not path.allow_now(Call("fs__read", {"path": "a"}), ("fs", "read"))  # not known yet: the SDK's path
     results: list[types.CallToolResult | None] = []
 
     async def admit(arguments: dict[str, Any]) -> None:
         results.append(await path.admit(Call("fs__read", arguments)))
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(admit, {"path": TOKEN})
-        tg.start_soon(admit, {"path": f"x{TOKEN}"})
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(path.learn_secrets)
+            await began.wait()
+            tg.start_soon(admit, {"path": TOKEN})
+            tg.start_soon(admit, {"path": f"x{TOKEN}"})
+            await anyio.wait_all_tasks_blocked()
+            assert results == []  # both wait for the reading
+            go.set()
     assert learnt == [1] and all(r is not None and r.is_error for r in results)
+    await path.learn_secrets()
+    assert learnt == [1]  # once
     assert path.allow_now(Call("fs__read", {"path": "a"}), ("fs", "read"))  # known now: the fast path decides
+
+
+async def test_a_keyring_that_never_answers_refuses_the_call_at_its_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A locked keyring whose prompt nobody answers: the call is refused with what to do, never let
+    through unchecked, and never held for good."""
+    monkeypatch.setattr("cellblock.gateway.serve.pipeline.KEYRING_SECONDS", 0.05)
+    log = tmp_path / "audit.jsonl"
+    path = learning(Audit(log), anyio.sleep_forever)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(path.learn_secrets)
+            refused = await path.admit(Call("fs__read", {"path": "a"}))
+            tg.cancel_scope.cancel()
+    assert "did not give Cellblock the secrets it holds within 0.05 s (is it locked?)" in text(refused)
+    assert decisions(log) == [("read", "deny", "secret")]
+
+
+async def test_a_keyring_that_fails_refuses_every_call_and_lets_none_through(tmp_path: Path) -> None:
+    async def broken() -> None:
+        raise RuntimeError("the bus went away")
+
+    log = tmp_path / "audit.jsonl"
+    path = learning(Audit(log), broken)
+    await path.learn_secrets()
+    assert not path.allow_now(Call("fs__read", {"path": "a"}), ("fs", "read"))
+    refused = await path.admit(Call("fs__read", {"path": "a"}))
+    assert "could not read the secrets it holds from the keyring (RuntimeError)" in text(refused)
+    assert decisions(log) == [("read", "deny", "secret")]

@@ -281,6 +281,7 @@ class Gateway:
         inside; on leaving, every server is stopped."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            tg.start_soon(self.pipeline.learn_secrets)  # what no call may carry to another server
             unknown: list[Downstream] = []
             known: list[Downstream] = []
             for ds in self.downstreams.values():

@@ -18,12 +18,14 @@ approvals, the same `call` audit record (its `tool` is "prompt:NAME" or "resourc
 another server, or its own (the HTTP token), in any form `scrub.HeldSecrets.carried` knows: a
 model can be tricked into copying a token from one tool's output into another tool's call. A
 server's own secret is let through: it holds it already, and refusing it would break a server
-whose tools take the key they were configured with. The first decision waits (once) until
-every server's credentials have been read from the keyring, so that no secret is unknown then.
+whose tools take the key they were configured with. Every server's credentials are read from
+the keyring once, as the gateway starts (`learn_secrets`); a decision before that has ended
+waits for it, at most `KEYRING_SECONDS`, and is refused past that rather than let through.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -92,6 +94,13 @@ class _Waits(Exception):
     """A stage would wait for someone (the human); the fast decision leaves the call to `admit`."""
 
 
+logger = logging.getLogger(__name__)
+
+# Seconds a call waits for the secrets the gateway holds to be read from the keyring (begun once,
+# when the gateway starts): a keyring that must first be unlocked waits for a person. Past it the
+# call is refused, since what it carries cannot be checked.
+KEYRING_SECONDS = 60.0
+
 # A stage looks at the call and either lets it on (None), refuses it (raises Refused), or needs to
 # wait for someone: the wait it returns refuses, or narrows the call, by raising or by returning.
 Wait = Callable[[], Awaitable[None]]
@@ -105,7 +114,7 @@ class Pipeline:
     decision: `admit` waits where a stage asks to, `allow_now` (the fast path's) stops there and
     says nothing; `admit_item` runs the same stages from secrets on, but the lock. Forwarding and
     the audit of the call's end are the call's own (`serve/calls.ToolCall`). `learn` reads every
-    server's credentials (None: the config names none).
+    server's credentials (None: the config names none), once, in `learn_secrets`.
     """
 
     def __init__(
@@ -125,8 +134,10 @@ class Pipeline:
         self._approver = approver
         self._reviewer = reviewer
         self._learn = learn
-        self._learned = learn is None  # every server's credentials are known to `audit.held`
-        self._learning: anyio.Event | None = None
+        self._learned = anyio.Event()  # every server's credentials are known to `audit.held`...
+        self._unread: str | None = None  # ...unless this says why they could not be read
+        if learn is None:
+            self._learned.set()
         self.stages: tuple[Stage, ...] = (
             *(self._route, self._secrets, self._lock),
             *(self._policy, self._approval, self._record),
@@ -196,33 +207,49 @@ class Pipeline:
         call.held = route is None
         return None
 
+    async def learn_secrets(self) -> None:
+        """Read every server's credentials into `audit.held`, once; the gateway starts this when it
+        starts, and until it has ended a call waits for it (`KEYRING_SECONDS` at most)."""
+        if self._learned.is_set():
+            return
+        try:
+            if self._learn is not None:
+                await self._learn()
+        except Exception as exc:  # the top of its own task: every call is refused, none let through
+            logger.exception("could not read the secrets Cellblock holds from the keyring")
+            self._unread = (
+                f"Cellblock could not read the secrets it holds from the keyring ({type(exc).__name__}), so "
+                "no call can be checked for a secret another server holds; see 'cellblock doctor', then "
+                "restart the client"
+            )
+        finally:
+            self._learned.set()
+
     def _secrets(self, call: Call) -> Wait | None:
-        if self._learned:
+        if self._learned.is_set():
             self._carries_no_secret(call)
             return None
 
-        async def learn() -> None:
-            await self._learn_all()
+        async def learned() -> None:
+            with anyio.move_on_after(KEYRING_SECONDS):
+                await self._learned.wait()
             self._carries_no_secret(call)
 
-        return learn
-
-    async def _learn_all(self) -> None:
-        """Read every server's credentials once; a call meanwhile waits for the same reading."""
-        while not self._learned:
-            if self._learning is not None:
-                await self._learning.wait()
-                continue
-            self._learning = reading = anyio.Event()
-            try:
-                if self._learn is not None:
-                    await self._learn()
-                self._learned = True
-            finally:  # a cancelled reading is started again by the next call
-                self._learning = None
-                reading.set()
+        return learned
 
     def _carries_no_secret(self, call: Call) -> None:
+        if self._unread is not None:
+            raise Refused(Verdict(Decision.DENY, "secret", self._unread))
+        if not self._learned.is_set():
+            raise Refused(
+                Verdict(
+                    Decision.DENY,
+                    "secret",
+                    f"the keyring did not give Cellblock the secrets it holds within {KEYRING_SECONDS:g} s "
+                    "(is it locked?), so this call cannot be checked for a secret another server holds; "
+                    "unlock it, and call again",
+                )
+            )
         held = self._audit.held
         carries = call.item if call.kind == "resource" else call.arguments
         try:
