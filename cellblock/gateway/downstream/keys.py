@@ -8,11 +8,12 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.model import LocalServer, RemoteServer, entries_of
 from cellblock.gateway.credentials import CredentialError, Keyring
+from cellblock.gateway.scrub import Held
 
 if TYPE_CHECKING:
     from cellblock.gateway.downstream.discovery import DiscoveryRefused
@@ -34,6 +35,15 @@ class ServerKeys:
 
     def pattern(self) -> re.Pattern[str] | None:
         return self.audit.secret_pattern() if self.audit is not None else None
+
+    def carried(self, value: Any) -> list[Held]:
+        """The secrets held for another server (or the gateway's own) that `value`, on its way to
+        this server, carries.
+
+        Raises:
+            Scrubbed: `value` is nested too deeply to be checked.
+        """
+        return self.audit.held.carried(self.name, value) if self.audit is not None else []
 
     def refused(self, refused: DiscoveryRefused) -> None:
         # the server pointed OAuth somewhere it may not go: recorded with the origin only, never a path or token

@@ -12,7 +12,6 @@ refused the rest, and the first refusal is audited (`questions_capped`).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from pydantic import BaseModel, FileUrl
 
 from cellblock.gateway.ask.forms import refusal, sampling_refusal
 from cellblock.gateway.config.model import LocalServer, RemoteServer
+from cellblock.gateway.downstream.keys import ServerKeys
 from cellblock.gateway.downstream.launch import granted_roots
 from cellblock.gateway.downstream.rounds import Caller, DownstreamError
 from cellblock.gateway.scrub import Scrubbed
@@ -56,7 +56,7 @@ class Questions:
     sampling: str  # "deny" | "ask" | "allow"
     approve: SamplingApproval | None
     event: Callable[..., None]  # an audit event about this server
-    secrets: Callable[[], re.Pattern[str] | None]  # what finds the secrets the gateway holds
+    keys: ServerKeys  # the secrets the gateway holds, and whose each is
     owner: Callable[[], Caller | None]  # the call a question belongs to (`Downstream.owner`)
 
     # -- the SDK client's callbacks: questions that come over the server's session ---------
@@ -93,7 +93,7 @@ class Questions:
             DownstreamError: it is nested too deeply to be checked.
         """
         try:
-            clean, count = scrub_secrets(params.model_dump(by_alias=True, mode="json"), self.secrets())
+            clean, count = scrub_secrets(params.model_dump(by_alias=True, mode="json"), self.keys.pattern())
         except Scrubbed as exc:
             raise DownstreamError(f"server '{self.name}' sent a request that is {exc}") from None
         return (type(params).model_validate(clean), count) if count else (params, 0)
@@ -180,9 +180,31 @@ class Questions:
         self.event("sampling", decision="allow", max_output=params.max_tokens)
         params, _ = self.without_secrets(params)  # the client's model sees no secret of the gateway's
         try:
-            return await entry.asker.sample(params)
+            answer = await entry.asker.sample(params)
         except (MCPError, ValueError) as exc:
             raise DownstreamError(f"the client did not complete the sampling request of '{self.name}': {exc}") from exc
+        self._carries_no_secret(answer)
+        return answer
+
+    def _carries_no_secret(self, answer: types.CreateMessageResult) -> None:
+        """The model's answer goes to the server that asked: like a call's arguments, it must not
+        carry a secret held for another server (a model can be led to copy one there).
+
+        Raises:
+            DownstreamError: it does, named (never its value); audited.
+        """
+        try:
+            found = [held.name for held in self.keys.carried(answer.model_dump(by_alias=True, mode="json"))]
+        except Scrubbed as exc:
+            found = [f"(an answer {exc})"]
+        if found:
+            self.event(
+                "sampling", decision="deny", reason="the answer carries a secret held for another server", carried=found
+            )
+            raise DownstreamError(
+                f"the client's answer to the sampling request of '{self.name}' carries {', '.join(found)}, "
+                "held for another server; refused"
+            )
 
     def roots(self) -> types.ListRootsResult:
         """The directories granted to the server's jail that are the user's work (`granted_roots`),

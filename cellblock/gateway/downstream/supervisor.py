@@ -168,7 +168,7 @@ class Downstream:
         self.watched = Watched(self.name)
         self.keys = ServerKeys(self.name, self.config, self.audit, self.allow_insecure)
         self.questions = Questions(
-            self.name, self.config, self.sampling, self.approve_sampling, self._event, self.keys.pattern, self.owner
+            self.name, self.config, self.sampling, self.approve_sampling, self._event, self.keys, self.owner
         )
         self.changes = Refresher(self.refresh)
 
