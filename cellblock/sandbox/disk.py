@@ -21,15 +21,17 @@ up the file system's inodes), a file at least its length (a sparse file takes no
 An installer runs as the user the gateway runs as and may take its own directories' permissions
 away (`chmod 0300`: it can still write in one, and nobody without CAP_DAC_OVERRIDE can list it).
 A directory the walk cannot read stops the install: nothing an installer needs is hidden from the
-user it runs as. Once nothing writes in a tree any more, `remove_tree` gives the owner back what it
-needs of each directory before it removes it, which `shutil.rmtree` alone would leave behind.
+user it runs as; so does a path too long to measure (directories nested past PATH_MAX). Once
+nothing writes in a tree any more, `remove_tree` gives the owner back what it needs of each
+directory before it removes it, which `shutil.rmtree` alone would leave behind, and removes a tree
+however deep, which that (recursive, by path) cannot.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
-import shutil
 import stat
 import time
 from collections.abc import Iterator
@@ -42,25 +44,29 @@ __all__ = ["ENTRY_BYTES", "MEASURE_SECONDS", "DiskWatch", "remove_tree", "tree_b
 # long a measure takes (a tree of 100,000 files takes a few hundred milliseconds).
 MEASURE_SECONDS = 1.0
 _SHARE = 20
+SHOWN = 200  # characters of a path a message shows
 # What one entry of a tree takes at the least: a block, as most file systems give a file.
 ENTRY_BYTES = 4096
 
 
-def _entries(root: str, opening: bool = False) -> Iterator[os.stat_result]:
-    """What `lstat` says of every entry under `root`; an entry removed meanwhile is passed over.
-    `opening`: each directory is first opened to its owner (`_opened`): only where nothing writes.
-
-    Raises:
-        PermissionError: a directory cannot be read.
-    """
+def _directory(root: str) -> os.stat_result | None:
+    """What `lstat` says of `root` where it is a directory (not a link to one); None otherwise."""
     try:
         top = os.lstat(root)
     except FileNotFoundError:
+        return None
+    return top if stat.S_ISDIR(top.st_mode) else None
+
+
+def _entries(root: str) -> Iterator[os.stat_result]:
+    """What `lstat` says of every entry under `root`; an entry removed meanwhile is passed over.
+
+    Raises:
+        OSError: a directory cannot be read (PermissionError), or its path is longer than the
+            kernel takes (an installer can nest directories past PATH_MAX).
+    """
+    if _directory(root) is None:
         return
-    if not stat.S_ISDIR(top.st_mode):
-        return
-    if opening:
-        _opened(root, top.st_mode)
     todo = [root]
     while todo:
         try:
@@ -75,17 +81,7 @@ def _entries(root: str, opening: bool = False) -> Iterator[os.stat_result]:
                     continue
                 yield info
                 if stat.S_ISDIR(info.st_mode):
-                    if opening:
-                        _opened(entry.path, info.st_mode)
                     todo.append(entry.path)
-
-
-def _opened(path: str, mode: int) -> None:
-    """Give the owner of the directory `path` (of `mode`) back reading, writing and entering it.
-    By its path: only for a tree nothing writes in any more, where no link can take its place."""
-    if mode & stat.S_IRWXU != stat.S_IRWXU:
-        with contextlib.suppress(OSError):  # gone, or not ours: rmtree then leaves it
-            os.chmod(path, stat.S_IMODE(mode) | stat.S_IRWXU)
 
 
 def tree_bytes(root: str) -> int:
@@ -93,7 +89,7 @@ def tree_bytes(root: str) -> int:
     is more, and at least `ENTRY_BYTES`; each inode once however many links it has.
 
     Raises:
-        PermissionError: a directory in it cannot be read.
+        OSError: a directory in it cannot be read (see `_entries`).
     """
     seen: set[tuple[int, int]] = set()
     total = 0
@@ -107,13 +103,89 @@ def tree_bytes(root: str) -> int:
 
 
 def remove_tree(root: str) -> None:
-    """Remove `root` and all under it, whatever permissions were taken from its directories; what
-    cannot be removed even then (not the gateway's) stays. Only for a tree nothing writes in any more
-    (an installer's, once its jail has ended)."""
-    with contextlib.suppress(PermissionError):  # rmtree removes what it can
-        for _ in _entries(root, opening=True):
-            pass
-    shutil.rmtree(root, ignore_errors=True)
+    """Remove the directory `root` and all under it, however deep it is nested and whatever
+    permissions were taken from its directories; what cannot be removed even then (not the
+    gateway's) stays. Only for a tree nothing writes in any more (an installer's, once its jail has
+    ended).
+
+    By directory descriptors, never by a path from `root` (an installer can nest directories past
+    PATH_MAX) and without recursion (or past Python's recursion limit, where `shutil.rmtree` of
+    Python 3.11 stops): each directory is emptied with its subdirectories first moved up into
+    `root`, so no directory is ever more than one below it."""
+    top = _directory(root)
+    if top is None:
+        return
+    with contextlib.suppress(OSError):
+        _owned(root, top.st_mode)
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return  # gone, or not ours to open: it stays
+    try:
+        _empty(fd)
+    finally:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        os.rmdir(root)
+
+
+def _empty(top: int) -> None:
+    """Remove everything in the directory `top` (a descriptor): each directory in it is emptied,
+    what it holds removed or, a directory, moved up into `top` under a new name to be emptied in
+    its turn. Errors leave what they meet."""
+    names = os.listdir(top)
+    moved = itertools.count()
+    while names:
+        name = names.pop()
+        try:
+            mode = os.lstat(name, dir_fd=top).st_mode
+            if not stat.S_ISDIR(mode):
+                os.unlink(name, dir_fd=top)
+                continue
+            _owned(name, mode, top)
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
+        except OSError:
+            continue  # gone meanwhile, or not the gateway's: it stays
+        try:
+            with os.scandir(inner) as listed:
+                held = list(listed)  # listed whole first: the directory changes as it is emptied
+            for entry in held:
+                with contextlib.suppress(OSError):
+                    if not entry.is_dir(follow_symlinks=False):
+                        os.unlink(entry.name, dir_fd=inner)
+                        continue
+                    # moving a directory rewrites its `..`: it must be writable (rename(2))
+                    _owned(entry.name, entry.stat(follow_symlinks=False).st_mode, inner)
+                    up = _unused(top, moved)
+                    os.rename(entry.name, up, src_dir_fd=inner, dst_dir_fd=top)
+                    names.append(up)
+        except OSError:
+            pass  # it cannot be listed even now: it stays
+        finally:
+            os.close(inner)
+        with contextlib.suppress(OSError):
+            os.rmdir(name, dir_fd=top)
+
+
+def _owned(name: str, mode: int, directory: int | None = None) -> None:
+    """Give the owner of the directory `name` (of `mode`; relative to the descriptor `directory`)
+    back reading, writing and entering it. By its name: only for a tree nothing writes in any more.
+
+    Raises:
+        OSError: it is gone, or not the gateway's.
+    """
+    if mode & stat.S_IRWXU != stat.S_IRWXU:
+        os.chmod(name, stat.S_IMODE(mode) | stat.S_IRWXU, dir_fd=directory)
+
+
+def _unused(directory: int, counter: Iterator[int]) -> str:
+    """A name nothing in `directory` has: a rename onto an empty directory would replace it."""
+    while True:
+        name = f".cellblock-removing-{next(counter)}"
+        try:
+            os.lstat(name, dir_fd=directory)
+        except FileNotFoundError:
+            return name
 
 
 def _used(path: str) -> int:
@@ -124,6 +196,12 @@ def _used(path: str) -> int:
     except OSError:
         return 0
     return (fs.f_blocks - fs.f_bfree) * fs.f_frsize + (fs.f_files - fs.f_ffree) * ENTRY_BYTES
+
+
+def _shown(path: object) -> str:
+    """A path an installer made, short enough for a message (one nested past PATH_MAX is not)."""
+    text = os.fsdecode(path) if isinstance(path, (str, bytes)) else str(path)
+    return text if len(text) <= SHOWN else f"{text[:SHOWN]}… ({len(text):,} characters)"
 
 
 class DiskWatch:
@@ -140,12 +218,18 @@ class DiskWatch:
         self._used = _used(self.root)  # before the walk: what is written during it counts as growth
         try:
             self.measured = tree_bytes(self.root)
-        except PermissionError as exc:
+        except OSError as exc:  # what cannot be measured is past the cap: the install stops
             self.measured = self.cap + 1
             self._next = began
+            made = _shown(exc.filename)
+            if isinstance(exc, PermissionError):
+                return (
+                    f"it made {made}, a directory it keeps the gateway from looking into: no installer "
+                    "needs one, and the package should not be trusted"
+                )
             return (
-                f"it made {exc.filename}, a directory it keeps the gateway from looking into: no installer "
-                "needs one, and the package should not be trusted"
+                f"it made {made}, which the gateway cannot measure ({exc.strerror}): no installer needs "
+                "one, and the package should not be trusted"
             )
         took = time.monotonic() - began
         self._next = began + max(MEASURE_SECONDS, _SHARE * took)

@@ -3,7 +3,7 @@
 Each package comes from a registry on loopback (tests/registry.py) and its npm `postinstall` runs
 one attack (`HOSTILE`): a flood of output, a fork bomb, a memory hog, a disk filler, a disk taken in
 single calls (`fallocate`), empty files by the thousand, files of holes, a directory the gateway may
-not list, a file with thousands of links. Each is judged
+not list, a file with thousands of links, directories nested deeper than a path names. Each is judged
 on the host while the install runs (`Peak`: the attacker's processes and their memory, the bytes of
 the install's directory) and by what the install says; each has an honest control, the same
 package under limits above what it takes, whose script gets all it asks for and then fails on
@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cellblock.sandbox.disk import tree_bytes
+from cellblock.sandbox.disk import remove_tree, tree_bytes
 from cellblock.sandbox.limits import enforcement
 from tests.integration.test_limits_user import SYSTEM_PYTHON, user_area
 from tests.registry import npm_registry
@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.jail]
 
 MIB = 1 << 20
 MARK = f"cellblock-hostile-install-{os.getpid()}"  # on the attacker's command line, so the host can count it
-GOES_ON = ("sparse", "links")  # the attacks whose install succeeds if nothing stops it
+GOES_ON = ("sparse", "links", "nest")  # the attacks whose install succeeds if nothing stops it
 HOLD = 2  # seconds the fork bomb's children and the memory hog's memory stay: the host sees them
 # The attack, run by npm as the package's postinstall: `python3 hostile.py MODE AMOUNT MARK`.
 HOSTILE = f"""
@@ -103,17 +103,26 @@ elif mode == "links":  # one file of 4 MiB and AMOUNT links to it; then the inst
     for i in range(amount):
         os.link("links/file", f"links/{{i}}")
     print(f"linked {{amount}} times")
+elif mode == "nest":  # AMOUNT directories each in the one before: deeper than Python recurses, the
+    at = os.open(".", os.O_RDONLY)  # last 30 with long names, past PATH_MAX (made by descriptors)
+    for i in range(amount):
+        name = "d" if i < amount - 30 else "d" * 200
+        os.mkdir(name, dir_fd=at)
+        inner = os.open(name, os.O_RDONLY, dir_fd=at)
+        os.close(at)
+        at = inner
+    print(f"nested {{amount}}")
 sys.exit(0 if mode in {GOES_ON!r} else 1)  # the controls' way to have npm show what they did
 """
 ATTACKS = {
     **{"flood": 200_000_000, "fork": 200, "memory": 512, "fill": 512, "allocate": 64},
-    **{"touch": 40_000, "sparse": 64, "hide": 256, "links": 500},
+    **{"touch": 40_000, "sparse": 64, "hide": 256, "links": 500, "nest": 1230},
 }
 # `cellblock install`, run as the user runs it, saying at its end the most memory it held: its
 # own (the installer's processes are in the jail), since it started (VmHWM; ru_maxrss would count
 # what the test process held when it spawned it), and the bytes it read. `lift` takes a defence
 # out, for a control: "output" the cap on the output it keeps, "links" reading a file once for all
-# its links.
+# its links, "remove" the removal of a tree however deep (shutil.rmtree in its place).
 MEASURED = """
 import sys
 lift = sys.argv.pop(1)
@@ -124,9 +133,18 @@ elif lift == "links":
     import cellblock.sandbox.packages as packages
     once = packages._sha256
     packages._sha256 = lambda path, info, hashed: once(path, info, {})
+elif lift == "remove":
+    import shutil
+    import cellblock.gateway.downstream.packages as installs
+    import cellblock.sandbox.packages as packages
+    installs.remove_tree = packages.remove_tree = lambda root: shutil.rmtree(root, ignore_errors=True)
 from cellblock.gateway.cli.main import main
 try:
     sys.exit(main())
+except Exception:  # a crash (a control's): its traceback before the measures, which come last
+    import traceback
+    traceback.print_exc()
+    sys.exit(1)
 finally:
     with open("/proc/self/io") as io:
         read = next(line.split()[1] for line in io if line.startswith("rchar:"))
@@ -418,3 +436,28 @@ def test_an_install_whose_files_are_links_to_one_reads_that_file_once(place: tup
     record = json.loads((place[0] / "data" / "installs" / "links.json").read_text())
     linked = [what for path, what in record["files"].items() if path.startswith("node_modules/cb-links/links/")]
     assert len(linked) == 501 and len(set(linked)) == 1  # every link recorded, with the one file's hash
+
+
+def test_an_install_script_that_nests_directories_past_what_a_path_names_is_stopped_and_leaves_nothing(
+    place: tuple[Path, dict[str, str]],
+) -> None:
+    """1,230 directories, each in the one before, the last 30 with names of 200 characters: no path
+    reaches the end (PATH_MAX), and a recursive removal stops at Python's recursion limit. The
+    watch could not measure the tree and the install failed with the error of that, then the
+    removal failed the same way and left the tree (and each try another) under the data directory."""
+    data = place[0] / "data" / "installs"
+    # control: the same install removing its tree with shutil.rmtree leaves it behind
+    control, _ = install(place, "nest-kept", "nest", {}, lift="remove")
+    assert control.returncode != 0, control.stderr[-2000:]
+    left = [p for p in (data / "nest-kept").iterdir() if p.name != ".lock"]
+    try:
+        assert left, control.stderr[-2000:]
+    finally:
+        for path in left:
+            remove_tree(str(path))  # what pytest's own rmtree could not remove either
+
+    done, _ = install(place, "nest", "nest", {})
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "was stopped: it made " in done.stderr and "which the gateway cannot measure" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr) < 10_000, done.stderr[-2000:]
+    assert [p.name for p in (data / "nest").iterdir()] == [".lock"]  # nothing of it is left

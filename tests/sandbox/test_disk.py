@@ -95,3 +95,59 @@ def test_a_directory_the_watch_cannot_look_into_stops_the_install(
     hidden = str(tmp_path / "hidden")
     assert (watch.measure() or "").startswith(f"it made {hidden}, a directory it keeps the gateway from looking into")
     assert watch() is not None  # and it stays stopped
+
+
+def nest(root: Path, names: list[str]) -> None:
+    """Directories in `root`, each inside the one before, named `names`: made through descriptors,
+    as an installer can, however long their path grows."""
+    at = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in names:
+            os.mkdir(name, dir_fd=at)
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=at)
+            os.close(at)
+            at = inner
+        os.close(os.open("last", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=at))
+    finally:
+        os.close(at)
+
+
+def test_a_path_nested_past_what_the_kernel_opens_stops_the_install_naming_it_cut(tmp_path: Path) -> None:
+    watch = DiskWatch(str(tmp_path), 4 * MIB)
+    nest(tmp_path, ["d" * 200] * 30)  # 6,000 characters: past PATH_MAX, so no path reaches its end
+    said = watch.measure() or ""
+    assert said.startswith(f"it made {tmp_path}/ddd"), said
+    assert "which the gateway cannot measure (File name too long)" in said
+    assert len(said) < 500  # the path is cut, and says how long it was
+    assert watch() is not None  # and it stays stopped
+
+
+@pytest.mark.parametrize(
+    "names",
+    [["d"] * 1500, ["d" * 200] * 30],
+    ids=["deeper-than-pythons-recursion", "longer-than-path-max"],
+)
+def test_a_tree_is_removed_whole_however_deep_it_is_nested(tmp_path: Path, names: list[str]) -> None:
+    root = tmp_path / "staging"
+    root.mkdir()
+    (root / "top").write_text("x")
+    nest(root, names)
+    os.chmod(root / names[0], 0o300)  # a directory its owner may write but not list
+    disk.remove_tree(str(root))
+    assert not root.exists()
+    assert list(tmp_path.iterdir()) == []  # nothing moved out of it is left beside it
+
+
+def test_removing_a_tree_leaves_what_is_beside_it_and_where_its_links_lead(tmp_path: Path) -> None:
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "file").write_text("mine")
+    root = tmp_path / "staging"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "link").symlink_to(tmp_path / "kept")
+    (root / "a" / "b" / "file-link").symlink_to(tmp_path / "kept" / "file")
+    disk.remove_tree(str(root))
+    assert not root.exists()
+    assert (tmp_path / "kept" / "file").read_text() == "mine"
+    disk.remove_tree(str(tmp_path / "missing"))  # nothing there: nothing to do
+    disk.remove_tree(str(tmp_path / "kept" / "file"))  # not a directory: left
+    assert (tmp_path / "kept" / "file").exists()
