@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,6 +20,8 @@ import yaml
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+
+from cellblock.sandbox.sockets import bound_sockets
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ROOT / "tests" / "servers" / "probe.py"
@@ -101,6 +105,41 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+CLONE_NEWNET = 0x40000000
+
+
+def hidden_service(path: Path) -> socket.socket:
+    """A service's Unix socket listening at `path` (not accepting: a dial waits in its backlog),
+    bound in a network namespace of its own, as a container's service on a shared directory is:
+    the kernel lists it to no jail's start here (docs/jail.md, "Sockets": a GAP), so a jail shows
+    it in a granted directory. Needs root (skipped otherwise)."""
+    if os.geteuid() != 0:
+        pytest.skip("a network namespace of the service's own needs root")
+    made: list[socket.socket] = []
+    failed: list[OSError] = []
+
+    def bind() -> None:  # a thread of its own: unshare moves only the calling thread
+        try:
+            if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
+            listening = socket.socket(socket.AF_UNIX)  # of that namespace, whatever thread uses it
+            listening.bind(str(path))
+            made.append(listening)
+        except OSError as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=bind)
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    listening = made[0]
+    listening.listen(4)
+    listening.setblocking(False)
+    assert str(path) not in bound_sockets().at  # the premise: the jail's socket finder knows nothing of it
+    return listening
 
 
 async def eventually(check: Callable[[], bool], timeout: float = 10) -> None:

@@ -19,7 +19,7 @@ import yaml
 
 from cellblock.gateway.scan.gate import MOST
 from cellblock.gateway.scan.run import Decoy
-from tests.integration.conftest import cli, eventually, gateway, write_config
+from tests.integration.conftest import cli, eventually, gateway, hidden_service, write_config
 
 pytestmark = [
     pytest.mark.anyio,
@@ -320,14 +320,11 @@ async def test_a_grant_that_leads_into_the_servers_own_grant_is_any_file_it_link
 
 
 def a_service(tmp_path: Path) -> tuple[socket.socket, Path]:
-    """A service of the user's behind a Unix socket, not accepting yet (a dial waits in its backlog)."""
+    """A service of the user's behind a Unix socket the jail's socket finder does not know
+    (`hidden_service`), so the gate is all that keeps a grant from reaching it."""
     sock = tmp_path / "run" / "db.sock"
     sock.parent.mkdir()
-    listening = socket.socket(socket.AF_UNIX)
-    listening.bind(str(sock))
-    listening.listen(4)
-    listening.setblocking(False)
-    return listening, sock
+    return hidden_service(sock), sock
 
 
 def dialer(sock: Path, learn: bool = True, **jail: Any) -> dict[str, Any]:
@@ -359,11 +356,12 @@ async def test_learn_never_grants_a_socket_which_read_only_still_reaches_its_ser
 
 
 async def test_a_socket_granted_read_only_is_connected_to_all_the_same(tmp_path: Path) -> None:
-    """Control: `read_only` of the socket, what learn proposed, lets the server reach the service."""
+    """Control: `read_only` of the socket's directory, what learn proposed, lets the server reach
+    the service. (A grant of the socket itself the jail refuses, as it does any socket.)"""
     _, env = a_home(tmp_path)
     listening, sock = a_service(tmp_path)
     with listening:
-        jail = {"read_only": [str(STEERING.parent), str(sock)]}
+        jail = {"read_only": [str(STEERING.parent), str(sock.parent)]}
         config = write_config(tmp_path, {"steer": dialer(sock, learn=False, **jail)})
         async with gateway(config, Path(env["CELLBLOCK_STATE_DIR"]), env=env) as client:
             await client.call_tool("steer__read", {"path": "/"})

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests import peers
-from tests.integration.conftest import gateway, write_config
+from tests.integration.conftest import gateway, hidden_service, write_config
 
 pytestmark = [
     pytest.mark.jail,
@@ -331,36 +331,40 @@ async def test_control_a_program_named_in_exec_allow_is_whatever_is_there_at_the
     assert (work / "marker").read_text() == "planted\n", ran
 
 
-def a_service(tmp_path: Path) -> tuple[socket.socket, dict[str, Any]]:
-    """A service of the user's behind a Unix socket (not accepting yet: what dials it waits in its
-    backlog), and a server granted that socket that dials it at start."""
-    listening = socket.socket(socket.AF_UNIX)
-    listening.bind(str(tmp_path / "db.sock"))
-    listening.listen(4)
-    listening.setblocking(False)
+def a_service(tmp_path: Path, grant: str) -> tuple[socket.socket, dict[str, Any]]:
+    """A service of the user's behind a Unix socket the jail's socket finder does not know
+    (`hidden_service`: not accepting yet, what dials it waits in its backlog), and a server that
+    dials it at start, granted `grant`: "socket", the socket; "directory", a directory holding it."""
+    (tmp_path / "run").mkdir()
+    sock = tmp_path / "run" / "db.sock"
+    listening = hidden_service(sock)
     server = {
         "command": sys.executable,
-        "args": [str(SERVERS / "steering.py"), "--dial", str(tmp_path / "db.sock")],
-        "jail": {"read_only": [str(SERVERS)], "read_write": [str(tmp_path / "db.sock")]},
+        "args": [str(SERVERS / "steering.py"), "--dial", str(sock)],
+        "jail": {"read_only": [str(SERVERS)], "read_write": [str(sock if grant == "socket" else sock.parent)]},
     }
     return listening, server
 
 
-def test_a_scan_never_lets_a_server_reach_a_service_through_its_grant(tmp_path: Path) -> None:
-    """A socket shown read-only is still connected to: a scan of a server granted one is refused,
-    and nothing dialed the service."""
-    listening, server = a_service(tmp_path)
+@pytest.mark.parametrize("grant", ["socket", "directory"])
+def test_a_scan_never_lets_a_server_reach_a_service_through_its_grant(tmp_path: Path, grant: str) -> None:
+    """A socket shown read-only is still connected to: a scan of a server granted one, or a
+    directory holding one, is refused, and nothing dialed the service."""
+    listening, server = a_service(tmp_path, grant)
     with listening:
         config = write_config(tmp_path, {"steer": server})
         done = cellblock(config, "scan", "steer", "--destructive")
         with pytest.raises(BlockingIOError):
             listening.accept()
-    assert done.returncode == 1 and "is a socket" in done.stderr, done.stderr
+    said = "is a socket" if grant == "socket" else "which cannot be copied for a scan"
+    assert done.returncode == 1 and said in done.stderr, done.stderr
 
 
 @pytest.mark.anyio
 async def test_control_served_with_the_same_grant_the_server_reaches_the_service(tmp_path: Path) -> None:
-    listening, server = a_service(tmp_path)
+    """The directory holding the service's socket, served: the jail shows the socket, which it does
+    not know (a grant of the socket itself, any socket, the jail refuses at every start)."""
+    listening, server = a_service(tmp_path, "directory")
     with listening:
         config = write_config(tmp_path, {"steer": server})
         async with gateway(config, tmp_path / "state") as client:
