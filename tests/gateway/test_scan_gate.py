@@ -423,3 +423,28 @@ def test_a_bind_mount_of_the_home_or_a_secret_is_the_same_directory(home: Path, 
     assert lines[1].startswith(f"refused {keys} is {home}/.ssh")
     assert lines[2].startswith(f"refused {keys}/id_rsa is inside {home}/.ssh under another name")
     assert lines[3] == f"granted {alias}/work"
+
+
+def test_a_socket_past_many_entries_or_in_a_directory_that_cannot_be_listed_is_never_granted(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    crowded = tmp_path / "crowded"
+    crowded.mkdir()
+    for i in range(12_000):  # more than any cut-off a look at the first entries would make
+        (crowded / f"{i:05d}").touch()
+    os.mkfifo(crowded / "zz-pipe")  # listed last on most file systems, but anywhere counts
+    with pytest.raises(NotGrantable, match="zz-pipe, which is a pipe"):
+        check_path(str(crowded))
+    (crowded / "zz-pipe").unlink()
+    check_path(str(crowded))  # the control: the same directory of files
+
+    listed = os.scandir
+
+    def scandir(path: str) -> object:
+        if path == str(crowded):  # as a user meets a directory of mode 0311
+            raise PermissionError(13, "Permission denied", path)
+        return listed(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    with pytest.raises(NotGrantable, match="cannot be listed"):
+        check_path(str(crowded))

@@ -94,7 +94,7 @@ HOME_SECRETS = (
     *(".bash_history", ".zsh_history", ".python_history", ".psql_history", ".mysql_history"),
 )
 MOST = 16  # entries a proposal adds to one key at most
-LISTED = 10000  # entries of a directory looked at for a socket in it
+LISTED = 10000  # entries of a directory looked at for a copy of a home
 _LDH = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 
@@ -200,11 +200,20 @@ def _home_copy(real: str) -> str | None:
 
 def _check_no_service(path: str, real: str) -> None:
     """Neither `real` nor an entry of it is a socket, a pipe or a device: granted, read-only or not,
-    it lets the server talk to what is behind it (a database that trusts the user, a service)."""
+    it lets the server talk to what is behind it (a database that trusts the user, a service). A
+    directory that cannot be listed may hold one: it is not granted either."""
     found = [(path, service(real))]
-    if os.path.isdir(real):  # a link in it leads, in the jail, where the jail shows: only what is there counts
-        with contextlib.suppress(OSError), os.scandir(real) as entries:
-            found += [(e.path, service(e.path)) for e in itertools.islice(entries, LISTED) if not e.is_symlink()]
+    if os.path.isdir(real):
+        try:
+            with os.scandir(real) as entries:
+                # every entry, by the kind its directory lists (no call for a file, a directory or a
+                # link: a link in it leads, in the jail, where the jail shows); any other is looked at
+                found += [(e.path, service(e.path)) for e in entries if not _plain(e)]
+        except OSError as exc:
+            raise NotGrantable(
+                f"{_shown(path)} cannot be listed ({exc.strerror}), so whether it holds a socket, a pipe or a "
+                "device is not known; grant it by hand if the server needs it"
+            ) from exc
     where, kind = next(((p, k) for p, k in found if k is not None), (path, None))
     if kind is not None:
         held = "" if where == path else f" holds {_shown(where)}, which"
@@ -212,6 +221,11 @@ def _check_no_service(path: str, real: str) -> None:
             f"{_shown(path)}{held} is {kind}: granted, read-only or not, it lets the server reach what is behind "
             "it (a service that trusts you); grant it by hand if the server needs it"
         )
+
+
+def _plain(entry: os.DirEntry[str]) -> bool:
+    """A file, a directory or a link, by what its directory says of it."""
+    return entry.is_symlink() or entry.is_file(follow_symlinks=False) or entry.is_dir(follow_symlinks=False)
 
 
 def _check_steerable(path: str, writable: Sequence[str]) -> None:
