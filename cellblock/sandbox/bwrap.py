@@ -279,19 +279,26 @@ def bwrap_plan(
     args += system_args
     args += ["--proc", "/proc", "--dev", "/dev"]
     # bwrap's /dev is a tmpfs it cannot size and the jail's user may write: it is made read-only
-    # (its devices still work) below, and shared memory gets a tmpfs of its own, sized by the limits
-    writable = [len(args)]
-    args += ["--tmpfs", "/dev/shm"]
+    # (its devices still work) below, and shared memory gets a tmpfs of its own, sized by the limits.
+    # A tmpfs that a share mounted later covers (a grant of the home, of /tmp, or above them) is out
+    # of every process's reach, and no mount of its own at its path: it is not one to size.
+    covered = [m.path for m in shared]
+    writable: list[int] = []
+
+    def private_tmpfs(point: str) -> list[str]:
+        if not _inside(point, covered):
+            writable.append(len(args))
+        return ["--tmpfs", point]
+
+    args += private_tmpfs("/dev/shm")
     args += [a for f in READ_ONLY_PROC for a in ("--ro-bind-try", f, f)]
     # the user's kernel keys are out of reach (seccomp), but /proc would still list their names
     # (a device: --ro-bind would mount it nodev, unreadable; /dev/null discards what is written)
     args += [a for f in MASKED_PROC if os.path.exists(f) for a in ("--dev-bind", "/dev/null", f)]
     args += [a for d in MASKED_PROC_DIRS if os.path.isdir(d) for a in ("--tmpfs", d)]
     if spec.tmp:
-        writable.append(len(args))
-        args += ["--tmpfs", "/tmp"]
-    writable.append(len(args))
-    args += ["--tmpfs", spec.home]  # an empty, private, throw-away home
+        args += private_tmpfs("/tmp")
+    args += private_tmpfs(spec.home)  # an empty, private, throw-away home
     # verified copies of pinned executables go last, over whatever else is at their paths
     pinned = [
         Mount(p, MountMode.READ_ONLY, "pinned (sha256 verified)", copy) for p, copy in sorted(spec.pinned.items())
@@ -340,6 +347,7 @@ def bwrap_plan(
     private.append(Mount(spec.home, MountMode.READ_WRITE, "private empty home (tmpfs)"))
     if spec.tmp:
         private.append(Mount("/tmp", MountMode.READ_WRITE, "private /tmp (tmpfs)"))
+    private = [m for m in private if not _inside(m.path, covered)]  # a share shows itself there
     return LaunchPlan(
         argv=tuple(args),
         env={**spec.env, **(secrets or {})},

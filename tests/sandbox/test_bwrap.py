@@ -173,3 +173,15 @@ def test_the_namespace_hint_names_the_narrowest_fix_for_what_stops_bwrap(tmp_pat
     assert "`sudo sysctl user.max_user_namespaces=15000`" in limited
     lifted = namespace_hint(_sysctls(tmp_path / "lifted", kernel__apparmor_restrict_unprivileged_userns="0"))
     assert "sysctl" not in lifted and "namespace" in lifted  # nothing known stops it: no fix to guess
+
+
+def test_a_tmpfs_a_grant_covers_is_neither_sized_nor_shown_as_private(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    plan = bwrap_plan(spec(tmp_path, home=str(home), read_write=(str(home), "/tmp")), [])
+    # bwrap mounts the grants after the tmpfs mounts, over them: only /dev/shm is the jail's own
+    assert [point for _, point in plan.tmpfs] == ["/dev/shm"]
+    assert {m.path for m in plan.mounts if m.why.endswith("(tmpfs)")} == {"/dev/shm"}
+    assert {"/tmp", str(home)} <= set(flags(plan.argv, "--tmpfs"))  # still made: nothing changes in the jail
+    above = bwrap_plan(spec(tmp_path, home=str(home), read_only=(str(tmp_path),)), [])
+    assert [point for _, point in above.tmpfs] == ["/dev/shm", "/tmp"]  # a grant above the home covers it

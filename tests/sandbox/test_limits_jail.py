@@ -300,3 +300,20 @@ def test_with_rlimits_memory_the_kernel_keeps_for_shared_memory_and_sockets_coun
     shmget in such jails would not bound them (and would break servers that use them: Chromium
     keeps its shared memory in memfds); only a cgroup or a systemd scope bounds a jail's memory."""
     assert rlimited(KERNEL_HOG)[:2] == ["shm 128", "sockets 128"]
+
+
+def test_a_jail_whose_grants_cover_its_home_and_tmp_starts_with_only_its_own_tmpfs_sized(
+    tmp_path: Path, rlimits: None
+) -> None:
+    """A grant of the home (or of /tmp, or of a directory above either) is mounted over the jail's
+    tmpfs there, which nothing in the jail can reach any more: it is not sized (it is no mount of
+    the jail's own at that path), and the jail starts; /dev/shm is still sized."""
+    home = tmp_path / "home"
+    home.mkdir()
+    marker = home / "ran"
+    spec = JailSpec(
+        "t", ("/usr/bin/touch", str(marker)), {"PATH": "/usr/bin"}, read_write=(str(home), "/tmp"), home=str(home)
+    )
+    plan = limit_plan(bwrap_plan(spec, []), "t", ROOMY)
+    assert plan.limits is not None and [point for point, _, _ in plan.limits.tmpfs] == ["/dev/shm"]
+    assert released(plan) == 0 and marker.exists()
