@@ -7,6 +7,7 @@ the SDK's own client on the same pipes, in both eras the probe speaks.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,7 +19,8 @@ import pytest
 from mcp import Client
 
 from cellblock.gateway.downstream.local import LocalChannel, Pending, local_transport
-from cellblock.sandbox.types import LaunchPlan, Network
+from cellblock.sandbox.spawn import Spawn
+from cellblock.sandbox.types import JailError, LaunchPlan, Network
 from tests.integration.conftest import eventually
 
 pytestmark = pytest.mark.anyio
@@ -161,3 +163,28 @@ async def test_a_server_that_asks_under_the_id_of_the_call_it_asks_in_gets_no_an
         sdk = await client.call_tool("ask", {})  # asked under the session's own number
         assert [c.text for c in sdk.content if isinstance(c, types.TextContent)] == ["answer: accept"]
     assert asked[0] == pending.id and len(asked) == 2 and isinstance(asked[1], int)
+
+
+async def test_a_jail_is_put_under_its_limits_without_holding_up_the_gateways_other_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Releasing a held jail waits for bubblewrap and runs the tmpfs sizing, a process of its own:
+    tens of milliseconds, seconds on a busy machine, for every call of every server meanwhile if
+    it ran on the gateway's loop. Here the release waits until another task of the loop has run."""
+    began, other_ran = threading.Event(), threading.Event()
+
+    def release(self: Spawn) -> None:
+        began.set()
+        if not other_ran.wait(5):
+            raise JailError("the gateway's other work waited for the jail's release")
+
+    async def other_work() -> None:
+        await anyio.to_thread.run_sync(began.wait, 5)
+        other_ran.set()  # on the loop: only once the loop is free
+
+    monkeypatch.setattr(Spawn, "release", release)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other_work)
+            async with probe(tmp_path) as (client, _, _):
+                assert (await client.list_tools()).tools

@@ -340,8 +340,11 @@ async def local_transport(
             )
             channel.pid, channel.mark = process.pid, spawn.mark
             try:
-                # the jail waits until this returns: its limits are in place before the server runs
-                channel.confinement = spawn.release()
+                # the jail waits until this returns: its limits are in place before the server runs.
+                # In a worker thread: it waits for bubblewrap and runs the tmpfs sizing (tens of ms,
+                # seconds on a busy machine), while the gateway's other calls go on. The wait for it
+                # is shielded, so what it made is kept (and ended below) even if this start is cancelled.
+                channel.confinement = await anyio.to_thread.run_sync(spawn.release)
             except BaseException:
                 with anyio.CancelScope(shield=True):
                     await _stop(process, 0)
