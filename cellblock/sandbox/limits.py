@@ -70,12 +70,12 @@ __all__ = [
     "INFO_FD",
     "TMPFS_WEIGHTS",
     "Confinement",
+    "bwrap_has_size",
     "confine",
     "describe",
     "enforcement",
     "limit_plan",
     "size",
-    "sizes_tmpfs",
     "tmpfs_sizes",
 ]
 
@@ -280,7 +280,7 @@ def tmpfs_sizes(points: Sequence[str], memory: int) -> dict[str, tuple[int, int]
 
 
 @functools.cache
-def sizes_tmpfs(bwrap: str) -> bool:
+def bwrap_has_size(bwrap: str) -> bool:
     """Whether `bwrap` can size a tmpfs (`--size`: bubblewrap 0.7.0 and newer)."""
     try:
         shown = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=5, check=False)
@@ -306,13 +306,13 @@ def _sized(
     if not points:
         return plan.argv, plan.mounts, ()
     sizes = tmpfs_sizes(points, memory)
-    if sizes_tmpfs(argv[0]):
+    if bwrap_has_size(argv[0]):
         for at, point in sorted(plan.tmpfs, reverse=True):
             argv[at:at] = ["--size", str(sizes[point][0])]
     if _kernel() >= RESIZE_KERNEL:
         said = {point: f"at most {size(sizes[point][0])} in {sizes[point][1]:,} files" for point in points}
         tmpfs = tuple((point, *sizes[point]) for point in points)
-    elif sizes_tmpfs(argv[0]):
+    elif bwrap_has_size(argv[0]):
         said = {
             point: f"at most {size(sizes[point][0])}, in ANY NUMBER OF FILES (Linux 5.2 and newer can cap them)"
             for point in points

@@ -138,7 +138,7 @@ def test_without_a_private_tmp_the_home_and_dev_shm_share_the_memory_limit(rlimi
 def test_a_bubblewrap_that_cannot_size_a_tmpfs_gets_no_size_and_show_says_so(
     rlimits: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(limits, "sizes_tmpfs", lambda bwrap: False)  # bubblewrap before 0.7.0
+    monkeypatch.setattr(limits, "bwrap_has_size", lambda bwrap: False)  # bubblewrap before 0.7.0
     monkeypatch.setattr(limits, "_kernel", lambda: (5, 1))  # and Linux before fspick
     plan = limit_plan(jail(), "files", Limits(64, 64 * MIB))
     assert "--size" not in plan.argv
@@ -152,7 +152,7 @@ def test_a_bubblewrap_that_cannot_size_a_tmpfs_gets_no_size_and_show_says_so(
 def test_a_bubblewrap_that_cannot_size_a_tmpfs_has_it_sized_by_the_gateway_where_linux_can(
     rlimits: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(limits, "sizes_tmpfs", lambda bwrap: False)  # Ubuntu 22.04: bubblewrap 0.6.1, Linux 5.15
+    monkeypatch.setattr(limits, "bwrap_has_size", lambda bwrap: False)  # Ubuntu 22.04: bubblewrap 0.6.1, Linux 5.15
     plan = limit_plan(jail(), "files", Limits(64, 64 * MIB))
     assert "--size" not in plan.argv and plan.limits is not None
     assert {point for point, _, _ in plan.limits.tmpfs} == {"/tmp", "/root", "/dev/shm"}
