@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cellblock.policy.constraints import within
+from cellblock.sandbox.mounts import mountinfo
 from cellblock.sandbox.types import Limits
 
 __all__ = [
@@ -143,17 +144,12 @@ def _mounts() -> dict[str, tuple[Path, str]]:
         OSError: /proc/self/mountinfo cannot be read.
     """
     mounts: dict[str, tuple[Path, str]] = {}
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        fields, _, rest = line.partition(" - ")
-        parts, extra = fields.split(), rest.split()
-        if len(parts) < 5 or len(extra) < 3:
-            continue
-        root, point = (re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), p) for p in parts[3:5])
-        if extra[0] == "cgroup2":
-            mounts.setdefault("", (Path(point), root))
-        elif extra[0] == "cgroup":
-            for option in extra[2].split(","):
-                mounts.setdefault(option, (Path(point), root))
+    for mount in mountinfo():
+        if mount.fstype == "cgroup2":
+            mounts.setdefault("", (Path(mount.point), mount.root))
+        elif mount.fstype == "cgroup":
+            for option in mount.options.split(","):
+                mounts.setdefault(option, (Path(mount.point), mount.root))
     return mounts
 
 

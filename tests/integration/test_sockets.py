@@ -512,3 +512,67 @@ def test_a_jail_planned_without_the_scope_reaches_the_hosts_abstract_socket_thro
     assert unscoped["got_through"] and unscoped["amount"] == len(GIFT), unscoped
     assert not scoped["got_through"] and scoped["detail"] == "connect: PermissionError EPERM", scoped
     assert listener.accepted == 1
+
+
+@contextlib.contextmanager
+def bind_mounted(source: Path, target: Path) -> Iterator[Path]:
+    """`source` mounted again at `target` on the host (as /etc/fstab or a container tool makes one)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a bind mount on the host needs root and mount")
+    target.mkdir()
+    done = subprocess.run(["mount", "--bind", str(source), str(target)], capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        pytest.skip(f"no bind mount here: {done.stderr.strip()[-200:]}")
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", "-l", str(target)], check=True, timeout=30)
+
+
+async def test_a_grant_that_is_a_bind_mount_of_an_agents_directory_lists_no_key(tmp_path: Path, short: Path) -> None:
+    """A mount shows a directory under a second name, and a mask is a mount at a path: a grant of a
+    bind mount of the agent's directory showed the agent there, beside its mask at the path it was
+    bound to. Every place a share, or a mount inside it, is a directory on a hidden path's way now
+    hides it too."""
+    (short / "ssh-Ab12").mkdir(mode=0o700)
+    hostile = {"command": sys.executable, "args": [str(HOSTILE)]}
+    alias = short / "alias"
+    with running_agent(short / "ssh-Ab12" / "agent.1") as agent, bind_mounted(agent.parent, alias):
+        servers = {
+            "jailed": hostile | {"jail": {"read_only": [*CODE, str(alias)]}},
+            "loose": hostile | {"jail": False},
+        }
+        config, log = write_config(tmp_path, servers), tmp_path / "gateway.log"
+        async with gateway(config, tmp_path / "state", stderr=log) as client:
+            # the honest control: through the mount the agent answers whoever reaches it
+            listed = _outcome(await client.call_tool("loose__ssh_agent", {"target": str(alias / "agent.1")}))
+            assert listed["got_through"] and listed["amount"] == 1, listed
+            refused = _outcome(await client.call_tool("jailed__ssh_agent", {"target": str(alias / "agent.1")}))
+            assert not refused["got_through"] and "ECONNREFUSED" in refused["detail"], refused
+    assert f"{alias}/agent.1 (an ssh-agent's socket" in log.read_text()
+    assert f"shown here by a mount as {agent}" in log.read_text()
+
+
+def test_the_same_jail_hiding_only_by_name_lists_the_agents_keys_through_a_bind_mount(short: Path) -> None:
+    """The honest control of the search through mounts: the jail `jail_spec` plans for a grant of a
+    bind mount of the agent's directory, run as it is and with only the places named by the path."""
+    (short / "ssh-Ab12").mkdir(mode=0o700)
+    alias = short / "alias"
+    with running_agent(short / "ssh-Ab12" / "agent.1") as agent, bind_mounted(agent.parent, alias):
+        reader = {"command": sys.executable, "args": ["-c", AGENT_READER, str(SERVERS), str(alias / "agent.1")]}
+        server = LocalServer.model_validate(reader | {"jail": {"read_only": [*CODE, str(alias)]}})
+        assert server.jail is not False
+        spec, launchers = jail_spec("reader", server, server.jail)
+        assert "shown here by a mount" in spec.hidden[str(alias / "agent.1")]
+
+        def run(hidden: Mapping[str, str]) -> dict[str, Any]:
+            done = run_plan(bwrap_plan(replace(spec, hidden=hidden), launchers, check_bwrap()), RUN_SECONDS)
+            assert done.returncode == 0, done.stderr
+            read: dict[str, Any] = json.loads(done.stdout)
+            return read
+
+        by_name = {path: why for path, why in spec.hidden.items() if "shown here by a mount" not in why}
+        listed = run(by_name)
+        assert listed["got_through"] and listed["amount"] == 1, listed
+        refused = run(spec.hidden)
+        assert not refused["got_through"] and "ECONNREFUSED" in refused["detail"], refused

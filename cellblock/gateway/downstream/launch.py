@@ -30,6 +30,7 @@ from cellblock.sandbox.egress import relayed
 from cellblock.sandbox.launchers import launcher_gaps, launcher_mounts, resolve_command
 from cellblock.sandbox.limits import describe, limit_plan
 from cellblock.sandbox.marks import mark_plan
+from cellblock.sandbox.mounts import MOUNTINFO, shown_again
 from cellblock.sandbox.pins import landlock_abi, verify_pins
 from cellblock.sandbox.seatbelt import seatbelt_executables, seatbelt_plan
 from cellblock.sandbox.sockets import (
@@ -197,7 +198,7 @@ def jail_spec(
         egress_socket=egress_socket,
         pinned=dict(pinned or {}),
         exec_closure=closure,
-        hidden=_hidden([*jail.read_only, *jail.read_write, *(m.path for m in launchers)], moved | private),
+        hidden=_hidden(name, [*jail.read_only, *jail.read_write, *(m.path for m in launchers)], moved | private),
         gaps=tuple(gaps),
     )
     return spec, launchers
@@ -279,10 +280,15 @@ def _is_socket(path: str) -> bool:
         return False
 
 
-def _hidden(shared: Sequence[str], private: Mapping[str, str]) -> dict[str, str]:
+def _hidden(name: str, shared: Sequence[str], private: Mapping[str, str]) -> dict[str, str]:
     """Where, in the jail, the shared directories show what no server may see, with what it is:
     each such path at the place the jail shows it, which for a grant given through a symlink is not
-    its real path."""
+    its real path, and on Linux at each place a mount shows it under another name (a grant that is
+    a bind mount of a directory on its way, or holds one: `sandbox/mounts.py`).
+
+    Raises:
+        JailError: the mounts cannot be read (/proc/self/mountinfo), so those places are not known.
+    """
     found = {p: why for p, why in private.items() if os.path.lexists(p)}
     hidden: dict[str, str] = {}
     for path in shared:
@@ -290,6 +296,16 @@ def _hidden(shared: Sequence[str], private: Mapping[str, str]) -> dict[str, str]
         for p, why in found.items():
             if within(p, real):
                 hidden.setdefault(os.path.normpath(os.path.join(path, os.path.relpath(p, real))), why)
+    if sys.platform.startswith("linux"):
+        try:
+            again = shown_again(shared, found)
+        except OSError as exc:
+            raise JailError(
+                f"server '{name}': the mounts that could show what its jail hides under another name cannot be "
+                f"read ({exc.strerror}: {MOUNTINFO}); nothing was started"
+            ) from exc
+        for place, p in again.items():
+            hidden.setdefault(place, f"{found[p]}, shown here by a mount as {p}")
     return dict(sorted(hidden.items()))
 
 
