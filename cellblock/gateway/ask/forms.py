@@ -223,6 +223,15 @@ def _strings(value: Any, depth: int = 0) -> list[str]:
     return []
 
 
+def _without(value: Any, keys: tuple[str, ...]) -> Any:
+    """`value` (JSON) without the entries under `keys`, at any depth."""
+    if isinstance(value, dict):
+        return {k: _without(v, keys) for k, v in value.items() if k not in keys}
+    if isinstance(value, list):
+        return [_without(v, keys) for v in value]
+    return value
+
+
 def _host(url: str) -> str:
     """The host of `url` as a browser shows it after IDNA (a look-alike name shows as xn--)."""
     try:
@@ -279,7 +288,9 @@ def sampling_refusal(params: types.CreateMessageRequestParams) -> str | None:
     receives it from the gateway and shows it (where it shows one) as the gateway's own request, so
     one whose system prompt or messages speak in Cellblock's name is refused, as a question is."""
     shown = params.model_dump(mode="json", include={"system_prompt", "messages"})
-    if any(OWN_NAME in skeleton(text) for text in _strings(shown)):
+    # an image's, a sound's or a blob's base64 is shown as no text: not folded (8 MB of it took 0.4 s)
+    texts = _strings(_without(shown, ("data", "blob")))
+    if any(OWN_NAME in skeleton(text) for text in texts):
         return "it speaks in Cellblock's name (only Cellblock's own requests may)"
     return None
 

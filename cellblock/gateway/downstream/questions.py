@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import anyio.to_thread
 import mcp.types as types
 from mcp.client.session import ClientRequestContext
 from mcp.shared.exceptions import MCPError
@@ -167,7 +168,8 @@ class Questions:
         if not entry.can_sample:  # asked anyway, the client would fail the call on it
             self.event("sampling", decision="deny", reason="the client cannot sample")
             raise DownstreamError(f"server '{self.name}' asked for the model of a client that has none to offer")
-        why = sampling_refusal(params)
+        # folding every text of a large request takes a while: not on the event loop
+        why = await anyio.to_thread.run_sync(sampling_refusal, params)
         if why is not None:
             self.event("sampling", decision="deny", reason=why)
             raise DownstreamError(f"server '{self.name}' may not use the client's model: {why}")
