@@ -16,7 +16,8 @@ that shows a directory shows the sockets in it, so:
   socket was bound to and the inode of its file: where that path no longer leads to that file (a
   directory on the way renamed, which a server with a writable grant can do while the socket is
   hidden from it; a relative path; a path in another mount namespace; another hard link), the
-  file is looked for by its inode in what the jail shares (`sockets_within`). The gateway hides
+  file is looked for by its device and inode in what the jail shares on that device
+  (`sandbox/moved.py`). The gateway hides
   each one inside what a jail shares (`gateway/downstream/launch.py`: a directory shown empty, a
   socket as `/dev/null`) and refuses a grant of one.
 - **Abstract sockets** (a name in a network namespace, no file: X11's `@/tmp/.X11-unix/X0`, a
@@ -37,12 +38,11 @@ import socket
 import stat
 import struct
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
 
-from cellblock.policy.constraints import within
 from cellblock.sandbox.launchers import launcher_mounts
 from cellblock.sandbox.types import Mount, MountMode
 
@@ -51,6 +51,7 @@ __all__ = [
     "SCOPE",
     "Bound",
     "HostSocket",
+    "Moved",
     "abstract_gap",
     "abstract_scoped",
     "bound_sockets",
@@ -58,7 +59,6 @@ __all__ = [
     "host_sockets",
     "named_sockets",
     "socket_kind",
-    "sockets_within",
 ]
 
 # The Landlock ABI whose scope keeps a domain from the abstract Unix sockets made outside it.
@@ -70,8 +70,7 @@ NLM_F_REQUEST, NLM_F_DUMP, NLMSG_ERROR, NLMSG_DONE = 0x1, 0x300, 2, 3
 UDIAG_SHOW_NAME, UDIAG_SHOW_VFS, UNIX_DIAG_NAME, UNIX_DIAG_VFS = 0x1, 0x2, 0, 1
 NLMSG, RTA = "=IHHII", "=HH"  # a netlink message's header, an attribute's
 INODE_BITS = 0xFFFF_FFFF  # the kernel gives a socket file's inode number in 32 bits
-# Kernel file systems, which hold no socket file a program binds: a walk does not go into them.
-PSEUDO = ("/proc", "/sys")
+MINOR_BITS = 20  # and its file system's device as the kernel keeps it: major << 20 | minor
 DIAG_SECONDS = 5.0  # the kernel answers at once; a hang here must not hang a server's start
 # The launcher that puts every jail in such a domain (run inside it).
 SCOPE = str(Path(__file__).resolve().with_name("scope.py"))
@@ -96,9 +95,7 @@ KINDS = (
     ("*/pulse/native", "PulseAudio's socket, which records from the microphone"),
     ("*/pipewire-*", "PipeWire's socket, which records the screen and the microphone"),
 )
-_ANY = "a Unix socket a program on this machine listens on"
-_MOVED = f"{_ANY}, found by its inode: it is not, or not only, at the path it was bound to"
-_UNSEEN = "a directory Cellblock cannot look into for a listening socket that is not where it was bound"
+LISTENER = "a Unix socket a program on this machine listens on"
 _RUNTIME = (
     "your session's runtime directory: the session bus (which reaches the keyring), the keyring's, "
     "the ssh-agent's, GnuPG's, Wayland's and Docker's sockets"
@@ -130,19 +127,28 @@ class HostSocket:
 
 
 @dataclass(frozen=True, slots=True)
+class Moved:
+    """A socket bound to a path whose file is not, or not only, there."""
+
+    path: str  # the path it was bound to: relative, in another mount namespace, or leading nowhere now
+    device: int  # its file's file system, `os.makedev(major, minor)` (as /proc/self/mountinfo names it)
+    inode: int  # its file's inode number, its low 32 bits
+
+
+@dataclass(frozen=True, slots=True)
 class Bound:
     """The sockets bound to a path in this network namespace, by where their files are."""
 
     # the paths of those whose file is at the path it was bound to, and nowhere else
     at: tuple[str, ...] = ()
-    # the inode numbers (their low 32 bits) of those whose file is not, or not only, there; None:
-    # the kernel would not say (no sock_diag), so any socket file may be one
-    elsewhere: frozenset[int] | None = frozenset()
+    # those whose file is not, or not only, there; None: the kernel would not say (no sock_diag),
+    # so any socket file may be one
+    elsewhere: tuple[Moved, ...] | None = ()
 
 
 def socket_kind(path: str) -> str:
     """What the socket at `path` is, by where it lies."""
-    return next((why for pattern, why in KINDS if fnmatch.fnmatchcase(path, pattern)), _ANY)
+    return next((why for pattern, why in KINDS if fnmatch.fnmatchcase(path, pattern)), LISTENER)
 
 
 def host_sockets(
@@ -151,7 +157,7 @@ def host_sockets(
     """Every socket (and socket directory) of the user's session and the machine that exists now,
     each once (the first reason found is kept): named by the environment, at the usual places, and
     bound to a path in this network namespace (`bound`, default: `bound_sockets()`), where it
-    still is. Those no longer there are found in a jail's shares by `sockets_within`."""
+    still is. Those no longer there are found in a jail's shares by `moved.sockets_within`."""
     env = os.environ if env is None else env
     bound = bound_sockets() if bound is None else bound
     home = home or env.get("HOME") or os.path.expanduser("~")
@@ -238,7 +244,7 @@ def bound_sockets() -> Bound:
     directory on the way renamed (a server can rename one in a writable grant while the socket in
     it is hidden from it, and so find it shown at its next start), a second hard link, a path
     relative to the binder's directory, through `/proc/self/fd`, or in another mount namespace (a
-    service's private /tmp). Each such file is known by its inode, for `sockets_within`."""
+    service's private /tmp). Each such file is known by its device and inode, for `moved.sockets_within`."""
     if not sys.platform.startswith("linux"):
         return Bound()  # macOS: the jail's profile refuses Unix sockets itself
     try:
@@ -246,8 +252,8 @@ def bound_sockets() -> Bound:
     except OSError:
         return Bound(elsewhere=None)
     at: set[str] = set()
-    elsewhere: set[int] = set()
-    for name, inode in listed:
+    elsewhere: set[Moved] = set()
+    for name, inode, device in listed:
         try:
             found = os.lstat(name) if name.startswith("/") else None
         except (OSError, ValueError):
@@ -256,13 +262,15 @@ def bound_sockets() -> Bound:
             at.add(name)
             if found.st_nlink == 1:
                 continue
-        elsewhere.add(inode)
-    return Bound(tuple(sorted(at)), frozenset(elsewhere))
+        elsewhere.add(Moved(name, device, inode))
+    return Bound(tuple(sorted(at)), tuple(sorted(elsewhere, key=lambda m: (m.path, m.device, m.inode))))
 
 
-def _diag_unix() -> list[tuple[str, int]]:
-    """(the path it was bound to, its file's inode) of each socket of this network namespace bound
-    to a path, asked of the kernel over netlink (`sock_diag`, as `ss -x` does).
+def _diag_unix() -> list[tuple[str, int, int]]:
+    """(the path it was bound to, its file's inode, its file's device) of each socket of this
+    network namespace bound to a path, asked of the kernel over netlink (`sock_diag`, as `ss -x`
+    does). The device is the file's superblock's (`d_sb->s_dev`), which /proc/self/mountinfo gives
+    each mount as `major:minor`, made `os.makedev(major, minor)`.
 
     Raises:
         OSError: the kernel has no sock_diag for Unix sockets (CONFIG_UNIX_DIAG) or refused.
@@ -273,7 +281,7 @@ def _diag_unix() -> list[tuple[str, int]]:
     )
     size = struct.calcsize(NLMSG) + len(request)
     header = struct.pack(NLMSG, size, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, 1, 0)
-    found: set[tuple[str, int]] = set()  # an accepted connection repeats its listener's
+    found: set[tuple[str, int, int]] = set()  # an accepted connection repeats its listener's
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_SOCK_DIAG) as diag:
         diag.settimeout(DIAG_SECONDS)
         diag.sendto(header + request, (0, 0))
@@ -285,12 +293,12 @@ def _diag_unix() -> list[tuple[str, int]]:
                 if kind == NLMSG_ERROR:
                     (code,) = struct.unpack_from("=i", message)
                     raise OSError(-code, f"sock_diag: {os.strerror(-code)}")
-                # struct unix_diag_msg (16 bytes), then attributes: the name and the file's inode
+                # struct unix_diag_msg (16 bytes), then attributes: the name, the file's inode and device
                 attributes = dict(_netlink(message[16:], RTA))
                 if UNIX_DIAG_NAME in attributes and UNIX_DIAG_VFS in attributes:
                     name = os.fsdecode(attributes[UNIX_DIAG_NAME].split(b"\0", 1)[0])
-                    (inode,) = struct.unpack_from("=I", attributes[UNIX_DIAG_VFS])
-                    found.add((name, inode))
+                    inode, device = struct.unpack_from("=II", attributes[UNIX_DIAG_VFS])
+                    found.add((name, inode, os.makedev(device >> MINOR_BITS, device & ((1 << MINOR_BITS) - 1))))
             if not data:
                 raise OSError(0, "sock_diag: the kernel ended the answer early")
 
@@ -306,46 +314,6 @@ def _netlink(data: bytes, head: str) -> Iterator[tuple[int, bytes]]:
             return
         yield kind, data[offset + size : offset + length]
         offset += (length + 3) & ~3
-
-
-def sockets_within(grants: Sequence[str], bound: Bound) -> list[HostSocket]:
-    """The socket files inside the directories `grants` whose listener is not at the path it was
-    bound to (`bound.elsewhere`; any socket file when the kernel would not say), and the
-    directories there that cannot be listed, which may hold one. Each grant is walked by its real
-    path, not through symlinks, not into /proc or /sys; nothing is walked when every bound socket
-    is where it was bound."""
-    if bound.elsewhere is not None and not bound.elsewhere:
-        return []
-    found: list[HostSocket] = []
-    roots = {os.path.realpath(p) for p in grants}
-    pending = sorted(r for r in roots if os.path.isdir(r) and not any(within(r, p) for p in PSEUDO))
-    seen: set[str] = set()
-    while pending:
-        directory = pending.pop()
-        if directory in seen:  # a grant inside another one
-            continue
-        seen.add(directory)
-        try:
-            with os.scandir(directory) as entries:
-                listed = list(entries)
-        except OSError:  # the jail may still reach a name inside it: shown empty
-            found.append(HostSocket(directory, _UNSEEN))
-            continue
-        for entry in listed:
-            if entry.is_dir(follow_symlinks=False):
-                if entry.path not in PSEUDO:
-                    pending.append(entry.path)
-            elif not entry.is_file(follow_symlinks=False) and not entry.is_symlink() and _elsewhere(entry, bound):
-                found.append(HostSocket(entry.path, _MOVED))
-    return found
-
-
-def _elsewhere(entry: os.DirEntry[str], bound: Bound) -> bool:
-    try:
-        info = entry.stat(follow_symlinks=False)
-    except OSError:
-        return False
-    return stat.S_ISSOCK(info.st_mode) and (bound.elsewhere is None or info.st_ino & INODE_BITS in bound.elsewhere)
 
 
 def abstract_scoped(

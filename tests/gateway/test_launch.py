@@ -9,8 +9,10 @@ import os
 import socket
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,10 +21,11 @@ from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.downstream import launch
 from cellblock.gateway.downstream.launch import PIN, granted_roots, jail_spec, launch_plan, tell_jail
-from cellblock.sandbox import escape, pin, scope, sockets
+from cellblock.sandbox import escape, moved, pin, scope, sockets
 from cellblock.sandbox.marks import how_marked
-from cellblock.sandbox.sockets import ABSTRACT_SCOPE_ABI, SCOPE, abstract_gap
-from cellblock.sandbox.types import JailError, MountMode
+from cellblock.sandbox.mounts import Mounts
+from cellblock.sandbox.sockets import ABSTRACT_SCOPE_ABI, SCOPE, Bound, Moved, abstract_gap
+from cellblock.sandbox.types import JailError, JailSpec, MountMode
 
 NULL = "/dev/null in its place"
 
@@ -204,6 +207,50 @@ def test_a_grant_of_or_inside_what_cellblock_keeps_from_servers_is_refused_namin
     # a server's own package cache inside Cellblock's is the usual grant for npx and uvx
     plan = launch_plan("s", server(f"    jail: {{read_write: ['{cache / 'npm-s'}']}}\n"), own=(audit,))
     assert any(m.path == str(cache / "npm-s") for m in plan.mounts)
+
+
+def plan_of(grant: Path) -> JailSpec:
+    config = server(f"    jail: {{read_only: ['{grant}']}}\n")
+    assert config.jail is not False
+    return jail_spec("s", config, config.jail)[0]
+
+
+def test_a_server_whose_grants_take_too_long_to_look_through_for_a_moved_socket_does_not_start(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A listing that does not answer (a network mount) holds the search of the grants, never the
+    start: past the deadline the server is refused, naming the grant and the socket. The control:
+    the same start, the listing answering, within the deadline."""
+    grant = tmp_path / "grant"
+    (grant / "nfs").mkdir(parents=True)
+    where = Mounts.read().where(str(grant))
+    assert where is not None
+    monkeypatch.setattr(
+        launch, "bound_sockets", lambda: Bound(elsewhere=(Moved("/tmp/ssh-Ab12/agent.1", where[0], 1),))
+    )
+    let_go = threading.Event()
+    scandir = os.scandir
+
+    def held(path: Any) -> Any:
+        if str(path) == str(grant / "nfs"):
+            let_go.wait(60)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", held)
+    monkeypatch.setattr(moved, "SEARCH_SECONDS", 0.05)
+    try:
+        with pytest.raises(JailError) as refused:
+            plan_of(grant)
+    finally:
+        let_go.set()
+        for thread in threading.enumerate():
+            if thread.name == "cellblock-socket-search":
+                thread.join(60)
+    assert str(refused.value).startswith(
+        f"server 's': jail grant {grant} could hold the file of the socket bound at '/tmp/ssh-Ab12/agent.1'"
+    )
+    monkeypatch.setattr(moved, "SEARCH_SECONDS", 10.0)
+    assert plan_of(grant).read_only == (str(grant),)
 
 
 def test_an_allowed_program_a_writable_grant_holds_is_refused_unless_its_bytes_are_pinned(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cellblock.sandbox.mounts import mountinfo
+from cellblock.sandbox.mounts import MountEntry, Mounts, mountinfo
 
 # Run under `unshare -rm` (a mount namespace of its own): bind mounts, then what shown_again finds.
 BIND = """
@@ -61,3 +61,34 @@ def test_a_hidden_path_is_found_where_a_bind_mount_shows_it_under_another_name(t
         f"{nested}/plain": f"{real}/plain",
     }
     assert by_name == {}
+
+
+def mount(id: int, parent: int, point: str, device: int, root: str = "/") -> MountEntry:
+    return MountEntry(root, point, "x", "x", "rw", id, parent, device)
+
+
+# the root; /dev with /dev/shm mounted twice over (the later on top); /a/b, then /a mounted over its
+# directory above (hiding /a/b); /srv/alias, a bind mount of /home/u/state of the root's file system
+TREE = Mounts(
+    [
+        mount(1, 0, "/", 10),
+        mount(2, 1, "/dev", 20),
+        mount(3, 2, "/dev/shm", 30),
+        mount(4, 3, "/dev/shm", 40),
+        mount(5, 1, "/a/b", 50),
+        mount(6, 1, "/a", 60),
+        mount(7, 1, "/srv/alias", 10, root="/home/u/state"),
+    ]
+)
+
+
+def test_a_path_is_on_the_mount_a_lookup_of_it_reaches() -> None:
+    assert {path: getattr(TREE.at(path), "id", None) for path in ("/", "/dev", "/dev/shm/x", "/a/b/c", "/home/u")} == {
+        "/": 1,
+        "/dev": 2,
+        "/dev/shm/x": 4,  # the one on top
+        "/a/b/c": 6,  # /a/b is under /a, mounted later over its directory above
+        "/home/u": 1,
+    }
+    assert [m.id for m in TREE.inside("/")] == [6, 2, 4, 7]
+    assert TREE.inside("/dev/shm") == [] and Mounts([]).at("/x") is None

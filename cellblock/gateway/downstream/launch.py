@@ -30,7 +30,8 @@ from cellblock.sandbox.egress import relayed
 from cellblock.sandbox.launchers import launcher_gaps, launcher_mounts, resolve_command
 from cellblock.sandbox.limits import describe, limit_plan
 from cellblock.sandbox.marks import mark_plan
-from cellblock.sandbox.mounts import MOUNTINFO, shown_again
+from cellblock.sandbox.mounts import MOUNTINFO, Mounts, shown_again
+from cellblock.sandbox.moved import sockets_within
 from cellblock.sandbox.pins import landlock_abi, verify_pins
 from cellblock.sandbox.seatbelt import seatbelt_executables, seatbelt_plan
 from cellblock.sandbox.sockets import (
@@ -40,7 +41,6 @@ from cellblock.sandbox.sockets import (
     abstract_scoped,
     bound_sockets,
     host_sockets,
-    sockets_within,
 )
 from cellblock.sandbox.types import (
     Closure,
@@ -102,7 +102,7 @@ def jail_spec(
     program that acts with the user's rights. A grant of or inside them is refused, except one
     inside Cellblock's cache (where a server's own package cache goes), which is shown; so is a
     grant that is a socket. A listener whose file is not at the path it was bound to is found in
-    the grants by its inode (`sockets.sockets_within`) and hidden too.
+    the grants by its device and inode (`sandbox/moved.py`, within a deadline) and hidden too.
 
     Where the kernel allows it, every jail starts in a Landlock domain that keeps it from the
     host's abstract sockets (`sandbox/scope.py`): a `network: open` jail would reach them by name,
@@ -121,9 +121,11 @@ def jail_spec(
 
     Raises:
         JailError: the command or an allowed executable cannot be found or lies in a writable grant
-            unpinned, or a grant lies inside Cellblock's own state.
+            unpinned, a grant lies inside Cellblock's own state, the mounts cannot be read, or the
+            search of the grants for a moved socket did not end in time.
     """
     bound = bound_sockets()
+    mounts = _mounts(name) if sys.platform.startswith("linux") else None  # macOS: no bind mounts to read
     private = _private_paths(own, bound)
     _refuse_own_grants(name, jail, private)
     home = os.path.expanduser("~")
@@ -181,7 +183,7 @@ def jail_spec(
         elif jail.network == "open":
             gaps.append(abstract_gap(name, abi))
     # a listener whose file is not where it was bound (a server may rename a directory on its way)
-    moved = {s.path: s.why for s in sockets_within([*jail.read_only, *jail.read_write], bound)}
+    moved = {s.path: s.why for s in sockets_within(name, [*jail.read_only, *jail.read_write], bound, mounts)}
     spec = JailSpec(
         name=name,
         argv=argv,
@@ -198,7 +200,7 @@ def jail_spec(
         egress_socket=egress_socket,
         pinned=dict(pinned or {}),
         exec_closure=closure,
-        hidden=_hidden(name, [*jail.read_only, *jail.read_write, *(m.path for m in launchers)], moved | private),
+        hidden=_hidden([*jail.read_only, *jail.read_write, *(m.path for m in launchers)], moved | private, mounts),
         gaps=tuple(gaps),
     )
     return spec, launchers
@@ -248,6 +250,21 @@ def _private_paths(own: Sequence[Path], bound: Bound) -> dict[str, str]:
     return found
 
 
+def _mounts(name: str) -> Mounts:
+    """The mounts of the gateway's namespace, read once for a jail.
+
+    Raises:
+        JailError: they cannot be read, so where a mount shows a hidden path again is not known.
+    """
+    try:
+        return Mounts.read()
+    except OSError as exc:
+        raise JailError(
+            f"server '{name}': the mounts that could show what its jail hides under another name cannot be "
+            f"read ({exc.strerror}: {MOUNTINFO}); nothing was started"
+        ) from exc
+
+
 def _refuse_own_grants(name: str, jail: JailConfig, private: Mapping[str, str]) -> None:
     """A grant of what `_hidden` would hide (a jail shows a grant whole) is refused, not emptied;
     so is a grant that is a socket, whatever listens on it."""
@@ -280,15 +297,11 @@ def _is_socket(path: str) -> bool:
         return False
 
 
-def _hidden(name: str, shared: Sequence[str], private: Mapping[str, str]) -> dict[str, str]:
+def _hidden(shared: Sequence[str], private: Mapping[str, str], mounts: Mounts | None) -> dict[str, str]:
     """Where, in the jail, the shared directories show what no server may see, with what it is:
     each such path at the place the jail shows it, which for a grant given through a symlink is not
-    its real path, and on Linux at each place a mount shows it under another name (a grant that is
-    a bind mount of a directory on its way, or holds one: `sandbox/mounts.py`).
-
-    Raises:
-        JailError: the mounts cannot be read (/proc/self/mountinfo), so those places are not known.
-    """
+    its real path, and with `mounts` (Linux) at each place a mount shows it under another name (a
+    grant that is a bind mount of a directory on its way, or holds one: `sandbox/mounts.py`)."""
     found = {p: why for p, why in private.items() if os.path.lexists(p)}
     hidden: dict[str, str] = {}
     for path in shared:
@@ -296,15 +309,8 @@ def _hidden(name: str, shared: Sequence[str], private: Mapping[str, str]) -> dic
         for p, why in found.items():
             if within(p, real):
                 hidden.setdefault(os.path.normpath(os.path.join(path, os.path.relpath(p, real))), why)
-    if sys.platform.startswith("linux"):
-        try:
-            again = shown_again(shared, found)
-        except OSError as exc:
-            raise JailError(
-                f"server '{name}': the mounts that could show what its jail hides under another name cannot be "
-                f"read ({exc.strerror}: {MOUNTINFO}); nothing was started"
-            ) from exc
-        for place, p in again.items():
+    if mounts is not None:
+        for place, p in shown_again(shared, found, mounts).items():
             hidden.setdefault(place, f"{found[p]}, shown here by a mount as {p}")
     return dict(sorted(hidden.items()))
 
