@@ -5,7 +5,8 @@ A bind mount shows a directory at a second path: `/data`, a bind mount of `/srv`
 own directories, the session's sockets) where its grants hold them, and a grant holds a path by
 its name only where no mount shows it under another one. So where a share (a grant, an
 installation) or a mount inside it is the same directory (device and inode) as one on the way to a
-hidden path, the hidden path is hidden there too (`shown_again`).
+hidden path, the hidden path is hidden there too (`shown_again`); a share that *is* such a path, or
+lies inside one, under another name is told apart by where it is in its file system (`Mounts.where`).
 
 `Mounts` is the tree the kernel walks to find a path: which mount a path is on (a mount over another
 one, or over a directory above it, hides it), with its file system's device as the kernel names it
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from cellblock.policy.constraints import within
 
-__all__ = ["MOUNTINFO", "MountEntry", "Mounts", "mountinfo", "shown_again"]
+__all__ = ["MOUNTINFO", "MountEntry", "Mounts", "mountinfo", "named_again", "shown_again"]
 
 MOUNTINFO = "/proc/self/mountinfo"
 _OCTAL = re.compile(r"\\([0-7]{3})")  # the kernel escapes space, tab, newline and backslash
@@ -142,6 +143,20 @@ def shown_again(shares: Sequence[str], hidden: Iterable[str], mounts: Mounts | N
                 if not within(path, host):  # by its own name: hidden there already
                     found.setdefault(os.path.normpath(os.path.join(shown, os.path.relpath(path, above))), path)
     return found
+
+
+def named_again(path: str, hidden: Iterable[str], mounts: Mounts) -> str | None:
+    """The path of `hidden` (real paths) that the real path `path` is, or lies inside, under another
+    name than its own; None: none. Two names of one place are one path in one file system, which a
+    bind mount shows at a second point."""
+    here = mounts.where(path)
+    for hidden_path in hidden:
+        there = mounts.where(hidden_path)
+        if here is None or there is None or within(path, hidden_path):
+            continue
+        if there[0] == here[0] and within(here[1], there[1]):
+            return hidden_path
+    return None
 
 
 def _directory(path: str) -> tuple[int, int] | None:

@@ -6,11 +6,13 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import socket
 import sys
 import tempfile
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from cellblock.gateway.downstream import launch
 from cellblock.gateway.downstream.launch import PIN, granted_roots, jail_spec, launch_plan, tell_jail
 from cellblock.sandbox import escape, moved, pin, scope, sockets
 from cellblock.sandbox.marks import how_marked
-from cellblock.sandbox.mounts import Mounts
+from cellblock.sandbox.mounts import Mounts, mountinfo
 from cellblock.sandbox.sockets import ABSTRACT_SCOPE_ABI, SCOPE, Bound, Moved, abstract_gap
 from cellblock.sandbox.types import JailError, JailSpec, MountMode
 
@@ -207,6 +209,47 @@ def test_a_grant_of_or_inside_what_cellblock_keeps_from_servers_is_refused_namin
     # a server's own package cache inside Cellblock's is the usual grant for npx and uvx
     plan = launch_plan("s", server(f"    jail: {{read_write: ['{cache / 'npm-s'}']}}\n"), own=(audit,))
     assert any(m.path == str(cache / "npm-s") for m in plan.mounts)
+
+
+def test_a_grant_that_is_what_cellblock_keeps_from_servers_under_a_mounts_name_is_refused_naming_both(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A bind mount shows a directory under a second name: a grant of it (or of a place inside it) is
+    refused as the directory's own name is, not shown empty. The mounts are the host's, with binds
+    added as /etc/fstab would make them."""
+    home = tmp_path / "home"
+    state, run, cache, work = home / "state", tmp_path / "run", home / ".cache" / "cellblock", tmp_path / "work"
+    for directory in (state / "catalogs", run / "bus", cache / "npm-s", work):
+        directory.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("CELLBLOCK_STATE_DIR", str(state))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    host = mountinfo()
+    tree = Mounts(host)
+    binds = {"alias": state, "part": state / "catalogs", "above": tmp_path, "stash": cache, "desk": work}
+    added = []
+    for n, (name, source) in enumerate(binds.items()):
+        (tmp_path / name).mkdir()
+        where, on = tree.where(str(source)), tree.at(str(tmp_path / name))
+        assert where is not None and on is not None
+        added.append(replace(on, root=where[1], point=str(tmp_path / name), id=1_000_000 + n, parent=on.id))
+    monkeypatch.setattr(Mounts, "read", classmethod(lambda _: Mounts([*host, *added])))
+    refused = {
+        "alias": f"is {state} under another name: Cellblock's own",
+        "alias/catalogs": f"is inside {state} under another name: Cellblock's own",
+        "part": f"is inside {state} under another name",  # a mount of a directory inside it
+        "above/run": f"is {run} under another name: your session's runtime directory",
+        "stash": f"is Cellblock's cache under another name ({cache}), which holds every server's package cache",
+    }
+    for grant, reason in refused.items():
+        path = tmp_path / grant
+        with pytest.raises(JailError, match=re.escape(f"server 's': jail.read_only path {path} {reason}")):
+            plan_of(path)
+    # as a grant of the directory by its own name: a server's cache inside Cellblock's, a parent
+    # (which shows them hidden), an ordinary directory are granted
+    for grant in ("stash/npm-s", "above", "desk"):
+        assert plan_of(tmp_path / grant).read_only == (str(tmp_path / grant),)
 
 
 def plan_of(grant: Path) -> JailSpec:

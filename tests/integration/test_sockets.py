@@ -576,3 +576,37 @@ def test_the_same_jail_hiding_only_by_name_lists_the_agents_keys_through_a_bind_
         assert listed["got_through"] and listed["amount"] == 1, listed
         refused = run(spec.hidden)
         assert not refused["got_through"] and "ECONNREFUSED" in refused["detail"], refused
+
+
+async def test_a_grant_that_is_a_bind_mount_of_cellblocks_state_is_refused_naming_both(
+    tmp_path: Path, short: Path
+) -> None:
+    """A bind mount shows the state directory (approvals, the audit log, the locks) under a second
+    name: a grant of it is refused as a grant of the state directory by its own name is, naming
+    both, rather than shown empty. The controls: through the mount an unjailed server reads what is
+    there, and a grant of a bind mount of an ordinary directory starts and reads it."""
+    state, work = tmp_path / "state", short / "work"
+    state.mkdir(mode=0o700)
+    work.mkdir()
+    planted = f"planted-{uuid.uuid4().hex}"
+    (state / "planted").write_text(planted)
+    (work / "notes").write_text("notes")
+    hostile = {"command": sys.executable, "args": [str(HOSTILE)]}
+    with bind_mounted(state, short / "alias") as alias, bind_mounted(work, short / "desk") as desk:
+        servers = {
+            "jailed": hostile | {"jail": {"read_only": [*CODE, str(alias)]}},
+            "desk": hostile | {"jail": {"read_only": [*CODE, str(desk)]}},
+            "loose": hostile | {"jail": False},
+        }
+        log = tmp_path / "gateway.log"
+        async with gateway(write_config(tmp_path, servers), state, stderr=log) as client:
+            read = _outcome(await client.call_tool("loose__read_file", {"path": str(alias / "planted")}))
+            assert read["got_through"], read  # the honest control: the mount shows the state
+            read = _outcome(await client.call_tool("desk__read_file", {"path": str(desk / "notes")}))
+            assert read["got_through"], read  # and a bind mount of an ordinary directory is granted
+            refused = await client.call_tool("jailed__read_file", {"path": str(alias / "planted")})
+    assert refused.is_error and refused.structured_content is None, refused
+    told = " ".join(getattr(c, "text", "") for c in refused.content)
+    expected = f"server 'jailed': jail.read_only path {alias} is {state} under another name: Cellblock's own"
+    assert expected in told and "grant another directory" in told, told
+    assert planted not in told and expected in log.read_text()

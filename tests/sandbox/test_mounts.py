@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cellblock.sandbox.mounts import MountEntry, Mounts, mountinfo
+from cellblock.sandbox.mounts import MountEntry, Mounts, mountinfo, named_again
 
 # Run under `unshare -rm` (a mount namespace of its own): bind mounts, then what shown_again finds.
 BIND = """
@@ -92,3 +92,13 @@ def test_a_path_is_on_the_mount_a_lookup_of_it_reaches() -> None:
     }
     assert [m.id for m in TREE.inside("/")] == [6, 2, 4, 7]
     assert TREE.inside("/dev/shm") == [] and Mounts([]).at("/x") is None
+
+
+def test_a_bind_mount_is_a_second_name_of_the_place_it_shows() -> None:
+    assert TREE.where("/srv/alias/sub") == TREE.where("/home/u/state/sub") == (10, "/home/u/state/sub")
+    assert named_again("/srv/alias", ["/home/u/state"], TREE) == "/home/u/state"
+    assert named_again("/srv/alias/sub", ["/home/u/state"], TREE) == "/home/u/state"
+    # by its own name, a parent of it, or the same path on another file system: no second name
+    assert named_again("/home/u/state/sub", ["/home/u/state"], TREE) is None
+    assert named_again("/srv", ["/home/u/state"], TREE) is None
+    assert named_again("/dev/shm/home/u/state", ["/home/u/state"], TREE) is None

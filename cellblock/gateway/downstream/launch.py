@@ -30,7 +30,7 @@ from cellblock.sandbox.egress import relayed
 from cellblock.sandbox.launchers import launcher_gaps, launcher_mounts, resolve_command
 from cellblock.sandbox.limits import describe, limit_plan
 from cellblock.sandbox.marks import mark_plan
-from cellblock.sandbox.mounts import MOUNTINFO, Mounts, shown_again
+from cellblock.sandbox.mounts import MOUNTINFO, Mounts, named_again, shown_again
 from cellblock.sandbox.moved import sockets_within
 from cellblock.sandbox.pins import landlock_abi, verify_pins
 from cellblock.sandbox.seatbelt import seatbelt_executables, seatbelt_plan
@@ -99,10 +99,11 @@ def jail_spec(
     Docker's, any socket bound to a path now) are hidden in the jail where a grant or an
     installation holds them: a server must not reach the control socket (and approve its own
     calls), an egress socket of another server, the keyring, the locks or the config, nor a
-    program that acts with the user's rights. A grant of or inside them is refused, except one
-    inside Cellblock's cache (where a server's own package cache goes), which is shown; so is a
-    grant that is a socket. A listener whose file is not at the path it was bound to is found in
-    the grants by its device and inode (`sandbox/moved.py`, within a deadline) and hidden too.
+    program that acts with the user's rights. A grant of or inside them is refused, by their names
+    and by any other a mount gives them, except one inside Cellblock's cache (where a server's own
+    package cache goes), which is shown; so is a grant that is a socket. A listener whose file is
+    not at the path it was bound to is found in the grants by its device and inode
+    (`sandbox/moved.py`, within a deadline) and hidden too.
 
     Where the kernel allows it, every jail starts in a Landlock domain that keeps it from the
     host's abstract sockets (`sandbox/scope.py`): a `network: open` jail would reach them by name,
@@ -127,7 +128,7 @@ def jail_spec(
     bound = bound_sockets()
     mounts = _mounts(name) if sys.platform.startswith("linux") else None  # macOS: no bind mounts to read
     private = _private_paths(own, bound)
-    _refuse_own_grants(name, jail, private)
+    _refuse_own_grants(name, jail, private, mounts)
     home = os.path.expanduser("~")
     host_path = os.environ.get("PATH", JAIL_PATH)
     package = installed(name, server)
@@ -265,24 +266,31 @@ def _mounts(name: str) -> Mounts:
         ) from exc
 
 
-def _refuse_own_grants(name: str, jail: JailConfig, private: Mapping[str, str]) -> None:
-    """A grant of what `_hidden` would hide (a jail shows a grant whole) is refused, not emptied;
-    so is a grant that is a socket, whatever listens on it."""
+def _refuse_own_grants(name: str, jail: JailConfig, private: Mapping[str, str], mounts: Mounts | None) -> None:
+    """A grant of what `_hidden` would hide (a jail shows a grant whole) is refused, not emptied,
+    by its own name or by another one a mount gives it (`mounts`); so is a grant that is a socket,
+    whatever listens on it."""
     cache = os.path.realpath(user_cache_path("cellblock"))
+    others = [p for p in private if p != cache]
     for key, paths in (("read_only", jail.read_only), ("read_write", jail.read_write)):
         for path in paths:
             real = os.path.realpath(path)
-            if real == cache:
+            place = mounts.where(real) if mounts is not None else None
+            if real == cache or (place is not None and mounts is not None and place == mounts.where(cache)):
+                named = "" if real == cache else f" under another name ({cache})"
                 raise JailError(
-                    f"server '{name}': jail.{key} path {path} is Cellblock's cache, which holds every "
+                    f"server '{name}': jail.{key} path {path} is Cellblock's cache{named}, which holds every "
                     "server's package cache; grant the server's own directory inside it"
                 )
-            held = next((p for p in private if within(real, p) and p != cache), None)
-            why = private[held] if held is not None else "a Unix socket, a way into the program that listens on it"
+            held = next((p for p in others if within(real, p)), None)
+            where = held if real == held else f"inside {held}"
+            if held is None and mounts is not None and (held := named_again(real, others, mounts)) is not None:
+                inside = "" if place == mounts.where(held) else "inside "
+                where = f"{inside}{held} under another name"  # a bind mount shows the one place at both
             if held is None and _is_socket(real):
-                held = real
+                held = where = real
             if held is not None:
-                where = held if real == held else f"inside {held}"
+                why = private.get(held, "a Unix socket, a way into the program that listens on it")
                 fix = "grant another directory" if os.path.isdir(held) else f"remove it from jail.{key}"
                 raise JailError(
                     f"server '{name}': jail.{key} path {path} is {where}: {why}, which Cellblock keeps from "
