@@ -252,6 +252,15 @@ def _reader(grants: list[str]) -> LocalServer:
     )
 
 
+def _run_hiding(spec: Any, launchers: Any, hidden: Mapping[str, str], args: tuple[str, ...] = ()) -> Any:
+    """What the reader of `spec`'s jail says it got, run with `hidden` (and `args` after its argv)
+    hidden in place of what `jail_spec` chose: the controls run the same jail hiding less."""
+    jailed = replace(spec, argv=(*spec.argv, *args), hidden=hidden)
+    done = run_plan(bwrap_plan(jailed, launchers, check_bwrap()), RUN_SECONDS)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 def test_the_same_jail_without_the_mask_reads_the_keyring_and_lists_the_agents_keys(
     keyring_env: Mapping[str, str], planted: str, agent: Path
 ) -> None:
@@ -264,16 +273,9 @@ def test_the_same_jail_without_the_mask_reads_the_keyring_and_lists_the_agents_k
     assert {str(bus_socket(address)), str(agent)} <= set(spec.hidden)
     args = (str(SERVERS), address, planted, str(agent))
 
-    def run(hidden: Mapping[str, str]) -> list[dict[str, Any]]:
-        jailed = replace(spec, argv=(*spec.argv, *args), hidden=hidden)
-        done = run_plan(bwrap_plan(jailed, launchers, check_bwrap()), RUN_SECONDS)
-        assert done.returncode == 0, done.stderr
-        reads: list[dict[str, Any]] = json.loads(done.stdout)
-        return reads
-
-    secrets, keys = run({})
+    secrets, keys = _run_hiding(spec, launchers, {}, args)
     assert secrets["got_through"] and keys["got_through"] and keys["amount"] == 1, (secrets, keys)
-    secrets, keys = run(spec.hidden)
+    secrets, keys = _run_hiding(spec, launchers, spec.hidden, args)
     assert not secrets["got_through"] and "ECONNREFUSED" in secrets["detail"], secrets
     assert not keys["got_through"] and "ECONNREFUSED" in keys["detail"], keys
 
@@ -406,15 +408,9 @@ def test_the_same_jail_hiding_only_the_sockets_where_they_were_bound_lists_a_mov
         spec, launchers = jail_spec("reader", server, server.jail)
         assert "found by its inode" in spec.hidden[str(moved)]
 
-        def run(hidden: Mapping[str, str]) -> dict[str, Any]:
-            done = run_plan(bwrap_plan(replace(spec, hidden=hidden), launchers, check_bwrap()), RUN_SECONDS)
-            assert done.returncode == 0, done.stderr
-            read: dict[str, Any] = json.loads(done.stdout)
-            return read
-
-        listed = run({path: why for path, why in spec.hidden.items() if path != str(moved)})
+        listed = _run_hiding(spec, launchers, {path: why for path, why in spec.hidden.items() if path != str(moved)})
         assert listed["got_through"] and listed["amount"] == 1, listed
-        refused = run(spec.hidden)
+        refused = _run_hiding(spec, launchers, spec.hidden)
         assert not refused["got_through"] and "ECONNREFUSED" in refused["detail"], refused
 
 
@@ -565,16 +561,10 @@ def test_the_same_jail_hiding_only_by_name_lists_the_agents_keys_through_a_bind_
         spec, launchers = jail_spec("reader", server, server.jail)
         assert "shown here by a mount" in spec.hidden[str(alias / "agent.1")]
 
-        def run(hidden: Mapping[str, str]) -> dict[str, Any]:
-            done = run_plan(bwrap_plan(replace(spec, hidden=hidden), launchers, check_bwrap()), RUN_SECONDS)
-            assert done.returncode == 0, done.stderr
-            read: dict[str, Any] = json.loads(done.stdout)
-            return read
-
         by_name = {path: why for path, why in spec.hidden.items() if "shown here by a mount" not in why}
-        listed = run(by_name)
+        listed = _run_hiding(spec, launchers, by_name)
         assert listed["got_through"] and listed["amount"] == 1, listed
-        refused = run(spec.hidden)
+        refused = _run_hiding(spec, launchers, spec.hidden)
         assert not refused["got_through"] and "ECONNREFUSED" in refused["detail"], refused
 
 
