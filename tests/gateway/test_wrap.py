@@ -27,7 +27,9 @@ import yaml
 from keyring.errors import PasswordDeleteError
 
 import cellblock.gateway.clients.wrap as wrap_module
-from cellblock.gateway.clients.wrap import WrapError, list_clients, plan_wrap, unwrap, wrap
+from cellblock.gateway.clients.backups import is_project_file, kept
+from cellblock.gateway.clients.unwrap import unwrap
+from cellblock.gateway.clients.wrap import WrapError, list_clients, plan_wrap, wrap
 from cellblock.gateway.config.loading import parse_config
 
 GOLDEN_IN = Path(__file__).parent / "golden" / "clients"
@@ -89,6 +91,15 @@ KEYRING: dict[str, dict[str, str | None]] = {
 def fixed_gateway_command(monkeypatch: pytest.MonkeyPatch) -> None:
     """The client entry names a fixed cellblock, so the goldens do not depend on this machine's venv."""
     monkeypatch.setattr(wrap_module, "gateway_command", lambda config: (CELLBLOCK, list(SERVE)))
+
+
+@pytest.fixture(autouse=True)
+def private_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Cellblock's state directory, where wrap keeps every backup, private to the test."""
+    state = tmp_path_factory.mktemp("state")
+    state.chmod(0o700)
+    monkeypatch.setenv("CELLBLOCK_STATE_DIR", str(state))
+    return state
 
 
 @pytest.fixture
@@ -207,20 +218,21 @@ def test_wrap_stores_each_secret_under_the_entry_the_config_names_and_unwrap_res
     stem: str, tmp_path: Path, stored: set[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, config = place(tmp_path, stem), tmp_path / "cellblock.yaml"
-    backup = path.with_name(path.name + ".bak")
+    backup = kept(path)
     stored |= planned_entries(path, config)
     original = path.read_bytes()
     assert [e for e in KEYRING[stem] if keyring.get_password(SERVICE, e) is not None] == [], "left over"
 
     assert wrap(path, config, out=StringIO(), install=False) == 0
 
-    assert path.read_bytes() == (GOLDEN / f"{stem}.client{suffix(stem)}").read_bytes()
+    wrapped = normalise(path.read_bytes().decode("utf-8"), tmp_path)
+    assert wrapped == (GOLDEN / f"{stem}.client{suffix(stem)}").read_bytes().decode("utf-8")
     named = {entry for entry, _, _ in parse_config(config.read_text(), str(config)).credential_entries()}
     assert named == set(KEYRING[stem])
     assert {entry: keyring.get_password(SERVICE, entry) for entry in named} == KEYRING[stem]
     assert backup.exists()
 
-    assert unwrap(path, with_secrets=True) == 0
+    assert unwrap(path) == 0
 
     assert path.read_bytes() == original
     assert not backup.exists()
@@ -232,7 +244,7 @@ def test_the_backup_is_private_holds_no_secret_and_unwrap_removes_it(
     stem: str, tmp_path: Path, stored: set[str]
 ) -> None:
     path, config = place(tmp_path, stem), tmp_path / "cellblock.yaml"
-    backup = path.with_name(path.name + ".bak")
+    backup = kept(path)
     stored |= planned_entries(path, config)
 
     wrap(path, config, out=StringIO(), install=False)
@@ -244,24 +256,124 @@ def test_the_backup_is_private_holds_no_secret_and_unwrap_removes_it(
 
 
 @pytest.mark.parametrize("stem", STEMS)
-def test_unwrap_without_secrets_leaves_placeholders_exactly_where_the_secrets_were(
-    stem: str, tmp_path: Path, stored: set[str]
+def test_a_file_an_older_unwrap_left_with_references_gets_its_values_back_from_the_keyring(
+    stem: str, tmp_path: Path, stored: set[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, config = place(tmp_path, stem), tmp_path / "cellblock.yaml"
     stored |= planned_entries(path, config)
-    original = path.read_bytes().decode("utf-8")
+    original = path.read_bytes()
+    wrap(path, config, out=StringIO(), install=False)
+    # what `unwrap` without --secrets used to leave: the backup's text, references and all, and no backup
+    path.write_bytes(kept(path).read_bytes())
+    for backup in (kept(path), path.with_name(path.name + ".bak")):
+        backup.unlink(missing_ok=True)
+    capsys.readouterr()
+
+    assert unwrap(path) == 0
+
+    assert path.read_bytes() == original
+    err = capsys.readouterr().err
+    if KEYRING[stem] and any(KEYRING[stem].values()):
+        assert "written back" in err
+    assert leaks(stem, err) == []
+
+
+def test_unwrap_refuses_when_an_entry_is_gone_and_changes_nothing(
+    tmp_path: Path, stored: set[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, config = place(tmp_path, "claude-desktop"), tmp_path / "cellblock.yaml"
+    stored |= planned_entries(path, config)
+    wrap(path, config, out=StringIO(), install=False)
+    keyring.delete_password(SERVICE, "notes")
+    before = snapshot(path, kept(path), path.with_name(path.name + ".bak"))
+
+    with pytest.raises(WrapError, match=r"keyring entry 'notes'.*nothing changed.*cellblock auth set notes") as refused:
+        unwrap(path)
+
+    assert snapshot(path, kept(path), path.with_name(path.name + ".bak")) == before
+    assert leaks("claude-desktop", str(refused.value), capsys.readouterr().err) == []
+
+
+def test_unwrap_refuses_with_no_usable_keyring_and_changes_nothing(tmp_path: Path, stored: set[str]) -> None:
+    path, config = place(tmp_path, "gemini"), tmp_path / "cellblock.yaml"
+    stored |= planned_entries(path, config)
+    wrap(path, config, out=StringIO(), install=False)
+    before = snapshot(path, kept(path))
+
+    with pytest.MonkeyPatch.context() as patch:  # undone before `stored` cleans the real keyring
+        patch.setattr(keyring.core, "_keyring_backend", keyring.core._keyring_backend)
+        patch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
+        keyring.core.init_backend()
+        with pytest.raises(WrapError, match=r"cannot be used.*Nothing changed.*cellblock unwrap"):
+            unwrap(path)
+
+    assert snapshot(path, kept(path)) == before
+
+
+def test_a_project_file_gets_the_portable_command_and_no_backup_beside_it(tmp_path: Path, stored: set[str]) -> None:
+    path, config = place(tmp_path, "claude-code"), tmp_path / "cellblock.yaml"
+    stored |= planned_entries(path, config)
+    plan = plan_wrap(path, config, home=HOME)
+    assert plan.project and plan.command == ("cellblock", ["serve", "--config", str(config)])
+    assert any("belongs to a project" in note for note in plan.notes)
 
     wrap(path, config, out=StringIO(), install=False)
-    unwrap(path, with_secrets=False)
 
-    restored = path.read_bytes().decode("utf-8")
-    assert leaks(stem, restored) == []
-    entries = set(PLACEHOLDER.findall(restored))
-    values = {entry: keyring.get_password(SERVICE, entry) or "" for entry in entries}
-    # nowhere else: each placeholder stands for a secret of the input
-    assert all(any(secret in value for secret in SECRETS[stem]) for value in values.values()), values
-    # exactly where: putting the values back gives the input
-    assert PLACEHOLDER.sub(lambda m: values[m.group(1)], restored) == original
+    assert not path.with_name(path.name + ".bak").exists()
+    assert kept(path).exists()
+
+
+def test_a_project_file_on_the_default_config_names_no_path_of_this_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "somewhere" / "cellblock.yaml"
+    monkeypatch.setenv("CELLBLOCK_CONFIG", str(config))
+    plan = plan_wrap(place(tmp_path, "cursor"), config, home=HOME)
+    assert plan.command == ("cellblock", ["serve"])
+    user = plan_wrap(place(tmp_path, "claude-desktop"), config, home=HOME)
+    assert not user.project and user.command == (CELLBLOCK, SERVE)
+
+
+@pytest.mark.parametrize(
+    ("kind", "where", "project"),
+    [
+        ("claude-code", ".mcp.json", True),
+        ("cursor", ".cursor/mcp.json", True),
+        ("vscode", ".vscode/mcp.json", True),
+        ("gemini", ".gemini/settings.json", True),
+        ("codex", ".codex/config.toml", True),
+        ("claude-desktop", "claude_desktop_config.json", False),
+        ("claude-code", ".claude.json", False),
+    ],
+)
+def test_which_files_are_a_projects(kind: str, where: str, project: bool, tmp_path: Path) -> None:
+    assert is_project_file(kind, tmp_path / "repo" / where, tmp_path) is project
+    assert is_project_file(kind, tmp_path / where, tmp_path) is False  # the user's own, in the home
+
+
+def test_a_clients_own_timeout_is_carried_over_in_cellblocks_unit(tmp_path: Path) -> None:
+    path = tmp_path / ".codex" / "config.toml"
+    path.parent.mkdir()
+    path.write_text('[mcp_servers.t]\ncommand = "/opt/t"\ntool_timeout_sec = 90\nstartup_timeout_sec = 20\n')
+    plan = plan_wrap(path, tmp_path / "cellblock.yaml", home=HOME)
+    (moved,) = plan.moved
+    assert moved.starter.config["timeout"] == 90
+    assert "carried over: tool_timeout_sec=90 as timeout: 90" in moved.starter.notes
+    assert any(n.startswith("not carried over: startup_timeout_sec=20") for n in moved.starter.notes)
+
+
+def test_a_reused_server_names_the_client_keys_it_does_not_take(tmp_path: Path) -> None:
+    config = tmp_path / "cellblock.yaml"
+    first = tmp_path / "claude_desktop_config.json"
+    first.write_text(json.dumps({"mcpServers": {"t": {"command": "/opt/t"}}}))
+    wrap(first, config, out=StringIO(), install=False)
+    second = tmp_path / ".gemini" / "settings.json"
+    second.parent.mkdir()
+    second.write_text(json.dumps({"mcpServers": {"t": {"command": "/opt/t", "timeout": 9000, "trust": True}}}))
+    out = StringIO()
+    wrap(second, config, out=out, install=False)
+    assert "kept as it is: not carried over from" in out.getvalue()
+    assert "timeout, trust" in out.getvalue()
 
 
 # --- 3. safety -----------------------------------------------------------------------------------
@@ -272,7 +384,7 @@ def test_a_dry_run_changes_no_file_and_stores_nothing(
     stem: str, tmp_path: Path, stored: set[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, config = place(tmp_path, stem), tmp_path / "cellblock.yaml"
-    backup = path.with_name(path.name + ".bak")
+    backup = kept(path)
     entries = planned_entries(path, config)
     stored |= entries
     before = snapshot(path, config, backup)
@@ -289,7 +401,7 @@ def test_wrapping_a_wrapped_file_again_says_so_and_changes_nothing(
     tmp_path: Path, stored: set[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, config = place(tmp_path, "windsurf"), tmp_path / "cellblock.yaml"
-    backup = path.with_name(path.name + ".bak")
+    backup = kept(path)
     stored |= planned_entries(path, config)
     wrap(path, config, out=StringIO(), install=False)
     capsys.readouterr()
@@ -324,13 +436,13 @@ def test_a_name_taken_by_another_server_in_cellblock_yaml_is_refused_naming_both
     config.write_text("version: 1\nservers:\n  team-docs-unicode:\n    url: https://other.example.com/mcp\n")
     entries = {"github-github-personal-access-token", "team-docs-unicode-x-api-key"}
     stored |= entries
-    before = snapshot(path, config, path.with_name(path.name + ".bak"))
+    before = snapshot(path, config, kept(path))
 
     with pytest.raises(WrapError, match="name clash, nothing changed") as caught:
         wrap(path, config, out=StringIO(), install=False)
 
     assert "'Team Docs.Ünïcode'" in str(caught.value) and "'team-docs-unicode'" in str(caught.value)
-    assert snapshot(path, config, path.with_name(path.name + ".bak")) == before
+    assert snapshot(path, config, kept(path)) == before
     assert {entry: keyring.get_password(SERVICE, entry) for entry in entries} == dict.fromkeys(entries)
 
 
@@ -373,7 +485,7 @@ def test_reusing_a_server_never_swaps_the_second_clients_secret_for_the_first(tm
         wrap(second, config, out=StringIO(), install=False)
 
     assert second.read_bytes() == original
-    assert not second.with_name(second.name + ".bak").exists()
+    assert not kept(second).exists()
     assert keyring.get_password("cellblock", "github-github-token") == "ghp_first_not_real_0000000"
 
 
@@ -408,12 +520,12 @@ def no_keyring(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_secrets_with_no_usable_keyring_are_refused_before_any_file_changes(tmp_path: Path, no_keyring: None) -> None:
     path, config = place(tmp_path, "gemini"), tmp_path / "cellblock.yaml"
-    before = snapshot(path, config, path.with_name(path.name + ".bak"))
+    before = snapshot(path, config, kept(path))
 
     with pytest.raises(WrapError, match="secrets that must move to the keyring, nothing changed"):
         wrap(path, config, out=StringIO(), install=False)
 
-    assert snapshot(path, config, path.with_name(path.name + ".bak")) == before
+    assert snapshot(path, config, kept(path)) == before
 
 
 def test_a_client_without_secrets_wraps_with_no_keyring_at_all(tmp_path: Path, no_keyring: None) -> None:
@@ -433,10 +545,11 @@ def test_a_crlf_file_survives_wrap_and_unwrap_byte_for_byte(stem: str, tmp_path:
 
     wrap(path, config, out=StringIO(), install=False)
     wrapped = path.read_bytes()
-    unwrap(path, with_secrets=True)
+    unwrap(path)
 
     assert b"\n" not in wrapped.replace(b"\r\n", b""), "the wrapped file mixes line breaks"
-    assert wrapped == (GOLDEN / f"{stem}.client{suffix(stem)}").read_bytes().replace(b"\n", b"\r\n")
+    golden = (GOLDEN / f"{stem}.client{suffix(stem)}").read_bytes().decode("utf-8")
+    assert normalise(wrapped.decode("utf-8"), tmp_path) == golden.replace("\n", "\r\n")
     assert path.read_bytes() == crlf
 
 

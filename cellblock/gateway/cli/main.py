@@ -141,9 +141,10 @@ def _parser() -> argparse.ArgumentParser:
         "--no-install", action="store_true", help="do not install the servers' packages now (`cellblock install` later)"
     )
     add_config(wrap, "Cellblock's config to add the servers to (default: the usual one)")
-    unwrap = sub.add_parser("unwrap", help="put a wrapped client's own servers back (from CLIENT_CONFIG.bak)")
+    unwrap = sub.add_parser("unwrap", help="put a wrapped client's own servers back, secret values included")
     unwrap.add_argument("path", metavar="CLIENT_CONFIG")
-    unwrap.add_argument("--secrets", action="store_true", help="put the secret values back too, from the keyring")
+    # what --secrets asked for is what unwrap always does now; kept so that scripts still run
+    unwrap.add_argument("--secrets", action="store_true", help=argparse.SUPPRESS)
     add_config(unwrap, "Cellblock's config (only for credentials.allow_insecure)")
     auth = sub.add_parser("auth", help="credentials in the OS keyring: set, login, logout, list")
     auth_sub = auth.add_subparsers(dest="auth_command", required=True, metavar="ACTION")
@@ -300,7 +301,7 @@ def _run(args: argparse.Namespace) -> int:
         from cellblock.gateway.cli import wrap
 
         if command == "unwrap":
-            return wrap.unwrap(args.path, args.config, with_secrets=args.secrets)
+            return wrap.unwrap(args.path, args.config)
         return wrap.wrap(args.path, args.config, listing=args.list, dry_run=args.dry_run, install=not args.no_install)
     if command in ("install", "update"):
         from cellblock.gateway.downstream.packages import install_command, update_command

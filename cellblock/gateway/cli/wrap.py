@@ -7,6 +7,7 @@ from pathlib import Path
 
 from cellblock.gateway.cli.options import EXIT_USAGE, optional_config
 from cellblock.gateway.clients import wrap as clients
+from cellblock.gateway.clients.unwrap import unwrap as unwrap_file
 from cellblock.gateway.state import default_config_path
 
 __all__ = ["unwrap", "wrap"]
@@ -23,7 +24,8 @@ def wrap(path: str | None, config_path: str | None, *, listing: bool, dry_run: b
     return clients.wrap(Path(path).expanduser(), config.absolute(), dry_run=dry_run, install=install)
 
 
-def unwrap(path: str, config_path: str | None, *, with_secrets: bool) -> int:
+def unwrap(path: str, config_path: str | None) -> int:
+    """`cellblock unwrap CLIENT_CONFIG`: the original back, secret values included."""
     config = optional_config(config_path)  # none to go by: only a safe keyring
     allow_insecure = config is not None and config.credentials.allow_insecure
-    return clients.unwrap(Path(path).expanduser(), with_secrets=with_secrets, allow_insecure=allow_insecure)
+    return unwrap_file(Path(path).expanduser(), allow_insecure=allow_insecure)

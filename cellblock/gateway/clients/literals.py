@@ -4,15 +4,17 @@
 secret may be written `p\\u00e4ss`, `a\\/b` or inside a TOML literal string: a plain text search
 for one spelling would leave another in clear. `replace_in_literals` decodes each literal,
 finds the value there, and replaces exactly the characters that spell it, keeping every other
-byte of the literal as it was.
+byte of the literal as it was. `fill_literals` is its inverse for `cellblock unwrap`: it writes a
+value back where a reference stands, escaped as that literal needs.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 
-__all__ = ["replace_in_literals"]
+__all__ = ["fill_literals", "replace_in_literals"]
 
 _DOUBLE = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 _DOUBLE_OR_SINGLE = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'')
@@ -35,6 +37,26 @@ def replace_in_literals(text: str, replacements: Mapping[str, str], toml: bool =
         last = match.end()
     out.append(text[last:])
     return "".join(out)
+
+
+def fill_literals(text: str, values: Mapping[str, str], toml: bool = False) -> str:
+    """`text` with each key of `values` inside a string literal replaced by its value, escaped for
+    that literal: JSON escapes in a "…" string, the value as it is in a TOML '…' literal (which
+    held it before wrap, so it needs no escaping). Keys outside any literal are left."""
+    pattern = _DOUBLE_OR_SINGLE if toml else _DOUBLE
+
+    def one(match: re.Match[str]) -> str:
+        raw = match.group(0)
+        body = raw[1:-1]
+        for key, value in values.items():
+            if key in body:
+                escaped = json.dumps(value, ensure_ascii=False)[1:-1]
+                if toml:  # TOML also refuses a raw DEL in a basic string
+                    escaped = escaped.replace("\x7f", "\\u007f")
+                body = body.replace(key, value if raw[0] == "'" else escaped)
+        return raw[0] + body + raw[0]
+
+    return pattern.sub(one, text)
 
 
 def _pieces(body: str) -> list[tuple[str, str]]:

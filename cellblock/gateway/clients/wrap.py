@@ -3,14 +3,15 @@
 wrap PATH reads a client's config (gateway/clients/kinds.py knows each format), derives a starter jail
 and policy per server (gateway/config/starter.py), and then, only when nothing stands in the way:
 stores the inline secrets in the keyring, appends the servers to cellblock.yaml (validated
-before it is written), keeps the original as PATH.bak with each secret replaced by a reference
-to its keyring entry, and rewrites PATH so the client starts only `cellblock serve`. Every file
-is replaced atomically; comments and unrelated keys of the client's file are left byte for byte.
+before it is written), keeps the original (gateway/clients/backups.py says where) with each
+secret replaced by a reference to its keyring entry, and rewrites PATH so the client starts only
+`cellblock serve`: by absolute path for a user's own file, by the bare `cellblock` command for a
+project's file that others clone. Every file is replaced atomically; comments and unrelated keys
+of the client's file are left byte for byte.
 
 It stops before changing anything when a server's name is taken in cellblock.yaml by a different
-server, when PATH.bak already exists, or when secrets must move and no safe keyring is there.
-A wrapped file is left as it is. unwrap PATH puts the original entries back from PATH.bak (the
-secret values too, only when asked) and removes the backup.
+server, when a backup already exists, or when secrets must move and no safe keyring is there.
+A wrapped file is left as it is. gateway/clients/unwrap.py puts the original back.
 """
 
 from __future__ import annotations
@@ -26,16 +27,18 @@ from typing import Any, TextIO
 
 import yaml
 
+from cellblock.gateway.clients.backups import beside, is_project_file, kept
 from cellblock.gateway.clients.blocks import ClientEntry, ServersBlock, detect, read_blocks, render_block, replace_span
 from cellblock.gateway.clients.kinds import entry_dict, known_locations, name_budget
 from cellblock.gateway.clients.literals import replace_in_literals
+from cellblock.gateway.clients.placeholders import placeholder
 from cellblock.gateway.config.draft import Secret, Starter
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import Config, ConfigError, LocalServer
 from cellblock.gateway.config.starter import server_name, starter
 from cellblock.gateway.credentials import CredentialError, Keyring
 from cellblock.gateway.downstream import packages
-from cellblock.gateway.state import atomic_write_text
+from cellblock.gateway.state import atomic_write_text, default_config_path
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.files import make_dirs
 from cellblock.sandbox.types import JailError
@@ -48,14 +51,12 @@ __all__ = [
     "is_cellblock_entry",
     "list_clients",
     "plan_wrap",
-    "unwrap",
+    "project_command",
     "wrap",
 ]
 
 # The key of the one entry a wrapped client keeps.
 ENTRY_KEY = "cellblock"
-# What stands for a secret value in PATH.bak and in an unwrapped file restored without secrets.
-PLACEHOLDER = "<keyring:cellblock/{entry}>"
 
 
 class WrapError(CellblockError):
@@ -73,6 +74,13 @@ def gateway_command(config: Path) -> tuple[str, list[str]]:
             return found, ["serve", "--config", str(config)]
         return str(script), ["serve", "--config", str(config)]
     return sys.executable, ["-m", "cellblock.gateway.cli.main", "serve", "--config", str(config)]
+
+
+def project_command(config: Path) -> tuple[str, list[str]]:
+    """The command a project's file gives everyone who clones it: the `cellblock` on their PATH
+    (no path of this machine's), on their own default config unless `config` is another file."""
+    args = ["serve"] if config == default_config_path().absolute() else ["serve", "--config", str(config)]
+    return "cellblock", args
 
 
 def is_cellblock_entry(entry: ClientEntry) -> bool:
@@ -103,6 +111,7 @@ class Plan:
     config_text: str | None  # the current cellblock.yaml, None when there is none
     moved: list[Moved] = field(default_factory=list)
     wrapped: bool = False  # PATH already starts only Cellblock
+    project: bool = False  # PATH is a project's file, which others clone (backups.is_project_file)
     new_text: str = ""
     backup_text: str = ""
     new_config_text: str = ""
@@ -117,6 +126,16 @@ class Plan:
     def checks(self) -> list[tuple[str, Secret]]:
         """Secrets of reused servers, which the keyring must already hold with the same value."""
         return [(m.starter.name, s) for m in self.moved if m.reused for s in m.starter.secrets if s.kind != "stash"]
+
+    @property
+    def command(self) -> tuple[str, list[str]]:
+        """What the client's one entry starts."""
+        return project_command(self.config_path) if self.project else gateway_command(self.config_path)
+
+    @property
+    def backups(self) -> list[Path]:
+        """Where wrap keeps the original: always under Cellblock's state directory; beside a user's own file too."""
+        return [kept(self.path)] if self.project else [beside(self.path), kept(self.path)]
 
     @property
     def allow_insecure(self) -> bool:
@@ -155,6 +174,7 @@ def plan_wrap(path: Path, config_path: Path, home: str | None = None) -> Plan:
     existing = parse_config(config_text, str(config_path)) if config_text is not None else None
     existing_raw: dict[str, Any] = (yaml.safe_load(config_text) or {}).get("servers") or {} if config_text else {}
     plan = Plan(path=path, kind=kind, text=text, config_path=config_path, config_text=config_text)
+    plan.project = is_project_file(kind, path, Path(home))
 
     own = [e for b in blocks for e in b.entries if is_cellblock_entry(e)]
     others = [(b, e) for b in blocks for e in b.entries if not is_cellblock_entry(e)]
@@ -169,9 +189,11 @@ def plan_wrap(path: Path, config_path: Path, home: str | None = None) -> Plan:
         )
     if not others:
         raise WrapError(f"{path}: no MCP servers to wrap")
-    backup = _backup_path(path)
-    if backup.exists():
-        raise WrapError(f"{backup} exists from an earlier wrap; move it away first (it is never overwritten)")
+    for backup in plan.backups:
+        if backup.exists():
+            raise WrapError(
+                f"{backup} exists from an earlier wrap of {path}; move it away first (it is never overwritten)"
+            )
 
     taken = set(existing_raw)
     clashes: list[str] = []
@@ -179,7 +201,7 @@ def plan_wrap(path: Path, config_path: Path, home: str | None = None) -> Plan:
         entry = _with_workspace(kind, path, entry)
         name = server_name(entry.name, set())
         if name in existing_raw:
-            start = starter(entry.name, entry, taken=set(), home=home)
+            start = starter(entry.name, entry, taken=set(), home=home, client=kind)
             if _same_server(existing_raw[name], start.config):
                 secrets, missing = _existing_entries(name, existing_raw[name], start.secrets)
                 if missing:
@@ -189,10 +211,15 @@ def plan_wrap(path: Path, config_path: Path, home: str | None = None) -> Plan:
                     )
                 else:
                     plan.moved.append(Moved(block, entry, replace(start, secrets=secrets), reused=True))
+                    if entry.extra:  # never dropped silently: the server in cellblock.yaml stays as it is
+                        plan.notes.append(
+                            f"'{entry.name}' is '{name}' of {config_path}, kept as it is: not carried over from "
+                            f"{path}: {', '.join(sorted(entry.extra))} (set its equivalent there, see docs/wrap.md)"
+                        )
             else:
                 clashes.append(f"'{entry.name}' would be '{name}', which {config_path} already has for another server")
             continue
-        start = starter(entry.name, entry, taken=taken, home=home)
+        start = starter(entry.name, entry, taken=taken, home=home, client=kind)
         taken.add(start.name)
         plan.moved.append(Moved(block, entry, start))
     clashes += _entry_clashes(plan, existing)
@@ -202,7 +229,7 @@ def plan_wrap(path: Path, config_path: Path, home: str | None = None) -> Plan:
             + "; ".join(clashes)
             + f". Rename the server in {path} or in {config_path}, then wrap again"
         )
-    plan.notes += _client_notes(kind, path, text)
+    plan.notes += _client_notes(plan)
     budget = name_budget(kind, ENTRY_KEY)
     if existing is not None and existing.names.max_length > budget:
         plan.notes.append(
@@ -219,18 +246,24 @@ def plan_wrap(path: Path, config_path: Path, home: str | None = None) -> Plan:
     return plan
 
 
-def _client_notes(kind: str, path: Path, text: str) -> list[str]:
+def _client_notes(plan: Plan) -> list[str]:
     """What the client itself may still need before it starts the new entry."""
+    kind, path, text = plan.kind, plan.path, plan.text
     notes = []
+    if plan.project:
+        command, args = plan.command
+        notes.append(
+            f"{path} belongs to a project: its entry runs `{' '.join([command, *args])}` from PATH, so it works "
+            f"for whoever clones it and has Cellblock installed; its backup is kept in {kept(path).parent}, "
+            "outside the repository"
+        )
+        if "--config" in args:
+            notes.append(f"the entry names {plan.config_path}, a path of this machine: others need the same file there")
     if kind == "gemini" and ('"allowed"' in text or '"excluded"' in text):
         notes.append(f"{path} has mcp.allowed / mcp.excluded: make sure '{ENTRY_KEY}' is allowed there")
     if kind == "claude-code" and path.name == ".mcp.json":
         notes.append(f"Claude Code asks once to approve the project's '{ENTRY_KEY}' server from .mcp.json")
     return notes
-
-
-def _backup_path(path: Path) -> Path:
-    return path.with_name(path.name + ".bak")
 
 
 def _same_server(existing: Any, derived: dict[str, Any]) -> bool:
@@ -315,7 +348,7 @@ def _with_workspace(kind: str, path: Path, entry: ClientEntry) -> ClientEntry:
 
 
 def _client_text(plan: Plan, blocks: list[ServersBlock]) -> str:
-    command, args = gateway_command(plan.config_path)
+    command, args = plan.command
     text = plan.text
     # later blocks first, so earlier spans stay where they are
     for block in sorted(blocks, key=lambda b: b.start, reverse=True):
@@ -331,7 +364,7 @@ def _backup_text(plan: Plan, blocks: list[ServersBlock]) -> str:
     text = plan.text
     for block in sorted(blocks, key=lambda b: b.start, reverse=True):
         secrets = {
-            secret.value: PLACEHOLDER.format(entry=secret.entry)
+            secret.value: placeholder(secret.entry)
             for moved in plan.moved
             if moved.block is block
             for secret in moved.starter.secrets
@@ -432,11 +465,16 @@ def wrap(path: Path, config_path: Path, dry_run: bool = False, out: TextIO | Non
         for directory in each.starter.make:
             make_dirs(Path(directory))
     atomic_write_text(config_path, plan.new_config_text)
-    atomic_write_text(_backup_path(path), plan.backup_text, 0o600)
+    for backup in plan.backups:
+        make_dirs(backup.parent)
+        atomic_write_text(backup, plan.backup_text, 0o600)
     atomic_write_text(path.resolve(), plan.new_text, mode)
     moved = [m.starter.name for m in plan.moved]
     _say(f"OK: {path} now starts only Cellblock; {len(moved)} server(s) in {config_path}: {', '.join(moved)}")
-    _say(f"the original is {_backup_path(path)}, secrets replaced by keyring references; undo: cellblock unwrap {path}")
+    _say(
+        f"the original is kept as {' and '.join(map(str, plan.backups))}, secrets replaced by keyring references; "
+        f"undo: cellblock unwrap {path}"
+    )
     failed = _install(plan, config_path) if install else []
     if failed:
         _say(f"not installed: {', '.join(failed)}; when the cause is fixed, run `cellblock install {' '.join(failed)}`")
@@ -463,7 +501,7 @@ def _install(plan: Plan, config_path: Path) -> list[str]:
 def _print_plan(plan: Plan, out: TextIO, dry_run: bool) -> None:
     verb = "would" if dry_run else "will"
     print(f"# {plan.path} ({plan.kind}) {verb} start only:", file=out)
-    command, args = gateway_command(plan.config_path)
+    command, args = plan.command
     print(json.dumps({ENTRY_KEY: entry_dict(plan.kind, command, args)}, indent=2), file=out)
     added = [m for m in plan.moved if not m.reused]
     print(f"\n# {verb} be added to {plan.config_path}:", file=out)
@@ -478,65 +516,6 @@ def _print_plan(plan: Plan, out: TextIO, dry_run: bool) -> None:
             print(f"#   {server}: {secret.kind} {secret.key} -> keyring entry '{secret.entry}'", file=out)
     for note in plan.notes:
         print(f"# note: {note}", file=out)
-
-
-def unwrap(path: Path, with_secrets: bool = False, allow_insecure: bool = False) -> int:
-    """Put the servers of PATH.bak back into PATH; their secret values too with `with_secrets`
-    (from the keyring, which must be a safe one unless `allow_insecure`). Returns the exit code.
-
-    Raises:
-        WrapError: there is no backup, or the file and its backup do not match.
-    """
-    backup = _backup_path(path)
-    if not backup.exists():
-        raise WrapError(f"{backup} not found: {path} was not wrapped by Cellblock (or the backup was moved)")
-    text, saved = _read(path), _read(backup)
-    try:
-        kind = detect(path, text)
-        now = {b.where: b for b in read_blocks(kind, text)}
-        before = {b.where: b for b in read_blocks(kind, saved)}
-    except ValueError as exc:
-        raise WrapError(str(exc)) from None
-    wrapped = [b for b in now.values() if b.entries and all(is_cellblock_entry(e) for e in b.entries)]
-    if not wrapped:
-        raise WrapError(f"{path} does not start Cellblock; nothing to unwrap")
-    missing = [b.where for b in wrapped if b.where not in before]
-    if missing:
-        raise WrapError(f"{backup} has no servers at {', '.join('.'.join(w) for w in missing)}; restore it by hand")
-    restored = text
-    for block in sorted(wrapped, key=lambda b: b.start, reverse=True):
-        original = saved[before[block.where].start : before[block.where].end]
-        restored = replace_span(restored, block.start, block.end, original)
-    placeholders = _placeholders(restored)
-    if with_secrets and placeholders:
-        store = Keyring(allow_insecure)
-        for entry in placeholders:
-            value = store.get(entry)
-            if value is None:
-                raise WrapError(f"keyring entry '{entry}' is gone; nothing changed (set it with `cellblock auth set`)")
-            restored = restored.replace(PLACEHOLDER.format(entry=entry), json.dumps(value, ensure_ascii=False)[1:-1])
-    atomic_write_text(path.resolve(), restored, path.stat().st_mode & 0o777)
-    backup.unlink()
-    _say(f"OK: {path} starts its own servers again; cellblock.yaml is unchanged")
-    if placeholders and not with_secrets:
-        _say(
-            f"{len(placeholders)} secret value(s) are left as {PLACEHOLDER.format(entry='ENTRY')}: "
-            "they are in the keyring; put them back with `cellblock auth` or unwrap with --secrets next time"
-        )
-    return 0
-
-
-def _placeholders(text: str) -> list[str]:
-    head, _, tail = PLACEHOLDER.partition("{entry}")
-    found: list[str] = []
-    at = text.find(head)
-    while at != -1:
-        end = text.find(tail, at + len(head))
-        if end == -1:
-            break
-        found.append(text[at + len(head) : end])
-        at = text.find(head, end)
-    return sorted(set(found))
 
 
 def list_clients(home: Path, cwd: Path, out: TextIO | None = None) -> int:

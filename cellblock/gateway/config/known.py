@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from cellblock.gateway.config.draft import Draft
 
-__all__ = ["DATA_FILE", "EXTRA_HINTS", "KNOWN_HOSTS", "WORKS_IN", "data_file", "network_for"]
+__all__ = ["CARRIED", "DATA_FILE", "EXTRA_HINTS", "KNOWN_HOSTS", "WORKS_IN", "carry", "data_file", "network_for"]
 
 # Package (or command) name without version -> (what it talks to, the hosts it needs).
 KNOWN_HOSTS: Mapping[str, tuple[str, tuple[str, ...]]] = {
@@ -45,7 +45,25 @@ EXTRA_HINTS = {
     "disabled": "Cellblock starts every server it lists; remove it, or set start: lazy",
     "timeout": "set timeout: SECONDS on the server",
     "bearer_token_env_var": "now auth: bearer, see above",
+    "startup_timeout_sec": "Cellblock has no per-server start timeout",
+    "startup_timeout_ms": "Cellblock has no per-server start timeout",
+    "enabled": "Cellblock runs every server it lists",
+    "enabled_tools": "to keep tools from the model, deny the others under tools.rules",
+    "disabled_tools": "to keep these tools from the model, deny them under tools.rules",
+    "disabledTools": "to keep these tools from the model, deny them under tools.rules",
+    "includeTools": "to keep tools from the model, deny the others under tools.rules",
+    "excludeTools": "to keep these tools from the model, deny them under tools.rules",
+    "trust": "Cellblock asks per its policy: write tools.rules to allow without asking",
+    "envFile": "Cellblock reads no env file: put the variables under env, secrets under secrets:",
 }
+# A client's own per-server key with an equivalent in Cellblock: (client kind, key) -> (Cellblock
+# key, the factor to its unit). Gemini CLI's `timeout` is in milliseconds (docs/tools/mcp-server.md);
+# Codex's `tool_timeout_sec` bounds each call (codex-rs config, mcp_types.rs), as `timeout` does.
+CARRIED: Mapping[tuple[str, str], tuple[str, float]] = {
+    ("gemini", "timeout"): ("timeout", 0.001),
+    ("codex", "tool_timeout_sec"): ("timeout", 1.0),
+}
+_MAX_TIMEOUT = 3600.0  # the largest `timeout` the config takes (model.Seconds)
 
 
 def network_for(draft: Draft, package: str, env: Mapping[str, str], *, node: bool) -> dict[str, Any]:
@@ -86,3 +104,17 @@ def data_file(draft: Draft, package: str, env: dict[str, str]) -> None:
     if not os.path.isdir(directory):
         draft.make.append(directory)
     draft.notes.append(f"{package} keeps its data in {path} ({variable}), so {directory} is writable")
+
+
+def carry(draft: Draft, client: str, key: str, value: Any) -> bool:
+    """Carry client key `key` into the server's config when Cellblock has its equivalent (with a
+    note); False when it has none, or the value is not a positive number."""
+    known = CARRIED.get((client, key))
+    if known is None or isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return False
+    target, factor = known
+    seconds = min(value * factor, _MAX_TIMEOUT)
+    draft.body[target] = int(seconds) if seconds == int(seconds) else seconds
+    capped = " (the most Cellblock takes)" if value * factor > _MAX_TIMEOUT else ""
+    draft.notes.append(f"carried over: {key}={value} as {target}: {draft.body[target]}{capped}")
+    return True

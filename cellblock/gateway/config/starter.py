@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from cellblock.gateway.config.draft import Draft, Starter
-from cellblock.gateway.config.known import DATA_FILE, EXTRA_HINTS, WORKS_IN, data_file, network_for
+from cellblock.gateway.config.known import DATA_FILE, EXTRA_HINTS, WORKS_IN, carry, data_file, network_for
 from cellblock.gateway.config.launchers import (
     INSTALLS,
     NODES,
@@ -110,11 +110,13 @@ def starter(
     taken: Collection[str],
     home: str,
     cache_root: str = "~/.cache/cellblock",
+    client: str = "",
 ) -> Starter:
     """The starter config of client entry `key`, under a name not in `taken`.
 
     `home` expands `~` (to check paths, and in `env` values, which Cellblock takes literally);
-    `cache_root` holds the per-server npx and uvx caches.
+    `cache_root` holds the per-server npx and uvx caches; `client` (a client kind) says what its
+    own keys mean (known.CARRIED).
 
     Raises:
         ValueError: the entry has neither a command nor a URL.
@@ -136,7 +138,7 @@ def starter(
             )
     else:
         raise ValueError(f"client entry {key!r} has neither a command nor a url")
-    _extra(draft, entry.extra)
+    _extra(draft, entry.extra, client)
     draft.body["tools"] = {"default": "ask"}
     draft.body["lock"] = {"first": "review"}
     return Starter(
@@ -416,8 +418,10 @@ def _url(draft: Draft, url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc, query=urlencode(kept)))
 
 
-def _extra(draft: Draft, extra: Mapping[str, Any]) -> None:
+def _extra(draft: Draft, extra: Mapping[str, Any], client: str) -> None:
     for key, value in extra.items():
+        if carry(draft, client, key, value):
+            continue
         shown = "(value hidden: it may be a secret)" if _holds_secret(key, value) else _show(value)
         if isinstance(value, str) and _holds_secret(key, value):
             draft.secret(key, value, "stash")
