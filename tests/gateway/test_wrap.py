@@ -278,6 +278,18 @@ def test_a_file_an_older_unwrap_left_with_references_gets_its_values_back_from_t
     assert leaks(stem, err) == []
 
 
+def test_wrapping_a_file_with_references_left_in_it_is_refused_naming_unwrap(tmp_path: Path) -> None:
+    path = tmp_path / "claude_desktop_config.json"
+    entry = {"command": "/opt/t", "env": {"KEY": "<keyring:cellblock/t-key>"}}
+    path.write_text(json.dumps({"mcpServers": {"t": entry}}))
+    before = snapshot(path)
+
+    with pytest.raises(WrapError, match=r"<keyring:cellblock/t-key>.*nothing changed.*cellblock unwrap"):
+        wrap(path, tmp_path / "cellblock.yaml", out=StringIO(), install=False)
+
+    assert snapshot(path) == before
+
+
 def test_unwrap_refuses_when_an_entry_is_gone_and_changes_nothing(
     tmp_path: Path, stored: set[str], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -31,7 +31,7 @@ from cellblock.gateway.clients.backups import beside, is_project_file, kept
 from cellblock.gateway.clients.blocks import ClientEntry, ServersBlock, detect, read_blocks, render_block, replace_span
 from cellblock.gateway.clients.kinds import entry_dict, known_locations, name_budget
 from cellblock.gateway.clients.literals import replace_in_literals
-from cellblock.gateway.clients.placeholders import placeholder
+from cellblock.gateway.clients.placeholders import placeholder, references
 from cellblock.gateway.config.draft import Secret, Starter
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import Config, ConfigError, LocalServer
@@ -189,6 +189,11 @@ def plan_wrap(path: Path, config_path: Path, home: str | None = None) -> Plan:
         )
     if not others:
         raise WrapError(f"{path}: no MCP servers to wrap")
+    if references(text):  # an earlier unwrap's: wrap would take a reference for a secret
+        raise WrapError(
+            f"{path} holds {placeholder(references(text)[0])} where a secret's value belongs; nothing changed. "
+            f"Run `cellblock unwrap {path}` to put the values back from the keyring, then wrap again"
+        )
     for backup in plan.backups:
         if backup.exists():
             raise WrapError(
