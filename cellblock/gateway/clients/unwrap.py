@@ -12,12 +12,13 @@ are never printed.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from cellblock.gateway.clients.backups import beside, kept, stored_backups
 from cellblock.gateway.clients.blocks import detect, read_blocks, replace_span
 from cellblock.gateway.clients.placeholders import PlaceholderError, references, resolve
-from cellblock.gateway.clients.wrap import WrapError, _read, _say, is_cellblock_entry
+from cellblock.gateway.clients.wrap import WrapError, is_cellblock_entry, read_client_file
 from cellblock.gateway.credentials import CredentialError, Keyring
 from cellblock.gateway.state import atomic_write_text
 
@@ -32,7 +33,7 @@ def unwrap(path: Path, allow_insecure: bool = False) -> int:
         WrapError: no backup, the file and its backup do not match, or a secret cannot be read
             back; nothing was changed.
     """
-    text = _read(path)
+    text = read_client_file(path)
     try:
         kind = detect(path, text)
         now = {b.where: b for b in read_blocks(kind, text)}
@@ -50,7 +51,7 @@ def unwrap(path: Path, allow_insecure: bool = False) -> int:
             f"no backup of {path}: neither {beside(path)} nor {kept(path)} exists, so its own servers cannot be "
             "put back; write them into it by hand (cellblock.yaml still lists them)"
         )
-    saved = _read(backups[0])
+    saved = read_client_file(backups[0])
     try:
         before = {b.where: b for b in read_blocks(kind, saved)}
     except ValueError as exc:
@@ -99,3 +100,7 @@ def _write(path: Path, restored: str, backups: list[Path], secrets: int) -> int:
             "(cellblock.yaml may use them; `cellblock auth logout ENTRY` removes one)"
         )
     return 0
+
+
+def _say(text: str) -> None:
+    print(f"cellblock: {text}", file=sys.stderr)

@@ -52,6 +52,7 @@ __all__ = [
     "list_clients",
     "plan_wrap",
     "project_command",
+    "read_client_file",
     "wrap",
 ]
 
@@ -144,7 +145,12 @@ class Plan:
         return parse_config(self.config_text, str(self.config_path)).credentials.allow_insecure
 
 
-def _read(path: Path) -> str:
+def read_client_file(path: Path) -> str:
+    """The text of a client's file (or its backup, or cellblock.yaml) as it is, line breaks included.
+
+    Raises:
+        WrapError: the file is missing or cannot be read.
+    """
     try:
         # newline="": a CRLF file must come back as CRLF, byte for byte
         with open(path, encoding="utf-8", newline="") as handle:
@@ -164,13 +170,13 @@ def plan_wrap(path: Path, config_path: Path, home: str | None = None) -> Plan:
         ConfigError: the existing cellblock.yaml is invalid.
     """
     home = home or os.path.expanduser("~")
-    text = _read(path)
+    text = read_client_file(path)
     try:
         kind = detect(path, text)
         blocks = read_blocks(kind, text)
     except ValueError as exc:
         raise WrapError(str(exc)) from None
-    config_text = _read(config_path) if config_path.exists() else None
+    config_text = read_client_file(config_path) if config_path.exists() else None
     existing = parse_config(config_text, str(config_path)) if config_text is not None else None
     existing_raw: dict[str, Any] = (yaml.safe_load(config_text) or {}).get("servers") or {} if config_text else {}
     plan = Plan(path=path, kind=kind, text=text, config_path=config_path, config_text=config_text)
