@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import tomllib
 
 import pytest
 
-from cellblock.gateway.clients.literals import replace_in_literals
+from cellblock.gateway.clients.literals import fill_literals, replace_in_literals
 
 
 @pytest.mark.parametrize(
@@ -42,3 +43,32 @@ def test_the_result_still_parses_and_no_value_remains() -> None:
         text = '{"env": {"P": ' + encoded + "}}"
         out = replace_in_literals(text, {value: "<R>"})
         assert json.loads(out) == {"env": {"P": "<R>"}}
+
+
+HARD = 'p"a\\ss\n\t\x01\x7f \u00e9\U0001f600 </end>'  # every character a literal must escape, and more
+REF = "<keyring:cellblock/e>"
+
+
+def test_a_value_filled_into_a_json_literal_reads_back_as_itself() -> None:
+    text = json.dumps({"env": {"K": f"Bearer {REF}"}, "other": "<keyring:cellblock/e> is a value"}, indent=1)
+    filled = fill_literals(text, {REF: HARD})
+    assert json.loads(filled) == {"env": {"K": f"Bearer {HARD}"}, "other": f"{HARD} is a value"}
+
+
+def test_a_value_filled_into_toml_basic_and_literal_strings_reads_back_as_itself() -> None:
+    basic = fill_literals(f'a = "{REF}"\n', {REF: HARD}, toml=True)
+    assert tomllib.loads(basic)["a"] == HARD
+    plain = "C:\\vault\\tok"  # what a TOML literal string held: no ' and no line break, no escapes
+    literal = fill_literals(f"b = '{REF}'\n", {REF: plain}, toml=True)
+    assert tomllib.loads(literal)["b"] == plain
+
+
+def test_filling_is_the_inverse_of_taking_out() -> None:
+    text = '{"k": "t\\u00f8k\\/x", "j": "y"}'
+    taken = replace_in_literals(text, {"tøk/x": REF})
+    assert json.loads(fill_literals(taken, {REF: "tøk/x"})) == json.loads(text)
+
+
+def test_a_reference_outside_any_literal_is_left_for_the_caller_to_refuse() -> None:
+    text = f"// {REF}\n{{}}"
+    assert fill_literals(text, {REF: "v"}) == text
