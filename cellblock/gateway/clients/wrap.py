@@ -265,8 +265,8 @@ def _client_notes(plan: Plan) -> list[str]:
         command, args = plan.command
         notes.append(
             f"{path} belongs to a project: its entry runs `{' '.join([command, *args])}` from PATH, so it works "
-            f"for whoever clones it and has Cellblock installed; its backup is kept in {kept(path).parent}, "
-            "outside the repository"
+            "for whoever clones it and has Cellblock installed (with these servers in their own cellblock.yaml); "
+            f"its backup is kept in {kept(path).parent}, outside the repository"
         )
         if "--config" in args:
             notes.append(f"the entry names {plan.config_path}, a path of this machine: others need the same file there")

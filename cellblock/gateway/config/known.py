@@ -55,6 +55,10 @@ EXTRA_HINTS = {
     "excludeTools": "to keep these tools from the model, deny them under tools.rules",
     "trust": "Cellblock asks per its policy: write tools.rules to allow without asking",
     "envFile": "Cellblock reads no env file: put the variables under env, secrets under secrets:",
+    "dev": "VS Code's watch-and-debug mode; Cellblock restarts a server only when it exits",
+    "oauth": "set auth: {type: oauth} on the server, then `cellblock auth login NAME`",
+    "authProviderType": "set auth: {type: oauth} on the server, then `cellblock auth login NAME`",
+    "description": "only the client shows it",
 }
 # A client's own per-server key with an equivalent in Cellblock: (client kind, key) -> (Cellblock
 # key, the factor to its unit). Gemini CLI's `timeout` is in milliseconds (docs/tools/mcp-server.md);
