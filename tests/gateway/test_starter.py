@@ -15,7 +15,7 @@ from cellblock.gateway.config.draft import Secret, Starter
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import SERVER_NAME
 from cellblock.gateway.config.secretlike import looks_secret
-from cellblock.gateway.config.starter import REDACTED, server_name, starter
+from cellblock.gateway.config.starter import server_name, starter
 from cellblock.gateway.credentials import ENTRY_NAME
 
 GH_TOKEN = "ghp_" + "Ab3dE5gH7jK9mN1pQ3sT5vX7zA9cE1gI2kL4"
@@ -429,13 +429,63 @@ def test_client_variables_in_args_are_translated_or_flagged(home: Path) -> None:
     assert any(n.startswith("args[2] holds the client variable ${input:dir}") for n in result.notes)
 
 
-def test_secrets_in_arguments_are_redacted_not_written(home: Path) -> None:
+def test_secrets_in_arguments_move_to_the_keyring_and_are_named_in_their_place(home: Path) -> None:
     entry = Entry(
         command="my-server", args=("--api-key", API_KEY, f"--token={BEARER}", "-e", f"T={GH_TOKEN}", "--port", "8")
     )
     result = starter("s", entry, taken=(), home=str(home))
-    assert result.config["args"] == ["--api-key", REDACTED, f"--token={REDACTED}", "-e", f"T={REDACTED}", "--port", "8"]
+    refs = ["${secrets.API_KEY}", "${secrets.TOKEN}", "${secrets.T}"]
+    assert result.config["args"] == ["--api-key", refs[0], f"--token={refs[1]}", "-e", f"T={refs[2]}", "--port", "8"]
+    assert result.config["secrets"] == {"API_KEY": "s-api-key", "TOKEN": "s-token", "T": "s-t"}
+    assert [(s.key, s.value, s.kind) for s in result.secrets] == [
+        ("API_KEY", API_KEY, "env"),
+        ("TOKEN", BEARER, "env"),
+        ("T", GH_TOKEN, "env"),
+    ]
     assert sum(n.startswith("args[") and "held a secret" in n for n in result.notes) == 3
+    validate(result)
+
+
+def test_a_secret_inside_a_url_argument_is_named_where_it_stood(home: Path) -> None:
+    url = f"https://app:{API_KEY}@db.example.com/x?api_key={GH_TOKEN}&page=2"
+    entry = Entry(command="my-server", args=(url, "--header", f"Authorization: Bearer {BEARER}"))
+    result = starter("s", entry, taken=(), home=str(home))
+    assert result.config["args"] == [
+        "https://app:${secrets.URL_PASSWORD}@db.example.com/x?api_key=${secrets.API_KEY}&page=2",
+        "--header",
+        "Authorization: Bearer ${secrets.BEARER_TOKEN}",
+    ]
+    assert {s.key: s.value for s in result.secrets} == {
+        "URL_PASSWORD": API_KEY,
+        "API_KEY": GH_TOKEN,
+        "BEARER_TOKEN": BEARER,
+    }
+    validate(result)
+
+
+def test_a_key_given_as_env_and_argument_is_one_secret(home: Path) -> None:
+    entry = Entry(command="ctx", args=("--api-key", API_KEY), env={"CTX_API_KEY": API_KEY, "MODE": "plain"})
+    result = starter("s", entry, taken=(), home=str(home))
+    assert result.config["args"] == ["--api-key", "${secrets.CTX_API_KEY}"]
+    assert result.config["secrets"] == {"CTX_API_KEY": "s-ctx-api-key"} and len(result.secrets) == 1
+
+
+def test_an_argument_secret_is_never_named_like_an_env_variable_or_one_the_launcher_sets(home: Path) -> None:
+    entry = Entry(command="x", args=(f"--api-key={API_KEY}", f"--path={GH_TOKEN}", "-k", BEARER), env={"API_KEY": "1"})
+    result = starter("s", entry, taken=(), home=str(home))
+    assert result.config["args"] == [
+        "--api-key=${secrets.API_KEY_2}",
+        "--path=${secrets.PATH_2}",
+        "-k",
+        "${secrets.SECRET}",
+    ]
+    validate(result)
+
+
+def test_a_short_option_or_a_plain_value_is_not_taken_for_a_secret_by_its_letter(home: Path) -> None:
+    entry = Entry(command="x", args=("-k", "my-project", "--api-key-file", "/run/key", "--token", "${input:tok}"))
+    result = starter("s", entry, taken=(), home=str(home))
+    assert result.config["args"] == list(entry.args) and result.secrets == ()
 
 
 def test_version_pins_and_plain_options_are_not_taken_for_secrets(home: Path) -> None:

@@ -68,7 +68,11 @@ SECRETS = {
 # The keyring entries the generated config names, and the value wrap must store in each (None: one
 # the user fills with `cellblock auth set`, as the client took it from elsewhere).
 KEYRING: dict[str, dict[str, str | None]] = {
-    "claude-desktop": {"github-tools-v2-ete-github-token": "ghp_not_a_real_token_0000", "notes": "notes_not_real"},
+    "claude-desktop": {
+        "github-tools-v2-ete-github-token": "ghp_not_a_real_token_0000",
+        "linear-bearer-token": "lin_not_real",  # `--header "Authorization: Bearer …"`: an argument's
+        "notes": "notes_not_real",
+    },
     "claude-code": {"sentry": "sntrys_not_real", "db-tools-prod-pgpassword": "hunter2"},
     "claude-code-user": {"stripe-stripe-secret-key": "sk_test_not_real"},
     "cursor": {"context7-context7-api-key": "ctx7_not_real", "local-files-ao-x-api-key": "sk-not-real"},

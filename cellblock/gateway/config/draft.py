@@ -19,11 +19,12 @@ ENTRY_MAX = 64  # cellblock.gateway.downstream.credentials.ENTRY_NAME
 class Secret:
     """An inline secret of a client entry, to be stored in the keyring under `entry`."""
 
-    key: str  # the environment variable or header name
+    key: str  # the environment variable (also for an argument's secret) or header name
     entry: str  # the keyring entry (under the service "cellblock")
     value: str = field(repr=False)
-    # env / header / bearer: the server gets it from the keyring; stash: a value the config cannot
-    # carry (an argument, part of a URL), kept in the keyring only so that unwrap can put it back
+    # env / header / bearer: the server gets it from the keyring (env: an argument's too, named by
+    # `${secrets.KEY}`); stash: a value the config cannot carry (part of a remote's URL, a client
+    # key Cellblock does not use), kept in the keyring only so that unwrap can put it back
     kind: Literal["env", "header", "bearer", "stash"]
 
 

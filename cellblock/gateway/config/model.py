@@ -26,6 +26,7 @@ from pydantic import (
 from cellblock.gateway.audit.chain import KEY_NAME
 from cellblock.gateway.audit.log import DEFAULT_KEEP, DEFAULT_MAX_BYTES, Audit
 from cellblock.gateway.config.auth import AuthConfig
+from cellblock.gateway.config.secretrefs import check_references, launcher_sets
 from cellblock.gateway.credentials import ENTRY_NAME, client_key_entry, client_secret_entry, id_token_entry
 from cellblock.gateway.namespacing import check_separator
 from cellblock.policy.errors import CellblockError
@@ -62,12 +63,6 @@ SERVER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
 RESERVED_SERVER = "cellblock"  # the namespace of the gateway's own tools (gateway/serve/status.py)
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 HEADER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
-# Set by the launcher itself (and the variables the SDK's spawner adds, which the jail removes):
-# a secret of one of these names would be overwritten or dropped, so it is refused.
-_LAUNCHER_ENV = {
-    *("PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ", "LOGNAME", "SHELL", "TERM", "USER"),
-    "NODE_USE_ENV_PROXY",
-}
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -374,7 +369,8 @@ class LocalServer(_ServerBase):
     install: InstallConfig | None = None
     args: list[str] = []
     env: dict[str, str] = {}
-    # environment variable -> keyring entry, read when the server starts; never written to disk
+    # environment variable -> keyring entry, read when the server starts; never written to disk.
+    # `${secrets.NAME}` in args puts the value in that argument too (config/secretrefs.py)
     secrets: dict[Annotated[str, Field(pattern=ENV_NAME)], Annotated[str, Field(pattern=ENTRY_NAME.pattern)]] = {}
     cwd: str | None = None
     # `false` (YAML `off` too) is the only way to run a server unjailed, and it is shown as such
@@ -422,8 +418,11 @@ class LocalServer(_ServerBase):
         for name in self.secrets:
             if name in self.env:
                 raise ValueError(f"secrets.{name} is also set in env; keep it in one place (secrets, for a secret)")
-            if name in _LAUNCHER_ENV or name.upper().endswith("_PROXY"):
+            if launcher_sets(name):
                 raise ValueError(f"secrets.{name}: the launcher sets {name} itself; pick another variable name")
+        # `${secrets.NAME}` in args: a secret the server takes on its command line (config/secretrefs.py)
+        env = {f"env.{k}": v for k, v in self.env.items()}
+        check_references(self.args, {"command": self.command or "", "cwd": self.cwd or "", **env}, self.secrets)
         return self
 
 

@@ -4,9 +4,9 @@
 `servers.NAME` in `cellblock.yaml`: strict but working. Every call asks, the catalog is held for
 review, the jail shares only the directories the arguments name and has no network unless the
 package is a known client of a remote API. Inline secrets leave the config: they come back as
-`Secret`s for the keyring and `secrets:` / `auth:` entries that name them. Each inference, and
-each thing the user must still do, is one line in `notes`. No secret value is ever in `config` or
-`notes`.
+`Secret`s for the keyring and `secrets:` / `auth:` entries that name them (an argument's as
+`${secrets.NAME}` in its place, `argsecrets`). Each inference, and each thing the user must
+still do, is one line in `notes`. No secret value is ever in `config` or `notes`.
 
 Beside it: `draft` (what is built up), `secretlike` (what holds a secret), `launchers` (npx, uvx,
 `uv run`, node or python SCRIPT) and `known` (what Cellblock knows of particular servers).
@@ -24,6 +24,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from cellblock.gateway.config.argsecrets import arg_secrets
 from cellblock.gateway.config.draft import Draft, Starter
 from cellblock.gateway.config.known import DATA_FILE, EXTRA_HINTS, WORKS_IN, carry, data_file, network_for
 from cellblock.gateway.config.launchers import (
@@ -43,18 +44,14 @@ from cellblock.gateway.config.secretlike import (
     looks_secret,
     references,
     secret_name,
-    secret_shape,
 )
-from cellblock.gateway.scrub import REDACTED
 from cellblock.policy.constraints import within
 
-__all__ = ["REDACTED", "SERVER_NAME_MAX", "ClientEntryLike", "server_name", "starter"]
+__all__ = ["SERVER_NAME_MAX", "ClientEntryLike", "server_name", "starter"]
 
 SERVER_NAME_MAX = 24
-# stands in for a secret in an argument: Cellblock can pass a keyring value only as an env var
 _CELLBLOCK_REF = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")  # what config.expand_path expands
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)\}")  # VS Code's, the same as Cellblock's ${X}
-_ASSIGNMENT = re.compile(r"^-{0,2}[A-Za-z_][A-Za-z0-9_.-]*=(?!=)")  # --token=X, TOKEN=X (docker -e)
 _BEARER = re.compile(r"^\s*Bearer\s+(\S.*?)\s*$", re.IGNORECASE)
 
 
@@ -154,8 +151,8 @@ def _local(draft: Draft, entry: ClientEntryLike, cache_root: str) -> None:
     command = _client_refs(draft, "command", entry.command or "")
     cwd = _client_refs(draft, "cwd", entry.cwd) if entry.cwd else None
     args = [_client_refs(draft, f"args[{i}]", arg) for i, arg in enumerate(entry.args)]
-    args = _arg_secrets(draft, args)
     env, secrets = _env(draft, entry.env)
+    args = arg_secrets(draft, args, secrets, entry.env)
     program = posixpath.basename(command).lower()
     if program == "uv" and "run" in args:
         project = uv_run(draft, args, cwd)
@@ -229,49 +226,6 @@ def _client_refs(draft: Draft, where: str, value: str) -> str:
                 f"{where} holds the client variable {ref}, which Cellblock passes literally; write the value"
             )
     return value
-
-
-def _arg_secrets(draft: Draft, args: list[str]) -> list[str]:
-    """Arguments with a secret (by shape, or after `--token`-like options) replaced by REDACTED."""
-    out: list[str] = []
-    option = ""
-    for i, arg in enumerate(args):
-        name, eq, value = arg.partition("=") if _ASSIGNMENT.match(arg) else ("", "", arg)
-        if eq and (secret_shape(value) or (secret_name(name) and looks_secret(name, value))):
-            out.append(f"{name}={REDACTED}")
-            draft.secret(f"arg-{i}", value, "stash")
-        elif not arg.startswith("-") and (secret_shape(arg) or (secret_name(option) and looks_secret(option, arg))):
-            out.append(REDACTED)
-            draft.secret(f"arg-{i}", arg, "stash")
-        elif parts := _embedded_secrets(arg):
-            for part in parts:
-                draft.secret(f"arg-{i}", part, "stash")
-                arg = arg.replace(part, REDACTED)
-            out.append(arg)
-        else:
-            out.append(arg)
-            option = arg if arg.startswith("-") else ""
-            continue
-        option = ""
-        draft.notes.append(
-            f"args[{i}] held a secret and now reads {REDACTED}: Cellblock passes secrets only as environment "
-            "variables (secrets:), never as arguments; if the server reads one, add it there"
-        )
-    return out
-
-
-# a token after "Bearer " (an `Authorization: Bearer X` header passed as an argument), and the
-# password of a URL's userinfo (postgresql://app:PASSWORD@db/app)
-_EMBEDDED = (
-    re.compile(r"\bBearer\s+([^\s\"',;]+)", re.IGNORECASE),
-    re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:([^@\s/]+)@"),
-)
-
-
-def _embedded_secrets(arg: str) -> list[str]:
-    """Secrets inside a longer argument: a bearer token, a URL's password (never a `${reference}`)."""
-    found = [m.group(1) for pattern in _EMBEDDED for m in pattern.finditer(arg)]
-    return [part for part in found if not part.startswith("$")]
 
 
 def _env(draft: Draft, env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:

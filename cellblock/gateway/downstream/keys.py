@@ -58,7 +58,8 @@ class ServerKeys:
             self.audit.add_secret(value, self.name, name)
 
     async def environment(self) -> dict[str, str]:
-        """A local server's `secrets:`, read from the keyring for one start: variable -> value.
+        """A local server's `secrets:`, read from the keyring for one start: variable -> value
+        (its environment, and the arguments that name one as `${secrets.NAME}`).
 
         Raises:
             CredentialError: one is not set, or the keyring is refused.

@@ -20,6 +20,7 @@ from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, StdioServerParameters
 from platformdirs import user_cache_dir, user_cache_path
 
 from cellblock.gateway.config.model import Config, JailConfig, LocalServer
+from cellblock.gateway.config.secretrefs import SECRET_REF, fill
 from cellblock.gateway.downstream.packages import Installed, installed
 from cellblock.gateway.state import default_config_path, own_dirs
 from cellblock.policy.constraints import within
@@ -365,7 +366,9 @@ def launch_plan(
 
     `private` is a directory only the gateway uses for this server (verified copies of pinned
     executables; the private temp dir on macOS). `secrets` are the values of its `secrets:`
-    variables, read from the keyring; they go into the environment, never the command line.
+    variables, read from the keyring; they go into the environment, and into the arguments that
+    name them (`${secrets.NAME}`, config/secretrefs.py): a server that takes its key on the
+    command line shows it there, as any such program does.
     `limits` (`Config.limits_of`) bound what a Linux jail may take; macOS has none yet.
     `jail_home`: see `jail_spec` (Linux only).
 
@@ -373,6 +376,9 @@ def launch_plan(
         JailError: the jail cannot be built here (no bwrap, no user namespaces, a missing path,
             a feature this OS has no jail for).
     """
+    if secrets and any(SECRET_REF.search(arg) for arg in server.args):
+        # filled here and no earlier: what a config or a message shows keeps the reference
+        server = server.model_copy(update={"args": fill(server.args, secrets)})
     if server.jail is False:
         env = {key: os.environ[key] for key in PASSED_ENV if key in os.environ} | server.env | dict(secrets or {})
         command = (_command(server, installed(name, server), os.environ.get("PATH", JAIL_PATH)), *server.args)
