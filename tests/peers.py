@@ -76,6 +76,11 @@ def filesystem(*dirs: str | os.PathLike[str]) -> list[str]:
     return [*argv, *map(str, dirs)]
 
 
+def context7(*args: str) -> list[str]:
+    """npm @upstash/context7-mcp over stdio (`--api-key KEY`; its API at $CONTEXT7_API_URL)."""
+    return [*_npm_bin("@upstash/context7-mcp", "context7-mcp"), *args]
+
+
 def time_server(*args: str) -> list[str]:
     """PyPI mcp-server-time (e.g. args `--local-timezone UTC`)."""
     return [_py_bin("mcp-server-time"), *args]

@@ -7,7 +7,9 @@ started by the gateway, each server is given its real key (it says so as a boole
 and when it echoes its command line the key is redacted from the client, the log and the audit,
 `show` and `ps` never hold it, and a call carrying one server's key to the other is refused.
 The control: the same server with the key as a plain argument in cellblock.yaml, no reference,
-leaks it through the very same channels.
+leaks it through the very same channels. And the real context7 (npm @upstash/context7-mcp),
+wrapped from its README's `--api-key KEY`, sends the key from the keyring to its API (a local
+stand-in at $CONTEXT7_API_URL).
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ import hashlib
 import json
 import os
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +28,8 @@ import keyring
 import mcp.types as types
 import pytest
 
-from tests.integration.conftest import cli, gateway, write_config
+from tests import peers
+from tests.integration.conftest import cli, free_port, gateway, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.jail]
 ARGKEY = Path(__file__).resolve().parents[1] / "servers" / "argkey.py"
@@ -116,3 +122,61 @@ async def test_control_a_key_as_a_plain_argument_leaks_through_the_same_channels
         assert checked == {"key_present": True, "key_matches": True}
         assert key in text(await client.call_tool("plain__leak", {}))
     assert key in log.read_text() and key in (tmp_path / "cellblock.yaml").read_text()
+
+
+@pytest.fixture
+def context7_api() -> Iterator[tuple[str, list[str]]]:
+    """A stand-in for context7's API on loopback: (its URL, the Authorization header of each request)."""
+    seen: list[str] = []
+
+    class Api(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization") or "")
+            body = b'{"error": "unauthorized"}'
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Api)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/api", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.peers
+async def test_context7_wrapped_from_its_readme_sends_the_key_from_the_keyring_to_its_api(
+    tmp_path: Path, env: dict[str, str], context7_api: tuple[str, list[str]]
+) -> None:
+    url, seen = context7_api
+    key = "ctx7sk-" + os.urandom(12).hex()
+    command = peers.context7("--api-key", key)
+    client_config = tmp_path / "claude_desktop_config.json"
+    entry = {"command": command[0], "args": command[1:], "env": {"CONTEXT7_API_URL": url}}
+    client_config.write_text(json.dumps({"mcpServers": {"context7": entry}}, indent=2))
+    config, state, log = tmp_path / "cellblock.yaml", tmp_path / "state", tmp_path / "gateway.log"
+    try:
+        assert cli(env, "wrap", str(client_config), "--config", str(config)).returncode == 0
+        assert "- ${secrets.API_KEY}" in config.read_text() and key not in config.read_text()
+        # its API is on loopback here: the network its hosts would get (an allowlist) stands as `open`
+        config.write_text(config.read_text().replace("network: none", "network: open"))
+        async with gateway(config, state, env=env, stderr=log) as client:
+            await client.list_tools()
+        assert cli(env, "approve", "context7", "--config", str(config)).returncode == 0
+        async with gateway(config, state, env=env, stderr=log, elicitation_callback=allow_once) as client:
+            tools = {t.name for t in (await client.list_tools()).tools}
+            assert "context7__resolve-library-id" in tools
+            answer = await client.call_tool("context7__resolve-library-id", {"query": "hooks", "libraryName": "react"})
+            assert key not in text(answer)
+        assert seen and all(header == f"Bearer {key}" for header in seen)  # the real key, from the keyring
+        assert key not in everything_written(tmp_path)
+    finally:
+        keyring.delete_password("cellblock", "context7-api-key")
