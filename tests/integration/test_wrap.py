@@ -118,16 +118,21 @@ def wrap_env(tmp_path: Path, keyring_env: dict[str, str]) -> dict[str, str]:
     return {**keyring_env, "CELLBLOCK_STATE_DIR": str(state), "CELLBLOCK_CONFIG": str(tmp_path / "cellblock.yaml")}
 
 
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"args": ["-v"], "env": {"API_KEY": SECRET}},
+        {"args": ["-v", "--api-key", SECRET]},  # a secret on the command line comes back too
+    ],
+    ids=["env", "argument"],
+)
 def test_unwrap_after_the_bak_is_deleted_gives_the_original_back_with_its_secret_and_never_prints_it(
-    tmp_path: Path, keyring_env: dict[str, str]
+    tmp_path: Path, keyring_env: dict[str, str], where: dict[str, Any]
 ) -> None:
     env = wrap_env(tmp_path, keyring_env)
     client_config = tmp_path / "claude_desktop_config.json"
     time = peers.time_server()
-    original = json.dumps(
-        {"mcpServers": {"clock": {"command": time[0], "args": ["-v"], "env": {"API_KEY": SECRET}}}},
-        indent=2,
-    )
+    original = json.dumps({"mcpServers": {"clock": {"command": time[0], **where}}}, indent=2)
     client_config.write_text(original)
 
     done = cli(env, "wrap", str(client_config), "--no-install")
