@@ -1,43 +1,110 @@
 """What Cellblock knows of particular servers: the hosts an API client needs, where a server keeps
 its data, which ones fetch any URL or change the directories they are given, and what a client's
-own keys become.
+own keys become. The servers are a table of data, `known_servers.json` beside this module, checked
+by `KnownServer` when first read.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.resources
 import os
 import posixpath
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
 from cellblock.gateway.config.draft import Draft
+from cellblock.policy.hosts import parse_rule
 
-__all__ = ["CARRIED", "DATA_FILE", "EXTRA_HINTS", "KNOWN_HOSTS", "WORKS_IN", "carry", "data_file", "network_for"]
+__all__ = [
+    "CARRIED",
+    "DATA_FILE",
+    "EXTRA_HINTS",
+    "KNOWN_HOSTS",
+    "WORKS_IN",
+    "KnownServer",
+    "carry",
+    "data_file",
+    "install_hosts",
+    "known_servers",
+    "network_for",
+]
 
-# Package (or command) name without version -> (what it talks to, the hosts it needs).
+# The table itself is data, shipped in the package: what each server needs is read in its own source.
+TABLE = "known_servers.json"
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataFile(_Data):
+    variable: str = Field(min_length=1)
+    default: str = Field(min_length=1)
+
+
+class KnownServer(_Data):
+    """One server of the table: the hosts it needs at run time (and what they are), a variable
+    that points it at another instance, whether it fetches any URL, where it keeps its data,
+    whether it changes the directories its arguments name, and the hosts its install scripts
+    (`install_hosts`, and why) or its own browser command (`browser_hosts`) download from."""
+
+    talks_to: str = ""
+    hosts: tuple[str, ...] = ()
+    host_from_env: str | None = None
+    fetches_any_url: bool = False
+    data_file: DataFile | None = None
+    works_in_arguments: bool = False
+    install_hosts: tuple[str, ...] = ()
+    install_why: str = ""
+    browser_hosts: tuple[str, ...] = ()
+
+    @field_validator("hosts", "install_hosts", "browser_hosts")
+    @classmethod
+    def _rules(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            parse_rule(entry)
+        return value
+
+
+class _Table(_Data):
+    about: str
+    servers: dict[str, KnownServer]
+
+
+@functools.cache
+def known_servers() -> Mapping[str, KnownServer]:
+    """The table, read and checked once.
+
+    Raises:
+        ValueError: the shipped table is not what `_Table` describes (a broken install of Cellblock).
+    """
+    text = importlib.resources.files(__package__ or "cellblock.gateway.config").joinpath(TABLE).read_text("utf-8")
+    try:
+        return _Table.model_validate_json(text).servers
+    except ValidationError as exc:
+        raise ValueError(
+            f"Cellblock's table of known servers ({TABLE}) is broken, reinstall Cellblock: {exc}"
+        ) from None
+
+
+# Package -> (what it talks to, the hosts it needs), for the API clients of the table.
 KNOWN_HOSTS: Mapping[str, tuple[str, tuple[str, ...]]] = {
-    "@modelcontextprotocol/server-github": ("the GitHub API", ("api.github.com",)),
-    "github-mcp-server": ("the GitHub API", ("api.github.com",)),
-    "@modelcontextprotocol/server-gitlab": ("the GitLab API", ("gitlab.com",)),
-    "@modelcontextprotocol/server-slack": ("the Slack API", ("slack.com",)),
-    "@modelcontextprotocol/server-brave-search": ("the Brave Search API", ("api.search.brave.com",)),
-    "@brave/brave-search-mcp-server": ("the Brave Search API", ("api.search.brave.com",)),
-    "@modelcontextprotocol/server-google-maps": ("the Google Maps API", ("maps.googleapis.com",)),
-    "mcp-server-sentry": ("the Sentry API", ("sentry.io",)),
-    "@sentry/mcp-server": ("the Sentry API", ("sentry.io",)),
-    "@notionhq/notion-mcp-server": ("the Notion API", ("api.notion.com",)),
+    name: (known.talks_to, known.hosts) for name, known in known_servers().items() if known.hosts
 }
-# An environment variable that points a known package at another instance (self-hosted GitLab).
-_HOST_FROM_ENV = {"@modelcontextprotocol/server-gitlab": "GITLAB_API_URL"}
-# Servers that fetch whatever URL they are given: their hosts cannot be inferred.
-_FETCHERS = frozenset({"mcp-server-fetch", "@modelcontextprotocol/server-fetch"})
 # Servers that keep their data beside their own code unless a variable says where: an installed
 # package is read-only, so the data goes to a directory of the user's (variable, default file).
-DATA_FILE = {"@modelcontextprotocol/server-memory": ("MEMORY_FILE_PATH", "~/.local/share/mcp-memory/memory.jsonl")}
+DATA_FILE = {
+    name: (known.data_file.variable, known.data_file.default)
+    for name, known in known_servers().items()
+    if known.data_file is not None
+}
 # Servers that change the directories their arguments name (besides any filesystem server): the
 # git server commits to its --repository
-WORKS_IN = frozenset({"mcp-server-git"})
+WORKS_IN = frozenset(name for name, known in known_servers().items() if known.works_in_arguments)
 # Client keys with a hint on how to get the same in Cellblock.
 EXTRA_HINTS = {
     "autoApprove": "to allow tools without asking, add them under tools.rules as allow",
@@ -72,22 +139,22 @@ _MAX_TIMEOUT = 3600.0  # the largest `timeout` the config takes (model.Seconds)
 
 def network_for(draft: Draft, package: str, env: Mapping[str, str], *, node: bool) -> dict[str, Any]:
     """`network: none`, or an allowlist for a known API client, with the note saying which and why."""
-    if package in _FETCHERS:
+    known = known_servers().get(package)
+    if known is not None and known.fetches_any_url:
         draft.notes.append(
             f"network: none, so {package} can fetch nothing until you choose: network: allowlist with "
             "allow_hosts: [the hosts it may fetch] (only those, checked by Cellblock's proxy), or network: open "
             "(any host, as it ran before)"
         )
         return {"network": "none"}
-    known = KNOWN_HOSTS.get(package)
-    if known is None:
+    if known is None or not known.hosts:
         draft.notes.append("no network: if it needs one, set jail.network")
         return {"network": "none"}
-    what, hosts = known
-    override = env.get(_HOST_FROM_ENV.get(package, ""), "")
+    what, hosts = known.talks_to, known.hosts
+    override = env.get(known.host_from_env, "") if known.host_from_env else ""
     host = urlsplit(override).hostname if override.startswith(("http://", "https://")) else None
     if host:
-        hosts, what = (host,), f"{what} at {host} ({_HOST_FROM_ENV[package]})"
+        hosts, what = (host,), f"{what} at {host} ({known.host_from_env})"
     draft.notes.append(f"network: allowlist {', '.join(hosts)} (inferred: {package} talks to {what})")
     if node:
         draft.notes.append("the allowlist reaches Node's fetch from Node 24 on; older Node fails closed")
@@ -122,3 +189,17 @@ def carry(draft: Draft, client: str, key: str, value: Any) -> bool:
     capped = " (the most Cellblock takes)" if value * factor > _MAX_TIMEOUT else ""
     draft.notes.append(f"carried over: {key}={value} as {target}: {draft.body[target]}{capped}")
     return True
+
+
+def install_hosts(draft: Draft, package: str) -> list[str]:
+    """The hosts `package`'s install scripts download from, as the table knows them, with the note
+    saying why; none for a package it does not know."""
+    known = known_servers().get(package)
+    if known is None or not known.install_hosts:
+        return []
+    hosts = list(known.install_hosts)
+    draft.notes.append(
+        f"install.hosts: {', '.join(hosts)} (its install reaches them: {known.install_why}); remove them and set "
+        "install.scripts: false if it works without"
+    )
+    return hosts
