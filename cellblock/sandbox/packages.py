@@ -65,6 +65,8 @@ _SEMVER = re.compile(r"\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?")
 _PEP440 = re.compile(r"(?:\d+!)?\d+(?:\.\d+)*(?:(?:a|b|rc)\d+)?(?:\.post\d+)?(?:\.dev\d+)?(?:\+[a-z0-9.]+)?", re.I)
 
 
+# pip's and uv's way of installing no package's code: wheels only, never a build of a source one
+_WHEELS_ONLY = ("--only-binary", ":all:")
 # What npm and uv read as a file on the disk rather than a registry's package.
 _ARCHIVES = (".tgz", ".tar", ".tar.gz", ".tar.bz2", ".zip", ".whl")
 # A program's name, as npm and pip make them: no path, nothing hidden.
@@ -128,21 +130,23 @@ def parse_package(ecosystem: str, spec: str) -> Package:
 
 
 def installer_steps(
-    package: Package, staging: str, tool: str, home: str, python: str, egress_socket: str
+    package: Package, staging: str, tool: str, home: str, python: str, egress_socket: str, scripts: bool = True
 ) -> list[tuple[JailSpec, list[Mount]]]:
     """The jailed commands that install `package` into `staging`/pkg (`tree_of`), in order, with
     what each jail shows besides the system: `tool` (npm; uv, or a Python to make a virtualenv with
     pip when there is no uv) and the egress relay (run by `python`), through which the installer
     reaches the network: only the hosts `registry_hosts` names, by the proxy at `egress_socket`.
     `staging`/work is scratch space (caches), made before and removed after; `home` is the user's
-    home, which the jail replaces with an empty one. `staging` is all an installer can write."""
+    home, which the jail replaces with an empty one. `staging` is all an installer can write.
+    Without `scripts` no code of a package runs: npm skips lifecycle scripts, pip and uv take wheels
+    only (a source distribution's build runs its code)."""
     tree, work = tree_of(staging), os.path.join(staging, "work")
     env = {k: os.environ[k] for k in REGISTRY_ENV if k in os.environ}
     env |= {"HOME": work, "TMPDIR": "/tmp", "PATH": f"{os.path.dirname(tool)}:/usr/local/bin:/usr/bin:/bin"}
     if package.ecosystem is Ecosystem.NPM:
         env |= {"npm_config_cache": os.path.join(work, "npm"), "npm_config_update_notifier": "false"}
-        argv = [tool, "install", "--prefix", tree, "--omit=dev", "--no-audit", "--no-fund", package.spec()]
-        commands = [argv]
+        argv = [tool, "install", "--prefix", tree, "--omit=dev", "--no-audit", "--no-fund"]
+        commands = [[*argv, *([] if scripts else ["--ignore-scripts"]), package.spec()]]
     elif os.path.basename(tool) == "uv":
         # a Python uv must download goes into the tree too, so the tree is all the server runs from
         env |= {"UV_CACHE_DIR": os.path.join(work, "uv"), "UV_PYTHON_INSTALL_DIR": os.path.join(tree, ".python")}
@@ -158,11 +162,11 @@ def installer_steps(
             "--link-mode",
             "copy",
         ]
-        commands = [[tool, "venv", "--quiet", tree], [*pip, package.spec()]]
+        commands = [[tool, "venv", "--quiet", tree], [*pip, *([] if scripts else _WHEELS_ONLY), package.spec()]]
     else:
         env["PIP_CACHE_DIR"] = os.path.join(work, "pip")
         pip = [os.path.join(tree, "bin", "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-        commands = [[tool, "-m", "venv", tree], [*pip, package.spec()]]
+        commands = [[tool, "-m", "venv", tree], [*pip, *([] if scripts else _WHEELS_ONLY), package.spec()]]
     steps = []
     for command in commands:
         relayed_argv, relay = relayed(command, python, home, env["PATH"])

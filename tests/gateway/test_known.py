@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from cellblock.gateway.config.known import DATA_FILE, KNOWN_HOSTS, WORKS_IN, KnownServer, known_servers
+from cellblock.gateway.config.loading import parse_config
+from cellblock.gateway.config.model import ConfigError, LocalServer
 from cellblock.gateway.config.starter import starter
 from cellblock.policy.hosts import parse_rule
 from tests.gateway.test_starter import Entry
@@ -36,8 +39,30 @@ def test_a_table_entry_that_is_not_valid_is_refused_when_read(entry: dict[str, o
         KnownServer.model_validate(entry)
 
 
-def test_wrap_gives_context7_its_api_host(tmp_path: Path) -> None:
+def test_wrap_lets_a_known_install_reach_the_hosts_its_scripts_download_from(tmp_path: Path) -> None:
+    entry = Entry(command="npx", args=("-y", "@wonderwhy-er/desktop-commander@0.2.52"))
+    result = starter("desktop-commander", entry, taken=set(), home=str(tmp_path))
+    assert result.config["install"] == {
+        "npm": "@wonderwhy-er/desktop-commander@0.2.52",
+        "hosts": ["storage.googleapis.com"],
+    }
+    note = next(n for n in result.notes if n.startswith("install.hosts: storage.googleapis.com"))
+    assert "puppeteer" in note and "install.scripts: false" in note
+    parse_config(yaml.safe_dump({"version": 1, "servers": {result.name: result.config}}))
+
+
+def test_wrap_gives_context7_its_api_host_and_an_unknown_install_no_hosts(tmp_path: Path) -> None:
     entry = Entry(command="npx", args=("-y", "@upstash/context7-mcp"))
     result = starter("context7", entry, taken=set(), home=str(tmp_path))
     assert result.config["jail"] == {"network": "allowlist", "allow_hosts": ["context7.com"]}
     assert result.config["install"] == {"npm": "@upstash/context7-mcp"}
+
+
+def test_install_hosts_and_scripts_are_read_and_a_bad_host_is_refused_naming_it() -> None:
+    install = "{npm: pkg, hosts: [cdn.example, '127.0.0.1:8080'], scripts: false}"
+    text = f"version: 1\nservers:\n  a:\n    install: {install}\n"
+    server = parse_config(text).servers["a"]
+    assert isinstance(server, LocalServer) and server.install is not None
+    assert server.install.hosts == ["cdn.example", "127.0.0.1:8080"] and server.install.scripts is False
+    with pytest.raises(ConfigError, match=r"servers\.a\.install\.hosts.*scheme"):
+        parse_config(text.replace("cdn.example", "'https://cdn.example'"))

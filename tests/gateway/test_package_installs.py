@@ -16,7 +16,7 @@ import pytest
 
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.downstream.launch import jail_spec
-from cellblock.gateway.downstream.packages import LINE, InstallError, Record, _failure, installed
+from cellblock.gateway.downstream.packages import LINE, InstallError, Record, _failure, _refused_advice, installed
 from cellblock.gateway.state import atomic_write_json
 from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap
 from cellblock.sandbox.packages import Ecosystem, Package, digest, manifest
@@ -123,24 +123,37 @@ def test_a_server_cannot_change_the_code_it_runs_next_time(data: Path, tmp_path:
 def test_a_failed_install_shows_the_end_of_its_output_each_line_cut_and_says_how_much_there_was() -> None:
     package = Package(Ecosystem.NPM, "pkg", "1.0.0")
     tail = "early line\n" + "x" * 100_000 + "\n\x1b[2Jcleared\n" + "".join(f"line {n}\n" for n in range(3))
-    message = _failure("srv", package, "npm", Bounded(1, tail, 5_000_000, None), [], [])
+    message = _failure("srv", package, "npm", Bounded(1, tail, 5_000_000, None), 2.5)
     head, *shown = message.split("\n  ")
-    assert head == "installing pkg@1.0.0 for server 'srv' failed (npm exited 1):"
+    assert head == "installing pkg@1.0.0 for server 'srv' failed after 2.5 s (npm exited 1):"
     assert shown[0] == "x" * LINE + "…" and shown[1] == json.dumps("\x1b[2Jcleared")  # no escape reaches the terminal
     assert shown[2:] == ["line 0", "line 1", "line 2", "(the end of its output, 5,000,000 bytes in all)"]
 
 
 def test_an_install_stopped_for_what_it_did_names_it_escaped_and_no_limit_to_raise() -> None:
     reason = "it made /x/pkg/\x1b[2Jhidden, a directory it keeps the gateway from looking into"
-    message = _failure("srv", Package(Ecosystem.NPM, "pkg", "1.0.0"), "npm", Bounded(-9, "", 0, reason), [], [])
+    message = _failure("srv", Package(Ecosystem.NPM, "pkg", "1.0.0"), "npm", Bounded(-9, "", 0, reason), 1.0)
     assert message == f"installing pkg@1.0.0 for server 'srv' was stopped: {json.dumps(reason)}:\n  (no output)"
 
 
 def test_an_install_stopped_at_a_limit_says_which_and_how_to_raise_it() -> None:
     reason = "it reached its limit of 64 processes (jail.limits.processes)"
-    message = _failure("srv", Package(Ecosystem.NPM, "pkg", "1.0.0"), "npm", Bounded(-9, "", 0, reason), [], [])
+    message = _failure("srv", Package(Ecosystem.NPM, "pkg", "1.0.0"), "npm", Bounded(-9, "", 0, reason), 1.0)
     assert message == (
         f"installing pkg@1.0.0 for server 'srv' was stopped: {reason}; if the package needs more, raise that "
         "limit in servers.srv.jail.limits (or defaults.limits), then run `cellblock install srv` again:\n"
         "  (no output)"
     )
+
+
+def test_a_refused_host_is_named_with_both_ways_on_and_one_already_listed_with_why() -> None:
+    server = LocalServer.model_validate({"install": {"npm": "pkg", "hosts": ["cdn.example"]}})
+    registry = ["registry.npmjs.org"]
+    assert _refused_advice("srv", server, {}, registry) == ""
+    why = "cdn.example resolves to 10.0.0.5, a loopback, private or reserved address that no IP rule lists"
+    refused = {"dl.example:443": "dl.example:443 is not in allow_hosts", "cdn.example:443": why}
+    advice = _refused_advice("srv", server, refused, registry)
+    assert advice.startswith(f"its install reached for dl.example:443, cdn.example:443 ({why}), which the installer's")
+    assert "(it may reach only registry.npmjs.org, cdn.example)" in advice
+    assert "set `hosts: [cdn.example, dl.example]` under servers.srv.install in the config" in advice
+    assert advice.endswith("set `scripts: false` there. Then run `cellblock install srv`")

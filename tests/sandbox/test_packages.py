@@ -266,3 +266,22 @@ def test_sealing_leaves_the_tree_alone_with_no_link_out_and_no_set_id_bits(tmp_p
     (tree / "node_modules" / "pkg" / "index.js").symlink_to("../../../evil.sh")
     with pytest.raises(PackageError, match="link out of it"):
         seal(str(staging), Ecosystem.NPM)
+
+
+@pytest.mark.parametrize(
+    ("ecosystem", "tool", "flags"),
+    [
+        (Ecosystem.NPM, "/usr/bin/npm", ["--ignore-scripts"]),
+        (Ecosystem.PYPI, "/usr/bin/uv", ["--only-binary", ":all:"]),
+        (Ecosystem.PYPI, PY, ["--only-binary", ":all:"]),
+    ],
+)
+def test_an_install_without_scripts_runs_no_package_code(
+    tmp_path: Path, ecosystem: Ecosystem, tool: str, flags: list[str]
+) -> None:
+    package = Package(ecosystem, "pkg")
+    *_, (plain, _) = installer_steps(package, str(tmp_path), tool, str(tmp_path), PY, "/x")
+    *_, (bare, _) = installer_steps(package, str(tmp_path), tool, str(tmp_path), PY, "/x", scripts=False)
+    argv = list(bare.argv)
+    assert argv[argv.index(flags[0]) : argv.index(flags[0]) + len(flags)] == flags
+    assert argv[-1] == package.spec() and flags[0] not in plain.argv

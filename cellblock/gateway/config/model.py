@@ -26,14 +26,13 @@ from pydantic import (
 from cellblock.gateway.audit.chain import KEY_NAME
 from cellblock.gateway.audit.log import DEFAULT_KEEP, DEFAULT_MAX_BYTES, Audit
 from cellblock.gateway.config.auth import AuthConfig
+from cellblock.gateway.config.installs import HostRules, InstallConfig
 from cellblock.gateway.config.secretrefs import check_references, launcher_sets
 from cellblock.gateway.credentials import ENTRY_NAME, client_key_entry, client_secret_entry, id_token_entry
 from cellblock.gateway.namespacing import check_separator
 from cellblock.policy.errors import CellblockError
-from cellblock.policy.hosts import parse_rule
 from cellblock.policy.rules import Policy, parse_rule_entry
 from cellblock.policy.types import Decision
-from cellblock.sandbox.packages import Package, PackageError, parse_package
 from cellblock.sandbox.types import Limits
 
 __all__ = [
@@ -298,7 +297,7 @@ class JailConfig(_Model):
     """What a local server may reach. The defaults share nothing and allow no network."""
 
     network: Literal["none", "allowlist", "open"] = "none"
-    allow_hosts: list[Annotated[str, Field(min_length=1)]] = []
+    allow_hosts: HostRules = []
     read_only: list[str] = []
     read_write: list[str] = []
     tmp: bool = True
@@ -309,13 +308,6 @@ class JailConfig(_Model):
     @classmethod
     def _expand_dirs(cls, value: list[str]) -> list[str]:
         return [expand_path(p) for p in value]
-
-    @field_validator("allow_hosts")
-    @classmethod
-    def _parse_hosts(cls, value: list[str]) -> list[str]:
-        for entry in value:
-            parse_rule(entry)  # raises ValueError naming the entry and the fix
-        return value
 
     @model_validator(mode="after")
     def _hosts_need_allowlist(self) -> JailConfig:
@@ -334,31 +326,6 @@ Jail = Annotated[
     Annotated[JailConfig, Tag("on")] | Annotated[Literal[False], Tag("off")],
     Discriminator(_jail_kind),
 ]
-
-
-class InstallConfig(_Model):
-    """A package Cellblock installs for the server (`cellblock install`) and runs read-only:
-    exactly one of `npm` (`name@1.2.3`) or `pypi` (`name==1.2.3`); a bare name is pinned to the
-    newest release when installed, in the install's record."""
-
-    npm: str | None = None
-    pypi: str | None = None
-
-    @model_validator(mode="after")
-    def _one_valid_package(self) -> InstallConfig:
-        given = [(kind, spec) for kind, spec in (("npm", self.npm), ("pypi", self.pypi)) if spec is not None]
-        if len(given) != 1:
-            raise ValueError("give exactly one of npm: or pypi:")
-        try:
-            parse_package(*given[0])
-        except PackageError as exc:
-            raise ValueError(str(exc)) from None
-        return self
-
-    @property
-    def package(self) -> Package:
-        kind, spec = ("npm", self.npm) if self.npm is not None else ("pypi", self.pypi or "")
-        return parse_package(kind, spec)
 
 
 class LocalServer(_ServerBase):

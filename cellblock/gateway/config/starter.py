@@ -26,7 +26,15 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from cellblock.gateway.config.argsecrets import arg_secrets
 from cellblock.gateway.config.draft import Draft, Starter
-from cellblock.gateway.config.known import DATA_FILE, EXTRA_HINTS, WORKS_IN, carry, data_file, network_for
+from cellblock.gateway.config.known import (
+    DATA_FILE,
+    EXTRA_HINTS,
+    WORKS_IN,
+    carry,
+    data_file,
+    install_hosts,
+    network_for,
+)
 from cellblock.gateway.config.launchers import (
     INSTALLS,
     NODES,
@@ -167,11 +175,13 @@ def _local(draft: Draft, entry: ClientEntryLike, cache_root: str) -> None:
     package = package or program
     _paths(draft, args, cwd, writable="filesystem" in package or package in WORKS_IN, skip=script)
     network = network_for(draft, package, entry.env, node=launcher == "npx" or program in NODES)
-    install: dict[str, str] | None = None
+    install: dict[str, Any] | None = None
     if launcher in ("npx", "uvx") and index is not None and spec is not None:
         found = installable(draft, launcher, args, index, spec) if INSTALLS else None
         if found is not None:
             install, command, args = found
+            if hosts := install_hosts(draft, package):  # what its install scripts download from
+                install = {**install, "hosts": hosts}
         else:
             args = fill_cache(draft, launcher, args, index, spec, env, cache_root)
     if package in DATA_FILE:

@@ -231,20 +231,28 @@ def _install(
     cap = limits.disk or DEFAULT_DISK  # an install's disk is always bounded
     limits = replace(limits, disk=cap)
     bounds = f"at most {limits.processes} processes, {size(limits.memory)} of memory, {size(cap)} of disk"
+    extra = server.install.hosts
+    reaches = "the registry" + (f" and {', '.join(extra)}" if extra else "")
+    scripts = "" if server.install.scripts else ", no install scripts"
     print(
-        f"cellblock: installing {package.spec()} for '{name}' ({how}, in a jail that reaches the registry; {bounds})…",
+        f"cellblock: installing {package.spec()} for '{name}' ({how}, in a jail that reaches {reaches}{scripts}; "
+        f"{bounds})…",
         file=out,
+        flush=True,
     )
     began = time.monotonic()
-    refused: list[str] = []
+    refused: dict[str, str] = {}  # host:port -> why the proxy refused it
 
     def decided(decision: Decision) -> None:
-        if not decision.allowed:
-            refused.append(f"{printable(decision.host)}:{decision.port}")
+        if not decision.allowed and decision.host:  # a request it could not read names no host
+            refused.setdefault(f"{printable(decision.host)}:{decision.port}", printable(decision.reason))
 
     hosts = registry_hosts(package.ecosystem)
     egress = str(runtime_dir() / f"egress-install-{os.getpid()}-{name}.sock")
-    proxy = EgressProxy(f"install of {name}", _registry_rules(hosts), egress, decided)
+    # the hosts an install script may reach are rules as a server's allow_hosts are: a name that
+    # leads to a private address stays refused (only the registry's addresses are pinned)
+    rules = [*_registry_rules(hosts), *(parse_rule(h) for h in extra)]
+    proxy = EgressProxy(f"install of {name}", rules, egress, decided)
     python = os.path.realpath(sys.executable)
     try:
         make_dirs(work)  # and the staging above it: the tree is made in there
@@ -252,20 +260,24 @@ def _install(
         with anyio.from_thread.start_blocking_portal() as portal:
             serving, _ = portal.start_task(proxy.serve)
             try:
-                for step, mounts in installer_steps(package, str(staging), tool, home, python, egress):
+                steps = installer_steps(package, str(staging), tool, home, python, egress, server.install.scripts)
+                for step, mounts in steps:
                     plan = limit_plan(bwrap_plan(step, mounts, check_bwrap()), name, limits)
                     try:
                         ran = run_bounded(plan, INSTALL_SECONDS, disk)
                     except subprocess.TimeoutExpired:
                         raise InstallError(
                             f"installing {package.spec()} for server '{name}' took longer than {INSTALL_SECONDS:.0f} s "
-                            "and was ended; if the registry is slow, try again"
+                            "and was ended; "
+                            + (_refused_advice(name, server, refused, hosts) or "if the registry is slow, try again")
                         ) from None
                     if ran.stopped is None:  # what the step did last counts as much
                         ran = replace(ran, stopped=disk.measure())
                     if ran.stopped is not None or ran.returncode != 0:
                         program = os.path.basename(step.argv[step.argv.index("--") + 1])
-                        raise InstallError(_failure(name, package, program, ran, refused, hosts))
+                        failure = _failure(name, package, program, ran, time.monotonic() - began)
+                        advice = _refused_advice(name, server, refused, hosts)
+                        raise InstallError(f"{failure}\n  {advice}" if advice else failure)
             finally:
                 serving.cancel()
         seal(str(staging), package.ecosystem)  # removes work/ too
@@ -302,19 +314,19 @@ def _install(
         f"in {time.monotonic() - began:.1f} s{pinned}",
         file=out,
     )
+    if refused:  # it did without them; what it fetched may be missing when it runs
+        print(f"cellblock: note: '{name}': {_refused_advice(name, server, refused, hosts)}", file=out)
     return record
 
 
-def _failure(name: str, package: Package, program: str, ran: Bounded, refused: list[str], hosts: list[str]) -> str:
-    """Why an install failed: what stopped it or how its installer exited, and the end of its
-    output (SHOWN lines of at most LINE characters, saying how much output there was before)."""
+def _failure(name: str, package: Package, program: str, ran: Bounded, took: float) -> str:
+    """Why an install failed after `took` seconds: what stopped it or how its installer exited, and
+    the end of its output (SHOWN lines of at most LINE characters, saying how much output there was
+    before)."""
     kept = [line for line in ran.tail.splitlines() if line.strip()][-SHOWN:]
     shown = [printable(line[:LINE]) + ("…" if len(line) > LINE else "") for line in kept]
     if ran.total > sum(len(line.encode()) + 1 for line in kept) or any(len(line) > LINE for line in kept):
         shown.append(f"(the end of its output, {ran.total:,} bytes in all)")
-    if refused:
-        reached = ", ".join(dict.fromkeys(refused))
-        shown.append(f"(it reached for {reached}: refused; it may reach only {', '.join(hosts)})")
     what = f"installing {package.spec()} for server '{name}'"
     if ran.stopped is not None:
         # a reason may hold a path the installer named: nothing in it reaches the terminal as a control
@@ -325,8 +337,26 @@ def _failure(name: str, package: Package, program: str, ran: Bounded, refused: l
                 f"defaults.limits), then run `cellblock install {name}` again"
             )
     else:
-        head = f"{what} failed ({program} exited {ran.returncode})"
+        head = f"{what} failed after {took:.1f} s ({program} exited {ran.returncode})"
     return f"{head}:\n  " + "\n  ".join(shown or ["(no output)"])
+
+
+def _refused_advice(name: str, server: LocalServer, refused: dict[str, str], hosts: list[str]) -> str:
+    """What the installer's proxy refused (from its decisions) and the two ways on: let the install
+    reach those hosts, or install without scripts; "" when nothing was refused."""
+    if not refused or server.install is None:
+        return ""
+    listed = set(server.install.hosts)
+    named = [h.removesuffix(":443") for h in refused if h.removesuffix(":443") not in listed]
+    # a host it may reach but that was refused all the same (it resolves to a private address): why
+    tried = [f"{h} ({why})" if h.removesuffix(":443") in listed else h for h, why in refused.items()]
+    allowed = ", ".join([*hosts, *server.install.hosts])
+    return (
+        f"its install reached for {', '.join(tried)}, which the installer's jail refused (it may reach only "
+        f"{allowed}). Either let the install reach it: set `hosts: [{', '.join([*server.install.hosts, *named])}]` "
+        f"under servers.{name}.install in the config; or, if the server works without what its install scripts "
+        f"download, set `scripts: false` there. Then run `cellblock install {name}`"
+    )
 
 
 def _registry_rules(hosts: list[str]) -> list[HostRule]:

@@ -1,0 +1,188 @@
+"""`cellblock install` of a package whose install script downloads, as puppeteer's does.
+
+The package comes from a registry on loopback (tests/registry.py); its npm `postinstall` fetches a
+file from a test host on loopback, as a browser download would, through the proxy variables the
+installer's jail sets. Each case is judged on the host, by the requests the test host received,
+and by what the install says and leaves in the installed tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.integration.conftest import cli
+from tests.registry import npm_registry
+
+pytestmark = [pytest.mark.jail]
+
+BROWSER = b"pretend browser build\n"
+# The package's postinstall: fetch URL into the package's directory, as puppeteer fetches Chrome.
+FETCH = """
+import sys, urllib.request
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=60) as answer:
+        data = answer.read()
+except OSError as exc:
+    print(f"download failed: {exc}", file=sys.stderr)
+    sys.exit(1)
+with open("browser.bin", "wb") as handle:
+    handle.write(data)
+print(f"downloaded {len(data)} bytes")
+"""
+
+
+class Host:
+    """A download host on loopback that counts the requests it answers."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        host = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                host.requests += 1
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(BROWSER)))
+                self.end_headers()
+                self.wfile.write(BROWSER)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+
+    @contextmanager
+    def serving(self) -> Iterator[Host]:
+        thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            self.server.shutdown()
+            self.server.server_close()
+            thread.join()
+
+
+@pytest.fixture(scope="module")
+def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str], Host, Host]]:
+    """The test's folder, the environment `cellblock install` runs with, the host the package's
+    script downloads from, and another host."""
+    tmp = tmp_path_factory.mktemp("install-hosts")
+    (tmp / "run").mkdir(mode=0o700)
+    with Host().serving() as target, Host().serving() as other:
+        manifest = {
+            "name": "cb-downloads",
+            "version": "1.0.0",
+            "bin": {"cb-downloads": "index.js"},
+            "scripts": {"postinstall": f"python3 fetch.py http://{target.address}/browser.zip"},
+        }
+        files = {"package.json": json.dumps(manifest), "index.js": "#!/usr/bin/env node\n", "fetch.py": FETCH}
+        with npm_registry({"cb-downloads": files}) as url:
+            env = {
+                "CELLBLOCK_DATA_DIR": str(tmp / "data"),
+                "CELLBLOCK_STATE_DIR": str(tmp / "state"),
+                "XDG_RUNTIME_DIR": str(tmp / "run"),
+                "npm_config_registry": url,
+            }
+            yield tmp, env, target, other
+
+
+def install(
+    place: tuple[Path, dict[str, str], Host, Host], name: str, **install: Any
+) -> tuple[subprocess.CompletedProcess[str], Path | None]:
+    """`cellblock install NAME` of the package with `install` keys added; how it ended, and the
+    file the script downloaded into the installed tree, if the install was recorded."""
+    tmp, env, _, _ = place
+    config = tmp / f"{name}.yaml"
+    server = {"install": {"npm": "cb-downloads@1.0.0", **install}}
+    config.write_text(yaml.safe_dump({"version": 1, "servers": {name: server}}))
+    done = cli(env, "install", name, "--config", str(config))
+    record = Path(env["CELLBLOCK_DATA_DIR"]) / "installs" / f"{name}.json"
+    if not record.exists():
+        return done, None
+    tree = Path(json.loads(record.read_text())["tree"])
+    return done, tree / "node_modules" / "cb-downloads" / "browser.bin"
+
+
+def test_an_install_script_download_is_refused_naming_the_host_and_both_ways_on(
+    place: tuple[Path, dict[str, str], Host, Host],
+) -> None:
+    target = place[2]
+    before = target.requests
+    done, tree = install(place, "refused")
+    assert done.returncode == 1 and tree is None, done.stderr
+    assert target.requests == before  # the connection was never made
+    assert "download failed" in done.stderr
+    said = " ".join(done.stderr.split())  # the message as one line, however it wraps
+    assert f"its install reached for {target.address}, which the installer's jail refused" in said, said
+    assert f"set `hosts: [{target.address}]` under servers.refused.install in the config" in said
+    assert "set `scripts: false` there. Then run `cellblock install refused`" in said
+    assert "cellblock: installing cb-downloads@1.0.0 for 'refused'" in done.stderr  # the progress line
+    assert "failed after " in done.stderr
+
+
+def test_an_install_reaches_the_hosts_its_config_names(place: tuple[Path, dict[str, str], Host, Host]) -> None:
+    target = place[2]
+    before = target.requests
+    done, tree = install(place, "allowed", hosts=[target.address])
+    assert done.returncode == 0, done.stderr
+    assert tree is not None and tree.read_bytes() == BROWSER
+    assert target.requests == before + 1
+    assert f"reaches the registry and {target.address}" in done.stderr
+    assert "installed cb-downloads@1.0.0 for 'allowed'" in done.stderr
+
+
+def test_an_install_without_scripts_runs_none_and_succeeds(place: tuple[Path, dict[str, str], Host, Host]) -> None:
+    target = place[2]
+    before = target.requests
+    done, tree = install(place, "no-scripts", scripts=False)
+    assert done.returncode == 0, done.stderr
+    assert tree is not None and not tree.exists() and tree.parent.is_dir()  # installed, the script never ran
+    assert target.requests == before
+    assert "no install scripts" in done.stderr
+
+
+def test_an_install_script_reaching_a_host_not_listed_is_refused_though_another_is(
+    place: tuple[Path, dict[str, str], Host, Host],
+) -> None:
+    _, _, target, other = place
+    before = target.requests
+    done, tree = install(place, "other", hosts=[other.address])
+    assert done.returncode == 1 and tree is None, done.stderr
+    assert target.requests == before and other.requests == 0
+    said = " ".join(done.stderr.split())
+    assert f"set `hosts: [{other.address}, {target.address}]`" in said, said
+
+
+def test_control_the_same_script_outside_the_installers_jail_reaches_the_host(
+    place: tuple[Path, dict[str, str], Host, Host], tmp_path: Path
+) -> None:
+    target = place[2]
+    before = target.requests
+    script = tmp_path / "fetch.py"
+    script.write_text(FETCH)
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    done = subprocess.run(
+        [sys.executable, str(script), f"http://{target.address}/browser.zip"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "browser.bin").read_bytes() == BROWSER and target.requests == before + 1
