@@ -186,3 +186,26 @@ def test_control_the_same_script_outside_the_installers_jail_reaches_the_host(
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "browser.bin").read_bytes() == BROWSER and target.requests == before + 1
+
+
+def test_wrap_shows_each_install_starting_and_failing_with_the_refused_host_and_both_ways_on(
+    place: tuple[Path, dict[str, str], Host, Host], tmp_path: Path
+) -> None:
+    _, env, target, _ = place
+    client_config = tmp_path / "claude_desktop_config.json"
+    client_config.write_text(
+        json.dumps({"mcpServers": {"dl": {"command": "npx", "args": ["-y", "cb-downloads@1.0.0"]}}})
+    )
+    config = tmp_path / "cellblock.yaml"
+    before = target.requests
+    done = cli(
+        {**env, "CELLBLOCK_STATE_DIR": str(tmp_path / "state")}, "wrap", str(client_config), "--config", str(config)
+    )
+    assert done.returncode == 1, done.stderr
+    assert yaml.safe_load(config.read_text())["servers"]["dl"]["install"] == {"npm": "cb-downloads@1.0.0"}
+    lines = done.stderr.splitlines()
+    started = next(i for i, line in enumerate(lines) if line.startswith("cellblock: installing cb-downloads@1.0.0"))
+    assert "failed after " in lines[started + 1], done.stderr
+    said = " ".join(done.stderr.split())
+    assert f"set `hosts: [{target.address}]` under servers.dl.install in the config" in said, said
+    assert "not installed: dl" in said and target.requests == before
