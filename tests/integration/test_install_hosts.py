@@ -90,7 +90,16 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
             "scripts": {"postinstall": f"python3 fetch.py http://{target.address}/browser.zip"},
         }
         files = {"package.json": json.dumps(manifest), "index.js": "#!/usr/bin/env node\n", "fetch.py": FETCH}
-        with npm_registry({"cb-downloads": files}) as url:
+        # the same download, its failure ignored (as puppeteer 25 only warns)
+        script = f"{manifest['scripts']['postinstall']} || true"
+        tolerant = {
+            **manifest,
+            "name": "cb-tolerant",
+            "bin": {"cb-tolerant": "index.js"},
+            "scripts": {"postinstall": script},
+        }
+        packages = {"cb-downloads": files, "cb-tolerant": {**files, "package.json": json.dumps(tolerant)}}
+        with npm_registry(packages) as url:
             env = {
                 "CELLBLOCK_DATA_DIR": str(tmp / "data"),
                 "CELLBLOCK_STATE_DIR": str(tmp / "state"),
@@ -101,20 +110,20 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
 
 
 def install(
-    place: tuple[Path, dict[str, str], Host, Host], name: str, **install: Any
+    place: tuple[Path, dict[str, str], Host, Host], name: str, package: str = "cb-downloads", **install: Any
 ) -> tuple[subprocess.CompletedProcess[str], Path | None]:
     """`cellblock install NAME` of the package with `install` keys added; how it ended, and the
     file the script downloaded into the installed tree, if the install was recorded."""
     tmp, env, _, _ = place
     config = tmp / f"{name}.yaml"
-    server = {"install": {"npm": "cb-downloads@1.0.0", **install}}
+    server = {"install": {"npm": f"{package}@1.0.0", **install}}
     config.write_text(yaml.safe_dump({"version": 1, "servers": {name: server}}))
     done = cli(env, "install", name, "--config", str(config))
     record = Path(env["CELLBLOCK_DATA_DIR"]) / "installs" / f"{name}.json"
     if not record.exists():
         return done, None
     tree = Path(json.loads(record.read_text())["tree"])
-    return done, tree / "node_modules" / "cb-downloads" / "browser.bin"
+    return done, tree / "node_modules" / package / "browser.bin"
 
 
 def test_an_install_script_download_is_refused_naming_the_host_and_both_ways_on(
@@ -153,6 +162,19 @@ def test_an_install_without_scripts_runs_none_and_succeeds(place: tuple[Path, di
     assert tree is not None and not tree.exists() and tree.parent.is_dir()  # installed, the script never ran
     assert target.requests == before
     assert "no install scripts" in done.stderr
+
+
+def test_an_install_that_succeeds_without_its_download_says_which_host_was_refused(
+    place: tuple[Path, dict[str, str], Host, Host],
+) -> None:
+    target = place[2]
+    before = target.requests
+    done, tree = install(place, "tolerant", package="cb-tolerant")
+    assert done.returncode == 0 and tree is not None and not tree.exists(), done.stderr
+    assert target.requests == before
+    note = next(line for line in done.stderr.splitlines() if line.startswith("cellblock: note: 'tolerant': "))
+    assert f"its install reached for {target.address}, which the installer's jail refused" in note
+    assert f"set `hosts: [{target.address}]`" in note and "`scripts: false`" in note
 
 
 def test_an_install_script_reaching_a_host_not_listed_is_refused_though_another_is(
