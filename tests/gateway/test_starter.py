@@ -368,10 +368,73 @@ def test_a_cwd_already_shared_is_not_shared_again_and_home_is_never_shared(home:
     assert any(n.startswith("cwd ~ is your home or above it") for n in at_home.notes)
 
 
-def test_missing_paths_are_not_shared_and_said_so(home: Path) -> None:
-    result = starter("s", Entry(command="my-server", args=(f"{home}/gone",)), taken=(), home=str(home))
+def test_a_missing_file_in_a_folder_gets_its_folder_writable(home: Path) -> None:
+    entry = Entry(command="mcp-server-sqlite", args=("--db-path", "~/notes/test.db"))
+    result = starter("s", entry, taken=(), home=str(home))
+    assert result.config["jail"] == {"network": "none", "read_write": ["~/notes"]}
+    assert (result.make, result.touch) == ((), ())
+    assert any(n.startswith("read_write: ~/notes (~/notes/test.db does not exist yet") for n in result.notes)
+
+
+def test_a_missing_folder_on_the_way_is_made_by_wrap(home: Path) -> None:
+    entry = Entry(command="my-server", args=(f"--db={home}/data/2026/test.db",))
+    result = starter("s", entry, taken=(), home=str(home))
+    assert result.config["jail"]["read_write"] == [f"{home}/data/2026"]
+    assert result.make == (f"{home}/data/2026",)
+
+
+def test_a_missing_file_in_the_home_itself_is_made_empty_and_shared_alone(home: Path) -> None:
+    result = starter("s", Entry(command="my-server", args=("--db-path", "~/test.db")), taken=(), home=str(home))
+    assert result.config["jail"] == {"network": "none", "read_write": ["~/test.db"]}
+    assert result.touch == (f"{home}/test.db",)
+    assert not (home / "test.db").exists()  # the starter only plans: wrap makes it
+    assert any("your home, which is never shared: wrap creates it empty" in n for n in result.notes)
+
+
+def test_a_filesystem_server_gets_a_missing_folder_made_and_writable(home: Path) -> None:
+    entry = Entry(command="npx", args=("-y", FS_PACKAGE, "~/Documents"))
+    result = starter("fs", entry, taken=(), home=str(home))
+    assert result.config["jail"]["read_write"] == ["~/Documents"]
+    assert result.make == (f"{home}/Documents",)
+
+
+@pytest.mark.parametrize(
+    ("arg", "why"),
+    [
+        ("~/.bashrc", "a hidden folder on its way"),
+        ("~/.config/autostart/x.desktop", "a hidden folder on its way"),
+        ("~/projects/.git/hooks/pre-commit", "a hidden folder on its way"),
+        ("~/bin/tool", "a folder of programs"),
+        ("~/Library/LaunchAgents/x.plist", "a folder of programs"),
+        ("/srv/elsewhere/test.db", "outside your home"),
+        ("~/projects/dist/index.js", "named like a program"),
+        ("~", "your home or above it"),
+    ],
+)
+def test_a_missing_path_where_a_write_runs_code_or_leaves_the_home_is_not_shared(
+    home: Path, arg: str, why: str
+) -> None:
+    result = starter("s", Entry(command="my-server", args=("--out", arg)), taken=(), home=str(home))
     assert result.config["jail"] == {"network": "none"}
-    assert f"{home}/gone is in its arguments but does not exist: not shared" in result.notes
+    assert (result.make, result.touch) == ((), ())
+    assert any(why in n for n in result.notes)
+
+
+def test_a_missing_path_through_a_link_out_of_the_home_is_not_shared(
+    home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    (home / "elsewhere").symlink_to(tmp_path_factory.mktemp("outside"))
+    result = starter("s", Entry(command="my-server", args=("~/elsewhere/test.db",)), taken=(), home=str(home))
+    assert result.config["jail"] == {"network": "none"}
+    assert any("leads outside your home" in n for n in result.notes)
+
+
+def test_a_missing_path_in_cellblocks_own_directory_is_not_shared(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CELLBLOCK_DATA_DIR", str(home / "cellblock-data"))
+    args = ("--db", "~/cellblock-data/x.db")
+    result = starter("s", Entry(command="my-server", args=args), taken=(), home=str(home))
+    assert result.config["jail"] == {"network": "none"}
+    assert any("Cellblock's own" in n for n in result.notes)
 
 
 def test_a_container_is_kept_with_a_warning_that_the_jail_will_stop_it(home: Path) -> None:

@@ -38,7 +38,7 @@ from cellblock.gateway.config.model import Config, ConfigError, LocalServer
 from cellblock.gateway.config.starter import server_name, starter
 from cellblock.gateway.credentials import CredentialError, Keyring
 from cellblock.gateway.downstream import packages
-from cellblock.gateway.state import atomic_write_text, default_config_path
+from cellblock.gateway.state import atomic_write_text, create_once, default_config_path
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.files import make_dirs
 from cellblock.sandbox.types import JailError
@@ -475,6 +475,8 @@ def wrap(path: Path, config_path: Path, dry_run: bool = False, out: TextIO | Non
     for each in plan.moved:
         for directory in each.starter.make:
             make_dirs(Path(directory))
+        for file in each.starter.touch:
+            create_once(Path(file), b"")
     atomic_write_text(config_path, plan.new_config_text)
     for backup in plan.backups:
         make_dirs(backup.parent)

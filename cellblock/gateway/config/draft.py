@@ -38,6 +38,8 @@ class Starter:
     notes: tuple[str, ...]
     # directories the server keeps its data in, which wrap creates (a jail grants only what exists)
     make: tuple[str, ...] = ()
+    # files the server will create that wrap creates empty, to share them alone (gateway/config/missing.py)
+    touch: tuple[str, ...] = ()
 
 
 @dataclass
@@ -52,6 +54,7 @@ class Draft:
     read_only: dict[str, None] = field(default_factory=dict)
     read_write: dict[str, None] = field(default_factory=dict)
     make: list[str] = field(default_factory=list)
+    touch: list[str] = field(default_factory=list)
 
     def secret(self, key: str, value: str, kind: Literal["env", "header", "bearer", "stash"]) -> str:
         """Record a secret and return its keyring entry, unique within this server."""

@@ -46,6 +46,7 @@ from cellblock.gateway.config.launchers import (
     script_root,
     uv_run,
 )
+from cellblock.gateway.config.missing import share_missing
 from cellblock.gateway.config.secretlike import (
     REF_ANYWHERE,
     REF_WHOLE,
@@ -152,6 +153,7 @@ def starter(
         secrets=tuple(draft.secrets),
         notes=tuple(draft.notes),
         make=tuple(draft.make),
+        touch=tuple(draft.touch),
     )
 
 
@@ -284,7 +286,7 @@ def _paths(draft: Draft, args: Sequence[str], cwd: str | None, *, writable: bool
             draft.share(path, writable=False)
             draft.notes.append(f"read_only: {path} (a file named in its arguments)")
         else:
-            draft.notes.append(f"{path} is in its arguments but does not exist: not shared")
+            share_missing(draft, path, writable=writable)
     folder = draft.path(cwd, None) if cwd else None
     if cwd and folder is None:
         draft.notes.append(f"cwd {cwd!r} is not an absolute path: make it one (the jail must share it)")

@@ -1,0 +1,98 @@
+"""What wrap shares for a path a server's arguments name that does not exist yet (a database the
+server will create, a folder it is to fill): never nothing, so that what the server writes there
+lands where the user asked and not in its jail's private home.
+
+Only inside the home, where the user's own work is, and never where a write is code that runs
+outside the jail or Cellblock's own state (the rules of `gateway/scan/gate.py` that apply to a
+path that holds nothing yet): not the home itself, no hidden entry on the way (`~/.config`,
+`~/.local`, a repository's `.git`: startup files, autostart, hooks, and every secret a home keeps),
+no directory of programs (`~/bin`, one on `$PATH`, macOS's `~/Library` with its launch agents),
+nothing of Cellblock's. The narrowest grant that works, in order:
+
+- a server that works in the directories it is given (a filesystem server): the folder itself,
+  made by wrap and shared read-write;
+- else its folder shared read-write (made by wrap when missing): the server creates the file,
+  and a journal or a temp file beside it, as it would unjailed;
+- else (its folder is the home, which is never shared) the file itself, made empty by wrap and
+  shared read-write alone.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+
+from cellblock.gateway.config.draft import Draft
+from cellblock.gateway.state import default_config_path, own_dirs
+from cellblock.policy.constraints import within
+
+__all__ = ["share_missing"]
+
+# Under the home, where a write is a program (or its launch) that runs outside the jail.
+PROGRAM_DIRS = ("bin", "Library")
+# What a missing script is named like (a server whose code is not where its entry says): never
+# given a writable folder, where the server could put the code it is started with next.
+CODE_SUFFIXES = (".js", ".mjs", ".cjs", ".ts", ".py", ".sh", ".rb", ".pl", ".jar", ".exe")
+
+
+def share_missing(draft: Draft, path: str, *, writable: bool) -> None:
+    """Share what `path` (as `Draft.path` gives it; it does not exist) needs, with a note saying
+    what and why, or a note saying why nothing; `writable`: the server works in what it is given."""
+    real = posixpath.normpath(draft.expand(path))
+    refused = _refused(draft.home, real)
+    if refused is not None:
+        draft.notes.append(f"{path} is in its arguments but does not exist: not shared ({refused})")
+        return
+    folder = posixpath.dirname(real)
+    if writable:
+        draft.share(path, writable=True)
+        draft.make.append(real)
+        draft.notes.append(f"read_write: {path} (does not exist yet: wrap creates the folder the server works in)")
+    elif folder != posixpath.normpath(draft.home):
+        shown = _shown(draft, path, folder)
+        draft.share(shown, writable=True)
+        if not os.path.isdir(folder):
+            draft.make.append(folder)
+        draft.notes.append(
+            f"read_write: {shown} ({path} does not exist yet: the server creates it there, "
+            "where you find it; adjust jail.read_write if it needs less)"
+        )
+    else:
+        draft.share(path, writable=True)
+        draft.touch.append(real)
+        draft.notes.append(
+            f"read_write: {path} (does not exist yet and its folder is your home, which is never shared: "
+            "wrap creates it empty and shares that file alone; a server that replaces the file or keeps "
+            "files beside it (a journal) keeps those in its private home: give it a folder instead)"
+        )
+
+
+def _refused(home: str, real: str) -> str | None:
+    """Why nothing may be shared for the missing `real`, if nothing may."""
+    home = posixpath.normpath(home)
+    if real == home or not within(real, home):
+        return "outside your home: share its folder by hand in jail.read_write"
+    existing = real
+    while not os.path.exists(existing):
+        existing = posixpath.dirname(existing)
+    if existing != home and within(home, existing):
+        return f"your home {home} does not exist"
+    if not within(os.path.realpath(existing), os.path.realpath(home)):
+        return f"{existing} leads outside your home: share its folder by hand in jail.read_write"
+    if real.endswith(CODE_SUFFIXES):
+        return "named like a program, whose folder is never made writable; if it is the server's, fix the path"
+    parts = posixpath.relpath(real, home).split("/")
+    if any(p.startswith(".") for p in parts):
+        return "a hidden folder on its way, where programs keep what they run and what is secret"
+    if parts[0] in PROGRAM_DIRS or any(within(real, p) for p in os.environ.get("PATH", "").split(os.pathsep) if p):
+        return "a folder of programs, which a jail never writes"
+    mine = [os.path.realpath(p) for p in (*map(str, own_dirs()), str(default_config_path()))]
+    if any(within(os.path.realpath(real), m) or within(m, os.path.realpath(real)) for m in mine):
+        return "Cellblock's own"
+    return None
+
+
+def _shown(draft: Draft, path: str, folder: str) -> str:
+    """`folder` spelled as `path` is (`~/` or absolute)."""
+    home = posixpath.normpath(draft.home)
+    return "~" + folder[len(home) :] if path.startswith("~") and within(folder, home) else folder
