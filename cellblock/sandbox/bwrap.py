@@ -298,7 +298,12 @@ def bwrap_plan(
     args += [a for d in MASKED_PROC_DIRS if os.path.isdir(d) for a in ("--tmpfs", d)]
     if spec.tmp:
         args += private_tmpfs("/tmp")
-    args += private_tmpfs(spec.home)  # an empty, private, throw-away home
+    if spec.home_source is None:
+        args += private_tmpfs(spec.home)  # an empty, private, throw-away home
+    else:
+        # the server's own directory, kept across starts: files on disk, not memory, so not sized
+        _check_kept_home(spec, [*(m.path for m in shared), *spec.hidden], late)
+        args += ["--bind", spec.home_source, spec.home]
     # verified copies of pinned executables go last, over whatever else is at their paths
     pinned = [
         Mount(p, MountMode.READ_ONLY, "pinned (sha256 verified)", copy) for p, copy in sorted(spec.pinned.items())
@@ -344,7 +349,11 @@ def bwrap_plan(
     args += ["--chdir", cwd, "--remount-ro", "/", "--", *spec.argv]
 
     private = [Mount("/dev/shm", MountMode.READ_WRITE, "private shared memory (tmpfs)")]
-    private.append(Mount(spec.home, MountMode.READ_WRITE, "private empty home (tmpfs)"))
+    if spec.home_source is None:
+        private.append(Mount(spec.home, MountMode.READ_WRITE, "private empty home (tmpfs)"))
+    else:
+        kept = f"private home, its own, kept across restarts ({spec.home_source})"
+        private.append(Mount(spec.home, MountMode.READ_WRITE, kept, spec.home_source))
     if spec.tmp:
         private.append(Mount("/tmp", MountMode.READ_WRITE, "private /tmp (tmpfs)"))
     private = [m for m in private if not _inside(m.path, covered)]  # a share shows itself there
@@ -358,6 +367,29 @@ def bwrap_plan(
         pin_filter=pin_filter,
         tmpfs=tuple((at, args[at + 1]) for at in writable),
     )
+
+
+def _check_kept_home(spec: JailSpec, points: Sequence[str], files: Sequence[str]) -> None:
+    """No mount the jail makes inside a kept home (at `points`, or of the closure's `files`, which
+    may be links the jail made there itself) passes through a link the server left there: bwrap
+    would follow it, and a grant, or what hides Cellblock's own directories in one, would land
+    elsewhere in the jail than its plan says.
+
+    Raises:
+        JailError: one does; the message names it and how to remove it.
+    """
+    for point in [*points, *files]:
+        if spec.home_source is None or point == spec.home or not within(point, spec.home):
+            continue
+        parts = os.path.relpath(point, spec.home).split(os.sep)
+        places = [os.path.join(spec.home_source, *parts[: n + 1]) for n in range(len(parts))]
+        for place in places[:-1] if point in files else places:
+            last = place == places[-1]
+            if os.path.islink(place) or (not last and os.path.lexists(place) and not os.path.isdir(place)):
+                raise JailError(
+                    f"server '{spec.name}': {place} in its kept home is a link or a file where its jail mounts "
+                    f"{point}; remove it (`rm {place}`) and start the server again"
+                )
 
 
 def _bind(mount: Mount) -> list[str]:

@@ -81,7 +81,9 @@ class JailSpec:
     network: Network = Network.NONE
     allow_hosts: tuple[str, ...] = ()
     tmp: bool = True
-    home: str = "/root"  # the user's home: replaced by an empty private directory in the jail
+    home: str = "/root"  # the user's home: replaced by a private directory in the jail
+    # the host directory shown at `home`, the server's own, kept across starts; None: an empty tmpfs
+    home_source: str | None = None
     exec_allow: tuple[str, ...] = ()
     exec_sha256: Mapping[str, str] = field(default_factory=dict)
     # in-jail path -> the verified copy of its bytes that is mounted there (see sandbox/pins.py)

@@ -36,6 +36,9 @@ servers:
     command: {sys.executable}
     env: {{API_TOKEN: "tok-never-shown"}}
     jail: {{read_only: ["{shared}"]}}
+  thrown:
+    command: {sys.executable}
+    jail: {{read_only: ["{shared}"], home: throwaway}}
   loose:
     command: {sys.executable}
     jail: false
@@ -59,12 +62,20 @@ def test_show_lists_every_mount_and_never_an_env_value(config: Path) -> None:
     assert jailed["network"] == "none"
     mounts = {(m["path"], m["mode"], m["why"]) for m in jailed["mounts"]}
     assert (str(config.parent / "shared"), "ro", "read_only") in mounts
-    # sized within the default memory limit of 4 GiB (/tmp half, the home and /dev/shm a quarter
-    # each, a sixteenth of which is for the kernel's part of their files)
-    assert (HOME, "rw", "private empty home (tmpfs), at most 960 MiB in 32,768 files") in mounts
-    assert ("/tmp", "rw", "private /tmp (tmpfs), at most 1920 MiB in 65,536 files") in mounts
+    # its home is a directory of its own, kept across restarts in Cellblock's data directory
+    kept = jailed["home"]
+    assert (
+        kept.endswith("/cellblock/homes/jailed")
+        and (HOME, "rw", f"private home, its own, kept across restarts ({kept})") in mounts
+    )
     # of the home directory only launcher installations are shared, never the home itself
-    assert not any(p == HOME and not why.startswith("private empty home (tmpfs)") for p, _, why in mounts)
+    assert not any(p == HOME and not why.startswith("private home") for p, _, why in mounts)
+    # a throw-away home is sized within the default memory limit of 4 GiB (/tmp half, the home and
+    # /dev/shm a quarter each, a sixteenth of which is for the kernel's part of their files)
+    thrown = {(m["path"], m["mode"], m["why"]) for m in servers["thrown"]["mounts"]}
+    assert (HOME, "rw", "private empty home (tmpfs), at most 960 MiB in 32,768 files") in thrown
+    assert ("/tmp", "rw", "private /tmp (tmpfs), at most 1920 MiB in 65,536 files") in thrown
+    assert servers["thrown"]["home"].startswith("throwaway")
     assert "API_TOKEN" in jailed["env"] and "tok-never-shown" not in done.stdout
     if sys.platform.startswith("linux"):
         assert jailed["seccomp"].startswith("on: refuses the kernel keyring")

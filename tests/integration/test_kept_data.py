@@ -21,7 +21,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from tests.integration.conftest import ROOT, cli
+from tests.integration.conftest import ROOT, cli, gateway, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.jail]
 
@@ -81,3 +81,89 @@ async def test_a_wrapped_server_creates_its_database_where_its_command_line_says
     for name, db in (("sqlite", home / "test.db"), ("nested", home / "data" / "2026" / "kept.db")):
         with sqlite3.connect(db) as read:
             assert read.execute("SELECT value FROM kept").fetchall() == [(f"kept by {name}",)]
+
+
+def keeper(**jail: Any) -> dict[str, Any]:
+    """The keeper server, jailed with `jail` besides a read-only share of its own folder."""
+    shared = [str(KEEPER.parent), *jail.pop("read_only", [])]
+    return {"command": sys.executable, "args": [str(KEEPER)], "jail": {"read_only": shared, **jail}}
+
+
+def kept_at(home: Path, server: str) -> Path:
+    """Where `server`'s kept home is on the host: in Cellblock's data directory of that home."""
+    return home / ".local" / "share" / "cellblock" / "homes" / server
+
+
+async def test_what_a_server_keeps_in_its_home_survives_a_restart_and_a_throwaway_home_loses_it(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = client_env(home, tmp_path)
+    config = write_config(tmp_path, {"kept": keeper(), "thrown": keeper(home="throwaway")})
+    saved = {"path": "~/.config/keeper/settings.json", "text": '{"theme": "dark"}'}
+    async with gateway(config, tmp_path / "state", env=env) as client:
+        for name in ("kept", "thrown"):
+            done = await client.call_tool(f"{name}__save", saved)
+            assert not done.is_error, _text(done)
+    # on the host: in the server's own directory, 0700, not in the user's ~/.config
+    on_host = kept_at(home, "kept") / ".config" / "keeper" / "settings.json"
+    assert on_host.read_text() == saved["text"]
+    assert kept_at(home, "kept").stat().st_mode & 0o777 == 0o700
+    assert not (home / ".config").exists() and not kept_at(home, "thrown").exists()
+    async with gateway(config, tmp_path / "state", env=env) as client:  # the gateway started again
+        again = await client.call_tool("kept__load", {"path": saved["path"]})
+        assert not again.is_error and _text(again) == saved["text"]
+        # the control: a throw-away home is empty at each start
+        lost = await client.call_tool("thrown__load", {"path": saved["path"]})
+        assert lost.is_error and "No such file" in _text(lost)
+
+
+def _jailed_pid_with(variable: str) -> int:
+    """A process of a jail (in a mount namespace not the host's) whose environment holds `variable`
+    (set in the server's config; bwrap, outside, has it too)."""
+    host = os.readlink("/proc/self/ns/mnt")
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                held = variable.encode() in (entry / "environ").read_bytes().split(b"\0")
+                if held and os.readlink(entry / "ns" / "mnt") != host:
+                    return int(entry.name)
+            except OSError:
+                continue
+    raise AssertionError(f"no jailed process has {variable}")
+
+
+async def test_a_server_cannot_read_another_servers_kept_home(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".local" / "share").mkdir(parents=True)
+    env = client_env(home, tmp_path)
+    servers = {
+        "owner": keeper() | {"env": {"KEEPER_ROLE": "owner"}},
+        # the thief is granted ~/.local, which holds Cellblock's data directory and every kept home
+        "thief": keeper(read_only=[str(home / ".local")]),
+        "unjailed": {"command": sys.executable, "args": [str(KEEPER)], "jail": False},
+    }
+    config = write_config(tmp_path, servers)
+    secret = "the owner's own settings"
+    async with gateway(config, tmp_path / "state", env=env) as client:
+        done = await client.call_tool("owner__save", {"path": "~/.config/secret.txt", "text": secret})
+        assert not done.is_error, _text(done)
+        on_host = kept_at(home, "owner") / ".config" / "secret.txt"
+        assert on_host.read_text() == secret
+        pid = _jailed_pid_with("KEEPER_ROLE=owner")
+        attempts = [
+            str(on_host),  # by its host path, inside the grant of ~/.local
+            "~/.config/secret.txt",  # in its own home, at the same place
+            f"/proc/{pid}/root{home}/.config/secret.txt",  # through the owner's process
+            f"/proc/{pid}/cwd/.config/secret.txt",
+        ]
+        for path in attempts:
+            stolen = await client.call_tool("thief__load", {"path": path})
+            assert stolen.is_error and secret not in _text(stolen), path
+        # the control: the same read by a process without a jail gets it
+        control = await client.call_tool("unjailed__load", {"path": str(on_host)})
+        assert not control.is_error and _text(control) == secret
+        if os.geteuid() == 0:  # another process's root is open to root alone (or a ptracer)
+            through = await client.call_tool("unjailed__load", {"path": attempts[2]})
+            assert not through.is_error and _text(through) == secret

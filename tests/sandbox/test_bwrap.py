@@ -44,6 +44,35 @@ def test_home_is_an_empty_private_tmpfs_and_nothing_of_it_is_bound(tmp_path: Pat
     assert not any(b.startswith(("/run", "/var/run", "/home")) for b in bound)
 
 
+def test_a_kept_home_is_bound_at_the_home_takes_no_tmpfs_and_is_shown_with_its_place(tmp_path: Path) -> None:
+    kept = tmp_path / "homes" / "s"
+    kept.mkdir(parents=True)
+    plan = bwrap_plan(spec(tmp_path, home_source=str(kept)), [])
+    assert (str(kept), "/root") in pairs(plan.argv, "--bind")
+    assert "/root" not in [point for _, point in plan.tmpfs]  # on disk, not memory: not sized
+    (home,) = [m for m in plan.mounts if m.path == "/root"]
+    assert (home.mode, home.source) == (MountMode.READ_WRITE, str(kept))
+    assert "kept across restarts" in home.why
+
+
+@pytest.mark.parametrize("link", ["projects", "projects/deep"])
+def test_a_link_the_server_left_in_its_kept_home_where_a_grant_goes_refuses_the_jail(tmp_path: Path, link: str) -> None:
+    """A grant of /root/projects/deep is mounted through what the kept home holds at that path: a
+    link there (made by the server at its last run) would put the grant elsewhere in the jail."""
+    kept, grant = tmp_path / "homes" / "s", tmp_path / "grant"
+    (kept / link).parent.mkdir(parents=True)
+    grant.mkdir()
+    (kept / link).symlink_to(tmp_path)
+    home = str(tmp_path / "home")
+    jail = spec(tmp_path, home=home, home_source=str(kept), read_only=(str(grant),))
+    inside = Mount(f"{home}/projects/deep", MountMode.READ_ONLY, "a launcher", str(grant))
+    with pytest.raises(JailError, match=f"{kept / link} in its kept home is a link"):
+        bwrap_plan(jail, [inside])
+    (kept / link).unlink()
+    (kept / link).mkdir()  # the control: a directory there is where the grant goes
+    assert bwrap_plan(jail, [inside]).argv
+
+
 def test_only_the_environment_given_is_set(tmp_path: Path) -> None:
     argv = bwrap_plan(spec(tmp_path, env={"PATH": "/usr/bin", "A": "1"}), []).argv
     assert pairs(argv, "--setenv") == [("A", "1"), ("PATH", "/usr/bin")]

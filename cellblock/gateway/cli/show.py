@@ -13,11 +13,11 @@ from cellblock.gateway.cli.options import EXIT_FINDING, EXIT_OK, load
 from cellblock.gateway.config.compile import lint_config
 from cellblock.gateway.config.loading import load_config
 from cellblock.gateway.config.model import Config, LocalServer
-from cellblock.gateway.downstream.launch import jail_spec, own_paths
+from cellblock.gateway.downstream.launch import jail_spec, kept_home, own_paths
 from cellblock.gateway.downstream.packages import read_record
 from cellblock.gateway.serve.approvals import describe
 from cellblock.gateway.serve.remembered import read_always
-from cellblock.gateway.state import read_json, state_dir
+from cellblock.gateway.state import RuntimeDirError, read_json, state_dir
 from cellblock.sandbox.bwrap import bwrap_plan
 from cellblock.sandbox.closure import GUARANTEE
 from cellblock.sandbox.limits import limit_plan, size
@@ -104,9 +104,9 @@ def describe_server(
     linux = sys.platform.startswith("linux")
     limits = config.limits_of(name)
     try:
-        spec, launchers = jail_spec(name, server, server.jail, own=own)
+        spec, launchers = jail_spec(name, server, server.jail, own=own, kept=kept_home(name, server, make=False))
         plan = bwrap_plan(spec, launchers, seccomp=linux)
-    except JailError as exc:
+    except (JailError, RuntimeDirError) as exc:
         return info | {"jail": "cannot be built", "error": str(exc)}
     if linux and limits is not None:
         plan = limit_plan(plan, name, limits)
@@ -122,6 +122,8 @@ def describe_server(
         "jail": "bubblewrap" if sys.platform.startswith("linux") else f"none on {sys.platform}",
         "network": plan.network.value,
         "allow_hosts": list(spec.allow_hosts),
+        # where what it keeps in its home is on the host (docs/jail.md, "The home")
+        "home": spec.home_source or "throwaway: an empty tmpfs, gone when it exits",
         "mounts": [{"path": m.path, "mode": m.mode.value, "why": m.why} for m in plan.mounts],
         "seccomp": SUMMARY if plan.seccomp is not None else "off",
         "warnings": list(spec.gaps),
@@ -176,6 +178,7 @@ def show(config: Config, only: str | None, as_json: bool, state: Path | None = N
                 f"{hosts}"
             )
             print(f"  seccomp  {item['seccomp']}")
+            print(f"  home     {item['home']}")
             limits = item["limits"]
             print(f"  limits   processes {limits['processes']}: {limits['processes_by']}")
             print(f"  limits   memory {size(limits['memory'])}: {limits['memory_by']}")

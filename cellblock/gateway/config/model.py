@@ -301,6 +301,8 @@ class JailConfig(_Model):
     read_only: list[str] = []
     read_write: list[str] = []
     tmp: bool = True
+    # persistent: a directory of the server's own, kept across starts (docs/jail.md, "The home")
+    home: Literal["persistent", "throwaway"] = "persistent"
     exec: ExecConfig = ExecConfig()
     limits: LimitsConfig = LimitsConfig()
 

@@ -22,7 +22,7 @@ from platformdirs import user_cache_dir, user_cache_path
 from cellblock.gateway.config.model import Config, JailConfig, LocalServer
 from cellblock.gateway.config.secretrefs import SECRET_REF, fill
 from cellblock.gateway.downstream.packages import Installed, installed
-from cellblock.gateway.state import default_config_path, own_dirs
+from cellblock.gateway.state import RuntimeDirError, data_dir, default_config_path, own_dirs
 from cellblock.policy.constraints import within
 from cellblock.policy.files import make_dirs
 from cellblock.sandbox.bwrap import PIN_FILTER, bwrap_plan, check_bwrap
@@ -60,9 +60,11 @@ __all__ = [
     "PACKAGE_CACHES",
     "granted_roots",
     "jail_spec",
+    "kept_home",
     "launch_plan",
     "macos_cwd",
     "own_paths",
+    "server_plan",
     "stdio_parameters",
     "tell_jail",
 ]
@@ -72,6 +74,8 @@ logger = logging.getLogger(__name__)
 # PATH inside a jail: the launchers' own bin directories come first, then the system's.
 JAIL_PATH = "/usr/local/bin:/usr/bin:/bin"
 PIN = Path(__file__).resolve().parents[2] / "sandbox" / "pin.py"
+# Where in Cellblock's data directory each server's kept home is (`kept_home`).
+HOMES = "homes"
 # Passed through from the gateway when set: locale only, never anything that can hold a secret.
 PASSED_ENV = ("LANG", "LC_ALL", "TZ")
 # Where launchers keep the packages they fetch and the tools they install, under the home (besides
@@ -91,6 +95,7 @@ def jail_spec(
     pinned: Mapping[str, str] | None = None,
     own: Sequence[Path] = (),
     jail_home: str | None = None,
+    kept: str | None = None,
 ) -> tuple[JailSpec, list[Mount]]:
     """The jail `server` asks for, and the launcher installations it needs shared.
 
@@ -119,7 +124,8 @@ def jail_spec(
     instead of all of /usr (`sandbox/closure.py`).
 
     `jail_home` is the home the jail shows empty and tells the server of (default: the user's);
-    a scan names its scratch home, where it planted decoys the jail must hide.
+    a scan names its scratch home, where it planted decoys the jail must hide. `kept` is the
+    server's own directory the jail shows at the user's home instead (`kept_home`).
 
     Raises:
         JailError: the command or an allowed executable cannot be found or lies in a writable grant
@@ -197,6 +203,7 @@ def jail_spec(
         allow_hosts=tuple(jail.allow_hosts),
         tmp=jail.tmp,
         home=jail_home or home,
+        home_source=kept if jail_home is None else None,
         exec_allow=tuple(allowed),
         exec_sha256=dict(jail.exec.sha256),
         egress_socket=egress_socket,
@@ -324,6 +331,24 @@ def _hidden(shared: Sequence[str], private: Mapping[str, str], mounts: Mounts | 
     return dict(sorted(hidden.items()))
 
 
+def kept_home(name: str, server: LocalServer, make: bool = True) -> str | None:
+    """The directory `name`'s jail shows as its home, kept across its starts: its own under
+    Cellblock's data directory (`homes/NAME`, 0700, made when `make`), which no other jail is shown
+    (it is Cellblock's own, hidden in every grant). None for `jail.home: throwaway`, a jail-less
+    server and macOS (whose jail keeps the home from every server: docs/jail.md).
+
+    Raises:
+        RuntimeDirError: the data directory cannot be used.
+        OSError: the directory cannot be made.
+    """
+    if server.jail is False or server.jail.home == "throwaway" or not sys.platform.startswith("linux"):
+        return None
+    path = data_dir() / HOMES / name
+    if make:
+        make_dirs(path)
+    return str(path)
+
+
 def granted_roots(server: LocalServer) -> list[str]:
     """The directories a server is told it may work in when it asks for roots: what its jail was
     granted (`read_only`, `read_write`), minus every grant that is not the user's work — one inside
@@ -361,6 +386,7 @@ def launch_plan(
     limits: Limits | None = None,
     own: Sequence[Path] = (),
     jail_home: str | None = None,
+    kept: str | None = None,
 ) -> LaunchPlan:
     """How to start `server`: jailed per its config, or plainly when it says `jail: false`.
 
@@ -370,7 +396,7 @@ def launch_plan(
     name them (`${secrets.NAME}`, config/secretrefs.py): a server that takes its key on the
     command line shows it there, as any such program does.
     `limits` (`Config.limits_of`) bound what a Linux jail may take; macOS has none yet.
-    `jail_home`: see `jail_spec` (Linux only).
+    `jail_home`, `kept`: see `jail_spec` (Linux only).
 
     Raises:
         JailError: the jail cannot be built here (no bwrap, no user namespaces, a missing path,
@@ -405,9 +431,34 @@ def launch_plan(
         if private is None:
             raise JailError(f"server '{name}': jail.exec.sha256 needs a private directory for verified copies")
         pinned = verify_pins(name, jail.exec.sha256, private / "pinned")
-    spec, launchers = jail_spec(name, server, jail, egress_socket, pinned, own, jail_home)
+    spec, launchers = jail_spec(name, server, jail, egress_socket, pinned, own, jail_home, kept)
     plan = bwrap_plan(spec, launchers, check_bwrap(), secrets, DEFAULT_INHERITED_ENV_VARS)
     return plan if limits is None else limit_plan(plan, name, limits)
+
+
+def server_plan(
+    name: str,
+    server: LocalServer,
+    egress_socket: str | None,
+    private: Path | None,
+    secrets: Mapping[str, str] | None,
+    limits: Limits | None,
+    own: Sequence[Path] = (),
+) -> LaunchPlan:
+    """`launch_plan` for a server's own run (not a probe's or a scan's): its jail shows its kept home
+    (`kept_home`, made now unless `jail.home: throwaway`).
+
+    Raises:
+        JailError: see `launch_plan`; or the kept home cannot be made.
+    """
+    try:
+        kept = kept_home(name, server)
+    except (OSError, RuntimeDirError) as exc:
+        raise JailError(
+            f"server '{name}': its kept home in Cellblock's data directory cannot be made ({exc}); "
+            "fix that directory, or set jail.home: throwaway"
+        ) from exc
+    return launch_plan(name, server, egress_socket, private, secrets, limits, own, kept=kept)
 
 
 def _macos_plan(

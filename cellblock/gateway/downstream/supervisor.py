@@ -47,7 +47,7 @@ from cellblock.gateway.downstream.connection import (
 )
 from cellblock.gateway.downstream.httpwatch import HttpWatch
 from cellblock.gateway.downstream.keys import ServerKeys
-from cellblock.gateway.downstream.launch import launch_plan, stdio_parameters, tell_jail
+from cellblock.gateway.downstream.launch import server_plan, stdio_parameters, tell_jail
 from cellblock.gateway.downstream.learning import learning
 from cellblock.gateway.downstream.listing import Listing, fetch_listing
 from cellblock.gateway.downstream.local import LocalChannel, local_transport
@@ -426,7 +426,7 @@ class Downstream:
             values = await self.keys.environment()
             private = self.runtime / "servers" / self.name
             # off the event loop: building a jail looks at the disk (an installed tree is checked file by file)
-            build = functools.partial(launch_plan, self.name, self.config, egress_socket, private, values, self.limits)
+            build = functools.partial(server_plan, self.name, self.config, egress_socket, private, values, self.limits)
             plan = learning(await anyio.to_thread.run_sync(build, self.own), self.name, self.config, self.learn_in)
             self._tell_jail(plan)
             if sys.platform == "win32":  # no process groups: the SDK's transport, and no fast path
