@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PEERS = ROOT / ".peers"
 NODE_MODULES = PEERS / "node" / "node_modules"
 PY_BIN = PEERS / "py" / "bin"
+PY1 = PEERS / "py1"  # a virtualenv with the Python SDK 1.x (`mcp<2`)
+SERVERS = ROOT / "tests" / "servers"
 
 
 def _missing(what: str) -> NoReturn:
@@ -79,6 +81,24 @@ def filesystem(*dirs: str | os.PathLike[str]) -> list[str]:
 def context7(*args: str) -> list[str]:
     """npm @upstash/context7-mcp over stdio (`--api-key KEY`; its API at $CONTEXT7_API_URL)."""
     return [*_npm_bin("@upstash/context7-mcp", "context7-mcp"), *args]
+
+
+def old_ts_server() -> list[str]:
+    """tests/servers/old_ts.cjs: a low-level server on npm @modelcontextprotocol/sdk 1.x that declares
+    resources and answers resources/templates/list with "Method not found". Its jail must share
+    `NODE_MODULES` and `SERVERS`."""
+    if not (NODE_MODULES / "@modelcontextprotocol" / "sdk" / "package.json").is_file():
+        _missing("npm @modelcontextprotocol/sdk")
+    return [node(), str(SERVERS / "old_ts.cjs"), str(PEERS / "node")]
+
+
+def old_python_server() -> list[str]:
+    """tests/servers/old_fastmcp.py run by the Python of `.peers/py1` (PyPI mcp 1.x): a FastMCP
+    server as written before 2026-07-28. Its jail must share `SERVERS`."""
+    python = PY1 / "bin" / "python"
+    if not python.is_file():
+        _missing("PyPI mcp 1.x in .peers/py1")
+    return [str(python), str(SERVERS / "old_fastmcp.py")]
 
 
 def time_server(*args: str) -> list[str]:

@@ -47,3 +47,25 @@ def test_a_held_catalog_read_again_unchanged_is_told_once_and_a_new_hold_again(t
         ("lock_held", ["tool:read"]),
         ("lock_held", ["tool:read", "tool:write"]),
     ]
+
+
+def test_a_kind_that_failed_to_list_stays_approved_and_an_approval_meanwhile_keeps_it(tmp_path: Path) -> None:
+    config = parse_config("version: 1\nservers:\n  db:\n    command: db-server\n")
+    audit = Audit(tmp_path / "audit.jsonl")
+    locks = Locks(config, tmp_path, audit)
+    row = types.Resource(uri="row://1", name="row")
+    both = Listing(tools=listing("read").tools, resources=(row,))
+    locks.review("db", both)
+    assert approve_pending(tmp_path, audit, "db", "cli") == 2
+    # the database is down (resources failed) and a new tool is held: approving it keeps the row approved
+    down = Listing(tools=listing("read", "write").tools, failed=(("resources", "error -32603: down"),))
+    assert locks.review("db", down) == listing("read")
+    assert approve_pending(tmp_path, audit, "db", "cli") == 3
+    lock = load_lock(lock_path(tmp_path, "db"))
+    assert lock is not None and set(lock.items) == {"tool:read", "tool:write", "resource:row://1"}
+    assert locks.review("db", Listing(tools=listing("read", "write").tools, resources=(row,))).resources == (row,)
+    # control: the same listing without the failure said is a removal, and an approval drops the row
+    locks.review("db", Listing(tools=listing("read", "write", "edit").tools))
+    assert approve_pending(tmp_path, audit, "db", "cli") == 3
+    lock = load_lock(lock_path(tmp_path, "db"))
+    assert lock is not None and "resource:row://1" not in lock.items

@@ -1,4 +1,11 @@
-"""What a server offers: its tools, prompts, resources, templates and instructions, as listed."""
+"""What a server offers: its tools, prompts, resources, templates and instructions, as listed.
+
+Each kind is listed on its own. A server whose list of one kind fails (an older SDK that declares
+`resources` and answers `resources/templates/list` with "Method not found", or an error of its
+own, such as a database that is down) offers none of that kind, keeps the others, and is neither
+refused nor restarted for it: the log says once which server, which kind and the error. A re-read
+after a change notice keeps the kind's last good list when that kind fails (docs/protocol.md).
+"""
 
 from __future__ import annotations
 
@@ -16,18 +23,22 @@ import mcp.types as types
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from cellblock.gateway.errors import first_line
 from cellblock.gateway.namespacing import is_app
 from cellblock.gateway.scrub import scrub as scrub_secrets
 from cellblock.policy.jsontext import scrub
 from cellblock.policy.lock import without_protocol_meta
 
-__all__ = ["APP_READ_SECONDS", "Listing", "app_digest", "app_entry", "fetch_listing"]
+__all__ = ["APP_READ_SECONDS", "KIND_WORDS", "Listing", "app_digest", "app_entry", "fetch_listing", "kind_failure"]
 
 # How long the read of one listed app may take with the catalog: well inside the server's start
 # deadline, so a page that is never served is locked as unreadable instead of failing the server.
 APP_READ_SECONDS = 5.0
 
 logger = logging.getLogger(__name__)
+
+# how the log names each kind of list
+KIND_WORDS = {"tools": "tools", "prompts": "prompts", "resources": "resources", "templates": "resource templates"}
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,9 @@ class Listing:
     instructions: str | None = None
     # (ui:// URI, `app_digest` of its content, its page as `cellblock diff` shows it) of each listed app
     apps: tuple[tuple[str, str, str], ...] = ()
+    # (kind, the error) of each kind (tools, prompts, resources, templates) whose list failed: a
+    # fact of this connection, never locked or saved
+    failed: tuple[tuple[str, str], ...] = ()
 
     def dump(self) -> dict[str, Any]:
         def each(items: tuple[Any, ...]) -> list[Any]:
@@ -84,7 +98,7 @@ class Listing:
         """This listing with every secret `secrets` finds replaced: what a server lists goes to the
         model and into the catalogs kept on disk, and it may hold a value the gateway gave it."""
         clean, count = scrub_secrets(self.dump(), secrets)
-        return Listing.load(clean) if count else self
+        return replace(Listing.load(clean), failed=self.failed) if count else self
 
     def unstamped(self) -> Listing:
         """This listing without the protocol stamps in its items' `_meta`: the lock does not hash
@@ -102,8 +116,17 @@ class Listing:
         )
 
 
-async def fetch_listing(client: Client, secrets: re.Pattern[str] | None) -> Listing:
+async def fetch_listing(
+    client: Client, secrets: re.Pattern[str] | None, server: str = "server", previous: Listing | None = None
+) -> Listing:
+    """What `server` offers, each kind listed on its own (see the module docstring); `previous`:
+    the listing of this connection a re-read replaces, whose kind is kept when its list fails.
+
+    Raises:
+        MCPError: the connection closed while listing.
+    """
     caps = client.server_capabilities
+    failed: list[tuple[str, str]] = []
 
     async def pages(fetch: Callable[[str | None], Awaitable[Any]], attr: str) -> tuple[Any, ...]:
         items: list[Any] = []
@@ -116,14 +139,38 @@ async def fetch_listing(client: Client, secrets: re.Pattern[str] | None) -> List
                 break
         return tuple(items)
 
-    tools = await pages(lambda c: client.list_tools(cursor=c), "tools") if caps.tools else ()
-    prompts = await pages(lambda c: client.list_prompts(cursor=c), "prompts") if caps.prompts else ()
-    resources: tuple[types.Resource, ...] = ()
-    templates: tuple[types.ResourceTemplate, ...] = ()
+    async def kind(name: str, declared: object, fetch: Callable[[str | None], Awaitable[Any]], attr: str) -> Any:
+        if not declared:
+            return ()
+        try:
+            return await pages(fetch, attr)
+        except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED:
+                raise  # the server is gone: the supervisor restarts it
+            why = kind_failure(exc, secrets)
+            kept = getattr(previous, name) if previous is not None else ()
+            failed.append((name, why))
+            logger.warning(
+                "server '%s' did not list its %s (%s); %s",
+                server,
+                KIND_WORDS[name],
+                why,
+                "its last list of them is kept" if kept else f"it offers no {KIND_WORDS[name]} until it lists them",
+            )
+            return kept
+
+    tools = await kind("tools", caps.tools, lambda c: client.list_tools(cursor=c), "tools")
+    prompts = await kind("prompts", caps.prompts, lambda c: client.list_prompts(cursor=c), "prompts")
+    resources: tuple[types.Resource, ...] = await kind(
+        "resources", caps.resources, lambda c: client.list_resources(cursor=c), "resources"
+    )
+    templates: tuple[types.ResourceTemplate, ...] = await kind(
+        "templates", caps.resources, lambda c: client.list_resource_templates(cursor=c), "resource_templates"
+    )
     apps: list[tuple[str, str, str]] = []
-    if caps.resources:
-        resources = await pages(lambda c: client.list_resources(cursor=c), "resources")
-        templates = await pages(lambda c: client.list_resource_templates(cursor=c), "resource_templates")
+    if previous is not None and any(name == "resources" for name, _ in failed):
+        apps = list(previous.apps)  # kept with the resources they belong to
+    else:
         for uri in sorted({str(r.uri) for r in resources if is_app(str(r.uri))}):
             # the lock hashes what an app is, not only how it is listed
             try:
@@ -134,8 +181,17 @@ async def fetch_listing(client: Client, secrets: re.Pattern[str] | None) -> List
             except TimeoutError:
                 logger.warning("app %s: no answer to its read within %gs; locked as unreadable", uri, APP_READ_SECONDS)
                 apps.append(app_entry(uri, unreadable=f"no answer within {APP_READ_SECONDS:g}s"))
-    listing = Listing(tools, prompts, resources, templates, client.instructions, tuple(apps))
+    listing = Listing(tools, prompts, resources, templates, client.instructions, tuple(apps), tuple(failed))
     return listing.unstamped().scrubbed(secrets)
+
+
+def kind_failure(exc: MCPError, secrets: re.Pattern[str] | None) -> str:
+    """How a list's error is told: its code and first line, with the gateway's secrets redacted
+    (the text is the server's, and may hold a value the gateway gave it)."""
+    if exc.code == types.METHOD_NOT_FOUND:
+        return f"Method not found ({exc.code}): it declared the capability but does not answer its list"
+    text = scrub_secrets(first_line(exc), secrets)[0]
+    return f"error {exc.code}: {text}"
 
 
 def app_entry(uri: str, contents: Sequence[Any] = (), unreadable: str | None = None) -> tuple[str, str, str]:

@@ -371,7 +371,7 @@ class Downstream:
         # One deadline covers spawn, handshake and first lists; lifted once the server is ready.
         with anyio.CancelScope(deadline=anyio.current_time() + START_SECONDS) as scope:
             async with client:
-                listing = await fetch_listing(client, self.keys.pattern())
+                listing = await fetch_listing(client, self.keys.pattern(), self.name)
                 scope.deadline = math.inf
                 if self.channel is not None:
                     self.channel.answered = True
@@ -493,7 +493,7 @@ class Downstream:
             return
         try:
             with anyio.fail_after(START_SECONDS):
-                self.listing = await fetch_listing(client, self.keys.pattern())
+                self.listing = await fetch_listing(client, self.keys.pattern(), self.name, self.listing)
         except (MCPError, TimeoutError, anyio.ClosedResourceError) as exc:
             logger.warning("server '%s': could not re-read its catalog: %s", self.name, failure_text(exc))
             return

@@ -27,6 +27,14 @@ __all__ = ["POLL_SECONDS", "Locks", "approve_pending", "filter_listing", "held_c
 
 logger = logging.getLogger(__name__)
 
+# the lock's keys of each kind of list (an app goes with the resources it is one of)
+_KEY_PREFIXES = {
+    "tools": ("tool:",),
+    "prompts": ("prompt:",),
+    "resources": ("resource:", "app:"),
+    "templates": ("template:",),
+}
+
 # How often a running gateway looks for approvals made by `cellblock approve` in another process.
 POLL_SECONDS = 1.0
 
@@ -71,6 +79,13 @@ def filter_listing(listing: Listing, approved: frozenset[str] | None) -> Listing
         instructions=listing.instructions if "instructions" in approved else None,
         apps=tuple(app for app in listing.apps if f"app:{app[0]}" in approved),
     )
+
+
+def unlisted(snapshot: Mapping[str, Any], listing: Listing) -> dict[str, Any]:
+    """The approved items (of a lock's `snapshot`) of the kinds `listing` could not list: a failed
+    list removes nothing from the lock, and an approval meanwhile keeps them (not shown, not routed)."""
+    prefixes = tuple(prefix for kind, _ in listing.failed for prefix in _KEY_PREFIXES[kind])
+    return {key: item for key, item in snapshot.items() if key.startswith(prefixes)}
 
 
 def snapshot_listing(snapshot: Mapping[str, Any]) -> Listing:
@@ -133,6 +148,8 @@ class Locks:
             # a damaged lock approves nothing: hold everything until the user approves again
             logger.error("%s", exc)
             lock = None
+        if lock is not None and listing.failed:
+            current = {**unlisted(lock.snapshot, listing), **current}
         if lock is None and self.config.lock_of(server).first == "trust":
             lock = approve(server, current, time.time())
             save_lock(path, lock)
