@@ -132,3 +132,67 @@ def test_a_line_that_starts_like_the_gateways_own_is_shown_as_the_servers(writte
     _, out = relayed(written)
     assert out.startswith(b"[git stderr] ") and out.count(b"\n") == 1
     assert not any(c in out for c in (b"\r", b"\x1b", b"\xe2\x80\xae"))
+
+
+# what the Python SDK 1.x logs when the gateway's discovery probe reaches it (shortened)
+COMPLAINT = (
+    b"Failed to validate request: 22 validation errors for ClientRequest\n"
+    b"PingRequest.method\n  Input should be 'ping' [type=literal_error, input_value='server/discover']\n"
+    b"InitializeRequest.method\n  Input should be 'initialize' [type=literal_error]\n"
+)
+
+
+def probed(before: bytes, refused: bool, after: bytes, answered: bool = True) -> bytes:
+    """What a relay passes on of a server that writes `before` while the discovery probe waits,
+    then (its answer `refused` or not, unless not `answered`) `after`."""
+    source_out, source_in = os.pipe()
+    target_out, target_in = os.pipe()
+    relay = StderrRelay(source_out, target_in, "old")
+    with ThreadPoolExecutor(1) as pool, os.fdopen(target_out, "rb") as out:
+        received = pool.submit(out.read)
+        relay.hold()
+        os.write(source_in, before)
+        if answered:
+            relay.probe_answered(refused)
+        os.write(source_in, after)
+        os.close(source_in)
+        relay.join(10)
+        os.close(target_in)
+        return received.result(10)
+
+
+def test_an_old_sdks_complaint_about_the_discovery_probe_is_not_passed_on_and_the_rest_is() -> None:
+    out = probed(b"old-py starting\n" + COMPLAINT, refused=True, after=b"Processing request of type ListToolsRequest\n")
+    assert out == b"[old stderr] old-py starting\n[old stderr] Processing request of type ListToolsRequest\n"
+
+
+@pytest.mark.parametrize(("refused", "answered"), [(False, True), (True, False)])
+def test_what_a_server_writes_while_the_probe_waits_is_passed_on_unless_the_probe_caused_it(
+    refused: bool, answered: bool
+) -> None:
+    # control: the same lines, the probe answered (a 2026-07-28 server), or never answered (a
+    # server that died at start): nothing is dropped, and nothing comes out of order
+    out = probed(b"starting\n" + COMPLAINT, refused=refused, after=b"later\n", answered=answered)
+    assert out.count(b"[old stderr] ") == 7 and out.startswith(b"[old stderr] starting\n[old stderr] Failed")
+    assert out.endswith(b"[old stderr] later\n")
+
+
+def test_a_refusal_without_the_sdks_complaint_drops_nothing() -> None:
+    # a TypeScript SDK 1.x server answers "Method not found" and says nothing about it
+    out = probed(b"server running on stdio\n", refused=True, after=b"later\n")
+    assert out == b"[old stderr] server running on stdio\n[old stderr] later\n"
+
+
+def test_a_server_that_writes_past_the_bound_while_the_probe_waits_has_its_lines_passed_on() -> None:
+    source_out, source_in = os.pipe()
+    target_out, target_in = os.pipe()
+    relay = StderrRelay(source_out, target_in, "old")
+    relay.hold()
+    os.write(source_in, b"".join(b"line %d\n" % n for n in range(stderr.HELD_LINES + 1)))
+    # no answer to the probe yet: the lines come anyway, in order
+    readable, _, _ = select.select([target_out], [], [], 10)
+    assert readable and os.read(target_out, 100).startswith(b"[old stderr] line 0\n[old stderr] line 1\n")
+    os.close(source_in)
+    relay.join(10)
+    os.close(target_in)
+    os.close(target_out)

@@ -1,5 +1,6 @@
 """Old and partial servers behind `cellblock serve`: a server whose list of one kind fails keeps its
-other kinds, and is neither refused nor restarted.
+other kinds, is neither refused nor restarted, and the gateway's discovery probe makes no old
+server print a dump.
 
 Real old servers (pinned by `./dev peers`): a low-level server on the TypeScript SDK 1.x
 (tests/servers/old_ts.cjs) that declares resources and answers resources/templates/list with
@@ -19,6 +20,7 @@ import anyio
 import mcp.types as types
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
 from tests import peers
@@ -69,6 +71,29 @@ async def test_a_typescript_sdk_1_low_level_server_is_served_though_it_has_no_re
     said = log.read_text()
     assert "server 'old' did not list its resource templates (Method not found (-32601)" in said
     assert "[old stderr] old-ts server running on stdio" in said
+    assert not [line for line in said.splitlines() if any(word in line for word in TROUBLE)], said
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_python_sdk_1_server_is_served_and_its_dump_about_the_probe_is_not_passed_on(
+    tmp_path: Path, mode: str
+) -> None:
+    argv = peers.old_python_server()
+    # the control: the SDK's client probes it as the gateway does, and the server writes its dump
+    errlog = tmp_path / "direct.log"
+    with errlog.open("w") as sink:
+        async with Client(stdio_client(StdioServerParameters(command=argv[0], args=argv[1:]), errlog=sink)) as client:
+            assert (await client.call_tool("add", {"a": 2, "b": 3})).content
+    assert errlog.read_text().count(DUMP) == 1 and len(errlog.read_text().splitlines()) > 20
+    log = tmp_path / "gateway.log"
+    async with gateway(
+        write_config(tmp_path, {"py": entry(argv)}), tmp_path / "state", mode=mode, stderr=log
+    ) as client:
+        assert [t.name for t in (await client.list_tools()).tools] == ["py__add"]
+        assert text(await client.call_tool("py__add", {"a": 2, "b": 3})) == "5"
+        assert [str(r.uri) for r in (await client.list_resources()).resources] == ["cellblock://py/memo://today"]
+    said = log.read_text()
+    assert DUMP not in said and "Failed to validate request" not in said, said
     assert not [line for line in said.splitlines() if any(word in line for word in TROUBLE)], said
 
 

@@ -133,6 +133,7 @@ class LocalChannel:
     _order: deque[Pending] = field(default_factory=deque)  # by deadline: every request has one timeout
     _expiring: anyio.Event = field(default_factory=anyio.Event)
     _ids: Any = field(default_factory=lambda: itertools.count(1))
+    _probe: Any = None  # the id of the SDK session's discovery probe, until it is answered
 
     def request(
         self,
@@ -192,6 +193,10 @@ class LocalChannel:
         """Deliver a message from the server if it is the fast path's, or drop it (True); False
         if it is the SDK's."""
         ident = message.get("id")
+        if self._probe is not None and ident == self._probe and "method" not in message:
+            self._probe = None  # what the server wrote about it is in its stderr pipe by now
+            if self.stderr is not None:
+                self.stderr.probe_answered(refused="error" in message)
         if isinstance(ident, str) and ident.startswith(_ID_PREFIX) and "method" not in message:
             self._answer(ident, message)  # else the late answer to a request given up on: dropped
             return True
@@ -299,7 +304,12 @@ class LocalChannel:
             waiting._finish()  # response stays None: the server is gone
 
     def _observe(self, message: types.JSONRPCMessage) -> bool:
-        """Remember the envelope the SDK session puts on its requests, to put it on ours."""
+        """Remember the envelope the SDK session puts on its requests, to put it on ours; hold the
+        server's stderr while its discovery probe waits (`StderrRelay.hold`)."""
+        if isinstance(message, types.JSONRPCRequest) and message.method == "server/discover" and self._probe is None:
+            self._probe = message.id
+            if self.stderr is not None:
+                self.stderr.hold()
         if isinstance(message, types.JSONRPCRequest) and isinstance(message.params, dict):
             meta = message.params.get("_meta")
             if isinstance(meta, dict):

@@ -16,10 +16,19 @@ bound. A relayed line starts with `[NAME stderr] `, never as the gateway's own l
 (`cellblock: `), whatever the server wrote; lines past a budget (`STDERR_RATE` a second after a
 burst) are counted and said, not passed on. Per chunk only the lines that could be among the last
 or within the budget are looked at, so a flood costs the gateway little more than the read.
+
+The gateway's first request to a server is the 2026-07-28 discovery probe (`server/discover`). A
+server on the Python SDK 1.x does not know it and logs a pydantic validation dump of ~100 lines
+before it answers with an error: the gateway's doing, not the server's news. So what the server
+writes between the probe and its answer is held (`hold`); once answered (`probe_answered`), what
+was written before the answer is in the pipe or read, and is passed on, except, after a refusal,
+the lines from the SDK's complaint (`PROBE_COMPLAINT`) on, which are counted in a debug note.
+Lines the server writes after its answer pass as ever.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -54,8 +63,14 @@ RELAY_CHARS = 1000  # of a relayed line, escapes included
 # lines (a client keeps the gateway's stderr as its log, often in a file) is cut to this rate.
 STDERR_RATE = 20.0
 STDERR_BURST = 500.0
+# how the Python SDK 1.x's log of a request it cannot validate starts (mcp/shared/session.py)
+PROBE_COMPLAINT = b"Failed to validate request:"
+# a server that writes more lines than this while the probe waits has them passed on (each held
+# line is at most `LINE_BYTES`)
+HELD_LINES = 1000
 TELL_EVERY = 10.0  # seconds between the gateway's notes of how many lines were left out
 _CHUNK = 65536
+_PIPE_MAX = 1 << 20  # the most a pipe can hold (Linux's pipe-max-size by default)
 # letters, digits, punctuation and symbols are text; of the rest only the plain space is kept
 _TEXT = ("L", "N", "P", "S")
 # printable by Unicode's account, and shown as nothing: fillers and the blank braille pattern
@@ -78,9 +93,16 @@ class StderrRelay:
         self._lines: deque[bytes] = deque(maxlen=LAST_LINES)
         self._partial = b""
         self._partial_size = 0  # of the line not yet ended, which may be longer than what is kept
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._budget = Budget(rate=STDERR_RATE, burst=STDERR_BURST)  # used by the relay's thread only
         self._told = 0.0  # when the gateway last said how many lines were left out
+        self._held: list[bytes] | None = None  # while the discovery probe waits for its answer
+        self._probed = False  # the probe was answered, or held lines were passed on: nothing is held again
+        self._released: list[bytes] = []  # held lines the thread is to pass on
+        self._wake, self._woken = os.pipe()  # `probe_answered` wakes the relay's thread with a byte
+        self._ended = False  # the relay's thread has ended and closed its pipes
+        for fd in (self._source, self._woken):
+            os.set_blocking(fd, False)
         self._thread = threading.Thread(target=self._run, name="cellblock-stderr", daemon=True)
         self._thread.start()
 
@@ -96,17 +118,91 @@ class StderrRelay:
         """Wait (a blocking call) until the server's stderr has ended and every line is kept."""
         self._thread.join(timeout)
 
+    def hold(self) -> None:
+        """Hold what the server writes from now until `probe_answered` (see the module docstring)."""
+        with self._lock:
+            if not self._probed:
+                self._held = []
+
+    def probe_answered(self, refused: bool) -> None:
+        """The probe was answered (`refused`: with an error). What the server wrote before its
+        answer is all in the pipe or read by now: it is read here, and what is held is passed on
+        (by the relay's thread), or after a refusal, cut at the SDK's complaint."""
+        with self._lock:
+            if self._held is None or self._ended:
+                return
+            for _ in range(_PIPE_MAX // _CHUNK):  # what a pipe holds, however a flood goes on
+                chunk = self._read()
+                if not chunk:
+                    break
+                self._hold(self._keep(chunk))
+            held = self._take_held()
+            complaint = next((i for i, line in enumerate(held) if PROBE_COMPLAINT in line), None) if refused else None
+            self._released.extend(held[:complaint])
+            with contextlib.suppress(BlockingIOError):  # a byte is there already: the thread wakes
+                os.write(self._woken, b"!")
+        if complaint is not None:
+            logger.debug(
+                "server '%s' does not know the discovery probe (an MCP SDK before 2026-07-28): "
+                "the %d line(s) it wrote about it are not passed on",
+                self._server,
+                len(held) - complaint,
+            )
+
     def _run(self) -> None:
+        poll = select.poll()
+        poll.register(self._source, select.POLLIN)
+        poll.register(self._wake, select.POLLIN)
         try:
-            while chunk := os.read(self._source, _CHUNK):
-                self._relay(self._keep(chunk))
-            if self._partial.strip():  # the last line, never ended
-                self._relay([_kept(self._partial, self._partial_size)])
+            while True:
+                ready = {fd for fd, _ in poll.poll()}
+                if self._wake in ready:
+                    os.read(self._wake, 64)
+                with self._lock:  # read and held at once: `probe_answered` sees all or none of it
+                    chunk = self._read() if self._source in ready else None
+                    lines = self._hold(self._keep(chunk)) if chunk else []
+                    lines = [*self._released, *lines]
+                    self._released.clear()
+                if lines:
+                    self._relay(lines)
+                if chunk == b"":
+                    break
+            with self._lock:
+                last = [_kept(self._partial, self._partial_size)] if self._partial.strip() else []  # never ended
+                # held lines too: it ended before the probe was answered
+                lines = [*self._released, *self._take_held(), *self._hold(last)]
+            if lines:
+                self._relay(lines)
         except OSError:
             pass  # the gateway's stderr is gone: there is nowhere left to tell
         finally:
             self._tell(at_end=True)
-            os.close(self._source)
+            with self._lock:
+                self._ended = True
+                for fd in (self._source, self._wake, self._woken):
+                    os.close(fd)
+
+    def _read(self) -> bytes | None:
+        """A chunk of what the server wrote; None when nothing is there now, b"" at its end."""
+        try:
+            return os.read(self._source, _CHUNK)
+        except BlockingIOError:
+            return None
+
+    def _hold(self, lines: list[bytes]) -> list[bytes]:
+        """(Under the lock) hold `lines` while the probe waits; what is to be relayed now. A server
+        that writes more than `HELD_LINES` meanwhile has it all passed on."""
+        held = self._held
+        if held is None:
+            return lines
+        held.extend(_kept(line, len(line)) for line in lines)  # as relayed: a long line only named
+        return self._take_held() if len(held) > HELD_LINES else []
+
+    def _take_held(self) -> list[bytes]:
+        """(Under the lock) what is held, which is held no longer, nor ever again."""
+        held, self._held = self._held, None
+        self._probed = self._probed or held is not None
+        return held or []
 
     def _keep(self, chunk: bytes) -> list[bytes]:
         """Keep the last lines of `chunk`; the lines it ended, each whole or named (`_kept`)."""
