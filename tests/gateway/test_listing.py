@@ -92,3 +92,19 @@ async def test_a_secret_in_a_listing_is_scrubbed_and_what_failed_is_kept() -> No
     server: Server[Any] = Server("db", on_list_tools=leaky, on_list_resources=database_down)
     listing = await listed(server)
     assert SECRET not in str(listing.dump()) and [kind for kind, _ in listing.failed] == ["resources", "templates"]
+
+
+async def test_a_failure_is_told_once_across_re_reads_and_only_an_error_that_may_pass_is_retried(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server: Server[Any] = Server("db", on_list_tools=tools, on_list_resources=database_down)
+    first = await listed(server)
+    assert first.retryable  # the database may come back; the missing templates handler will not
+    assert not Listing(failed=(("templates", first.failed[1][1]),)).retryable
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        await listed(server, previous=first)
+    assert "did not list" not in caplog.text
+    with caplog.at_level(logging.INFO):
+        again = await listed(Server("db", on_list_tools=tools, on_list_resources=resources), previous=first)
+    assert not again.retryable and "server 'db' lists its resources again" in caplog.text

@@ -118,11 +118,13 @@ async def test_a_server_whose_resource_list_errors_keeps_its_tools_and_offers_it
         assert text(await client.call_tool("db__echo", {"text": "hi"})) == "echo: hi"
         assert (await client.list_resources()).resources == []
         assert "server 'db' did not list its resources (error -32603: the database is down)" in log.read_text()
-        # the database comes up and the server says its list changed: the resources are offered
-        await client.call_tool("db__database", {"state": "up"})
+        # the database comes up, and the server does not say so: the gateway lists them again by
+        # itself (after RETRY_FIRST seconds), offers them and tells the client its list changed
+        await client.call_tool("db__database", {"state": "up", "quiet": True})
         await changed()
         uris = [str(r.uri) for r in (await client.list_resources()).resources]
         assert len(uris) == 1 and "row" in uris[0]
+        assert "server 'db' lists its resources again" in log.read_text()
         # down again: the re-read fails and the last good list is kept
         await client.call_tool("db__database", {"state": "down"})
         await eventually(lambda: "its last list of them is kept" in log.read_text(), timeout=30)

@@ -5,8 +5,8 @@ Resource `row://1` while the database is up; while it is down, `resources/list` 
 of the server's own ("the database is down"). Tools:
 
 - ``echo(text)``: `text` back, whatever the database does;
-- ``database(state)``: the database goes `up` or `down`, and the resource list is announced as
-  changed.
+- ``database(state, quiet)``: the database goes `up` or `down`, and the resource list is announced
+  as changed, unless `quiet`.
 
 Run as ``python tests/servers/partial.py``; ``--down`` starts with the database down.
 """
@@ -27,7 +27,10 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 Ctx = ServerRequestContext[Any, Any]
 TEXT = {"type": "object", "properties": {"text": {"type": "string"}}}
-STATE = {"type": "object", "properties": {"state": {"type": "string", "enum": ["up", "down"]}}}
+STATE = {
+    "type": "object",
+    "properties": {"state": {"type": "string", "enum": ["up", "down"]}, "quiet": {"type": "boolean"}},
+}
 
 bus = InMemorySubscriptionBus()
 database = {"up": "--down" not in sys.argv}
@@ -57,7 +60,9 @@ async def call_tool(ctx: Ctx, params: types.CallToolRequestParams) -> types.Call
     arguments = params.arguments or {}
     if params.name == "database":
         database["up"] = arguments.get("state") == "up"
-        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        if arguments.get("quiet"):
+            pass
+        elif ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             await bus.publish(ResourcesListChanged())
         else:
             await ctx.session.send_resource_list_changed()

@@ -1,6 +1,9 @@
 """A server's catalog change notices: its catalog re-read once for any number of notices, at
 most every REFRESH_SECONDS, and the 2026-07-28 stream that carries the notices (and the updates of
-the resources the gateway watches there)."""
+the resources the gateway watches there). A catalog one kind of which failed with an error of the
+server's own (a database that is down) is also re-read later by itself, RETRY_FIRST seconds after,
+then twice as long each time up to RETRY_MAX, until that kind lists: a server seldom announces
+that a list which failed now works."""
 
 from __future__ import annotations
 
@@ -18,13 +21,15 @@ from mcp.shared.subscriptions import ResourceUpdated
 from cellblock.gateway.downstream.connection import failure_text
 from cellblock.gateway.downstream.watch import Watched
 
-__all__ = ["REFRESH_SECONDS", "Refresher", "listen"]
+__all__ = ["REFRESH_SECONDS", "RETRY_FIRST", "RETRY_MAX", "Refresher", "listen"]
 
 logger = logging.getLogger(__name__)
 
 # A server that announces catalog changes without end is re-read at most this often: each re-read
 # lists its whole catalog and reviews it against the lock.
 REFRESH_SECONDS = 1.0
+RETRY_FIRST = 5.0
+RETRY_MAX = 300.0
 
 
 @dataclass(eq=False)
@@ -35,9 +40,13 @@ class Refresher:
     acted on once that catalog is in (`open`)."""
 
     refresh: Callable[[], Awaitable[None]]
+    # whether a kind of the catalog as read last failed with an error that may pass
+    failing: Callable[[], bool] = lambda: False
     _tg: anyio.abc.TaskGroup | None = None  # where re-reads run; None while a first catalog is read
     _due: bool = False  # a notice came since the last re-read began
     _running: bool = False
+    _retrying: bool = False  # a re-read of a failed kind is waited for
+    _retry_wait: float = RETRY_FIRST
 
     def soon(self) -> None:
         self._due = True
@@ -48,9 +57,11 @@ class Refresher:
     def open(self, tg: anyio.abc.TaskGroup) -> None:
         """The connection's catalog is in: notices are acted on in `tg` from now on, and one that
         came while it was read, at once."""
-        self._tg = tg
+        self._tg, self._retry_wait = tg, RETRY_FIRST
         if self._due:
             self.soon()
+        else:
+            self._retry_if_failing()
 
     def close(self) -> None:
         """The connection ended: notices wait for the next one's catalog."""
@@ -66,6 +77,22 @@ class Refresher:
                     await anyio.sleep(max(0.0, began + REFRESH_SECONDS - anyio.current_time()))
         finally:
             self._running = False
+        self._retry_if_failing()
+
+    def _retry_if_failing(self) -> None:
+        if not self.failing():
+            self._retry_wait = RETRY_FIRST
+        elif self._tg is not None and not self._retrying:
+            self._retrying = True
+            self._tg.start_soon(self._retry, self._retry_wait)
+            self._retry_wait = min(self._retry_wait * 2, RETRY_MAX)
+
+    async def _retry(self, wait: float) -> None:
+        try:
+            await anyio.sleep(wait)
+        finally:
+            self._retrying = False
+        self.soon()
 
 
 async def listen(name: str, client: Client, changed: Callable[[], None], watched: Watched) -> None:

@@ -38,6 +38,7 @@ APP_READ_SECONDS = 5.0
 logger = logging.getLogger(__name__)
 
 # how the log names each kind of list
+NOT_FOUND = "Method not found"  # how a failure that will not pass is told
 KIND_WORDS = {"tools": "tools", "prompts": "prompts", "resources": "resources", "templates": "resource templates"}
 
 
@@ -55,6 +56,11 @@ class Listing:
     # (kind, the error) of each kind (tools, prompts, resources, templates) whose list failed: a
     # fact of this connection, never locked or saved
     failed: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def retryable(self) -> bool:
+        """A kind failed with an error that may pass (not "Method not found"): worth listing again."""
+        return any(not why.startswith(NOT_FOUND) for _, why in self.failed)
 
     def dump(self) -> dict[str, Any]:
         def each(items: tuple[Any, ...]) -> list[Any]:
@@ -150,7 +156,8 @@ async def fetch_listing(
             why = kind_failure(exc, secrets)
             kept = getattr(previous, name) if previous is not None else ()
             failed.append((name, why))
-            logger.warning(
+            told = previous is not None and (name, why) in previous.failed  # once, not at each retry
+            (logger.debug if told else logger.warning)(
                 "server '%s' did not list its %s (%s); %s",
                 server,
                 KIND_WORDS[name],
@@ -181,6 +188,9 @@ async def fetch_listing(
             except TimeoutError:
                 logger.warning("app %s: no answer to its read within %gs; locked as unreadable", uri, APP_READ_SECONDS)
                 apps.append(app_entry(uri, unreadable=f"no answer within {APP_READ_SECONDS:g}s"))
+    for name, _ in previous.failed if previous is not None else ():
+        if name not in {kind for kind, _ in failed}:
+            logger.info("server '%s' lists its %s again", server, KIND_WORDS[name])
     listing = Listing(tools, prompts, resources, templates, client.instructions, tuple(apps), tuple(failed))
     return listing.unstamped().scrubbed(secrets)
 
@@ -189,7 +199,7 @@ def kind_failure(exc: MCPError, secrets: re.Pattern[str] | None) -> str:
     """How a list's error is told: its code and first line, with the gateway's secrets redacted
     (the text is the server's, and may hold a value the gateway gave it)."""
     if exc.code == types.METHOD_NOT_FOUND:
-        return f"Method not found ({exc.code}): it declared the capability but does not answer its list"
+        return f"{NOT_FOUND} ({exc.code}): it declared the capability but does not answer its list"
     text = scrub_secrets(first_line(exc), secrets)[0]
     return f"error {exc.code}: {text}"
 

@@ -170,7 +170,7 @@ class Downstream:
         self.questions = Questions(
             self.name, self.config, self.sampling, self.approve_sampling, self._event, self.keys, self.owner
         )
-        self.changes = Refresher(self.refresh)
+        self.changes = Refresher(self.refresh, lambda: self.listing is not None and self.listing.retryable)
 
     # -- lifecycle -------------------------------------------------------------------------
 
