@@ -1,6 +1,6 @@
-"""Old and partial servers behind `cellblock serve`: a server whose list of one kind fails keeps its
-other kinds, is neither refused nor restarted, and the gateway's discovery probe makes no old
-server print a dump.
+"""Old and partial servers behind `cellblock serve` and `cellblock review`: a server whose list of
+one kind fails keeps its other kinds, is neither refused nor restarted, and the gateway's discovery
+probe makes no old server print a dump.
 
 Real old servers (pinned by `./dev peers`): a low-level server on the TypeScript SDK 1.x
 (tests/servers/old_ts.cjs) that declares resources and answers resources/templates/list with
@@ -24,7 +24,7 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
 from tests import peers
-from tests.integration.conftest import eventually, gateway, write_config
+from tests.integration.conftest import cli, eventually, gateway, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peers]
 
@@ -132,3 +132,26 @@ async def test_a_server_whose_resource_list_errors_keeps_its_tools_and_offers_it
         assert text(await client.call_tool("db__echo", {"text": "still"})) == "echo: still"
     said = log.read_text()
     assert not [line for line in said.splitlines() if any(word in line for word in TROUBLE)], said
+
+
+async def test_review_meets_both_old_servers_without_a_dump_or_a_refusal_and_the_gateway_serves_them(
+    tmp_path: Path,
+) -> None:
+    review_first = {"enabled": True, "first": "review"}
+    servers = {
+        "ts": entry(peers.old_ts_server(), lock=review_first),
+        "py": entry(peers.old_python_server(), lock=review_first),
+    }
+    config = write_config(tmp_path, servers)
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    env = {"CELLBLOCK_STATE_DIR": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(run)}
+    walked = cli(env, "review", "--config", str(config), stdin="y\ny\n")
+    assert walked.returncode == 0, walked.stderr
+    assert "Approve the catalog of 'py'?" in walked.stdout and "Approve the catalog of 'ts'?" in walked.stdout
+    assert "server 'ts' did not list its resource templates" in walked.stderr
+    assert DUMP not in walked.stderr and "Failed to validate request" not in walked.stderr, walked.stderr
+    assert not [line for line in walked.stderr.splitlines() if any(word in line for word in TROUBLE)]
+    async with gateway(config, tmp_path / "state", env={"XDG_RUNTIME_DIR": str(run)}) as client:
+        assert text(await client.call_tool("py__add", {"a": 1, "b": 1})) == "2"
+        assert text(await client.call_tool("ts__echo", {"text": "hi"})) == "echo: hi"
