@@ -394,6 +394,8 @@ def _config_text(plan: Plan, budget: int) -> str:
             f"# Written by `cellblock wrap {plan.path}`.\n"
             "version: 1\n"
             f"names: {{max_length: {budget}}}\n"
+            # a server whose catalog is known is listed from it and started on its first call
+            "defaults: {start: lazy}\n"
             "servers:\n"
         )
         return head + entries
