@@ -75,6 +75,11 @@ def lock_path(state: Path, server: str) -> Path:
     return state / "locks" / f"{server}.json"
 
 
+def unasked_path(state: Path, server: str) -> Path:
+    """The tools of `server` the user let run without asking (`policy/unasked.py`)."""
+    return state / "locks" / f"{server}.unasked.json"
+
+
 def pending_path(state: Path, server: str) -> Path:
     """What `server` lists that its lock holds for review."""
     return state / "locks" / f"{server}.pending.json"

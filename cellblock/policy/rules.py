@@ -38,9 +38,10 @@ from cellblock.policy.constraints import (
 )
 from cellblock.policy.types import Constraint, ConstraintKind, Decision, ToolRule, Verdict, constraint_kind
 
-__all__ = ["DEFAULT_RULE", "Policy", "parse_rule_entry"]
+__all__ = ["DEFAULT_RULE", "READ_ONLY_RULE", "Policy", "parse_rule_entry"]
 
 DEFAULT_RULE = "default"  # Verdict.rule when no rule matches the tool
+READ_ONLY_RULE = "read_only"  # Verdict.rule of a tool the user let run without asking
 
 # Tool names are attacker-chosen on a call; the lookup cache is cleared rather than grown past this.
 _CACHE_MAX = 4096
@@ -56,7 +57,9 @@ _SCALARS = frozenset({str, int, float, bool})
 class Policy:
     """The tool policy of one server.
 
-    `kind` names what the rules match in reasons ("tool", "prompt", "resource"). `cwd` is the
+    `kind` names what the rules match in reasons ("tool", "prompt", "resource"). `read_only`:
+    "review" lets a tool the user let run without asking (`policy/unasked.py`) pass without
+    asking where no rule names it and the default would ask; "ask" (the default) never. `cwd` is the
     server's working directory (relative path arguments resolve against it; with None
     they are denied); `home` expands a leading `~` (with None such paths are denied).
 
@@ -72,6 +75,7 @@ class Policy:
     cwd: str | None = None
     home: str | None = None
     kind: str = "tool"
+    read_only: str = "ask"
     _exact: dict[str, _Compiled] = field(init=False, repr=False, compare=False)
     _globs: dict[str, list[tuple[int, re.Pattern[str], _Compiled]]] = field(init=False, repr=False, compare=False)
     _cache: dict[str, tuple[_Compiled | None, Verdict]] = field(init=False, repr=False, compare=False)
@@ -83,6 +87,8 @@ class Policy:
         except ValueError:
             raise ValueError(f"{self.kind}s.default {self.default!r} is not one of allow, deny, ask") from None
         object.__setattr__(self, "default", default)
+        if self.read_only not in ("ask", "review"):
+            raise ValueError(f"{self.kind}s.read_only {self.read_only!r} is not one of ask, review")
         object.__setattr__(self, "rules", tuple(self.rules))
         if self.home is not None and not os.path.isabs(self.home):
             raise ValueError(f"home must be an absolute path (got {self.home!r})")
@@ -120,9 +126,16 @@ class Policy:
         object.__setattr__(self, "_globs", by_prefix)
         object.__setattr__(self, "_cache", {})
 
-    def decide(self, tool: str, arguments: Mapping[str, Any] | None) -> Verdict:
-        """Decide one call of `tool` with `arguments` (the call's JSON object, or None)."""
+    def decide(self, tool: str, arguments: Mapping[str, Any] | None, *, unasked: bool = False) -> Verdict:
+        """Decide one call of `tool` with `arguments` (the call's JSON object, or None); `unasked`:
+        the user let this tool run without asking at review, for the definition the lock approves."""
         compiled, verdict = self._lookup(tool)
+        if unasked and compiled is None and verdict.decision is Decision.ASK and self.read_only == "review":
+            reason = (
+                f"{self.kind} {show(tool)} is marked read-only by its server, and the user let it run without "
+                "asking at review"
+            )
+            return Verdict(Decision.ALLOW, READ_ONLY_RULE, reason)
         if compiled is None or not compiled.args or verdict.decision is Decision.DENY:
             return verdict
         failure = compiled.check(arguments)

@@ -79,6 +79,16 @@ def test_a_catalog_diff_too_long_for_a_form_can_only_be_kept_held() -> None:
     assert "cellblock diff s" in long.splitlines()[1] and choices(schema) == ["keep_held"]
 
 
+def test_a_catalog_form_names_the_read_only_tools_it_offers_and_those_that_keep_running_without_asking() -> None:
+    message, schema = review_form("s", "new tool:look", True, read_only=["look", "peek\u202e"], unasked=["tidy"])
+    head = message.split("\n\n")[0]
+    assert "Runs without asking once approved: tidy. Every other tool asks." in head
+    assert "Marked read-only and closed-world by the server: look, peek\\u202e" in head  # a name is escaped
+    assert choices(schema) == ["approve", "approve_read_only", "keep_held"]
+    _, plain = review_form("s", "new tool:look", True)
+    assert choices(plain) == ["approve", "keep_held"]
+
+
 UNSAFE = {
     "javascript:alert(document.cookie)": "scheme",
     "file:///etc/passwd": "scheme",

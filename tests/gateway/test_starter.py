@@ -24,7 +24,7 @@ API_KEY = "k-" + "9f86d081884c7d659a2feaa0c55ad015"
 SLACK = "xoxb-" + "1234567890-0987654321-AbCdEfGhIjKlMnOpQrStUv"
 EVERY_SECRET = (GH_TOKEN, BEARER, API_KEY, SLACK, "hunter2-correct-horse")
 FS_PACKAGE = "@modelcontextprotocol/server-filesystem@2025.8.21"
-ASK_AND_REVIEW = {"tools": {"default": "ask"}, "lock": {"first": "review"}}
+ASK_AND_REVIEW = {"tools": {"default": "ask", "read_only": "review"}, "lock": {"first": "review"}}
 
 
 @dataclass(frozen=True)

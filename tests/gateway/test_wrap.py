@@ -193,7 +193,7 @@ def test_the_generated_config_validates_and_every_server_is_strict(stem: str, tm
     config = parse_config(plan.new_config_text, "cellblock.yaml")
     assert sorted(config.servers) == sorted(m.starter.name for m in plan.moved)
     for name, server in yaml.safe_load(plan.new_config_text)["servers"].items():
-        assert server["tools"] == {"default": "ask"}, name
+        assert server["tools"] == {"default": "ask", "read_only": "review"}, name
         assert server["lock"] == {"first": "review"}, name
         if "command" in server:
             assert server["jail"]["network"] in ("none", "allowlist"), name

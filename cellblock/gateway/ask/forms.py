@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -35,6 +35,7 @@ from cellblock.policy.text import visible
 
 __all__ = [
     "APPROVAL_HEADER",
+    "APPROVE_READ_ONLY",
     "CHOICES",
     "LABELS",
     "SHOW_FULL",
@@ -58,6 +59,8 @@ LABELS = ("Allow once", "Allow for this session", "Always allow", "Deny")
 SHOW_FULL = "show_full"
 REVIEW_CHOICES = ("approve", "keep_held")
 REVIEW_LABELS = ("Approve the catalog", "Keep it held")
+APPROVE_READ_ONLY = "approve_read_only"  # approve, and let the offered read-only tools run without asking
+APPROVE_READ_ONLY_LABEL = "Approve, and run its read-only tools without asking"
 
 MAX_NAME = 80  # characters of a tool name on the first line; a longer one is cut and marked
 MAX_VALUE = 160  # characters of one argument in a cut view
@@ -72,7 +75,11 @@ MAX_URL = 8192
 # What a server's question may not offer, as it looks (`lookalikes.skeleton`): without case,
 # spacing or punctuation, look-alike letters read as the ones they resemble.
 _APPROVAL_WORDS = frozenset(
-    skeleton(word) for word in (*CHOICES[:3], *LABELS[:3], SHOW_FULL, "Show all arguments", "keep_held", *REVIEW_LABELS)
+    skeleton(word)
+    for word in (
+        *(*CHOICES[:3], *LABELS[:3], SHOW_FULL, "Show all arguments", "keep_held", *REVIEW_LABELS),
+        *(APPROVE_READ_ONLY, APPROVE_READ_ONLY_LABEL),
+    )
 )
 _SCHEMA_DEPTH = 8  # a flat elicitation schema is two deep; deeper is read no further
 
@@ -185,11 +192,23 @@ def approval_form(
     return "\n".join([*head, *body]), choice_schema(CHOICES, LABELS)
 
 
-def review_form(server: str, diff: str, first: bool = False) -> tuple[str, dict[str, Any]]:
+def review_form(
+    server: str, diff: str, first: bool = False, read_only: Sequence[str] = (), unasked: Sequence[str] = ()
+) -> tuple[str, dict[str, Any]]:
     """The question for a held catalog (`first`: one never approved): the per-item change, and
-    approve or keep it held. A diff too long for a form can only be kept held here."""
+    approve or keep it held. A diff too long for a form can only be kept held here.
+
+    `read_only`: the tools the server marks read-only that may be let run without asking (a third
+    choice); `unasked`: those that keep running without asking after an approval."""
     what = "is new: it offers what follows. Approve it to use it." if first else "changed since you approved it."
     head = f"{APPROVAL_HEADER} · the catalog of server '{visible(server)}' {what}"
+    if unasked:
+        head += f"\nRuns without asking once approved: {', '.join(visible(n) for n in unasked)}. Every other tool asks."
+    if read_only:
+        head += (
+            f"\nMarked read-only and closed-world by the server: {', '.join(visible(n) for n in read_only)}. "
+            "Choose whether they may run without asking; every other tool asks."
+        )
     # `describe` escapes what servers wrote; escaping again keeps any line of it from breaking out
     lines = [visible(line) for line in diff.split("\n")]
     kept, size = [], 0
@@ -199,6 +218,10 @@ def review_form(server: str, diff: str, first: bool = False) -> tuple[str, dict[
             break
         kept.append(line)
     if len(kept) == len(lines):
+        if read_only:
+            choices = (REVIEW_CHOICES[0], APPROVE_READ_ONLY, REVIEW_CHOICES[1])
+            labels = (REVIEW_LABELS[0], APPROVE_READ_ONLY_LABEL, REVIEW_LABELS[1])
+            return "\n".join([head, "", *kept]), choice_schema(choices, labels)
         return "\n".join([head, "", *kept]), choice_schema(REVIEW_CHOICES, REVIEW_LABELS)
     rest = (
         f"…(+{len(lines) - len(kept)} more lines). Too long to approve here: read it all with "

@@ -6,14 +6,14 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import anyio
 
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.cli.options import load
 from cellblock.gateway.config.model import Config
-from cellblock.gateway.serve.locking import approve_pending, held_catalog
+from cellblock.gateway.serve.locking import approve_pending, held_catalog, read_only_offer
 from cellblock.gateway.state import lock_path, pending_path, state_dir
 from cellblock.gateway.terminal import printable
 from cellblock.policy.lock import check, describe, load_lock
@@ -141,12 +141,34 @@ def review(config: Config, source: Path, state: Path, audit: Audit, answers: Tex
         if answers.readline().strip().lower() not in ("y", "yes"):
             left.append(server)
             print(f"cellblock: '{server}' stays held: its tools are not offered", file=sys.stderr)
-        elif (count := approve_pending(state, audit, server, via="cli", shown=shown)) is not None:
+            continue
+        unasked = unasked_choice(config, state, server, shown, answers)
+        if (count := approve_pending(state, audit, server, via="cli", shown=shown, unasked=unasked)) is not None:
             print(f"cellblock: OK: approved the catalog of '{server}' ({count} items)", file=sys.stderr)
         else:
             left.append(server)
             print(f"cellblock: '{server}' changed what it offers while you read it; nothing approved", file=sys.stderr)
     return 1 if left else 0
+
+
+def unasked_choice(
+    config: Config, state: Path, server: str, shown: dict[str, dict[str, Any]], answers: TextIO
+) -> frozenset[str]:
+    """Offer the read-only tools of the held catalog `shown` to run without asking (under
+    `tools.read_only: review`); the tool keys the user accepts. Says which tools run without asking."""
+    offer, kept = read_only_offer(config, state, server, shown)
+    chosen: frozenset[str] = frozenset()
+    if offer:
+        names = ", ".join(printable(key.removeprefix("tool:")) for key in offer)
+        print(f"'{server}' marks these tools read-only and closed-world: {names}")
+        print("Let them run without asking? (destructive and open-world tools always ask) [y/N] ", end="", flush=True)
+        if answers.readline().strip().lower() in ("y", "yes"):
+            chosen = frozenset(offer)
+    unasked = sorted({*kept, *(key.removeprefix("tool:") for key in chosen)})
+    if offer or kept:
+        runs = ", ".join(printable(name) for name in unasked) or "none; every tool asks"
+        print(f"cellblock: '{server}' runs without asking: {runs}", file=sys.stderr)
+    return chosen
 
 
 async def meet(config_file: Path, env: dict[str, str]) -> None:

@@ -32,7 +32,9 @@ def policy_for(config: Config, server: str, kind: str = "tool") -> Policy:
     )
     entry = config.servers[server]
     cwd = entry.cwd if isinstance(entry, LocalServer) else None
-    return Policy(default=Decision(default), rules=rules, cwd=cwd, home=os.path.expanduser("~"), kind=kind)
+    read_only = config.tools_of(server).read_only if kind == "tool" else "ask"
+    home = os.path.expanduser("~")
+    return Policy(default=Decision(default), rules=rules, cwd=cwd, home=home, kind=kind, read_only=read_only)
 
 
 def lint_config(config: Config, state: Path) -> list[str]:

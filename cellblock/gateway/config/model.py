@@ -171,9 +171,11 @@ class _RulesConfig(_Model):
 
 
 class ToolsConfig(_RulesConfig):
-    """Per-tool policy: a default, and rules by exact name or glob."""
+    """Per-tool policy: a default, and rules by exact name or glob; `read_only: review` lets the
+    review offer the tools a server marks read-only to run without asking (`policy/unasked.py`)."""
 
     default: DecisionName = "ask"
+    read_only: Literal["ask", "review"] = "ask"
 
 
 class PromptsConfig(_RulesConfig):

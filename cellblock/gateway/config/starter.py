@@ -1,12 +1,13 @@
 """A starter Cellblock config for one server taken from a client's config (`cellblock wrap`).
 
 `starter()` turns one client entry (Claude Desktop, Cursor, VS Code, …) into the body of
-`servers.NAME` in `cellblock.yaml`: strict but working. Every call asks, the catalog is held for
-review, the jail shares only the directories the arguments name and has no network unless the
-package is a known client of a remote API. Inline secrets leave the config: they come back as
-`Secret`s for the keyring and `secrets:` / `auth:` entries that name them (an argument's as
-`${secrets.NAME}` in its place, `argsecrets`). Each inference, and each thing the user must
-still do, is one line in `notes`. No secret value is ever in `config` or `notes`.
+`servers.NAME` in `cellblock.yaml`: strict but working. Every call asks (but for the tools the
+server marks read-only that the user lets run without asking at review: `read_only: review`), the
+catalog is held for review, the jail shares only the directories the arguments name and has no
+network unless the package is a known client of a remote API. Inline secrets leave the config:
+they come back as `Secret`s for the keyring and `secrets:` / `auth:` entries that name them (an
+argument's as `${secrets.NAME}` in its place, `argsecrets`). Each inference, and each thing the
+user must still do, is one line in `notes`. No secret value is ever in `config` or `notes`.
 
 Beside it: `draft` (what is built up), `secretlike` (what holds a secret), `launchers` (npx, uvx,
 `uv run`, node or python SCRIPT) and `known` (what Cellblock knows of particular servers).
@@ -145,7 +146,8 @@ def starter(
     else:
         raise ValueError(f"client entry {key!r} has neither a command nor a url")
     _extra(draft, entry.extra, client)
-    draft.body["tools"] = {"default": "ask"}
+    # every call asks; the review offers to let the tools the server marks read-only run without asking
+    draft.body["tools"] = {"default": "ask", "read_only": "review"}
     draft.body["lock"] = {"first": "review"}
     return Starter(
         name=draft.name,

@@ -165,6 +165,7 @@ class Gateway:
             self.audit,
             approver=self._approve,
             reviewer=self.review.review_lock,
+            unasked=lambda server: self.locks.unasked.get(server, frozenset()),
             learn=reader_of(ds.keys for ds in self.downstreams.values()) if config.credential_entries() else None,
         )
         self.bus = InMemorySubscriptionBus()

@@ -20,10 +20,29 @@ from typing import Any
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.model import Config
 from cellblock.gateway.downstream.listing import Listing
-from cellblock.gateway.state import lock_path, pending_path
-from cellblock.policy.lock import LockError, approve, check, item_keys, load_lock, load_pending, save_lock, save_pending
+from cellblock.gateway.state import lock_path, pending_path, unasked_path
+from cellblock.policy.lock import (
+    Lock,
+    LockError,
+    approve,
+    check,
+    item_keys,
+    load_lock,
+    load_pending,
+    save_lock,
+    save_pending,
+)
+from cellblock.policy.unasked import granted, load_unasked, save_unasked, unasked_tools
 
-__all__ = ["POLL_SECONDS", "Locks", "approve_pending", "filter_listing", "held_catalog"]
+__all__ = [
+    "POLL_SECONDS",
+    "Locks",
+    "approve_pending",
+    "filter_listing",
+    "held_catalog",
+    "read_only_offer",
+    "runs_unasked",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -46,21 +65,62 @@ def held_catalog(state: Path, server: str) -> dict[str, dict[str, Any]] | None:
 
 
 def approve_pending(
-    state: Path, audit: Audit, server: str, via: str, shown: dict[str, dict[str, Any]] | None = None
+    state: Path,
+    audit: Audit,
+    server: str,
+    via: str,
+    shown: dict[str, dict[str, Any]] | None = None,
+    unasked: frozenset[str] = frozenset(),
 ) -> int | None:
     """Accept the held catalog of `server`; how many items it has, or None when nothing is held.
 
     `shown`: the held catalog as the user saw it; when the one on disk is no longer that (the
-    server changed it meanwhile), nothing is approved and None returned.
+    server changed it meanwhile), nothing is approved and None returned. `unasked`: the tool keys
+    the user lets run without asking from now on (`read_only_offer` says which may be); the ones
+    granted before keep running so only while their definition is unchanged.
     """
     current = held_catalog(state, server)
     if current is None or (shown is not None and current != shown):
         return None
     result = check(load_lock(lock_path(state, server)), current)
-    save_lock(lock_path(state, server), approve(server, current, time.time()))
+    lock = approve(server, current, time.time())
+    grants = granted(load_unasked(unasked_path(state, server)), lock.items, lock.snapshot, unasked)
+    save_unasked(unasked_path(state, server), server, grants)  # before the lock, whose change a gateway notices
+    save_lock(lock_path(state, server), lock)
     pending_path(state, server).unlink(missing_ok=True)
-    audit.write("lock_approved", server, items=sorted(result.held), removed=sorted(result.removed), via=via)
+    extra = {"unasked": sorted(grants)} if grants else {}
+    audit.write("lock_approved", server, items=sorted(result.held), removed=sorted(result.removed), via=via, **extra)
     return len(current)
+
+
+def read_only_offer(config: Config, state: Path, server: str, shown: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """What the review of the held catalog `shown` says of tools that run without asking, under
+    `tools.read_only: review` (else nothing): (the tool keys it may offer, read-only and
+    closed-world by their definition and not granted for it yet; the tool names that keep running
+    without asking once it is approved, granted before for this same definition)."""
+    if config.tools_of(server).read_only != "review" or not config.lock_of(server).enabled:
+        return [], []
+    lock = approve(server, shown, 0)
+    kept = _unasked_of(state, server, lock)
+    tools = {key: sha for key, sha in lock.items.items() if key.startswith("tool:")}
+    offer = unasked_tools(tools, lock.items, lock.snapshot) - kept
+    return [f"tool:{name}" for name in sorted(offer)], sorted(kept)
+
+
+def runs_unasked(config: Config, state: Path, server: str) -> list[str]:
+    """The tools of `server` that run without asking now, by what its lock approves (sorted names)."""
+    if config.tools_of(server).read_only != "review" or not config.lock_of(server).enabled:
+        return []
+    lock = load_lock(lock_path(state, server))
+    return [] if lock is None else sorted(_unasked_of(state, server, lock))
+
+
+def _unasked_of(state: Path, server: str, lock: Lock) -> frozenset[str]:
+    try:
+        return unasked_tools(load_unasked(unasked_path(state, server)), lock.items, lock.snapshot)
+    except LockError as exc:
+        logger.error("%s", exc)  # a damaged record grants nothing: those tools ask
+        return frozenset()
 
 
 def filter_listing(listing: Listing, approved: frozenset[str] | None) -> Listing:
@@ -115,6 +175,8 @@ class Locks:
     audit: Audit
     approved: dict[str, frozenset[str] | None] = field(default_factory=dict)
     held: dict[str, frozenset[str]] = field(default_factory=dict)
+    # the tools the user let run without asking, of the definitions the lock approves
+    unasked: dict[str, frozenset[str]] = field(default_factory=dict)
     _seen: dict[str, float] = field(default_factory=dict)
 
     def enabled(self, server: str) -> bool:
@@ -132,6 +194,7 @@ class Locks:
         if lock is None:
             return None
         self.approved[server] = frozenset(lock.items)
+        self.unasked[server] = _unasked_of(self.state, server, lock)
         self._seen[server] = self._mtime(server)
         return snapshot_listing(lock.snapshot)
 
@@ -139,6 +202,7 @@ class Locks:
         """Check `listing` against the lock; return the part the client may see."""
         if not self.enabled(server):
             self.approved[server] = None
+            self.unasked[server] = frozenset()  # a grant is bound to the lock: without one, every tool asks
             return listing
         current = item_keys(listing.dump())
         path = lock_path(self.state, server)
@@ -172,6 +236,8 @@ class Locks:
         if not held:
             pending_path(self.state, server).unlink(missing_ok=True)
         self.approved[server] = result.approved
+        granted_now = frozenset() if lock is None else _unasked_of(self.state, server, lock)
+        self.unasked[server] = frozenset(n for n in granted_now if f"tool:{n}" in result.approved)
         self.held[server] = held
         self._seen[server] = self._mtime(server)
         return filter_listing(listing, result.approved)

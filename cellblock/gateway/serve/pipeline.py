@@ -126,8 +126,10 @@ class Pipeline:
         approver: Approver,
         reviewer: Reviewer | None = None,
         learn: Callable[[], Awaitable[None]] | None = None,
+        unasked: Callable[[str], frozenset[str]] = lambda server: frozenset(),
     ) -> None:
         self._catalog = catalog
+        self._unasked = unasked
         self._unavailable = unavailable
         self._policies = policies
         self._audit = audit
@@ -288,7 +290,9 @@ class Pipeline:
 
     def _policy(self, call: Call) -> Wait | None:
         policy = call.policy or self._policies[call.server]
-        call.verdict = policy.decide(call.item or call.tool, call.arguments)
+        # a tool the user let run without asking, as the lock approved it (never a prompt or resource)
+        unasked = call.policy is None and not call.held and call.tool in self._unasked(call.server)
+        call.verdict = policy.decide(call.item or call.tool, call.arguments, unasked=unasked)
         if call.verdict.decision is Decision.DENY:
             raise Refused(call.verdict)
         return None

@@ -14,12 +14,13 @@ from typing import Protocol
 import anyio
 import mcp.types as types
 
+from cellblock.gateway.ask.forms import APPROVE_READ_ONLY
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.model import Config
 from cellblock.gateway.downstream.rounds import error_result
 from cellblock.gateway.downstream.supervisor import Downstream, State
 from cellblock.gateway.serve.approvals import APPROVAL_KEY, Approvals, NeedsInput, can_elicit, review_form
-from cellblock.gateway.serve.locking import Locks, approve_pending
+from cellblock.gateway.serve.locking import Locks, approve_pending, read_only_offer
 from cellblock.gateway.serve.pipeline import Call
 from cellblock.gateway.serve.status import REVIEW, ServerStatus, status_text
 from cellblock.gateway.state import lock_path, pending_path
@@ -84,15 +85,22 @@ class Review:
     async def review_lock(self, call: Call) -> bool:
         """Offer the held catalog of the call's server for approval through the client's form."""
         answer, call.human = call.human, None  # the retry's answer belongs to this question, if any
-        pending = load_pending(pending_path(self.gateway.state, call.server))
+        state, server = self.gateway.state, call.server
+        pending = load_pending(pending_path(state, server))
         if pending is None:
             return False
+        shown = dict(pending.items)
+        offer, kept = read_only_offer(self.gateway.config, state, server, shown)
         if answer is None:
             if call.ctx is None or not can_elicit(call.ctx.session):
                 return False
-            lock = lock_path(self.gateway.state, call.server)
+            lock = lock_path(state, server)
             message, schema = review_form(
-                call.server, describe(check(load_lock(lock), dict(pending.items)), call.server), not lock.exists()
+                server,
+                describe(check(load_lock(lock), shown), server),
+                not lock.exists(),
+                read_only=[key.removeprefix("tool:") for key in offer],
+                unasked=kept,
             )
             if call.ctx.modern:
                 request = types.ElicitRequest(
@@ -111,10 +119,12 @@ class Review:
                     answer = await ask(message, schema, related_request_id=call.ctx.request_id)
             except Exception:  # no answer (timeout, a client that failed the request): stays held
                 return False
-        if answer.action != "accept" or (answer.content or {}).get("decision") != "approve":
+        decision = (answer.content or {}).get("decision")
+        if answer.action != "accept" or decision not in ("approve", APPROVE_READ_ONLY):
             self.gateway.audit.write("lock_kept", call.server, via="elicitation")
             return False
-        approve_pending(self.gateway.state, self.gateway.audit, call.server, via="elicitation")
+        unasked = frozenset(offer) if decision == APPROVE_READ_ONLY else frozenset()
+        approve_pending(state, self.gateway.audit, server, via="elicitation", shown=shown, unasked=unasked)
         await self.gateway.on_listing(self.gateway.downstreams[call.server])
         return True
 
