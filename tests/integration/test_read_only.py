@@ -15,6 +15,7 @@ from typing import Any
 import mcp.types as types
 import pytest
 
+from tests import peers
 from tests.integration.conftest import cli, gateway, write_config
 from tests.integration.test_approvals import Human
 
@@ -153,3 +154,31 @@ async def test_the_clients_form_offers_the_read_only_tools_and_approving_them_le
     assert "Marked read-only and closed-world by the server: look, tidy" in human.asked[0]
     assert text(look) == "looked" and erase.is_error and len(human.asked) == 2 and 'tool "erase"' in human.asked[1]
     assert not list(out.iterdir())
+
+
+@pytest.mark.peers
+async def test_server_everythings_read_only_tools_run_unasked_after_review_and_its_open_world_one_asks(
+    tmp_path: Path,
+) -> None:
+    argv = peers.everything()
+    server = {
+        "command": argv[0],
+        "args": argv[1:],
+        "timeout": 30,
+        "jail": {"read_only": [str(peers.NODE_MODULES)]},
+        "tools": {"default": "ask", "read_only": "review"},
+        "lock": {"enabled": True, "first": "review"},
+    }
+    config, state = write_config(tmp_path, {"everything": server}), tmp_path / "state"
+    shown, said = review(config, state, "y\ny\n")
+    offered = shown.split("marks these tools read-only and closed-world: ")[1].splitlines()[0].split(", ")
+    assert {"echo", "get-sum", "get-env"} <= set(offered) and "gzip-file-as-resource" not in offered
+    assert f"'everything' runs without asking: {', '.join(offered)}" in said
+    human = Human("deny")
+    async with gateway(config, state, elicitation_callback=human) as client:
+        echo = await client.call_tool("everything__echo", {"message": "hi"})
+        assert not human.asked
+        arguments = {"name": "x.gz", "data": "data:text/plain,hi", "outputType": "resource"}
+        gzip = await client.call_tool("everything__gzip-file-as-resource", arguments)
+    assert "Echo: hi" in text(echo)
+    assert gzip.is_error and len(human.asked) == 1 and 'tool "gzip-file-as-resource"' in human.asked[0]
