@@ -575,6 +575,20 @@ def test_check_names_prompt_and_resource_rules_that_match_nothing_the_lock_appro
     assert found[1].startswith("server 'a': resources.rules.cellblock://a/* matches no resource or template")
 
 
+def test_check_says_read_only_review_does_nothing_without_the_lock(tmp_path: Path) -> None:
+    from cellblock.gateway.config.compile import lint_config
+
+    text = "version: 1\nservers:\n  a:\n    command: x\n    tools: {default: ask, read_only: review}\n"
+    assert lint_config(parse_config(text), tmp_path) == []
+    found = lint_config(parse_config(text + "    lock: {enabled: false}\n"), tmp_path)
+    assert found == [
+        "server 'a': tools.read_only: review does nothing with lock: {enabled: false} (a grant is bound to the "
+        "definition the lock approves): every tool asks; turn the lock on, or remove it"
+    ]
+    message = error_of("version: 1\nservers:\n  a:\n    command: x\n    tools: {read_only: allow}\n")
+    assert message.startswith("c.yaml:5: servers.a.tools.read_only") and "'ask' or 'review'" in message
+
+
 def test_check_reports_two_servers_without_a_prefix_that_offer_one_name(tmp_path: Path) -> None:
     from cellblock.gateway.state import lock_path
     from cellblock.policy.lock import approve, save_lock

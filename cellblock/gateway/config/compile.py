@@ -72,6 +72,11 @@ def lint_config(config: Config, state: Path) -> list[str]:
                 for key, item in lock.snapshot.items()
                 if key.startswith("tool:")
             }
+        if config.tools_of(name).read_only == "review" and not config.lock_of(name).enabled:
+            findings.append(
+                f"server '{name}': tools.read_only: review does nothing with lock: {{enabled: false}} (a grant is "
+                "bound to the definition the lock approves): every tool asks; turn the lock on, or remove it"
+            )
         cwd = entry.cwd if isinstance(entry, LocalServer) else None
         findings += lint_policy(name, policy_for(config, name).rules, view, home, catalog, cwd)
         for kind in ("prompt", "resource"):
