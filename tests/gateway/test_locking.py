@@ -11,7 +11,14 @@ import mcp.types as types
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.downstream.listing import Listing
-from cellblock.gateway.serve.locking import Locks, approve_pending
+from cellblock.gateway.serve.locking import (
+    Locks,
+    approve_pending,
+    held_catalog,
+    read_only_offer,
+    revoke_unasked,
+    runs_unasked,
+)
 from cellblock.gateway.state import lock_path, pending_path
 from cellblock.policy.lock import load_lock, save_pending
 
@@ -69,3 +76,25 @@ def test_a_kind_that_failed_to_list_stays_approved_and_an_approval_meanwhile_kee
     assert approve_pending(tmp_path, audit, "db", "cli") == 3
     lock = load_lock(lock_path(tmp_path, "db"))
     assert lock is not None and "resource:row://1" not in lock.items
+
+
+def test_grants_to_run_unasked_follow_the_review_and_a_revoke_narrows_them_before_any_restart(tmp_path: Path) -> None:
+    config = parse_config("version: 1\nservers:\n  fs:\n    command: x\n    tools: {read_only: review}\n")
+    audit = Audit(tmp_path / "audit.jsonl")
+    read_only = types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    tools = tuple(types.Tool(name=n, input_schema={"type": "object"}, annotations=read_only) for n in ("a", "b"))
+    catalog = Listing(tools=(*tools, types.Tool(name="w", input_schema={"type": "object"})))
+    locks = Locks(config, tmp_path, audit)
+    locks.review("fs", catalog)  # first contact: held
+    shown = held_catalog(tmp_path, "fs")
+    assert shown is not None
+    offer, kept = read_only_offer(config, tmp_path, "fs", shown)
+    assert offer == ["tool:a", "tool:b"] and kept == []
+    approve_pending(tmp_path, audit, "fs", "cli", shown=shown, unasked=frozenset([*offer, "tool:w"]))
+    assert locks.changed_on_disk() == ["fs"]
+    locks.review("fs", catalog)
+    assert locks.unasked["fs"] == {"a", "b"} and runs_unasked(config, tmp_path, "fs") == ["a", "b"]
+    assert revoke_unasked(tmp_path, "fs", "a") == ["a"]
+    assert locks.changed_on_disk() == ["fs"] and locks.unasked["fs"] == {"b"}
+    assert revoke_unasked(tmp_path, "fs", None) == ["b"] and revoke_unasked(tmp_path, "fs", None) == []
+    assert locks.changed_on_disk() == ["fs"] and locks.unasked["fs"] == frozenset()

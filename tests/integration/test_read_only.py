@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import mcp.types as types
 import pytest
 
@@ -182,3 +183,21 @@ async def test_server_everythings_read_only_tools_run_unasked_after_review_and_i
         gzip = await client.call_tool("everything__gzip-file-as-resource", arguments)
     assert "Echo: hi" in text(echo)
     assert gzip.is_error and len(human.asked) == 1 and 'tool "gzip-file-as-resource"' in human.asked[0]
+
+
+async def test_a_revoked_grant_asks_again_in_the_running_gateway(tmp_path: Path) -> None:
+    config, state, _, _ = setup(tmp_path)
+    review(config, state, "y\ny\n")
+    human = Human("deny")
+    env = {"CELLBLOCK_STATE_DIR": str(state)}
+    async with gateway(config, state, elicitation_callback=human) as client:
+        assert text(await client.call_tool("a__look", {})) == "looked" and not human.asked
+        revoked = cli(env, "revoke", "a:look", "--config", str(config))
+        assert revoked.returncode == 0 and "tool look of 'a' (runs without asking)" in revoked.stderr
+        with anyio.fail_after(10):  # the gateway reads the grants again within a poll
+            while not human.asked:  # the effect is in another process: poll it, as `eventually` does
+                result = await client.call_tool("a__look", {})
+                await anyio.sleep(0.05)
+        assert result.is_error and 'tool "look"' in human.asked[0]
+        asked = len(human.asked)
+        assert text(await client.call_tool("a__tidy", {})) == "nothing to tidy" and len(human.asked) == asked

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from cellblock.gateway.cli.gateways import ask_all, pid_of, running
@@ -153,6 +154,11 @@ def revoke(config_path: str | None, target: str, kind: str = "tool") -> int:
         print(f"cellblock: FAIL: nothing was revoked: {exc}", file=sys.stderr)
         return EXIT_FINDING
     gone = [f"{printable(describe(k, t, server))} (always)" for k, t in stored]
+    if kind == "tool":
+        gone += [
+            f"tool {printable(name)} of '{printable(server)}' (runs without asking)"
+            for name in _unasked(state, server, tool)
+        ]
     # what a running gateway holds for this session is in its memory: each is told, over its socket
     missed = []
     try:
@@ -189,6 +195,18 @@ def revoke(config_path: str | None, target: str, kind: str = "tool") -> int:
             file=sys.stderr,
         )
     return EXIT_OK if gone and not missed else EXIT_FINDING
+
+
+def _unasked(state: Path, server: str, tool: str) -> list[str]:
+    """Take back the grants to run `server`'s tools (or `tool`) without asking; the names revoked."""
+    from cellblock.gateway.serve.locking import revoke_unasked
+    from cellblock.policy.lock import LockError
+
+    try:
+        return revoke_unasked(state, server, tool or None)
+    except LockError as exc:
+        print(f"cellblock: FAIL: {exc}", file=sys.stderr)
+        return []
 
 
 def _number(value: Any, default: float) -> float:

@@ -41,6 +41,7 @@ __all__ = [
     "filter_listing",
     "held_catalog",
     "read_only_offer",
+    "revoke_unasked",
     "runs_unasked",
 ]
 
@@ -177,7 +178,7 @@ class Locks:
     held: dict[str, frozenset[str]] = field(default_factory=dict)
     # the tools the user let run without asking, of the definitions the lock approves
     unasked: dict[str, frozenset[str]] = field(default_factory=dict)
-    _seen: dict[str, float] = field(default_factory=dict)
+    _seen: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def enabled(self, server: str) -> bool:
         return self.config.lock_of(server).enabled
@@ -243,11 +244,41 @@ class Locks:
         return filter_listing(listing, result.approved)
 
     def changed_on_disk(self) -> list[str]:
-        """Servers whose lock file changed since the gateway last read it (an approval elsewhere)."""
-        return [s for s in self._seen if self._mtime(s) != self._seen[s]]
+        """Servers whose lock file, or file of tools that run without asking, changed since the
+        gateway last read it (an approval or a revoke elsewhere)."""
+        changed = [s for s in self._seen if self._mtime(s) != self._seen[s]]
+        for server in changed:
+            # a revoked grant ends now, whether or not the server has started (a grant is only
+            # ever added by reading the lock again, when the server's catalog is checked)
+            try:
+                left = {key.removeprefix("tool:") for key in load_unasked(unasked_path(self.state, server))}
+            except LockError as exc:
+                logger.error("%s", exc)
+                left = set()
+            self.unasked[server] = self.unasked.get(server, frozenset()) & left
+        return changed
 
-    def _mtime(self, server: str) -> float:
-        try:
-            return os.stat(lock_path(self.state, server)).st_mtime_ns / 1e9
-        except OSError:
-            return 0.0
+    def _mtime(self, server: str) -> tuple[float, float]:
+        return _mtime_of(lock_path(self.state, server)), _mtime_of(unasked_path(self.state, server))
+
+
+def _mtime_of(path: Path) -> float:
+    try:
+        return os.stat(path).st_mtime_ns / 1e9
+    except OSError:
+        return 0.0
+
+
+def revoke_unasked(state: Path, server: str, tool: str | None) -> list[str]:
+    """Take back the grants of `server` to run without asking (of `tool` alone, if named); the
+    tool names they were. A running gateway asks for them again within a poll.
+
+    Raises:
+        LockError: the file of grants cannot be read or written.
+    """
+    path = unasked_path(state, server)
+    grants = load_unasked(path)
+    gone = sorted(key for key in grants if tool is None or key == f"tool:{tool}")
+    if gone:
+        save_unasked(path, server, {k: v for k, v in grants.items() if k not in gone})
+    return [key.removeprefix("tool:") for key in gone]
