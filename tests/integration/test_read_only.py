@@ -15,6 +15,8 @@ from typing import Any
 import anyio
 import mcp.types as types
 import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
 
 from tests import peers
 from tests.integration.conftest import cli, gateway, write_config
@@ -201,3 +203,30 @@ async def test_a_revoked_grant_asks_again_in_the_running_gateway(tmp_path: Path)
         assert result.is_error and 'tool "look"' in human.asked[0]
         asked = len(human.asked)
         assert text(await client.call_tool("a__tidy", {})) == "nothing to tidy" and len(human.asked) == asked
+
+
+@pytest.mark.peers
+@pytest.mark.jail
+async def test_after_wrap_and_review_the_wrapped_entry_runs_read_only_tools_without_asking(
+    tmp_path: Path, keyring_env: dict[str, str]
+) -> None:
+    argv = peers.everything()
+    client_config = tmp_path / "claude_desktop_config.json"
+    client_config.write_text(json.dumps({"mcpServers": {"everything": {"command": argv[0], "args": argv[1:]}}}))
+    config, run = tmp_path / "cellblock.yaml", tmp_path / "run"
+    run.mkdir(mode=0o700)
+    env = {**keyring_env, "CELLBLOCK_STATE_DIR": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(run)}
+    wrapped = cli(env, "wrap", str(client_config), "--config", str(config))
+    assert wrapped.returncode == 0, wrapped.stderr
+    reviewed = cli(env, "review", "--config", str(config), stdin="y\ny\n")
+    assert reviewed.returncode == 0, reviewed.stderr
+    assert "'everything' runs without asking: " in reviewed.stderr and "echo" in reviewed.stderr
+    entry = json.loads(client_config.read_text())["mcpServers"]["cellblock"]
+    human = Human("deny")
+    params = StdioServerParameters(command=entry["command"], args=entry["args"], env=env)
+    async with Client(params, elicitation_callback=human, cache=None) as client:
+        echo = await client.call_tool("everything__echo", {"message": "unasked"})
+        assert "Echo: unasked" in text(echo) and not human.asked
+        arguments = {"name": "x.gz", "data": "data:text/plain,hi", "outputType": "resource"}
+        gzip = await client.call_tool("everything__gzip-file-as-resource", arguments)
+    assert gzip.is_error and len(human.asked) == 1
