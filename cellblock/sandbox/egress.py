@@ -31,6 +31,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from cellblock.policy.hosts import HostRule, address_allowed, host_allowed, is_ip, normalize_host
 from cellblock.sandbox.bwrap import EGRESS_SOCKET
+from cellblock.sandbox.jailnet import relay_names, resolv_mounts
 from cellblock.sandbox.launchers import launcher_mounts
 from cellblock.sandbox.types import Mount, MountMode
 from cellblock.sandbox.unix import accept, bind_private
@@ -556,11 +557,19 @@ RELAY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "relay.py")
 RELAY_PORT = 3128
 
 
-def relayed(argv: Sequence[str], python: str, home: str, host_path: str) -> tuple[tuple[str, ...], list[Mount]]:
+def relayed(
+    argv: Sequence[str], python: str, home: str, host_path: str, allow_hosts: Sequence[str] = ()
+) -> tuple[tuple[str, ...], list[Mount]]:
     """`argv` started by the egress relay inside its jail (run by `python`, isolated from site and
     home), which carries each connection to the proxy's socket at `EGRESS_SOCKET` and points the
-    proxy variables at itself; and what the jail must show for it."""
+    proxy variables at itself; with the names of `allow_hosts` it also answers their DNS and
+    carries their connections (`sandbox/jailnet.py`). And what the jail must show for it."""
     mounts = launcher_mounts(python, home, host_path, role="the gateway's Python, which runs the egress relay")
     mounts.append(Mount(RELAY, MountMode.READ_ONLY, "egress relay"))
-    relay = (python, "-I", "-S", RELAY, "--listen", f"127.0.0.1:{RELAY_PORT}", "--socket", EGRESS_SOCKET)
+    listen = f"127.0.0.1:{RELAY_PORT}"
+    relay: tuple[str, ...] = (python, "-I", "-S", RELAY, "--listen", listen, "--socket", EGRESS_SOCKET)
+    names, ports = relay_names(allow_hosts)
+    if names:
+        relay += ("--names", ",".join(names), "--ports", ",".join(map(str, ports)))
+        mounts += resolv_mounts()
     return (*relay, "--set-proxy-env", "--", *argv), mounts

@@ -1,6 +1,7 @@
 """In-jail relay: 127.0.0.1:PORT -> the egress proxy's Unix socket, then run the server.
 
-    python3 relay.py --listen 127.0.0.1:PORT --socket PATH [--set-proxy-env] -- ARGV...
+    python3 relay.py --listen 127.0.0.1:PORT --socket PATH [--set-proxy-env]
+                     [--names NAME,*.SUFFIX,... --ports 80,443,... [--dns 127.0.0.1:53]] -- ARGV...
 
 Runs INSIDE the jail with whatever python3 is mounted there, so it is one standalone file: stdlib
 only, no `cellblock` import. It listens first, then starts ARGV with the inherited stdin, stdout
@@ -8,6 +9,15 @@ and stderr (stdout carries MCP, so the relay never writes to it), forwards SIGTE
 SIGHUP to the child, and exits with the child's exit code, or 128 + N when a signal N ended it.
 Each accepted TCP connection is piped to a fresh connection on the Unix socket; the relay does
 not look at the bytes, the proxy does all checking.
+
+With `--names`, the relay also answers DNS (UDP, at `--dns`) inside the jail: an A query for a
+name the patterns cover gets a loopback address of its own (127.100.x.y, one per name, given at
+the first query), any other name NXDOMAIN, which is reported once to the proxy as a `CONNECT
+name:53` it refuses and audits. On each of `--ports` it accepts TCP on every loopback address; a
+connection to a name's address is carried to the proxy as `CONNECT name:port`, so programs that
+ignore proxy variables (Node 20's fetch, Go, raw sockets) reach exactly what the proxy allows. A
+refusal's response is passed to the client as it is, then the connection is closed. Ports below
+1024 need the namespace that `sandbox/netns.py` makes.
 
 With `--set-proxy-env` the child gets http_proxy, https_proxy, HTTP_PROXY and HTTPS_PROXY pointing
 at the listener (PORT may then be 0 for an ephemeral port) and no no_proxy/NO_PROXY.
@@ -20,6 +30,7 @@ import contextlib
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -27,11 +38,17 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
-__all__ = ["main"]
+__all__ = ["Names", "dns_answer", "main"]
 
 # Connections piped at once; more are closed on accept. The proxy has its own, lower limit; this
 # only keeps a runaway client from making the relay spawn threads without bound.
 MAX_CONNECTIONS = 256
+# Names given an address at once; a runaway of lookups under a wildcard cannot grow the table for ever.
+MAX_NAMES = 4096
+# Refused names reported to the proxy (once each); the audit's own budget bounds the rest.
+MAX_REPORTED = 1024
+# Where names' addresses are: 127.100.0.1 onwards, all on the jail's loopback.
+NAME_NETWORK = "127.100"
 # Seconds to open the Unix socket connection; the proxy accepts at once when it is up.
 CONNECT_TIMEOUT = 10.0
 # Seconds to pause after a failed accept (out of file descriptors) instead of spinning.
@@ -41,6 +58,12 @@ _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")
 _NO_PROXY_VARS = ("no_proxy", "NO_PROXY")
 _EXIT_CANNOT_START = 127
+_MAX_HEAD = 16 * 1024  # the proxy's answer to CONNECT
+_DNS_HEADER = 12
+_DNS_MAX = 4096
+_TTL = 60
+_TYPE_A, _TYPE_AAAA, _CLASS_IN = 1, 28, 1
+_NOERROR, _FORMERR, _NXDOMAIN, _NOTIMP = 0, 1, 3, 4
 
 
 def _say(message: str) -> None:
@@ -73,12 +96,167 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
         sink.shutdown(socket.SHUT_WR)
 
 
-def _serve_connection(client: socket.socket, socket_path: str, slots: threading.BoundedSemaphore) -> None:
+class Names:
+    """The names the relay answers for, each given a loopback address of its own at first use."""
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        self._exact = {p for p in patterns if not p.startswith("*.")}
+        self._suffixes = tuple(p[1:] for p in patterns if p.startswith("*."))
+        self._addresses: dict[str, str] = {}
+        self._names: dict[str, str] = {}
+        self._reported: set[str] = set()
+        self._lock = threading.Lock()
+
+    def covers(self, name: str) -> bool:
+        return name in self._exact or any(name.endswith(s) for s in self._suffixes)
+
+    def address_for(self, name: str) -> str | None:
+        """`name`'s loopback address (given now if new); None if no pattern covers it or all are given."""
+        if not self.covers(name):
+            return None
+        with self._lock:
+            if name not in self._addresses:
+                if len(self._addresses) >= MAX_NAMES:
+                    return None
+                index = len(self._addresses) + 1
+                address = f"{NAME_NETWORK}.{index >> 8}.{index & 0xFF}"
+                self._addresses[name] = address
+                self._names[address] = name
+            return self._addresses[name]
+
+    def name_at(self, address: str) -> str | None:
+        with self._lock:
+            return self._names.get(address)
+
+    def first_refusal(self, name: str) -> bool:
+        """True the first time `name` is refused (up to MAX_REPORTED names): report it then only."""
+        with self._lock:
+            if name in self._reported or len(self._reported) >= MAX_REPORTED:
+                return False
+            self._reported.add(name)
+            return True
+
+
+def dns_answer(query: bytes, names: Names) -> tuple[bytes | None, str | None]:
+    """The response to one DNS query, and the name it refused (to report), if any.
+
+    An A query (class IN) for a covered name gets its address; another type for it no answer
+    (NOERROR, so a client asking A and AAAA uses the A); any other name NXDOMAIN; a malformed query,
+    FORMERR; a response, or a packet too short for a header, nothing."""
+    if len(query) < _DNS_HEADER:
+        return None, None
+    ident, flags, questions = struct.unpack("!HHH", query[:6])
+    if flags & 0x8000:
+        return None, None
+    opcode = (flags >> 11) & 0xF
+    keep = (flags & 0x0100) | 0x8080 | (opcode << 11)  # RD as asked, QR, RA
+
+    def reply(rcode: int, question: bytes = b"", answer: bytes = b"") -> bytes:
+        counts = (1 if question else 0, 1 if answer else 0, 0, 0)
+        return struct.pack("!HH4H", ident, keep | rcode, *counts) + question + answer
+
+    if opcode != 0:
+        return reply(_NOTIMP), None
+    parsed = _question(query)
+    if questions != 1 or parsed is None:
+        return reply(_FORMERR), None
+    name, qtype, qclass, end = parsed
+    question = query[_DNS_HEADER:end]
+    address = names.address_for(name) if name is not None else None
+    if address is None:
+        return reply(_NXDOMAIN, question), name if qtype in (_TYPE_A, _TYPE_AAAA) else None
+    if qtype != _TYPE_A or qclass != _CLASS_IN:
+        return reply(_NOERROR, question), None
+    record = struct.pack("!HHHIH", 0xC00C, _TYPE_A, _CLASS_IN, _TTL, 4) + socket.inet_aton(address)
+    return reply(_NOERROR, question, record), None
+
+
+def _question(query: bytes) -> tuple[str | None, int, int, int] | None:
+    """(name lowercased, or None if it is not plain ASCII; type; class; end offset), or None if malformed."""
+    labels: list[bytes] = []
+    at = _DNS_HEADER
+    while True:
+        if at >= len(query):
+            return None
+        length = query[at]
+        if length & 0xC0:  # no compression in a question
+            return None
+        at += 1
+        if length == 0:
+            break
+        labels.append(query[at : at + length])
+        at += length
+    if at + 4 > len(query) or at - _DNS_HEADER > 255:
+        return None
+    qtype, qclass = struct.unpack("!HH", query[at : at + 4])
     try:
+        name: str | None = b".".join(labels).decode("ascii").lower()
+    except UnicodeDecodeError:
+        name = None
+    return name, qtype, qclass, at + 4
+
+
+def _report(name: str, socket_path: str) -> None:
+    """Tell the proxy of a lookup the relay refused, as a CONNECT it refuses and audits."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as upstream:
+        upstream.settimeout(CONNECT_TIMEOUT)
+        upstream.connect(socket_path)
+        upstream.sendall(f"CONNECT {name}:53 HTTP/1.1\r\nHost: {name}:53\r\n\r\n".encode("ascii"))
+        upstream.recv(_CHUNK)
+
+
+def _dns_loop(server: socket.socket, names: Names, socket_path: str) -> None:
+    while True:
+        try:
+            query, peer = server.recvfrom(_DNS_MAX)
+        except OSError as exc:
+            _say(f"DNS receive failed: {exc}")
+            time.sleep(ACCEPT_BACKOFF)
+            continue
+        response, refused = dns_answer(query, names)
+        if response is not None:
+            with contextlib.suppress(OSError):
+                server.sendto(response, peer)
+        if refused and names.first_refusal(refused):
+            threading.Thread(target=_report, args=(refused, socket_path), daemon=True).start()
+
+
+def _connect_name(client: socket.socket, upstream: socket.socket, name: str, port: int) -> bool:
+    """Ask the proxy for `name:port`; True if it connected. A refusal is passed on to the client."""
+    upstream.sendall(f"CONNECT {name}:{port} HTTP/1.1\r\nHost: {name}:{port}\r\n\r\n".encode("ascii"))
+    head = b""
+    while b"\r\n\r\n" not in head:
+        data = upstream.recv(_CHUNK)
+        if not data or len(head) + len(data) > _MAX_HEAD:
+            return False
+        head += data
+    status = head.split(b"\r\n", 1)[0].split(b" ")
+    if len(status) >= 2 and status[1] == b"200":
+        extra = head.split(b"\r\n\r\n", 1)[1]
+        if extra:
+            client.sendall(extra)
+        return True
+    with contextlib.suppress(OSError):
+        client.sendall(head)
+        client.sendall(upstream.recv(_CHUNK))
+    return False
+
+
+def _serve_connection(
+    client: socket.socket, socket_path: str, slots: threading.BoundedSemaphore, names: Names | None, proxy: bool
+) -> None:
+    try:
+        local = client.getsockname()
+        name = names.name_at(local[0]) if names is not None else None
+        if name is None and not proxy:
+            return  # a loopback address no name was given: nothing to carry it to
         upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             upstream.settimeout(CONNECT_TIMEOUT)
             upstream.connect(socket_path)
+            if name is not None and not _connect_name(client, upstream, name, local[1]):
+                upstream.close()
+                return
             upstream.settimeout(None)
         except OSError as exc:
             _say(f"cannot reach the egress proxy at {socket_path}: {exc}")
@@ -94,7 +272,7 @@ def _serve_connection(client: socket.socket, socket_path: str, slots: threading.
         slots.release()
 
 
-def _accept_loop(listener: socket.socket, socket_path: str) -> None:
+def _accept_loop(listener: socket.socket, socket_path: str, names: Names | None, proxy: bool) -> None:
     slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
     while True:
         try:
@@ -106,16 +284,25 @@ def _accept_loop(listener: socket.socket, socket_path: str) -> None:
         if not slots.acquire(blocking=False):
             client.close()
             continue
-        threading.Thread(target=_serve_connection, args=(client, socket_path, slots), daemon=True).start()
+        work = (client, socket_path, slots, names, proxy)
+        threading.Thread(target=_serve_connection, args=work, daemon=True).start()
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def _listen(host: str, port: int, kind: int = socket.SOCK_STREAM) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener = socket.socket(family, kind)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind((host, port))
-    listener.listen(128)
+    if kind == socket.SOCK_STREAM:
+        listener.listen(128)
     return listener
+
+
+def _ports(text: str) -> list[int]:
+    ports = [p for p in text.split(",") if p]
+    if not all(p.isdigit() and 1 <= int(p) <= 65535 for p in ports):
+        raise argparse.ArgumentTypeError(f"expected PORT,PORT,... (got {text!r})")
+    return sorted({int(p) for p in ports})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -125,6 +312,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--listen", required=True, type=_parse_listen, help="HOST:PORT to listen on (loopback)")
     parser.add_argument("--socket", required=True, help="the egress proxy's Unix socket")
     parser.add_argument("--set-proxy-env", action="store_true", help="point the child's *_proxy variables here")
+    parser.add_argument("--names", default="", help="NAME,*.SUFFIX,... to answer DNS for")
+    parser.add_argument("--ports", type=_ports, default=[], help="PORT,... to carry names' connections on")
+    parser.add_argument("--dns", type=_parse_listen, default=("127.0.0.1", 53), help="HOST:PORT for DNS (UDP)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- ARGV of the server to run")
     args = parser.parse_args(argv)
     command = list(args.command)
@@ -133,13 +323,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not command:
         parser.error("no command given after --")
 
+    listen_host, listen_port = args.listen
+    if args.names and listen_port in args.ports:
+        listen_host = "0.0.0.0"  # a name's connections on this port come here too
     try:
-        listener = _listen(*args.listen)
+        listener = _listen(listen_host, listen_port)
     except OSError as exc:
         _say(f"cannot listen on {args.listen[0]}:{args.listen[1]}: {exc}")
         return _EXIT_CANNOT_START
-    host, port = listener.getsockname()[:2]
-    threading.Thread(target=_accept_loop, args=(listener, args.socket), daemon=True).start()
+    host, port = args.listen[0], listener.getsockname()[1]
+    names = Names([n for n in args.names.split(",") if n]) if args.names else None
+    threading.Thread(target=_accept_loop, args=(listener, args.socket, names, True), daemon=True).start()
+    if names is not None:
+        try:
+            dns = _listen(args.dns[0], args.dns[1], socket.SOCK_DGRAM)
+            carried = [_listen("0.0.0.0", p) for p in args.ports if p != port]
+        except OSError as exc:
+            _say(f"cannot listen for the allowed names' DNS and ports ({exc}): is the jail in its own namespace?")
+            return _EXIT_CANNOT_START
+        threading.Thread(target=_dns_loop, args=(dns, names, args.socket), daemon=True).start()
+        for carrier in carried:
+            threading.Thread(target=_accept_loop, args=(carrier, args.socket, names, False), daemon=True).start()
 
     env = dict(os.environ)
     if args.set_proxy_env:

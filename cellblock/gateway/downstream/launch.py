@@ -28,6 +28,7 @@ from cellblock.policy.files import make_dirs
 from cellblock.sandbox.bwrap import PIN_FILTER, bwrap_plan, check_bwrap
 from cellblock.sandbox.closure import exec_closure
 from cellblock.sandbox.egress import relayed
+from cellblock.sandbox.jailnet import in_netns, relay_names
 from cellblock.sandbox.launchers import launcher_gaps, launcher_mounts, resolve_command
 from cellblock.sandbox.limits import describe, limit_plan
 from cellblock.sandbox.marks import mark_plan
@@ -178,7 +179,7 @@ def jail_spec(
         argv = (python, "-I", "-S", str(PIN), *options, "--seccomp", PIN_FILTER, "--", *argv)
     gaps = launcher_gaps(command, env["PATH"], [m.path for m in launchers])
     if jail.network == "allowlist":
-        argv, relaying = relayed(argv, python, home, host_path)
+        argv, relaying = relayed(argv, python, home, host_path, jail.allow_hosts)
         launchers += relaying
         env["NODE_USE_ENV_PROXY"] = "1"  # Node 24's fetch uses the proxy variables only when asked
     if sys.platform.startswith("linux"):  # macOS has no abstract sockets
@@ -432,8 +433,12 @@ def launch_plan(
             raise JailError(f"server '{name}': jail.exec.sha256 needs a private directory for verified copies")
         pinned = verify_pins(name, jail.exec.sha256, private / "pinned")
     spec, launchers = jail_spec(name, server, jail, egress_socket, pinned, own, jail_home, kept)
-    plan = bwrap_plan(spec, launchers, check_bwrap(), secrets, DEFAULT_INHERITED_ENV_VARS)
-    return plan if limits is None else limit_plan(plan, name, limits)
+    bwrap = check_bwrap()
+    plan = bwrap_plan(spec, launchers, bwrap, secrets, DEFAULT_INHERITED_ENV_VARS)
+    plan = plan if limits is None else limit_plan(plan, name, limits)
+    if jail.network == "allowlist" and relay_names(jail.allow_hosts)[0]:
+        plan = in_netns(plan, bwrap)  # the relay answers the names' DNS on port 53, and their :80 and :443
+    return plan
 
 
 def server_plan(

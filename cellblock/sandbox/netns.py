@@ -1,0 +1,92 @@
+"""A network namespace for an allowlist jail where ports below 1024 need no capability, then bwrap.
+
+    python3 netns.py -- BWRAP_ARGV...
+
+Runs on the host, just before bwrap, by the gateway's Python isolated from site and home, so it is
+one standalone file: stdlib only, no `cellblock` import. It makes a user namespace (mapping only
+the caller's own uid and gid, to themselves) and a network namespace owned by it, sets that
+namespace's `net.ipv4.ip_unprivileged_port_start` to 0, brings its loopback up, and executes bwrap
+there (bwrap then makes no network namespace of its own). The in-jail relay can then answer DNS on
+127.0.0.1:53 and take connections on :80 and :443 with no capability at all: the jail keeps
+`--cap-drop ALL` and `--disable-userns`. Inside bwrap's own user namespace, which is nested in this
+one, no capability over this network namespace is left: the sysctl was the only thing done with it.
+
+Any failure ends here with exit code 126 and one line on stderr: nothing is started.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import socket
+import struct
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNET = 0x40000000
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+_IFREQ = "16sh14x"  # struct ifreq: the name, then ifr_flags in the union
+_PORT_START = "/proc/sys/net/ipv4/ip_unprivileged_port_start"
+_EXIT_CANNOT_START = 126
+
+
+def _say(message: str) -> None:
+    print(f"cellblock-netns: {message}", file=sys.stderr, flush=True)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w", encoding="ascii") as file:
+        file.write(text)
+
+
+def prepare() -> None:
+    """Enter a new user and network namespace, low ports open to all, loopback up.
+
+    Raises:
+        OSError: any step was refused by the kernel.
+    """
+    uid, gid = os.getuid(), os.getgid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"unshare (user and network namespace): {os.strerror(errno)}")
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"{uid} {uid} 1")
+    _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    _write(_PORT_START, "0")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack(_IFREQ, b"lo", 0)
+        flags = struct.unpack(_IFREQ, fcntl.ioctl(sock, _SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | _IFF_UP))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    command = list(sys.argv[1:] if argv is None else argv)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        _say("no command given after --")
+        return _EXIT_CANNOT_START
+    try:
+        prepare()
+    except OSError as exc:
+        _say(
+            f"cannot make the allowlist jail's network namespace ({exc}); the kernel must allow "
+            "unprivileged user namespaces and a writable /proc/sys for them (see 'cellblock doctor')"
+        )
+        return _EXIT_CANNOT_START
+    try:
+        os.execv(command[0], command)
+    except OSError as exc:
+        _say(f"cannot start {command[0]!r}: {exc}")
+    return _EXIT_CANNOT_START
+
+
+if __name__ == "__main__":
+    sys.exit(main())
