@@ -104,7 +104,7 @@ class Names:
         self._suffixes = tuple(p[1:] for p in patterns if p.startswith("*."))
         self._addresses: dict[str, str] = {}
         self._names: dict[str, str] = {}
-        self._reported: set[str] = set()
+        self._reported: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
 
     def covers(self, name: str) -> bool:
@@ -128,13 +128,16 @@ class Names:
         with self._lock:
             return self._names.get(address)
 
-    def first_refusal(self, name: str) -> bool:
-        """True the first time `name` is refused (up to MAX_REPORTED names): report it then only."""
+    def refusal(self, name: str) -> tuple[bool, threading.Event | None]:
+        """Whether `name`'s refusal is to be reported now (the first time, for up to MAX_REPORTED
+        names), and the event set once it has been: answers for the name wait for it."""
         with self._lock:
-            if name in self._reported or len(self._reported) >= MAX_REPORTED:
-                return False
-            self._reported.add(name)
-            return True
+            if name in self._reported:
+                return False, self._reported[name]
+            if len(self._reported) >= MAX_REPORTED:
+                return False, None
+            self._reported[name] = threading.Event()
+            return True, self._reported[name]
 
 
 def dns_answer(query: bytes, names: Names) -> tuple[bytes | None, str | None]:
@@ -214,11 +217,37 @@ def _dns_loop(server: socket.socket, names: Names, socket_path: str) -> None:
             time.sleep(ACCEPT_BACKOFF)
             continue
         response, refused = dns_answer(query, names)
-        if response is not None:
-            with contextlib.suppress(OSError):
-                server.sendto(response, peer)
-        if refused and names.first_refusal(refused):
-            threading.Thread(target=_report, args=(refused, socket_path), daemon=True).start()
+        if response is None:
+            continue
+        first, reported = names.refusal(refused) if refused else (False, None)
+        if reported is not None and (first or not reported.is_set()):
+            # the program is answered once the proxy has recorded the refusal, so the audit holds it
+            # first; off this loop, which a slow proxy must not stall
+            work = (server, response, peer, refused if first else None, reported, socket_path)
+            threading.Thread(target=_answer_reported, args=work, daemon=True).start()
+            continue
+        with contextlib.suppress(OSError):
+            server.sendto(response, peer)
+
+
+def _answer_reported(
+    server: socket.socket,
+    response: bytes,
+    peer: tuple[str, int],
+    name: str | None,
+    reported: threading.Event,
+    socket_path: str,
+) -> None:
+    """Report `name` (None: another query's thread reports it), then answer."""
+    if name is not None:
+        try:
+            _report(name, socket_path)
+        finally:
+            reported.set()
+    else:
+        reported.wait(CONNECT_TIMEOUT)
+    with contextlib.suppress(OSError):
+        server.sendto(response, peer)
 
 
 def _connect_name(client: socket.socket, upstream: socket.socket, name: str, port: int) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cellblock.sandbox.jailnet import HOSTS, NETNS, RESOLV_CONF, in_netns, relay_names
-from cellblock.sandbox.relay import MAX_NAMES, Names, dns_answer
+from cellblock.sandbox.relay import MAX_NAMES, MAX_REPORTED, Names, dns_answer
 from cellblock.sandbox.types import JailError, LaunchPlan, Network
 
 A, AAAA, MX = 1, 28, 15
@@ -60,7 +60,9 @@ def test_a_name_not_listed_is_nxdomain_and_reported_once() -> None:
         response, refused = dns_answer(query(name), names)
         assert response is not None and rcode(response) == 3 and answers(response) == 0
         assert refused == name
-        assert names.first_refusal(name) and not names.first_refusal(name)
+        first, reported = names.refusal(name)
+        again, same = names.refusal(name)
+        assert first and not again and reported is same is not None
     assert names.name_at("127.0.0.1") is None
 
 
@@ -96,6 +98,12 @@ def test_what_is_not_a_query_gets_no_answer(packet: bytes) -> None:
 def test_a_malformed_query_is_formerr(packet: bytes) -> None:
     response, refused = dns_answer(packet, Names(["api.example.com"]))
     assert response is not None and rcode(response) == 1 and refused is None
+
+
+def test_refusals_reported_are_bounded() -> None:
+    names = Names([])
+    assert all(names.refusal(f"n{i}.test")[0] for i in range(MAX_REPORTED))
+    assert names.refusal("one-more.test") == (False, None)
 
 
 def test_the_names_given_addresses_are_bounded() -> None:
