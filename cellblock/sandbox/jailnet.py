@@ -14,6 +14,8 @@ binds them without any capability.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -21,7 +23,7 @@ from dataclasses import replace
 from cellblock.policy.hosts import HostKind, parse_rule
 from cellblock.sandbox.types import JailError, LaunchPlan, Mount, MountMode
 
-__all__ = ["HOSTS", "NETNS", "RESOLV_CONF", "in_netns", "relay_names", "resolv_mounts"]
+__all__ = ["HOSTS", "NETNS", "RESOLV_CONF", "check_netns", "in_netns", "relay_names", "resolv_mounts"]
 
 NETNS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "netns.py")
 # The jail's /etc/resolv.conf: the relay's DNS on loopback, and nothing else; and its /etc/hosts:
@@ -29,6 +31,8 @@ NETNS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "netns.py")
 # relay's answer.
 RESOLV_CONF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resolv.conf")
 HOSTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hosts")
+# The namespace step runs in well under this; a hung one means something is badly wrong.
+_CHECK_SECONDS = 10
 
 
 def relay_names(allow_hosts: Sequence[str]) -> tuple[list[str], list[int]]:
@@ -76,3 +80,16 @@ def in_netns(plan: LaunchPlan, bwrap: str, python: str | None = None) -> LaunchP
     argv[start:start] = prefix
     tmpfs = tuple((i + (len(prefix) if i > start else 0) - (1 if i > at else 0), point) for i, point in plan.tmpfs)
     return replace(plan, argv=tuple(argv), tmpfs=tmpfs)
+
+
+def check_netns(python: str | None = None) -> str | None:
+    """Why an allowlist jail with names cannot start here (the namespace step fails), or None."""
+    argv = [python or os.path.realpath(sys.executable), "-I", "-S", NETNS, "--", shutil.which("true") or "/bin/true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=_CHECK_SECONDS, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the namespace step did not run: {exc}"
+    if done.returncode == 0:
+        return None
+    lines = done.stderr.strip().splitlines()
+    return lines[-1] if lines else f"the namespace step exited with status {done.returncode}"

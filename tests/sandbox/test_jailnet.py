@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cellblock.sandbox.jailnet import HOSTS, NETNS, RESOLV_CONF, in_netns, relay_names
+from cellblock.sandbox.jailnet import HOSTS, NETNS, RESOLV_CONF, check_netns, in_netns, relay_names
 from cellblock.sandbox.relay import MAX_NAMES, MAX_REPORTED, Names, dns_answer
 from cellblock.sandbox.types import JailError, LaunchPlan, Network
 
@@ -138,3 +138,13 @@ def test_a_plan_without_its_own_network_namespace_is_refused() -> None:
         in_netns(plan("/usr/bin/bwrap", "--unshare-user", "--", "x", "--unshare-net"), "/usr/bin/bwrap")
     with pytest.raises(JailError, match="no network namespace"):
         in_netns(plan("other", "--unshare-net"), "/usr/bin/bwrap")
+
+
+@pytest.mark.jail
+def test_the_namespace_step_works_on_this_machine() -> None:
+    assert check_netns() is None
+
+
+def test_a_namespace_step_that_cannot_run_says_why() -> None:
+    said = check_netns(python="/nonexistent/python3")
+    assert said is not None and "did not run" in said

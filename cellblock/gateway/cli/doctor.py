@@ -17,6 +17,7 @@ from cellblock.gateway.config.model import Config, JailConfig, LocalServer
 from cellblock.gateway.credentials import CredentialError, Keyring, active_backend
 from cellblock.gateway.downstream.launch import jail_spec, launch_plan
 from cellblock.sandbox.bwrap import check_bwrap, namespace_hint
+from cellblock.sandbox.jailnet import check_netns
 from cellblock.sandbox.limits import enforcement
 from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.types import JailError, LaunchPlan, Mechanism
@@ -149,6 +150,11 @@ def _linux() -> bool:
     except JailError as exc:
         return _line(False, "trial jail", str(exc))
     _line(True, "trial jail", "a jail with new namespaces, no capabilities and the seccomp filter started and exited")
+    refused = check_netns()
+    if refused is None:
+        _line(True, "allowlist names", "listed names resolve inside allowlist jails (DNS and ports 80/443 there)")
+    else:
+        print(f"WARN  allowlist names: servers whose allow_hosts lists names will not start here: {refused}")
     return _limits()
 
 
