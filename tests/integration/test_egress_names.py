@@ -94,12 +94,16 @@ async def test_node_20_reaches_a_listed_name_by_fetch_and_raw_socket_and_nothing
 ) -> None:
     name, port, allow = named_site
     state = tmp_path / "state"
-    async with gateway(write_config(tmp_path, {"r": reacher(allow)}), state) as client:
+    # and a wildcard entry with no port (80 and 443), whose names the host cannot resolve
+    async with gateway(write_config(tmp_path, {"r": reacher([*allow, "*.svc.invalid"])}), state) as client:
         fetched = await client.call_tool("r__fetch", {"url": f"http://{name}:{port}/node20"})
         assert not fetched.is_error, text(fetched)
         assert text(fetched) == f"200 {BODY.decode()}"
         raw = await client.call_tool("r__socket", {"host": name, "port": port})
         assert not raw.is_error and BODY.decode() in text(raw), text(raw)
+        # port 80 in the jail, the proxy's refusal passed on as it is
+        wildcard = await client.call_tool("r__fetch", {"url": "http://a.svc.invalid/"})
+        assert text(wildcard).startswith("502 cellblock: egress to a.svc.invalid:80 refused"), text(wildcard)
         hits = len(Handler.hits)
         # a name not listed does not resolve; an address not listed has no route
         for url in ("http://example.com/", f"http://192.0.2.1:{port}/", f"http://localhost:{port}/"):
@@ -113,6 +117,7 @@ async def test_node_20_reaches_a_listed_name_by_fetch_and_raw_socket_and_nothing
     assert egress_events == [
         (name, port, "allow"),
         (name, port, "allow"),
+        ("a.svc.invalid", 80, "deny"),
         ("example.com", 53, "deny"),
         ("example.org", 53, "deny"),
     ]
