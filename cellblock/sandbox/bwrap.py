@@ -361,7 +361,10 @@ def bwrap_plan(
         argv=tuple(args),
         env={**spec.env, **(secrets or {})},
         cwd=None,
-        mounts=tuple([*system, *private, *shared, *hidden, *pinned]),
+        # a launcher's file shown over a system one (an allowlist jail's resolv.conf) is listed alone
+        mounts=tuple(
+            [*(m for m in system if m.path not in {s.path for s in launchers}), *private, *shared, *hidden, *pinned]
+        ),
         network=spec.network,
         seccomp=program,
         pin_filter=pin_filter,

@@ -3,12 +3,16 @@ namespace step in front of bwrap."""
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 from pathlib import Path
 
 import pytest
 
+from cellblock.gateway.config.loading import parse_config
+from cellblock.gateway.config.model import LocalServer
+from cellblock.gateway.downstream.launch import launch_plan
 from cellblock.sandbox.jailnet import HOSTS, NETNS, RESOLV_CONF, check_netns, in_netns, relay_names
 from cellblock.sandbox.relay import MAX_NAMES, MAX_REPORTED, Names, dns_answer
 from cellblock.sandbox.types import JailError, LaunchPlan, Network
@@ -148,3 +152,28 @@ def test_the_namespace_step_works_on_this_machine() -> None:
 def test_a_namespace_step_that_cannot_run_says_why() -> None:
     said = check_netns(python="/nonexistent/python3")
     assert said is not None and "did not run" in said
+
+
+def allowlist_plan(allow: list[str], tmp_path: Path) -> LaunchPlan:
+    jail = {"network": "allowlist", "allow_hosts": allow}
+    config = parse_config(json.dumps({"version": 1, "servers": {"t": {"command": "/bin/true", "jail": jail}}}))
+    server = config.servers["t"]
+    assert isinstance(server, LocalServer)
+    return launch_plan("t", server, str(tmp_path / "egress.sock"))
+
+
+@pytest.mark.jail
+def test_a_jail_whose_allowlist_lists_names_resolves_through_the_relay_in_the_namespace_step(tmp_path: Path) -> None:
+    plan = allowlist_plan(["api.github.com", "*.example.com:8443"], tmp_path)
+    assert NETNS in plan.argv and "--unshare-net" not in plan.argv
+    at = plan.argv.index("--names")
+    assert plan.argv[at : at + 4] == ("--names", "api.github.com,*.example.com", "--ports", "80,443,8443")
+    etc = {m.path: m.source for m in plan.mounts if m.path in ("/etc/resolv.conf", "/etc/hosts")}
+    assert etc == {"/etc/resolv.conf": RESOLV_CONF, "/etc/hosts": HOSTS}
+
+
+@pytest.mark.jail
+def test_an_allowlist_of_addresses_alone_keeps_bwraps_own_namespace_and_the_hosts_files(tmp_path: Path) -> None:
+    plan = allowlist_plan(["127.0.0.1:9000"], tmp_path)
+    assert NETNS not in plan.argv and "--unshare-net" in plan.argv and "--names" not in plan.argv
+    assert {m.source for m in plan.mounts if m.path == "/etc/resolv.conf"} == {None}
