@@ -11,6 +11,7 @@ which has its own localhost-only /etc/hosts); the test site listens there.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -123,8 +124,9 @@ async def test_node_20_reaches_a_listed_name_by_fetch_and_raw_socket_and_nothing
     ]
 
 
-async def test_a_python_socket_client_that_ignores_proxy_variables_reaches_a_listed_name(
-    named_site: tuple[str, int, list[str]], tmp_path: Path
+@pytest.mark.parametrize("client", ["python-socket", "curl-noproxy"])
+async def test_a_client_that_ignores_proxy_variables_reaches_a_listed_name(
+    named_site: tuple[str, int, list[str]], tmp_path: Path, client: str
 ) -> None:
     name, port, allow = named_site
     code = (
@@ -133,7 +135,13 @@ async def test_a_python_socket_client_that_ignores_proxy_variables_reaches_a_lis
         f"s.sendall(b'GET /py HTTP/1.0\\r\\nHost: {name}\\r\\n\\r\\n')\n"
         "print(s.recv(4096).decode())\n"
     )
-    status, output, decisions = await run_in_allowlist_jail(tmp_path, [sys.executable, "-c", code], allow)
+    argv = [sys.executable, "-c", code]
+    if client == "curl-noproxy":
+        curl = shutil.which("curl", path="/usr/bin")  # the jail shows /usr
+        if curl is None:
+            pytest.skip("needs curl in /usr/bin")
+        argv = [curl, "-sS", "--noproxy", "*", "--max-time", "10", f"http://{name}:{port}/curl"]
+    status, output, decisions = await run_in_allowlist_jail(tmp_path, argv, allow)
     assert status == 0, output
     assert BODY.decode() in output
     assert [(d.host, d.port, d.allowed) for d in decisions] == [(name, port, True)]
