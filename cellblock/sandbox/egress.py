@@ -569,7 +569,7 @@ def relayed(
     listen = f"127.0.0.1:{RELAY_PORT}"
     relay: tuple[str, ...] = (python, "-I", "-S", RELAY, "--listen", listen, "--socket", EGRESS_SOCKET)
     names, ports = relay_names(allow_hosts)
-    if names:
+    if ports:
         relay += ("--names", ",".join(names), "--ports", ",".join(map(str, ports)))
         mounts += resolv_mounts()
     return (*relay, "--set-proxy-env", "--", *argv), mounts

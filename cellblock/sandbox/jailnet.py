@@ -8,11 +8,13 @@ any other request. The jail's /etc/resolv.conf points at the relay; nothing else
 
 DNS is port 53 and HTTPS 443: the jail's network namespace is made one step out, by
 `sandbox/netns.py` in front of bwrap, with `net.ipv4.ip_unprivileged_port_start` 0, so the relay
-binds them without any capability.
+binds them without any capability; and with every IPv4 address local to it, so a connection to a
+raw address on one of those ports reaches the relay too, which carries it as `CONNECT ip:port`.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import subprocess
@@ -31,13 +33,16 @@ NETNS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "netns.py")
 # relay's answer.
 RESOLV_CONF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resolv.conf")
 HOSTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hosts")
+_LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
 # The namespace step runs in well under this; a hung one means something is badly wrong.
 _CHECK_SECONDS = 10
 
 
 def relay_names(allow_hosts: Sequence[str]) -> tuple[list[str], list[int]]:
     """The name patterns (`name`, `*.suffix`) the relay answers DNS for, and the ports it carries
-    their connections on: every port a name entry allows (80 and 443 where none is written)."""
+    connections on: every port a name entry allows (80 and 443 where none is written), and every
+    port an IPv4 entry beyond loopback allows (a raw address is carried as it is). A loopback
+    entry is not: inside the jail, 127.0.0.1 is the jail's own, reached through the proxy alone."""
     names: list[str] = []
     ports: set[int] = set()
     for entry in allow_hosts:
@@ -46,7 +51,7 @@ def relay_names(allow_hosts: Sequence[str]) -> tuple[list[str], list[int]]:
             names.append(rule.host)
         elif rule.kind is HostKind.SUFFIX:
             names.append(f"*.{rule.host}")
-        else:
+        elif rule.network is None or rule.network.version != 4 or rule.network.overlaps(_LOOPBACK):
             continue
         ports.update(rule.ports)
     return list(dict.fromkeys(names)), sorted(ports)

@@ -33,6 +33,12 @@ _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
 _IFREQ = "16sh14x"  # struct ifreq: the name, then ifr_flags in the union
 _PORT_START = "/proc/sys/net/ipv4/ip_unprivileged_port_start"
+# rtnetlink: one route, "local 0.0.0.0/0 dev lo table local", acknowledged
+_RTM_NEWROUTE = 24
+_NLM_F_REQUEST, _NLM_F_ACK, _NLM_F_EXCL, _NLM_F_CREATE = 0x1, 0x4, 0x200, 0x400
+_NLMSG_ERROR = 2
+_RT_TABLE_LOCAL, _RTPROT_BOOT, _RT_SCOPE_HOST, _RTN_LOCAL = 255, 3, 254, 2
+_RTA_OIF = 4
 _EXIT_CANNOT_START = 126
 
 
@@ -64,6 +70,31 @@ def prepare() -> None:
         request = struct.pack(_IFREQ, b"lo", 0)
         flags = struct.unpack(_IFREQ, fcntl.ioctl(sock, _SIOCGIFFLAGS, request))[1]
         fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | _IFF_UP))
+    _local_default_route(socket.if_nametoindex("lo"))
+
+
+def _local_default_route(loopback: int) -> None:
+    """Make every IPv4 address local to the namespace (there is nothing but loopback to reach), so
+    a connection to an address, not a name, reaches the relay's listener on its port and the relay
+    sees where it was meant to go.
+
+    Raises:
+        OSError: the kernel refused the route.
+    """
+    rtmsg = struct.pack(
+        "BBBBBBBBI", socket.AF_INET, 0, 0, 0, _RT_TABLE_LOCAL, _RTPROT_BOOT, _RT_SCOPE_HOST, _RTN_LOCAL, 0
+    )
+    oif = struct.pack("HHI", 8, _RTA_OIF, loopback)
+    flags = _NLM_F_REQUEST | _NLM_F_ACK | _NLM_F_EXCL | _NLM_F_CREATE
+    body = rtmsg + oif
+    message = struct.pack("IHHII", 16 + len(body), _RTM_NEWROUTE, flags, 1, 0) + body
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as netlink:
+        netlink.sendall(message)
+        reply = netlink.recv(4096)
+    kind = struct.unpack("IHHII", reply[:16])[1]
+    code = struct.unpack("i", reply[16:20])[0] if kind == _NLMSG_ERROR else 0
+    if code:
+        raise OSError(-code, f"adding the local default route: {os.strerror(-code)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,14 +10,15 @@ SIGHUP to the child, and exits with the child's exit code, or 128 + N when a sig
 Each accepted TCP connection is piped to a fresh connection on the Unix socket; the relay does
 not look at the bytes, the proxy does all checking.
 
-With `--names`, the relay also answers DNS (UDP, at `--dns`) inside the jail: an A query for a
-name the patterns cover gets a loopback address of its own (127.100.x.y, one per name, given at
-the first query), any other name NXDOMAIN, which is reported once to the proxy as a `CONNECT
-name:53` it refuses and audits. On each of `--ports` it accepts TCP on every loopback address; a
-connection to a name's address is carried to the proxy as `CONNECT name:port`, so programs that
-ignore proxy variables (Node 20's fetch, Go, raw sockets) reach exactly what the proxy allows. A
-refusal's response is passed to the client as it is, then the connection is closed. Ports below
-1024 need the namespace that `sandbox/netns.py` makes.
+With `--ports`, the relay also answers DNS (UDP, at `--dns`) inside the jail: an A query for a
+name the `--names` patterns cover gets a loopback address of its own (127.100.x.y, one per name,
+given at the first query), any other name NXDOMAIN, which is reported to the proxy as a `CONNECT
+name:53` it refuses and audits before the program is answered. On each of `--ports` it accepts TCP
+on every address; a connection to a name's address is carried to the proxy as `CONNECT name:port`,
+one to an address beyond loopback (every IPv4 address is local in the namespace `sandbox/netns.py`
+makes) as `CONNECT address:port`, so programs that ignore proxy variables (Node 20's fetch, Go, raw
+sockets) reach exactly what the proxy allows. A refusal's response is passed to the client as it
+is, then the connection is closed. Ports below 1024 need that namespace too.
 
 With `--set-proxy-env` the child gets http_proxy, https_proxy, HTTP_PROXY and HTTPS_PROXY pointing
 at the listener (PORT may then be 0 for an ephemeral port) and no no_proxy/NO_PROXY.
@@ -277,8 +278,10 @@ def _serve_connection(
     try:
         local = client.getsockname()
         name = names.name_at(local[0]) if names is not None else None
+        if name is None and names is not None and not local[0].startswith("127."):
+            name = local[0]  # a raw address (every IPv4 address is local here): the proxy judges it
         if name is None and not proxy:
-            return  # a loopback address no name was given: nothing to carry it to
+            return  # the jail's own loopback: nothing to carry it to
         upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             upstream.settimeout(CONNECT_TIMEOUT)
@@ -353,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("no command given after --")
 
     listen_host, listen_port = args.listen
-    if args.names and listen_port in args.ports:
+    if listen_port in args.ports:
         listen_host = "0.0.0.0"  # a name's connections on this port come here too
     try:
         listener = _listen(listen_host, listen_port)
@@ -361,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"cannot listen on {args.listen[0]}:{args.listen[1]}: {exc}")
         return _EXIT_CANNOT_START
     host, port = args.listen[0], listener.getsockname()[1]
-    names = Names([n for n in args.names.split(",") if n]) if args.names else None
+    names = Names([n for n in args.names.split(",") if n]) if args.ports else None
     threading.Thread(target=_accept_loop, args=(listener, args.socket, names, True), daemon=True).start()
     if names is not None:
         try:

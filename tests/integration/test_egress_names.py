@@ -106,10 +106,14 @@ async def test_node_20_reaches_a_listed_name_by_fetch_and_raw_socket_and_nothing
         wildcard = await client.call_tool("r__fetch", {"url": "http://a.svc.invalid/"})
         assert text(wildcard).startswith("502 cellblock: egress to a.svc.invalid:80 refused"), text(wildcard)
         hits = len(Handler.hits)
-        # a name not listed does not resolve; an address not listed has no route
-        for url in ("http://example.com/", f"http://192.0.2.1:{port}/", f"http://localhost:{port}/"):
+        # a name not listed does not resolve; the jail's localhost is its own; an address on a port
+        # no entry names reaches nothing
+        for url in ("http://example.com/", f"http://localhost:{port}/", "http://192.0.2.1:9/"):
             refused = await client.call_tool("r__fetch", {"url": url})
             assert refused.is_error and "FAILED" in text(refused), text(refused)
+        # an address not listed, on a port an entry names, goes to the proxy, which refuses it
+        address = await client.call_tool("r__fetch", {"url": f"http://192.0.2.1:{port}/"})
+        assert text(address).startswith(f"403 cellblock: egress to 192.0.2.1:{port} refused"), text(address)
         refused = await client.call_tool("r__socket", {"host": "example.org", "port": 443})
         assert refused.is_error and "ENOTFOUND" in text(refused), text(refused)
         assert len(Handler.hits) == hits, "a refused request reached the site"
@@ -120,6 +124,7 @@ async def test_node_20_reaches_a_listed_name_by_fetch_and_raw_socket_and_nothing
         (name, port, "allow"),
         ("a.svc.invalid", 80, "deny"),
         ("example.com", 53, "deny"),
+        ("192.0.2.1", port, "deny"),
         ("example.org", 53, "deny"),
     ]
 
@@ -145,6 +150,41 @@ async def test_a_client_that_ignores_proxy_variables_reaches_a_listed_name(
     assert status == 0, output
     assert BODY.decode() in output
     assert [(d.host, d.port, d.allowed) for d in decisions] == [(name, port, True)]
+
+
+@pytest.fixture(scope="module")
+def address_site() -> Iterator[tuple[str, int]]:
+    """(an address of this machine beyond loopback, the site's port there)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("203.0.113.1", 9))  # no packet is sent: only the route is looked up
+        except OSError as exc:
+            pytest.skip(f"no route out of this machine to find its address by: {exc}")
+        address = str(probe.getsockname()[0])
+    if address.startswith("127."):
+        pytest.skip("this machine has no address beyond loopback")
+    httpd = Site((address, 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield address, httpd.server_address[1]
+    httpd.shutdown()
+
+
+async def test_a_raw_socket_to_a_listed_address_is_carried_through_the_proxy(
+    address_site: tuple[str, int], tmp_path: Path
+) -> None:
+    address, port = address_site
+    code = (
+        "import socket\n"
+        f"s = socket.create_connection(({address!r}, {port}), timeout=10)\n"
+        "s.sendall(b'GET /address HTTP/1.0\\r\\n\\r\\n')\n"
+        "print(s.recv(4096).decode())\n"
+    )
+    status, output, decisions = await run_in_allowlist_jail(
+        tmp_path, [sys.executable, "-c", code], [f"{address}:{port}"]
+    )
+    assert status == 0, output
+    assert BODY.decode() in output
+    assert [(d.host, d.port, d.allowed) for d in decisions] == [(address, port, True)]
 
 
 @pytest.mark.parametrize("relayed", [True, False], ids=["with-names", "proxy-variables-only"])

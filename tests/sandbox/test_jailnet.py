@@ -39,8 +39,10 @@ def test_the_relay_answers_for_the_name_entries_on_the_ports_they_allow() -> Non
     assert ports == [80, 443, 8443]
 
 
-def test_address_entries_alone_give_the_relay_no_names() -> None:
-    assert relay_names(["127.0.0.1:9000", "[::1]:80"]) == ([], [])
+def test_address_entries_give_the_relay_their_ports_but_loopback_ones_nothing() -> None:
+    assert relay_names(["10.0.0.0/8", "192.0.2.1:5432", "[2001:db8::1]:9000"]) == ([], [80, 443, 5432])
+    # the jail's 127.0.0.1 is its own: a loopback entry is reached through the proxy alone
+    assert relay_names(["127.0.0.1:9000", "127.0.0.0/8", "[::1]:80"]) == ([], [])
 
 
 def test_a_listed_name_gets_a_loopback_address_of_its_own_and_keeps_it() -> None:

@@ -436,8 +436,8 @@ def launch_plan(
     bwrap = check_bwrap()
     plan = bwrap_plan(spec, launchers, bwrap, secrets, DEFAULT_INHERITED_ENV_VARS)
     plan = plan if limits is None else limit_plan(plan, name, limits)
-    if jail.network == "allowlist" and relay_names(jail.allow_hosts)[0]:
-        plan = in_netns(plan, bwrap)  # the relay answers the names' DNS on port 53, and their :80 and :443
+    if jail.network == "allowlist" and relay_names(jail.allow_hosts)[1]:
+        plan = in_netns(plan, bwrap)  # the relay answers DNS on port 53, and takes :80, :443 and the listed ports
     return plan
 
 
