@@ -175,7 +175,9 @@ def test_a_jail_whose_allowlist_lists_names_resolves_through_the_relay_in_the_na
 
 
 @pytest.mark.jail
-def test_an_allowlist_of_addresses_alone_keeps_bwraps_own_namespace_and_the_hosts_files(tmp_path: Path) -> None:
+def test_an_allowlist_of_loopback_addresses_alone_keeps_bwraps_own_namespace_and_the_hosts_files(
+    tmp_path: Path,
+) -> None:
     plan = allowlist_plan(["127.0.0.1:9000"], tmp_path)
     assert NETNS not in plan.argv and "--unshare-net" in plan.argv and "--names" not in plan.argv
     assert {m.source for m in plan.mounts if m.path == "/etc/resolv.conf"} == {None}
