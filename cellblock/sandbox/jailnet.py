@@ -94,7 +94,7 @@ def check_netns(python: str | None = None) -> str | None:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=_CHECK_SECONDS, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"the namespace step did not run: {exc}"
-    if done.returncode == 0:
+    lines = done.stderr.strip().splitlines()  # a step it went on without is said there too
+    if done.returncode == 0 and not lines:
         return None
-    lines = done.stderr.strip().splitlines()
-    return lines[-1] if lines else f"the namespace step exited with status {done.returncode}"
+    return "; ".join(lines) if lines else f"the namespace step exited with status {done.returncode}"

@@ -11,7 +11,9 @@ there (bwrap then makes no network namespace of its own). The in-jail relay can 
 `--cap-drop ALL` and `--disable-userns`. Inside bwrap's own user namespace, which is nested in this
 one, no capability over this network namespace is left: the sysctl was the only thing done with it.
 
-Any failure ends here with exit code 126 and one line on stderr: nothing is started.
+If the namespaces cannot be made, it ends here with exit code 126 and one line on stderr: nothing
+is started. If the port sysctl or the route is refused, it says so on stderr and goes on: the jail
+is then as it was without them (the proxy variables work, names do not resolve).
 """
 
 from __future__ import annotations
@@ -65,12 +67,20 @@ def prepare() -> None:
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{uid} {uid} 1")
     _write("/proc/self/gid_map", f"{gid} {gid} 1")
-    _write(_PORT_START, "0")
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         request = struct.pack(_IFREQ, b"lo", 0)
         flags = struct.unpack(_IFREQ, fcntl.ioctl(sock, _SIOCGIFFLAGS, request))[1]
         fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | _IFF_UP))
-    _local_default_route(socket.if_nametoindex("lo"))
+    # Without these the jail is as it was before them: the proxy variables still work, and the
+    # relay says what does not (a read-only /proc/sys, as in some containers, refuses the first).
+    try:
+        _write(_PORT_START, "0")
+    except OSError as exc:
+        _say(f"ports below 1024 stay closed to the relay ({exc}): listed names will not resolve in the jail")
+    try:
+        _local_default_route(socket.if_nametoindex("lo"))
+    except OSError as exc:
+        _say(f"raw addresses will not reach the relay ({exc})")
 
 
 def _local_default_route(loopback: int) -> None:

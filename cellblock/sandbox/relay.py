@@ -337,6 +337,27 @@ def _ports(text: str) -> list[int]:
     return sorted({int(p) for p in ports})
 
 
+def _carry(names: Names, dns_at: tuple[str, int], ports: Sequence[int], socket_path: str) -> None:
+    """Answer DNS at `dns_at` and carry connections on `ports`; or, where the jail does not let
+    the relay bind them, say so and carry nothing (the proxy variables still work)."""
+    opened: list[socket.socket] = []
+    try:
+        opened.append(_listen(dns_at[0], dns_at[1], socket.SOCK_DGRAM))
+        opened += [_listen("0.0.0.0", p) for p in ports]
+    except OSError as exc:
+        for each in opened:
+            each.close()
+        _say(
+            f"cannot listen for DNS and the allowed ports ({exc}): programs that ignore the proxy "
+            "variables reach nothing from this jail (see 'cellblock doctor')"
+        )
+        return
+    dns, *carried = opened
+    threading.Thread(target=_dns_loop, args=(dns, names, socket_path), daemon=True).start()
+    for carrier in carried:
+        threading.Thread(target=_accept_loop, args=(carrier, socket_path, names, False), daemon=True).start()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="relay.py", description="Relay 127.0.0.1:PORT to the egress proxy, then run ARGV."
@@ -367,15 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = Names([n for n in args.names.split(",") if n]) if args.ports else None
     threading.Thread(target=_accept_loop, args=(listener, args.socket, names, True), daemon=True).start()
     if names is not None:
-        try:
-            dns = _listen(args.dns[0], args.dns[1], socket.SOCK_DGRAM)
-            carried = [_listen("0.0.0.0", p) for p in args.ports if p != port]
-        except OSError as exc:
-            _say(f"cannot listen for the allowed names' DNS and ports ({exc}): is the jail in its own namespace?")
-            return _EXIT_CANNOT_START
-        threading.Thread(target=_dns_loop, args=(dns, names, args.socket), daemon=True).start()
-        for carrier in carried:
-            threading.Thread(target=_accept_loop, args=(carrier, args.socket, names, False), daemon=True).start()
+        _carry(names, args.dns, [p for p in args.ports if p != port], args.socket)
 
     env = dict(os.environ)
     if args.set_proxy_env:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.downstream.launch import launch_plan
+from cellblock.sandbox.egress import RELAY
 from cellblock.sandbox.jailnet import HOSTS, NETNS, RESOLV_CONF, check_netns, in_netns, relay_names
 from cellblock.sandbox.relay import MAX_NAMES, MAX_REPORTED, Names, dns_answer
 from cellblock.sandbox.types import JailError, LaunchPlan, Network
@@ -181,3 +184,23 @@ def test_an_allowlist_of_loopback_addresses_alone_keeps_bwraps_own_namespace_and
     plan = allowlist_plan(["127.0.0.1:9000"], tmp_path)
     assert NETNS not in plan.argv and "--unshare-net" in plan.argv and "--names" not in plan.argv
     assert {m.source for m in plan.mounts if m.path == "/etc/resolv.conf"} == {None}
+
+
+def test_a_relay_that_cannot_bind_its_ports_says_so_and_still_runs_the_server() -> None:
+    """Where the jail's namespace keeps the ports closed (a read-only /proc/sys), the relay is as
+    it was without names: it starts the server and says what does not work, never silently."""
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        busy = blocker.getsockname()[1]
+        relay = [sys.executable, "-I", "-S", RELAY, "--listen", "127.0.0.1:0", "--socket", "/nonexistent.sock"]
+        names = ["--names", "api.example.com", "--ports", str(busy), "--dns", "127.0.0.1:0"]
+        done = subprocess.run(
+            [*relay, *names, "--", sys.executable, "-c", "print('server ran')"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 0 and done.stdout == "server ran\n", done.stderr
+    assert "cannot listen for DNS and the allowed ports" in done.stderr

@@ -154,7 +154,7 @@ def _linux() -> bool:
     if refused is None:
         _line(True, "allowlist names", "listed names resolve inside allowlist jails (DNS and ports 80/443 there)")
     else:
-        print(f"WARN  allowlist names: servers whose allow_hosts lists names will not start here: {refused}")
+        print(f"WARN  allowlist names: not in allowlist jails here (proxy variables only): {refused}")
     return _limits()
 
 
