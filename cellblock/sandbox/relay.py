@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import socket
 import struct
@@ -65,6 +66,7 @@ _DNS_MAX = 4096
 _TTL = 60
 _TYPE_A, _TYPE_AAAA, _CLASS_IN = 1, 28, 1
 _NOERROR, _FORMERR, _NXDOMAIN, _NOTIMP = 0, 1, 3, 4
+_HOST_NAME = re.compile(rb"[a-z0-9_-]+(?:\.[a-z0-9_-]+)*")
 
 
 def _say(message: str) -> None:
@@ -176,7 +178,8 @@ def dns_answer(query: bytes, names: Names) -> tuple[bytes | None, str | None]:
 
 
 def _question(query: bytes) -> tuple[str | None, int, int, int] | None:
-    """(name lowercased, or None if it is not plain ASCII; type; class; end offset), or None if malformed."""
+    """(name lowercased, or None if it is not a host name's letters; type; class; end offset), or
+    None if malformed."""
     labels: list[bytes] = []
     at = _DNS_HEADER
     while True:
@@ -193,10 +196,9 @@ def _question(query: bytes) -> tuple[str | None, int, int, int] | None:
     if at + 4 > len(query) or at - _DNS_HEADER > 255:
         return None
     qtype, qclass = struct.unpack("!HH", query[at : at + 4])
-    try:
-        name: str | None = b".".join(labels).decode("ascii").lower()
-    except UnicodeDecodeError:
-        name = None
+    joined = b".".join(labels).lower()
+    # a host name's letters only: nothing else is ever a listed name, nor put in a request line
+    name = joined.decode("ascii") if _HOST_NAME.fullmatch(joined) else None
     return name, qtype, qclass, at + 4
 
 
@@ -286,10 +288,10 @@ def _serve_connection(
         try:
             upstream.settimeout(CONNECT_TIMEOUT)
             upstream.connect(socket_path)
+            upstream.settimeout(None)  # the proxy answers CONNECT within its own resolve and connect timeouts
             if name is not None and not _connect_name(client, upstream, name, local[1]):
                 upstream.close()
                 return
-            upstream.settimeout(None)
         except OSError as exc:
             _say(f"cannot reach the egress proxy at {socket_path}: {exc}")
             upstream.close()

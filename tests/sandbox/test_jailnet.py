@@ -75,6 +75,15 @@ def test_a_name_not_listed_is_nxdomain_and_reported_once() -> None:
     assert names.name_at("127.0.0.1") is None
 
 
+def test_a_name_that_is_not_a_host_names_letters_is_nxdomain_and_never_reported() -> None:
+    names = Names(["*.svc.test"])
+    for label in (b"a\r\nX: y", b"a b", b"caf\xc3\xa9", b"a:443"):
+        packet = query("x.svc.test")
+        packet = packet[:12] + bytes([len(label)]) + label + packet[14:]  # the first label replaced
+        response, refused = dns_answer(packet, names)
+        assert response is not None and rcode(response) == 3 and refused is None
+
+
 def test_other_record_types_of_a_listed_name_get_no_answer_and_no_report() -> None:
     names = Names(["api.example.com"])
     for qtype in (AAAA, MX):
