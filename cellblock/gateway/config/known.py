@@ -137,7 +137,7 @@ CARRIED: Mapping[tuple[str, str], tuple[str, float]] = {
 _MAX_TIMEOUT = 3600.0  # the largest `timeout` the config takes (model.Seconds)
 
 
-def network_for(draft: Draft, package: str, env: Mapping[str, str], *, node: bool) -> dict[str, Any]:
+def network_for(draft: Draft, package: str, env: Mapping[str, str]) -> dict[str, Any]:
     """`network: none`, or an allowlist for a known API client, with the note saying which and why."""
     known = known_servers().get(package)
     if known is not None and known.fetches_any_url:
@@ -156,8 +156,6 @@ def network_for(draft: Draft, package: str, env: Mapping[str, str], *, node: boo
     if host:
         hosts, what = (host,), f"{what} at {host} ({known.host_from_env})"
     draft.notes.append(f"network: allowlist {', '.join(hosts)} (inferred: {package} talks to {what})")
-    if node:
-        draft.notes.append("the allowlist reaches Node's fetch from Node 24 on; older Node fails closed")
     return {"network": "allowlist", "allow_hosts": list(hosts)}
 
 

@@ -38,7 +38,6 @@ from cellblock.gateway.config.known import (
 )
 from cellblock.gateway.config.launchers import (
     INSTALLS,
-    NODES,
     fill_cache,
     installable,
     launched_package,
@@ -178,7 +177,7 @@ def _local(draft: Draft, entry: ClientEntryLike, cache_root: str) -> None:
         package = project_name(draft.expand(root))
     package = package or program
     _paths(draft, args, cwd, writable="filesystem" in package or package in WORKS_IN, skip=script)
-    network = network_for(draft, package, entry.env, node=launcher == "npx" or program in NODES)
+    network = network_for(draft, package, entry.env)
     install: dict[str, Any] | None = None
     if launcher in ("npx", "uvx") and index is not None and spec is not None:
         found = installable(draft, launcher, args, index, spec) if INSTALLS else None
