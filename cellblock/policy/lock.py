@@ -37,6 +37,7 @@ import json
 import math
 import os
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,7 @@ __all__ = [
     "item_keys",
     "load_lock",
     "load_pending",
+    "offered",
     "save_lock",
     "save_pending",
     "without_protocol_meta",
@@ -550,20 +552,31 @@ def _describe_added(key: str, item: Item) -> list[str]:
     return lines
 
 
-def describe(result: LockCheck, server: str) -> str:
+def offered(keys: Iterable[str]) -> str:
+    """What the item keys `keys` name, counted by kind: "3 tools, 1 prompt, instructions"."""
+    counts = Counter(key.partition(":")[0] for key in keys)
+    said = [f"{counts[kind]} {kind}{'' if counts[kind] == 1 else 's'}" for _, kind, _ in _KINDS if counts[kind]]
+    return ", ".join(said + (["instructions"] if counts[_INSTRUCTIONS] else [])) or "nothing"
+
+
+def describe(result: LockCheck, server: str, first: bool = False) -> str:
     """A readable, per-item account of `result` for `cellblock diff SERVER`; nothing is truncated.
 
-    Changed items show a unified diff of their text fields (title, description, instructions) and
-    JSON-pointer lines for everything else; new items show their description and fields; removed
-    items are named. Sorted by key, so the same check always reads the same.
+    The first line sums it up: for a server never approved (`first`), what it offers; else what
+    changed. Changed items show a unified diff of their text fields (title, description,
+    instructions) and JSON-pointer lines for everything else; new items show their description and
+    fields; removed items are named. Sorted by key, so the same check always reads the same.
     """
     name = _visible(server)
     if result.clean:
         return f"catalog of '{name}' matches what was approved"
-    lines = [
-        f"catalog of '{name}' changed since it was approved: {len(result.changed)} changed,"
-        f" {len(result.added)} new, {len(result.removed)} removed"
-    ]
+    if first:
+        lines = [f"first contact with '{name}': {offered(result.added)}, none approved yet"]
+    else:
+        lines = [
+            f"catalog of '{name}' changed since it was approved: {len(result.changed)} changed,"
+            f" {len(result.added)} new, {len(result.removed)} removed"
+        ]
     for key in sorted(result.changed):
         lines += ["", *_describe_changed(key, *result.changed[key])]
     for key in sorted(result.added):

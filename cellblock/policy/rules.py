@@ -153,6 +153,11 @@ class Policy:
         compiled, verdict = self._lookup(tool)
         return verdict.rule, (None if compiled is None else compiled.rule)
 
+    def unasked(self, tool: str) -> bool:
+        """Whether a call of `tool` runs without asking anyone: its rule (or the default) allows
+        it, within the rule's constraints where it has some."""
+        return self._lookup(tool)[1].decision is Decision.ALLOW
+
     def hidden(self, tool: str) -> bool:
         """Whether `tool` is denied whatever its arguments (by its rule or the default): not listed."""
         return self._lookup(tool)[1].decision is Decision.DENY

@@ -307,17 +307,18 @@ async def test_review_meets_the_servers_then_walks_each_held_catalog_and_approve
     run = tmp_path / "run"
     run.mkdir(mode=0o700)
     env = {"CELLBLOCK_STATE_DIR": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(run)}
-    early = run_cli(env, "approve", "--all", "--config", str(config))
-    assert early.returncode == 1 and "not met yet: alpha, beta" in early.stderr
 
     # yes to the first, and the answers end before the second: it stays held
     walked = run_cli(env, "review", "--config", str(config), stdin="y\n")
     assert walked.returncode == 1, walked.stderr
     assert "meeting alpha, beta" in walked.stderr
-    assert "[1/2] " in walked.stdout and "Approve the catalog of 'alpha'? [y/N]" in walked.stdout
+    assert "[1/2] first contact with 'alpha': " in walked.stdout
+    assert "Approve the catalog of 'alpha'? [y/N]" in walked.stdout
     assert "[2/2] " in walked.stdout and "'beta' stays held" in walked.stderr
     assert "alpha__echo" not in walked.stdout and "echo" in walked.stdout  # the diff, item by item
-    assert "\x1b" not in walked.stdout + walked.stderr and "[beta stderr] \\u001b[2J\\u001b[8m" in walked.stderr
+    # what beta wrote went to the meeting's log, escaped and marked as its own; none of it to the terminal
+    assert "\x1b" not in walked.stdout + walked.stderr and "beta stderr" not in walked.stderr
+    assert "[beta stderr] \\u001b[2J\\u001b[8m" in (tmp_path / "state" / "meeting.log").read_text()
     locks = tmp_path / "state" / "locks"
     assert (locks / "alpha.json").exists() and not (locks / "alpha.pending.json").exists()
     assert (locks / "beta.pending.json").exists()

@@ -32,6 +32,7 @@ from cellblock.policy.lock import (
     item_keys,
     load_lock,
     load_pending,
+    offered,
     save_lock,
     save_pending,
 )
@@ -579,6 +580,24 @@ def test_describe_lists_new_and_removed_items_with_their_description_in_key_orde
     assert f"    {HIDDEN}" in lines
     assert '  + /inputSchema: {"type": "object"}' in lines
     assert describe(check(locked(), item_keys(catalog([READ, shell, apply]))), "fs") == text
+
+
+def test_describe_of_a_first_contact_says_what_it_offers_never_that_it_changed() -> None:
+    current = item_keys(catalog([READ, {"name": "run", "description": HIDDEN}], prompts=[], templates=[]))
+
+    lines = describe(check(None, current), "fs", first=True).splitlines()
+
+    assert lines[0] == "first contact with 'fs': 2 tools, 1 resource, instructions, none approved yet"
+    assert not any("changed" in line for line in lines)
+    assert "new tool:run" in lines and f"    {HIDDEN}" in lines  # the whole catalog, item by item
+
+
+def test_offered_counts_item_keys_by_kind_in_the_catalogs_order() -> None:
+    assert (
+        offered(["tool:a", "template:t", "tool:b", "prompt:p", "instructions"])
+        == "2 tools, 1 prompt, 1 template, instructions"
+    )
+    assert offered([]) == "nothing"
 
 
 def test_describe_shows_changed_instructions_and_other_fields() -> None:

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-import anyio
-
 from cellblock.gateway.audit.log import Audit
+from cellblock.gateway.cli.meet import meet_unmet, unmet
 from cellblock.gateway.cli.options import load
+from cellblock.gateway.config.compile import policy_for
 from cellblock.gateway.config.model import Config
 from cellblock.gateway.serve.locking import approve_pending, held_catalog, read_only_offer
 from cellblock.gateway.state import lock_path, pending_path, state_dir
-from cellblock.gateway.terminal import printable
 from cellblock.policy.lock import check, describe, load_lock
+from cellblock.policy.text import visible
 
 __all__ = [
     "approve_all",
@@ -28,23 +27,25 @@ __all__ = [
     "held",
     "review",
     "review_command",
-    "unmet",
+    "unasked_line",
 ]
 
 
 def diff_command(config_path: str | None, server: str | None) -> int:
     """`cellblock diff SERVER`, or `diff --all` when `server` is None."""
-    config, _ = load(config_path, server)
+    config, source = load(config_path, server)
     state = state_dir()
-    return diff_all(config, state) if server is None else diff_server(config, state, server)
+    return diff_all(config, source, state) if server is None else diff_server(config, state, server)
 
 
 def approve_command(config_path: str | None, server: str | None) -> int:
     """`cellblock approve SERVER`, or `approve --all` when `server` is None."""
-    config, _ = load(config_path, server)
+    config, source = load(config_path, server)
     state = state_dir()
     audit = config.audit_log(state)
-    return approve_all(config, state, audit) if server is None else approve_server(config, state, audit, server)
+    if server is None:
+        return approve_all(config, source, state, audit)
+    return approve_server(config, state, audit, server)
 
 
 def review_command(config_path: str | None) -> int:
@@ -59,7 +60,8 @@ def diff_server(config: Config, state: Path, server: str) -> int:
     if current is None:
         print(f"cellblock: nothing held for '{server}': its catalog matches its lock", file=sys.stderr)
         return 0
-    print(describe(check(load_lock(lock_path(state, server)), current), server))
+    lock = lock_path(state, server)
+    print(describe(check(load_lock(lock), current), server, not lock.exists()))
     return 1
 
 
@@ -78,19 +80,16 @@ def held(config: Config, state: Path) -> list[str]:
     return [name for name in config.servers if pending_path(state, name).exists()]
 
 
-def unmet(config: Config, state: Path) -> list[str]:
-    """The servers of `config` no gateway has met yet: nothing approved, nothing held."""
-    return [n for n in config.servers if not lock_path(state, n).exists() and not pending_path(state, n).exists()]
-
-
 def _nothing_held(config: Config, state: Path) -> None:
     waiting = unmet(config, state)
-    later = f"; not met yet: {', '.join(waiting)} (run 'cellblock review' to meet them)" if waiting else ""
+    later = f"; not met yet: {', '.join(waiting)}" if waiting else ""
     print(f"cellblock: no catalog is held{later}", file=sys.stderr)
 
 
-def diff_all(config: Config, state: Path) -> int:
-    """`diff_server` for every held catalog; 1 when something is held."""
+def diff_all(config: Config, source: Path, state: Path) -> int:
+    """`diff_server` for every held catalog, the servers no gateway has met met first; 1 when
+    something is held."""
+    meet_unmet(config, source, state)
     servers = held(config, state)
     if not servers:
         _nothing_held(config, state)
@@ -100,43 +99,37 @@ def diff_all(config: Config, state: Path) -> int:
     return 1
 
 
-def approve_all(config: Config, state: Path, audit: Audit) -> int:
-    """Accept every held catalog, as after reading `diff --all`; 1 when there was none."""
+def approve_all(config: Config, source: Path, state: Path, audit: Audit) -> int:
+    """Accept every held catalog, the servers no gateway has met met first (as after reading
+    `diff --all`); 1 when there was none, or a server could not be met."""
+    missed = meet_unmet(config, source, state)
     servers = held(config, state)
     if not servers:
         _nothing_held(config, state)
         return 1
-    return max(approve_server(config, state, audit, server) for server in servers)
+    return max(1 if missed else 0, *(approve_server(config, state, audit, server) for server in servers))
 
 
 def review(config: Config, source: Path, state: Path, audit: Audit, answers: TextIO) -> int:
-    """Meet the servers of `source` no gateway has met, then each held catalog in turn: its diff,
-    then approve it or leave it held (answers from `answers`).
+    """Meet the servers of `source` no gateway has met, then each held catalog in turn: a summary
+    line, the catalog item by item, what of it runs without asking, then approve it or leave it
+    held (answers from `answers`).
 
     0 when nothing is left held, 1 when something is (a "no", or the end of the answers).
     """
-    waiting = unmet(config, state)
-    if waiting:
-        print(
-            f"cellblock: meeting {', '.join(waiting)}: each starts once in its jail to say what it offers",
-            file=sys.stderr,
-        )
-        anyio.run(meet, source, dict(os.environ))
-        for name in unmet(config, state):
-            print(
-                f"cellblock: '{name}' did not say what it offers (see the log above); it is not reviewed",
-                file=sys.stderr,
-            )
+    missed = meet_unmet(config, source, state)
     servers = held(config, state)
     if not servers:
         _nothing_held(config, state)
-        return 0
+        return 1 if missed else 0
     left = []
     for index, server in enumerate(servers, 1):
         shown = held_catalog(state, server)
         if shown is None:
             continue  # approved meanwhile (by another terminal, or through the client)
-        print(f"\n[{index}/{len(servers)}] {describe(check(load_lock(lock_path(state, server)), shown), server)}")
+        lock = lock_path(state, server)
+        print(f"\n[{index}/{len(servers)}] {describe(check(load_lock(lock), shown), server, not lock.exists())}")
+        print(unasked_line(config, server, shown, read_only_offer(config, state, server, shown)[1]))
         print(f"Approve the catalog of '{server}'? [y/N] ", end="", flush=True)
         if answers.readline().strip().lower() not in ("y", "yes"):
             left.append(server)
@@ -148,7 +141,7 @@ def review(config: Config, source: Path, state: Path, audit: Audit, answers: Tex
         else:
             left.append(server)
             print(f"cellblock: '{server}' changed what it offers while you read it; nothing approved", file=sys.stderr)
-    return 1 if left else 0
+    return 1 if left or missed else 0
 
 
 def unasked_choice(
@@ -159,33 +152,24 @@ def unasked_choice(
     offer, kept = read_only_offer(config, state, server, shown)
     chosen: frozenset[str] = frozenset()
     if offer:
-        names = ", ".join(printable(key.removeprefix("tool:")) for key in offer)
+        names = ", ".join(visible(key.removeprefix("tool:")) for key in offer)
         print(f"'{server}' marks these tools read-only and closed-world: {names}")
         print("Let them run without asking? (destructive and open-world tools always ask) [y/N] ", end="", flush=True)
         if answers.readline().strip().lower() in ("y", "yes"):
             chosen = frozenset(offer)
     unasked = sorted({*kept, *(key.removeprefix("tool:") for key in chosen)})
     if offer or kept:
-        runs = ", ".join(printable(name) for name in unasked) or "none; every tool asks"
+        runs = ", ".join(visible(name) for name in unasked) or "none; every tool asks"
         print(f"cellblock: '{server}' runs without asking: {runs}", file=sys.stderr)
     return chosen
 
 
-async def meet(config_file: Path, env: dict[str, str]) -> None:
-    """Start the gateway on `config_file` once, as a client does, so that it meets every server it
-    has not met: each starts in its jail, and the lock holds what it offers for review."""
-    from mcp import Client
-    from mcp.client.stdio import StdioServerParameters, stdio_client
-
-    serve = ["-m", "cellblock.gateway.cli.main", "serve", "--config", str(config_file)]
-    params = StdioServerParameters(command=sys.executable, args=serve, env=env)
-    # the servers' own stderr is in the gateway's: shown line by line as text, never as it was
-    # written, since what a server writes to the terminal could fake the review that follows
-    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as log:
-        try:
-            async with Client(stdio_client(params, errlog=log), cache=None) as client:
-                await client.list_tools()  # answered once the servers it starts have settled (bounded)
-        finally:
-            log.seek(0)
-            for line in log:
-                print(printable(line.rstrip("\n")), file=sys.stderr)
+def unasked_line(config: Config, server: str, catalog: Mapping[str, Any], granted: Collection[str] = ()) -> str:
+    """What of `catalog` (item keys) the policy of `server` runs without asking once approved, with
+    the tools `granted` to run without asking at an earlier review (`read_only_offer`)."""
+    policy = policy_for(config, server)
+    tools = sorted(key.removeprefix("tool:") for key in catalog if key.startswith("tool:"))
+    unasked = [visible(tool) for tool in tools if policy.unasked(tool) or tool in granted]
+    if not unasked:
+        return "runs without asking: none; every call asks you first" if tools else "runs without asking: no tools"
+    return f"runs without asking: {', '.join(unasked)}" + ("" if len(unasked) < len(tools) else " (every tool)")

@@ -493,7 +493,10 @@ def wrap(path: Path, config_path: Path, dry_run: bool = False, out: TextIO | Non
     failed = _install(plan, config_path) if install else []
     if failed:
         _say(f"not installed: {', '.join(failed)}; when the cause is fixed, run `cellblock install {' '.join(failed)}`")
-    _say("each server's catalog is held for review at first start: run `cellblock review`, then restart the client")
+    _say(
+        "each server's catalog is held for review at first start: run `cellblock review` (or `cellblock approve "
+        "--all` to approve without asking), then restart the client"
+    )
     return 1 if failed else 0
 
 

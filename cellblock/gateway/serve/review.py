@@ -95,10 +95,11 @@ class Review:
             if call.ctx is None or not can_elicit(call.ctx.session):
                 return False
             lock = lock_path(state, server)
+            first = not lock.exists()
             message, schema = review_form(
                 server,
-                describe(check(load_lock(lock), shown), server),
-                not lock.exists(),
+                describe(check(load_lock(lock), shown), server, first),
+                first,
                 read_only=[key.removeprefix("tool:") for key in offer],
                 unasked=kept,
             )
