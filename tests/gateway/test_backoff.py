@@ -72,3 +72,18 @@ async def test_any_other_failure_passes_as_it_is(exc: Exception) -> None:
     with pytest.raises(type(exc)) as raised:
         await short_of_descriptors(failing(exc))
     assert raised.value is exc
+
+
+async def test_a_failure_of_a_kind_asked_for_is_raised_alone_out_of_a_task_groups_group() -> None:
+    # an allowlisted server starts inside the egress proxy's task group: a missing package comes out grouped
+    missing = JailError("server 'm': pkg@1 is not installed; run `cellblock install m`")
+    with pytest.raises(JailError) as raised:
+        await short_of_descriptors(
+            failing(ExceptionGroup("task group", [ValueError("x"), missing])), alone=(JailError,)
+        )
+    assert raised.value is missing
+    # control: not asked for, the group passes as it is (and the supervisor restarts the server)
+    group = ExceptionGroup("task group", [missing])
+    with pytest.raises(ExceptionGroup) as passed:
+        await short_of_descriptors(failing(group))
+    assert passed.value is group

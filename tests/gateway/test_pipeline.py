@@ -169,7 +169,15 @@ async def test_a_call_whose_tool_changed_when_its_server_started_is_refused_by_t
 
 def test_the_stages_run_in_the_order_the_design_names() -> None:
     stages = pipeline(Audit(Path("/nonexistent/audit.jsonl")), catalog("read")).stages
-    assert [stage.__name__ for stage in stages] == ["_route", "_secrets", "_lock", "_policy", "_approval", "_record"]
+    assert [stage.__name__ for stage in stages] == [
+        "_route",
+        "_start",
+        "_secrets",
+        "_lock",
+        "_policy",
+        "_approval",
+        "_record",
+    ]
 
 
 @pytest.mark.parametrize(("tool", "held"), [("read", ()), ("write", ()), ("delete", ()), ("read", ("read",))])

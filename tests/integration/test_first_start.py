@@ -6,12 +6,24 @@ write meanwhile: that goes to the meeting's log.
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
+import keyring
+import mcp.types as types
 import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
 
+from cellblock.sandbox.packages import REGISTRY_ENV
+from tests import peers
 from tests.integration.conftest import cli, probe_server, write_config
 
 pytestmark = pytest.mark.anyio
@@ -97,25 +109,23 @@ async def test_review_shows_a_summary_line_the_catalog_and_what_runs_unasked_and
     assert len((tmp_path / "starts").read_text().splitlines()) > starts
 
 
-async def test_approve_all_right_after_wrap_meets_the_servers_and_approves_them_in_one_command(
-    tmp_path: Path,
-) -> None:
+async def test_diff_or_approve_of_one_server_right_after_wrap_meets_the_servers_first(tmp_path: Path) -> None:
     servers = _servers(tmp_path)
     del servers["quits"]
     config = write_config(tmp_path, servers)
     env = _env(tmp_path)
 
-    diffed = cli(env, "diff", "--all", "--config", str(config))  # reading first also meets them
+    diffed = cli(env, "diff", "noisy", "--config", str(config))  # reading first meets them
     assert diffed.returncode == 1, diffed.stderr
-    assert "first contact with 'alpha': 18 tools" in diffed.stdout and "first contact with 'noisy'" in diffed.stdout
+    assert diffed.stdout.startswith("first contact with 'noisy': 18 tools")
     assert "Traceback" not in diffed.stdout + diffed.stderr
 
-    approved = cli(env, "approve", "--all", "--config", str(config))
+    approved = cli(env, "approve", "alpha", "--config", str(config))
     assert approved.returncode == 0, approved.stderr
-    assert approved.stderr.splitlines() == [
-        "cellblock: OK: approved the catalog of 'alpha' (22 items)",
-        "cellblock: OK: approved the catalog of 'noisy' (22 items)",
-    ]
+    assert approved.stderr.splitlines() == ["cellblock: OK: approved the catalog of 'alpha' (22 items)"]
+    rest = cli(env, "diff", "--all", "--config", str(config))
+    assert rest.returncode == 1 and "meeting" not in rest.stderr  # met once, not again
+    assert "first contact with 'noisy'" in rest.stdout and "'alpha'" not in rest.stdout
 
 
 async def test_approve_all_alone_meets_and_approves_and_says_which_server_it_could_not_meet(tmp_path: Path) -> None:
@@ -133,3 +143,76 @@ async def test_approve_all_alone_meets_and_approves_and_says_which_server_it_cou
         "cellblock: OK: approved the catalog of 'noisy' (22 items)",
     ]
     assert (tmp_path / "state" / "locks" / "alpha.json").exists()
+
+
+MEMORY = "@modelcontextprotocol/server-memory@2026.8.31"
+TOKEN = "tok_" + "Pq4Xs9" * 6
+
+
+@pytest.mark.peers
+@pytest.mark.jail
+@pytest.mark.slow
+async def test_after_wrap_approve_all_alone_works_and_a_server_that_cannot_start_is_refused_before_any_question(
+    tmp_path: Path, keyring_env: dict[str, str]
+) -> None:
+    home = tmp_path / "home"
+    client_config = home / ".config" / "Claude" / "claude_desktop_config.json"
+    client_config.parent.mkdir(parents=True)
+    time_server = peers.time_server()
+    servers = {
+        "memory": {"command": "npx", "args": ["-y", MEMORY]},
+        "time": {"command": time_server[0], "args": ["--local-timezone", "UTC"], "env": {"TIME_API_TOKEN": TOKEN}},
+    }
+    client_config.write_text(json.dumps({"mcpServers": servers}, indent=2))
+    npm = shutil.which("npm")
+    assert npm is not None, "npm is needed: ./dev installs it"
+    path = f"{os.path.dirname(npm)}:/usr/local/bin:/usr/bin:/bin"
+    bus = {"DBUS_SESSION_BUS_ADDRESS": keyring_env["DBUS_SESSION_BUS_ADDRESS"]}
+    client = {"HOME": str(home), "USER": "root", "PATH": path, **bus}  # a client started in the desktop session
+    shell = {**client, **keyring_env, **{k: os.environ[k] for k in REGISTRY_ENV if k in os.environ}}
+    wrapped = _exactly(shell, "wrap", str(client_config))
+    assert wrapped.returncode == 0, wrapped.stderr
+
+    # right after wrap, one command: the servers are met and their catalogs approved
+    approved = _exactly(client, "approve", "--all")
+    assert approved.returncode == 0, approved.stderr
+    told = approved.stderr.splitlines()
+    assert told[0] == "cellblock: meeting memory, time: each starts once in its jail to say what it offers"
+    assert told[1].startswith("cellblock: OK: approved the catalog of 'memory' (")
+    assert told[2].startswith("cellblock: OK: approved the catalog of 'time' (") and len(told) == 3
+
+    # memory's package is gone (a config carried to another machine), time's token is not in the keyring
+    (home / ".local" / "share" / "cellblock" / "installs" / "memory.json").unlink()
+    keyring.delete_password("cellblock", "time-time-api-token")
+    asked: list[str] = []
+
+    async def allow_once(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"decision": "allow_once"})
+
+    entry = json.loads(client_config.read_text())["mcpServers"]["cellblock"]
+    params = StdioServerParameters(command=entry["command"], args=entry["args"], env=client)
+    async with Client(params, elicitation_callback=allow_once, cache=None) as session:
+        with anyio.fail_after(30):  # at once: no start, no restarts, no question waited for
+            missing = await session.call_tool("memory__read_graph", {})
+            unset = await session.call_tool("time__get_current_time", {"timezone": "UTC"})
+        assert missing.is_error and "run `cellblock install memory`" in _text(missing), _text(missing)
+        assert f"{MEMORY} is not installed" in _text(missing)
+        assert unset.is_error and "`cellblock auth set time-time-api-token`" in _text(unset), _text(unset)
+        assert asked == []  # nobody was asked to approve a call that could not run
+
+        # control: the same client is asked, and the call runs, once the cause is put right
+        keyring.set_password("cellblock", "time-time-api-token", TOKEN)
+        fixed = await session.call_tool("time__get_current_time", {"timezone": "UTC"})
+        assert not fixed.is_error, _text(fixed)
+        assert len(asked) == 1 and "get_current_time" in asked[0]
+
+
+def _exactly(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`cellblock ARGS` from the user's shell: exactly `env`."""
+    command = [sys.executable, "-m", "cellblock.gateway.cli.main", *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+
+def _text(result: types.CallToolResult) -> str:
+    return "".join(getattr(c, "text", "") for c in result.content)

@@ -35,7 +35,11 @@ def diff_command(config_path: str | None, server: str | None) -> int:
     """`cellblock diff SERVER`, or `diff --all` when `server` is None."""
     config, source = load(config_path, server)
     state = state_dir()
-    return diff_all(config, source, state) if server is None else diff_server(config, state, server)
+    if server is None:
+        return diff_all(config, source, state)
+    if server in unmet(config, state):  # right after wrap: what it offers is learnt first
+        meet_unmet(config, source, state)
+    return diff_server(config, state, server)
 
 
 def approve_command(config_path: str | None, server: str | None) -> int:
@@ -45,6 +49,8 @@ def approve_command(config_path: str | None, server: str | None) -> int:
     audit = config.audit_log(state)
     if server is None:
         return approve_all(config, source, state, audit)
+    if server in unmet(config, state):
+        meet_unmet(config, source, state)
     return approve_server(config, state, audit, server)
 
 

@@ -9,10 +9,13 @@ at the wait of the last restart allowed, until it works (`OutOfDescriptors`).
 from __future__ import annotations
 
 import errno
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
-__all__ = ["Backoff", "OutOfDescriptors", "exhausted_by", "short_of_descriptors"]
+__all__ = ["Backoff", "OutOfDescriptors", "exhausted_by", "grouped", "short_of_descriptors"]
+
+E = TypeVar("E", bound=BaseException)
 
 _EXHAUSTED = (errno.EMFILE, errno.ENFILE)
 
@@ -47,6 +50,23 @@ class OutOfDescriptors(OSError):
 
 def exhausted_by(exc: BaseException) -> OSError | None:
     """The EMFILE or ENFILE error `exc` comes of, if any: itself, one of its causes, or of its group."""
+    for error in _errors(exc, causes=True):
+        if isinstance(error, OSError) and error.errno in _EXHAUSTED:
+            return error
+    return None
+
+
+def grouped(exc: BaseException, kinds: tuple[type[E], ...]) -> E | None:
+    """`exc` if it is one of `kinds`, else the first of them in its group (a task group raises
+    what failed in it as a group): a failure the supervisor handles by its kind."""
+    for error in _errors(exc, causes=False):
+        if isinstance(error, kinds):
+            return error
+    return None
+
+
+def _errors(exc: BaseException, causes: bool) -> Iterator[BaseException]:
+    """`exc`, the errors of its groups and (with `causes`) what each came of, each once."""
     seen: set[int] = set()
     todo = [exc]
     while todo:
@@ -54,26 +74,30 @@ def exhausted_by(exc: BaseException) -> OSError | None:
         if id(error) in seen:
             continue
         seen.add(id(error))
-        if isinstance(error, OSError) and error.errno in _EXHAUSTED:
-            return error
+        yield error
         if isinstance(error, BaseExceptionGroup):
-            todo.extend(error.exceptions)
-        todo.extend(e for e in (error.__cause__, error.__context__) if e is not None)
-    return None
+            todo.extend(reversed(error.exceptions))
+        if causes:
+            todo.extend(e for e in (error.__cause__, error.__context__) if e is not None)
 
 
-async def short_of_descriptors(run: Awaitable[None]) -> None:
+async def short_of_descriptors(run: Awaitable[None], alone: tuple[type[Exception], ...] = ()) -> None:
     """Await `run`; a failure that comes of running out of file descriptors, whatever it was
     raised as (a jail that could not be built, a group of a task group's errors), is raised as
-    `OutOfDescriptors`, so the supervisor retries it.
+    `OutOfDescriptors`, so the supervisor retries it. One of the kinds `alone` that a task group on
+    the way (an allowlist's proxy) raised in a group is raised alone: the supervisor handles those
+    by their kind (restarting cannot install a package or read a keyring).
 
     Raises:
-        OutOfDescriptors: see above; any other exception of `run` as it is.
+        OutOfDescriptors: see above; one of `alone`; any other exception of `run` as it is.
     """
     try:
         await run
     except Exception as exc:  # re-raised: only its kind is looked at
         error = exhausted_by(exc)
-        if error is None:
+        if error is not None:
+            raise OutOfDescriptors(f"the gateway ran out of file descriptors as it started ({error.strerror})") from exc
+        single = grouped(exc, alone) if isinstance(exc, BaseExceptionGroup) else None
+        if single is None:
             raise
-        raise OutOfDescriptors(f"the gateway ran out of file descriptors as it started ({error.strerror})") from exc
+        raise single from exc

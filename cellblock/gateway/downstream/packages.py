@@ -66,6 +66,7 @@ __all__ = [
     "install_command",
     "installed",
     "read_record",
+    "recorded",
     "update_command",
 ]
 
@@ -131,11 +132,12 @@ def read_record(server: str) -> Record | None:
         return None
 
 
-def installed(name: str, server: LocalServer) -> Installed | None:
-    """The verified install of `server`, None when it has no `install:`.
+def recorded(name: str, server: LocalServer) -> Record | None:
+    """The record of the install `server` asks for, None when it has no `install:`; its files are
+    not looked at (`installed` checks them), so this is cheap enough to ask before every call.
 
     Raises:
-        InstallError: it is not installed, installed at another version, or its tree changed.
+        InstallError: it is not installed, or installed at another version.
     """
     if server.install is None:
         return None
@@ -150,6 +152,19 @@ def installed(name: str, server: LocalServer) -> Installed | None:
             f"server '{name}': the config asks for {wanted.spec()}, but {have.spec()} is installed; "
             f"run `cellblock install {name}`"
         )
+    return record
+
+
+def installed(name: str, server: LocalServer) -> Installed | None:
+    """The verified install of `server`, None when it has no `install:`.
+
+    Raises:
+        InstallError: it is not installed, installed at another version, or its tree changed.
+    """
+    record = recorded(name, server)
+    if record is None or server.install is None:
+        return None
+    wanted, have = server.install.package, record.package
     known = {path: (print_, record.files[path]) for path, print_ in record.prints.items() if path in record.files}
     try:
         now, _ = manifest(record.tree, known)

@@ -235,7 +235,7 @@ class Downstream:
             began = anyio.current_time()
             self._restart_reason, self._garbage, exhausted = None, 0, False
             try:
-                await short_of_descriptors(self._run_once())
+                await short_of_descriptors(self._run_once(), alone=(InstallError, JailError, CredentialError))
                 reason = self._exit_reason
             except InstallError as exc:
                 # `cellblock install` puts it right; the next call retries

@@ -43,6 +43,7 @@ from cellblock.gateway.downstream.launch import own_paths
 from cellblock.gateway.downstream.listing import Listing
 from cellblock.gateway.downstream.offer import Offer
 from cellblock.gateway.downstream.rounds import error_result
+from cellblock.gateway.downstream.startable import startable_of
 from cellblock.gateway.downstream.supervisor import START_SECONDS, Downstream, State
 from cellblock.gateway.scrub import Scrubbed, scrub
 from cellblock.gateway.serve.approvals import STATE_PREFIX as APPROVAL_STATE
@@ -167,6 +168,7 @@ class Gateway:
             reviewer=self.review.review_lock,
             unasked=lambda server: self.locks.unasked.get(server, frozenset()),
             learn=reader_of(ds.keys for ds in self.downstreams.values()) if config.credential_entries() else None,
+            startable=startable_of(self.downstreams),
         )
         self.bus = InMemorySubscriptionBus()
         self.parked = ParkedCalls()
@@ -560,8 +562,9 @@ class Gateway:
         """Why a name that is not in the catalog may belong to a server that is down, if it does."""
         prefix, sep, _ = name.partition(self.config.names.separator)
         ds = self.downstreams.get(prefix) if sep else None
-        if ds is not None and ds.retry():
-            return f"server '{ds.name}' is starting again (it had failed: {ds.error}); list the tools in a moment"
+        if ds is not None and ds.retryable:
+            error, _ = ds.error, ds.retry()  # the user may have put it right: its tools are announced if it starts
+            return f"server '{ds.name}' is not running: {error}"
         if ds is not None and ds.state in (State.FAILED, State.RESTARTING, State.STARTING):
             return f"server '{ds.name}' is not available ({ds.state}): {ds.error or 'starting'}"
         return None

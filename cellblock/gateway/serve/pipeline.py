@@ -1,4 +1,4 @@
-"""The call path, in one place: route -> secrets -> lock -> policy -> approval -> record, then (the
+"""The call path, in one place: route -> start -> secrets -> lock -> policy -> approval -> record, then (the
 call's own, `serve/calls.py`) forward and the audit of its end.
 
 The stages are data (`Pipeline.stages`), run in order by every decision. Each can only pass a
@@ -13,6 +13,10 @@ waiting for anyone; whatever else they would say, it says nothing and leaves the
 `admit`. `admit_item` runs the stages from policy on for a prompt get or a resource read that
 the gateway has routed and checked against the lock itself: the same rules machinery, the same
 approvals, the same `call` audit record (its `tool` is "prompt:NAME" or "resource:URI").
+
+`start` refuses a call to a server that cannot start (its package not installed, its secret not
+in the keyring) or failed for good, with the cause and the command that puts it right, before
+anyone is asked anything (`downstream/startable.py`); a running server passes at once.
 
 `secrets` refuses a call whose arguments (a read's URI) carry a secret the gateway holds for
 another server, or its own (the HTTP token), in any form `scrub.HeldSecrets.carried` knows: a
@@ -40,7 +44,7 @@ from cellblock.gateway.serve.catalog import Catalog
 from cellblock.policy.rules import Policy
 from cellblock.policy.types import Decision, Verdict
 
-__all__ = ["Approver", "Asking", "Call", "Pipeline", "Refused", "Reviewer", "Stage", "Unrecorded"]
+__all__ = ["Approver", "Asking", "Call", "Pipeline", "Refused", "Reviewer", "Stage", "Startable", "Unrecorded"]
 
 
 @dataclass
@@ -75,6 +79,8 @@ class Asking:
 Approver = Callable[[Call], Awaitable[Verdict]]
 # True when the human accepted the held catalog of the call's server (the lock then lets it through)
 Reviewer = Callable[[Call], Awaitable[bool]]
+# server -> None when it runs, else what says why it cannot start (None: it may)
+Startable = Callable[[str], Callable[[], Awaitable[str | None]] | None]
 
 
 class Refused(Exception):
@@ -110,7 +116,7 @@ Stage = Callable[[Call], Wait | None]
 class Pipeline:
     """Runs the stages for a call against the current catalog, lock holds and policies.
 
-    One sequence, `stages` (route -> secrets -> lock -> policy -> approval -> record), for every
+    One sequence, `stages` (route -> start -> secrets -> lock -> policy -> approval -> record), for every
     decision: `admit` waits where a stage asks to, `allow_now` (the fast path's) stops there and
     says nothing; `admit_item` runs the same stages from secrets on, but the lock. Forwarding and
     the audit of the call's end are the call's own (`serve/calls.ToolCall`). `learn` reads every
@@ -127,6 +133,7 @@ class Pipeline:
         reviewer: Reviewer | None = None,
         learn: Callable[[], Awaitable[None]] | None = None,
         unasked: Callable[[str], frozenset[str]] = lambda server: frozenset(),
+        startable: Startable | None = None,
     ) -> None:
         self._catalog = catalog
         self._unasked = unasked
@@ -136,12 +143,13 @@ class Pipeline:
         self._approver = approver
         self._reviewer = reviewer
         self._learn = learn
+        self._startable = startable
         self._learned = anyio.Event()  # every server's credentials are known to `audit.held`...
         self._unread: str | None = None  # ...unless this says why they could not be read
         if learn is None:
             self._learned.set()
         self.stages: tuple[Stage, ...] = (
-            *(self._route, self._secrets, self._lock),
+            *(self._route, self._start, self._secrets, self._lock),
             *(self._policy, self._approval, self._record),
         )
         self.item_stages: tuple[Stage, ...] = (self._secrets, self._policy, self._approval, self._record)
@@ -208,6 +216,18 @@ class Pipeline:
         call.server, call.tool = found
         call.held = route is None
         return None
+
+    def _start(self, call: Call) -> Wait | None:
+        why_not = self._startable(call.server) if self._startable is not None else None
+        if why_not is None:
+            return None
+
+        async def startable() -> None:
+            reason = await why_not()
+            if reason is not None:
+                raise Refused(Verdict(Decision.DENY, "start", reason))
+
+        return startable
 
     async def learn_secrets(self) -> None:
         """Read every server's credentials into `audit.held`, once; the gateway starts this when it
@@ -369,7 +389,7 @@ class Pipeline:
             **_kind(call),
             **fields,
         )
-        prefix = "denied by policy" if verdict.rule not in ("route", "lock", "secret") else "refused"
+        prefix = "denied by policy" if verdict.rule not in ("route", "start", "lock", "secret") else "refused"
         return f"{prefix}: {verdict.rule}: {verdict.reason}"
 
 

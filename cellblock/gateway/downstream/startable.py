@@ -1,0 +1,66 @@
+"""Whether a server that is not running can start, asked before a call to it goes any further.
+
+A server whose package is not installed, or whose secret the keyring does not give, cannot start
+however often it is tried, and only a command of the user's puts it right (`cellblock install
+NAME`, `cellblock auth set ENTRY`). A call to one is refused at once with that cause and command,
+before anyone is asked to approve it (`Pipeline`'s `start` stage). When the cause is gone (the
+user ran the command while the gateway runs), the server is started again and the call goes on.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Mapping
+
+import anyio.to_thread
+
+from cellblock.gateway.config.model import LocalServer
+from cellblock.gateway.credentials import CredentialError
+from cellblock.gateway.downstream.packages import InstallError, installed, recorded
+from cellblock.gateway.downstream.supervisor import Downstream, State
+
+__all__ = ["cannot_start", "startable_of", "unstartable"]
+
+
+async def cannot_start(ds: Downstream) -> str | None:
+    """Why the local server of `ds` cannot start now, for a cause the user puts right with a
+    command (the message names it); None when nothing known stops it. The install's record and
+    the keyring's entries; the installed files too once it failed (they may be why), since
+    checking them costs a read of the tree."""
+    if not isinstance(ds.config, LocalServer):
+        return None  # a remote server's login and reachability are found out by connecting
+    try:
+        if ds.state is State.FAILED:
+            await anyio.to_thread.run_sync(installed, ds.name, ds.config)
+        else:
+            recorded(ds.name, ds.config)
+        await ds.keys.environment()
+    except (InstallError, CredentialError) as exc:
+        return str(exc)
+    return None
+
+
+async def unstartable(ds: Downstream) -> str | None:
+    """Why a call to `ds` is refused before it goes further: it failed for good, or it cannot
+    start for a cause only the user puts right; None when it runs or may start. A server that had
+    failed for such a cause and no longer has it is started again."""
+    if ds.state is State.READY:
+        return None
+    if ds.state is State.FAILED and not ds.retryable:
+        return f"server '{ds.name}' is not running: {ds.error}"
+    cause = await cannot_start(ds)
+    if cause is not None:
+        return f"server '{ds.name}' cannot start: {cause.removeprefix(f'server {ds.name!r}: ')}"
+    ds.retry()  # put right since it failed: the call waits for the start, as any call does
+    return None
+
+
+def startable_of(downstreams: Mapping[str, Downstream]) -> Callable[[str], Callable[[], Awaitable[str | None]] | None]:
+    """For the pipeline's `start` stage: server -> None when it runs, else what says why it cannot
+    start (`unstartable`)."""
+
+    def startable(server: str) -> Callable[[], Awaitable[str | None]] | None:
+        ds = downstreams[server]
+        return None if ds.state is State.READY else functools.partial(unstartable, ds)
+
+    return startable
