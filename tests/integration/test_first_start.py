@@ -145,6 +145,52 @@ async def test_approve_all_alone_meets_and_approves_and_says_which_server_it_cou
     assert (tmp_path / "state" / "locks" / "alpha.json").exists()
 
 
+@pytest.mark.peers
+@pytest.mark.jail
+async def test_review_after_wrap_shows_each_server_in_its_summary_shape_and_meets_a_failed_one_again(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    client_config = home / ".config" / "Claude" / "claude_desktop_config.json"
+    client_config.parent.mkdir(parents=True)
+    servers = {
+        "time": {"command": peers.time_server()[0], "args": ["--local-timezone", "UTC"]},
+        "broken": {"command": "/bin/false"},  # exits at once, as a server whose runtime is missing does
+    }
+    client_config.write_text(json.dumps({"mcpServers": servers}, indent=2))
+    shell = {"HOME": str(home), "USER": "root", "PATH": "/usr/local/bin:/usr/bin:/bin"}
+    assert _exactly(shell, "wrap", str(client_config)).returncode == 0
+    log = home / ".local" / "state" / "cellblock" / "meeting.log"
+    failed = (
+        "cellblock: could not meet 'broken': protocol error: Connection closed; the log is "
+        f"{log}. It is met again at the next review, diff --all or approve --all"
+    )
+
+    reviewed = _exactly(shell, "review")  # no answers: nothing approved
+
+    assert reviewed.returncode == 1
+    assert reviewed.stderr.splitlines() == [
+        "cellblock: meeting time, broken: each starts once in its jail to say what it offers",
+        failed,
+        "cellblock: 'time' stays held: its tools are not offered",
+    ]
+    lines = reviewed.stdout.splitlines()
+    assert lines[:3] == ["", "[1/1] first contact with 'time': 2 tools, none approved yet", ""]
+    assert "new tool:get_current_time" in lines and "new tool:convert_time" in lines
+    assert lines[-2:] == [
+        "runs without asking: none; every call asks you first",
+        "Approve the catalog of 'time'? [y/N] ",
+    ]
+    assert not any(word in reviewed.stdout for word in ("INFO", "WARNING", "Traceback", "changed since"))
+
+    again = _exactly(shell, "review")  # the failed meeting is not remembered: broken is met again
+    assert again.stderr.splitlines()[:2] == [
+        "cellblock: meeting broken: each starts once in its jail to say what it offers",
+        failed,
+    ]
+    assert "server 'broken' is down" in log.read_text() and "INFO" not in again.stderr
+
+
 MEMORY = "@modelcontextprotocol/server-memory@2026.8.31"
 TOKEN = "tok_" + "Pq4Xs9" * 6
 
