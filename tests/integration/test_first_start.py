@@ -246,6 +246,9 @@ async def test_after_wrap_approve_all_alone_works_and_a_server_that_cannot_start
         assert f"{MEMORY} is not installed" in _text(missing)
         assert unset.is_error and "`cellblock auth set time-time-api-token`" in _text(unset), _text(unset)
         assert asked == []  # nobody was asked to approve a call that could not run
+        ps = await anyio.to_thread.run_sync(_exactly, client, "ps")
+        assert "    not running: server 'memory' cannot start: " in ps.stdout, ps.stdout
+        assert "run `cellblock install memory`" in ps.stdout
 
         # control: the same client is asked, and the call runs, once the cause is put right
         keyring.set_password("cellblock", "time-time-api-token", TOKEN)

@@ -65,6 +65,8 @@ def ps(as_json: bool) -> int:
                 print(f"  {name}\t{state}\t{jail_text}\t{server.get('tools', 0)} tools\t{calls}")
                 if server.get("last_exit"):
                     print(f"    last stopped: {printable(str(server['last_exit']))}")
+                if server.get("down"):
+                    print(f"    not running: {printable(str(server['down']))}")
     if not replies:
         print("cellblock: no running gateway", file=sys.stderr)
     return EXIT_OK

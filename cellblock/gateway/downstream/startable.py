@@ -19,7 +19,7 @@ from cellblock.gateway.credentials import CredentialError
 from cellblock.gateway.downstream.packages import InstallError, installed, recorded
 from cellblock.gateway.downstream.supervisor import Downstream, State
 
-__all__ = ["cannot_start", "startable_of", "unstartable"]
+__all__ = ["cannot_start", "startable_of", "unstartable", "why_down"]
 
 
 async def cannot_start(ds: Downstream) -> str | None:
@@ -40,19 +40,24 @@ async def cannot_start(ds: Downstream) -> str | None:
     return None
 
 
-async def unstartable(ds: Downstream) -> str | None:
-    """Why a call to `ds` is refused before it goes further: it failed for good, or it cannot
-    start for a cause only the user puts right; None when it runs or may start. A server that had
-    failed for such a cause and no longer has it is started again."""
+async def why_down(ds: Downstream) -> str | None:
+    """Why `ds` does not run and cannot: it failed for good, or cannot start for a cause only the
+    user puts right; None when it runs or may start. Changes nothing (`cellblock ps` shows it)."""
     if ds.state is State.READY:
         return None
     if ds.state is State.FAILED and not ds.retryable:
         return f"server '{ds.name}' is not running: {ds.error}"
     cause = await cannot_start(ds)
-    if cause is not None:
-        return f"server '{ds.name}' cannot start: {cause.removeprefix(f'server {ds.name!r}: ')}"
-    ds.retry()  # put right since it failed: the call waits for the start, as any call does
-    return None
+    return None if cause is None else f"server '{ds.name}' cannot start: {cause.removeprefix(f'server {ds.name!r}: ')}"
+
+
+async def unstartable(ds: Downstream) -> str | None:
+    """`why_down`, for a call to `ds` about to go further; a server that had failed for a cause
+    the user has put right since is started again (the call waits for it, as any call does)."""
+    why = await why_down(ds)
+    if why is None:
+        ds.retry()
+    return why
 
 
 def startable_of(downstreams: Mapping[str, Downstream]) -> Callable[[str], Callable[[], Awaitable[str | None]] | None]:

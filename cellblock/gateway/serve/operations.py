@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cellblock.gateway.config.model import LocalServer
+from cellblock.gateway.downstream.startable import why_down
 from cellblock.gateway.downstream.supervisor import Downstream
 from cellblock.gateway.serve.approvals import Approvals, OnceOnly
 from cellblock.gateway.serve.control import NOT_FOUND
@@ -76,6 +77,8 @@ class Operations:
                     "calls": ds.calls,
                     "fast_calls": ds.fast_calls,
                     "last_exit": ds.last_exit,
+                    # why it does not run and what to do, as a call to it is told (None: it runs or may)
+                    "down": await why_down(ds),
                 }
                 for name, ds in self.gateway.downstreams.items()
             ]
