@@ -498,7 +498,7 @@ class Gateway:
         if own and params.name not in {t.name for t in self.catalog.tools}:
             own = False  # offered only while something is held: otherwise the name routes as any other
         if own and params.name == self.own_tool(STATUS):
-            return self.review.status()
+            return await self.review.status()
         reply = SessionReply(self.send_log, ctx)
         call = Call(params.name, params.arguments, ctx=Asking(ctx.session, ctx.request_id, reply.modern, reply.tell))
         if params.request_state and reply.modern:

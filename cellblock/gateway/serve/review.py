@@ -18,6 +18,7 @@ from cellblock.gateway.ask.forms import APPROVE_READ_ONLY
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.model import Config
 from cellblock.gateway.downstream.rounds import error_result
+from cellblock.gateway.downstream.startable import cannot_start
 from cellblock.gateway.downstream.supervisor import Downstream, State
 from cellblock.gateway.serve.approvals import APPROVAL_KEY, Approvals, NeedsInput, can_elicit, review_form
 from cellblock.gateway.serve.locking import Locks, approve_pending, read_only_offer
@@ -70,13 +71,18 @@ class Review:
             return _text_result(f"The user keeps the catalog of '{server}' held: its tools stay unlisted.")
         return _text_result(f"The user approved the catalog of '{server}': its tools are listed now.")
 
-    def status(self) -> types.CallToolResult:
+    async def status(self) -> types.CallToolResult:
         servers = [
             ServerStatus(
                 name,
                 held=len(self.gateway.locks.held.get(name, ())),
                 first_contact=not lock_path(self.gateway.state, name).exists(),
-                down=ds.error_without_output if ds.state in (State.FAILED, State.RESTARTING) else None,
+                # in the gateway's words only: what a server wrote is not for the model before approval
+                down=ds.error_without_output
+                if ds.state in (State.FAILED, State.RESTARTING)
+                else await cannot_start(ds)
+                if ds.state is State.STOPPED
+                else None,
             )
             for name, ds in self.gateway.downstreams.items()
         ]
