@@ -72,11 +72,7 @@ from cellblock.gateway.serve.status import (
 )
 from cellblock.gateway.serve.subscriptions import Subscriptions
 from cellblock.gateway.serve.tasks import Tasks
-from cellblock.gateway.state import (
-    atomic_write_json,
-    clean_stale_temps,
-    read_json,
-)
+from cellblock.gateway.state import atomic_write_json, clean_stale_temps, read_json
 from cellblock.gateway.wire.client import Wire
 from cellblock.gateway.wire.early import SAVE_AFTER_SECONDS, Early, Handover
 from cellblock.gateway.wire.stdio import client_stdio
