@@ -452,7 +452,9 @@ async def test_cli_approve_server_still_takes_the_lock_path(runtime: tuple[Path,
     config.write_text("version: 1\nservers:\n  fs:\n    command: x\n")
     code, _, err = await cellblock(xdg, "approve", "fs", "--config", str(config))
     assert code == 1
-    assert err == "cellblock: nothing held for 'fs'; nothing to approve\n"
+    # the server is met first (a command that does not run is named), then nothing is held
+    assert "could not meet 'fs': command not found" in err
+    assert err.endswith("cellblock: nothing held for 'fs'; nothing to approve\n")
     code, _, err = await cellblock(xdg, "approve", "fs", "--always", "--config", str(config))
     assert code == 2 and "--always applies to a pending call's ID" in err
     assert handler.seen == []  # a server name never reaches the gateways
