@@ -25,6 +25,8 @@ NODE_MODULES = PEERS / "node" / "node_modules"
 PY_BIN = PEERS / "py" / "bin"
 PY1 = PEERS / "py1"  # a virtualenv with the Python SDK 1.x (`mcp<2`)
 SERVERS = ROOT / "tests" / "servers"
+# Pinned in ./dev's NPM_PEERS too, so its download is in npm's cache when a test's wrap installs it.
+PLAYWRIGHT_MCP = "@playwright/mcp@0.0.86"
 
 
 def _missing(what: str) -> NoReturn:

@@ -27,6 +27,7 @@ import yaml
 from keyring.errors import PasswordDeleteError
 
 import cellblock.gateway.clients.wrap as wrap_module
+import cellblock.gateway.config.browsers as browsers_module
 from cellblock.gateway.clients.backups import is_project_file, kept
 from cellblock.gateway.clients.unwrap import unwrap
 from cellblock.gateway.clients.wrap import WrapError, list_clients, plan_wrap, wrap
@@ -95,6 +96,13 @@ KEYRING: dict[str, dict[str, str | None]] = {
 def fixed_gateway_command(monkeypatch: pytest.MonkeyPatch) -> None:
     """The client entry names a fixed cellblock, so the goldens do not depend on this machine's venv."""
     monkeypatch.setattr(wrap_module, "gateway_command", lambda config: (CELLBLOCK, list(SERVE)))
+
+
+@pytest.fixture(autouse=True)
+def fixed_browser(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Debian's Chromium, whether or not this machine has it, for the browser-driving servers."""
+    found = ("/usr/bin/chromium", ("/etc/chromium.d", "/etc/fonts"))
+    monkeypatch.setattr(browsers_module, "find_browser", lambda draft: found)
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,8 @@ argument's as `${secrets.NAME}` in its place, `argsecrets`). Each inference, and
 user must still do, is one line in `notes`. No secret value is ever in `config` or `notes`.
 
 Beside it: `draft` (what is built up), `secretlike` (what holds a secret), `launchers` (npx, uvx,
-`uv run`, node or python SCRIPT) and `known` (what Cellblock knows of particular servers).
+`uv run`, node or python SCRIPT), `known` (what Cellblock knows of particular servers) and
+`browsers` (the browser a server that drives one runs in its jail).
 Pure apart from looking at the file system (does a path exist, where is a script's package root).
 """
 
@@ -26,6 +27,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from cellblock.gateway.config.argsecrets import arg_secrets
+from cellblock.gateway.config.browsers import browser_for
 from cellblock.gateway.config.draft import Draft, Starter
 from cellblock.gateway.config.known import (
     DATA_FILE,
@@ -178,6 +180,7 @@ def _local(draft: Draft, entry: ClientEntryLike, cache_root: str) -> None:
     package = package or program
     _paths(draft, args, cwd, writable="filesystem" in package or package in WORKS_IN, skip=script)
     network = network_for(draft, package, entry.env)
+    args = browser_for(draft, package, args, env)
     install: dict[str, Any] | None = None
     if launcher in ("npx", "uvx") and index is not None and spec is not None:
         found = installable(draft, launcher, args, index, spec) if INSTALLS else None

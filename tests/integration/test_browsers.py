@@ -1,0 +1,91 @@
+"""A server that drives a browser, as a user has it: Claude Desktop's `npx -y @playwright/mcp@…`,
+`cellblock wrap`, the client started with only HOME, USER and PATH, and a call that renders a page
+in Debian's Chromium inside the jail and answers with its text. The control is the entry as wrap
+wrote it before it knew of browsers (no browser named, none of its files shared): the same call
+cannot start a browser.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import anyio
+import mcp.types as types
+import pytest
+import yaml
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from cellblock.gateway.config.browsers import FONTS
+from cellblock.sandbox.packages import REGISTRY_ENV
+from tests import peers
+from tests.integration.conftest import bus_at_the_standard_path
+from tests.integration.test_from_wrap_to_calls import _run, _text, allow_once, anyio_backend  # noqa: F401 (a fixture)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.peers, pytest.mark.jail, pytest.mark.slow]
+
+CHROMIUM = "/usr/bin/chromium"
+# the title only a browser that ran the page's script can give (the URL does not hold it)
+PAGE = "data:text/html,<script>document.title = ['Rendered', 'in', 'the', 'jail'].join(' ')</script>"
+RENDERED = "Page Title: Rendered in the jail"
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="placing a bus at /run/user/<uid> needs a mount namespace (root)")
+@pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason="Debian's chromium is not installed (.ci/run installs it)")
+async def test_a_wrapped_playwright_server_renders_a_page_in_the_system_chromium_inside_its_jail(
+    tmp_path: Path, keyring_env: dict[str, str]
+) -> None:
+    home = tmp_path / "home"
+    client_config = home / ".config" / "Claude" / "claude_desktop_config.json"
+    client_config.parent.mkdir(parents=True)
+    servers = {"playwright": {"command": "npx", "args": ["-y", peers.PLAYWRIGHT_MCP]}}
+    client_config.write_text(json.dumps({"mcpServers": servers}, indent=2))
+
+    npm = shutil.which("npm")
+    assert npm is not None, "npm is needed: ./dev installs it"
+    client = {"HOME": str(home), "USER": "root", "PATH": f"{os.path.dirname(npm)}:/usr/local/bin:/usr/bin:/bin"}
+    shell = {**client, **keyring_env, **{k: os.environ[k] for k in REGISTRY_ENV if k in os.environ}}
+
+    wrapped = _run(shell, "wrap", str(client_config))
+    assert wrapped.returncode == 0, wrapped.stderr
+    entry = json.loads(client_config.read_text())["mcpServers"]["cellblock"]
+    config_file = anyio.Path(entry["args"][entry["args"].index("--config") + 1])
+    written = await config_file.read_text()
+    assert f"drives a browser: it runs {CHROMIUM}, headless" in written  # wrap's note
+    config = yaml.safe_load(written)
+    server = config["servers"]["playwright"]
+    assert server["jail"]["read_only"] == ["/etc/chromium.d", FONTS]
+    assert server["args"][-4:] == ["--headless", "--no-sandbox", "--executable-path", CHROMIUM]
+
+    bus_dir = str(Path(keyring_env["DBUS_SESSION_BUS_ADDRESS"].removeprefix("unix:path=").split(",")[0]).parent)
+    started = [*bus_at_the_standard_path(bus_dir), entry["command"], *entry["args"]]
+    params = StdioServerParameters(command=started[0], args=started[1:], env=client)
+
+    async def navigate() -> types.CallToolResult:
+        async with Client(params, elicitation_callback=allow_once, cache=None) as session:
+            with anyio.fail_after(120):
+                return await session.call_tool("playwright__browser_navigate", {"url": PAGE})
+
+    async with Client(params, elicitation_callback=allow_once, cache=None) as session:
+        await session.list_tools()  # first contact: the catalog is held for approval
+    approved = _run(client, "approve", "--all")
+    assert approved.returncode == 0, approved.stderr
+
+    rendered = await navigate()
+    assert not rendered.is_error, _text(rendered)
+    assert RENDERED in _text(rendered)
+
+    # controls: Debian's chromium without /etc/chromium.d (its wrapper script cannot start), and
+    # the entry as wrap wrote it before (Playwright looks for Chrome in /opt, which no jail shows)
+    del server["jail"]["read_only"]
+    await config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+    refused = await navigate()
+    assert refused.is_error and RENDERED not in _text(refused), _text(refused)
+    server["args"] = server["args"][:-4]
+    await config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+    refused = await navigate()
+    assert refused.is_error and RENDERED not in _text(refused), _text(refused)
+    assert "'chrome' is not found at /opt/google/chrome/chrome" in _text(refused)
