@@ -72,6 +72,16 @@ def test_without_a_system_browser_the_newest_in_playwrights_cache_is_shared(
     assert config["jail"]["read_only"] == ["~/.cache/ms-playwright/chromium-1200"]
 
 
+def test_a_server_told_to_run_another_browser_than_chromium_is_left_as_it_is(
+    tmp_path: Path, system: tuple[str, str, str]
+) -> None:
+    config, notes = _wrap(tmp_path / "home", PLAYWRIGHT, "--browser=firefox")
+    assert config["args"] == ["--browser=firefox"] and "read_only" not in config["jail"]
+    assert any("runs firefox, for which wrap names no browser" in n for n in notes)
+    config, _ = _wrap(tmp_path / "home", PLAYWRIGHT, "--browser", "chromium")
+    assert config["args"][:2] == ["--browser", "chromium"] and config["args"][-1] == system[0]
+
+
 def test_puppeteers_server_gets_its_launch_options_in_its_environment(
     tmp_path: Path, system: tuple[str, str, str]
 ) -> None:

@@ -62,6 +62,13 @@ def browser_for(draft: Draft, package: str, args: list[str], env: dict[str, str]
     driver = DRIVERS.get(package)
     if driver is None:
         return args
+    chosen = _option(args, "--browser")
+    if chosen is not None and not chosen.startswith(("chrome", "chromium", "msedge")):
+        draft.notes.append(
+            f"{package} runs {chosen}, for which wrap names no browser: the jail has none unless you share it "
+            "(jail.read_only), and it runs headless only with --headless"
+        )
+        return args
     found = find_browser(draft)
     if found is None:
         draft.notes.append(
@@ -75,7 +82,7 @@ def browser_for(draft: Draft, package: str, args: list[str], env: dict[str, str]
     shared = ", ".join(_tilde(draft, p) for p in reads)
     if driver == "playwright":
         told = [a for a in ("--headless", "--no-sandbox") if a not in args]
-        if not any(a == "--executable-path" or a.startswith("--executable-path=") for a in args):
+        if _option(args, "--executable-path") is None:
             told += ["--executable-path", program]
         args = [*args, *told]
         display = "remove --headless"
@@ -91,6 +98,16 @@ def browser_for(draft: Draft, package: str, args: list[str], env: dict[str, str]
         "env DISPLAY)"
     )
     return args
+
+
+def _option(args: Sequence[str], name: str) -> str | None:
+    """The value of option `name` in `args` (`--name VALUE` or `--name=VALUE`), None if absent."""
+    for index, arg in enumerate(args):
+        if arg.startswith(name + "="):
+            return arg.partition("=")[2]
+        if arg == name and index + 1 < len(args):
+            return args[index + 1]
+    return None
 
 
 def _tilde(draft: Draft, path: str) -> str:
