@@ -27,6 +27,7 @@ from typing import Any
 import keyring
 import mcp.types as types
 import pytest
+import yaml
 
 from tests import peers
 from tests.integration.conftest import cli, free_port, gateway, write_config
@@ -166,8 +167,14 @@ async def test_context7_wrapped_from_its_readme_sends_the_key_from_the_keyring_t
     try:
         assert cli(env, "wrap", str(client_config), "--config", str(config)).returncode == 0
         assert "- ${secrets.API_KEY}" in config.read_text() and key not in config.read_text()
-        # its API is on loopback here: the network its hosts would get (an allowlist) stands as `open`
-        config.write_text(config.read_text().replace("network: none", "network: open"))
+        # its API host comes from CONTEXT7_API_URL (the table of known servers); but the stand-in is
+        # on loopback, which inside an allowlist jail is the jail's own, so here the jail gets `open`
+        written = yaml.safe_load(config.read_text())
+        jail = written["servers"]["context7"]["jail"]
+        assert jail["network"] == "allowlist" and jail["allow_hosts"] == ["127.0.0.1"]
+        jail["network"] = "open"
+        del jail["allow_hosts"]
+        config.write_text(yaml.safe_dump(written))
         async with gateway(config, state, env=env, stderr=log) as client:
             await client.list_tools()
         assert cli(env, "approve", "context7", "--config", str(config)).returncode == 0
