@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import inspect
 import os
 import socket
 import subprocess
@@ -142,11 +143,15 @@ def hidden_service(path: Path) -> socket.socket:
     return listening
 
 
-async def eventually(check: Callable[[], bool], timeout: float = 10) -> None:
-    """Wait until `check()` holds; for effects seen only in files or other processes, no event exists."""
+async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout: float = 10) -> None:
+    """Wait until `check()` holds (awaited when it is a coroutine: a probe through a client); for
+    effects seen only in files or other processes, no event exists."""
     with anyio.fail_after(timeout):
-        while not check():  # noqa: ASYNC110 - the effect happens in another process; polling is the only way
-            await anyio.sleep(0.02)
+        while True:
+            held = check()
+            if await held if inspect.isawaitable(held) else held:
+                return
+            await anyio.sleep(0.02)  # the effect happens in another process; polling is the only way
 
 
 def cli(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -12,14 +12,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import mcp.types as types
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from tests import peers
-from tests.integration.conftest import cli, gateway, write_config
+from tests.integration.conftest import cli, eventually, gateway, write_config
 from tests.integration.test_approvals import Human
 
 pytestmark = pytest.mark.anyio
@@ -196,11 +195,14 @@ async def test_a_revoked_grant_asks_again_in_the_running_gateway(tmp_path: Path)
         assert text(await client.call_tool("a__look", {})) == "looked" and not human.asked
         revoked = cli(env, "revoke", "a:look", "--config", str(config))
         assert revoked.returncode == 0 and "tool look of 'a' (runs without asking)" in revoked.stderr
-        with anyio.fail_after(10):  # the gateway reads the grants again within a poll
-            while not human.asked:  # the effect is in another process: poll it, as `eventually` does
-                result = await client.call_tool("a__look", {})
-                await anyio.sleep(0.05)
-        assert result.is_error and 'tool "look"' in human.asked[0]
+        results: list[types.CallToolResult] = []
+
+        async def asked_again() -> bool:  # the gateway reads the grants again within a poll
+            results.append(await client.call_tool("a__look", {}))
+            return bool(human.asked)
+
+        await eventually(asked_again)
+        assert results[-1].is_error and 'tool "look"' in human.asked[0]
         asked = len(human.asked)
         assert text(await client.call_tool("a__tidy", {})) == "nothing to tidy" and len(human.asked) == asked
 
