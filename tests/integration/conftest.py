@@ -154,6 +154,14 @@ async def eventually(check: Callable[[], bool | Awaitable[bool]], timeout: float
             await anyio.sleep(0.02)  # the effect happens in another process; polling is the only way
 
 
+def cli_env(tmp_path: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What a gateway and the CLI of one test share: `base` (a keyring, say), a private runtime dir
+    (the control sockets) and the state dir, both under `tmp_path`."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700, exist_ok=True)
+    return {**(base or {}), "XDG_RUNTIME_DIR": str(run), "CELLBLOCK_STATE_DIR": str(tmp_path / "state")}
+
+
 def cli(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """`cellblock ARGS` as a subprocess with `env` added, its output captured as text."""
     return subprocess.run(

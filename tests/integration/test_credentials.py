@@ -27,7 +27,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from cellblock.gateway.downstream.oauth import LOGIN_PORT
-from tests.integration.conftest import PROBE, bus_at_the_standard_path, cli, gateway, write_config
+from tests.integration.conftest import PROBE, bus_at_the_standard_path, cli, cli_env, gateway, write_config
 from tests.servers.remote_run import run_remote
 
 pytestmark = pytest.mark.anyio
@@ -43,9 +43,7 @@ def _text(result: object) -> str:
 @pytest.fixture
 def env(keyring_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
     """What the gateway and the CLI share: the test keyring, a private runtime dir (control sockets), state."""
-    run = tmp_path / "run"
-    run.mkdir(mode=0o700)
-    return {**keyring_env, "XDG_RUNTIME_DIR": str(run), "CELLBLOCK_STATE_DIR": str(tmp_path / "state")}
+    return cli_env(tmp_path, keyring_env)
 
 
 async def until(check: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:

@@ -24,7 +24,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from cellblock.sandbox.packages import REGISTRY_ENV
 from tests import peers
-from tests.integration.conftest import cli, probe_server, write_config
+from tests.integration.conftest import cli, cli_env, probe_server, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -55,17 +55,11 @@ def _servers(tmp_path: Path) -> dict[str, Any]:
     }
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
-    run = tmp_path / "run"
-    run.mkdir(mode=0o700, exist_ok=True)
-    return {"CELLBLOCK_STATE_DIR": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(run)}
-
-
 async def test_review_shows_a_summary_line_the_catalog_and_what_runs_unasked_and_none_of_the_servers_noise(
     tmp_path: Path,
 ) -> None:
     config = write_config(tmp_path, _servers(tmp_path))
-    env = _env(tmp_path)
+    env = cli_env(tmp_path)
     log = tmp_path / "state" / "meeting.log"
 
     shown = cli(env, "review", "--config", str(config), stdin="n\nn\n")
@@ -113,7 +107,7 @@ async def test_diff_or_approve_of_one_server_right_after_wrap_meets_the_servers_
     servers = _servers(tmp_path)
     del servers["quits"]
     config = write_config(tmp_path, servers)
-    env = _env(tmp_path)
+    env = cli_env(tmp_path)
 
     diffed = cli(env, "diff", "noisy", "--config", str(config))  # reading first meets them
     assert diffed.returncode == 1, diffed.stderr
@@ -130,7 +124,7 @@ async def test_diff_or_approve_of_one_server_right_after_wrap_meets_the_servers_
 
 async def test_approve_all_alone_meets_and_approves_and_says_which_server_it_could_not_meet(tmp_path: Path) -> None:
     config = write_config(tmp_path, _servers(tmp_path))
-    env = _env(tmp_path)
+    env = cli_env(tmp_path)
 
     approved = cli(env, "approve", "--all", "--config", str(config))
 

@@ -24,7 +24,7 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
 from tests import peers
-from tests.integration.conftest import cli, eventually, gateway, write_config
+from tests.integration.conftest import cli, cli_env, eventually, gateway, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peers]
 
@@ -143,9 +143,7 @@ async def test_review_meets_both_old_servers_without_a_dump_or_a_refusal_and_the
         "py": entry(peers.old_python_server(), lock=review_first),
     }
     config = write_config(tmp_path, servers)
-    run = tmp_path / "run"
-    run.mkdir(mode=0o700)
-    env = {"CELLBLOCK_STATE_DIR": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(run)}
+    env = cli_env(tmp_path)
     walked = cli(env, "review", "--config", str(config), stdin="y\ny\n")
     assert walked.returncode == 0, walked.stderr
     assert "Approve the catalog of 'py'?" in walked.stdout and "Approve the catalog of 'ts'?" in walked.stdout
@@ -154,6 +152,6 @@ async def test_review_meets_both_old_servers_without_a_dump_or_a_refusal_and_the
     assert "server 'ts' did not list its resource templates" in said
     assert DUMP not in said + walked.stderr and "Failed to validate request" not in said + walked.stderr, said
     assert not [line for line in walked.stderr.splitlines() if any(word in line for word in TROUBLE)]
-    async with gateway(config, tmp_path / "state", env={"XDG_RUNTIME_DIR": str(run)}) as client:
+    async with gateway(config, tmp_path / "state", env=env) as client:
         assert text(await client.call_tool("py__add", {"a": 1, "b": 1})) == "2"
         assert text(await client.call_tool("ts__echo", {"text": "hi"})) == "echo: hi"

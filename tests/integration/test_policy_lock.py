@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from tests.integration.conftest import cli as run_cli
-from tests.integration.conftest import eventually, gateway, probe_server, write_config
+from tests.integration.conftest import cli_env, eventually, gateway, probe_server, write_config
 from tests.integration.test_subscriptions import NOTES, notes
 
 pytestmark = pytest.mark.anyio
@@ -304,9 +304,7 @@ async def test_review_meets_the_servers_then_walks_each_held_catalog_and_approve
     beta["args"] = ["-c", f"printf '\\033[2J\\033[8m' >&2; exec {shlex.join([beta['command'], *beta['args']])}"]
     beta["command"], beta["jail"] = "/bin/sh", False  # a shell in front: the jail would not show the venv
     config = write_config(tmp_path, servers)
-    run = tmp_path / "run"
-    run.mkdir(mode=0o700)
-    env = {"CELLBLOCK_STATE_DIR": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(run)}
+    env = cli_env(tmp_path)
 
     # yes to the first, and the answers end before the second: it stays held
     walked = run_cli(env, "review", "--config", str(config), stdin="y\n")
@@ -331,7 +329,7 @@ async def test_review_meets_the_servers_then_walks_each_held_catalog_and_approve
     both = run_cli(env, "approve", "beta", "--all", "--config", str(config))
     assert both.returncode == 2 and "not both" in both.stderr
 
-    async with gateway(config, tmp_path / "state", env={"XDG_RUNTIME_DIR": str(run)}) as client:
+    async with gateway(config, tmp_path / "state", env=env) as client:
         names = {t.name for t in (await client.list_tools()).tools}
     assert {"alpha__echo", "beta__echo"} <= names
 
@@ -341,11 +339,9 @@ async def test_while_catalogs_are_held_the_client_is_told_why_and_what_to_run_an
 ) -> None:
     review_first = {"enabled": True, "first": "review"}
     config = write_config(tmp_path, {"alpha": probe_server("--name", "alpha", lock=review_first)})
-    run = tmp_path / "run"
-    run.mkdir(mode=0o700)
-    env = {"CELLBLOCK_STATE_DIR": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(run)}
+    env = cli_env(tmp_path)
     pending = tmp_path / "state" / "locks" / "alpha.pending.json"
-    async with gateway(config, tmp_path / "state", env={"XDG_RUNTIME_DIR": str(run)}) as client:
+    async with gateway(config, tmp_path / "state", env=env) as client:
         status, review = (await client.list_tools()).tools  # before, the list was empty and nothing said why
         assert review.name == "cellblock__review"
         assert status.name == "cellblock__status" and status.annotations and status.annotations.read_only_hint

@@ -18,7 +18,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from tests import peers
-from tests.integration.conftest import cli, eventually, gateway, write_config
+from tests.integration.conftest import cli, cli_env, eventually, gateway, write_config
 from tests.integration.test_approvals import Human
 
 pytestmark = pytest.mark.anyio
@@ -215,9 +215,7 @@ async def test_after_wrap_and_review_the_wrapped_entry_runs_read_only_tools_with
     argv = peers.everything()
     client_config = tmp_path / "claude_desktop_config.json"
     client_config.write_text(json.dumps({"mcpServers": {"everything": {"command": argv[0], "args": argv[1:]}}}))
-    config, run = tmp_path / "cellblock.yaml", tmp_path / "run"
-    run.mkdir(mode=0o700)
-    env = {**keyring_env, "CELLBLOCK_STATE_DIR": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(run)}
+    config, env = tmp_path / "cellblock.yaml", cli_env(tmp_path, keyring_env)
     wrapped = cli(env, "wrap", str(client_config), "--config", str(config))
     assert wrapped.returncode == 0, wrapped.stderr
     reviewed = cli(env, "review", "--config", str(config), stdin="y\ny\n")

@@ -23,7 +23,7 @@ import keyring
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.integration.conftest import bearer_client, cli, gateway, write_config
+from tests.integration.conftest import bearer_client, cli, cli_env, gateway, write_config
 from tests.integration.test_credentials import assert_nowhere
 from tests.integration.test_http import serving
 
@@ -34,9 +34,7 @@ SCHEMA = {"type": "object", "additionalProperties": True}
 
 @pytest.fixture
 def env(keyring_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
-    run = tmp_path / "run"
-    run.mkdir(mode=0o700)
-    return {**keyring_env, "XDG_RUNTIME_DIR": str(run), "CELLBLOCK_STATE_DIR": str(tmp_path / "state")}
+    return cli_env(tmp_path, keyring_env)
 
 
 def recorder(records: Path, name: str, **extra: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from tests import peers
-from tests.integration.conftest import cli
+from tests.integration.conftest import cli, cli_env
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peers, pytest.mark.jail]
 
@@ -58,9 +58,7 @@ async def test_wrap_a_claude_desktop_config_of_real_servers_then_unwrap(
     client_config.write_text(original)
     config = tmp_path / "cellblock.yaml"
     # the session's runtime dir is kept from every server, so it must not hold the project
-    run = tmp_path / "run"
-    run.mkdir(mode=0o700)
-    env = {**keyring_env, "CELLBLOCK_STATE_DIR": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(run)}
+    env = cli_env(tmp_path, keyring_env)
 
     dry = cli(env, "wrap", str(client_config), "--config", str(config), "--dry-run")
     assert dry.returncode == 0, dry.stderr
