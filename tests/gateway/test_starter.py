@@ -206,6 +206,8 @@ def test_secrets_are_recognised_by_name_or_by_shape(name: str, value: str) -> No
         ("ENABLE_AUTH", "true"),
         ("SLACK_TEAM_ID", "T01234567"),
         ("LANG", "sk-SK"),  # a prefix alone is not a token
+        ("PACKAGE", "pypi-query-mcp-server"),  # a package's name after a token's prefix
+        ("PACKAGE", "sk-learn-model-server"),
         ("DATA_DIR", "/home/user/projects/my-app-2024/data"),
         ("CONFIG", "my_very_long_configuration_value_name_2"),
         ("GITHUB_TOKEN", ""),

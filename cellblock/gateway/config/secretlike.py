@@ -17,9 +17,12 @@ __all__ = ["REF_ANYWHERE", "REF_WHOLE", "looks_secret", "references", "secret_na
 REF_ANYWHERE = re.compile(r"\$\{[^}]*\}")  # ${X}, ${env:X}, ${input:x}, ${workspaceFolder}
 REF_WHOLE = re.compile(r"\$\{[^}]*\}|\$[A-Za-z_][A-Za-z0-9_]*")  # also $X, but only as the whole value
 _SECRET_PREFIX = re.compile(
-    r"^(?:gh[pousr]_|github_pat_|glpat-|sk-|sk_live_|rk_live_|xox[abpors]-|xapp-|AIza|hf_|npm_|pypi-)"
+    r"^(gh[pousr]_|github_pat_|glpat-|sk-|sk_live_|rk_live_|xox[abpors]-|xapp-|AIza|hf_|npm_|pypi-)"
     r"[A-Za-z0-9_\-.]{10,}$"
 )
+# What follows a token prefix in a package's name (`pypi-query-mcp-server`, `sk-learn-tools`): lower-case
+# words joined by separators, which no issued token is.
+_WORDS = re.compile(r"^[a-z]+(?:[-_.][a-z]+)*$")
 _AWS_KEY = re.compile(r"^(?:AKIA|ASIA)[A-Z0-9]{16}$")
 _JWT = re.compile(r"^eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$")
 _AUTH_SCHEME = re.compile(r"^(?:Bearer|Basic)\s+\S{8,}$", re.IGNORECASE)
@@ -64,7 +67,10 @@ def secret_name(name: str) -> bool:
 def secret_shape(value: str) -> bool:
     """A well-known token prefix, a JWT, `Bearer …`, or a long high-entropy string."""
     value = value.strip()
-    if _SECRET_PREFIX.match(value) or _AWS_KEY.match(value) or _JWT.match(value) or _AUTH_SCHEME.match(value):
+    prefixed = _SECRET_PREFIX.match(value)
+    if prefixed and not _WORDS.match(value[prefixed.end(1) :]):
+        return True
+    if _AWS_KEY.match(value) or _JWT.match(value) or _AUTH_SCHEME.match(value):
         return True
     if not _TOKEN_CHARS.match(value) or (value.startswith("/") and value.count("/") >= 2):
         return False  # not token characters, or a path
