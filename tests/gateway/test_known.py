@@ -58,6 +58,21 @@ def test_wrap_gives_context7_its_api_host_and_an_unknown_install_no_hosts(tmp_pa
     assert result.config["install"] == {"npm": "@upstash/context7-mcp"}
 
 
+def test_wrap_gives_a_server_that_reads_package_registries_those_registries_and_its_own_index(
+    tmp_path: Path,
+) -> None:
+    entry = Entry(command="uvx", args=("pypi-query-mcp-server",))
+    result = starter("pypi", entry, taken=set(), home=str(tmp_path))
+    assert result.config["jail"] == {"network": "allowlist", "allow_hosts": ["pypi.org", "pypistats.org"]}
+    assert result.config["install"] == {"pypi": "pypi-query-mcp-server"}  # its name is no token
+    # pointed at a private index, it gets that index instead
+    mirror = Entry(
+        command="uvx", args=("pypi-query-mcp-server",), env={"PYPI_INDEX_URL": "https://pypi.corp.example/pypi"}
+    )
+    result = starter("pypi", mirror, taken=set(), home=str(tmp_path))
+    assert result.config["jail"] == {"network": "allowlist", "allow_hosts": ["pypi.corp.example"]}
+
+
 def test_install_hosts_and_scripts_are_read_and_a_bad_host_is_refused_naming_it() -> None:
     install = "{npm: pkg, hosts: [cdn.example, '127.0.0.1:8080'], scripts: false}"
     text = f"version: 1\nservers:\n  a:\n    install: {install}\n"
