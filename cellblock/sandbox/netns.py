@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         _say(
             f"cannot make the allowlist jail's network namespace ({exc}); the kernel must allow "
-            "unprivileged user namespaces and a writable /proc/sys for them (see 'cellblock doctor')"
+            "unprivileged user and network namespaces (see 'cellblock doctor')"
         )
         return _EXIT_CANNOT_START
     try:
