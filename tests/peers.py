@@ -103,6 +103,15 @@ def old_python_server() -> list[str]:
     return [str(python), str(SERVERS / "old_fastmcp.py")]
 
 
+def old_sqlite_server(*args: str) -> list[str]:
+    """PyPI mcp-server-sqlite 2025.4.25 in `.peers/py1`, on the Python SDK 1.x it needs (mcp 2.x breaks
+    it), as a user runs it from a virtualenv of their own (e.g. args `--db-path FILE`)."""
+    script = PY1 / "bin" / "mcp-server-sqlite"
+    if not script.is_file():
+        _missing("PyPI mcp-server-sqlite in .peers/py1")
+    return [str(script), *args]
+
+
 def time_server(*args: str) -> list[str]:
     """PyPI mcp-server-time (e.g. args `--local-timezone UTC`)."""
     return [_py_bin("mcp-server-time"), *args]
