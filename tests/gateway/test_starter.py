@@ -476,6 +476,33 @@ def test_a_self_hosted_gitlab_gets_its_own_host(home: Path) -> None:
     assert jail["allow_hosts"] == ["git.example.org"]
 
 
+GITLAB = "@modelcontextprotocol/server-gitlab@2025.4.25"
+
+
+@pytest.mark.parametrize(
+    ("url", "rule"),
+    [
+        ("http://192.0.2.7:8929/api/v4", "192.0.2.7:8929"),  # a private or reserved address: an IP entry
+        ("https://git.example.org:8443/api/v4", "git.example.org:8443"),
+        ("http://[fd00::7]:8080/api/v4", "[fd00::7]:8080"),
+        ("http://10.1.2.3/api/v4", "10.1.2.3"),  # no port: 80 and 443, as the URL means
+    ],
+)
+def test_a_self_hosted_api_on_its_own_port_gets_an_entry_for_that_port(home: Path, url: str, rule: str) -> None:
+    entry = Entry(command="npx", args=("-y", GITLAB), env={"GITLAB_API_URL": url})
+    result = starter("gitlab", entry, taken=(), home=str(home))
+    assert result.config["jail"] == {"network": "allowlist", "allow_hosts": [rule]}
+    [note] = [n for n in result.notes if n.startswith(f"network: allowlist {rule} (inferred")]
+    # an address the proxy lets it reach only because it is listed: the note says so
+    assert ("allowed because your config names it" in note) == ("example" not in url), note
+
+
+@pytest.mark.parametrize("url", ["http://git.example.org:99999/", "ftp://git.example.org/", "http:///api"])
+def test_an_api_url_no_entry_can_name_leaves_the_tables_host(home: Path, url: str) -> None:
+    entry = Entry(command="npx", args=("-y", GITLAB), env={"GITLAB_API_URL": url})
+    assert starter("gitlab", entry, taken=(), home=str(home)).config["jail"]["allow_hosts"] == ["gitlab.com"]
+
+
 def test_env_references_stay_literal_with_a_note(home: Path) -> None:
     result = one("vscode-refs", home)
     assert result.secrets == ()

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cellblock.gateway.config.draft import Draft
-from cellblock.policy.hosts import parse_rule
+from cellblock.policy.hosts import is_special_address, parse_rule
 
 __all__ = [
     "CARRIED",
@@ -31,6 +31,7 @@ __all__ = [
     "install_hosts",
     "known_servers",
     "network_for",
+    "url_rule",
 ]
 
 # The table itself is data, shipped in the package: what each server needs is read in its own source.
@@ -152,11 +153,36 @@ def network_for(draft: Draft, package: str, env: Mapping[str, str]) -> dict[str,
         return {"network": "none"}
     what, hosts = known.talks_to, known.hosts
     override = env.get(known.host_from_env, "") if known.host_from_env else ""
-    host = urlsplit(override).hostname if override.startswith(("http://", "https://")) else None
+    host = url_rule(override)
     if host:
         hosts, what = (host,), f"{what} at {host} ({known.host_from_env})"
+        rule = parse_rule(host)
+        if rule.is_ip and is_special_address(rule.host):  # the proxy refuses these unless listed
+            what += ", an address of this machine or its network: allowed because your config names it"
     draft.notes.append(f"network: allowlist {', '.join(hosts)} (inferred: {package} talks to {what})")
     return {"network": "allowlist", "allow_hosts": list(hosts)}
+
+
+def url_rule(url: str) -> str | None:
+    """The `allow_hosts` entry for an http(s) URL: its host, with its port when it names one (the
+    entry's default is 80 and 443 alone, so `http://10.0.0.5:8080/api` needs `10.0.0.5:8080`); None
+    for anything else, or a host no entry can name."""
+    if not url.startswith(("http://", "https://")):
+        return None
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a port that is not a number, or out of range
+        return None
+    if not host:
+        return None
+    rule = f"[{host}]" if ":" in host else host
+    rule = f"{rule}:{port}" if port is not None else host
+    try:
+        parse_rule(rule)
+    except ValueError:
+        return None
+    return rule
 
 
 def data_file(draft: Draft, package: str, env: dict[str, str]) -> None:
