@@ -130,7 +130,14 @@ def parse_package(ecosystem: str, spec: str) -> Package:
 
 
 def installer_steps(
-    package: Package, staging: str, tool: str, home: str, python: str, egress_socket: str, scripts: bool = True
+    package: Package,
+    staging: str,
+    tool: str,
+    home: str,
+    python: str,
+    egress_socket: str,
+    scripts: bool = True,
+    given: Mapping[str, str] | None = None,
 ) -> list[tuple[JailSpec, list[Mount]]]:
     """The jailed commands that install `package` into `staging`/pkg (`tree_of`), in order, with
     what each jail shows besides the system: `tool` (npm; uv, or a Python to make a virtualenv with
@@ -139,9 +146,11 @@ def installer_steps(
     `staging`/work is scratch space (caches), made before and removed after; `home` is the user's
     home, which the jail replaces with an empty one. `staging` is all an installer can write.
     Without `scripts` no code of a package runs: npm skips lifecycle scripts, pip and uv take wheels
-    only (a source distribution's build runs its code)."""
+    only (a source distribution's build runs its code). `given` (the config's `install.env`) is
+    passed on, under the registry settings and whatever the installer sets itself."""
     tree, work = tree_of(staging), os.path.join(staging, "work")
-    env = {k: os.environ[k] for k in REGISTRY_ENV if k in os.environ}
+    env = dict(given or {})
+    env |= {k: os.environ[k] for k in REGISTRY_ENV if k in os.environ}
     env |= {"HOME": work, "TMPDIR": "/tmp", "PATH": f"{os.path.dirname(tool)}:/usr/local/bin:/usr/bin:/bin"}
     if package.ecosystem is Ecosystem.NPM:
         env |= {"npm_config_cache": os.path.join(work, "npm"), "npm_config_update_notifier": "false"}

@@ -81,3 +81,36 @@ def test_install_hosts_and_scripts_are_read_and_a_bad_host_is_refused_naming_it(
     assert server.install.hosts == ["cdn.example", "127.0.0.1:8080"] and server.install.scripts is False
     with pytest.raises(ConfigError, match=r"servers\.a\.install\.hosts.*scheme"):
         parse_config(text.replace("cdn.example", "'https://cdn.example'"))
+
+
+def test_wrap_lets_an_install_reach_the_download_host_its_entry_names_and_gives_it_the_variable(
+    tmp_path: Path,
+) -> None:
+    mirror = "http://192.0.2.9:8080/chrome-for-testing"  # a mirror of the user's own, on an address
+    env = {"PUPPETEER_CHROME_DOWNLOAD_BASE_URL": mirror, "LOG_LEVEL": "info"}
+    entry = Entry(command="npx", args=("-y", "@wonderwhy-er/desktop-commander@0.2.52"), env=env)
+    result = starter("desktop-commander", entry, taken=set(), home=str(tmp_path))
+    assert result.config["install"] == {
+        "npm": "@wonderwhy-er/desktop-commander@0.2.52",
+        "hosts": ["storage.googleapis.com", "192.0.2.9:8080"],
+        "env": {"PUPPETEER_CHROME_DOWNLOAD_BASE_URL": mirror},  # that variable alone
+    }
+    assert result.config["env"] == env  # the server keeps its environment as it was
+    note = next(n for n in result.notes if n.startswith("install.hosts: 192.0.2.9:8080 and install.env"))
+    assert "PUPPETEER_CHROME_DOWNLOAD_BASE_URL (puppeteer" in note and "install.scripts: false" in note
+    [server] = parse_config(yaml.safe_dump({"version": 1, "servers": {result.name: result.config}})).servers.values()
+    assert isinstance(server, LocalServer) and server.install is not None
+    assert server.install.env == {"PUPPETEER_CHROME_DOWNLOAD_BASE_URL": mirror}
+
+
+@pytest.mark.parametrize("value", ["", "storage.example.org", "file:///tmp/chrome", "http://h.example:0x50/"])
+def test_a_download_variable_that_names_no_host_changes_nothing_of_the_install(tmp_path: Path, value: str) -> None:
+    entry = Entry(command="npx", args=("-y", "pkg-with-puppeteer@1.0.0"), env={"PUPPETEER_DOWNLOAD_BASE_URL": value})
+    result = starter("p", entry, taken=set(), home=str(tmp_path))
+    assert result.config["install"] == {"npm": "pkg-with-puppeteer@1.0.0"}
+
+
+def test_install_env_takes_variable_names_only() -> None:
+    bad = {"version": 1, "servers": {"p": {"install": {"npm": "p@1.0.0", "env": {"A=B": "x"}}}}}
+    with pytest.raises(ConfigError, match="install"):
+        parse_config(yaml.safe_dump(bad))

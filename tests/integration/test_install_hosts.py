@@ -98,7 +98,18 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
             "bin": {"cb-tolerant": "index.js"},
             "scripts": {"postinstall": script},
         }
-        packages = {"cb-downloads": files, "cb-tolerant": {**files, "package.json": json.dumps(tolerant)}}
+        # the same download from where the variable puppeteer reads says (its mirror)
+        mirrored = {
+            **manifest,
+            "name": "cb-mirrored",
+            "bin": {"cb-mirrored": "index.js"},
+            "scripts": {"postinstall": 'python3 fetch.py "$PUPPETEER_DOWNLOAD_BASE_URL/browser.zip"'},
+        }
+        packages = {
+            "cb-downloads": files,
+            "cb-tolerant": {**files, "package.json": json.dumps(tolerant)},
+            "cb-mirrored": {**files, "package.json": json.dumps(mirrored)},
+        }
         with npm_registry(packages) as url:
             env = {
                 "CELLBLOCK_DATA_DIR": str(tmp / "data"),
@@ -231,3 +242,29 @@ def test_wrap_shows_each_install_starting_and_failing_with_the_refused_host_and_
     said = " ".join(done.stderr.split())
     assert f"set `hosts: [{target.address}]` under servers.dl.install in the config" in said, said
     assert "not installed: dl" in said and target.requests == before
+
+
+def test_wrap_lets_an_install_download_from_the_mirror_its_client_entry_names(
+    place: tuple[Path, dict[str, str], Host, Host], tmp_path: Path
+) -> None:
+    """No hand edit: the entry's PUPPETEER_DOWNLOAD_BASE_URL, which npx would have given the install,
+    is given to it, and its host is the one more the install may reach."""
+    _, env, target, _ = place
+    mirror = f"http://{target.address}/chrome"
+    entry = {"command": "npx", "args": ["-y", "cb-mirrored@1.0.0"], "env": {"PUPPETEER_DOWNLOAD_BASE_URL": mirror}}
+    client_config = tmp_path / "claude_desktop_config.json"
+    client_config.write_text(json.dumps({"mcpServers": {"mirrored": entry}}))
+    config = tmp_path / "cellblock.yaml"
+    before = target.requests
+    done = cli(
+        {**env, "CELLBLOCK_STATE_DIR": str(tmp_path / "state")}, "wrap", str(client_config), "--config", str(config)
+    )
+    assert done.returncode == 0, done.stderr
+    assert yaml.safe_load(config.read_text())["servers"]["mirrored"]["install"] == {
+        "npm": "cb-mirrored@1.0.0",
+        "hosts": [target.address],
+        "env": {"PUPPETEER_DOWNLOAD_BASE_URL": mirror},
+    }
+    assert target.requests == before + 1
+    record = json.loads((Path(env["CELLBLOCK_DATA_DIR"]) / "installs" / "mirrored.json").read_text())
+    assert (Path(record["tree"]) / "node_modules" / "cb-mirrored" / "browser.bin").read_bytes() == BROWSER

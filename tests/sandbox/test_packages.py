@@ -285,3 +285,12 @@ def test_an_install_without_scripts_runs_no_package_code(
     argv = list(bare.argv)
     assert argv[argv.index(flags[0]) : argv.index(flags[0]) + len(flags)] == flags
     assert argv[-1] == package.spec() and flags[0] not in plain.argv
+
+
+def test_the_installer_gets_install_env_but_never_in_place_of_what_it_sets_itself(tmp_path: Path) -> None:
+    given = {"PUPPETEER_DOWNLOAD_BASE_URL": "http://192.0.2.9:8080/", "HOME": "/root", "PATH": "/evil"}
+    ((step, _),) = installer_steps(
+        Package(Ecosystem.NPM, "pkg"), str(tmp_path), "/usr/bin/npm", str(tmp_path), PY, "/x", given=given
+    )
+    assert step.env["PUPPETEER_DOWNLOAD_BASE_URL"] == "http://192.0.2.9:8080/"
+    assert step.env["HOME"] == str(tmp_path / "work") and step.env["PATH"].startswith("/usr/bin:")

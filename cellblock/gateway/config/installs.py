@@ -33,14 +33,17 @@ class InstallConfig(BaseModel):
     exactly one of `npm` (`name@1.2.3`) or `pypi` (`name==1.2.3`); a bare name is pinned to the
     newest release when installed, in the install's record. `hosts`: what its install may reach
     besides the registry (an install script's downloads), through the same egress proxy as a
-    server's allowlist; `scripts: false` runs no package code at install (npm: no lifecycle
-    scripts; PyPI: wheels only, so no build runs)."""
+    server's allowlist; `env`: variables the install is given (where a script downloads from, as
+    puppeteer's download base URL says), which cannot replace what the installer sets itself;
+    `scripts: false` runs no package code at install (npm: no lifecycle scripts; PyPI: wheels
+    only, so no build runs)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     npm: str | None = None
     pypi: str | None = None
     hosts: HostRules = []
+    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = {}
     scripts: bool = True
 
     @model_validator(mode="after")

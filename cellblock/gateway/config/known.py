@@ -11,7 +11,7 @@ import importlib.resources
 import os
 import posixpath
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -29,6 +29,7 @@ __all__ = [
     "carry",
     "data_file",
     "install_hosts",
+    "install_variables",
     "known_servers",
     "network_for",
     "url_rule",
@@ -73,11 +74,12 @@ class KnownServer(_Data):
 
 class _Table(_Data):
     about: str
+    install_variables: dict[Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")], str] = {}
     servers: dict[str, KnownServer]
 
 
 @functools.cache
-def known_servers() -> Mapping[str, KnownServer]:
+def _table() -> _Table:
     """The table, read and checked once.
 
     Raises:
@@ -85,11 +87,16 @@ def known_servers() -> Mapping[str, KnownServer]:
     """
     text = importlib.resources.files(__package__ or "cellblock.gateway.config").joinpath(TABLE).read_text("utf-8")
     try:
-        return _Table.model_validate_json(text).servers
+        return _Table.model_validate_json(text)
     except ValidationError as exc:
         raise ValueError(
             f"Cellblock's table of known servers ({TABLE}) is broken, reinstall Cellblock: {exc}"
         ) from None
+
+
+def known_servers() -> Mapping[str, KnownServer]:
+    """The table's servers, by package name (see `_table` for what it raises)."""
+    return _table().servers
 
 
 # Package -> (what it talks to, the hosts it needs), for the API clients of the table.
@@ -213,6 +220,26 @@ def carry(draft: Draft, client: str, key: str, value: Any) -> bool:
     capped = " (the most Cellblock takes)" if value * factor > _MAX_TIMEOUT else ""
     draft.notes.append(f"carried over: {key}={value} as {target}: {draft.body[target]}{capped}")
     return True
+
+
+def install_variables(draft: Draft, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """(install.hosts, install.env) for the variables of the client's entry `env` that point an
+    install script at another download host (puppeteer's download base URL): npx gave its install
+    the entry's environment, so the installer gets them too, and may reach their hosts. A note
+    names each."""
+    hosts: list[str] = []
+    given: dict[str, str] = {}
+    for variable, why in _table().install_variables.items():
+        rule = url_rule(env.get(variable, ""))
+        if rule is None:
+            continue
+        given[variable] = env[variable]
+        hosts.append(rule)
+        draft.notes.append(
+            f"install.hosts: {rule} and install.env: {variable} ({why}); remove both and set "
+            "install.scripts: false if it works without"
+        )
+    return list(dict.fromkeys(hosts)), given
 
 
 def install_hosts(draft: Draft, package: str) -> list[str]:

@@ -36,6 +36,7 @@ from cellblock.gateway.config.known import (
     carry,
     data_file,
     install_hosts,
+    install_variables,
     network_for,
 )
 from cellblock.gateway.config.launchers import (
@@ -186,8 +187,12 @@ def _local(draft: Draft, entry: ClientEntryLike, cache_root: str) -> None:
         found = installable(draft, launcher, args, index, spec) if INSTALLS else None
         if found is not None:
             install, command, args = found
-            if hosts := install_hosts(draft, package):  # what its install scripts download from
+            # what its install scripts download from: known for the package, or named by the entry's env
+            given_hosts, given_env = install_variables(draft, entry.env)
+            if hosts := list(dict.fromkeys([*install_hosts(draft, package), *given_hosts])):
                 install = {**install, "hosts": hosts}
+            if given_env:
+                install = {**install, "env": given_env}
         else:
             args = fill_cache(draft, launcher, args, index, spec, env, cache_root)
     if package in DATA_FILE:

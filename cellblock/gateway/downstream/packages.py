@@ -275,7 +275,9 @@ def _install(
         with anyio.from_thread.start_blocking_portal() as portal:
             serving, _ = portal.start_task(proxy.serve)
             try:
-                steps = installer_steps(package, str(staging), tool, home, python, egress, server.install.scripts)
+                steps = installer_steps(
+                    package, str(staging), tool, home, python, egress, server.install.scripts, server.install.env
+                )
                 for step, mounts in steps:
                     plan = limit_plan(bwrap_plan(step, mounts, check_bwrap()), name, limits)
                     try:
