@@ -4,6 +4,8 @@
 1.0.0 (the version its package.json names) the way registry.npmjs.org does: its metadata at
 `/NAME` and its tarball beside it. Point `npm_config_registry` at the URL it yields: the
 installer's egress proxy then allows exactly that address (an IP rule), as for a registry mirror.
+With `upstream` (a registry's URL) it is such a mirror, as a company runs one: any other package
+is fetched from there, its tarballs served through the mirror too.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import io
 import json
 import tarfile
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,8 +37,9 @@ def tarball(files: Mapping[str, str]) -> bytes:
 
 
 @contextmanager
-def npm_registry(packages: Mapping[str, Mapping[str, str]]) -> Iterator[str]:
-    """Serve `packages` (name -> file name -> text, with a package.json) on 127.0.0.1; yields its URL."""
+def npm_registry(packages: Mapping[str, Mapping[str, str]], upstream: str | None = None) -> Iterator[str]:
+    """Serve `packages` (name -> file name -> text, with a package.json) on 127.0.0.1, and every other
+    package from `upstream` when given; yields its URL."""
     blobs = {name: tarball(files) for name, files in packages.items()}
     manifests = {name: json.loads(files["package.json"]) for name, files in packages.items()}
 
@@ -45,7 +50,7 @@ def npm_registry(packages: Mapping[str, Mapping[str, str]]) -> Iterator[str]:
         def do_GET(self) -> None:
             name = self.path.strip("/").split("/-/")[0]
             if name not in manifests:
-                self.send_error(404)
+                self._forward() if upstream else self.send_error(404)
                 return
             manifest = manifests[name]
             if "/-/" in self.path:
@@ -62,6 +67,22 @@ def npm_registry(packages: Mapping[str, Mapping[str, str]]) -> Iterator[str]:
             latest = manifest["version"]
             document = {"name": name, "dist-tags": {"latest": latest}, "versions": {latest: version}}
             self._send(json.dumps(document).encode(), "application/json")
+
+        def _forward(self) -> None:
+            assert upstream is not None
+            request = urllib.request.Request(
+                upstream.rstrip("/") + self.path, headers={"Accept": self.headers["Accept"] or "*/*"}
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=120) as answer:
+                    body, kind = answer.read(), answer.headers.get("Content-Type", "application/octet-stream")
+            except urllib.error.HTTPError as exc:
+                self.send_error(exc.code)
+                return
+            if "json" in kind:  # its tarballs through here too: the installer reaches this mirror alone
+                port = self.server.server_address[1]
+                body = body.replace(upstream.rstrip("/").encode() + b"/", f"http://127.0.0.1:{port}/".encode())
+            self._send(body, kind)
 
         def _send(self, body: bytes, kind: str) -> None:
             self.send_response(200)

@@ -175,6 +175,21 @@ def cli(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess
     )
 
 
+def own_address() -> str:
+    """An IPv4 address of this machine beyond loopback (the one its route out leaves from); skips
+    the test when it has none. A jail's loopback is its own, so a test host for a jailed server
+    that ignores the proxy variables listens there."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("203.0.113.1", 9))  # no packet is sent: only the route is looked up
+        except OSError as exc:
+            pytest.skip(f"no route out of this machine to find its address by: {exc}")
+        address = str(probe.getsockname()[0])
+    if address.startswith("127."):
+        pytest.skip("this machine has no address beyond loopback")
+    return address
+
+
 def bus_at_the_standard_path(bus_dir: str | None) -> list[str]:
     """A command prefix: a mount namespace whose /run holds only `/run/user/<uid>`, bound to `bus_dir`
     (where a desktop session has its D-Bus socket; a client gives no DBUS_SESSION_BUS_ADDRESS). Root only."""
@@ -187,7 +202,8 @@ def bus_at_the_standard_path(bus_dir: str | None) -> list[str]:
         "private",
         "/bin/sh",
         "-c",
-        f'mount -t tmpfs tmpfs /run{bind} && exec "$@"',
+        # and nothing added to the environment: the shell's PWD is not the client's
+        f'mount -t tmpfs tmpfs /run{bind} && exec env -u PWD "$@"',
         "sh",
     ]
 

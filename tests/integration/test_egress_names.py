@@ -27,7 +27,7 @@ from mcp import Client
 
 from cellblock.sandbox import egress
 from tests import peers
-from tests.integration.conftest import gateway, write_config
+from tests.integration.conftest import gateway, own_address, write_config
 from tests.integration.test_egress import BODY, Handler, run_in_allowlist_jail
 from tests.integration.test_umask import place, serve
 
@@ -155,14 +155,7 @@ async def test_a_client_that_ignores_proxy_variables_reaches_a_listed_name(
 @pytest.fixture(scope="module")
 def address_site() -> Iterator[tuple[str, int]]:
     """(an address of this machine beyond loopback, the site's port there)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("203.0.113.1", 9))  # no packet is sent: only the route is looked up
-        except OSError as exc:
-            pytest.skip(f"no route out of this machine to find its address by: {exc}")
-        address = str(probe.getsockname()[0])
-    if address.startswith("127."):
-        pytest.skip("this machine has no address beyond loopback")
+    address = own_address()
     httpd = Site((address, 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield address, httpd.server_address[1]
