@@ -268,3 +268,25 @@ def test_wrap_lets_an_install_download_from_the_mirror_its_client_entry_names(
     assert target.requests == before + 1
     record = json.loads((Path(env["CELLBLOCK_DATA_DIR"]) / "installs" / "mirrored.json").read_text())
     assert (Path(record["tree"]) / "node_modules" / "cb-mirrored" / "browser.bin").read_bytes() == BROWSER
+
+
+def test_install_env_takes_an_install_no_further_than_its_hosts(
+    place: tuple[Path, dict[str, str], Host, Host],
+) -> None:
+    """install.env may name where a script downloads from, and a proxy of its own to go by; the
+    installer's jail still reaches only the registry and `hosts`. The control: the same variables
+    with that host listed, and the download is made from it."""
+    _, _, target, other = place
+    proxy = f"http://{other.address}"
+    env = {"PUPPETEER_DOWNLOAD_BASE_URL": f"{proxy}/chrome", "NO_PROXY": "*", "no_proxy": "*"}
+    env |= dict.fromkeys(("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"), proxy)
+    before = (target.requests, other.requests)
+    done, tree = install(place, "env-escape", package="cb-mirrored", hosts=[target.address], env=env)
+    assert done.returncode == 1 and tree is None, done.stderr
+    assert (target.requests, other.requests) == before  # nothing reached either host
+    said = " ".join(done.stderr.split())
+    assert f"its install reached for {other.address}, which the installer's jail refused" in said, said
+
+    done, tree = install(place, "env-listed", package="cb-mirrored", hosts=[other.address], env=env)
+    assert done.returncode == 0 and tree is not None and tree.read_bytes() == BROWSER, done.stderr
+    assert (target.requests, other.requests) == (before[0], before[1] + 1)
