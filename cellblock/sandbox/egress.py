@@ -1,4 +1,4 @@
-"""The host-side egress proxy for `network: allowlist`: one per jailed server, on a Unix socket.
+"""The host-side egress proxy for `network: allowlist` and `ask`: one per jailed server, on a Unix socket.
 
 The jail has only loopback. A relay inside it (`sandbox/relay.py`) listens on 127.0.0.1 and pipes
 each TCP connection to this proxy's Unix socket, which is bind-mounted into the jail. The proxy
@@ -11,37 +11,65 @@ For each request: parse strictly (anything odd is a 400), normalise the host, ma
 (`policy/hosts.py`), resolve the name, check EVERY resolved address (a listed name must not lead to
 loopback or private ranges unless an IP rule names them), record the decision, and only then
 connect, to the checked IP itself, so DNS cannot change the answer in between. A refusal is a
-403 whose one-line body names the host and the reason.
+403 whose one-line body names the host, the reason and (`fix`) the command that allows it.
+
+With an `ask` callable (`network: ask`), a host:port no rule lists is put to the human before
+anything else is done with it (no DNS leaves the machine before the yes, so a name cannot carry
+data out unasked); connections to the same host:port share one question. "once" allows it for
+this proxy's life (the server's run), "always" adds it to the rules at once (the caller keeps it
+in the config), a "deny" is refused; the special-address check applies after a yes as before.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from cellblock.policy.hosts import HostRule, address_allowed, host_allowed, is_ip, normalize_host
+from cellblock.policy.hosts import (
+    HostRule,
+    address_allowed,
+    host_allowed,
+    is_ip,
+    is_special_address,
+    normalize_host,
+    parse_rule,
+)
 from cellblock.sandbox.bwrap import EGRESS_SOCKET
+from cellblock.sandbox.httphead import (
+    HEADER_TIMEOUT,
+    MAX_HEADER_BYTES,
+    Refused,
+    authority,
+    clip,
+    origin_head,
+    parse_head,
+    read_head,
+)
 from cellblock.sandbox.jailnet import relay_names, resolv_mounts
 from cellblock.sandbox.launchers import launcher_mounts
 from cellblock.sandbox.types import Mount, MountMode
 from cellblock.sandbox.unix import accept, bind_private
 
 __all__ = [
+    "ASK_PORTS",
     "CONNECT_TIMEOUT",
     "HEADER_TIMEOUT",
     "MAX_CONNECTIONS",
     "MAX_HEADER_BYTES",
     "RESOLVE_TIMEOUT",
+    "Answer",
+    "Asked",
+    "Asker",
     "Decision",
     "EgressProxy",
     "Resolver",
@@ -53,12 +81,6 @@ logger = logging.getLogger(__name__)
 # One jailed server rarely needs more than a handful of parallel connections; the cap stops it from
 # exhausting the gateway's file descriptors. Connections over the cap get a 503 at once, not a queue.
 MAX_CONNECTIONS = 64
-# Request line + headers. Real proxy requests are well under 4 KiB; 16 KiB leaves room for big
-# cookies while bounding what an idle or hostile client can make the gateway buffer.
-MAX_HEADER_BYTES = 16 * 1024
-# Seconds to send the whole request head. Clients send it at once; this only ends slow-loris
-# connections that would otherwise hold a slot forever.
-HEADER_TIMEOUT = 10.0
 # Seconds for DNS. Longer than a resolver's own retries take on a healthy network.
 RESOLVE_TIMEOUT = 10.0
 # Seconds to open the upstream TCP connection; a client's own timeout is usually longer, so the
@@ -68,27 +90,8 @@ CONNECT_TIMEOUT = 10.0
 RESPONSE_TIMEOUT = 5.0
 # Bytes per read while piping.
 _CHUNK = 64 * 1024
-# Longest host text copied into a decision for a request that could not be parsed.
-_MAX_REPORTED_HOST = 255
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
-
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_TARGET = re.compile(rb"[\x21-\x7e]+")
-_VERSIONS = (b"HTTP/1.0", b"HTTP/1.1")
-# Hop-by-hop headers (RFC 9110 7.6.1) and the proxy's own; never forwarded upstream.
-_HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "proxy-connection",
-        "keep-alive",
-        "proxy-authorization",
-        "proxy-authenticate",
-        "te",
-        "trailer",
-        "upgrade",
-    }
-)
 _REASONS = {
     400: "Bad Request",
     403: "Forbidden",
@@ -115,39 +118,36 @@ class Decision:
     reason: str
     address: str | None = None
     rule: str | None = None
+    # how the human decided (`network: ask`): "once", "always", "deny", ...; None: the rules did
+    asked: str | None = None
 
 
-class _Refused(Exception):
-    """Internal: the request ends with an error response and a refusal decision."""
+class Answer(StrEnum):
+    """The human's answer to a connection outside the rules."""
 
-    def __init__(
-        self,
-        status: int,
-        reason: str,
-        host: str = "",
-        port: int = 0,
-        address: str | None = None,
-        rule: str | None = None,
-    ) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-        self.host = host
-        self.port = port
-        self.address = address
-        self.rule = rule
+    ONCE = "once"
+    ALWAYS = "always"
+    DENY = "deny"
 
 
 @dataclass(frozen=True, slots=True)
-class _Request:
-    host: str  # as written by the client (not yet normalised)
-    port: int
-    connect: bool
-    # absolute-form only: the request head rewritten to origin-form, without the Host line
-    method: bytes = b""
-    origin: bytes = b""
-    version: bytes = b"HTTP/1.1"
-    headers: tuple[tuple[bytes, bytes], ...] = ()
+class Asked:
+    """The answer and how it came (`how`: "once", "always", "deny", "no answer within 120s", ...)."""
+
+    answer: Answer
+    how: str
+
+
+# asks the human whether the server may connect to (host, port); injected by the gateway
+Asker = Callable[[str, int], Awaitable[Asked]]
+
+
+@dataclass(slots=True)
+class _Question:
+    """One question in flight; connections to the same host:port wait for its answer."""
+
+    done: anyio.Event = field(default_factory=anyio.Event)
+    asked: Asked | None = None
 
 
 async def default_resolver(host: str, port: int) -> list[str]:
@@ -166,6 +166,8 @@ class EgressProxy:
         socket_path: str,
         on_decision: Callable[[Decision], None],
         resolver: Resolver | None = None,
+        ask: Asker | None = None,
+        fix: Callable[[str], str] | None = None,
     ) -> None:
         self.server = server
         self.rules = tuple(rules)
@@ -173,6 +175,19 @@ class EgressProxy:
         self._on_decision = on_decision
         self._resolver = resolver or default_resolver
         self._active = 0
+        self._ask = ask
+        self._fix = fix  # the sentence naming what allows a refused host:port
+        self._once: set[tuple[str, int]] = set()
+        self._asking: dict[tuple[str, int], _Question] = {}
+        self.waiting = 0  # connections waiting for the human's answer
+
+    def allow(self, entry: str) -> None:
+        """Add `entry` (an `allow_hosts` entry) to the rules from now on.
+
+        Raises:
+            ValueError: `entry` is not a valid entry.
+        """
+        self.rules = (*self.rules, parse_rule(entry))
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Bind the socket (mode 0600), report started, and serve until cancelled.
@@ -217,7 +232,7 @@ class EgressProxy:
             async with stream:
                 try:
                     await self._proxy(stream)
-                except _Refused as refusal:
+                except Refused as refusal:
                     self._record(
                         Decision(
                             self.server,
@@ -227,6 +242,7 @@ class EgressProxy:
                             reason=refusal.reason,
                             address=refusal.address,
                             rule=refusal.rule,
+                            asked=refusal.asked,
                         )
                     )
                     await self._respond(stream, refusal.status, refusal.reason, refusal.host, refusal.port)
@@ -241,30 +257,31 @@ class EgressProxy:
 
     async def _proxy(self, stream: _UnixStream) -> None:
         reader = BufferedByteReceiveStream(stream)
-        head = await _read_head(reader)
-        request = _parse_head(head)
+        head = await read_head(reader)
+        request = parse_head(head)
 
         try:
             host = normalize_host(request.host)
         except ValueError as exc:
-            raise _Refused(400, f"bad host: {exc}", _clip(request.host), request.port) from exc
+            raise Refused(400, f"bad host: {exc}", clip(request.host), request.port) from exc
         port = request.port
 
-        rule = host_allowed(self.rules, host, port)
+        rule, asked = host_allowed(self.rules, host, port), None
         if rule is None:
-            raise _Refused(403, f"{_authority(host, port)} is not in allow_hosts", host, port)
+            rule, asked = await self._asked(host, port)
 
         addresses = await self._resolve(host, port)
         for address in addresses:
             if not address_allowed(self.rules, rule, address, port):
-                raise _Refused(
+                raise Refused(
                     403,
                     f"{host} resolves to {address}, a loopback, private or reserved address that no "
-                    f"IP rule lists (add '{_authority(address, port)}' to allow_hosts if that is intended)",
+                    f"IP rule lists (add '{authority(address, port)}' to allow_hosts if that is intended)",
                     host,
                     port,
                     address,
                     rule.text,
+                    asked,
                 )
         address = addresses[0]
         # Recorded before connecting: a failing record means no connection.
@@ -274,9 +291,10 @@ class EgressProxy:
                 host,
                 port,
                 allowed=True,
-                reason=f"allowed by {rule.text!r}",
+                reason=f"allowed by {rule.text!r}" if asked is None else f"allowed by the user ({asked})",
                 address=address,
                 rule=rule.text,
+                asked=asked,
             )
         )
 
@@ -285,15 +303,56 @@ class EgressProxy:
                 upstream = await anyio.connect_tcp(address, port)
         except (OSError, TimeoutError) as exc:
             logger.info("egress proxy for %r: connect to %s failed: %s", self.server, address, exc)
-            await self._respond(stream, 502, f"cannot connect to {_authority(address, port)} ({host})", host, port)
+            await self._respond(stream, 502, f"cannot connect to {authority(address, port)} ({host})", host, port)
             return
 
         async with upstream:
             if request.connect:
                 await stream.send(b"HTTP/1.1 200 Connection established\r\n\r\n")
             else:
-                await upstream.send(_origin_head(request, host, port))
+                await upstream.send(origin_head(request, host, port))
             await _pipe(reader, stream, upstream)
+
+    async def _asked(self, host: str, port: int) -> tuple[HostRule, str]:
+        """A rule for `host:port`, which no rule lists, once the human allowed it, and how.
+
+        Raises:
+            Refused: nobody is asked (no `ask`, or a special address only an IP rule may open), or
+                the human denied it or did not answer.
+        """
+        target = authority(host, port)
+        fix = f"; {self._fix(target)}" if self._fix is not None else ""
+        if self._ask is None or (is_ip(host) and is_special_address(host)):
+            raise Refused(403, f"{target} is not in allow_hosts{fix}", host, port)
+        key = (host, port)
+        if key in self._once:
+            return parse_rule(target), "once (asked before)"
+        question = self._asking.get(key)
+        self.waiting += 1
+        try:
+            if question is None:  # the first connection asks; the others wait for its answer
+                question = self._asking[key] = _Question()
+                try:
+                    question.asked = await self._ask(host, port)
+                finally:
+                    del self._asking[key]
+                    question.done.set()
+            else:
+                await question.done.wait()
+        finally:
+            self.waiting -= 1
+        asked = question.asked
+        if asked is None or asked.answer is Answer.DENY:
+            how = asked.how if asked is not None else "the question failed"
+            raise Refused(
+                403, f"{target} is not in allow_hosts and the user did not allow it ({how}){fix}", host, port, asked=how
+            )
+        if asked.answer is Answer.ALWAYS:
+            if host_allowed(self.rules, host, port) is None:
+                self.allow(target)
+        else:
+            self._once.add(key)
+        return parse_rule(target), asked.how
 
     async def _resolve(self, host: str, port: int) -> list[str]:
         if is_ip(host):
@@ -302,17 +361,17 @@ class EgressProxy:
             with anyio.fail_after(RESOLVE_TIMEOUT):
                 found = await self._resolver(host, port)
         except (OSError, TimeoutError) as exc:
-            raise _Refused(502, f"cannot resolve {host} ({exc})", host, port) from exc
+            raise Refused(502, f"cannot resolve {host} ({exc})", host, port) from exc
         addresses = list(dict.fromkeys(found))
         if not addresses:
-            raise _Refused(502, f"cannot resolve {host} (no addresses)", host, port)
+            raise Refused(502, f"cannot resolve {host} (no addresses)", host, port)
         return addresses
 
     def _record(self, decision: Decision) -> None:
         self._on_decision(decision)
 
     async def _respond(self, stream: _UnixStream, status: int, reason: str, host: str = "", port: int = 0) -> None:
-        target = f"egress to {_authority(host, port)}" if host else "egress request"
+        target = f"egress to {authority(host, port)}" if host else "egress request"
         body = f"cellblock: {target} refused for server {self.server!r}: {reason}\n".encode()
         head = (
             f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
@@ -322,139 +381,6 @@ class EgressProxy:
         ).encode()
         with anyio.move_on_after(RESPONSE_TIMEOUT), suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             await stream.send(head + body)
-
-
-# -- parsing -------------------------------------------------------------------------------
-
-
-async def _read_head(reader: BufferedByteReceiveStream) -> bytes:
-    try:
-        with anyio.fail_after(HEADER_TIMEOUT):
-            head = await reader.receive_until(b"\r\n\r\n", MAX_HEADER_BYTES)
-    except TimeoutError as exc:
-        raise _Refused(408, f"request head not received within {HEADER_TIMEOUT:g} s") from exc
-    except anyio.DelimiterNotFound as exc:
-        raise _Refused(431, f"request head is longer than {MAX_HEADER_BYTES} bytes") from exc
-    except (anyio.IncompleteRead, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-        raise _Refused(400, "connection closed before the request head was complete") from exc
-    # receive_until only stops reading once the buffer is over the limit, so one large read can
-    # still hold a complete, oversized head: measure it
-    if len(head) + 4 > MAX_HEADER_BYTES:
-        raise _Refused(431, f"request head is longer than {MAX_HEADER_BYTES} bytes")
-    return head
-
-
-def _parse_head(head: bytes) -> _Request:
-    if b"\n" in head.replace(b"\r\n", b"") or b"\r" in head.replace(b"\r\n", b""):
-        raise _Refused(400, "bare CR or LF in the request head")
-    lines = head.split(b"\r\n")
-    parts = lines[0].split(b" ")
-    if len(parts) != 3:
-        raise _Refused(400, "malformed request line (expected 'METHOD target HTTP/1.1')")
-    method, target, version = parts
-    if not _TOKEN.fullmatch(method) or not _TARGET.fullmatch(target) or version not in _VERSIONS:
-        raise _Refused(400, "malformed request line (expected 'METHOD target HTTP/1.1')")
-    headers = _parse_headers(lines[1:])
-
-    if method == b"CONNECT":
-        host, port = _split_authority(target.decode("ascii"), default_port=None)
-        return _Request(host=host, port=port, connect=True)
-
-    lowered = target.lower()
-    if lowered.startswith(b"https://"):
-        raise _Refused(400, "absolute https:// URIs are not proxied; use CONNECT")
-    if not lowered.startswith(b"http://"):
-        raise _Refused(400, "not a proxy request (expected CONNECT host:port or an absolute http:// URI)")
-    rest = target[len(b"http://") :].decode("ascii")
-    end = len(rest)
-    for delimiter in "/?#":
-        index = rest.find(delimiter)
-        if index >= 0:
-            end = min(end, index)
-    authority, path = rest[:end], rest[end:]
-    path = path.partition("#")[0]
-    if not path.startswith("/"):
-        path = "/" + path
-    host, port = _split_authority(authority, default_port=80)
-    return _Request(
-        host=host,
-        port=port,
-        connect=False,
-        method=method,
-        origin=path.encode("ascii"),
-        version=version,
-        headers=headers,
-    )
-
-
-def _parse_headers(lines: list[bytes]) -> tuple[tuple[bytes, bytes], ...]:
-    headers: list[tuple[bytes, bytes]] = []
-    for line in lines:
-        if not line:
-            continue  # the final empty line(s) of the head
-        if line[:1] in (b" ", b"\t"):
-            raise _Refused(400, "folded header lines are not accepted")
-        name, sep, value = line.partition(b":")
-        if not sep or not _TOKEN.fullmatch(name):
-            raise _Refused(400, "malformed header line")
-        value = value.strip(b" \t")
-        if b"\x00" in value:
-            raise _Refused(400, "NUL in a header value")
-        headers.append((name, value))
-    lengths = {v for n, v in headers if n.lower() == b"content-length"}
-    if len(lengths) > 1 or (lengths and any(n.lower() == b"transfer-encoding" for n, _ in headers)):
-        raise _Refused(400, "ambiguous request body length (Content-Length and Transfer-Encoding)")
-    return tuple(headers)
-
-
-def _split_authority(authority: str, default_port: int | None) -> tuple[str, int]:
-    """Split `host[:port]` (IPv6 in brackets); userinfo is dropped as `normalize_host` does."""
-    authority = authority.rpartition("@")[2]
-    if authority.startswith("["):
-        close = authority.find("]")
-        if close < 0:
-            raise _Refused(400, "unclosed '[' in the request target", _clip(authority))
-        host, rest = authority[: close + 1], authority[close + 1 :]
-        if rest and not rest.startswith(":"):
-            raise _Refused(400, "malformed authority in the request target", _clip(authority))
-        port_text = rest[1:] if rest else None
-    else:
-        host, sep, port_text_found = authority.rpartition(":")
-        if not sep:
-            host, port_text = authority, None
-        else:
-            port_text = port_text_found
-        if ":" in host:
-            raise _Refused(400, "IPv6 addresses must be in brackets", _clip(authority))
-    if not host:
-        raise _Refused(400, "no host in the request target")
-    if port_text is None or port_text == "":
-        if default_port is None:
-            raise _Refused(400, "CONNECT needs host:port", _clip(host))
-        return host, default_port
-    if not port_text.isascii() or not port_text.isdigit() or len(port_text) > 5 or not 1 <= int(port_text) <= 65535:
-        raise _Refused(400, f"bad port {port_text[:8]!r}", _clip(host))
-    return host, int(port_text)
-
-
-def _origin_head(request: _Request, host: str, port: int) -> bytes:
-    """The request head in origin-form, Host set from the URI, hop-by-hop headers dropped."""
-    listed = {
-        token.strip().lower()
-        for name, value in request.headers
-        if name.lower() in (b"connection", b"proxy-connection")
-        for token in value.decode("latin-1").split(",")
-    }
-    lines = [request.method + b" " + request.origin + b" " + request.version]
-    authority = _authority(host, port) if port != 80 else _authority(host, None)
-    lines.append(b"Host: " + authority.encode("ascii"))
-    for name, value in request.headers:
-        lowered = name.decode("ascii").lower()
-        if lowered == "host" or lowered in _HOP_BY_HOP or lowered in listed:
-            continue
-        lines.append(name + b": " + value)
-    lines.append(b"Connection: close")
-    return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
 # -- piping --------------------------------------------------------------------------------
@@ -539,36 +465,33 @@ class _UnixStream(anyio.abc.ByteStream):
         await anyio.lowlevel.checkpoint()
 
 
-# -- small helpers -------------------------------------------------------------------------
-
-
-def _authority(host: str, port: int | None) -> str:
-    shown = f"[{host}]" if ":" in host else host
-    return shown if port is None else f"{shown}:{port}"
-
-
-def _clip(text: str) -> str:
-    return text[:_MAX_REPORTED_HOST]
-
-
 # The in-jail end of the egress path: a stdlib script, and the loopback port it listens on (the
 # jail has its own network namespace, so a fixed port collides with nothing).
 RELAY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "relay.py")
 RELAY_PORT = 3128
 
 
+# Ports a `network: ask` jail's relay carries for programs that ignore the proxy variables, besides
+# the ports `allow_hosts` lists: the web's. Any port still goes through the proxy variables.
+ASK_PORTS = (80, 443)
+
+
 def relayed(
-    argv: Sequence[str], python: str, home: str, host_path: str, allow_hosts: Sequence[str] = ()
+    argv: Sequence[str], python: str, home: str, host_path: str, allow_hosts: Sequence[str] = (), ask: bool = False
 ) -> tuple[tuple[str, ...], list[Mount]]:
     """`argv` started by the egress relay inside its jail (run by `python`, isolated from site and
     home), which carries each connection to the proxy's socket at `EGRESS_SOCKET` and points the
     proxy variables at itself; with the names of `allow_hosts` it also answers their DNS and
-    carries their connections (`sandbox/jailnet.py`). And what the jail must show for it."""
+    carries their connections (`sandbox/jailnet.py`); with `ask`, every name's, on `ASK_PORTS`
+    too. And what the jail must show for it."""
     mounts = launcher_mounts(python, home, host_path, role="the gateway's Python, which runs the egress relay")
     mounts.append(Mount(RELAY, MountMode.READ_ONLY, "egress relay"))
     listen = f"127.0.0.1:{RELAY_PORT}"
     relay: tuple[str, ...] = (python, "-I", "-S", RELAY, "--listen", listen, "--socket", EGRESS_SOCKET)
     names, ports = relay_names(allow_hosts)
+    if ask:
+        ports = sorted({*ports, *ASK_PORTS})
+        relay += ("--any-name",)
     if ports:
         relay += ("--names", ",".join(names), "--ports", ",".join(map(str, ports)))
         mounts += resolv_mounts()

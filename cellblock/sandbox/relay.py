@@ -1,7 +1,7 @@
 """In-jail relay: 127.0.0.1:PORT -> the egress proxy's Unix socket, then run the server.
 
     python3 relay.py --listen 127.0.0.1:PORT --socket PATH [--set-proxy-env]
-                     [--names NAME,*.SUFFIX,... --ports 80,443,... [--dns 127.0.0.1:53]] -- ARGV...
+                     [--names NAME,*.SUFFIX,... | --any-name] [--ports 80,443,... [--dns 127.0.0.1:53]] -- ARGV...
 
 Runs INSIDE the jail with whatever python3 is mounted there, so it is one standalone file: stdlib
 only, no `cellblock` import. It listens first, then starts ARGV with the inherited stdin, stdout
@@ -19,6 +19,10 @@ one to an address beyond loopback (every IPv4 address is local in the namespace 
 makes) as `CONNECT address:port`, so programs that ignore proxy variables (Node 20's fetch, Go, raw
 sockets) reach exactly what the proxy allows. A refusal's response is passed to the client as it
 is, then the connection is closed. Ports below 1024 need that namespace too.
+
+With `--any-name` (`network: ask`) every host name is covered: its lookup is answered at once with
+an address of its own, and nothing leaves the machine then; its connection is carried to the
+proxy, which asks the human while the connection waits (so no DNS timeout decides for them).
 
 With `--set-proxy-env` the child gets http_proxy, https_proxy, HTTP_PROXY and HTTPS_PROXY pointing
 at the listener (PORT may then be 0 for an ephemeral port) and no no_proxy/NO_PROXY.
@@ -102,7 +106,8 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
 class Names:
     """The names the relay answers for, each given a loopback address of its own at first use."""
 
-    def __init__(self, patterns: Sequence[str]) -> None:
+    def __init__(self, patterns: Sequence[str], any_name: bool = False) -> None:
+        self._any = any_name  # `network: ask`: the proxy asks about each name as it is connected to
         self._exact = {p for p in patterns if not p.startswith("*.")}
         self._suffixes = tuple(p[1:] for p in patterns if p.startswith("*."))
         self._addresses: dict[str, str] = {}
@@ -111,7 +116,7 @@ class Names:
         self._lock = threading.Lock()
 
     def covers(self, name: str) -> bool:
-        return name in self._exact or any(name.endswith(s) for s in self._suffixes)
+        return self._any or name in self._exact or any(name.endswith(s) for s in self._suffixes)
 
     def address_for(self, name: str) -> str | None:
         """`name`'s loopback address (given now if new); None if no pattern covers it or all are given."""
@@ -368,6 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--socket", required=True, help="the egress proxy's Unix socket")
     parser.add_argument("--set-proxy-env", action="store_true", help="point the child's *_proxy variables here")
     parser.add_argument("--names", default="", help="NAME,*.SUFFIX,... to answer DNS for")
+    parser.add_argument("--any-name", action="store_true", help="answer DNS for every name (network: ask)")
     parser.add_argument("--ports", type=_ports, default=[], help="PORT,... to carry names' connections on")
     parser.add_argument("--dns", type=_parse_listen, default=("127.0.0.1", 53), help="HOST:PORT for DNS (UDP)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- ARGV of the server to run")
@@ -387,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"cannot listen on {args.listen[0]}:{args.listen[1]}: {exc}")
         return _EXIT_CANNOT_START
     host, port = args.listen[0], listener.getsockname()[1]
-    names = Names([n for n in args.names.split(",") if n]) if args.ports else None
+    names = Names([n for n in args.names.split(",") if n], args.any_name) if args.ports else None
     threading.Thread(target=_accept_loop, args=(listener, args.socket, names, True), daemon=True).start()
     if names is not None:
         _carry(names, args.dns, [p for p in args.ports if p != port], args.socket)

@@ -20,7 +20,7 @@ from anyio.abc import SocketAttribute
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from cellblock.policy.hosts import parse_rule
-from cellblock.sandbox import egress
+from cellblock.sandbox import egress, httphead
 from cellblock.sandbox.egress import Decision, EgressProxy, Resolver
 
 pytestmark = pytest.mark.anyio
@@ -359,7 +359,7 @@ async def test_oversized_headers_are_refused(sock_dir: Path) -> None:
 
 
 async def test_a_slow_request_head_times_out(sock_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(egress, "HEADER_TIMEOUT", 0.2)
+    monkeypatch.setattr(httphead, "HEADER_TIMEOUT", 0.2)
     async with proxy(sock_dir, ["127.0.0.1"]) as (path, decisions):
         response = await exchange(path, b"CONNECT 127.0.0.1:80 HTTP/1.1\r\n")
     assert status(response) == 408
