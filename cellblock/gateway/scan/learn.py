@@ -11,20 +11,18 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from cellblock.gateway.config.loading import parse_config
+from cellblock.gateway.config.edit import ConfigEditError, raw_jail, write_jail
 from cellblock.gateway.config.model import Config, JailConfig, LocalServer
 from cellblock.gateway.scan.findings import noise
 from cellblock.gateway.scan.gate import NotGrantable, check_written, vet
 from cellblock.gateway.scan.run import Run
 from cellblock.gateway.scan.scratch import ScanError, Scratch
-from cellblock.gateway.state import atomic_write_text
 from cellblock.policy.constraints import within
 from cellblock.sandbox.trace import Event, Kind, jail_refused
 
@@ -80,13 +78,6 @@ class Proposal:
 def inside(path: str, root: str) -> bool:
     """`path` under `root` as written or as resolved (the trace shows resolved paths)."""
     return within(path, root) or within(path, os.path.realpath(root))
-
-
-def _raw(source: Path, name: str) -> dict[str, Any]:
-    raw = yaml.safe_load(source.read_text()) or {}
-    server = (raw.get("servers") or {}).get(name) or {}
-    jail = server.get("jail")
-    return dict(jail) if isinstance(jail, dict) else {}
 
 
 def propose(server: LocalServer, run: Run, scratch: Scratch) -> Proposal:
@@ -220,52 +211,6 @@ def _with_user_spelling(proposed: dict[str, Any], original: dict[str, Any], serv
     return {k: out[k] for k in dict.fromkeys(order)}
 
 
-def _span(lines: list[str], name: str) -> tuple[int, int, str, int]:
-    """Where the server's `jail:` key is (start, end line) and its indentation; start == end when
-    it has none (insert there). The last value: the server's key line.
-
-    Raises:
-        ScanError: the servers mapping or the server cannot be found as a block.
-    """
-    top = next((i for i, line in enumerate(lines) if re.match(r"servers\s*:\s*(#.*)?$", line)), None)
-    if top is None:
-        raise ScanError("the config's servers: is not a block mapping; edit its jail by hand")
-    head = next(
-        (
-            i
-            for i in range(top + 1, len(lines))
-            if re.match(rf"\s+['\"]?{re.escape(name)}['\"]?\s*:\s*(#.*)?$", lines[i])
-        ),
-        None,
-    )
-    if head is None:
-        raise ScanError(f"server '{name}' is not written as a block in the config; edit its jail by hand")
-    level = len(lines[head]) - len(lines[head].lstrip())
-
-    def indent(i: int) -> int:
-        return len(lines[i]) - len(lines[i].lstrip())
-
-    def blank(i: int) -> bool:
-        return not lines[i].strip() or lines[i].lstrip().startswith("#")
-
-    end = head + 1
-    while end < len(lines) and (blank(end) or indent(end) > level):
-        end += 1
-    while end - 1 > head and blank(end - 1):
-        end -= 1
-    children = [i for i in range(head + 1, end) if not blank(i)]
-    child = indent(children[0]) if children else level + 2
-    for i in children:
-        if indent(i) == child and re.match(r"\s*jail\s*:", lines[i]):
-            stop = i + 1
-            while stop < end and (blank(stop) or indent(stop) > child):
-                stop += 1
-            while stop - 1 > i and blank(stop - 1):
-                stop -= 1
-            return i, stop, " " * child, head
-    return end, end, " " * child, head
-
-
 def apply_proposal(source: Path, name: str, proposal: Proposal, server: LocalServer) -> str:
     """Write the proposed jail into the config at `source`; return the new text.
 
@@ -273,27 +218,18 @@ def apply_proposal(source: Path, name: str, proposal: Proposal, server: LocalSer
         ScanError: the config cannot be edited in place, the edited config does not load, or it
             would grant what a proposal never may (`gate.py`).
     """
-    text = source.read_text()
-    lines = text.splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n"):
-        lines[-1] += "\n"
-    start, end, indent, _ = _span(lines, name)
-    jail = _with_user_spelling(proposal.proposed, _raw(source, name), server)
-    body = yaml.safe_dump({"jail": jail}, sort_keys=False, default_flow_style=False)
-    new = [f"{indent}{line}\n" for line in body.splitlines()]
-    result = "".join([*lines[:start], *new, *lines[end:]])
-    try:
-        edited = parse_config(result, str(source))
-        loaded = edited.servers.get(name)
-    except Exception as exc:
-        raise ScanError(f"the proposed jail does not load, so it was not written: {exc}") from exc
-    written = loaded.jail if isinstance(loaded, LocalServer) else False
-    if written is False or server.jail is False:
-        raise ScanError(f"server '{name}' has no jail in the edited config, so it was not written")
-    try:
+    jail = _with_user_spelling(proposal.proposed, raw_jail(source, name), server)
+    before = server.jail
+    if before is False:
+        raise ScanError(f"server '{name}' has no jail in the config, so nothing was written")
+
+    def gate(edited: Config, written: JailConfig) -> None:
         # as the config reads it back: every spelling expanded, every jail's writable grants
-        check_written(server.jail, written, source, writable(edited))
+        check_written(before, written, source, writable(edited))
+
+    try:
+        return write_jail(source, name, jail, gate)
+    except ConfigEditError as exc:
+        raise ScanError(str(exc).replace("changed jail", "proposed jail")) from exc
     except NotGrantable as exc:
         raise ScanError(f"the proposed jail of '{name}' was not written: {exc}") from exc
-    atomic_write_text(source, result, mode=source.stat().st_mode & 0o777)
-    return result
