@@ -40,6 +40,7 @@ class JailError(CellblockError):
 class Network(StrEnum):
     NONE = "none"
     ALLOWLIST = "allowlist"
+    ASK = "ask"  # an allowlist jail whose proxy asks the human about other hosts
     OPEN = "open"
 
 

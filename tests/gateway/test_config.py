@@ -295,7 +295,7 @@ def test_jail_false_is_the_explicit_way_to_run_unjailed(off: str) -> None:
     [
         (
             "jail:\n      network: nne",
-            "c.yaml:6: servers.a.jail.network: 'nne' is not one of 'none', 'allowlist' or 'open'",
+            "c.yaml:6: servers.a.jail.network: 'nne' is not one of 'none', 'allowlist', 'ask' or 'open'",
         ),
         ("jail: true", "c.yaml:5: servers.a.jail: expected jail settings (a mapping), or false"),
         ("jail: {allow_hosts: [a.com]}", "c.yaml:5: servers.a.jail: allow_hosts is only used with network: allowlist"),

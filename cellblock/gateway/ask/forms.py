@@ -143,6 +143,7 @@ _QUESTIONS = {
     "tool": "May this call run?",
     "prompt": "May the client get this prompt from the server?",
     "resource": "May the client read this resource from the server?",
+    "egress": "May the server connect to this host and port (its network is ask)?",
 }
 
 

@@ -33,7 +33,8 @@ BUDGETED = frozenset(
     }
 )
 # an approval event is the server's own when it is about the server's request for the client's
-# model (`kind: sampling`), never a call's: each request of a flood asked and answered one
+# model (`kind: sampling`) or a connection (`kind: egress`), never a call's: each request of a
+# flood asked and answered one
 SAMPLING_APPROVALS = {
     "approval_asked": "sampling_asked",
     "approval_granted": "sampling_granted",
@@ -48,7 +49,9 @@ WINDOW = 60.0  # seconds a count of left-out events waits before its `suppressed
 def kind_of(event: str, fields: dict[str, Any]) -> str | None:
     """The kind an event is budgeted as, or None when it is always written."""
     if event not in BUDGETED:
-        return SAMPLING_APPROVALS.get(event) if fields.get("kind") == "sampling" else None
+        # and a `network: ask` server's questions about its connections (`kind: egress`): `egress_asked`, ...
+        found = SAMPLING_APPROVALS.get(event) if fields.get("kind") in ("sampling", "egress") else None
+        return found.replace("sampling", str(fields["kind"]), 1) if found else None
     if event == "egress":
         return "egress_refused" if fields.get("decision") == "deny" else "egress_allowed"
     return event

@@ -91,6 +91,14 @@ def _parser() -> argparse.ArgumentParser:
         help="what NAME is: a tool (default), a prompt's name or a resource's URI",
     )
     add_config(revoke)
+    allow = sub.add_parser(
+        "allow-host", help="let a server reach HOST[:PORT]: added to its allow_hosts, and to the running gateways"
+    )
+    allow.add_argument("server", metavar="SERVER")
+    allow.add_argument(
+        "host", metavar="HOST[:PORT]", help="an allow_hosts entry: host:port, host (80 and 443), *.suffix, an IP"
+    )
+    add_config(allow)
     doctor = sub.add_parser("doctor", help="check that this machine can build jails and keep secrets; exit 1 on a gap")
     add_config(doctor)
     probe = sub.add_parser("probe", help="attack each server's jail from inside; exit 1 if anything got through")
@@ -246,6 +254,10 @@ def _run(args: argparse.Namespace) -> int:
         if command == "revoke":
             return approvals.revoke(args.config, args.target, args.kind)
         return approvals.pending(args.json) if args.full is None else approvals.pending_full(args.full, args.json)
+    if command == "allow-host":
+        from cellblock.gateway.cli.hosts import allow_host_command
+
+        return allow_host_command(args.config, args.server, args.host)
     if command == "ps":
         from cellblock.gateway.cli.gateways import ps
 

@@ -93,7 +93,7 @@ def _probe_one(
     python = os.path.realpath(sys.executable)
     grants = jail.model_copy(update={"read_only": [*jail.read_only, str(ESCAPE)]})
     # allowlist jails get their relay; with no proxy behind it, it reaches nothing, like `none`
-    egress = str(runtime / f"probe-{name}.sock") if jail.network == "allowlist" else None
+    egress = str(runtime / f"probe-{name}.sock") if jail.proxied else None
 
     def stand_in(attempts: list[dict[str, Any]]) -> LocalServer:
         args = ["-I", "-S", str(ESCAPE), "--json", json.dumps(attempts)]

@@ -298,7 +298,7 @@ class ExecConfig(_Model):
 class JailConfig(_Model):
     """What a local server may reach. The defaults share nothing and allow no network."""
 
-    network: Literal["none", "allowlist", "open"] = "none"
+    network: Literal["none", "allowlist", "ask", "open"] = "none"
     allow_hosts: HostRules = []
     read_only: list[str] = []
     read_write: list[str] = []
@@ -315,11 +315,16 @@ class JailConfig(_Model):
 
     @model_validator(mode="after")
     def _hosts_need_allowlist(self) -> JailConfig:
-        if self.allow_hosts and self.network != "allowlist":
-            raise ValueError(f"allow_hosts is only used with network: allowlist (network is {self.network!r})")
+        if self.allow_hosts and not self.proxied:
+            raise ValueError(f"allow_hosts is only used with network: allowlist or ask (network is {self.network!r})")
         if self.network == "allowlist" and not self.allow_hosts:
             raise ValueError("network: allowlist needs at least one entry in allow_hosts")
         return self
+
+    @property
+    def proxied(self) -> bool:
+        """Its network is the gateway's egress proxy: `allowlist`, or `ask` (which asks about the rest)."""
+        return self.network in ("allowlist", "ask")
 
 
 def _jail_kind(value: Any) -> str:

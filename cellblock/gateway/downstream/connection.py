@@ -119,6 +119,7 @@ def egress_told(name: str, event: Callable[..., None]) -> Callable[[Decision], N
             reason=decision.reason,
             address=decision.address,
             rule=decision.rule,
+            **({"asked": decision.asked} if decision.asked is not None else {}),
         )
 
     return told

@@ -178,8 +178,8 @@ def jail_spec(
         options = [*(w for p in runs.executables for w in ("--allow", p)), *(w for p in keep for w in ("--exec", p))]
         argv = (python, "-I", "-S", str(PIN), *options, "--seccomp", PIN_FILTER, "--", *argv)
     gaps = launcher_gaps(command, env["PATH"], [m.path for m in launchers])
-    if jail.network == "allowlist":
-        argv, relaying = relayed(argv, python, home, host_path, jail.allow_hosts)
+    if jail.proxied:
+        argv, relaying = relayed(argv, python, home, host_path, jail.allow_hosts, ask=jail.network == "ask")
         launchers += relaying
         env["NODE_USE_ENV_PROXY"] = "1"  # Node 24's fetch uses the proxy variables only when asked
     if sys.platform.startswith("linux"):  # macOS has no abstract sockets
@@ -412,8 +412,10 @@ def launch_plan(
         # no jail, but a mark on all it runs: no control socket takes its processes for the user's
         return mark_plan(LaunchPlan(argv=command, env=env, cwd=server.cwd, mounts=(), network=Network.OPEN), name)
     jail = server.jail
-    if jail.network == "allowlist" and egress_socket is None:
-        raise JailError(f"server '{name}': network: allowlist needs the gateway's egress proxy, which is not running")
+    if jail.proxied and egress_socket is None:
+        raise JailError(
+            f"server '{name}': network: {jail.network} needs the gateway's egress proxy, which is not running"
+        )
     if sys.platform == "darwin":
         plan = _macos_plan(name, server, jail, private, own)
         return replace(plan, env={**plan.env, **(secrets or {})})
@@ -436,7 +438,7 @@ def launch_plan(
     bwrap = check_bwrap()
     plan = bwrap_plan(spec, launchers, bwrap, secrets, DEFAULT_INHERITED_ENV_VARS)
     plan = plan if limits is None else limit_plan(plan, name, limits)
-    if jail.network == "allowlist" and relay_names(jail.allow_hosts)[1]:
+    if jail.network == "ask" or (jail.proxied and relay_names(jail.allow_hosts)[1]):
         plan = in_netns(plan, bwrap)  # the relay answers DNS on port 53, and takes :80, :443 and the listed ports
     return plan
 
@@ -470,8 +472,8 @@ def _macos_plan(
     name: str, server: LocalServer, jail: JailConfig, private: Path | None, own: Sequence[Path]
 ) -> LaunchPlan:
     """sandbox-exec with a generated profile. Not yet run on a Mac: see docs/jail.md."""
-    if jail.network == "allowlist":
-        raise JailError(f"server '{name}': network: allowlist is not available on macOS yet; use none or open")
+    if jail.proxied:
+        raise JailError(f"server '{name}': network: {jail.network} is not available on macOS yet; use none or open")
     if jail.exec.sha256:
         raise JailError(f"server '{name}': jail.exec.sha256 is not available on macOS yet")
     spec, launchers = jail_spec(name, server, jail, own=own)

@@ -13,7 +13,6 @@ import contextlib
 import functools
 import logging
 import math
-import os
 import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -40,11 +39,11 @@ from cellblock.gateway.downstream.changes import Refresher, listen
 from cellblock.gateway.downstream.connection import (
     START_SECONDS,
     connection_closed,
-    egress_told,
     failure_text,
     gateway_client,
     watched,
 )
+from cellblock.gateway.downstream.egressask import EgressApproval, ServerEgress
 from cellblock.gateway.downstream.httpwatch import HttpWatch
 from cellblock.gateway.downstream.keys import ServerKeys
 from cellblock.gateway.downstream.launch import server_plan, stdio_parameters, tell_jail
@@ -72,8 +71,6 @@ from cellblock.gateway.downstream.watch import Watched
 from cellblock.gateway.errors import first_line
 from cellblock.gateway.scrub import scrub as scrub_secrets
 from cellblock.gateway.wire.stdio import DEFAULT_LINE_LIMIT
-from cellblock.policy.hosts import parse_rule
-from cellblock.sandbox.egress import EgressProxy
 from cellblock.sandbox.limits import describe
 from cellblock.sandbox.types import JailError, LaunchPlan, Limits
 
@@ -121,6 +118,7 @@ class Downstream:
     # asks the human whether this server may use the client's model (for `sampling: ask`): None
     # when they allowed it, else why not
     approve_sampling: SamplingApproval | None = None
+    approve_egress: EgressApproval | None = None  # asks about a host outside a `network: ask` jail's list
     # the longest message taken from a local server (`max_message_size`)
     max_message: int = DEFAULT_LINE_LIMIT
     # what a local server's jail may take (`jail.limits`); None: remote, or unjailed
@@ -163,6 +161,7 @@ class Downstream:
     keys: ServerKeys = field(init=False)
     changes: Refresher = field(init=False)  # re-reads of its catalog after a change notice
     watched: Watched = field(init=False)  # the resources clients subscribed to, across restarts
+    egress: ServerEgress = field(init=False)  # its egress proxy of each run, and what the human answered
 
     def __post_init__(self) -> None:
         self.watched = Watched(self.name)
@@ -171,6 +170,7 @@ class Downstream:
             self.name, self.config, self.sampling, self.approve_sampling, self._event, self.keys, self.owner
         )
         self.changes = Refresher(self.refresh, lambda: self.listing is not None and self.listing.retryable)
+        self.egress = ServerEgress(self.name, self.config, self.runtime, self._event, self.owner, self.approve_egress)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -341,20 +341,14 @@ class Downstream:
             self._ready = anyio.Event()
 
     async def _run_once(self) -> None:
-        jail = self.config.jail if isinstance(self.config, LocalServer) else False
-        if jail is False or jail.network != "allowlist":
+        proxy = self.egress.for_run()  # the server reaches the network only through it, while it runs
+        if proxy is None:
             await self._connect(None)
             return
-        # the server reaches the network only through this proxy, which lives as long as it does
-        # per gateway process: two clients may each run a gateway with a server of this name
-        socket = str(self.runtime / f"egress-{os.getpid()}-{self.name}.sock")
-        proxy = EgressProxy(
-            self.name, [parse_rule(h) for h in jail.allow_hosts], socket, egress_told(self.name, self._event)
-        )
         async with anyio.create_task_group() as tg:
             await tg.start(proxy.serve)
             try:
-                await self._connect(socket)
+                await self._connect(proxy.socket_path)
             finally:
                 tg.cancel_scope.cancel()
 

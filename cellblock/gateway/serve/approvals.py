@@ -29,6 +29,7 @@ import logging
 import os
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import mcp.types as types
 from mcp.server.session import ServerSession
+from mcp.shared.exceptions import MCPError
 
 from cellblock.gateway.ask.elicitation import Sealer, StateRejected, elicits, elicits_url, samples
 from cellblock.gateway.ask.forms import (
@@ -122,6 +124,9 @@ class Approvals:
         self._once: dict[tuple[str, str, str, str], float] = {}  # (server, kind, tool, digest): after a timeout
         self._sealer = Sealer(STATE_PREFIX)
         self._used: dict[str, float] = {}
+        # how "always" is kept for a kind that approvals.json does not hold: "egress" (`network:
+        # ask`) writes the host into the server's allow_hosts (the gateway sets it)
+        self.keepers: dict[str, Callable[[str, str], Awaitable[None]]] = {}
 
     # -- remembered ------------------------------------------------------------------------
 
@@ -134,8 +139,12 @@ class Approvals:
         is changed under its lock in a worker thread, so the event loop never waits on the lock.
 
         Raises:
-            StateWriteError: the approvals file could not be saved (nothing is remembered).
+            StateWriteError: the approvals file (or for a host, the config) could not be saved.
         """
+        keeper = self.keepers.get(kind)
+        if keeper is not None:
+            await keeper(server, tool)
+            return
         await anyio.to_thread.run_sync(self.remembered.add, server, kind, tool)
 
     def revoke(self, server: str, tool: str | None, kind: str = "tool") -> list[tuple[str, str]]:
@@ -286,9 +295,10 @@ class Approvals:
         self.pending[ident] = item
         self.audit.write("approval_asked", server, tool=tool, via="cli", id=ident, **_kind(kind))
         logger.warning(
-            "approval %s: server '%s' wants to run '%s'; run 'cellblock approve %s' or 'cellblock deny %s'",
+            "approval %s: server '%s' wants to %s '%s'; run 'cellblock approve %s' or 'cellblock deny %s'",
             ident,
             server,
+            "connect to" if kind == "egress" else "run",
             tool,
             ident,
             ident,
@@ -333,6 +343,11 @@ class Approvals:
             raise OnceOnly(
                 f"'{ident}' is a request of server '{asked.server}' to use your model, which is asked each time "
                 f"(sampling: ask): it can be allowed once, not --{scope}; run 'cellblock approve {ident}'"
+            )
+        if asked is not None and asked.kind == "egress" and scope == "session":
+            raise OnceOnly(
+                f"'{ident}' is a connection of server '{asked.server}' to {asked.tool}: allow it with "
+                f"'cellblock approve {ident}' (until the server stops) or '--always' (added to its allow_hosts)"
             )
         item = self.pending.pop(ident, None)  # taken while "always" is saved: a second answer finds none
         if item is None:
@@ -387,6 +402,39 @@ class Approvals:
             return timed_out.reason
         decided = await self._wait_for_cli(server, "sampling", f"{server} sampling", verdict, summary, kind="sampling")
         return None if decided.decision is Decision.ALLOW else decided.reason
+
+    async def egress(self, server: str, target: str, entry: Any) -> tuple[str | None, str]:
+        """Ask whether `server` may connect to `target` ("host:port", `network: ask`): the scope
+        granted ("once", or "always": kept by `keepers["egress"]`) or None, and how it was decided.
+        Through the form of the call in flight when its client can show one, else pending."""
+        verdict, summary = Verdict(Decision.ASK, "network: ask", ""), {"connect to": target}
+        if self._once.pop((server, "egress", target, args_digest(summary)), 0.0) > time.time():
+            return "once", "once, answered from the CLI after an earlier attempt"
+        if entry is not None and entry.can_elicit and entry.asker is not None:
+            message, _ = approval_form(server, target, "network: ask", summary, full=True, kind="egress")
+            labels = ("Allow until the server stops", "Always allow (added to allow_hosts)", "Deny")
+            schema = choice_schema(("allow_once", "allow_always", "deny"), labels)
+            self.audit.write("approval_asked", server, tool=target, via="elicitation", kind="egress")
+            decided: Verdict | None = None
+            with anyio.move_on_after(self.timeout):
+                try:
+                    answer = await entry.asker.ask(
+                        types.ElicitRequestFormParams(message=message, requested_schema=schema)
+                    )
+                except (MCPError, ValueError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                    answer = types.ElicitResult(action="cancel")
+                    logger.info("server '%s': the client could not ask about %s: %s", server, target, exc)
+                decided = await self._granted(server, target, verdict, answer, "elicitation", "egress")
+            if decided is None:
+                why = f"no answer within {self.timeout:g}s"
+                decided = self._refused(server, target, verdict, "approval_timeout", why, "egress")
+        else:
+            decided = await self._wait_for_cli(server, target, f"egress:{target}", verdict, summary, kind="egress")
+        if decided.decision is not Decision.ALLOW:
+            _, said, why = decided.reason.rpartition("did not get it: ")  # else the pending one timed out
+            return None, why if said else f"no answer within {self.timeout:g}s"
+        scope = "always" if decided.rule == "approval:always" else "once"
+        return scope, scope
 
     # -- sealed request_state (2026-07-28) ---------------------------------------------------
 
@@ -449,6 +497,8 @@ def _what(tool: str, kind: str | None = None) -> str:
     """How a message names what was asked about: "tool 'x'", "prompt 'greet'", "resource 'a://b'".
     Without `kind`, `tool` is an exposed name ("prompt:p__greet" is the client's prompt get)."""
     prefix, sep, name = tool.partition(":")
+    if kind == "egress" or (kind is None and prefix == "egress"):
+        return f"the connection to {visible(name if kind is None else tool)}"
     if kind in ITEM_KINDS or (kind is None and sep and prefix in ITEM_KINDS):
         return f"{prefix} {visible(name)!r}"
     return f"tool {visible(tool)!r}"

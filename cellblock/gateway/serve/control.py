@@ -23,6 +23,8 @@ The protocol is one JSON object per line, one exchange per connection; every req
                                               <- {"ok": true, "revoked": [{"kind", "tool", "scope"}, ...]}
     -> {"op": "ps"}                           <- {"ok": true, "pid": ..., "config": ..., ...}
     -> {"op": "reconnect", "server": ...}     <- {"ok": true, "restarted": bool, "state": ...}
+    -> {"op": "allow_host", "server": ..., "entry": "host:port", "config": PATH}
+                                              <- {"ok": true, "applied": bool}  (only for its own config)
 
 A reply refusing an unknown id should carry `"code": NOT_FOUND`, so the CLI can tell "not this
 gateway" from a real refusal when several gateways run. The server side checks the frame (one

@@ -38,6 +38,7 @@ from cellblock import __version__
 from cellblock.gateway.ask.elicitation import ParkedCalls, StateRejected
 from cellblock.gateway.config.compile import policy_for
 from cellblock.gateway.config.model import Config
+from cellblock.gateway.downstream.egressask import host_keeper
 from cellblock.gateway.downstream.keys import reader_of
 from cellblock.gateway.downstream.launch import own_paths
 from cellblock.gateway.downstream.listing import Listing
@@ -139,11 +140,13 @@ class Gateway:
                 learn_in=state,
                 limits=config.limits_of(name),
                 approve_sampling=self.approvals.sampling,
+                approve_egress=self.approvals.egress,
                 allow_insecure=config.credentials.allow_insecure,
                 offer=self.offer,
             )
             for name, server in sorted(config.servers.items())
         }
+        self.approvals.keepers["egress"] = host_keeper(source, lambda name: self.downstreams[name].egress)
         self.catalog = Catalog()
         self.locks = Locks(config, state, self.audit)
         # what each server offers, and what the lock lets the client see of it

@@ -215,7 +215,7 @@ def reaching(config: Config, bind: Bind, port: int) -> list[str]:
             found.append(f"'{name}' (jail: false)")
         elif server.jail.network == "open":
             found.append(f"'{name}' (network: open)")
-        elif server.jail.network == "allowlist":
+        elif server.jail.proxied:  # ask never asks about a loopback address: only a rule opens it
             rules = [r for r in map(parse_rule, server.jail.allow_hosts) if r.allows_port(port)]
             led = [r.text for r in rules if any(r.covers(target) for target in targets)]
             if led:

@@ -61,6 +61,18 @@ class Operations:
                 }
             gone = self.gateway.approvals.forget(server, tool, kind)
             return {"ok": True, "revoked": [{"kind": k, "tool": t, "scope": scope} for k, t, scope in gone]}
+        if op == "allow_host":
+            # `cellblock allow-host` wrote it into this gateway's config: its proxy allows it now
+            ds = self.gateway.downstreams.get(str(message.get("server", "")))
+            entry, config = message.get("entry"), message.get("config")
+            ours = self.gateway.source is not None and str(self.gateway.source.resolve()) == config
+            if ds is None or not ours or not isinstance(entry, str) or ds.egress.jail is None:
+                return {"ok": True, "applied": False}  # another config, or a server without a proxy
+            try:
+                ds.egress.allow(entry)
+            except ValueError as exc:
+                return {"ok": False, "error": f"not an allow_hosts entry: {exc}"}
+            return {"ok": True, "applied": True}
         if op == "reconnect":
             # `cellblock auth set|login|logout` changed a credential this server uses
             ds = self.gateway.downstreams.get(str(message.get("server", "")))

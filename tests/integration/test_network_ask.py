@@ -1,0 +1,181 @@
+"""`network: ask`: a connection to a host outside the list waits while the human is asked.
+
+The real `cellblock serve` runs a real Node 20 server (`tests/servers/reacher.cjs`) in a bwrap jail
+whose relay answers every name at once; its `fetch` of the machine's own host name (not listed)
+is held until `cellblock approve ID` / `deny ID` answers the pending approval. The site listens
+on a random port of the address the name resolves to; a listed name on the same port
+(`listed.invalid`) puts that port among those the relay carries (ask carries 80, 443 and the
+listed ports), and the IP entry lets the proxy connect to that loopback address after a yes, as
+the special-address check wants.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as types
+import pytest
+import yaml
+from mcp import Client
+
+from tests import peers
+from tests.integration.conftest import gateway, write_config
+from tests.integration.test_egress import BODY, Handler
+from tests.integration.test_egress_names import REACHER, named_site, node_20, text
+
+pytestmark = [pytest.mark.anyio, pytest.mark.jail, pytest.mark.peers]
+__all__ = ["named_site"]  # a fixture, used by name
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def reacher(network: str, allow: list[str]) -> dict[str, Any]:
+    modules = str(peers.NODE_MODULES)
+    jail: dict[str, Any] = {"network": network, "read_only": [str(REACHER.parent), modules]}
+    if allow:
+        jail["allow_hosts"] = allow
+    return {"command": node_20(), "args": [str(REACHER)], "env": {"NODE_PATH": modules}, "jail": jail}
+
+
+def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CELLBLOCK_STATE_DIR": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(tmp_path / "run")}
+    argv = [sys.executable, "-m", "cellblock.gateway.cli.main", *args]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
+
+
+async def pending(tmp_path: Path) -> dict[str, Any]:
+    """The one approval `cellblock pending` shows, once it is there (another process: polling is all there is)."""
+    with anyio.fail_after(30):
+        while True:
+            done = await anyio.to_thread.run_sync(lambda: cli(tmp_path, "pending", "--json"))
+            items = json.loads(done.stdout or "[]")
+            if items:
+                (item,) = items
+                return dict(item)
+            await anyio.sleep(0.2)
+
+
+def events(tmp_path: Path, kind: str) -> list[dict[str, Any]]:
+    lines = (tmp_path / "state" / "audit.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["event"] == kind]
+
+
+@asynccontextmanager
+async def serving(tmp_path: Path, network: str, allow: list[str]) -> AsyncIterator[tuple[Client, Path]]:
+    (tmp_path / "run").mkdir(mode=0o700, exist_ok=True)
+    config = tmp_path / "cellblock.yaml"
+    if not config.exists():
+        write_config(tmp_path, {"r": reacher(network, allow)}, approvals={"timeout": 60})
+    env = {"XDG_RUNTIME_DIR": str(tmp_path / "run")}
+    async with gateway(config, tmp_path / "state", env=env) as client:
+        yield client, config
+
+
+async def fetch_answered(
+    client: Client, tmp_path: Path, url: str, *answer: str
+) -> tuple[types.CallToolResult, dict[str, Any]]:
+    """`url` fetched by the server while the test answers its pending approval with `cellblock ANSWER ID`."""
+    results: list[types.CallToolResult] = []
+
+    async def call() -> None:
+        results.append(await client.call_tool("r__fetch", {"url": url}))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        item = await pending(tmp_path)
+        verb, *flags = answer
+        done = await anyio.to_thread.run_sync(lambda: cli(tmp_path, verb, item["id"], *flags))
+        assert done.returncode == 0, done.stderr
+    return results[0], item
+
+
+async def test_a_host_allowed_once_is_reached_while_the_connection_waits(
+    named_site: tuple[str, int, list[str]], tmp_path: Path
+) -> None:
+    name, port, _ = named_site
+    async with serving(tmp_path, "ask", [f"listed.invalid:{port}", f"127.0.0.1:{port}"]) as (client, _):
+        before = len(Handler.hits)
+        result, item = await fetch_answered(client, tmp_path, f"http://{name}:{port}/once", "approve")
+        assert (item["server"], item["tool"], item["kind"]) == ("r", f"{name}:{port}", "egress")
+        assert text(result) == f"200 {BODY.decode()}", text(result)
+        assert Handler.hits[before:] == ["/once"]
+        # the rest of this run: not asked again
+        again = await client.call_tool("r__fetch", {"url": f"http://{name}:{port}/again"})
+        assert text(again) == f"200 {BODY.decode()}", text(again)
+    assert len(events(tmp_path, "approval_asked")) == 1
+    allowed = [(e["host"], e["decision"], e.get("asked")) for e in events(tmp_path, "egress")]
+    assert allowed == [(name, "allow", "once"), (name, "allow", "once (asked before)")]
+
+
+async def test_a_denied_host_gets_nothing_and_is_told_the_command_that_allows_it(
+    named_site: tuple[str, int, list[str]], tmp_path: Path
+) -> None:
+    name, port, _ = named_site
+    async with serving(tmp_path, "ask", [f"listed.invalid:{port}", f"127.0.0.1:{port}"]) as (client, config):
+        before = len(Handler.hits)
+        result, _ = await fetch_answered(client, tmp_path, f"http://{name}:{port}/denied", "deny")
+        command = f"cellblock allow-host r {name}:{port}"
+        assert text(result).startswith(f"403 cellblock: egress to {name}:{port} refused"), text(result)
+        assert command in text(result)
+        # remembered: refused again at once, with no new question
+        again = await client.call_tool("r__fetch", {"url": f"http://{name}:{port}/denied-again"})
+        assert text(again).startswith("403 ") and command in text(again), text(again)
+        assert Handler.hits[before:] == [], "a denied connection reached the site"
+        # the command it names allows it, in the running gateway too
+        allowed = await anyio.to_thread.run_sync(
+            lambda: cli(tmp_path, "allow-host", "r", f"{name}:{port}", "--config", str(config))
+        )
+        assert allowed.returncode == 0, allowed.stderr
+        after = await client.call_tool("r__fetch", {"url": f"http://{name}:{port}/allowed"})
+        assert text(after) == f"200 {BODY.decode()}", text(after)
+    assert len(events(tmp_path, "approval_asked")) == 1
+    refused = [e for e in events(tmp_path, "egress") if e["decision"] == "deny"]
+    assert len(refused) == 2 and all(command in e["reason"] for e in refused)
+
+
+async def test_a_host_allowed_always_is_written_to_the_config_and_never_asked_again(
+    named_site: tuple[str, int, list[str]], tmp_path: Path
+) -> None:
+    name, port, _ = named_site
+    async with serving(tmp_path, "ask", [f"listed.invalid:{port}", f"127.0.0.1:{port}"]) as (client, config):
+        result, _ = await fetch_answered(client, tmp_path, f"http://{name}:{port}/always", "approve", "--always")
+        assert text(result) == f"200 {BODY.decode()}", text(result)
+        written = yaml.safe_load(config.read_text())["servers"]["r"]["jail"]
+        assert written["network"] == "ask" and f"{name}:{port}" in written["allow_hosts"]
+        second = await client.call_tool("r__fetch", {"url": f"http://{name}:{port}/second"})
+        assert text(second) == f"200 {BODY.decode()}", text(second)
+    async with serving(tmp_path, "ask", []) as (client, _):  # a new gateway, from the config as written
+        third = await client.call_tool("r__fetch", {"url": f"http://{name}:{port}/after-restart"})
+        assert text(third) == f"200 {BODY.decode()}", text(third)
+    assert len(events(tmp_path, "approval_asked")) == 1
+
+
+@pytest.mark.parametrize("network", ["allowlist", "open"])
+async def test_control_allowlist_refuses_without_asking_and_open_reaches_the_host(
+    named_site: tuple[str, int, list[str]], tmp_path: Path, network: str
+) -> None:
+    """The same fetch without ask: an allowlist without the name gets nothing and nobody is asked;
+    the open network reaches the site."""
+    name, port, _ = named_site
+    allow = [f"listed.invalid:{port}", f"127.0.0.1:{port}"] if network == "allowlist" else []
+    async with serving(tmp_path, network, allow) as (client, _):
+        before = len(Handler.hits)
+        result = await client.call_tool("r__fetch", {"url": f"http://{name}:{port}/control"})
+    if network == "open":
+        assert text(result) == f"200 {BODY.decode()}", text(result)
+        assert Handler.hits[before:] == ["/control"]
+    else:
+        assert result.is_error and "FAILED" in text(result), text(result)
+        assert Handler.hits[before:] == []
+        assert events(tmp_path, "approval_asked") == []
