@@ -238,7 +238,7 @@ def test_filesystem_server_is_installed_and_gets_its_directories_writable(home: 
     assert any(
         n.startswith(f"npx {FS_PACKAGE}: installed once by `cellblock install filesystem`") for n in result.notes
     )
-    assert "no network: if it needs one, set jail.network" in result.notes
+    assert "network: none (@modelcontextprotocol/server-filesystem needs no network)" in result.notes
     parse_config(yaml.safe_dump({"version": 1, "servers": {"filesystem": result.config}}))
 
 
@@ -314,7 +314,7 @@ def test_a_node_script_shares_its_package_root_read_only(home: Path) -> None:
         "command": "node",
         "args": [f"{home}/srv/dist/index.js"],
         "env": {"LOG_LEVEL": "debug"},
-        "jail": {"network": "none", "read_only": [f"{home}/srv"]},
+        "jail": {"network": "ask", "read_only": [f"{home}/srv"]},
         **ASK_AND_REVIEW,
     }
 
@@ -337,13 +337,13 @@ def test_a_package_under_node_modules_shares_the_outermost_node_modules_for_its_
 
 def test_a_python_script_shares_its_project_and_nothing_for_the_venv(home: Path) -> None:
     result = one("weather", home)
-    assert result.config["jail"] == {"network": "none", "read_only": [f"{home}/weather"]}
+    assert result.config["jail"] == {"network": "ask", "read_only": [f"{home}/weather"]}
 
 
 def test_a_script_in_the_home_folder_itself_is_shared_alone(home: Path) -> None:
     (home / "server.py").write_text("")
     result = starter("s", Entry(command="python3", args=("-u", "~/server.py")), taken=(), home=str(home))
-    assert result.config["jail"] == {"network": "none", "read_only": ["~/server.py"]}
+    assert result.config["jail"] == {"network": "ask", "read_only": ["~/server.py"]}
 
 
 def test_the_home_folder_or_root_is_never_shared(home: Path) -> None:
@@ -366,14 +366,14 @@ def test_a_cwd_already_shared_is_not_shared_again_and_home_is_never_shared(home:
     )
     assert inside.config["jail"]["read_only"] == [f"{home}/srv"]
     at_home = starter("s", Entry(command="my-server", cwd="~"), taken=(), home=str(home))
-    assert at_home.config["jail"] == {"network": "none"}
+    assert at_home.config["jail"] == {"network": "ask"}
     assert any(n.startswith("cwd ~ is your home or above it") for n in at_home.notes)
 
 
 def test_a_missing_file_in_a_folder_gets_its_folder_writable(home: Path) -> None:
     entry = Entry(command="mcp-server-sqlite", args=("--db-path", "~/notes/test.db"))
     result = starter("s", entry, taken=(), home=str(home))
-    assert result.config["jail"] == {"network": "none", "read_write": ["~/notes"]}
+    assert result.config["jail"] == {"network": "ask", "read_write": ["~/notes"]}
     assert (result.make, result.touch) == ((), ())
     assert any(n.startswith("read_write: ~/notes (~/notes/test.db does not exist yet") for n in result.notes)
 
@@ -387,7 +387,7 @@ def test_a_missing_folder_on_the_way_is_made_by_wrap(home: Path) -> None:
 
 def test_a_missing_file_in_the_home_itself_is_made_empty_and_shared_alone(home: Path) -> None:
     result = starter("s", Entry(command="my-server", args=("--db-path", "~/test.db")), taken=(), home=str(home))
-    assert result.config["jail"] == {"network": "none", "read_write": ["~/test.db"]}
+    assert result.config["jail"] == {"network": "ask", "read_write": ["~/test.db"]}
     assert result.touch == (f"{home}/test.db",)
     assert not (home / "test.db").exists()  # the starter only plans: wrap makes it
     assert any("your home, which is never shared: wrap creates it empty" in n for n in result.notes)
@@ -417,7 +417,7 @@ def test_a_missing_path_where_a_write_runs_code_or_leaves_the_home_is_not_shared
     home: Path, arg: str, why: str
 ) -> None:
     result = starter("s", Entry(command="my-server", args=("--out", arg)), taken=(), home=str(home))
-    assert result.config["jail"] == {"network": "none"}
+    assert result.config["jail"] == {"network": "ask"}
     assert (result.make, result.touch) == ((), ())
     assert any(why in n for n in result.notes)
 
@@ -427,7 +427,7 @@ def test_a_missing_path_through_a_link_out_of_the_home_is_not_shared(
 ) -> None:
     (home / "elsewhere").symlink_to(tmp_path_factory.mktemp("outside"))
     result = starter("s", Entry(command="my-server", args=("~/elsewhere/test.db",)), taken=(), home=str(home))
-    assert result.config["jail"] == {"network": "none"}
+    assert result.config["jail"] == {"network": "ask"}
     assert any("leads outside your home" in n for n in result.notes)
 
 
@@ -435,7 +435,7 @@ def test_a_missing_path_in_cellblocks_own_directory_is_not_shared(home: Path, mo
     monkeypatch.setenv("CELLBLOCK_DATA_DIR", str(home / "cellblock-data"))
     args = ("--db", "~/cellblock-data/x.db")
     result = starter("s", Entry(command="my-server", args=args), taken=(), home=str(home))
-    assert result.config["jail"] == {"network": "none"}
+    assert result.config["jail"] == {"network": "ask"}
     assert any("Cellblock's own" in n for n in result.notes)
 
 
@@ -446,11 +446,20 @@ def test_a_container_is_kept_with_a_warning_that_the_jail_will_stop_it(home: Pat
     assert any(n.startswith("runs a container: the jail does not share the docker socket") for n in result.notes)
 
 
-def test_fetch_servers_keep_no_network_and_say_what_to_add(home: Path) -> None:
+def test_fetch_servers_get_ask_and_say_so_with_the_other_choice(home: Path) -> None:
     result = starter("fetch", Entry(command="uvx", args=("mcp-server-fetch",)), taken=(), home=str(home))
-    assert result.config["jail"]["network"] == "none"
-    (note,) = [n for n in result.notes if n.startswith("network: none, so mcp-server-fetch can fetch nothing")]
-    assert "network: allowlist" in note and "network: open" in note  # the choice, both ways
+    assert result.config["jail"]["network"] == "ask"
+    (note,) = [n for n in result.notes if n.startswith("network: ask: mcp-server-fetch fetches whatever URL")]
+    assert "once, always, deny" in note and "network: open" in note  # what ask does, and the other way
+
+
+def test_a_server_the_table_cannot_place_gets_ask_and_one_known_to_need_nothing_keeps_none(home: Path) -> None:
+    unknown = starter("weather", Entry(command="npx", args=("-y", "some-weather-mcp")), taken=(), home=str(home))
+    assert unknown.config["jail"]["network"] == "ask"
+    assert any(n.startswith("network: ask: which hosts it needs is not known") for n in unknown.notes)
+    time = starter("time", Entry(command="uvx", args=("mcp-server-time",)), taken=(), home=str(home))
+    assert time.config["jail"] == {"network": "none"}
+    assert "network: none (mcp-server-time needs no network)" in time.notes
 
 
 def test_the_git_server_gets_its_repository_writable_and_a_plain_server_its_arguments_read_only(home: Path) -> None:

@@ -204,7 +204,7 @@ def test_the_generated_config_validates_and_every_server_is_strict(stem: str, tm
         assert server["tools"] == {"default": "ask", "read_only": "review"}, name
         assert server["lock"] == {"first": "review"}, name
         if "command" in server:
-            assert server["jail"]["network"] in ("none", "allowlist"), name
+            assert server["jail"]["network"] in ("none", "allowlist", "ask"), name
             assert set(server["jail"]) <= {"network", "allow_hosts", "read_only", "read_write"}, name
 
 

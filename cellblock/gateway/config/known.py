@@ -51,8 +51,9 @@ class DataFile(_Data):
 class KnownServer(_Data):
     """One server of the table: the hosts it needs at run time (and what they are), a variable
     that points it at another instance, whether it fetches any URL, where it keeps its data,
-    whether it changes the directories its arguments name, and the hosts its install scripts
-    (`install_hosts`, and why) or its own browser command (`browser_hosts`) download from."""
+    whether it changes the directories its arguments name, the hosts its install scripts
+    (`install_hosts`, and why) or its own browser command (`browser_hosts`) download from, and
+    whether its source opens no connection at all (`needs_no_network`)."""
 
     talks_to: str = ""
     hosts: tuple[str, ...] = ()
@@ -63,6 +64,7 @@ class KnownServer(_Data):
     install_hosts: tuple[str, ...] = ()
     install_why: str = ""
     browser_hosts: tuple[str, ...] = ()
+    needs_no_network: bool = False
 
     @field_validator("hosts", "install_hosts", "browser_hosts")
     @classmethod
@@ -146,18 +148,25 @@ _MAX_TIMEOUT = 3600.0  # the largest `timeout` the config takes (model.Seconds)
 
 
 def network_for(draft: Draft, package: str, env: Mapping[str, str]) -> dict[str, Any]:
-    """`network: none`, or an allowlist for a known API client, with the note saying which and why."""
+    """`network: none` for a server known to need none, an allowlist for a known API client, and
+    `ask` for the rest (nobody knows which hosts they need), with the note saying which and why."""
     known = known_servers().get(package)
+    if known is not None and known.needs_no_network:
+        draft.notes.append(f"network: none ({package} needs no network)")
+        return {"network": "none"}
     if known is not None and known.fetches_any_url:
         draft.notes.append(
-            f"network: none, so {package} can fetch nothing until you choose: network: allowlist with "
-            "allow_hosts: [the hosts it may fetch] (only those, checked by Cellblock's proxy), or network: open "
-            "(any host, as it ran before)"
+            f"network: ask: {package} fetches whatever URL it is given, so the first connection to each host "
+            "waits while you are asked (once, always, deny); 'always' adds it to allow_hosts. Or network: open "
+            "(any host, as it ran before, asking nothing)"
         )
-        return {"network": "none"}
+        return {"network": "ask"}
     if known is None or not known.hosts:
-        draft.notes.append("no network: if it needs one, set jail.network")
-        return {"network": "none"}
+        draft.notes.append(
+            "network: ask: which hosts it needs is not known, so a connection to any host waits while you are "
+            "asked (once, always, deny), and 'always' adds it to allow_hosts; set network: none if it needs none"
+        )
+        return {"network": "ask"}
     what, hosts = known.talks_to, known.hosts
     override = env.get(known.host_from_env, "") if known.host_from_env else ""
     host = url_rule(override)

@@ -118,7 +118,12 @@ def propose(server: LocalServer, run: Run, scratch: Scratch) -> Proposal:
     current = configured(jail)
     proposed: dict[str, Any] = {}
     reached = {e.target for e in events if e.kind is Kind.CONNECT and e.call == "egress" and e.ok}
-    if jail.network == "allowlist":
+    if jail.network == "ask":  # stays ask: what was not listed is asked about as it runs
+        proposed |= {
+            "network": "ask",
+            "allow_hosts": [h for h in jail.allow_hosts if any(_matches(h, r) for r in reached)],
+        }
+    elif jail.network == "allowlist":
         hosts = [h for h in jail.allow_hosts if any(_matches(h, r) for r in reached)]
         proposed |= {"network": "allowlist", "allow_hosts": hosts} if hosts else {"network": "none"}
     elif jail.network == "open":
@@ -161,7 +166,7 @@ def writable(config: Config) -> list[str]:
 def configured(jail: JailConfig) -> dict[str, Any]:
     """The keys of `jail` a proposal may change, as the config has them (expanded)."""
     current: dict[str, Any] = {"network": jail.network}
-    if jail.network == "allowlist":
+    if jail.proxied:
         current["allow_hosts"] = list(jail.allow_hosts)
     current |= {"read_only": list(jail.read_only), "read_write": list(jail.read_write)}
     current["exec"] = {"allow": list(jail.exec.allow)}

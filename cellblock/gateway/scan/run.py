@@ -138,7 +138,7 @@ async def scan_run(
     own = own_paths(config, state, config_path, runtime)
     jail = server.jail
     assert jail is not False  # Scratch.server refuses it
-    egress = str(runtime / f"scan-{os.getpid()}-{name}.sock") if jail.network == "allowlist" else None
+    egress = str(runtime / f"scan-{os.getpid()}-{name}.sock") if jail.proxied else None
     private = scratch.root / "private"
     plan = launch_plan(name, server, egress, private, None, config.limits_of(name), own, jail_home=str(scratch.home))
     tell_jail(name, plan)
@@ -156,6 +156,7 @@ async def scan_run(
     async with anyio.create_task_group() as tg:
         if egress is not None:
             await anyio.to_thread.run_sync(make_dirs, runtime)
+            # nobody answers a scan's questions: under `network: ask` the hosts not listed are refused
             proxy = EgressProxy(name, [parse_rule(h) for h in jail.allow_hosts], egress, told)
             await tg.start(proxy.serve)
         try:
