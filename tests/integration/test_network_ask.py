@@ -179,3 +179,24 @@ async def test_control_allowlist_refuses_without_asking_and_open_reaches_the_hos
         assert result.is_error and "FAILED" in text(result), text(result)
         assert Handler.hits[before:] == []
         assert events(tmp_path, "approval_asked") == []
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_connection_during_a_call_is_asked_through_the_clients_form(
+    named_site: tuple[str, int, list[str]], tmp_path: Path, mode: str
+) -> None:
+    name, port, _ = named_site
+    forms: list[str] = []
+
+    async def human(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        forms.append(params.message)
+        return types.ElicitResult(action="accept", content={"decision": "allow_once"})
+
+    write_config(tmp_path, {"r": reacher("ask", [f"listed.invalid:{port}", f"127.0.0.1:{port}"])})
+    async with gateway(
+        tmp_path / "cellblock.yaml", tmp_path / "state", mode=mode, elicitation_callback=human
+    ) as client:
+        result = await client.call_tool("r__fetch", {"url": f"http://{name}:{port}/form"})
+    assert text(result) == f"200 {BODY.decode()}", text(result)
+    assert len(forms) == 1 and f'egress "{name}:{port}"' in forms[0] and "server 'r'" in forms[0]
+    assert [e["via"] for e in events(tmp_path, "approval_granted")] == ["elicitation"]
