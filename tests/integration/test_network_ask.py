@@ -94,6 +94,8 @@ async def fetch_answered(
     async with anyio.create_task_group() as tg:
         tg.start_soon(call)
         item = await pending(tmp_path)
+        table = await anyio.to_thread.run_sync(lambda: cli(tmp_path, "pending"))
+        item["table"] = table.stdout
         verb, *flags = answer
         done = await anyio.to_thread.run_sync(lambda: cli(tmp_path, verb, item["id"], *flags))
         assert done.returncode == 0, done.stderr
@@ -108,6 +110,7 @@ async def test_a_host_allowed_once_is_reached_while_the_connection_waits(
         before = len(Handler.hits)
         result, item = await fetch_answered(client, tmp_path, f"http://{name}:{port}/once", "approve")
         assert (item["server"], item["tool"], item["kind"]) == ("r", f"{name}:{port}", "egress")
+        assert f"\tr\tconnect to {name}:{port}\t" in item["table"]
         assert text(result) == f"200 {BODY.decode()}", text(result)
         assert Handler.hits[before:] == ["/once"]
         # the rest of this run: not asked again

@@ -93,6 +93,8 @@ def pending(as_json: bool) -> int:
             kind = str(item.get("kind", "tool"))
             if kind in ("prompt", "resource"):  # a get or a read: "prompt greet", never "prompt:greet"
                 tool = f"{kind} {tool.removeprefix(kind + ':')}"
+            elif kind == "egress":  # a connection of a `network: ask` server: "connect to host:port"
+                tool = f"connect to {tool}"
             tool = tool if len(tool) <= _TOOL_WIDTH else f"{tool[:_TOOL_WIDTH]}…"
             print("\t".join([*fields, tool, age, left if expires > 0 else "expired", arguments]))
         for item in items:

@@ -429,7 +429,8 @@ class Approvals:
                 why = f"no answer within {self.timeout:g}s"
                 decided = self._refused(server, target, verdict, "approval_timeout", why, "egress")
         else:
-            decided = await self._wait_for_cli(server, target, f"egress:{target}", verdict, summary, kind="egress")
+            exposed = f"egress:{target} (server '{server}')"  # how the notification names it
+            decided = await self._wait_for_cli(server, target, exposed, verdict, summary, kind="egress")
         if decided.decision is not Decision.ALLOW:
             _, said, why = decided.reason.rpartition("did not get it: ")  # else the pending one timed out
             return None, why if said else f"no answer within {self.timeout:g}s"
