@@ -276,7 +276,8 @@ class EgressProxy:
                 raise Refused(
                     403,
                     f"{host} resolves to {address}, a loopback, private or reserved address that no "
-                    f"IP rule lists (add '{authority(address, port)}' to allow_hosts if that is intended)",
+                    f"IP rule lists (add '{authority(address, port)}' to allow_hosts if that is intended"
+                    f"{': ' + self._fix(authority(address, port)) if self._fix is not None else ''})",
                     host,
                     port,
                     address,

@@ -15,8 +15,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -203,3 +205,62 @@ async def test_a_connection_during_a_call_is_asked_through_the_clients_form(
     assert text(result) == f"200 {BODY.decode()}", text(result)
     assert len(forms) == 1 and f'egress "{name}:{port}"' in forms[0] and "server 'r'" in forms[0]
     assert [e["via"] for e in events(tmp_path, "approval_granted")] == ["elicitation"]
+
+
+async def test_wrap_gives_a_fetch_server_ask_and_its_first_connection_is_asked_about(tmp_path: Path) -> None:
+    """As a user meets it: `cellblock wrap` of a client config whose fetch server it cannot give
+    hosts to, `approve --all`, then the client's call: the fetch's connection waits for the form.
+    The test host is this machine's loopback, which a yes alone never opens (a name may resolve
+    there): the refusal names the command, and that command opens it."""
+    argv = peers.fetch_server("--ignore-robots-txt", "--allow-private-ips")
+    home, run = tmp_path / "home", tmp_path / "run"
+    client_config = home / ".config" / "Claude" / "claude_desktop_config.json"
+    client_config.parent.mkdir(parents=True)
+    run.mkdir(mode=0o700)
+    client_config.write_text(json.dumps({"mcpServers": {"fetch": {"command": argv[0], "args": argv[1:]}}}))
+    config = tmp_path / "cellblock.yaml"
+    env = {
+        "HOME": str(home),
+        "USER": os.environ.get("USER", "root"),
+        "PATH": "/usr/bin:/bin",
+        "CELLBLOCK_STATE_DIR": str(tmp_path / "state"),
+        "XDG_RUNTIME_DIR": str(run),
+    }
+
+    def cellblock(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "cellblock.gateway.cli.main", *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+    wrapped = cellblock("wrap", str(client_config), "--no-install", "--config", str(config))
+    assert wrapped.returncode == 0, wrapped.stderr
+    assert yaml.safe_load(config.read_text())["servers"]["fetch"]["jail"]["network"] == "ask"
+    assert "network: ask: mcp-server-fetch fetches whatever URL it is given" in config.read_text()
+    met = cellblock("approve", "--all", "--config", str(config))
+    assert met.returncode == 0, met.stderr
+    forms: list[str] = []
+
+    async def human(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        forms.append(params.message)
+        return types.ElicitResult(action="accept", content={"decision": "allow_once"})
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    site = f"http://localhost:{httpd.server_address[1]}"
+    try:
+        async with gateway(config, tmp_path / "state", env=env, elicitation_callback=human) as client:
+            before = len(Handler.hits)
+            first = await client.call_tool("fetch__fetch", {"url": f"{site}/wrapped", "raw": True})
+            command = f"cellblock allow-host fetch 127.0.0.1:{httpd.server_address[1]}"
+            assert first.is_error and "403" in text(first), text(first)  # the fetch server shows no body
+            (refused,) = events(tmp_path, "egress")
+            assert refused["asked"] == "once" and "resolves to 127.0.0.1" in refused["reason"]
+            assert command in refused["reason"]
+            assert Handler.hits[before:] == []
+            opened = await anyio.to_thread.run_sync(lambda: cellblock(*command.split()[1:], "--config", str(config)))
+            assert opened.returncode == 0, opened.stderr
+            second = await client.call_tool("fetch__fetch", {"url": f"{site}/wrapped", "raw": True})
+            assert not second.is_error and BODY.decode() in text(second), text(second)
+    finally:
+        httpd.shutdown()
+    # each call's own approval, and one question about the connection: the retry was allowed "once"
+    assert sum('egress "localhost:' in form for form in forms) == 1
