@@ -19,6 +19,7 @@ from cellblock.gateway.config.edit import ConfigEditError, allow_host
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.downstream.egressask import ServerEgress, host_keeper
+from cellblock.gateway.downstream.questions import MAX_QUESTIONS
 from cellblock.gateway.serve.approvals import Approvals, OnceOnly
 from cellblock.sandbox.egress import Answer
 
@@ -174,3 +175,21 @@ def test_a_servers_questions_about_its_connections_are_held_to_its_audit_budget(
     assert kind_of("approval_timeout", {"kind": "egress"}) == "egress_timeout"
     assert kind_of("approval_asked", {"kind": "sampling"}) == "sampling_asked"
     assert kind_of("approval_asked", {}) is None  # a call's question is a decision: always written
+
+
+async def test_a_call_that_has_asked_its_questions_gets_no_more_forms_for_connections(tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    async def approve(server: str, target: str, caller: Any) -> tuple[str | None, str]:
+        asked.append(target)
+        return "once", "once"
+
+    server = parse_config(CONFIG, "c.yaml").servers["r"]
+    assert isinstance(server, LocalServer)
+    caller = SimpleNamespace(questions=MAX_QUESTIONS - 1)
+    egress = ServerEgress("r", server, tmp_path, lambda *a, **k: None, lambda: caller, approve)
+    assert (await egress.ask("a.example", 443)).answer is Answer.ONCE
+    refused = await egress.ask("b.example", 443)
+    assert refused.answer is Answer.DENY and "questions" in refused.how
+    assert asked == ["a.example:443"]
+    assert egress.denied == {}  # a cap is not the user's answer: not remembered

@@ -22,6 +22,7 @@ import anyio.to_thread
 from cellblock.gateway.config.edit import ConfigEditError, allow_host
 from cellblock.gateway.config.model import JailConfig, LocalServer, RemoteServer
 from cellblock.gateway.downstream.connection import egress_told
+from cellblock.gateway.downstream.questions import MAX_QUESTIONS
 from cellblock.gateway.downstream.rounds import Caller
 from cellblock.gateway.state import StateWriteError
 from cellblock.policy.hosts import parse_rule
@@ -85,7 +86,14 @@ class ServerEgress:
             return Asked(Answer.DENY, f"{earlier}, earlier while this gateway runs")
         if self.approve is None:
             return Asked(Answer.DENY, "nobody to ask")
-        scope, how = await self.approve(self.name, authority(host, port), self.owner())
+        caller = self.owner()
+        if caller is not None:  # its forms count against the call's questions, as its other questions do
+            caller.questions += 1
+            if caller.questions == MAX_QUESTIONS + 1:  # the first refused is audited, not the flood after it
+                self.event("questions_capped", limit=MAX_QUESTIONS, what="egress")
+            if caller.questions > MAX_QUESTIONS:
+                return Asked(Answer.DENY, f"the call in flight has put {MAX_QUESTIONS} questions to the user already")
+        scope, how = await self.approve(self.name, authority(host, port), caller)
         if scope is None:
             if len(self.denied) < MAX_DENIED:
                 self.denied[(host, port)] = how
