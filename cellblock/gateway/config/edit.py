@@ -120,8 +120,8 @@ def allow_host(source: Path, name: str, entry: str) -> str:
     `allowlist`. What was done, as a sentence.
 
     Raises:
-        ConfigEditError: no such local jailed server, `network: open` (nothing to allow), the entry
-            is not valid, or the config cannot be edited in place.
+        ConfigEditError: the config does not load, no such local jailed server, `network: open`
+            (nothing to allow), the entry is not valid, or the config cannot be edited in place.
         StateWriteError: it could not be written, or another process holds the lock.
     """
     try:
@@ -130,7 +130,10 @@ def allow_host(source: Path, name: str, entry: str) -> str:
         raise ConfigEditError(f"'{entry}' is not an allow_hosts entry: {exc}") from exc
     source = source.resolve()
     with locked(state_dir() / "config-edit"):
-        config = parse_config(source.read_text(encoding="utf-8"), str(source))
+        try:
+            config = parse_config(source.read_text(encoding="utf-8"), str(source))
+        except (OSError, ConfigError) as exc:  # changed by hand meanwhile, or gone
+            raise ConfigEditError(f"{source} cannot be read as a config now, so nothing was added: {exc}") from exc
         server = config.servers.get(name)
         if not isinstance(server, LocalServer):
             raise ConfigEditError(f"'{name}' is not a local server in {source}")
