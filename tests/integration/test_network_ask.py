@@ -29,7 +29,7 @@ import yaml
 from mcp import Client
 
 from tests import peers
-from tests.integration.conftest import gateway, write_config
+from tests.integration.conftest import cli, cli_env, gateway, write_config
 from tests.integration.test_egress import BODY, Handler
 from tests.integration.test_egress_names import REACHER, named_site, node_20, text
 
@@ -50,17 +50,11 @@ def reacher(network: str, allow: list[str]) -> dict[str, Any]:
     return {"command": node_20(), "args": [str(REACHER)], "env": {"NODE_PATH": modules}, "jail": jail}
 
 
-def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CELLBLOCK_STATE_DIR": str(tmp_path / "state"), "XDG_RUNTIME_DIR": str(tmp_path / "run")}
-    argv = [sys.executable, "-m", "cellblock.gateway.cli.main", *args]
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=False)
-
-
 async def pending(tmp_path: Path) -> dict[str, Any]:
     """The one approval `cellblock pending` shows, once it is there (another process: polling is all there is)."""
     with anyio.fail_after(30):
         while True:
-            done = await anyio.to_thread.run_sync(lambda: cli(tmp_path, "pending", "--json"))
+            done = await anyio.to_thread.run_sync(lambda: cli(cli_env(tmp_path), "pending", "--json"))
             items = json.loads(done.stdout or "[]")
             if items:
                 (item,) = items
@@ -75,12 +69,10 @@ def events(tmp_path: Path, kind: str) -> list[dict[str, Any]]:
 
 @asynccontextmanager
 async def serving(tmp_path: Path, network: str, allow: list[str]) -> AsyncIterator[tuple[Client, Path]]:
-    (tmp_path / "run").mkdir(mode=0o700, exist_ok=True)
     config = tmp_path / "cellblock.yaml"
     if not config.exists():
         write_config(tmp_path, {"r": reacher(network, allow)}, approvals={"timeout": 60})
-    env = {"XDG_RUNTIME_DIR": str(tmp_path / "run")}
-    async with gateway(config, tmp_path / "state", env=env) as client:
+    async with gateway(config, tmp_path / "state", env=cli_env(tmp_path)) as client:
         yield client, config
 
 
@@ -96,10 +88,10 @@ async def fetch_answered(
     async with anyio.create_task_group() as tg:
         tg.start_soon(call)
         item = await pending(tmp_path)
-        table = await anyio.to_thread.run_sync(lambda: cli(tmp_path, "pending"))
+        table = await anyio.to_thread.run_sync(lambda: cli(cli_env(tmp_path), "pending"))
         item["table"] = table.stdout
         verb, *flags = answer
-        done = await anyio.to_thread.run_sync(lambda: cli(tmp_path, verb, item["id"], *flags))
+        done = await anyio.to_thread.run_sync(lambda: cli(cli_env(tmp_path), verb, item["id"], *flags))
         assert done.returncode == 0, done.stderr
     return results[0], item
 
@@ -139,7 +131,7 @@ async def test_a_denied_host_gets_nothing_and_is_told_the_command_that_allows_it
         assert Handler.hits[before:] == [], "a denied connection reached the site"
         # the command it names allows it, in the running gateway too
         allowed = await anyio.to_thread.run_sync(
-            lambda: cli(tmp_path, "allow-host", "r", f"{name}:{port}", "--config", str(config))
+            lambda: cli(cli_env(tmp_path), "allow-host", "r", f"{name}:{port}", "--config", str(config))
         )
         assert allowed.returncode == 0, allowed.stderr
         after = await client.call_tool("r__fetch", {"url": f"http://{name}:{port}/allowed"})
