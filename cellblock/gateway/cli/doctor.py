@@ -152,9 +152,13 @@ def _linux() -> bool:
     _line(True, "trial jail", "a jail with new namespaces, no capabilities and the seccomp filter started and exited")
     refused = check_netns()
     if refused is None:
-        _line(True, "allowlist names", "listed names resolve inside allowlist jails (DNS and ports 80/443 there)")
+        _line(
+            True,
+            "allowlist names",
+            "listed names resolve inside allowlist jails, and every name in ask jails (DNS and ports 80/443 there)",
+        )
     else:
-        print(f"WARN  allowlist names: not in allowlist jails here (proxy variables only): {refused}")
+        print(f"WARN  allowlist names: not in allowlist or ask jails here (proxy variables only): {refused}")
     return _limits()
 
 
