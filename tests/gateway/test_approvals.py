@@ -271,3 +271,49 @@ async def test_pending_approvals_are_bounded(tmp_path: Path) -> None:
         one_more = await decide(approvals_, asking(Session(elicits=False)), {"n": MAX_PENDING})
         assert one_more.decision is Decision.DENY and "too many approvals are pending" in one_more.reason
         tg.cancel_scope.cancel()
+
+
+# -- a share of a path (serve/shares.py) ------------------------------------------------------
+
+
+async def share(approvals: Approvals, ctx: Asking, human: types.ElicitResult | None = None) -> Verdict:
+    call = Call("p__save", {"path": "~/notes/x"}, "p", "save", ctx=ctx, kind="share", human=human)
+    return await approvals.decide("p", "read_write:/home/u/notes", call.name, Verdict(Decision.ASK, "save", ""), call)
+
+
+@pytest.mark.parametrize(("reply", "allowed"), [("share_once", True), ("allow_once", False), ("allow_always", False)])
+async def test_a_share_is_granted_only_by_an_answer_to_a_share(tmp_path: Path, reply: str, allowed: bool) -> None:
+    session = Session(answer(reply))
+    verdict = await share(approvals(tmp_path), asking(session))
+    assert (verdict.decision is Decision.ALLOW) is allowed, verdict
+    assert 'share read-write "/home/u/notes"' in session.forms[0] and "save" in session.forms[0]
+
+
+async def test_an_answer_to_a_share_never_approves_a_call(tmp_path: Path) -> None:
+    verdict = await decide(approvals(tmp_path), asking(Session(answer("share_always"))))
+    assert verdict.decision is Decision.DENY
+
+
+async def test_a_shares_always_goes_to_its_keeper_never_to_the_approvals_file(tmp_path: Path) -> None:
+    kept: list[tuple[str, str]] = []
+    gate = approvals(tmp_path)
+
+    async def keeper(server: str, key: str) -> None:
+        kept.append((server, key))
+
+    gate.keepers["share"] = keeper
+    verdict = await share(gate, asking(Session(answer("share_always"))))
+    assert verdict.decision is Decision.ALLOW and verdict.rule == "approval:always"
+    assert kept == [("p", "read_write:/home/u/notes")]
+    assert not (tmp_path / "approvals.json").exists()
+
+
+async def test_a_share_pending_in_the_cli_is_never_granted_for_the_session(tmp_path: Path) -> None:
+    gate = approvals(tmp_path, timeout=30)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(share, gate, asking(Session(elicits=False)))
+        await anyio.wait_all_tasks_blocked()
+        [ident] = list(gate.pending)
+        with pytest.raises(OnceOnly, match="not --session"):
+            await gate.answer(ident, "session")
+        assert await gate.answer(ident, "once")

@@ -38,6 +38,7 @@ __all__ = [
     "APPROVE_READ_ONLY",
     "CHOICES",
     "LABELS",
+    "SHARE_CHOICES",
     "SHOW_FULL",
     "approval_form",
     "args_digest",
@@ -48,6 +49,7 @@ __all__ = [
     "refusal",
     "review_form",
     "sampling_refusal",
+    "share_form",
     "shown",
     "unsafe_url",
 ]
@@ -61,6 +63,10 @@ REVIEW_CHOICES = ("approve", "keep_held")
 REVIEW_LABELS = ("Approve the catalog", "Keep it held")
 APPROVE_READ_ONLY = "approve_read_only"  # approve, and let the offered read-only tools run without asking
 APPROVE_READ_ONLY_LABEL = "Approve, and run its read-only tools without asking"
+# A share of a path with a server (`serve/shares.py`): words of their own, so that an answer to
+# one question is never read as the answer to another (a call's approval, a share)
+SHARE_CHOICES = ("share_once", "share_always", "deny")
+SHARE_LABELS = ("Share until the server stops", "Always share (written to the config)", "Deny")
 
 MAX_NAME = 80  # characters of a tool name on the first line; a longer one is cut and marked
 MAX_VALUE = 160  # characters of one argument in a cut view
@@ -78,7 +84,7 @@ _APPROVAL_WORDS = frozenset(
     skeleton(word)
     for word in (
         *(*CHOICES[:3], *LABELS[:3], SHOW_FULL, "Show all arguments", "keep_held", *REVIEW_LABELS),
-        *(APPROVE_READ_ONLY, APPROVE_READ_ONLY_LABEL),
+        *(APPROVE_READ_ONLY, APPROVE_READ_ONLY_LABEL, *SHARE_CHOICES[:2], *SHARE_LABELS[:2]),
     )
 )
 _SCHEMA_DEPTH = 8  # a flat elicitation schema is two deep; deeper is read no further
@@ -191,6 +197,22 @@ def approval_form(
     if cut:
         return "\n".join([*head, *body]), choice_schema((SHOW_FULL, "deny"), ("Show all arguments", "Deny"))
     return "\n".join([*head, *body]), choice_schema(CHOICES, LABELS)
+
+
+def share_form(server: str, share: str, tool: str) -> tuple[str, dict[str, Any]]:
+    """The question whether to share a path with a server for a call of `tool`: `share` is
+    "read_write:PATH" or "read_only:PATH" (`serve/shares.py`)."""
+    mode, _, path = share.partition(":")
+    how = "read-write" if mode == "read_write" else "read-only"
+    message = "\n".join(
+        [
+            f"{APPROVAL_HEADER} · server '{visible(server)}' · share {how} {shown(path)}",
+            f"A call of its tool {shown(tool, limit=MAX_NAME)} names this path, which its jail does not share: "
+            "without it, what the tool writes there would land in the server's private home, not here.",
+            "Share it until the server stops, always (written to the config), or deny the call.",
+        ]
+    )
+    return message, choice_schema(SHARE_CHOICES, SHARE_LABELS)
 
 
 def review_form(

@@ -95,6 +95,8 @@ def pending(as_json: bool) -> int:
                 tool = f"{kind} {tool.removeprefix(kind + ':')}"
             elif kind == "egress":  # a connection of a `network: ask` server: "connect to host:port"
                 tool = f"connect to {tool}"
+            elif kind == "share":  # a path to share with the server: "share read_write:/home/u/notes"
+                tool = f"share {tool}"
             tool = tool if len(tool) <= _TOOL_WIDTH else f"{tool[:_TOOL_WIDTH]}…"
             print("\t".join([*fields, tool, age, left if expires > 0 else "expired", arguments]))
         for item in items:

@@ -20,6 +20,12 @@ name: a server's tool named "prompt:greet" and its prompt "greet" never share a 
 of them was approved. "Always" is kept in approvals.json (`serve/remembered.py`), changed under
 a lock off the event loop; `cellblock revoke` changes it, and tells each running gateway to
 `forget` its session and retry grants of the same.
+
+A path to share with a server (`serve/shares.py`) is asked the same ways, as kind "share" (its
+`tool` is "read_write:PATH"): a form of its own, answered in words of its own (`share_once`,
+`share_always`), so that no answer to a call's question grants a share nor the other way round;
+never for the session; and its "always" is kept by the keeper the stage registers (`keepers`:
+the config's jail), not in approvals.json.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from mcp.shared.exceptions import MCPError
 from cellblock.gateway.ask.elicitation import Sealer, StateRejected, elicits, elicits_url, samples
 from cellblock.gateway.ask.forms import (
     MAX_VALUE,
+    SHARE_CHOICES,
     SHOW_FULL,
     approval_form,
     args_digest,
@@ -49,6 +56,7 @@ from cellblock.gateway.ask.forms import (
     choice_schema,
     identity,
     review_form,
+    share_form,
 )
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.serve.notify import notify
@@ -125,7 +133,8 @@ class Approvals:
         self._sealer = Sealer(STATE_PREFIX)
         self._used: dict[str, float] = {}
         # how "always" is kept for a kind that approvals.json does not hold: "egress" (`network:
-        # ask`) writes the host into the server's allow_hosts (the gateway sets it)
+        # ask`) writes the host into the server's allow_hosts, "share" a path into its jail's grants
+        # (the gateway sets them)
         self.keepers: dict[str, Callable[[str, str], Awaitable[None]]] = {}
 
     # -- remembered ------------------------------------------------------------------------
@@ -139,7 +148,7 @@ class Approvals:
         is changed under its lock in a worker thread, so the event loop never waits on the lock.
 
         Raises:
-            StateWriteError: the approvals file (or for a host, the config) could not be saved.
+            StateWriteError: the approvals file (or for a host or a path, the config) could not be saved.
         """
         keeper = self.keepers.get(kind)
         if keeper is not None:
@@ -217,6 +226,8 @@ class Approvals:
     def _form(
         self, server: str, tool: str, rule: str, arguments: dict[str, Any] | None, full: bool, kind: str = "tool"
     ) -> tuple[str, dict[str, Any]]:
+        if kind == "share":  # `tool` is what to share, `rule` the call's tool; its own approval is asked apart
+            return share_form(server, tool, rule)
         return approval_form(server, tool, rule, arguments, secrets=self.audit.secrets(), full=full, kind=kind)
 
     async def _elicit(
@@ -252,10 +263,12 @@ class Approvals:
         self, server: str, tool: str, verdict: Verdict, result: types.ElicitResult, via: str, kind: str = "tool"
     ) -> Verdict:
         choice = _choice(result)
-        if choice not in ("allow_once", "allow_session", "allow_always"):
+        # a share's answer is in words of its own: an answer to a call's question never grants one, nor back
+        granting = SHARE_CHOICES[:2] if kind == "share" else ("allow_once", "allow_session", "allow_always")
+        if choice not in granting:
             why = "the user denied it" if choice == "deny" else f"the user answered '{result.action}'"
             return self._refused(server, tool, verdict, "approval_denied", why, kind)
-        scope = str(choice).removeprefix("allow_")
+        scope = str(choice).partition("_")[2]
         if scope == "session":
             self.session.add((server, kind, tool))
         elif scope == "always":
@@ -298,7 +311,7 @@ class Approvals:
             "approval %s: server '%s' wants to %s '%s'; run 'cellblock approve %s' or 'cellblock deny %s'",
             ident,
             server,
-            "connect to" if kind == "egress" else "run",
+            {"egress": "connect to", "share": "share"}.get(kind, "run"),
             tool,
             ident,
             ident,
@@ -348,6 +361,11 @@ class Approvals:
             raise OnceOnly(
                 f"'{ident}' is a connection of server '{asked.server}' to {asked.tool}: allow it with "
                 f"'cellblock approve {ident}' (until the server stops) or '--always' (added to its allow_hosts)"
+            )
+        if asked is not None and asked.kind == "share" and scope == "session":
+            raise OnceOnly(
+                f"'{ident}' asks to share a path with server '{asked.server}': it is shared until the server stops "
+                f"('cellblock approve {ident}') or always ('--always', written to the config), not --session"
             )
         item = self.pending.pop(ident, None)  # taken while "always" is saved: a second answer finds none
         if item is None:
