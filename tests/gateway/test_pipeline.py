@@ -175,6 +175,7 @@ def test_the_stages_run_in_the_order_the_design_names() -> None:
         "_secrets",
         "_lock",
         "_policy",
+        "_share",
         "_approval",
         "_record",
     ]

@@ -101,7 +101,8 @@ async def test_what_a_server_keeps_in_its_home_survives_a_restart_and_a_throwawa
     home.mkdir()
     env = client_env(home, tmp_path)
     config = write_config(tmp_path, {"kept": keeper(), "thrown": keeper(home="throwaway")})
-    saved = {"path": "~/.config/keeper/settings.json", "text": '{"theme": "dark"}'}
+    # a path of its own choosing in its home (one a call named would be asked about: test_shared_paths.py)
+    saved = {"path": ".config/keeper/settings.json", "text": '{"theme": "dark"}'}
     async with gateway(config, tmp_path / "state", env=env) as client:
         for name in ("kept", "thrown"):
             done = await client.call_tool(f"{name}__save", saved)
@@ -147,14 +148,14 @@ async def test_a_server_cannot_read_another_servers_kept_home(tmp_path: Path) ->
     config = write_config(tmp_path, servers)
     secret = "the owner's own settings"
     async with gateway(config, tmp_path / "state", env=env) as client:
-        done = await client.call_tool("owner__save", {"path": "~/.config/secret.txt", "text": secret})
+        done = await client.call_tool("owner__save", {"path": ".config/secret.txt", "text": secret})
         assert not done.is_error, _text(done)
         on_host = kept_at(home, "owner") / ".config" / "secret.txt"
         assert on_host.read_text() == secret
         pid = _jailed_pid_with("KEEPER_ROLE=owner")
         attempts = [
             str(on_host),  # by its host path, inside the grant of ~/.local
-            "~/.config/secret.txt",  # in its own home, at the same place
+            ".config/secret.txt",  # in its own home, at the same place
             f"/proc/{pid}/root{home}/.config/secret.txt",  # through the owner's process
             f"/proc/{pid}/cwd/.config/secret.txt",
         ]

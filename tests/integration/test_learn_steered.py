@@ -284,9 +284,9 @@ async def relink_and_read(config: Path, env: dict[str, str], home: Path, work: P
     """What the server reads through ~/worklink/x at the start after the one where it put a link
     to ~/.ssh/id_rsa in place of its own file x."""
     async with gateway(config, Path(env["CELLBLOCK_STATE_DIR"]), env=env) as client:
-        linked = await client.call_tool(
-            "steer__link", {"path": str(work / "x"), "target": str(home / ".ssh" / "id_rsa")}
-        )
+        # the server's own doing: its target is relative, as no call names ~/.ssh (which is never shared)
+        target = str(Path("../..") / (home / ".ssh" / "id_rsa").relative_to(work.parent.parent))
+        linked = await client.call_tool("steer__link", {"path": str(work / "x"), "target": target})
     assert _text(linked) == "linked"
     async with gateway(config, Path(env["CELLBLOCK_STATE_DIR"]), env=env) as client:
         return _text(await client.call_tool("steer__read", {"path": str(home / "worklink" / "x")}))

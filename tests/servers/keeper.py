@@ -3,8 +3,8 @@ the path its command line names (``--db-path``, created if missing, as mcp-serve
 and in files under its home (``~/.config``, ``~/Documents``).
 
 Tools: ``put(key, value)`` and ``get(key)`` on the database; ``save(path, text)`` writes a file
-(``~`` is the home it was given, folders made as needed), ``load(path)`` reads one (an error
-when it cannot).
+(``~`` is the home it was given, and a relative path is in that home: where the server keeps its
+own things; folders made as needed), ``load(path)`` reads one (an error when it cannot).
 
 Run as ``python tests/servers/keeper.py [--db-path PATH]``.
 """
@@ -49,10 +49,14 @@ def get(key: str) -> str:
     return str(row[0])
 
 
+def _in_home(path: str) -> str:
+    return os.path.expanduser(path if path.startswith(("/", "~")) else os.path.join("~", path))
+
+
 @server.tool()
 def save(path: str, text: str) -> str:
     """Write `text` to `path`, making its folders."""
-    full = os.path.expanduser(path)
+    full = _in_home(path)
     os.makedirs(os.path.dirname(full), exist_ok=True)
     with open(full, "w", encoding="utf-8") as file:
         file.write(text)
@@ -63,7 +67,7 @@ def save(path: str, text: str) -> str:
 def load(path: str) -> str:
     """The text of `path`."""
     try:
-        with open(os.path.expanduser(path), encoding="utf-8") as file:
+        with open(_in_home(path), encoding="utf-8") as file:
             return file.read()
     except OSError as exc:
         raise ToolError(f"cannot read {path}: {exc.strerror}") from exc

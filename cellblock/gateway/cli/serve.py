@@ -54,7 +54,10 @@ def serve(config_path: str | None, verbose: bool, http: str | None = None) -> in
     for name, server in sorted(config.servers.items()):
         if getattr(server, "jail", None) is False:
             log.warning("server '%s' runs UNJAILED (jail: false in the config)%s", name, _marked())
-    gateway = Gateway(config, state_dir(), runtime_dir(), source, early)
+    from cellblock.gateway.scan.shares import ShareGate
+
+    # a path a call names that a jail does not share is asked about, judged by the gate of grants
+    gateway = Gateway(config, state_dir(), runtime_dir(), source, early, gate=ShareGate(source))
     if http is None:
         anyio.run(gateway.serve_stdio)
         return EXIT_OK

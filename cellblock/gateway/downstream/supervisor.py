@@ -272,8 +272,8 @@ class Downstream:
         breach = self.channel.breach() if self.channel is not None else None
         return self._restart_reason or breach or self._with_last_words("the server exited")
 
-    def _restart(self, reason: str) -> None:
-        """End the current connection because of how the server behaves; the supervisor restarts it."""
+    def restart(self, reason: str) -> None:
+        """End the current connection (how the server behaves, a path shared with it); the supervisor restarts it."""
         if self._restart_reason is None and self._closed is not None:
             logger.warning("server '%s' is restarted: %s", self.name, reason)
             self._restart_reason = reason
@@ -430,7 +430,7 @@ class Downstream:
                 limit=self.max_message,
                 notices=self.notices,
                 on_list_changed=self.changes.soon,
-                on_misbehaving=self._restart,
+                on_misbehaving=self.restart,
                 on_log=self._log,
             )
             # what it writes to stderr is its own, with no secret of the gateway's (any server's)
@@ -474,7 +474,7 @@ class Downstream:
             if self._garbage_log.take():
                 logger.warning("server '%s' sent a message that is not valid MCP: %s", self.name, first_line(message))
             if self._garbage == MAX_GARBAGE:
-                self._restart(f"it sent {MAX_GARBAGE} messages that are not valid MCP")
+                self.restart(f"it sent {MAX_GARBAGE} messages that are not valid MCP")
         elif isinstance(message, _LIST_CHANGED):
             self.changes.soon()
         elif isinstance(message, types.ResourceUpdatedNotification):

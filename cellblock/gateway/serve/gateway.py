@@ -48,11 +48,7 @@ from cellblock.gateway.downstream.startable import startable_of
 from cellblock.gateway.downstream.supervisor import START_SECONDS, Downstream, State
 from cellblock.gateway.scrub import Scrubbed, scrub
 from cellblock.gateway.serve.approvals import STATE_PREFIX as APPROVAL_STATE
-from cellblock.gateway.serve.approvals import (
-    Approvals,
-    NeedsInput,
-    human_answer,
-)
+from cellblock.gateway.serve.approvals import Approvals, NeedsInput, human_answer
 from cellblock.gateway.serve.calls import Calls, SessionReply, ToolCall, log_passes
 from cellblock.gateway.serve.catalog import Catalog, build_catalog
 from cellblock.gateway.serve.control import ControlServer, socket_path
@@ -64,13 +60,8 @@ from cellblock.gateway.serve.operations import Operations
 from cellblock.gateway.serve.pipeline import Asking, Call, Pipeline
 from cellblock.gateway.serve.reads import Reads
 from cellblock.gateway.serve.review import Review
-from cellblock.gateway.serve.status import (
-    REVIEW,
-    STATUS,
-    review_tool,
-    status_tool,
-    tool_name,
-)
+from cellblock.gateway.serve.shares import Gate, Shares
+from cellblock.gateway.serve.status import REVIEW, STATUS, review_tool, status_tool, tool_name
 from cellblock.gateway.serve.subscriptions import Subscriptions
 from cellblock.gateway.serve.tasks import Tasks
 from cellblock.gateway.state import atomic_write_json, clean_stale_temps, read_json
@@ -111,7 +102,13 @@ class Gateway:
     """Downstream servers behind one MCP server."""
 
     def __init__(
-        self, config: Config, state: Path, runtime: Path | None, source: Path | None = None, early: Early | None = None
+        self,
+        config: Config,
+        state: Path,
+        runtime: Path | None,
+        source: Path | None = None,
+        early: Early | None = None,
+        gate: Gate | None = None,  # the rules a path shared with a server passes (without: none is asked)
     ) -> None:
         self.config = config
         self.early = early  # the opening answers of the last start, and this start's record of them
@@ -158,6 +155,7 @@ class Gateway:
         }
         self.state = state
         self.review = Review(self)
+        shares = Shares(self.downstreams, self.approvals, gate) if gate is not None else None
         self.pipeline = Pipeline(
             lambda: self.catalog,
             self._unavailable,
@@ -168,6 +166,7 @@ class Gateway:
             unasked=lambda server: self.locks.unasked.get(server, frozenset()),
             learn=reader_of(ds.keys for ds in self.downstreams.values()) if config.credential_entries() else None,
             startable=startable_of(self.downstreams),
+            share=shares.stage if shares is not None else None,
         )
         self.bus = InMemorySubscriptionBus()
         self.parked = ParkedCalls()

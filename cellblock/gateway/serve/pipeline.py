@@ -1,5 +1,5 @@
-"""The call path, in one place: route -> start -> secrets -> lock -> policy -> approval -> record, then (the
-call's own, `serve/calls.py`) forward and the audit of its end.
+"""The call path, in one place: route -> start -> secrets -> lock -> policy -> share -> approval -> record,
+then (the call's own, `serve/calls.py`) forward and the audit of its end.
 
 The stages are data (`Pipeline.stages`), run in order by every decision. Each can only pass a
 call on, refuse it by raising `Refused` (audited, and a tool error the model can read), or
@@ -25,6 +25,10 @@ server's own secret is let through: it holds it already, and refusing it would b
 whose tools take the key they were configured with. Every server's credentials are read from
 the keyring once, as the gateway starts (`learn_secrets`); a decision before that has ended
 waits for it, at most `KEYRING_SECONDS`, and is refused past that rather than let through.
+
+`share` asks the user to share with the server a path in the home that the call names and its
+jail does not, or refuses the call naming it (`serve/shares.py`); after the policy, whose `deny`
+and `under:` constraints decide first, and before the call's own approval.
 """
 
 from __future__ import annotations
@@ -116,7 +120,7 @@ Stage = Callable[[Call], Wait | None]
 class Pipeline:
     """Runs the stages for a call against the current catalog, lock holds and policies.
 
-    One sequence, `stages` (route -> start -> secrets -> lock -> policy -> approval -> record), for every
+    One sequence, `stages` (route -> start -> secrets -> lock -> policy -> share -> approval -> record), for every
     decision: `admit` waits where a stage asks to, `allow_now` (the fast path's) stops there and
     says nothing; `admit_item` runs the same stages from secrets on, but the lock. Forwarding and
     the audit of the call's end are the call's own (`serve/calls.ToolCall`). `learn` reads every
@@ -134,6 +138,7 @@ class Pipeline:
         learn: Callable[[], Awaitable[None]] | None = None,
         unasked: Callable[[str], frozenset[str]] = lambda server: frozenset(),
         startable: Startable | None = None,
+        share: Stage | None = None,
     ) -> None:
         self._catalog = catalog
         self._unasked = unasked
@@ -144,13 +149,14 @@ class Pipeline:
         self._reviewer = reviewer
         self._learn = learn
         self._startable = startable
+        self._shares = share
         self._learned = anyio.Event()  # every server's credentials are known to `audit.held`...
         self._unread: str | None = None  # ...unless this says why they could not be read
         if learn is None:
             self._learned.set()
         self.stages: tuple[Stage, ...] = (
             *(self._route, self._start, self._secrets, self._lock),
-            *(self._policy, self._approval, self._record),
+            *(self._policy, self._share, self._approval, self._record),
         )
         self.item_stages: tuple[Stage, ...] = (self._secrets, self._policy, self._approval, self._record)
 
@@ -317,6 +323,9 @@ class Pipeline:
             raise Refused(call.verdict)
         return None
 
+    def _share(self, call: Call) -> Wait | None:
+        return self._shares(call) if self._shares is not None else None
+
     def _approval(self, call: Call) -> Wait | None:
         if call.verdict is None or call.verdict.decision is not Decision.ASK:
             return None
@@ -389,7 +398,7 @@ class Pipeline:
             **_kind(call),
             **fields,
         )
-        prefix = "denied by policy" if verdict.rule not in ("route", "start", "lock", "secret") else "refused"
+        prefix = "denied by policy" if verdict.rule not in ("route", "start", "lock", "secret", "share") else "refused"
         return f"{prefix}: {verdict.rule}: {verdict.reason}"
 
 

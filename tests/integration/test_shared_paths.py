@@ -1,0 +1,181 @@
+"""A path in a call's arguments that the jail does not share is asked about, never silently written
+into the server's private home (docs/jail.md, "Paths a call names"; gateway/serve/shares.py).
+
+Each test runs the keeper test server (tests/servers/keeper.py: `save(path, text)` writes a file
+where its argument says) jailed with nothing of the home shared, through the real `cellblock
+serve`, with a home of the test's own (HOME, USER, PATH as a client passes them), and judges by
+what is on the host afterwards: in the home the user named, and in the server's private home.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as types
+import pytest
+import yaml
+
+from tests.integration.conftest import cli, gateway, write_config
+from tests.integration.test_kept_data import client_env, keeper, kept_at
+
+pytestmark = [pytest.mark.anyio, pytest.mark.jail]
+
+
+def _text(result: types.CallToolResult) -> str:
+    return "".join(getattr(c, "text", "") for c in result.content)
+
+
+def human(decision: str, asked: list[str]) -> Callable[..., Awaitable[types.ElicitResult]]:
+    """A user who answers each share question with `decision` (any other question: deny), keeping them in `asked`."""
+
+    async def answer(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        share = " · share " in params.message.split("\n")[0]
+        return types.ElicitResult(action="accept", content={"decision": decision if share else "deny"})
+
+    return answer
+
+
+def setup(tmp_path: Path, **top: Any) -> tuple[Path, dict[str, str], Path]:
+    home = tmp_path / "home"
+    home.mkdir()
+    return home, client_env(home, tmp_path), write_config(tmp_path, {"k": keeper()}, **top)
+
+
+def events(tmp_path: Path, name: str) -> list[dict[str, Any]]:
+    lines = (tmp_path / "state" / "audit.jsonl").read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["event"] == name]
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_file_a_call_writes_in_an_unshared_folder_is_shared_once_and_lands_where_the_user_named_it(
+    tmp_path: Path, mode: str
+) -> None:
+    home, env, config = setup(tmp_path)
+    before = config.read_text()
+    asked: list[str] = []
+    user = human("share_once", asked)
+    async with gateway(config, tmp_path / "state", env=env, mode=mode, elicitation_callback=user) as client:
+        done = await client.call_tool("k__save", {"path": "~/notes/x.txt", "text": "kept where asked"})
+        assert not done.is_error, _text(done)
+        # shared until the server stops: a second file there is not asked about
+        again = await client.call_tool("k__save", {"path": str(home / "notes" / "y.txt"), "text": "too"})
+        assert not again.is_error, _text(again)
+    assert (home / "notes" / "x.txt").read_text() == "kept where asked"
+    assert (home / "notes" / "y.txt").read_text() == "too"
+    # not in the private home (where the jail made the mount point of the grant, empty)
+    assert not any((kept_at(home, "k") / "notes").iterdir())
+    assert len(asked) == 1 and f'share read-write "{home / "notes"}"' in asked[0], asked
+    assert config.read_text() == before  # once: nothing written to the config
+    assert [e["path"] for e in events(tmp_path, "share")] == [str(home / "notes")]
+
+
+async def test_a_denied_share_refuses_the_call_naming_the_path_and_nothing_is_written_anywhere(tmp_path: Path) -> None:
+    home, env, config = setup(tmp_path)
+    asked: list[str] = []
+    user = human("deny", asked)
+    async with gateway(config, tmp_path / "state", env=env, elicitation_callback=user) as client:
+        refused = await client.call_tool("k__save", {"path": "~/notes/x.txt", "text": "lost?"})
+    assert refused.is_error and "~/notes/x.txt" in _text(refused) and "did not share it" in _text(refused)
+    assert len(asked) == 1
+    assert not (home / "notes").exists()
+    assert not (kept_at(home, "k") / "notes").exists()
+
+
+async def pending(env: dict[str, str]) -> list[dict[str, Any]]:
+    """What `cellblock pending` shows, once it shows something (each look is a CLI run)."""
+    with anyio.fail_after(60):
+        while True:
+            done = await anyio.to_thread.run_sync(lambda: cli(env, "pending", "--json"))
+            items: list[dict[str, Any]] = json.loads(done.stdout or "[]")
+            if items:
+                return items
+
+
+async def test_a_share_approved_always_from_the_terminal_is_written_to_the_config_and_not_asked_again(
+    tmp_path: Path,
+) -> None:
+    home, env, config = setup(tmp_path, approvals={"timeout": 60})
+    results: list[types.CallToolResult] = []
+    async with gateway(config, tmp_path / "state", env=env) as client:  # a client with no forms
+
+        async def call() -> None:
+            results.append(await client.call_tool("k__save", {"path": "~/notes/x.txt", "text": "always"}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            [item] = await pending(env)
+            assert item["kind"] == "share" and item["tool"] == f"read_write:{home / 'notes'}", item
+            session = cli(env, "approve", item["id"], "--session")
+            assert session.returncode == 1 and "not --session" in session.stderr, session.stderr
+            approved = cli(env, "approve", item["id"], "--always")
+            assert approved.returncode == 0, approved.stderr
+        assert not results[0].is_error, _text(results[0])
+        again = await client.call_tool("k__save", {"path": "~/notes/y.txt", "text": "no question"})
+        assert not again.is_error, _text(again)
+    jail = yaml.safe_load(config.read_text())["servers"]["k"]["jail"]
+    assert jail["read_write"] == [str(home / "notes")]
+    assert (home / "notes" / "x.txt").read_text() == "always" and (
+        home / "notes" / "y.txt"
+    ).read_text() == "no question"
+    assert len(events(tmp_path, "approval_asked")) == 1
+    # the next gateway starts the server with the grant from the config: no question either
+    async with gateway(config, tmp_path / "state", env=env) as client:
+        third = await client.call_tool("k__save", {"path": "~/notes/z.txt", "text": "from the config"})
+        assert not third.is_error, _text(third)
+    assert (home / "notes" / "z.txt").read_text() == "from the config"
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        ("~/.ssh/x", "looks like a secret"),
+        ("~/.bashrc", "a hidden entry"),
+        ("~", "your home"),
+        ("~/.local/share/cellblock/homes/k/x", "Cellblock's own"),
+    ],
+)
+async def test_a_path_the_gate_forbids_is_refused_with_no_question(tmp_path: Path, path: str, why: str) -> None:
+    home, env, config = setup(tmp_path)
+    (home / ".ssh").mkdir()
+    asked: list[str] = []
+    user = human("share_always", asked)  # would share anything it were asked
+    async with gateway(config, tmp_path / "state", env=env, elicitation_callback=user) as client:
+        refused = await client.call_tool("k__save", {"path": path, "text": "planted"})
+    assert refused.is_error and path in _text(refused) and why in _text(refused), _text(refused)
+    assert asked == []
+    assert not (home / ".ssh" / "x").exists() and not (home / ".bashrc").exists()
+    assert "read_write" not in yaml.safe_load(config.read_text())["servers"]["k"]["jail"]
+
+
+async def test_the_control_a_folder_the_jail_shares_is_written_with_no_question(tmp_path: Path) -> None:
+    """The honest control: the same call to a server whose jail shares ~/notes writes the file."""
+    home = tmp_path / "home"
+    (home / "notes").mkdir(parents=True)
+    env = client_env(home, tmp_path)
+    config = write_config(tmp_path, {"k": keeper(read_write=[str(home / "notes")])})
+    asked: list[str] = []
+    user = human("deny", asked)
+    async with gateway(config, tmp_path / "state", env=env, elicitation_callback=user) as client:
+        done = await client.call_tool("k__save", {"path": "~/notes/x.txt", "text": "shared already"})
+    assert not done.is_error and asked == []
+    assert (home / "notes" / "x.txt").read_text() == "shared already"
+
+
+async def test_a_policy_under_constraint_refuses_before_any_share_is_asked(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = client_env(home, tmp_path)
+    rule = {"decision": "allow", "args": {"path": {"under": ["~/allowed"]}}}
+    server = keeper() | {"tools": {"default": "deny", "rules": {"save": rule}}}
+    config = write_config(tmp_path, {"k": server})
+    asked: list[str] = []
+    user = human("share_once", asked)
+    async with gateway(config, tmp_path / "state", env=env, elicitation_callback=user) as client:
+        refused = await client.call_tool("k__save", {"path": "~/notes/x.txt", "text": "no"})
+    assert refused.is_error and "denied by policy" in _text(refused), _text(refused)
+    assert asked == [] and not (home / "notes").exists()
