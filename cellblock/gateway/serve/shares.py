@@ -13,8 +13,8 @@ through the same `Approvals` as an `ask` (the client's form, else a pending appr
 
 - **until the server stops** (`share_once`, `cellblock approve ID`): the grant is added to the
   running server's jail; bwrap cannot add a mount to a running jail, so the server is restarted
-  with it, and the call runs on the new process. It lasts until that server next stops (the gateway
-  exits, or it crashes and is started again from the config);
+  with it, and the call runs on the new process. It lasts while this gateway runs the server (a
+  crash and restart keeps it) and goes with the gateway: the next one starts from the config;
 - **always** (`share_always`, `--always`): the grant is written to the config file by the one
   config writer (`Gate.keep`, the writer of `scan --apply`, atomic, the gate judged again) and
   applied the same way;
