@@ -257,6 +257,7 @@ NEVER_WRITABLE = [
     "/var/spool/cron",
     "/opt/tool",
     "{home}/work/to-bin",  # a link to ~/bin
+    "{home}/Library/LaunchAgents",  # macOS runs what is put there at login (as wrap's shares refused already)
 ]
 
 

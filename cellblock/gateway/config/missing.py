@@ -4,7 +4,8 @@ lands where the user asked and not in its jail's private home.
 
 Only inside the home, where the user's own work is, and never where a write is code that runs
 outside the jail or Cellblock's own state (the rules of `gateway/scan/gate.py` that apply to a
-path that holds nothing yet): not the home itself, no hidden entry on the way (`~/.config`,
+path that holds nothing yet; those of hidden entries and program folders are one copy,
+`policy/grantrules.py`): not the home itself, no hidden entry on the way (`~/.config`,
 `~/.local`, a repository's `.git`: startup files, autostart, hooks, and every secret a home keeps),
 no directory of programs (`~/bin`, one on `$PATH`, macOS's `~/Library` with its launch agents),
 nothing of Cellblock's. The narrowest grant that works, in order:
@@ -25,11 +26,10 @@ import posixpath
 from cellblock.gateway.config.draft import Draft
 from cellblock.gateway.state import default_config_path, own_dirs
 from cellblock.policy.constraints import within
+from cellblock.policy.grantrules import hidden_part, program_dirs
 
 __all__ = ["share_missing"]
 
-# Under the home, where a write is a program (or its launch) that runs outside the jail.
-PROGRAM_DIRS = ("bin", "Library")
 # What a missing script is named like (a server whose code is not where its entry says): never
 # given a writable folder, where the server could put the code it is started with next.
 CODE_SUFFIXES = (".js", ".mjs", ".cjs", ".ts", ".py", ".sh", ".rb", ".pl", ".jar", ".exe")
@@ -81,10 +81,9 @@ def _refused(home: str, real: str) -> str | None:
         return f"{existing} leads outside your home: share its folder by hand in jail.read_write"
     if real.endswith(CODE_SUFFIXES):
         return "named like a program, whose folder is never made writable; if it is the server's, fix the path"
-    parts = posixpath.relpath(real, home).split("/")
-    if any(p.startswith(".") for p in parts):
+    if hidden_part(posixpath.relpath(real, home)) is not None:
         return "a hidden folder on its way, where programs keep what they run and what is secret"
-    if parts[0] in PROGRAM_DIRS or any(within(real, p) for p in os.environ.get("PATH", "").split(os.pathsep) if p):
+    if any(within(real, p) for p in program_dirs([home], os.environ.get("PATH", ""))):
         return "a folder of programs, which a jail never writes"
     mine = [os.path.realpath(p) for p in (*map(str, own_dirs()), str(default_config_path()))]
     if any(within(os.path.realpath(real), m) or within(m, os.path.realpath(real)) for m in mine):

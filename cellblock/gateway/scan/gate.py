@@ -21,8 +21,10 @@ A path made writable (a new `read_write` entry, or one moved there from `read_on
 never a hidden entry (a name starting with `.`) or one inside one — where programs keep what they
 run on their own: a shell's and a login's startup files, `~/.config` (autostart, user services),
 `~/.local` (programs, Python's `.pth` files), a repository's `.git` (hooks) — nor a directory of
-programs the user runs by name (each on `$PATH`, `~/bin`), the system's (`/usr`, `/etc`, `/opt`,
-…) or cron's, inside or above: a server that may write one of those runs code outside its jail.
+programs the user runs by name (each on `$PATH`, `~/bin`, macOS's `~/Library` of launch agents),
+the system's (`/usr`, `/etc`, `/opt`, …) or cron's, inside or above: a server that may write one
+of those runs code outside its jail (the rules of `policy/grantrules.py`, which wrap's shares of
+missing paths read too).
 
 No part of a path leads into a place a jail may write (a `read_write` grant of this server or of
 another in the config), by its own spelling or through a link: a server that may write there can
@@ -65,6 +67,7 @@ from cellblock.gateway.scan.scratch import ScanError, service
 from cellblock.gateway.state import default_config_path, own_dirs, swappable
 from cellblock.gateway.terminal import printable
 from cellblock.policy.constraints import within
+from cellblock.policy.grantrules import hidden_part, program_dirs
 from cellblock.policy.hosts import METADATA, HostKind, HostRule, embedded_ipv4, is_ip, normalize_host, parse_rule
 from cellblock.sandbox.sockets import host_sockets
 
@@ -83,9 +86,6 @@ __all__ = [
 PATH_MAX = 4095
 NAME_MAX = 255
 SHOWN = 300  # characters of a refused entry a note shows
-# Where the system keeps the programs and configuration it runs, and what cron and at run: never
-# made writable (with each directory on $PATH and each home's ~/bin).
-PROGRAMS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/opt", "/var/spool")
 # Where a home keeps credentials besides SECRET_PARTS (which mark a secret anywhere): tokens of
 # git, npm, PyPI, cloud and database clients, and the shells' histories, which hold what was typed.
 HOME_SECRETS = (
@@ -245,7 +245,7 @@ def _check_steerable(path: str, writable: Sequence[str]) -> None:
 
 
 def _check_writable(path: str, form: str, through: str) -> None:
-    hidden = next((part for part in form.split("/") if part.startswith(".")), None)
+    hidden = hidden_part(form)
     if hidden is not None:
         raise NotGrantable(
             f"{_shown(path)} is or is inside {_shown(hidden)}{through}, a hidden entry: where programs keep what "
@@ -520,10 +520,8 @@ def _secrets() -> list[str]:
 
 
 def _programs() -> list[str]:
-    """Where programs are kept that run outside the jail: the system's, each directory on $PATH,
-    each home's ~/bin (which a login's profile puts on $PATH when it is there)."""
-    found = [*PROGRAMS, *(os.path.join(home, "bin") for home in _homes())]
-    found += [p for p in os.environ.get("PATH", "").split(os.pathsep) if p.startswith("/")]
+    """Where programs are kept that run outside the jail (`policy/grantrules.py`), as written and resolved."""
+    found = program_dirs(_homes(), os.environ.get("PATH", ""))
     return list(dict.fromkeys([*found, *map(os.path.realpath, found)]))
 
 
