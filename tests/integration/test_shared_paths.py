@@ -179,3 +179,18 @@ async def test_a_policy_under_constraint_refuses_before_any_share_is_asked(tmp_p
         refused = await client.call_tool("k__save", {"path": "~/notes/x.txt", "text": "no"})
     assert refused.is_error and "denied by policy" in _text(refused), _text(refused)
     assert asked == [] and not (home / "notes").exists()
+
+
+async def test_shares_one_after_another_restart_the_server_each_time_and_never_count_as_its_failures(
+    tmp_path: Path,
+) -> None:
+    """Six folders shared within seconds: six restarts, none a failure of the server's (five quick
+    failures in a row are what make the gateway give a server up)."""
+    home, env, config = setup(tmp_path)
+    asked: list[str] = []
+    async with gateway(config, tmp_path / "state", env=env, elicitation_callback=human("share_once", asked)) as client:
+        for n in range(6):
+            done = await client.call_tool("k__save", {"path": f"~/n{n}/x.txt", "text": str(n)})
+            assert not done.is_error, (n, _text(done))
+    assert [(home / f"n{n}" / "x.txt").read_text() for n in range(6)] == [str(n) for n in range(6)]
+    assert len(asked) == 6 and not events(tmp_path, "server_failed")

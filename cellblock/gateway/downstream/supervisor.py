@@ -152,6 +152,7 @@ class Downstream:
     _logins: Counter[str | None] = field(default_factory=Counter)  # logins through the client, by scope
     _watch: HttpWatch = field(default_factory=HttpWatch)
     _restart_reason: str | None = None  # why the gateway ended the current connection itself
+    _uncounted = False  # ...and it was no failure of the server's (a path shared with it): not counted
     _ran: bool = False  # the current run was ready: its end is an exit to tell
     _words: str = ""  # the last lines the server wrote to stderr, as put into `error`
     _jail_told = False  # the log said once what the jail keeps from the server and how its limits are enforced
@@ -233,7 +234,7 @@ class Downstream:
         failures = 0
         while True:
             began = anyio.current_time()
-            self._restart_reason, self._garbage, exhausted = None, 0, False
+            self._restart_reason, self._garbage, exhausted, self._uncounted = None, 0, False, False
             try:
                 await short_of_descriptors(self._run_once(), alone=(InstallError, JailError, CredentialError))
                 reason = self._exit_reason
@@ -258,7 +259,8 @@ class Downstream:
                     self._fail(reason, retry_on_use=True)
                     return
             self._down(reason)
-            failures = self.backoff.count(failures, anyio.current_time() - began, exhausted)
+            lasted = math.inf if self._uncounted else anyio.current_time() - began
+            failures = self.backoff.count(failures, lasted, exhausted)
             if failures > self.backoff.restarts:
                 self._fail(f"{reason} (gave up after {self.backoff.restarts} restarts)", retry_on_use=self.is_remote)
                 return
@@ -272,11 +274,11 @@ class Downstream:
         breach = self.channel.breach() if self.channel is not None else None
         return self._restart_reason or breach or self._with_last_words("the server exited")
 
-    def restart(self, reason: str) -> None:
-        """End the current connection (how the server behaves, a path shared with it); the supervisor restarts it."""
+    def restart(self, reason: str, counted: bool = True) -> None:
+        """End the current connection (how the server behaves; not `counted`, a path shared with it)."""
         if self._restart_reason is None and self._closed is not None:
             logger.warning("server '%s' is restarted: %s", self.name, reason)
-            self._restart_reason = reason
+            self._restart_reason, self._uncounted = reason, not counted
             # calls from now on wait for the new process, never reach the one being ended
             self._waiting(reason)
             self._closed.set()

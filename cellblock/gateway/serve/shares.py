@@ -213,7 +213,7 @@ class Shares:
             ds.audit.write("share", ds.name, path=grant.path, mode=key, made=grant.make or None)
         if ds.state in (State.READY, State.STARTING):
             # a mount cannot be added to a running jail: the call waits for the new process
-            ds.restart(f"{grant.path} was shared with it ({key})")
+            ds.restart(f"{grant.path} was shared with it ({key})", counted=False)
 
 
 def _make(grant: Grant) -> None:
