@@ -74,6 +74,20 @@ async def test_a_file_a_call_writes_in_an_unshared_folder_is_shared_once_and_lan
     assert [e["path"] for e in events(tmp_path, "share")] == [str(home / "notes")]
 
 
+async def test_a_file_a_read_only_tool_reads_is_shared_alone_and_read_only(tmp_path: Path) -> None:
+    home, env, config = setup(tmp_path)
+    (home / "doc.txt").write_text("the user's own")
+    asked: list[str] = []
+    async with gateway(config, tmp_path / "state", env=env, elicitation_callback=human("share_once", asked)) as client:
+        read = await client.call_tool("k__peek", {"path": "~/doc.txt"})
+        assert not read.is_error and _text(read) == "the user's own", _text(read)
+        # what does not exist is not shared for a read: nothing asked, the server says it is not there
+        missing = await client.call_tool("k__peek", {"path": "~/nothing.txt"})
+        assert missing.is_error and "No such file" in _text(missing)
+    assert len(asked) == 1 and f'share read-only "{home / "doc.txt"}"' in asked[0], asked
+    assert [(e["path"], e["mode"]) for e in events(tmp_path, "share")] == [(str(home / "doc.txt"), "read_only")]
+
+
 async def test_a_denied_share_refuses_the_call_naming_the_path_and_nothing_is_written_anywhere(tmp_path: Path) -> None:
     home, env, config = setup(tmp_path)
     asked: list[str] = []

@@ -4,7 +4,8 @@ and in files under its home (``~/.config``, ``~/Documents``).
 
 Tools: ``put(key, value)`` and ``get(key)`` on the database; ``save(path, text)`` writes a file
 (``~`` is the home it was given, and a relative path is in that home: where the server keeps its
-own things; folders made as needed), ``load(path)`` reads one (an error when it cannot).
+own things; folders made as needed), ``load(path)`` reads one (an error when it cannot), and so does
+``peek(path)``, which the server marks read-only (`readOnlyHint`).
 
 Run as ``python tests/servers/keeper.py [--db-path PATH]``.
 """
@@ -21,6 +22,7 @@ from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.stdio import stdio_server
+from mcp_types import ToolAnnotations
 
 server = MCPServer("keeper", version="0.1.0", instructions="Keeps values in a database and files under its home.")
 _db: list[sqlite3.Connection] = []
@@ -71,6 +73,12 @@ def load(path: str) -> str:
             return file.read()
     except OSError as exc:
         raise ToolError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def peek(path: str) -> str:
+    """The text of `path`, read only."""
+    return load(path)
 
 
 async def serve() -> None:
