@@ -95,6 +95,7 @@ async def test_a_denied_share_refuses_the_call_naming_the_path_and_nothing_is_wr
     async with gateway(config, tmp_path / "state", env=env, elicitation_callback=user) as client:
         refused = await client.call_tool("k__save", {"path": "~/notes/x.txt", "text": "lost?"})
     assert refused.is_error and "~/notes/x.txt" in _text(refused) and "did not share it" in _text(refused)
+    assert f"add {home / 'notes'} to servers.k.jail.read_write in the config" in _text(refused)  # the fix
     assert len(asked) == 1
     assert not (home / "notes").exists()
     assert not (kept_at(home, "k") / "notes").exists()

@@ -154,7 +154,9 @@ class Shares:
                     Decision.DENY,
                     "share",
                     f"{named} is not shared with server '{ds.name}', and the user did not share it: "
-                    f"{verdict.reason}. Nothing was written there",
+                    f"{verdict.reason}. Nothing was written there; to share it, call again and share it, or add "
+                    f"{visible(grant.path)} to servers.{ds.name}.jail.{'read_write' if grant.write else 'read_only'} "
+                    "in the config",
                 ),
                 path=argument.path,
             )
