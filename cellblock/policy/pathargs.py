@@ -23,11 +23,13 @@ lines: a tool that only reads (`readOnlyHint`) is shared what it reads, read-onl
 that does not exist; a tool that may write is shared the folder that holds the path read-write
 (it may write the file through a temp file and a rename, or keep a journal beside it), the folder
 made when missing; a folder it names itself, that folder; and where the folder is the home, which
-is never shared whole, the file alone, made empty when missing.
+is never shared whole, the file alone, made empty when missing. `config/missing.py` makes the
+same choice for a command line's path that does not exist yet, with this function.
 """
 
 from __future__ import annotations
 
+import os
 import posixpath
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -36,7 +38,7 @@ from urllib.parse import unquote, urlsplit
 
 from cellblock.policy.constraints import within
 
-__all__ = ["Grant", "Kind", "Make", "PathArgument", "grant_for", "path_arguments", "shared"]
+__all__ = ["Grant", "Kind", "Make", "PathArgument", "grant_for", "on_disk", "path_arguments", "shared"]
 
 MAX_DEPTH = 4  # levels of nested lists and objects looked into
 MAX_STRINGS = 256  # string values looked at in one call's arguments
@@ -114,6 +116,13 @@ def shared(path: str, grants: Sequence[str]) -> bool:
     """Whether `path` is one of `grants` or under one (a write under a read-only grant fails
     loudly, with EROFS: nothing is lost there, so it is not asked about)."""
     return any(within(path, posixpath.normpath(grant)) for grant in grants)
+
+
+def on_disk(path: str) -> Kind:
+    """What is at `path` on the host, links followed: a folder, something else, or nothing."""
+    if os.path.isdir(path):
+        return "dir"
+    return "file" if os.path.lexists(path) else None
 
 
 def grant_for(path: str, home: str, write: bool, kind_of: Callable[[str], Kind]) -> Grant | None:

@@ -27,6 +27,7 @@ from cellblock.gateway.config.draft import Draft
 from cellblock.gateway.state import default_config_path, own_dirs
 from cellblock.policy.constraints import within
 from cellblock.policy.grantrules import hidden_part, program_dirs
+from cellblock.policy.pathargs import grant_for, on_disk
 
 __all__ = ["share_missing"]
 
@@ -43,16 +44,17 @@ def share_missing(draft: Draft, path: str, *, writable: bool) -> None:
     if refused is not None:
         draft.notes.append(f"{path} is in its arguments but does not exist: not shared ({refused})")
         return
-    folder = posixpath.dirname(real)
+    # the least grant that works, as a call's share makes it (policy/pathargs.py)
+    grant = grant_for(real, draft.home, True, on_disk)
     if writable:
         draft.share(path, writable=True)
         draft.make.append(real)
         draft.notes.append(f"read_write: {path} (does not exist yet: wrap creates the folder the server works in)")
-    elif folder != posixpath.normpath(draft.home):
-        shown = _shown(draft, path, folder)
+    elif grant is not None and grant.path != real:
+        shown = _shown(draft, path, grant.path)
         draft.share(shown, writable=True)
-        if not os.path.isdir(folder):
-            draft.make.append(folder)
+        if grant.make == "dir":
+            draft.make.append(grant.path)
         draft.notes.append(
             f"read_write: {shown} ({path} does not exist yet: the server creates it there, "
             "where you find it; adjust jail.read_write if it needs less)"

@@ -44,7 +44,7 @@ from cellblock.gateway.serve.approvals import Approvals
 from cellblock.gateway.serve.pipeline import Call, Refused, Wait
 from cellblock.gateway.state import StateWriteError
 from cellblock.policy.files import make_dirs
-from cellblock.policy.pathargs import Grant, Kind, Make, PathArgument, grant_for, path_arguments, shared
+from cellblock.policy.pathargs import Grant, Make, PathArgument, grant_for, on_disk, path_arguments, shared
 from cellblock.policy.text import visible
 from cellblock.policy.types import Decision, Verdict
 
@@ -71,12 +71,6 @@ class Gate(Protocol):
 def share_key(grant: Grant) -> str:
     """How a share is named in an approval (its `tool`): "read_write:PATH" or "read_only:PATH"."""
     return f"{'read_write' if grant.write else 'read_only'}:{grant.path}"
-
-
-def _kind_of(path: str) -> Kind:
-    if os.path.isdir(path):
-        return "dir"
-    return "file" if os.path.lexists(path) else None
 
 
 class Shares:
@@ -109,7 +103,7 @@ class Shares:
         for argument in path_arguments(call.arguments, home):
             if self._shared(ds, argument.path):
                 continue
-            grant = grant_for(argument.path, home, writes, _kind_of)
+            grant = grant_for(argument.path, home, writes, on_disk)
             if grant is not None and grant.path not in (g.path for _, g in wanted):
                 wanted.append((argument, grant))
         if not wanted:
