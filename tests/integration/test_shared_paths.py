@@ -209,3 +209,27 @@ async def test_shares_one_after_another_restart_the_server_each_time_and_never_c
             assert not done.is_error, (n, _text(done))
     assert [(home / f"n{n}" / "x.txt").read_text() for n in range(6)] == [str(n) for n in range(6)]
     assert len(asked) == 6 and not events(tmp_path, "server_failed")
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_call_that_asks_is_asked_about_its_path_first_and_then_itself_each_answer_for_its_own_question(
+    tmp_path: Path, mode: str
+) -> None:
+    """The share's answer never approves the call (nor the call's a share): a 2026-07-28 retry carries
+    one answer, and the next question is asked anew."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = client_env(home, tmp_path)
+    config = write_config(tmp_path, {"k": keeper() | {"tools": {"default": "deny", "rules": {"save": "ask"}}}})
+    asked: list[str] = []
+
+    async def user(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        decision = "share_once" if " · share " in params.message.split("\n")[0] else "allow_once"
+        return types.ElicitResult(action="accept", content={"decision": decision})
+
+    async with gateway(config, tmp_path / "state", env=env, mode=mode, elicitation_callback=user) as client:
+        done = await client.call_tool("k__save", {"path": "~/notes/x.txt", "text": "both"})
+        assert not done.is_error, _text(done)
+    assert (home / "notes" / "x.txt").read_text() == "both"
+    assert [" · share " in q.split("\n")[0] for q in asked] == [True, False], asked
