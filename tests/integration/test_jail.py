@@ -91,7 +91,9 @@ async def hostile(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
     host = Host(tmp_path_factory.mktemp("jail"))
     server: dict[str, Any] = {"command": sys.executable, "args": [str(HOSTILE)]}
-    grants = {"read_only": [str(HOSTILE.parent), str(ROOT / "cellblock" / "sandbox"), str(host.ro)]}
+    grants: dict[str, Any] = {"read_only": [str(HOSTILE.parent), str(ROOT / "cellblock" / "sandbox"), str(host.ro)]}
+    # what the calls name in the home is the jail's to stop, not asked about first (test_shared_paths.py)
+    grants |= {"call_paths": "private"}
     write_config(
         host.config.parent,
         {
@@ -247,7 +249,11 @@ async def pinned(tmp_path_factory: pytest.TempPathFactory) -> Any:
     true, echo = shutil.which("true"), shutil.which("echo")
     assert true and echo
     (tmp / "rw").mkdir()
-    grants = {"read_only": [str(HOSTILE.parent), str(ROOT / "cellblock" / "sandbox")], "read_write": [str(tmp / "rw")]}
+    grants: dict[str, Any] = {
+        "read_only": [str(HOSTILE.parent), str(ROOT / "cellblock" / "sandbox")],
+        "read_write": [str(tmp / "rw")],
+    }
+    grants |= {"call_paths": "private"}  # a copy in the home is the server's own (the jail's to stop)
     granted_tool = tmp / "rw" / "tool"  # an allowed program kept in a writable grant, pinned
     copy_program(true, granted_tool)
     tool = str(granted_tool)

@@ -233,3 +233,26 @@ async def test_a_call_that_asks_is_asked_about_its_path_first_and_then_itself_ea
         assert not done.is_error, _text(done)
     assert (home / "notes" / "x.txt").read_text() == "both"
     assert [" · share " in q.split("\n")[0] for q in asked] == [True, False], asked
+
+
+async def test_a_file_a_call_writes_in_tmp_is_not_asked_about_and_stays_in_the_jails_own_tmp(tmp_path: Path) -> None:
+    """GAP: a path in /tmp is not asked about (docs/jail.md, "Paths a call names"): the jail's /tmp
+    is its own, so what the tool writes there is not on the host, and is gone when the server stops."""
+    _, env, config = setup(tmp_path)
+    asked: list[str] = []
+    target = Path("/tmp") / f"cellblock-gap-{tmp_path.name}.txt"
+    async with gateway(config, tmp_path / "state", env=env, elicitation_callback=human("share_once", asked)) as client:
+        done = await client.call_tool("k__save", {"path": str(target), "text": "in the jail's /tmp"})
+        assert not done.is_error, _text(done)
+    assert asked == [] and not target.exists()
+
+
+async def test_a_jail_whose_call_paths_are_private_keeps_what_a_call_names_in_its_home_unasked(tmp_path: Path) -> None:
+    home, env, _ = setup(tmp_path)
+    config = write_config(tmp_path, {"k": keeper(call_paths="private")})
+    asked: list[str] = []
+    async with gateway(config, tmp_path / "state", env=env, elicitation_callback=human("share_once", asked)) as client:
+        done = await client.call_tool("k__save", {"path": "~/notes/x.txt", "text": "its own"})
+        assert not done.is_error, _text(done)
+    assert asked == [] and not (home / "notes").exists()
+    assert (kept_at(home, "k") / "notes" / "x.txt").read_text() == "its own"

@@ -305,6 +305,9 @@ class JailConfig(_Model):
     tmp: bool = True
     # persistent: a directory of the server's own, kept across starts (docs/jail.md, "The home")
     home: Literal["persistent", "throwaway"] = "persistent"
+    # ask: a path in the home a call names outside the grants is put to the user first (serve/shares.py);
+    # private: it is the server's own, in its private home, never asked about (docs/jail.md, "Paths a call names")
+    call_paths: Literal["ask", "private"] = "ask"
     exec: ExecConfig = ExecConfig()
     limits: LimitsConfig = LimitsConfig()
 

@@ -23,8 +23,9 @@ through the same `Approvals` as an `ask` (the client's form, else a pending appr
 What is made for a grant (a missing folder, or an empty file in the home itself) is made only
 after the user shared it. Read-only tools (`readOnlyHint`) are shared what they read, read-only;
 others read-write. A server with `learn: true` is not asked for: its calls meet the jail as it is,
-and its trace is what `scan --from-learned` proposes grants from, through the same gate. Without a
-gate (the in-memory harness), the stage is left out.
+and its trace is what `scan --from-learned` proposes grants from, through the same gate; nor is
+one whose jail says `call_paths: private` (what a call names is its own, in its private home).
+Without a gate (the in-memory harness), the stage is left out.
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ class Shares:
         that refuses it, or asks and shares before it runs."""
         ds = self._downstreams.get(call.server)
         # a server that learns (`learn: true`) meets its jail as it is: the trace `scan --from-learned` reads
-        if call.kind != "tool" or ds is None or _jail(ds) is None or getattr(ds.config, "learn", False):
+        jail = _jail(ds) if ds is not None else None
+        if call.kind != "tool" or ds is None or jail is None or jail.call_paths == "private" or _learns(ds):
             return None
         home = self._home()
         writes = not _read_only(ds, call.tool)
@@ -231,3 +233,7 @@ def _read_only(ds: Downstream, tool: str) -> bool:
     found = next((t for t in listing.tools if t.name == tool), None) if listing is not None else None
     hints = found.annotations if found is not None else None
     return bool(hints is not None and hints.read_only_hint)
+
+
+def _learns(ds: Downstream) -> bool:
+    return isinstance(ds.config, LocalServer) and ds.config.learn
