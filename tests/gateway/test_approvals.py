@@ -167,8 +167,14 @@ async def test_a_2026_client_gets_a_sealed_question_whose_state_redeems_once_for
     assert approvals_.redeem(state[:-4] + "0000", "p__echo", {"message": "hi"}) == "the approval state does not verify"
     assert approvals_.redeem(state, "p__echo", {"message": "hi"}) is None
     assert approvals_.redeem(state, "p__echo", {"message": "hi"}) == "the approval state was already used"
-    # the retry carries the human's answer
-    verdict = await decide(approvals_, asking(Session(), modern=True), human=answer("allow_once"))
+    # the retry carries the human's answer, the way the gateway takes it: bound to the question its form asked
+    with pytest.raises(NeedsInput) as again:
+        await decide(approvals_, asking(Session(), modern=True))
+    retry = Call("p__echo", {"message": "hi"}, "p", "echo", ctx=asking(Session(), modern=True))
+    reply = {APPROVAL_KEY: answer("allow_once").model_dump(by_alias=True)}
+    assert approvals_.carried(retry, again.value.result.request_state, reply) is None
+    assert retry.answered == "tool:echo"
+    verdict = await approvals_.decide("p", "echo", retry.name, ASK, retry)
     assert verdict.decision is Decision.ALLOW and verdict.rule == "approval:once"
 
 

@@ -52,7 +52,9 @@ TOOL_LIKE_RESOURCE = Call("p__resource_h___index", None, "p", "resource:h://inde
 
 
 async def decide(approvals: Approvals, call: Call, human: types.ElicitResult | None = None) -> Verdict:
-    asked = Call(call.name, call.arguments, call.server, call.tool, kind=call.kind, human=human)
+    # the answer, as a retry carries it, to the form of this very question
+    answered = f"{call.kind}:{call.tool}"
+    asked = Call(call.name, call.arguments, call.server, call.tool, kind=call.kind, human=human, answered=answered)
     return await approvals.decide(call.server, call.tool, call.name, ASK, asked)
 
 

@@ -203,7 +203,9 @@ class Approvals:
             return Verdict(Decision.ALLOW, "approval:session", f"allowed for this session ({verdict.rule})")
         if self._once.pop((server, kind, tool, args_digest(arguments)), 0.0) > time.time():
             return Verdict(Decision.ALLOW, "approval:once", f"approved by the user from the CLI ({verdict.rule})")
-        human = getattr(call, "human", None)
+        # a retry's answer counts only for the question its form asked: any other is asked anew
+        asked = f"{kind}:{tool}"
+        human = getattr(call, "human", None) if getattr(call, "answered", None) == asked else None
         full = human is not None and _choice(human) == SHOW_FULL  # asked to read every argument first
         if human is not None and not full:  # the answer a 2026-07-28 client sent back with the retried call
             return await self._granted(server, tool, verdict, human, "elicitation", kind)
@@ -217,7 +219,7 @@ class Approvals:
                 self.audit.write("approval_asked", server, tool=tool, via="elicitation", **_kind(kind))
                 raise NeedsInput(
                     types.InputRequiredResult(
-                        input_requests={APPROVAL_KEY: request}, request_state=self.seal(exposed, arguments)
+                        input_requests={APPROVAL_KEY: request}, request_state=self.seal(exposed, arguments, asked)
                     )
                 )
             return await self._elicit(ctx.session, ctx.request_id, server, tool, verdict, arguments, kind)
@@ -457,11 +459,27 @@ class Approvals:
 
     # -- sealed request_state (2026-07-28) ---------------------------------------------------
 
-    def seal(self, exposed: str, arguments: dict[str, Any] | None) -> str:
-        return self._sealer.seal(exposed, arguments, self.timeout, nonce=secrets.token_hex(8))
+    def seal(self, exposed: str, arguments: dict[str, Any] | None, asked: str = "") -> str:
+        """The state of a form about the call `exposed` with `arguments`; `asked`: the question the
+        form put ("tool:save", "share:read_write:/home/u/x"), the only one its answer may settle."""
+        return self._sealer.seal(exposed, arguments, self.timeout, nonce=secrets.token_hex(8), asked=asked)
 
     def redeem(self, state: str, exposed: str, arguments: dict[str, Any] | None) -> str | None:
         """None if `state` is a valid, unused approval state for exactly this call; else why not."""
+        claim = self._redeemed(state, exposed, arguments)
+        return claim if isinstance(claim, str) else None
+
+    def carried(self, call: Any, state: str, responses: dict[str, Any] | None) -> str | None:
+        """Take the answer a 2026-07-28 retry of `call` carries: `call.human`, and `call.answered`
+        the question its form asked; None, or why `state` refuses the retry."""
+        claim = self._redeemed(state, call.name, call.arguments)
+        if isinstance(claim, str):
+            return claim
+        call.human, call.answered = human_answer(responses), str(claim.get("asked", ""))
+        return None
+
+    def _redeemed(self, state: str, exposed: str, arguments: dict[str, Any] | None) -> dict[str, Any] | str:
+        """The claim of a valid, unused approval state for exactly this call (now used); else why not."""
         try:
             claim = self._sealer.open(state, exposed, arguments)
         except StateRejected as exc:
@@ -471,7 +489,7 @@ class Approvals:
             return "the approval state was already used"
         self._used = {n: e for n, e in self._used.items() if e > time.time()}
         self._used[nonce] = float(claim["exp"])
-        return None
+        return claim
 
     # -- what the control socket shows -----------------------------------------------------
 

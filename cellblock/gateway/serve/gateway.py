@@ -48,7 +48,7 @@ from cellblock.gateway.downstream.startable import startable_of
 from cellblock.gateway.downstream.supervisor import START_SECONDS, Downstream, State
 from cellblock.gateway.scrub import Scrubbed, scrub
 from cellblock.gateway.serve.approvals import STATE_PREFIX as APPROVAL_STATE
-from cellblock.gateway.serve.approvals import Approvals, NeedsInput, human_answer
+from cellblock.gateway.serve.approvals import Approvals, NeedsInput
 from cellblock.gateway.serve.calls import Calls, SessionReply, ToolCall, log_passes
 from cellblock.gateway.serve.catalog import Catalog, build_catalog
 from cellblock.gateway.serve.control import ControlServer, socket_path
@@ -510,10 +510,9 @@ class Gateway:
                 parked.resume(reply, params.input_responses)
                 return await reply.outcome(parked)
             # the retry that carries the human's answer to an approval question
-            why = self.approvals.redeem(params.request_state, params.name, params.arguments)
+            why = self.approvals.carried(call, params.request_state, params.input_responses)
             if why is not None:
                 return error_result(f"retry of '{params.name}' refused: {why}")
-            call.human = human_answer(params.input_responses)
         if own:
             return await self.review.review(call)
         try:  # every server's credentials are read first (the `secrets` stage), so the record redacts them

@@ -66,6 +66,7 @@ class Call:
     item: str = ""  # what `policy` judges: the prompt's name, the server's URI
     ctx: Asking | None = None  # how to reach the human who may approve it
     human: types.ElicitResult | None = None  # their answer, when a 2026-07-28 retry carries it
+    answered: str = ""  # the question that answer is to, as its sealed state says ("tool:save", "share:...")
 
 
 @dataclass(frozen=True)

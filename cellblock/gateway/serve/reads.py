@@ -26,7 +26,7 @@ from cellblock.gateway.downstream.rounds import DownstreamError
 from cellblock.gateway.downstream.supervisor import START_SECONDS, Downstream
 from cellblock.gateway.namespacing import is_app
 from cellblock.gateway.scrub import scrub
-from cellblock.gateway.serve.approvals import Approvals, NeedsInput, human_answer
+from cellblock.gateway.serve.approvals import Approvals, NeedsInput
 from cellblock.gateway.serve.calls import SessionReply
 from cellblock.gateway.serve.catalog import Catalog
 from cellblock.gateway.serve.items import Standing, held_reason, resource_standing, template_standing
@@ -234,10 +234,9 @@ class Reads:
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         call.ctx = Asking(ctx.session, ctx.request_id, modern, SessionReply(self.gateway.send_log, ctx).tell)
         if params.request_state and modern:  # the retry that carries the human's answer
-            why = self.gateway.approvals.redeem(params.request_state, call.name, call.arguments)
+            why = self.gateway.approvals.carried(call, params.request_state, params.input_responses)
             if why is not None:
                 raise MCPError(types.INVALID_PARAMS, f"retry of {call.name} refused: {why}")
-            call.human = human_answer(params.input_responses)
         try:
             refusal = await self.gateway.pipeline.admit_item(
                 call, self.gateway.item_policies[call.kind][call.server], name

@@ -90,7 +90,8 @@ class Review:
 
     async def review_lock(self, call: Call) -> bool:
         """Offer the held catalog of the call's server for approval through the client's form."""
-        answer, call.human = call.human, None  # the retry's answer belongs to this question, if any
+        # the retry's answer belongs to this question only if its form asked it
+        answer, call.human = call.human if call.answered == "review" else None, None
         state, server = self.gateway.state, call.server
         pending = load_pending(pending_path(state, server))
         if pending is None:
@@ -116,7 +117,7 @@ class Review:
                 raise NeedsInput(
                     types.InputRequiredResult(
                         input_requests={APPROVAL_KEY: request},
-                        request_state=self.gateway.approvals.seal(call.name, call.arguments),
+                        request_state=self.gateway.approvals.seal(call.name, call.arguments, "review"),
                     )
                 )
             try:

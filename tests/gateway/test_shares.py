@@ -1,5 +1,4 @@
-"""Hostile (a steered model, 2026-07-28 era): the answer a retried call carries is bound to the call,
-not to the share it answered, so an answer given to a form that showed one path shares another."""
+"""The `share` stage (`serve/shares.py`): what is asked about a path a call names, and what an answer shares."""
 
 from __future__ import annotations
 
@@ -45,10 +44,10 @@ async def _attempt(shares: Shares, approvals: Approvals, arguments: dict[str, An
     """One try of the call: the form it raises (its message and state), or None when it may run."""
     session = SimpleNamespace(client_capabilities=types.ClientCapabilities(elicitation=types.ElicitationCapability()))
     call = Call("notes__save", arguments, server="notes", tool="save", ctx=Asking(session, 1, True))
-    if answer is not None:
+    if answer is not None:  # the retry carries the answer the way the gateway takes it
         state, decision = answer
-        assert approvals.redeem(state, call.name, arguments) is None
-        call.human = types.ElicitResult(action="accept", content={"decision": decision})
+        reply = {"cellblock_approval": {"action": "accept", "content": {"decision": decision}}}
+        assert approvals.carried(call, state, reply) is None
     wait = shares.stage(call)
     if wait is None:
         return None
@@ -62,12 +61,7 @@ async def _attempt(shares: Shares, approvals: Approvals, arguments: dict[str, An
     return None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="request_state is sealed over (call, arguments) only: a second form's 'share' for ~/x, once ~/x is "
-    "shared by the first, is taken as the answer to ~/Documents, which the user never saw (or denied)",
-)
-async def test_an_answer_to_a_form_that_showed_one_path_never_shares_another(
+async def test_a_retrys_answer_to_a_form_that_showed_one_path_never_shares_another(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CELLBLOCK_STATE_DIR", str(tmp_path / "state"))
@@ -92,5 +86,7 @@ async def test_an_answer_to_a_form_that_showed_one_path_never_shares_another(
     assert await _attempt(shares, approvals, arguments, (documents_state, "deny")) == "refused"
 
     # the user shares x in the second form too (it showed x): that answer must not share Documents
-    await _attempt(shares, approvals, arguments, (second_state, "share_once"))
+    # (the 2026-07-28 attack: a steered model sends the same call twice, so it holds two forms for x)
+    asked_again = await _attempt(shares, approvals, arguments, (second_state, "share_once"))
     assert str(home / "Documents") not in ds.config.jail.read_write, ds.config.jail.read_write
+    assert "Documents" in asked_again[0]  # Documents is asked anew, in a form that shows it
