@@ -6,15 +6,18 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import anyio
 import mcp.types as types
 import pytest
 
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.downstream.supervisor import State
+from cellblock.gateway.serve import approvals as approvals_module
 from cellblock.gateway.serve.approvals import Approvals, NeedsInput
 from cellblock.gateway.serve.pipeline import Asking, Call, Refused
 from cellblock.gateway.serve.shares import Shares
+from cellblock.policy.types import Decision, Verdict
 
 pytestmark = pytest.mark.anyio
 
@@ -90,3 +93,53 @@ async def test_a_retrys_answer_to_a_form_that_showed_one_path_never_shares_anoth
     asked_again = await _attempt(shares, approvals, arguments, (second_state, "share_once"))
     assert str(home / "Documents") not in ds.config.jail.read_write, ds.config.jail.read_write
     assert "Documents" in asked_again[0]  # Documents is asked anew, in a form that shows it
+
+
+async def _waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, tool: str) -> tuple[str, str, Any]:
+    """A question put to a client that cannot show a form: what the desktop, the client and
+    `cellblock pending` are told while it waits for `cellblock approve ID`."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("CELLBLOCK_STATE_DIR", str(state))
+    shown: list[str] = []
+    told: list[str] = []
+
+    async def notify(message: str) -> None:
+        shown.append(message)
+
+    async def tell(message: str) -> None:
+        told.append(message)
+
+    monkeypatch.setattr(approvals_module, "notify", notify)
+    approvals = Approvals(state, Audit(state / "audit.jsonl"), 30)
+    ctx = Asking(SimpleNamespace(client_capabilities=types.ClientCapabilities()), 1, False, tell)
+    call = SimpleNamespace(arguments={"path": "~/Documents/x.txt"}, kind=kind, human=None, ctx=ctx)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(approvals.decide, "notes", tool, "notes__save", Verdict(Decision.ASK, "save", ""), call)
+        with anyio.fail_after(10):
+            while not (shown and told):
+                await anyio.wait_all_tasks_blocked()
+        (listed,) = approvals.listing()
+        tg.cancel_scope.cancel()
+    return shown[0], told[0], listed
+
+
+async def test_a_share_waiting_for_the_terminal_is_announced_as_a_share_of_its_path_never_as_the_calls_approval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    desktop, client, listed = await _waiting(tmp_path, monkeypatch, "share", "read_write:/home/u/Docu\x1bments")
+    ident = listed["id"]
+    asks = "server 'notes' asks to share /home/u/Docu\\u001bments read-write for tool 'notes__save'"
+    answers = (
+        f"cellblock approve {ident} shares it until the server stops, --always for good, cellblock deny {ident} refuses"
+    )
+    assert desktop == f"{asks}: {answers}"
+    assert asks in client and answers in client and "waits for your approval" not in client
+    assert listed["asks"] == asks
+
+
+async def test_the_control_a_calls_own_question_is_announced_as_the_tool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    desktop, client, listed = await _waiting(tmp_path, monkeypatch, "tool", "save")
+    assert desktop.startswith("tool 'notes__save' waits for your approval") and "share" not in desktop
+    assert "tool 'notes__save' waits" in client and listed["asks"] is None

@@ -49,6 +49,8 @@ __all__ = [
     "refusal",
     "review_form",
     "sampling_refusal",
+    "share_answers",
+    "share_asks",
     "share_form",
     "shown",
     "unsafe_url",
@@ -213,6 +215,21 @@ def share_form(server: str, share: str, tool: str) -> tuple[str, dict[str, Any]]
         ]
     )
     return message, choice_schema(SHARE_CHOICES, SHARE_LABELS)
+
+
+def share_asks(server: str, share: str, tool: str) -> str:
+    """How a pending share is named wherever it waits (the desktop, the client, `cellblock pending`),
+    never as the call's own approval: "server 'notes' asks to share /home/u/x read-write for tool 'notes__save'"."""
+    mode, _, path = share.partition(":")
+    how = "read-write" if mode == "read_write" else "read-only"
+    return f"server {visible(server)!r} asks to share {visible(path)} {how} for tool {visible(tool)!r}"
+
+
+def share_answers(ident: str) -> str:
+    """What the answers to pending share `ident` do."""
+    return (
+        f"cellblock approve {ident} shares it until the server stops, --always for good, cellblock deny {ident} refuses"
+    )
 
 
 def review_form(

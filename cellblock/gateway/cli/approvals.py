@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cellblock.gateway.ask.forms import share_answers
 from cellblock.gateway.cli.gateways import ask_all, pid_of, running
 from cellblock.gateway.cli.options import EXIT_FINDING, EXIT_OK, EXIT_USAGE, optional_config
 from cellblock.gateway.serve.control import NOT_FOUND, ControlError, request
@@ -100,6 +101,9 @@ def pending(as_json: bool) -> int:
             tool = tool if len(tool) <= _TOOL_WIDTH else f"{tool[:_TOOL_WIDTH]}…"
             print("\t".join([*fields, tool, age, left if expires > 0 else "expired", arguments]))
         for item in items:
+            if item.get("asks"):  # a share: its path, and what approving it does (never the call's approval)
+                ident = printable(str(item.get("id")))
+                print(f"cellblock: {ident}: {visible(str(item['asks']))}: {share_answers(ident)}", file=sys.stderr)
             if item.get("cut"):
                 ident = printable(str(item.get("id")))
                 print(
@@ -133,6 +137,9 @@ def pending_full(ident: str, as_json: bool) -> int:
     lines = [visible(str(line)) for line in item.get("arguments", [])]
     print(f"arguments ({len(lines)}), in full, as escaped JSON; only values Cellblock knows are secrets are hidden:")
     print("\n".join(f"  {line}" for line in lines) or "  (no arguments)")
+    if item.get("asks"):
+        print(f"cellblock: {visible(str(item['asks']))}: {share_answers(printable(ident))}", file=sys.stderr)
+        return EXIT_OK
     print(
         f"cellblock: allow this call with 'cellblock approve {printable(ident)}'; --session or --always allow "
         f"the whole tool with any arguments; refuse with 'cellblock deny {printable(ident)}'",

@@ -56,6 +56,8 @@ from cellblock.gateway.ask.forms import (
     choice_schema,
     identity,
     review_form,
+    share_answers,
+    share_asks,
     share_form,
 )
 from cellblock.gateway.audit.log import Audit
@@ -118,6 +120,7 @@ class Pending:
     scope: str | None = None  # "once", "session", "always"; None = denied or unanswered
     waiting: bool = True  # False once the call gave up waiting (timed out)
     kind: str = "tool"  # or "prompt", "resource": `tool` is then "prompt:NAME" or "resource:URI"
+    asks: str | None = None  # a share's question in words of its own (`forms.share_asks`)
 
 
 class Approvals:
@@ -307,6 +310,8 @@ class Approvals:
         now = time.time()
         ident = base64.b32encode(os.urandom(5)).decode().lower()
         item = Pending(ident, server, tool, arguments, args_digest(arguments), now, now + PENDING_TTL, kind=kind)
+        # a share names its path and what approving it does: never taken for the call's own approval
+        item.asks = share_asks(server, tool, exposed) if kind == "share" else None
         self.pending[ident] = item
         self.audit.write("approval_asked", server, tool=tool, via="cli", id=ident, **_kind(kind))
         logger.warning(
@@ -323,11 +328,18 @@ class Approvals:
             f"Ask the user to run 'cellblock pending' to see it, then 'cellblock approve {ident}' "
             f"or 'cellblock deny {ident}' in a terminal."
         )
+        shown = f"{_what(exposed)} waits for your approval: cellblock approve {ident}"
+        if item.asks is not None:
+            waiting = (
+                f"Cellblock: {item.asks}; it waits up to {self.timeout:g}s for the user. Ask the user to run "
+                f"'cellblock pending' to see it; in a terminal, {share_answers(ident)}."
+            )
+            shown = f"{item.asks}: {share_answers(ident)}"
         async with anyio.create_task_group() as tg:
             # never a silent wait: the client hears why (and so can the model), the desktop shows it
             if ctx is not None and ctx.tell is not None:
                 tg.start_soon(ctx.tell, waiting)
-            tg.start_soon(notify, f"{_what(exposed)} waits for your approval: cellblock approve {ident}")
+            tg.start_soon(notify, shown)
             with anyio.move_on_after(self.timeout):
                 await item.answer.wait()
             tg.cancel_scope.cancel()
@@ -337,6 +349,9 @@ class Approvals:
             return Verdict(Decision.ALLOW, f"approval:{item.scope}", f"approved from the CLI ({verdict.rule})")
         item.waiting = False
         self.audit.write("approval_timeout", server, tool=tool, id=ident, **_kind(kind))
+        if item.asks is not None:
+            why = f"{item.asks}, and no answer came; {share_answers(ident)}, then ask again with the same arguments"
+            return Verdict(Decision.DENY, verdict.rule, why)
         return Verdict(
             Decision.DENY,
             verdict.rule,
@@ -510,6 +525,7 @@ class Approvals:
                     "server": p.server,
                     "tool": p.tool,
                     "kind": p.kind,
+                    "asks": p.asks,
                     "identity": identity(p.server, p.tool, p.arguments, p.kind),
                     "digest": p.digest,
                     "arguments": lines,
