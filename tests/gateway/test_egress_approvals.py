@@ -12,16 +12,20 @@ import anyio
 import mcp.types as types
 import pytest
 import yaml
+from anyio.abc import TaskGroup
 
 from cellblock.gateway.audit.budget import kind_of
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.edit import ConfigEditError, allow_host
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import LocalServer
-from cellblock.gateway.downstream.egressask import ServerEgress, host_keeper
+from cellblock.gateway.downstream.egressask import MAX_ASKING, ServerEgress, host_keeper
 from cellblock.gateway.downstream.questions import MAX_QUESTIONS
-from cellblock.gateway.serve.approvals import Approvals, OnceOnly
+from cellblock.gateway.serve import approvals as approvals_module
+from cellblock.gateway.serve.approvals import MAX_PENDING, MAX_PENDING_EGRESS, Approvals, OnceOnly
+from cellblock.policy.types import Decision, Verdict
 from cellblock.sandbox.egress import Answer
+from cellblock.sandbox.httphead import Refused
 
 pytestmark = pytest.mark.anyio
 
@@ -193,3 +197,105 @@ async def test_a_call_that_has_asked_its_questions_gets_no_more_forms_for_connec
     assert refused.answer is Answer.DENY and "questions" in refused.how
     assert asked == ["a.example:443"]
     assert egress.denied == {}  # a cap is not the user's answer: not remembered
+
+
+def ask_server(name: str, tmp_path: Path, approvals: Approvals, events: list[str]) -> ServerEgress:
+    """An `ask` server whose connections are asked by `approvals` with no call in flight (as a timer's)."""
+    server = parse_config(CONFIG, "c.yaml").servers["r"]
+    assert isinstance(server, LocalServer)
+    return ServerEgress(name, server, tmp_path, lambda e, **k: events.append(e), lambda: None, approvals.egress)
+
+
+async def flood(tg: TaskGroup, approvals: Approvals, servers: list[ServerEgress], each: int) -> list[Any]:
+    """Each server connects to `each` distinct names at once (tasks of `tg`), with no call in flight;
+    once every connection is refused or waits: the refusals (the rest wait until `tg` ends)."""
+    refused: list[Any] = []
+
+    async def connect(egress: ServerEgress, host: str) -> None:
+        refused.append(await egress.ask(host, 443))
+
+    for s in servers:
+        for i in range(each):
+            tg.start_soon(connect, s, f"x{i}.{s.name}.attacker.example")
+    with anyio.fail_after(10):
+        while len(refused) + len(approvals.pending) < len(servers) * each:
+            await anyio.wait_all_tasks_blocked()
+    return refused
+
+
+async def users_call_is_asked(approvals: Approvals) -> tuple[bool, str]:
+    """The user's own call to a server whose policy says ask, from a client that cannot elicit: put
+    to the user (pending), or refused and why."""
+    call = SimpleNamespace(arguments={"q": 1}, kind="tool", human=None, ctx=None)
+    verdicts: list[Any] = []
+    async with anyio.create_task_group() as tg:
+
+        async def decide() -> None:
+            verdicts.append(
+                await approvals.decide("other", "write", "other__write", Verdict(Decision.ASK, "r", ""), call)
+            )
+
+        tg.start_soon(decide)
+        with anyio.fail_after(10):
+            while not verdicts and not any(p.server == "other" for p in approvals.pending.values()):
+                await anyio.wait_all_tasks_blocked()
+        tg.cancel_scope.cancel()
+    return not verdicts, verdicts[0].reason if verdicts else ""
+
+
+async def test_servers_connections_between_calls_cannot_crowd_out_the_users_own_approvals(
+    state: Path, tmp_path: Path
+) -> None:
+    approvals = Approvals(state, Audit(state / "audit.jsonl"), 30)
+    # enough servers, each at its own cap, to fill the whole table without a share of their own
+    servers = [ask_server(f"s{n}", tmp_path, approvals, []) for n in range(MAX_PENDING // MAX_ASKING + 4)]
+    async with anyio.create_task_group() as tg:
+        refused = await flood(tg, approvals, servers, MAX_ASKING)
+        asked, why = await users_call_is_asked(approvals)
+        held = sum(p.kind == "egress" for p in approvals.pending.values())
+        tg.cancel_scope.cancel()
+    assert asked, why
+    assert held == MAX_PENDING_EGRESS and all("wait for approval already" in r.how for r in refused)
+
+
+async def test_without_a_flood_the_users_own_call_is_put_to_the_user(state: Path) -> None:
+    approvals = Approvals(state, Audit(state / "audit.jsonl"), 30)
+    assert await users_call_is_asked(approvals) == (True, "")
+
+
+async def test_a_servers_flood_of_connections_asks_four_at_once_and_refuses_the_rest_naming_allow_host(
+    state: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    notified: list[str] = []
+
+    async def notify(message: str) -> None:
+        notified.append(message)
+
+    monkeypatch.setattr(approvals_module, "notify", notify)
+    approvals = Approvals(state, Audit(state / "audit.jsonl"), 30)
+    events: list[str] = []
+    egress = ask_server("r", tmp_path, approvals, events)
+    proxy = egress.for_run()
+    assert proxy is not None
+    refusals: list[str] = []
+    async with anyio.create_task_group() as tg:
+
+        async def connect(host: str) -> None:
+            try:
+                await proxy._asked(host, 443)  # the proxy's question, as a CONNECT makes it
+            except Refused as exc:
+                refusals.append(exc.reason)
+
+        for i in range(MAX_PENDING):  # the proxy lets 64 connections wait at once
+            tg.start_soon(connect, f"x{i}.attacker.example")
+        with anyio.fail_after(10):
+            while len(refusals) + len(approvals.pending) < MAX_PENDING:
+                await anyio.wait_all_tasks_blocked()
+        assert len(approvals.pending) == MAX_ASKING
+        tg.cancel_scope.cancel()
+    assert len(refusals) == MAX_PENDING - MAX_ASKING
+    assert all(f"{MAX_ASKING} connections waiting" in r and "cellblock allow-host r x" in r for r in refusals)
+    assert events.count("questions_capped") == 1  # audited once per burst, not per connection
+    assert len(notified) == 1  # one desktop notification per server per burst
+    assert egress.denied == {} and egress.asking == 0  # a cap is not the user's answer: asked again later
+    assert approvals.pending == {}  # the connections stopped waiting: their questions left the table

@@ -6,6 +6,10 @@ is put to the human (`EgressApproval`, the gateway's approvals). What they answe
 run: "always" is written into the config (`host_keeper`) and added to this run's proxy and every
 later one's; a "deny" (or no answer) is kept until the gateway stops, so a server that retries is
 not asked again; "once" lasts as long as the proxy, the server's run.
+
+A server has at most `MAX_ASKING` questions about its connections open at once (forms or pending
+approvals): past them a connection is refused unasked, and the first refused of a burst is audited,
+so a server that connects to many names cannot flood the user, nor the gateway's pending approvals.
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ logger = logging.getLogger(__name__)
 EgressApproval = Callable[[str, str, Caller | None], Awaitable[tuple[str | None, str]]]
 # most host:ports a server's denials are kept for: attacker-growable, so bounded (past it, asked again)
 MAX_DENIED = 1024
+# most questions one server's connections may have open at once (distinct host:ports: the proxy
+# shares one question per host:port); past it a connection is refused unasked, and not remembered
+MAX_ASKING = 4
 
 
 def allow_command(server: str, target: str) -> str:
@@ -58,6 +65,8 @@ class ServerEgress:
     proxy: EgressProxy | None = None  # the current run's
     added: list[str] = field(default_factory=list)  # allowed for good since the gateway started
     denied: dict[tuple[str, int], str] = field(default_factory=dict)
+    asking: int = 0  # questions open now
+    capped: bool = False  # a connection was refused at MAX_ASKING since the questions last all closed
 
     @property
     def jail(self) -> JailConfig | None:
@@ -86,6 +95,11 @@ class ServerEgress:
             return Asked(Answer.DENY, f"{earlier}, earlier while this gateway runs")
         if self.approve is None:
             return Asked(Answer.DENY, "nobody to ask")
+        if self.asking >= MAX_ASKING:
+            if not self.capped:  # the first refused of a burst is audited, not the flood after it
+                self.capped = True
+                self.event("questions_capped", limit=MAX_ASKING, what="egress_open")
+            return Asked(Answer.DENY, f"the server already has {MAX_ASKING} connections waiting for the user's answer")
         caller = self.owner()
         if caller is not None:  # its forms count against the call's questions, as its other questions do
             caller.questions += 1
@@ -93,7 +107,12 @@ class ServerEgress:
                 self.event("questions_capped", limit=MAX_QUESTIONS, what="egress")
             if caller.questions > MAX_QUESTIONS:
                 return Asked(Answer.DENY, f"the call in flight has put {MAX_QUESTIONS} questions to the user already")
-        scope, how = await self.approve(self.name, authority(host, port), caller)
+        self.asking += 1
+        try:
+            scope, how = await self.approve(self.name, authority(host, port), caller)
+        finally:
+            self.asking -= 1
+            self.capped = self.capped and self.asking > 0
         if scope is None:
             if len(self.denied) < MAX_DENIED:
                 self.denied[(host, port)] = how

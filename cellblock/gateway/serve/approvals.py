@@ -91,6 +91,8 @@ APPROVAL_KEY = "cellblock_approval"
 # for this long (the model is told to retry after the user approves).
 PENDING_TTL = 600.0
 MAX_PENDING = 64  # pending approvals are created by the model's calls: keep them bounded
+# servers' connections (`network: ask`) may hold only this share of them: the rest stay the calls'
+MAX_PENDING_EGRESS = MAX_PENDING // 4
 STATE_PREFIX = "ap1."
 
 
@@ -307,6 +309,8 @@ class Approvals:
         self._expire()
         if len(self.pending) >= MAX_PENDING:
             return self._refused(server, tool, verdict, "approval_denied", "too many approvals are pending", kind)
+        # a server's connections asked while another of its waits are one burst: one notification
+        burst = kind == "egress" and any(p.kind == "egress" and p.server == server for p in self.pending.values())
         now = time.time()
         ident = base64.b32encode(os.urandom(5)).decode().lower()
         item = Pending(ident, server, tool, arguments, args_digest(arguments), now, now + PENDING_TTL, kind=kind)
@@ -339,7 +343,8 @@ class Approvals:
             # never a silent wait: the client hears why (and so can the model), the desktop shows it
             if ctx is not None and ctx.tell is not None:
                 tg.start_soon(ctx.tell, waiting)
-            tg.start_soon(notify, shown)
+            if not burst:
+                tg.start_soon(notify, shown)
             with anyio.move_on_after(self.timeout):
                 await item.answer.wait()
             tg.cancel_scope.cancel()
@@ -463,9 +468,17 @@ class Approvals:
             if decided is None:
                 why = f"no answer within {self.timeout:g}s"
                 decided = self._refused(server, target, verdict, "approval_timeout", why, "egress")
+        elif sum(p.kind == "egress" for p in self.pending.values()) >= MAX_PENDING_EGRESS:
+            why = f"{MAX_PENDING_EGRESS} connections of servers wait for approval already"
+            decided = self._refused(server, target, verdict, "approval_denied", why, "egress")
         else:
             exposed = f"egress:{target} (server '{server}')"  # how the notification names it
-            decided = await self._wait_for_cli(server, target, exposed, verdict, summary, kind="egress")
+            try:
+                decided = await self._wait_for_cli(server, target, exposed, verdict, summary, kind="egress")
+            finally:  # a connection that stopped waiting can use no later answer: its question leaves
+                for ident, p in list(self.pending.items()):
+                    if (p.server, p.tool, p.kind) == (server, target, "egress"):
+                        del self.pending[ident]
         if decided.decision is not Decision.ALLOW:
             _, said, why = decided.reason.rpartition("did not get it: ")  # else the pending one timed out
             return None, why if said else f"no answer within {self.timeout:g}s"
