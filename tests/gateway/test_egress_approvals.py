@@ -299,3 +299,18 @@ async def test_a_servers_flood_of_connections_asks_four_at_once_and_refuses_the_
     assert len(notified) == 1  # one desktop notification per server per burst
     assert egress.denied == {} and egress.asking == 0  # a cap is not the user's answer: asked again later
     assert approvals.pending == {}  # the connections stopped waiting: their questions left the table
+
+
+async def test_a_connection_that_gave_up_leaves_the_pending_table_and_a_late_approve_names_allow_host(
+    state: Path, tmp_path: Path
+) -> None:
+    approvals = Approvals(state, Audit(state / "audit.jsonl"), 0.05)
+    egress = ask_server("r", tmp_path, approvals, [])
+    first = await egress.ask("api.example.com", 443)
+    assert first.answer is Answer.DENY and "no answer" in first.how
+    assert approvals.listing() == []  # nothing can use a later answer: it is not shown as pending
+    (ident,) = [e["id"] for e in events(state) if e["event"] == "approval_asked"]
+    with pytest.raises(OnceOnly, match=r"gave up waiting.*'cellblock allow-host r api\.example\.com:443'"):
+        await approvals.answer(ident, "once")
+    egress.allow("api.example.com:443")  # what the message says to run: the retry is no longer refused
+    assert egress.denied == {}

@@ -137,6 +137,9 @@ class Approvals:
         self._once: dict[tuple[str, str, str, str], float] = {}  # (server, kind, tool, digest): after a timeout
         self._sealer = Sealer(STATE_PREFIX)
         self._used: dict[str, float] = {}
+        # connections that stopped waiting, gone from `pending`: id -> (server, host:port, expiry),
+        # so that a late `cellblock approve` says what happened and what works
+        self._gave_up: dict[str, tuple[str, str, float]] = {}
         # how "always" is kept for a kind that approvals.json does not hold: "egress" (`network:
         # ask`) writes the host into the server's allow_hosts, "share" a path into its jail's grants
         # (the gateway sets them)
@@ -374,6 +377,13 @@ class Approvals:
         """
         self._expire()
         asked = self.pending.get(ident)
+        if asked is None and ident in self._gave_up:
+            who, target, _ = self._gave_up[ident]
+            raise OnceOnly(
+                f"'{ident}' was a connection of server '{who}' to {target} that gave up waiting and was refused; "
+                f"the server is refused {target} until you allow it: 'cellblock allow-host {who} {target}' "
+                "(its next try then connects)"
+            )
         if asked is not None and asked.kind == "sampling" and scope in ("session", "always"):
             raise OnceOnly(
                 f"'{ident}' is a request of server '{asked.server}' to use your model, which is asked each time "
@@ -415,6 +425,7 @@ class Approvals:
             self.pending.pop(ident)
         for key in [k for k, exp in self._once.items() if exp < now]:
             self._once.pop(key)
+        self._gave_up = {i: gone for i, gone in self._gave_up.items() if gone[2] >= now}
 
     async def sampling(self, server: str, params: types.CreateMessageRequestParams, entry: Any) -> str | None:
         """Ask whether `server` may use the client's model for this request; None if allowed, else why not."""
@@ -479,6 +490,9 @@ class Approvals:
                 for ident, p in list(self.pending.items()):
                     if (p.server, p.tool, p.kind) == (server, target, "egress"):
                         del self.pending[ident]
+                        if len(self._gave_up) >= MAX_PENDING:  # bounded: the oldest is forgotten
+                            del self._gave_up[next(iter(self._gave_up))]
+                        self._gave_up[ident] = (server, target, p.expires)
         if decided.decision is not Decision.ALLOW:
             _, said, why = decided.reason.rpartition("did not get it: ")  # else the pending one timed out
             return None, why if said else f"no answer within {self.timeout:g}s"
