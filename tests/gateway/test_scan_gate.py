@@ -27,7 +27,9 @@ from cellblock.gateway.scan.gate import (
 from cellblock.gateway.scan.learn import Proposal, apply_proposal
 from cellblock.gateway.scan.learned import Learned, widen
 from cellblock.gateway.scan.scratch import ScanError
+from cellblock.gateway.scan.shares import ShareGate
 from cellblock.policy.hosts import address_allowed, host_allowed, parse_rule
+from cellblock.policy.pathargs import grant_for, on_disk, path_arguments
 from cellblock.sandbox.trace import Event, Kind
 
 
@@ -449,3 +451,86 @@ def test_a_socket_past_many_entries_or_in_a_directory_that_cannot_be_listed_is_n
     monkeypatch.setattr(os, "scandir", scandir)
     with pytest.raises(NotGrantable, match="cannot be listed"):
         check_path(str(crowded))
+
+
+def _repository(home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A repository in the home with its hooks and a virtualenv, and a client's PATH without either."""
+    repo = home / "code" / "app"
+    (repo / ".git" / "hooks").mkdir(parents=True)
+    (repo / "venv" / "bin").mkdir(parents=True)
+    (repo / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (repo / "venv" / "bin" / "activate").write_text("# sourced by the user's shell\n")
+    (repo / "README.md").write_text("x\n")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    return repo
+
+
+def _asked_share(home: Path, given: str) -> str | None:
+    """What the share stage says of the share a writing tool's call naming `given` asks for."""
+    (argument,) = path_arguments({"path": given}, str(home))
+    grant = grant_for(argument.path, str(home), True, on_disk)
+    if grant is None or not grant.write:
+        raise AssertionError(f"{given}: no writable grant to judge ({grant})")
+    return ShareGate(None).check(grant.path, grant.write, [])
+
+
+def test_a_share_a_call_asks_for_never_makes_a_repositorys_hooks_writable(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file named in a repository asks for the repository read-write, its .git/hooks with it: the
+    server writes pre-commit, the user's next commit runs it outside the jail."""
+    _repository(home, monkeypatch)
+    why = _asked_share(home, "~/code/app/README.md")
+    assert why is not None and "code/app/.git" in why and "servers.<server>.jail.read_write" in why, why
+
+
+def test_a_share_a_call_asks_for_never_makes_a_virtualenvs_programs_writable(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = _repository(home, monkeypatch)
+    why = _asked_share(home, str(repo / "venv" / "bin" / "activate"))
+    assert why is not None and "virtualenv" in why, why
+
+
+@pytest.mark.parametrize(
+    ("held", "named"),
+    [(".envrc", ".envrc"), (".mcp.json", ".mcp.json"), (".vscode/tasks.json", ".vscode"), ("bin/tool", "bin")],
+)
+def test_a_share_of_a_folder_holding_what_runs_code_is_refused_naming_it(
+    held: str, named: str, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = home / "code" / "site"
+    (project / held).parent.mkdir(parents=True, exist_ok=True)
+    (project / held).write_text("x\n")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    why = _asked_share(home, "~/code/site/out.txt")
+    assert why is not None and f"code/site/{named}" in why, why
+
+
+@pytest.mark.parametrize("folder", ["go/bin", "miniconda3/bin", "anaconda3/bin", ".cargo/bin", ".local/bin"])
+def test_a_homes_well_known_program_folder_is_never_made_writable_off_the_path(
+    folder: str, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (home / folder).mkdir(parents=True)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert _asked_share(home, f"~/{folder}/tool") is not None
+
+
+@pytest.mark.parametrize("name", ["package.json", "go.work", "conftest.py", "pytest.ini", "Makefile", ".npmrc"])
+def test_a_file_tools_read_upward_is_never_made_or_shared_writable_in_the_home_itself(name: str, home: Path) -> None:
+    assert _asked_share(home, f"~/{name}") is not None
+
+
+def test_control_a_share_of_a_plain_folder_or_a_plain_file_in_the_home_is_granted(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _repository(home, monkeypatch)
+    (home / "notes").mkdir()
+    assert _asked_share(home, "~/notes/today.md") is None
+    assert _asked_share(home, "~/code/app/docs/new.md") is None  # a folder the call makes, in the repository
+    assert _asked_share(home, "~/report.txt") is None
+
+
+def test_control_the_gate_refuses_the_hooks_folder_named_itself(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _repository(home, monkeypatch)
+    assert _asked_share(home, "~/code/app/.git/hooks/pre-commit") is not None

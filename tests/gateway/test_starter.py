@@ -422,6 +422,24 @@ def test_a_missing_path_where_a_write_runs_code_or_leaves_the_home_is_not_shared
     assert any(why in n for n in result.notes)
 
 
+@pytest.mark.parametrize(
+    ("arg", "why"),
+    [
+        ("~/code/app/app.db", "code/app/.git"),  # the folder holds a repository's hooks
+        ("~/code/app/venv/lib/x.db", "a virtualenv"),  # inside one: a .pth there runs at each start
+        ("~/package.json", "package.json in your home"),  # read upward by every project below
+    ],
+)
+def test_a_missing_path_whose_share_would_hold_what_runs_code_is_not_shared(home: Path, arg: str, why: str) -> None:
+    (home / "code" / "app" / ".git" / "hooks").mkdir(parents=True)
+    (home / "code" / "app" / "venv").mkdir()
+    (home / "code" / "app" / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    result = starter("s", Entry(command="my-server", args=("--out", arg)), taken=(), home=str(home))
+    assert result.config["jail"] == {"network": "ask"}
+    assert (result.make, result.touch) == ((), ())
+    assert any(why in n and "not shared read_write" in n for n in result.notes), result.notes
+
+
 def test_a_missing_path_through_a_link_out_of_the_home_is_not_shared(
     home: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

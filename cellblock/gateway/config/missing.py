@@ -8,7 +8,9 @@ path that holds nothing yet; those of hidden entries and program folders are one
 `policy/grantrules.py`): not the home itself, no hidden entry on the way (`~/.config`,
 `~/.local`, a repository's `.git`: startup files, autostart, hooks, and every secret a home keeps),
 no directory of programs (`~/bin`, one on `$PATH`, macOS's `~/Library` with its launch agents),
-nothing of Cellblock's. The narrowest grant that works, in order:
+no folder that holds what runs code (a repository's `.git`, `.envrc`, a `bin`, a virtualenv) or is
+inside a virtualenv, no `~/package.json` or other name tools read upward, nothing of Cellblock's.
+The narrowest grant that works, in order:
 
 - a server that works in the directories it is given (a filesystem server): the folder itself,
   made by wrap and shared read-write;
@@ -26,7 +28,7 @@ import posixpath
 from cellblock.gateway.config.draft import Draft
 from cellblock.gateway.state import default_config_path, own_dirs
 from cellblock.policy.constraints import within
-from cellblock.policy.grantrules import hidden_part, program_dirs
+from cellblock.policy.grantrules import held_runner, hidden_part, home_tool_config, program_dirs
 from cellblock.policy.pathargs import grant_for, on_disk
 
 __all__ = ["share_missing"]
@@ -46,6 +48,15 @@ def share_missing(draft: Draft, path: str, *, writable: bool) -> None:
         return
     # the least grant that works, as a call's share makes it (policy/pathargs.py)
     grant = grant_for(real, draft.home, True, on_disk)
+    target = real if writable or grant is None else grant.path
+    held = home_tool_config(target, [posixpath.normpath(draft.home)]) or held_runner(target)
+    if held is not None:
+        draft.notes.append(
+            f"{path} is in its arguments but does not exist: {target} is not shared read_write ({held}, so a "
+            "server that may write there runs code outside its jail); if you mean it to, add it to "
+            "jail.read_write yourself"
+        )
+        return
     if writable:
         draft.share(path, writable=True)
         draft.make.append(real)

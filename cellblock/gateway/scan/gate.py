@@ -22,9 +22,11 @@ never a hidden entry (a name starting with `.`) or one inside one — where prog
 run on their own: a shell's and a login's startup files, `~/.config` (autostart, user services),
 `~/.local` (programs, Python's `.pth` files), a repository's `.git` (hooks) — nor a directory of
 programs the user runs by name (each on `$PATH`, `~/bin`, macOS's `~/Library` of launch agents),
-the system's (`/usr`, `/etc`, `/opt`, …) or cron's, inside or above: a server that may write one
-of those runs code outside its jail (the rules of `policy/grantrules.py`, which wrap's shares of
-missing paths read too).
+the system's (`/usr`, `/etc`, `/opt`, …) or cron's, inside or above, nor a folder that holds one
+directly or is inside a virtualenv (a repository with its `.git`, `.envrc`, `.mcp.json`, a `bin`,
+a virtualenv), nor a home's own `package.json`, `go.work`, `conftest.py`, ...: a server that may
+write one of those runs code outside its jail (the rules of `policy/grantrules.py`, which wrap's
+shares of missing paths read too).
 
 No part of a path leads into a place a jail may write (a `read_write` grant of this server or of
 another in the config), by its own spelling or through a link: a server that may write there can
@@ -67,7 +69,7 @@ from cellblock.gateway.scan.scratch import ScanError, service
 from cellblock.gateway.state import default_config_path, own_dirs, swappable
 from cellblock.gateway.terminal import printable
 from cellblock.policy.constraints import within
-from cellblock.policy.grantrules import hidden_part, program_dirs
+from cellblock.policy.grantrules import held_runner, hidden_part, home_tool_config, program_dirs
 from cellblock.policy.hosts import METADATA, HostKind, HostRule, embedded_ipv4, is_ip, normalize_host, parse_rule
 from cellblock.sandbox.sockets import host_sockets
 
@@ -257,6 +259,13 @@ def _check_writable(path: str, form: str, through: str) -> None:
         raise NotGrantable(
             f"{_shown(path)} is or holds {runs}{through}, where programs are kept that run outside the jail, "
             "so a proposal never makes it writable; grant it read_write by hand if the server must write there"
+        )
+    held = home_tool_config(form, _homes()) or held_runner(form)
+    if held is not None:
+        raise NotGrantable(
+            f"{_shown(path)} is not made writable{through}: {_shown(held)}, so a server that may write there "
+            "runs code outside its jail; if you mean it to, share it for good in your config under "
+            "servers.<server>.jail.read_write"
         )
 
 
