@@ -37,6 +37,7 @@ __all__ = [
     "is_ip",
     "is_loopback",
     "is_special_address",
+    "no_host",
     "normalize_host",
     "parse_rule",
 ]
@@ -60,6 +61,17 @@ _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 METADATA = frozenset(
     ipaddress.ip_address(a) for a in ("fd00:ec2::254", "fd20:ce::254", "100.100.100.200", "168.63.129.16")
 )
+
+# Addresses that are this machine or no one's: never one host to allow (`no_host`).
+_NO_HOST = (
+    ("is_loopback", "this machine (loopback)"),
+    ("is_unspecified", "the unspecified address, which reaches this machine"),
+    ("is_link_local", "link-local (where the cloud's metadata service answers)"),
+    ("is_multicast", "multicast"),
+    ("is_reserved", "reserved"),
+)
+# What a range is looked into for besides its ends: the metadata services and loopback.
+_WITHIN = (*METADATA, *map(ipaddress.ip_address, ("169.254.169.254", "127.0.0.1", "::1")))
 
 
 class HostKind(StrEnum):
@@ -372,6 +384,21 @@ def _to_ascii_label(label: str, host: str) -> str:
 def is_loopback(host: str) -> bool:
     """Whether `host` (a normalised name or IP literal) is this machine: `localhost` or a loopback IP."""
     return host == "localhost" or (is_ip(host) and ipaddress.ip_address(host).is_loopback)
+
+
+def no_host(network: IPNetwork) -> tuple[str, bool] | None:
+    """Why `network` (one address: a /32 or /128) is or reaches what is never one host to allow (a
+    cloud's metadata service, this machine, no one's), and whether only as loopback (this machine's
+    services, which a user may open on purpose); None when it is not. The one copy the scan gate,
+    `cellblock allow-host` and the proxy's refusals read."""
+    found = [network.network_address, network.broadcast_address, *(a for a in _WITHIN if a in network)]
+    for one in (b for a in found for b in (a, *embedded_ipv4(a))):
+        if one in METADATA or one == ipaddress.ip_address("169.254.169.254"):
+            return "a cloud's metadata service, which hands out credentials", False
+        what = next((text for test, text in _NO_HOST if getattr(one, test)), None)
+        if what is not None:
+            return what, what == _NO_HOST[0][1]
+    return None
 
 
 def is_ip(text: str) -> bool:

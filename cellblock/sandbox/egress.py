@@ -22,6 +22,7 @@ in the config), a "deny" is refused; the special-address check applies after a y
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import socket
@@ -41,6 +42,7 @@ from cellblock.policy.hosts import (
     host_allowed,
     is_ip,
     is_special_address,
+    no_host,
     normalize_host,
     parse_rule,
 )
@@ -273,11 +275,11 @@ class EgressProxy:
         addresses = await self._resolve(host, port)
         for address in addresses:
             if not address_allowed(self.rules, rule, address, port):
+                add = f" (add '{authority(address, port)}' to allow_hosts if that is intended"
                 raise Refused(
                     403,
                     f"{host} resolves to {address}, a loopback, private or reserved address that no "
-                    f"IP rule lists (add '{authority(address, port)}' to allow_hosts if that is intended"
-                    f"{': ' + self._fix(authority(address, port)) if self._fix is not None else ''})",
+                    f"IP rule lists{self._remedy(address, port, add, ')')}",
                     host,
                     port,
                     address,
@@ -314,6 +316,20 @@ class EgressProxy:
                 await upstream.send(origin_head(request, host, port))
             await _pipe(reader, stream, upstream)
 
+    def _remedy(self, address: str, port: int, lead: str, end: str) -> str:
+        """How the refusal of `address:port` ends: why no rule ever opens it (a metadata service, this
+        machine: `hosts.no_host`, what `cellblock allow-host` refuses), never the command that would
+        be relayed as the fix; else `lead`, the command that allows it, and `end`."""
+        refused = no_host(ipaddress.ip_network(address))
+        if refused is not None and refused[1]:
+            return (
+                f"; it is {refused[0]}: a server reaches a service here only if you open it knowing what listens{end}"
+            )
+        if refused is not None:
+            return f"; it is {refused[0]}, which a server is never let reach: refuse if asked to allow it{end}"
+        fix = self._fix(authority(address, port)) if self._fix is not None else ""
+        return f"{lead}{': ' if lead and fix else '; ' if fix else ''}{fix}{end}"
+
     async def _asked(self, host: str, port: int) -> tuple[HostRule, str]:
         """A rule for `host:port`, which no rule lists, once the human allowed it, and how.
 
@@ -322,7 +338,7 @@ class EgressProxy:
                 the human denied it or did not answer.
         """
         target = authority(host, port)
-        fix = f"; {self._fix(target)}" if self._fix is not None else ""
+        fix = self._remedy(host, port, "", "") if is_ip(host) else f"; {self._fix(target)}" if self._fix else ""
         if self._ask is None or (is_ip(host) and is_special_address(host)):
             raise Refused(403, f"{target} is not in allow_hosts{fix}", host, port)
         key = (host, port)

@@ -161,6 +161,27 @@ def test_allow_host_turns_none_into_an_allowlist_and_refuses_what_cannot_be_allo
         allow_host(config, "r", "a b:443")
 
 
+@pytest.mark.parametrize("entry", ["169.254.169.254", "169.254.169.254:80", "[fd00:ec2::254]:80", "169.0.0.0/8"])
+def test_allow_host_never_adds_a_cloud_metadata_service(entry: str, state: Path, tmp_path: Path) -> None:
+    config = tmp_path / "cellblock.yaml"
+    config.write_text(CONFIG)
+    with pytest.raises(ConfigEditError, match="metadata service"):
+        allow_host(config, "r", entry)
+    with pytest.raises(ConfigEditError, match="metadata service"):
+        allow_host(config, "r", entry, loopback=True)
+    assert config.read_text() == CONFIG
+
+
+def test_allow_host_adds_loopback_only_when_told_it_is_meant(state: Path, tmp_path: Path) -> None:
+    config = tmp_path / "cellblock.yaml"
+    config.write_text(CONFIG)
+    with pytest.raises(ConfigEditError, match=r"loopback.*--loopback"):
+        allow_host(config, "r", "127.0.0.1:6379")
+    assert config.read_text() == CONFIG
+    assert "added 127.0.0.1:6379" in allow_host(config, "r", "127.0.0.1:6379", loopback=True)
+    assert "added 10.0.0.5:443" in allow_host(config, "r", "10.0.0.5:443")  # the control: a private address
+
+
 async def test_the_keeper_writes_the_config_and_allows_it_live(state: Path, tmp_path: Path) -> None:
     config = tmp_path / "cellblock.yaml"
     config.write_text(CONFIG)

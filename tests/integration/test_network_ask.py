@@ -242,11 +242,12 @@ async def test_wrap_gives_a_fetch_server_ask_and_its_first_connection_is_asked_a
         async with gateway(config, tmp_path / "state", env=env, elicitation_callback=human) as client:
             before = len(Handler.hits)
             first = await client.call_tool("fetch__fetch", {"url": f"{site}/wrapped", "raw": True})
-            command = f"cellblock allow-host fetch 127.0.0.1:{httpd.server_address[1]}"
+            command = f"cellblock allow-host fetch 127.0.0.1:{httpd.server_address[1]} --loopback"
             assert first.is_error and "403" in text(first), text(first)  # the fetch server shows no body
             (refused,) = events(tmp_path, "egress")
             assert refused["asked"] == "once" and "resolves to 127.0.0.1" in refused["reason"]
-            assert command in refused["reason"]
+            # this machine: why, and no command the model would relay as the fix
+            assert "this machine (loopback)" in refused["reason"] and "allow-host" not in refused["reason"]
             assert Handler.hits[before:] == []
             opened = await anyio.to_thread.run_sync(lambda: cellblock(*command.split()[1:], "--config", str(config)))
             assert opened.returncode == 0, opened.stderr

@@ -155,3 +155,30 @@ async def test_without_an_asker_an_unlisted_host_is_refused_naming_the_command(s
     assert status(response) == 403
     assert b"allow it with 'cellblock allow-host files elsewhere.test:443'" in response
     assert decisions[0].reason.endswith("allow it with 'cellblock allow-host files elsewhere.test:443'")
+
+
+@pytest.mark.parametrize("address", ["169.254.169.254", "127.0.0.1", "fd00:ec2::254"])
+async def test_a_name_that_leads_to_the_metadata_service_or_loopback_is_never_answered_with_the_command_that_opens_it(
+    sock_dir: Path, address: str
+) -> None:
+    """A hostile server's own DNS points its name there: the refusal, which the model relays to the
+    user as the fix, says why it is refused and names no command that would open it."""
+    human, resolver = Human(Answer.ONCE), Resolved({"docs.attacker.test": [address]})
+    async with asking(sock_dir, [], human, resolver) as (path, _, _):
+        response = await exchange(path, connect("docs.attacker.test", 80))
+    assert status(response) == 403
+    assert b"allow-host" not in response and (b"never let reach" in response or b"only if you open it" in response)
+
+
+async def test_a_metadata_address_named_directly_is_refused_without_the_command(sock_dir: Path) -> None:
+    human = Human(Answer.ONCE)
+    async with asking(sock_dir, [], human, Resolved({})) as (path, _, _):
+        response = await exchange(path, connect("169.254.169.254", 80))
+    assert status(response) == 403 and b"allow-host" not in response and b"metadata" in response, response
+
+
+async def test_control_a_name_that_leads_to_a_private_address_names_the_command(sock_dir: Path) -> None:
+    human, resolver = Human(Answer.ONCE), Resolved({"inside.test": ["10.0.0.5"]})
+    async with asking(sock_dir, [], human, resolver) as (path, _, _):
+        response = await exchange(path, connect("inside.test", 443))
+    assert b"allow it with 'cellblock allow-host files 10.0.0.5:443'" in response

@@ -16,12 +16,12 @@ from cellblock.gateway.terminal import printable
 __all__ = ["allow_host_command"]
 
 
-def allow_host_command(config_path: str | None, server: str, entry: str) -> int:
+def allow_host_command(config_path: str | None, server: str, entry: str, *, loopback: bool = False) -> int:
     """Write `entry` into `server`'s allow_hosts (`config/edit.py`), then tell each running gateway
     of that config, whose proxy allows it from its next connection on. Returns the exit code."""
     _, source = load_config(config_path)
     try:
-        said = allow_host(source, server, entry)
+        said = allow_host(source, server, entry, loopback=loopback)
     except (ConfigEditError, StateWriteError) as exc:
         print(f"cellblock: FAIL: {printable(str(exc))}", file=sys.stderr)
         return EXIT_FINDING

@@ -98,6 +98,11 @@ def _parser() -> argparse.ArgumentParser:
     allow.add_argument(
         "host", metavar="HOST[:PORT]", help="an allow_hosts entry: host:port, host (80 and 443), *.suffix, an IP"
     )
+    allow.add_argument(
+        "--loopback",
+        action="store_true",
+        help="allow an address of this machine (127.0.0.1:PORT, [::1]:PORT): a service on it that trusts you",
+    )
     add_config(allow)
     doctor = sub.add_parser("doctor", help="check that this machine can build jails and keep secrets; exit 1 on a gap")
     add_config(doctor)
@@ -257,7 +262,7 @@ def _run(args: argparse.Namespace) -> int:
     if command == "allow-host":
         from cellblock.gateway.cli.hosts import allow_host_command
 
-        return allow_host_command(args.config, args.server, args.host)
+        return allow_host_command(args.config, args.server, args.host, loopback=args.loopback)
     if command == "ps":
         from cellblock.gateway.cli.gateways import ps
 

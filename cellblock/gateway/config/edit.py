@@ -19,7 +19,7 @@ import yaml
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import Config, ConfigError, JailConfig, LocalServer
 from cellblock.gateway.state import atomic_write_text, locked, state_dir
-from cellblock.policy.hosts import HostKind, host_allowed, parse_rule
+from cellblock.policy.hosts import HostKind, host_allowed, no_host, parse_rule
 
 __all__ = ["ConfigEditError", "allow_host", "jail_span", "raw_jail", "write_jail"]
 
@@ -114,20 +114,32 @@ def write_jail(
     return result
 
 
-def allow_host(source: Path, name: str, entry: str) -> str:
+def allow_host(source: Path, name: str, entry: str, *, loopback: bool = False) -> str:
     """Add `entry` ("host:port", or any `allow_hosts` entry) to server `name`'s `allow_hosts` in
     the config at `source` (a link is changed where it points); `network: none` becomes
-    `allowlist`. What was done, as a sentence.
+    `allowlist`. What was done, as a sentence. An address or range that is or holds a cloud's
+    metadata service, or no one's, is never added; this machine's (loopback) only with `loopback`
+    (the scan gate's rule, `hosts.no_host`).
 
     Raises:
         ConfigEditError: the config does not load, no such local jailed server, `network: open`
-            (nothing to allow), the entry is not valid, or the config cannot be edited in place.
+            (nothing to allow), the entry is not valid or is such an address, or the config cannot
+            be edited in place.
         StateWriteError: it could not be written, or another process holds the lock.
     """
     try:
         rule = parse_rule(entry)
     except ValueError as exc:
         raise ConfigEditError(f"'{entry}' is not an allow_hosts entry: {exc}") from exc
+    refused = no_host(rule.network) if rule.network is not None else None
+    if refused is not None and not (refused[1] and loopback):
+        what, only_loopback = refused
+        how = (
+            "pass --loopback if you mean this server to reach a service on this machine"
+            if only_loopback
+            else "no server is ever let reach it"
+        )
+        raise ConfigEditError(f"'{entry}' is or holds {what}: not added; {how}")
     source = source.resolve()
     with locked(state_dir() / "config-edit"):
         try:

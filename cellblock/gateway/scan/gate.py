@@ -70,7 +70,7 @@ from cellblock.gateway.state import default_config_path, own_dirs, swappable
 from cellblock.gateway.terminal import printable
 from cellblock.policy.constraints import within
 from cellblock.policy.grantrules import held_runner, hidden_part, home_tool_config, program_dirs
-from cellblock.policy.hosts import METADATA, HostKind, HostRule, embedded_ipv4, is_ip, normalize_host, parse_rule
+from cellblock.policy.hosts import HostKind, HostRule, is_ip, no_host, normalize_host, parse_rule
 from cellblock.sandbox.sockets import host_sockets
 
 __all__ = [
@@ -389,23 +389,10 @@ def check_host(entry: str) -> None:
                 raise NotGrantable(f"{_shown(entry)} has a label that is not punycode ({label})") from exc
 
 
-# Addresses that are this machine or no one's: never one host to allow.
-_NO_HOST = (
-    ("is_loopback", "this machine (loopback)"),
-    ("is_unspecified", "the unspecified address, which reaches this machine"),
-    ("is_link_local", "link-local (where the cloud's metadata service answers)"),
-    ("is_multicast", "multicast"),
-    ("is_reserved", "reserved"),
-)
-
-
 def _check_address(entry: str, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> None:
-    for one in (address, *embedded_ipv4(address)):
-        if one in METADATA:
-            raise NotGrantable(f"{_shown(entry)} is a cloud's metadata service, which hands out credentials")
-        what = next((text for test, text in _NO_HOST if getattr(one, test)), None)
-        if what is not None:
-            raise NotGrantable(f"{_shown(entry)} is {what}")
+    found = no_host(ipaddress.ip_network(address))
+    if found is not None:
+        raise NotGrantable(f"{_shown(entry)} is {found[0]}")
 
 
 def vet(
