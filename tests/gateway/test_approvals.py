@@ -163,16 +163,22 @@ async def test_a_2026_client_gets_a_sealed_question_whose_state_redeems_once_for
     result = asked.value.result
     assert list(result.input_requests) == [APPROVAL_KEY] and result.request_state
     state = result.request_state
-    assert approvals_.redeem(state, "p__echo", {"message": "other"}) == "the approval state belongs to a different call"
-    assert approvals_.redeem(state[:-4] + "0000", "p__echo", {"message": "hi"}) == "the approval state does not verify"
-    assert approvals_.redeem(state, "p__echo", {"message": "hi"}) is None
-    assert approvals_.redeem(state, "p__echo", {"message": "hi"}) == "the approval state was already used"
+    assert (
+        approvals_.sealed.redeem(state, "p__echo", {"message": "other"})
+        == "the approval state belongs to a different call"
+    )
+    assert (
+        approvals_.sealed.redeem(state[:-4] + "0000", "p__echo", {"message": "hi"})
+        == "the approval state does not verify"
+    )
+    assert approvals_.sealed.redeem(state, "p__echo", {"message": "hi"}) is None
+    assert approvals_.sealed.redeem(state, "p__echo", {"message": "hi"}) == "the approval state was already used"
     # the retry carries the human's answer, the way the gateway takes it: bound to the question its form asked
     with pytest.raises(NeedsInput) as again:
         await decide(approvals_, asking(Session(), modern=True))
     retry = Call("p__echo", {"message": "hi"}, "p", "echo", ctx=asking(Session(), modern=True))
     reply = {APPROVAL_KEY: answer("allow_once").model_dump(by_alias=True)}
-    assert approvals_.carried(retry, again.value.result.request_state, reply) is None
+    assert approvals_.sealed.carried(retry, again.value.result.request_state, reply) is None
     assert retry.answered == "tool:echo"
     verdict = await approvals_.decide("p", "echo", retry.name, ASK, retry)
     assert verdict.decision is Decision.ALLOW and verdict.rule == "approval:once"
@@ -180,13 +186,15 @@ async def test_a_2026_client_gets_a_sealed_question_whose_state_redeems_once_for
 
 def test_a_state_lives_as_long_as_the_approval_timeout(tmp_path: Path) -> None:
     lapsed = approvals(tmp_path, timeout=-1)  # sealed already past its lifetime: no clock to wait for
-    state = lapsed.seal("p__echo", {"message": "hi"})
-    assert lapsed.redeem(state, "p__echo", {"message": "hi"}) == "the approval state has expired"
+    state = lapsed.sealed.seal("p__echo", {"message": "hi"})
+    assert lapsed.sealed.redeem(state, "p__echo", {"message": "hi"}) == "the approval state has expired"
 
 
 async def test_a_state_sealed_by_another_gateway_does_not_verify(tmp_path: Path) -> None:
-    state = approvals(tmp_path).seal("p__echo", {"message": "hi"})
-    assert approvals(tmp_path).redeem(state, "p__echo", {"message": "hi"}) == "the approval state does not verify"
+    state = approvals(tmp_path).sealed.seal("p__echo", {"message": "hi"})
+    assert (
+        approvals(tmp_path).sealed.redeem(state, "p__echo", {"message": "hi"}) == "the approval state does not verify"
+    )
 
 
 # -- the CLI (a client that cannot ask) -------------------------------------------------------

@@ -50,7 +50,7 @@ async def _attempt(shares: Shares, approvals: Approvals, arguments: dict[str, An
     if answer is not None:  # the retry carries the answer the way the gateway takes it
         state, decision = answer
         reply = {"cellblock_approval": {"action": "accept", "content": {"decision": decision}}}
-        assert approvals.carried(call, state, reply) is None
+        assert approvals.sealed.carried(call, state, reply) is None
     wait = shares.stage(call)
     if wait is None:
         return None

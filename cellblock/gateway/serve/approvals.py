@@ -33,7 +33,6 @@ from __future__ import annotations
 import base64
 import logging
 import os
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -45,7 +44,7 @@ import mcp.types as types
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 
-from cellblock.gateway.ask.elicitation import Sealer, StateRejected, elicits, elicits_url, samples
+from cellblock.gateway.ask.elicitation import elicits, elicits_url, samples
 from cellblock.gateway.ask.forms import (
     MAX_VALUE,
     SHARE_CHOICES,
@@ -63,6 +62,7 @@ from cellblock.gateway.ask.forms import (
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.serve.notify import notify
 from cellblock.gateway.serve.remembered import ITEM_KINDS, Remembered
+from cellblock.gateway.serve.sealed import APPROVAL_KEY, SealedAnswers
 from cellblock.gateway.state import StateWriteError
 from cellblock.policy.text import visible
 from cellblock.policy.types import Decision, Verdict
@@ -79,21 +79,17 @@ __all__ = [
     "can_elicit",
     "choice_schema",
     "describe",
-    "human_answer",
     "review_form",
 ]
 
 logger = logging.getLogger(__name__)
 
-# The input key of an approval question inside an InputRequiredResult.
-APPROVAL_KEY = "cellblock_approval"
 # A pending approval answered after its call timed out still lets the same call through once,
 # for this long (the model is told to retry after the user approves).
 PENDING_TTL = 600.0
 MAX_PENDING = 64  # pending approvals are created by the model's calls: keep them bounded
 # servers' connections (`network: ask`) may hold only this share of them: the rest stay the calls'
 MAX_PENDING_EGRESS = MAX_PENDING // 4
-STATE_PREFIX = "ap1."
 
 
 class NeedsInput(Exception):
@@ -135,8 +131,7 @@ class Approvals:
         self.session: set[tuple[str, str, str]] = set()  # (server, kind, tool)
         self.pending: dict[str, Pending] = {}
         self._once: dict[tuple[str, str, str, str], float] = {}  # (server, kind, tool, digest): after a timeout
-        self._sealer = Sealer(STATE_PREFIX)
-        self._used: dict[str, float] = {}
+        self.sealed = SealedAnswers(timeout)  # the forms' request_state in the 2026-07-28 era
         # connections that stopped waiting, gone from `pending`: id -> (server, host:port, expiry),
         # so that a late `cellblock approve` says what happened and what works
         self._gave_up: dict[str, tuple[str, str, float]] = {}
@@ -227,7 +222,8 @@ class Approvals:
                 self.audit.write("approval_asked", server, tool=tool, via="elicitation", **_kind(kind))
                 raise NeedsInput(
                     types.InputRequiredResult(
-                        input_requests={APPROVAL_KEY: request}, request_state=self.seal(exposed, arguments, asked)
+                        input_requests={APPROVAL_KEY: request},
+                        request_state=self.sealed.seal(exposed, arguments, asked),
                     )
                 )
             return await self._elicit(ctx.session, ctx.request_id, server, tool, verdict, arguments, kind)
@@ -499,40 +495,6 @@ class Approvals:
         scope = "always" if decided.rule == "approval:always" else "once"
         return scope, scope
 
-    # -- sealed request_state (2026-07-28) ---------------------------------------------------
-
-    def seal(self, exposed: str, arguments: dict[str, Any] | None, asked: str = "") -> str:
-        """The state of a form about the call `exposed` with `arguments`; `asked`: the question the
-        form put ("tool:save", "share:read_write:/home/u/x"), the only one its answer may settle."""
-        return self._sealer.seal(exposed, arguments, self.timeout, nonce=secrets.token_hex(8), asked=asked)
-
-    def redeem(self, state: str, exposed: str, arguments: dict[str, Any] | None) -> str | None:
-        """None if `state` is a valid, unused approval state for exactly this call; else why not."""
-        claim = self._redeemed(state, exposed, arguments)
-        return claim if isinstance(claim, str) else None
-
-    def carried(self, call: Any, state: str, responses: dict[str, Any] | None) -> str | None:
-        """Take the answer a 2026-07-28 retry of `call` carries: `call.human`, and `call.answered`
-        the question its form asked; None, or why `state` refuses the retry."""
-        claim = self._redeemed(state, call.name, call.arguments)
-        if isinstance(claim, str):
-            return claim
-        call.human, call.answered = human_answer(responses), str(claim.get("asked", ""))
-        return None
-
-    def _redeemed(self, state: str, exposed: str, arguments: dict[str, Any] | None) -> dict[str, Any] | str:
-        """The claim of a valid, unused approval state for exactly this call (now used); else why not."""
-        try:
-            claim = self._sealer.open(state, exposed, arguments)
-        except StateRejected as exc:
-            return f"the approval state {exc}"
-        nonce = str(claim.get("nonce"))
-        if nonce in self._used:
-            return "the approval state was already used"
-        self._used = {n: e for n, e in self._used.items() if e > time.time()}
-        self._used[nonce] = float(claim["exp"])
-        return claim
-
     # -- what the control socket shows -----------------------------------------------------
 
     def listing(self, full: str | None = None) -> list[dict[str, Any]]:
@@ -609,11 +571,3 @@ def can_sample(session: ServerSession) -> bool:
 def can_elicit_url(session: ServerSession) -> bool:
     """The client can open a URL for the user (URL-mode elicitation, 2025-11-25 and later)."""
     return elicits_url(session.client_capabilities)
-
-
-def human_answer(responses: dict[str, Any] | None) -> types.ElicitResult:
-    """The human's answer to an approval question, as a 2026-07-28 retry carries it (else: cancel)."""
-    try:
-        return types.ElicitResult.model_validate((responses or {}).get(APPROVAL_KEY), by_name=False)
-    except ValueError:
-        return types.ElicitResult(action="cancel")

@@ -47,7 +47,6 @@ from cellblock.gateway.downstream.rounds import error_result
 from cellblock.gateway.downstream.startable import startable_of
 from cellblock.gateway.downstream.supervisor import START_SECONDS, Downstream, State
 from cellblock.gateway.scrub import Scrubbed, scrub
-from cellblock.gateway.serve.approvals import STATE_PREFIX as APPROVAL_STATE
 from cellblock.gateway.serve.approvals import Approvals, NeedsInput
 from cellblock.gateway.serve.calls import Calls, SessionReply, ToolCall, log_passes
 from cellblock.gateway.serve.catalog import Catalog, build_catalog
@@ -60,6 +59,7 @@ from cellblock.gateway.serve.operations import Operations
 from cellblock.gateway.serve.pipeline import Asking, Call, Pipeline
 from cellblock.gateway.serve.reads import Reads
 from cellblock.gateway.serve.review import Review
+from cellblock.gateway.serve.sealed import STATE_PREFIX as APPROVAL_STATE
 from cellblock.gateway.serve.shares import Gate, Shares
 from cellblock.gateway.serve.status import REVIEW, STATUS, review_tool, status_tool, tool_name
 from cellblock.gateway.serve.subscriptions import Subscriptions
@@ -510,7 +510,7 @@ class Gateway:
                 parked.resume(reply, params.input_responses)
                 return await reply.outcome(parked)
             # the retry that carries the human's answer to an approval question
-            why = self.approvals.carried(call, params.request_state, params.input_responses)
+            why = self.approvals.sealed.carried(call, params.request_state, params.input_responses)
             if why is not None:
                 return error_result(f"retry of '{params.name}' refused: {why}")
         if own:

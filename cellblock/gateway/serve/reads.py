@@ -234,7 +234,7 @@ class Reads:
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         call.ctx = Asking(ctx.session, ctx.request_id, modern, SessionReply(self.gateway.send_log, ctx).tell)
         if params.request_state and modern:  # the retry that carries the human's answer
-            why = self.gateway.approvals.carried(call, params.request_state, params.input_responses)
+            why = self.gateway.approvals.sealed.carried(call, params.request_state, params.input_responses)
             if why is not None:
                 raise MCPError(types.INVALID_PARAMS, f"retry of {call.name} refused: {why}")
         try:

@@ -117,7 +117,7 @@ class Review:
                 raise NeedsInput(
                     types.InputRequiredResult(
                         input_requests={APPROVAL_KEY: request},
-                        request_state=self.gateway.approvals.seal(call.name, call.arguments, "review"),
+                        request_state=self.gateway.approvals.sealed.seal(call.name, call.arguments, "review"),
                     )
                 )
             try:
