@@ -50,12 +50,15 @@ def short_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+TIMES = ("created", "waits_until", "expires")
+
+
 class FakeGateway:
     """A handler that records requests and answers like a gateway with one pending call."""
 
     def __init__(self) -> None:
         self.seen: list[dict[str, Any]] = []
-        now = time.time()
+        now = self.made = time.time()
         self.pending = [
             {
                 "id": "k3x9",
@@ -85,6 +88,10 @@ class FakeGateway:
         if op == "boom":
             raise RuntimeError("handler bug")
         if op == "pending":
+            # the times as of this answer, not of the fixture: the CLI's start may take seconds under load
+            shift, self.made = time.time() - self.made, time.time()
+            for item in self.pending:
+                item.update({k: v + shift for k, v in item.items() if k in TIMES and v is not None})
             return {"ok": True, "pending": self.pending}
         if op in ("approve", "deny"):
             if any(item["id"] == message.get("id") for item in self.pending):
