@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.jail]
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTILE = ROOT / "tests" / "servers" / "hostile.py"
-GRANTS = {"read_only": [str(HOSTILE.parent), str(ROOT / "cellblock" / "sandbox")]}
+# what the calls name in the home is the jail's to stop, not asked about first (test_shared_paths.py)
+GRANTS = {"read_only": [str(HOSTILE.parent), str(ROOT / "cellblock" / "sandbox")], "call_paths": "private"}
 
 
 def executable(path: Path, text: str) -> Path:

@@ -93,11 +93,20 @@ async def as_user() -> AsyncIterator[tuple[Client, str, Path]]:
     server: dict[str, Any] = {"command": SYSTEM_PYTHON, "args": [str(hostile)], "env": {"PYTHONPATH": path}}
     grants = [str(hostile.parent), str(root / "cellblock"), str(packages)]
     servers = {
-        # a throw-away home is a tmpfs, sized within the limit (a kept one is on disk)
+        # a throw-away home is a tmpfs, sized within the limit (a kept one is on disk); the places the
+        # calls name in it are the server's own (call_paths: private), not asked about first
         "tight": server
-        | {"jail": {"read_only": grants, "home": "throwaway", "limits": {"memory": f"{MEMORY_MIB}MiB"}}},
+        | {
+            "jail": {
+                "read_only": grants,
+                "home": "throwaway",
+                "call_paths": "private",
+                "limits": {"memory": f"{MEMORY_MIB}MiB"},
+            }
+        },
         # the honest control: the same server, its memory limit above what the hog writes
-        "roomy": server | {"jail": {"read_only": grants, "home": "throwaway", "limits": {"memory": "1GiB"}}},
+        "roomy": server
+        | {"jail": {"read_only": grants, "home": "throwaway", "call_paths": "private", "limits": {"memory": "1GiB"}}},
     }
     try:
         async with Client(served(user.pw_name, area, servers), mode="auto", cache=None) as client:
