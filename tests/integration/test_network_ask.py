@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -235,22 +236,34 @@ async def test_wrap_gives_a_fetch_server_ask_and_its_first_connection_is_asked_a
         forms.append(params.message)
         return types.ElicitResult(action="accept", content={"decision": "allow_once"})
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    # the site where the proxy connects: the first address localhost resolves to (::1 on some machines)
+    family, *_, (first_address, *_) = socket.getaddrinfo("localhost", 0, type=socket.SOCK_STREAM)[0]
+
+    class Site(ThreadingHTTPServer):
+        address_family = family
+
+    httpd = Site((first_address, 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    site = f"http://localhost:{httpd.server_address[1]}"
+    port = httpd.server_address[1]
+    site = f"http://localhost:{port}"
+    found = socket.getaddrinfo("localhost", port, type=socket.SOCK_STREAM)
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
     try:
         async with gateway(config, tmp_path / "state", env=env, elicitation_callback=human) as client:
             before = len(Handler.hits)
             first = await client.call_tool("fetch__fetch", {"url": f"{site}/wrapped", "raw": True})
-            command = f"cellblock allow-host fetch 127.0.0.1:{httpd.server_address[1]} --loopback"
             assert first.is_error and "403" in text(first), text(first)  # the fetch server shows no body
             (refused,) = events(tmp_path, "egress")
-            assert refused["asked"] == "once" and "resolves to 127.0.0.1" in refused["reason"]
+            assert refused["asked"] == "once" and f"resolves to {addresses[0]}" in refused["reason"]
             # this machine: why, and no command the model would relay as the fix
             assert "this machine (loopback)" in refused["reason"] and "allow-host" not in refused["reason"]
             assert Handler.hits[before:] == []
-            opened = await anyio.to_thread.run_sync(lambda: cellblock(*command.split()[1:], "--config", str(config)))
-            assert opened.returncode == 0, opened.stderr
+            for address in addresses:  # the user opens each address the name leads to, knowing it is loopback
+                entry = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+                opened = await anyio.to_thread.run_sync(
+                    lambda entry=entry: cellblock("allow-host", "fetch", entry, "--loopback", "--config", str(config))
+                )
+                assert opened.returncode == 0, opened.stderr
             second = await client.call_tool("fetch__fetch", {"url": f"{site}/wrapped", "raw": True})
             assert not second.is_error and BODY.decode() in text(second), text(second)
     finally:
