@@ -30,7 +30,7 @@ import yaml
 from mcp import Client
 
 from tests import peers
-from tests.integration.conftest import cli, cli_env, gateway, write_config
+from tests.integration.conftest import cli, cli_env, eventually, gateway, write_config
 from tests.integration.test_egress import BODY, Handler
 from tests.integration.test_egress_names import REACHER, named_site, node_20, text
 
@@ -52,15 +52,17 @@ def reacher(network: str, allow: list[str]) -> dict[str, Any]:
 
 
 async def pending(tmp_path: Path) -> dict[str, Any]:
-    """The one approval `cellblock pending` shows, once it is there (another process: polling is all there is)."""
-    with anyio.fail_after(30):
-        while True:
-            done = await anyio.to_thread.run_sync(lambda: cli(cli_env(tmp_path), "pending", "--json"))
-            items = json.loads(done.stdout or "[]")
-            if items:
-                (item,) = items
-                return dict(item)
-            await anyio.sleep(0.2)
+    """The one approval `cellblock pending` shows, once it is there (another process: `eventually`)."""
+    shown: list[dict[str, Any]] = []
+
+    async def listed() -> bool:
+        done = await anyio.to_thread.run_sync(lambda: cli(cli_env(tmp_path), "pending", "--json"))
+        shown[:] = json.loads(done.stdout or "[]")
+        return bool(shown)
+
+    await eventually(listed, timeout=30)
+    (item,) = shown
+    return dict(item)
 
 
 def events(tmp_path: Path, kind: str) -> list[dict[str, Any]]:
