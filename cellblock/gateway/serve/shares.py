@@ -100,11 +100,12 @@ class Shares:
         if call.kind != "tool" or ds is None or jail is None or jail.call_paths == "private" or _learns(ds):
             return None
         home = self._home()
+        unshared = [a for a in path_arguments(call.arguments, home) if not self._shared(ds, a.path)]
+        if not unshared:  # most calls: nothing more to look up
+            return None
         writes = not _read_only(ds, call.tool)
         wanted: list[tuple[PathArgument, Grant]] = []
-        for argument in path_arguments(call.arguments, home):
-            if self._shared(ds, argument.path):
-                continue
+        for argument in unshared:
             grant = grant_for(argument.path, home, writes, on_disk)
             if grant is not None and grant.path not in (g.path for _, g in wanted):
                 wanted.append((argument, grant))
