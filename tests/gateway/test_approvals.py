@@ -101,6 +101,17 @@ async def test_the_humans_answer_on_the_form_decides(
     assert events(tmp_path)[-1] == ("approval_granted" if allowed else "approval_denied")
 
 
+async def test_a_share_answered_with_a_calls_choice_is_refused_saying_what_was_asked_and_what_answers_it(
+    tmp_path: Path,
+) -> None:
+    session = Session(answer("allow_once"))  # a client that answers every form as a call's
+    call = Call("p__echo", {"path": "/h/x"}, "p", "echo", ctx=asking(session), kind="share")
+    verdict = await approvals(tmp_path).decide("p", "read_write:/h/x", call.name, ASK, call)
+    assert verdict.decision is Decision.DENY
+    assert verdict.reason.startswith("sharing /h/x (read-write) of server 'p' needs the user's approval")
+    assert "the answer 'allow_once' is none of this question's (share_once, share_always)" in verdict.reason
+
+
 async def test_a_human_who_does_not_answer_in_time_is_a_refusal(tmp_path: Path) -> None:
     verdict = await decide(approvals(tmp_path, timeout=0.05), asking(Session(None)))
     assert verdict.decision is Decision.DENY and "no answer within 0.05s" in verdict.reason

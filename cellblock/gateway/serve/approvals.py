@@ -272,7 +272,12 @@ class Approvals:
         # a share's answer is in words of its own: an answer to a call's question never grants one, nor back
         granting = SHARE_CHOICES[:2] if kind == "share" else ("allow_once", "allow_session", "allow_always")
         if choice not in granting:
-            why = "the user denied it" if choice == "deny" else f"the user answered '{result.action}'"
+            if choice == "deny":
+                why = "the user denied it"
+            elif result.action == "accept":  # a form of another question (a call's, for a share) was answered
+                why = f"the answer {visible(str(choice))!r} is none of this question's ({', '.join(granting)})"
+            else:
+                why = f"the user answered '{result.action}'"
             return self._refused(server, tool, verdict, "approval_denied", why, kind)
         scope = str(choice).partition("_")[2]
         if scope == "session":
@@ -539,6 +544,8 @@ def _what(tool: str, kind: str | None = None) -> str:
     """How a message names what was asked about: "tool 'x'", "prompt 'greet'", "resource 'a://b'".
     Without `kind`, `tool` is an exposed name ("prompt:p__greet" is the client's prompt get)."""
     prefix, sep, name = tool.partition(":")
+    if kind == "share":  # "read_write:PATH"
+        return f"sharing {visible(name)} ({prefix.replace('_', '-')})"
     if kind == "egress" or (kind is None and prefix == "egress"):
         return f"the connection to {visible(name if kind is None else tool)}"
     if kind in ITEM_KINDS or (kind is None and sep and prefix in ITEM_KINDS):
