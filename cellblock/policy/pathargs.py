@@ -38,7 +38,7 @@ from urllib.parse import unquote, urlsplit
 
 from cellblock.policy.constraints import within
 
-__all__ = ["Grant", "Kind", "Make", "PathArgument", "grant_for", "on_disk", "path_arguments", "shared"]
+__all__ = ["Grant", "Kind", "Make", "PathArgument", "covered", "grant_for", "on_disk", "path_arguments", "shared"]
 
 MAX_DEPTH = 4  # levels of nested lists and objects looked into
 MAX_STRINGS = 256  # string values looked at in one call's arguments
@@ -116,6 +116,11 @@ def shared(path: str, grants: Sequence[str]) -> bool:
     """Whether `path` is one of `grants` or under one (a write under a read-only grant fails
     loudly, with EROFS: nothing is lost there, so it is not asked about)."""
     return any(within(path, posixpath.normpath(grant)) for grant in grants)
+
+
+def covered(path: str, read_only: Sequence[str], read_write: Sequence[str], write: bool) -> bool:
+    """Whether a jail of these grants shares `path` as a grant of it would (`write`: read-write)."""
+    return shared(path, read_write if write else [*read_only, *read_write])
 
 
 def on_disk(path: str) -> Kind:

@@ -10,6 +10,7 @@ what is on the host afterwards: in the home the user named, and in the server's 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ import mcp.types as types
 import pytest
 import yaml
 
+from cellblock.gateway.cli.gateways import running
+from cellblock.gateway.serve.control import request
 from tests.integration.conftest import cli, gateway, write_config
 from tests.integration.test_kept_data import client_env, keeper, kept_at
 
@@ -95,10 +98,47 @@ async def test_a_denied_share_refuses_the_call_naming_the_path_and_nothing_is_wr
     async with gateway(config, tmp_path / "state", env=env, elicitation_callback=user) as client:
         refused = await client.call_tool("k__save", {"path": "~/notes/x.txt", "text": "lost?"})
     assert refused.is_error and "~/notes/x.txt" in _text(refused) and "did not share it" in _text(refused)
-    assert f"add {home / 'notes'} to servers.k.jail.read_write in the config" in _text(refused)  # the fix
+    notes = home / "notes"
+    assert f"run 'mkdir -p {notes} && cellblock share k {notes}'" in _text(refused)  # the fix
     assert len(asked) == 1
     assert not (home / "notes").exists()
     assert not (kept_at(home, "k") / "notes").exists()
+
+
+async def test_the_command_a_denied_share_names_shares_the_path_with_the_running_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cellblock share`, run while the gateway serves the config, writes the grant and restarts the
+    server with it: the call the user denied runs when made again, unasked. The gateway judges what
+    it is told again: a share of ~/.ssh sent to its control socket directly is refused."""
+    home, env, config = setup(tmp_path)
+    (home / ".ssh").mkdir()
+    asked: list[str] = []
+    user = human("deny", asked)
+    async with gateway(config, tmp_path / "state", env=env, elicitation_callback=user) as client:
+        refused = await client.call_tool("k__save", {"path": "~/notes/x.txt", "text": "second try"})
+        command = re.search(r"run '([^']+)'", _text(refused))
+        assert command is not None, _text(refused)
+        made, _, share = command.group(1).partition(" && ")
+        assert made == f"mkdir -p {home / 'notes'}" and share.startswith("cellblock share k "), command.group(1)
+        (home / "notes").mkdir()
+        done = cli(env, *share.split()[1:], "--config", str(config))
+        assert done.returncode == 0 and "restarted 'k' with it" in done.stderr, done.stderr
+        again = await client.call_tool("k__save", {"path": "~/notes/x.txt", "text": "second try"})
+        assert not again.is_error, _text(again)
+        monkeypatch.setenv("XDG_RUNTIME_DIR", env["XDG_RUNTIME_DIR"])
+        [socket] = running()
+        told = request(
+            socket,
+            {"op": "share", "server": "k", "path": str(home / ".ssh"), "write": True, "config": str(config.resolve())},
+        )
+        assert not told["ok"] and "looks like a secret" in told["error"], told
+        planted = await client.call_tool("k__save", {"path": "~/.ssh/planted", "text": "no"})
+    assert (home / "notes" / "x.txt").read_text() == "second try"
+    assert len(asked) == 1  # the denied call's; the second call was not asked
+    assert yaml.safe_load(config.read_text())["servers"]["k"]["jail"]["read_write"] == [str(home / "notes")]
+    assert planted.is_error and not (home / ".ssh" / "planted").exists()
+    assert [e["path"] for e in events(tmp_path, "share")] == [str(home / "notes")]
 
 
 async def pending(env: dict[str, str]) -> list[dict[str, Any]]:

@@ -104,6 +104,13 @@ def _parser() -> argparse.ArgumentParser:
         help="allow an address of this machine (127.0.0.1:PORT, [::1]:PORT): a service on it that trusts you",
     )
     add_config(allow)
+    share = sub.add_parser(
+        "share", help="share PATH with a server (read-write unless --read-only): in its config and running gateways"
+    )
+    share.add_argument("server", metavar="SERVER")
+    share.add_argument("path", metavar="PATH", help="a folder or file; ~ is your home")
+    share.add_argument("--read-only", action="store_true", help="share it read-only")
+    add_config(share)
     doctor = sub.add_parser("doctor", help="check that this machine can build jails and keep secrets; exit 1 on a gap")
     add_config(doctor)
     probe = sub.add_parser("probe", help="attack each server's jail from inside; exit 1 if anything got through")
@@ -260,9 +267,13 @@ def _run(args: argparse.Namespace) -> int:
             return approvals.revoke(args.config, args.target, args.kind)
         return approvals.pending(args.json) if args.full is None else approvals.pending_full(args.full, args.json)
     if command == "allow-host":
-        from cellblock.gateway.cli.hosts import allow_host_command
+        from cellblock.gateway.cli.grants import allow_host_command
 
         return allow_host_command(args.config, args.server, args.host, loopback=args.loopback)
+    if command == "share":
+        from cellblock.gateway.cli.grants import share_command
+
+        return share_command(args.config, args.server, args.path, read_only=args.read_only)
     if command == "ps":
         from cellblock.gateway.cli.gateways import ps
 

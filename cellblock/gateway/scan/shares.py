@@ -17,7 +17,8 @@ from cellblock.gateway.config.model import ConfigError, LocalServer
 from cellblock.gateway.scan.gate import NotGrantable, check_path
 from cellblock.gateway.scan.learn import Proposal, apply_proposal, configured, tidy, writable
 from cellblock.gateway.scan.scratch import ScanError
-from cellblock.gateway.state import StateWriteError
+from cellblock.gateway.state import StateWriteError, locked, state_dir
+from cellblock.policy.pathargs import covered
 
 __all__ = ["ShareGate"]
 
@@ -35,27 +36,40 @@ class ShareGate:
             return str(exc)
         return None
 
-    def keep(self, server: str, path: str, write: bool) -> None:
+    def keep(self, server: str, path: str, write: bool) -> bool:
+        """Write the grant into the config; False when the config shares `path` so already.
+
+        Raises:
+            StateWriteError: it was not written (no config, no such jailed server, the gate
+                refuses it, or the file could not be changed), and why.
+        """
         source = self._source
         if source is None:
             raise StateWriteError("the gateway was started without a config file to write the grant into")
-        try:
-            config = parse_config(source.read_text(), str(source))
-        except (OSError, ConfigError) as exc:
-            raise StateWriteError(f"{source} could not be read again to add the grant: {exc}") from exc
-        entry = config.servers.get(server)
-        if not isinstance(entry, LocalServer) or entry.jail is False:
-            raise StateWriteError(f"server '{server}' has no jail in {source} to share {path} with")
-        key = "read_write" if write else "read_only"
-        current = configured(entry.jail)
-        if path in current[key]:
-            return
-        proposed = copy.deepcopy(current)
-        proposed[key].append(path)
-        proposal = Proposal(tidy(current), tidy(proposed), config=source, writable=writable(config))
-        if path not in proposal.proposed.get(key, []):
-            raise StateWriteError(f"{path} was not written into {source}: {'; '.join(proposal.notes)}")
-        try:
-            apply_proposal(source, server, proposal, entry)
-        except ScanError as exc:
-            raise StateWriteError(str(exc)) from exc
+        with locked(state_dir() / "config-edit"):  # the lock `allow-host` and a gateway's "always" take
+            try:
+                config = parse_config(source.read_text(), str(source))
+            except (OSError, ConfigError) as exc:
+                raise StateWriteError(f"{source} could not be read again to add the grant: {exc}") from exc
+            entry = config.servers.get(server)
+            if not isinstance(entry, LocalServer):
+                raise StateWriteError(f"'{server}' is not a local server in {source}")
+            if entry.jail is False:
+                raise StateWriteError(f"server '{server}' has jail: false in {source}: it sees every path already")
+            if covered(path, entry.jail.read_only, entry.jail.read_write, write):
+                return False
+            why = self.check(path, write, [p for p in writable(config) if p != path])
+            if why is not None:
+                raise StateWriteError(f"{path} may not be shared with '{server}': {why}")
+            key = "read_write" if write else "read_only"
+            current = configured(entry.jail)
+            proposed = copy.deepcopy(current)
+            proposed[key].append(path)
+            proposal = Proposal(tidy(current), tidy(proposed), config=source, writable=writable(config))
+            if path not in proposal.proposed.get(key, []):
+                raise StateWriteError(f"{path} was not written into {source}: {'; '.join(proposal.notes)}")
+            try:
+                apply_proposal(source, server, proposal, entry)
+            except ScanError as exc:
+                raise StateWriteError(str(exc)) from exc
+        return True

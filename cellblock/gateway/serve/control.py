@@ -25,6 +25,8 @@ The protocol is one JSON object per line, one exchange per connection; every req
     -> {"op": "reconnect", "server": ...}     <- {"ok": true, "restarted": bool, "state": ...}
     -> {"op": "allow_host", "server": ..., "entry": "host:port", "config": PATH}
                                               <- {"ok": true, "applied": bool}  (only for its own config)
+    -> {"op": "share", "server": ..., "path": PATH, "write": bool, "config": PATH}
+                                              <- {"ok": true, "applied": bool}  (the server restarted with it)
 
 A reply refusing an unknown id should carry `"code": NOT_FOUND`, so the CLI can tell "not this
 gateway" from a real refusal when several gateways run. The server side checks the frame (one

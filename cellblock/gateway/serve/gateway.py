@@ -155,7 +155,7 @@ class Gateway:
         }
         self.state = state
         self.review = Review(self)
-        shares = Shares(self.downstreams, self.approvals, gate) if gate is not None else None
+        self.shares = Shares(self.downstreams, self.approvals, gate) if gate is not None else None
         self.pipeline = Pipeline(
             lambda: self.catalog,
             self._unavailable,
@@ -166,7 +166,7 @@ class Gateway:
             unasked=lambda server: self.locks.unasked.get(server, frozenset()),
             learn=reader_of(ds.keys for ds in self.downstreams.values()) if config.credential_entries() else None,
             startable=startable_of(self.downstreams),
-            share=shares.stage if shares is not None else None,
+            share=self.shares.stage if self.shares is not None else None,
         )
         self.bus = InMemorySubscriptionBus()
         self.parked = ParkedCalls()

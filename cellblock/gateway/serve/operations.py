@@ -12,6 +12,8 @@ from cellblock.gateway.downstream.startable import why_down
 from cellblock.gateway.downstream.supervisor import Downstream
 from cellblock.gateway.serve.approvals import Approvals, OnceOnly
 from cellblock.gateway.serve.control import NOT_FOUND
+from cellblock.gateway.serve.pipeline import Refused
+from cellblock.gateway.serve.shares import Shares
 from cellblock.gateway.state import StateWriteError
 
 __all__ = ["Operations"]
@@ -22,6 +24,7 @@ KINDS = ("tool", "prompt", "resource")
 class Host(Protocol):
     approvals: Approvals
     downstreams: dict[str, Downstream]
+    shares: Shares | None
     source: Path | None
 
 
@@ -64,15 +67,25 @@ class Operations:
         if op == "allow_host":
             # `cellblock allow-host` wrote it into this gateway's config: its proxy allows it now
             ds = self.gateway.downstreams.get(str(message.get("server", "")))
-            entry, config = message.get("entry"), message.get("config")
-            ours = self.gateway.source is not None and str(self.gateway.source.resolve()) == config
-            if ds is None or not ours or not isinstance(entry, str) or ds.egress.jail is None:
+            entry = message.get("entry")
+            if ds is None or not self._ours(message) or not isinstance(entry, str) or ds.egress.jail is None:
                 return {"ok": True, "applied": False}  # another config, or a server without a proxy
             try:
                 ds.egress.allow(entry)
             except ValueError as exc:
                 return {"ok": False, "error": f"not an allow_hosts entry: {exc}"}
             return {"ok": True, "applied": True}
+        if op == "share":
+            # `cellblock share` wrote a grant into this gateway's config: the server restarts with it
+            server, path, write = message.get("server"), message.get("path"), message.get("write")
+            shares = self.gateway.shares
+            if shares is None or not self._ours(message) or not isinstance(server, str) or not isinstance(path, str):
+                return {"ok": True, "applied": False}  # another config, or a gateway without the stage
+            try:
+                applied = await shares.grant(server, path, write is True)
+            except Refused as exc:
+                return {"ok": False, "error": exc.verdict.reason}
+            return {"ok": True, "applied": applied}
         if op == "reconnect":
             # `cellblock auth set|login|logout` changed a credential this server uses
             ds = self.gateway.downstreams.get(str(message.get("server", "")))
@@ -103,6 +116,11 @@ class Operations:
                 "pending": pending,
             }
         return {"ok": False, "error": f"unknown op {op!r}"}
+
+    def _ours(self, message: dict[str, Any]) -> bool:
+        """The config a command changed (its "config") is the one this gateway serves."""
+        source = self.gateway.source
+        return source is not None and str(source.resolve()) == message.get("config")
 
 
 def _network_of(ds: Downstream) -> str | bool:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -45,11 +46,20 @@ from cellblock.gateway.serve.approvals import Approvals
 from cellblock.gateway.serve.pipeline import Call, Refused, Wait
 from cellblock.gateway.state import StateWriteError
 from cellblock.policy.files import make_dirs
-from cellblock.policy.pathargs import Grant, Make, PathArgument, grant_for, on_disk, path_arguments, shared
+from cellblock.policy.pathargs import (
+    Grant,
+    Make,
+    PathArgument,
+    covered,
+    grant_for,
+    on_disk,
+    path_arguments,
+    shared,
+)
 from cellblock.policy.text import visible
 from cellblock.policy.types import Decision, Verdict
 
-__all__ = ["Gate", "Shares", "share_key"]
+__all__ = ["Gate", "Shares", "share_command", "share_key"]
 
 MAX_ASKED = 256  # shares asked about whose grant's folder or file is remembered to make on a late "always"
 
@@ -61,12 +71,20 @@ class Gate(Protocol):
         """Why `path` may not be shared (`write`: read-write), None if it may; `writable`: where
         every jail of the config may write."""
 
-    def keep(self, server: str, path: str, write: bool) -> None:
-        """Write the grant into the config file of `server`'s jail.
+    def keep(self, server: str, path: str, write: bool) -> bool:
+        """Write the grant into the config file of `server`'s jail; False when it has it already.
 
         Raises:
             StateWriteError: it was not written, and why.
         """
+
+
+def share_command(server: str, grant: Grant) -> str:
+    """The command that shares `grant` with `server` for good (`cellblock share`), after what
+    makes it: a denied share names it, as a refused connection names `cellblock allow-host`."""
+    path = shlex.quote(grant.path)
+    make = {"dir": f"mkdir -p {path} && ", "file": f"touch {path} && "}.get(grant.make, "")
+    return visible(f"{make}cellblock share {server} {path}{'' if grant.write else ' --read-only'}")
 
 
 def share_key(grant: Grant) -> str:
@@ -118,6 +136,20 @@ class Shares:
 
         return share
 
+    async def grant(self, server: str, path: str, write: bool) -> bool:
+        """Apply a grant `cellblock share` wrote into the config: the running server is restarted
+        with it. False when this gateway runs no such jailed server, or its jail shares it already.
+
+        Raises:
+            Refused: the gate refuses it now, or what it needs could not be made.
+        """
+        ds = self._downstreams.get(server)
+        jail = _jail(ds) if ds is not None else None
+        if ds is None or jail is None or covered(path, jail.read_only, jail.read_write, write):
+            return False
+        await self._apply(ds, Grant(path, write))
+        return True
+
     def _shared(self, ds: Downstream, path: str) -> bool:
         jail = _jail(ds)
         grants = [*jail.read_only, *jail.read_write] if jail is not None else []
@@ -134,7 +166,8 @@ class Shares:
                     Decision.DENY,
                     "share",
                     f"{named} is not shared with server '{ds.name}', and cannot be: {why}. Nothing was written "
-                    "there; give the tool a path in a folder the server is given (jail.read_write)",
+                    f"there; give the tool a path in a folder the server is given ('cellblock share {ds.name} "
+                    "FOLDER' gives it one)",
                 ),
                 path=argument.path,
             )
@@ -151,9 +184,8 @@ class Shares:
                     Decision.DENY,
                     "share",
                     f"{named} is not shared with server '{ds.name}', and the user did not share it: "
-                    f"{verdict.reason}. Nothing was written there; to share it, call again and share it, or add "
-                    f"{visible(grant.path)} to servers.{ds.name}.jail.{'read_write' if grant.write else 'read_only'} "
-                    "in the config",
+                    f"{verdict.reason}. Nothing was written there; to share it, call again and share it, or run "
+                    f"'{share_command(ds.name, grant)}'",
                 ),
                 path=argument.path,
             )
