@@ -13,10 +13,11 @@ own (`~/go/bin`, `~/.cargo/bin`, conda's `~/miniconda3`, ...), on `$PATH` or not
 Nor is a folder made writable that holds, directly, what runs code the user starts outside the jail
 (`held_runner`): a hidden folder (a repository's `.git` with its hooks and `core.hooksPath`, an
 editor's `.vscode` with its tasks, a client's `.claude` or `.cursor` with more MCP servers), a file
-that a tool runs or loads on its own (`RUN_CONFIG`: `.envrc`, `.mcp.json`, ...), a `bin` folder,
-or a virtualenv (a `pyvenv.cfg` in it or in a folder of it); nor a folder inside a virtualenv. Nor
-a file or folder made writable directly in a home whose name tools look for upward from every
-project below it (`HOME_TOOL_CONFIG`: `~/package.json`, `~/go.work`, `~/conftest.py`, ...).
+that a tool runs or loads on its own (`RUN_CONFIG`: `.envrc`, `.mcp.json`, a project's
+`cellblock.yaml`, ...; nor such a file itself), a `bin` folder, or a virtualenv (a `pyvenv.cfg` in
+it or in a folder of it); nor a folder inside a virtualenv. Nor a file or folder made writable
+directly in a home whose name tools look for upward from every project below it
+(`HOME_TOOL_CONFIG`: `~/package.json`, `~/go.work`, `~/conftest.py`, ...).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ RUN_CONFIG = {
     ".yarnrc.yml": "yarn runs its yarnPath",
     ".pdbrc": "pdb runs it",
     "pyvenv.cfg": "it makes the folder a virtualenv, whose programs the user runs",
+    "cellblock.yaml": "Cellblock starts the servers it lists as it says (jail: false among them)",
 }
 # Names tools look for upward from the folder they run in: made writable in a home itself, each is
 # read by every project below the home that lacks its own, and why that runs code.
@@ -109,7 +111,10 @@ def home_tool_config(path: str, homes: Sequence[str]) -> str | None:
 
 def held_runner(folder: str) -> str | None:
     """What `folder` holds directly, or is inside, that runs code outside the jail once written (a
-    hidden folder, a `RUN_CONFIG` file, a `bin` folder, a virtualenv), said with the entry's path."""
+    hidden folder, a `RUN_CONFIG` file, a `bin` folder, a virtualenv), said with the entry's path;
+    or what `folder` is, when it is a `RUN_CONFIG` file itself (`cellblock.yaml`, not hidden)."""
+    if os.path.basename(folder) in RUN_CONFIG and os.path.isfile(folder):
+        return f"{folder}: {RUN_CONFIG[os.path.basename(folder)]}"
     above = folder
     while above != os.path.dirname(above):
         if os.path.isfile(os.path.join(above, "pyvenv.cfg")):

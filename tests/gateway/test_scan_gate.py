@@ -494,7 +494,13 @@ def test_a_share_a_call_asks_for_never_makes_a_virtualenvs_programs_writable(
 
 @pytest.mark.parametrize(
     ("held", "named"),
-    [(".envrc", ".envrc"), (".mcp.json", ".mcp.json"), (".vscode/tasks.json", ".vscode"), ("bin/tool", "bin")],
+    [
+        (".envrc", ".envrc"),
+        (".mcp.json", ".mcp.json"),
+        ("cellblock.yaml", "cellblock.yaml"),
+        (".vscode/tasks.json", ".vscode"),
+        ("bin/tool", "bin"),
+    ],
 )
 def test_a_share_of_a_folder_holding_what_runs_code_is_refused_naming_it(
     held: str, named: str, home: Path, monkeypatch: pytest.MonkeyPatch

@@ -156,3 +156,22 @@ def test_a_server_without_a_jail_or_not_in_the_config_is_refused(
 def test_the_command_a_refused_share_names_is_one_a_shell_runs_as_written(grant: Grant, command: str) -> None:
     """Quoted for a shell, control characters made visible: a path cannot add a command of its own."""
     assert named_command("s", grant) == command
+
+
+def test_a_folder_holding_another_cellblock_config_is_not_shared_read_write(
+    home: Path, config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A project's own cellblock.yaml (another gateway's, or one the user starts later) is a config
+    a server with write there would give `jail: false`: neither its folder nor it is made writable.
+    The control: the same folder read-only, and a plain folder read-write (the first test above)."""
+    project = home / "project"
+    project.mkdir()
+    (project / "cellblock.yaml").write_text("version: 1\nservers: {}\n")
+    before = config.read_text()
+    assert share_command(str(config), "notes", "~/project") == EXIT_FINDING
+    assert share_command(str(config), "notes", "~/project/cellblock.yaml") == EXIT_FINDING
+    err = capsys.readouterr().err
+    assert err.count(f"{project / 'cellblock.yaml'}: Cellblock starts the servers it lists") == 2, err
+    assert config.read_text() == before
+    assert share_command(str(config), "notes", "~/project", read_only=True) == EXIT_OK
+    assert jail(config)["read_only"] == [str(project)]

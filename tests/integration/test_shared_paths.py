@@ -207,6 +207,31 @@ async def test_a_path_the_gate_forbids_is_refused_with_no_question(tmp_path: Pat
     assert "read_write" not in yaml.safe_load(config.read_text())["servers"]["k"]["jail"]
 
 
+async def test_a_write_in_a_folder_holding_a_cellblock_config_is_refused_and_the_config_stays_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """A server that could write a project's cellblock.yaml would give itself `jail: false` in it
+    (another gateway's config, or one the user starts later). The control, in the same gateway: the
+    same call in a plain folder is asked about, shared and written."""
+    home, env, config = setup(tmp_path)
+    project = home / "project"
+    project.mkdir()
+    held = "version: 1\nservers: {}\n"
+    (project / "cellblock.yaml").write_text(held)
+    asked: list[str] = []
+    user = human("share_always", asked)  # would share anything it were asked
+    async with gateway(config, tmp_path / "state", env=env, elicitation_callback=user) as client:
+        plain = await client.call_tool("k__save", {"path": "~/plain/x.txt", "text": "control"})
+        refused = await client.call_tool("k__save", {"path": "~/project/cellblock.yaml", "text": "jail: false"})
+        beside = await client.call_tool("k__save", {"path": "~/project/x.txt", "text": "planted"})
+    assert not plain.is_error and (home / "plain" / "x.txt").read_text() == "control", _text(plain)
+    for result in (refused, beside):
+        assert result.is_error and "Cellblock starts the servers it lists" in _text(result), _text(result)
+    assert len(asked) == 1
+    assert (project / "cellblock.yaml").read_text() == held and not (project / "x.txt").exists()
+    assert yaml.safe_load(config.read_text())["servers"]["k"]["jail"]["read_write"] == [str(home / "plain")]
+
+
 async def test_the_control_a_folder_the_jail_shares_is_written_with_no_question(tmp_path: Path) -> None:
     """The honest control: the same call to a server whose jail shares ~/notes writes the file."""
     home = tmp_path / "home"
