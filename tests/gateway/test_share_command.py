@@ -175,3 +175,14 @@ def test_a_folder_holding_another_cellblock_config_is_not_shared_read_write(
     assert config.read_text() == before
     assert share_command(str(config), "notes", "~/project", read_only=True) == EXIT_OK
     assert jail(config)["read_only"] == [str(project)]
+
+
+def test_a_config_reached_through_a_link_is_written_where_the_link_leads_and_stays_a_link(
+    home: Path, config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A config kept with the user's dotfiles and linked into place: the grant lands in the file the
+    link leads to, as `allow-host` writes it, and the link is not replaced by a copy of its own."""
+    link = home / "linked.yaml"
+    link.symlink_to(config)
+    assert share_command(str(link), "notes", "~/notes") == EXIT_OK
+    assert link.is_symlink() and jail(config)["read_write"] == [str(home / "notes")]

@@ -43,9 +43,9 @@ class ShareGate:
             StateWriteError: it was not written (no config, no such jailed server, the gate
                 refuses it, or the file could not be changed), and why.
         """
-        source = self._source
-        if source is None:
+        if self._source is None:
             raise StateWriteError("the gateway was started without a config file to write the grant into")
+        source = self._source.resolve()  # a linked config (dotfiles) is written where it leads, stays a link
         with locked(state_dir() / "config-edit"):  # the lock `allow-host` and a gateway's "always" take
             try:
                 config = parse_config(source.read_text(), str(source))
