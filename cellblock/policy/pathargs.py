@@ -119,8 +119,18 @@ def shared(path: str, grants: Sequence[str]) -> bool:
 
 
 def covered(path: str, read_only: Sequence[str], read_write: Sequence[str], write: bool) -> bool:
-    """Whether a jail of these grants shares `path` as a grant of it would (`write`: read-write)."""
-    return shared(path, read_write if write else [*read_only, *read_write])
+    """Whether a jail of these grants shares `path` as a grant of it would (`write`: read-write).
+    The deepest grant holding `path` decides, a read-write one at a tie: the jail mounts shallow
+    grants first (`sandbox/bwrap.py`), so a read-only grant inside a read-write one wins there."""
+    if not write:
+        return shared(path, [*read_only, *read_write])
+    writes, reads = _deepest(path, read_write), _deepest(path, read_only)
+    return writes >= 0 and writes >= reads
+
+
+def _deepest(path: str, grants: Sequence[str]) -> int:
+    """How deep the deepest of `grants` holding `path` is (its slashes), -1 when none holds it."""
+    return max((g.count("/") for g in map(posixpath.normpath, grants) if within(path, g)), default=-1)
 
 
 def on_disk(path: str) -> Kind:

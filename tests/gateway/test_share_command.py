@@ -186,3 +186,23 @@ def test_a_config_reached_through_a_link_is_written_where_the_link_leads_and_sta
     link.symlink_to(config)
     assert share_command(str(link), "notes", "~/notes") == EXIT_OK
     assert link.is_symlink() and jail(config)["read_write"] == [str(home / "notes")]
+
+
+def test_a_folder_a_deeper_read_only_grant_holds_is_not_called_read_write_already(
+    home: Path, config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """~/notes read-write with ~/notes/ro read-only in it: the jail mounts ~/notes/ro read-only (the
+    deeper grant wins), so asking for it read-write is no "already" but a grant the gate judges (and
+    refuses: it is inside a place a jail writes); the control: a folder only the read-write grant
+    holds is given already."""
+    (home / "notes" / "ro").mkdir()
+    (home / "notes" / "rw").mkdir()
+    grants = f"      read_write: [{home / 'notes'}]\n      read_only: [{home / 'notes' / 'ro'}]\n"
+    config.write_text(config.read_text().replace("  # kept too\n", f"\n{grants}"))
+    assert share_command(str(config), "notes", "~/notes/rw") == EXIT_OK
+    assert "read-write already" in capsys.readouterr().err
+    before = config.read_text()
+    assert share_command(str(config), "notes", "~/notes/ro") == EXIT_FINDING
+    err = capsys.readouterr().err
+    assert "read-write already" not in err and "leads into" in err, err  # the gate's own rule for it
+    assert config.read_text() == before

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from cellblock.policy.pathargs import Grant, Kind, PathArgument, grant_for, path_arguments, shared
+from cellblock.policy.pathargs import Grant, Kind, PathArgument, covered, grant_for, path_arguments, shared
 
 HOME = "/home/u"
 
@@ -92,3 +92,21 @@ def test_a_tool_that_only_reads_is_shared_what_it_reads_read_only_and_nothing_mi
     kind = world({HOME, "/home/u/notes"}, frozenset({"/home/u/notes/x.txt"}))
     assert grant_for("/home/u/notes/x.txt", HOME, False, kind) == Grant("/home/u/notes/x.txt", False)
     assert grant_for("/home/u/notes/y.txt", HOME, False, kind) is None
+
+
+@pytest.mark.parametrize(
+    ("path", "write", "expected"),
+    [
+        ("/h/notes/a", True, True),
+        ("/h/notes/ro", True, False),  # the deeper read-only grant wins in the jail
+        ("/h/notes/ro/x", True, False),
+        ("/h/notes/ro", False, True),
+        ("/h/both", True, True),  # the same path in both: the read-write mount comes last
+        ("/h/docs", True, False),
+        ("/h/docs", False, True),
+        ("/h/other", False, False),
+    ],
+)
+def test_a_path_is_covered_as_the_deepest_grant_holding_it_shares_it(path: str, write: bool, expected: bool) -> None:
+    read_only, read_write = ["/h/notes/ro", "/h/docs", "/h/both"], ["/h/notes", "/h/both/"]
+    assert covered(path, read_only, read_write, write) is expected
