@@ -141,6 +141,40 @@ async def test_the_command_a_denied_share_names_shares_the_path_with_the_running
     assert [e["path"] for e in events(tmp_path, "share")] == [str(home / "notes")]
 
 
+async def test_the_command_restarts_the_gateway_of_its_config_named_through_a_link_and_no_other(
+    tmp_path: Path,
+) -> None:
+    """`cellblock share k ~/notes --config LINK` (a link to the config one gateway serves): that
+    gateway's 'k' writes into ~/notes unasked; a second gateway, of another config with a server
+    'k' too, is told nothing and still asks (and is denied). Its config stays as it was."""
+    home, env, config = setup(tmp_path)
+    (home / "notes").mkdir()
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    other = write_config(other_dir, {"k": keeper()})
+    other_text = other.read_text()
+    link = tmp_path / "linked.yaml"
+    link.symlink_to(config)
+    asked: list[str] = []
+    user = human("deny", asked)
+    other_env = {**env, "CELLBLOCK_STATE_DIR": str(other_dir / "state")}  # the same runtime dir: `running` sees both
+    async with (
+        gateway(config, tmp_path / "state", env=env, elicitation_callback=user) as ours,
+        gateway(other, other_dir / "state", env=other_env, elicitation_callback=user) as theirs,
+    ):
+        await ours.list_tools()  # both serve before the command looks for them
+        await theirs.list_tools()
+        done = cli(env, "share", "k", str(home / "notes"), "--config", str(link))
+        assert done.returncode == 0 and done.stderr.count("restarted 'k' with it") == 1, done.stderr
+        written = await ours.call_tool("k__save", {"path": "~/notes/ours.txt", "text": "shared"})
+        refused = await theirs.call_tool("k__save", {"path": "~/notes/theirs.txt", "text": "not shared"})
+    assert not written.is_error and (home / "notes" / "ours.txt").read_text() == "shared", _text(written)
+    assert refused.is_error and not (home / "notes" / "theirs.txt").exists(), _text(refused)
+    assert len(asked) == 1  # theirs: the share of ~/notes, denied
+    assert link.is_symlink() and other.read_text() == other_text
+    assert yaml.safe_load(config.read_text())["servers"]["k"]["jail"]["read_write"] == [str(home / "notes")]
+
+
 async def pending(env: dict[str, str]) -> list[dict[str, Any]]:
     """What `cellblock pending` shows, once it shows something (each look is a CLI run)."""
     with anyio.fail_after(60):
