@@ -175,6 +175,28 @@ async def test_the_command_restarts_the_gateway_of_its_config_named_through_a_li
     assert yaml.safe_load(config.read_text())["servers"]["k"]["jail"]["read_write"] == [str(home / "notes")]
 
 
+async def test_a_share_op_for_a_path_that_does_not_exist_is_refused_and_the_server_keeps_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cellblock share` refuses a path that does not exist; the op it sends must too (the path gone
+    since, or a process of the user's sending it): a jail granting a missing path does not build,
+    so the server would be down. The control: the same op for a folder that exists is applied."""
+    home, env, config = setup(tmp_path)
+    (home / "notes").mkdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", env["XDG_RUNTIME_DIR"])
+    op = {"op": "share", "server": "k", "write": True, "config": str(config.resolve())}
+    async with gateway(config, tmp_path / "state", env=env, elicitation_callback=human("deny", [])) as client:
+        await client.list_tools()
+        [socket] = running()
+        missing = request(socket, {**op, "path": str(home / "gone")})
+        applied = request(socket, {**op, "path": str(home / "notes")})
+        done = await client.call_tool("k__save", {"path": "~/notes/x.txt", "text": "still running"})
+    assert not missing["ok"] and "does not exist" in missing["error"], missing
+    assert applied == {"ok": True, "applied": True}, applied
+    assert not done.is_error and (home / "notes" / "x.txt").read_text() == "still running", _text(done)
+    assert not (home / "gone").exists() and [e["path"] for e in events(tmp_path, "share")] == [str(home / "notes")]
+
+
 async def pending(env: dict[str, str]) -> list[dict[str, Any]]:
     """What `cellblock pending` shows, once it shows something (each look is a CLI run)."""
     with anyio.fail_after(60):

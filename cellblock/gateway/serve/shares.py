@@ -141,12 +141,16 @@ class Shares:
         with it. False when this gateway runs no such jailed server, or its jail shares it already.
 
         Raises:
-            Refused: the gate refuses it now, or what it needs could not be made.
+            Refused: the gate refuses it now, or it does not exist (nothing is made for it).
         """
         ds = self._downstreams.get(server)
         jail = _jail(ds) if ds is not None else None
         if ds is None or jail is None or covered(path, jail.read_only, jail.read_write, write):
             return False
+        if on_disk(path) is None:  # gone since the command looked: a jail granting it would not build
+            raise Refused(
+                Verdict(Decision.DENY, "share", f"{visible(path)} does not exist, so '{server}' was not restarted")
+            )
         await self._apply(ds, Grant(path, write))
         return True
 
