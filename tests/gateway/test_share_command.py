@@ -25,6 +25,8 @@ servers:
   open:
     command: /usr/bin/true
     jail: false
+  far:
+    url: https://mcp.example.com/mcp
 """
 
 
@@ -133,7 +135,10 @@ def test_a_path_that_does_not_exist_is_not_made_and_the_refusal_says_how(
     assert not (home / "later").exists() and config.read_text() == before
 
 
-@pytest.mark.parametrize(("server", "why"), [("open", "jail: false"), ("nobody", "not a local server")])
+@pytest.mark.parametrize(
+    ("server", "why"),
+    [("open", "jail: false"), ("nobody", "no server 'nobody' in"), ("far", "'far' is a remote server")],
+)
 def test_a_server_without_a_jail_or_not_in_the_config_is_refused(
     server: str, why: str, home: Path, config: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

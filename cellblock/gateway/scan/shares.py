@@ -52,8 +52,11 @@ class ShareGate:
             except (OSError, ConfigError) as exc:
                 raise StateWriteError(f"{source} could not be read again to add the grant: {exc}") from exc
             entry = config.servers.get(server)
+            if entry is None:
+                names = ", ".join(config.servers) or "none"
+                raise StateWriteError(f"there is no server '{server}' in {source} (its servers: {names})")
             if not isinstance(entry, LocalServer):
-                raise StateWriteError(f"'{server}' is not a local server in {source}")
+                raise StateWriteError(f"'{server}' is a remote server in {source}: no jail of ours, no path to share")
             if entry.jail is False:
                 raise StateWriteError(f"server '{server}' has jail: false in {source}: it sees every path already")
             if covered(path, entry.jail.read_only, entry.jail.read_write, write):
