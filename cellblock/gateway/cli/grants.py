@@ -84,12 +84,15 @@ def _tell(message: dict[str, Any], source: Path, applied: str) -> None:
         try:
             reply = request(path, {**message, "config": str(source.resolve())})
         except ControlError as exc:
-            reply = {"ok": False, "error": str(exc)}
+            told = printable(str(exc))
+            print(
+                f"cellblock: gateway {pid_of(path)} was not told ({told}): it applies it at its next start",
+                file=sys.stderr,
+            )
+            continue
         if reply.get("ok") and reply.get("applied"):
             print(f"cellblock: gateway {pid_of(path)} {applied}", file=sys.stderr)
         elif not reply.get("ok"):
+            # it judged the grant again and refused it: the config has it, its next start judges it again
             why = printable(str(reply.get("error", "refused")))
-            print(
-                f"cellblock: gateway {pid_of(path)} was not told ({why}): it applies it at its next start",
-                file=sys.stderr,
-            )
+            print(f"cellblock: gateway {pid_of(path)} refused it for now: {why}", file=sys.stderr)
