@@ -369,6 +369,7 @@ def bwrap_plan(
         seccomp=program,
         pin_filter=pin_filter,
         tmpfs=tuple((at, args[at + 1]) for at in writable),
+        backend="bwrap",
     )
 
 

@@ -244,7 +244,8 @@ def limit_plan(plan: LaunchPlan, server: str, limits: Limits) -> LaunchPlan:
         if seccomp != jail_filter(RULES):
             raise JailError("a jail whose disk is bounded runs under the jail filter only; nothing was started")
         seccomp = jail_filter(DISK_WATCHED_RULES)
-    bwrap, rest = argv[0], argv[1:]
+    # after bwrap itself, or a Landlock plan's launcher script: both take the same options
+    bwrap, rest = argv[: plan.held_at], argv[plan.held_at :]
     held = ("--info-fd", INFO_FD, "--block-fd", BLOCK_FD)
     prefix: tuple[str, ...] = ()
     unset: tuple[str, ...] = ()
@@ -261,7 +262,7 @@ def limit_plan(plan: LaunchPlan, server: str, limits: Limits) -> LaunchPlan:
         # what systemd-run needs or adds stays outside the jail (without secrets bwrap clears all anyway)
         unset = tuple(a for key in (*how.scope_env, "INVOCATION_ID") for a in ("--unsetenv", key))
     limited = LimitPlan(server, limits, how, tmpfs)
-    argv = (*prefix, bwrap, *held, *unset, *rest)
+    argv = (*prefix, *bwrap, *held, *unset, *rest)
     return replace(plan, argv=argv, env=env, mounts=mounts, limits=limited, seccomp=seccomp)
 
 

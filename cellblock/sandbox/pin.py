@@ -29,15 +29,30 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import stat
 import struct
 import sys
 
-__all__ = ["ELF_MAGIC", "SHEBANG_BYTES", "drop_capabilities", "is_elf", "main", "restrict_exec", "shebang"]
+__all__ = [
+    "ELF_MAGIC",
+    "SHEBANG_BYTES",
+    "drop_capabilities",
+    "install_seccomp",
+    "is_elf",
+    "landlock_ruleset",
+    "landlock_version",
+    "main",
+    "restrict_exec",
+    "restrict_self",
+    "shebang",
+]
 
 # Landlock system call numbers: the same on x86-64 and aarch64 (the generic syscall table).
 SYS_CREATE_RULESET, SYS_ADD_RULE, SYS_RESTRICT_SELF = 444, 445, 446
 CREATE_RULESET_VERSION = 1
 ACCESS_FS_EXECUTE = 1
+# What a rule on a file (not a directory) may allow: execute, write, read, truncate, device ioctl.
+ACCESS_FS_FILE = 0x1 | 0x2 | 0x4 | (1 << 14) | (1 << 15)
 RULE_PATH_BENEATH = 1
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
@@ -206,33 +221,71 @@ def install_seccomp(program: bytes) -> None:
     _check(_LIBC.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
 
 
+def landlock_version() -> int:
+    """The kernel's Landlock ABI version, or 0 where Landlock is missing (or disabled)."""
+    version = _LIBC.syscall(SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(CREATE_RULESET_VERSION))
+    return max(int(version), 0)
+
+
+def landlock_ruleset(fs: int, rules: list[tuple[str, int]], net: int = 0, scoped: int = 0) -> int:
+    """A Landlock ruleset that handles the file rights `fs`, the network rights `net` and the scopes
+    `scoped`, allowing each (path, rights) of `rules` beneath that path (a file: its file rights
+    only); its descriptor, for `restrict_self`.
+
+    Raises:
+        OSError: Landlock is missing (kernel before 5.13, or disabled), it does not know a right
+            asked for, or a path cannot be opened.
+    """
+    _syscall(SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(CREATE_RULESET_VERSION))
+    # struct landlock_ruleset_attr, cut after its last field in use: a kernel older than a field
+    # refuses a struct that long, even with the field zero
+    attr = struct.pack("<QQQ", fs, net, scoped)[: 24 if scoped else 16 if net else 8]
+    ruleset = _syscall(SYS_CREATE_RULESET, ctypes.c_char_p(attr), ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
+    try:
+        for path, access in rules:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            try:
+                allowed = access if stat.S_ISDIR(os.fstat(fd).st_mode) else access & ACCESS_FS_FILE
+                rule = struct.pack("<Qi", allowed, fd)  # packed landlock_path_beneath_attr
+                _check(
+                    _LIBC.syscall(
+                        SYS_ADD_RULE,
+                        ctypes.c_int(ruleset),
+                        ctypes.c_int(RULE_PATH_BENEATH),
+                        ctypes.c_char_p(rule),
+                        ctypes.c_uint32(0),
+                    ),
+                    f"a Landlock rule for {path}",
+                )
+            finally:
+                os.close(fd)
+    except BaseException:
+        os.close(ruleset)
+        raise
+    return ruleset
+
+
+def restrict_self(ruleset: int) -> None:
+    """Enter the Landlock domain of `ruleset` (and close it): this thread and all it starts from now on.
+
+    Raises:
+        OSError: the kernel refused.
+    """
+    try:
+        _check(_LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        _syscall(SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
+    finally:
+        os.close(ruleset)
+
+
 def restrict_exec(allowed: list[str]) -> None:
     """Allow `execve` of exactly `allowed` (files) for this process and all it starts.
 
     Raises:
         OSError: Landlock is missing (kernel before 5.13, or disabled) or a path cannot be opened.
     """
-    _syscall(SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(CREATE_RULESET_VERSION))
-    attr = struct.pack("<Q", ACCESS_FS_EXECUTE)  # handled_access_fs: only execution is governed
-    ruleset = _syscall(SYS_CREATE_RULESET, ctypes.c_char_p(attr), ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
-    try:
-        for path in allowed:
-            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            try:
-                rule = struct.pack("<Qi", ACCESS_FS_EXECUTE, fd)  # packed landlock_path_beneath_attr
-                _syscall(
-                    SYS_ADD_RULE,
-                    ctypes.c_int(ruleset),
-                    ctypes.c_int(RULE_PATH_BENEATH),
-                    ctypes.c_char_p(rule),
-                    ctypes.c_uint32(0),
-                )
-            finally:
-                os.close(fd)
-        _check(_LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-        _syscall(SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
-    finally:
-        os.close(ruleset)
+    # handled_access_fs: only execution is governed
+    restrict_self(landlock_ruleset(ACCESS_FS_EXECUTE, [(path, ACCESS_FS_EXECUTE) for path in allowed]))
 
 
 def _values(options: list[str], flag: str) -> list[str]:

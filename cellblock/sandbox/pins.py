@@ -7,7 +7,6 @@ changed on disk after the check is therefore never what runs.
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import os
 import sys
@@ -15,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from cellblock.policy.files import atomic_write_bytes, make_dirs
+from cellblock.sandbox.pin import landlock_version
 from cellblock.sandbox.types import JailError
 
 __all__ = ["landlock_abi", "verify_pins"]
@@ -53,10 +53,8 @@ def verify_pins(server: str, pins: Mapping[str, str], store: Path) -> dict[str, 
 
 
 def landlock_abi() -> int:
-    """The kernel's Landlock ABI version, or 0 where Landlock is missing (which exec.allow needs)."""
+    """The kernel's Landlock ABI version, or 0 where Landlock is missing (which exec.allow and a
+    Landlock jail need)."""
     if not sys.platform.startswith("linux"):
         return 0
-    libc = ctypes.CDLL(None, use_errno=True)
-    # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION); 444 on x86-64 and aarch64
-    version = libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
-    return max(int(version), 0)
+    return landlock_version()

@@ -337,6 +337,7 @@ def seatbelt_plan(
         cwd=spec.cwd,
         mounts=(*mounts, *extra),
         network=spec.network,
+        backend="seatbelt",
     )
 
 

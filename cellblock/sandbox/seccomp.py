@@ -37,11 +37,15 @@ __all__ = [
     "CLONE_NEWTIME",
     "DISK_WATCHED_RULES",
     "EXEC_ALLOW_RULES",
+    "LANDLOCK_NO_NETWORK_RULES",
+    "LANDLOCK_ROOT_RULES",
+    "LANDLOCK_RULES",
     "PIN_STAGE_RULES",
     "RULES",
     "SUMMARY",
     "TIOCLINUX",
     "TIOCSTI",
+    "Check",
     "Compare",
     "Rule",
     "build_filter",
@@ -75,8 +79,19 @@ class Compare(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Check:
+    """One more comparison a `Rule` needs to hold as well: of another argument."""
+
+    arg: int
+    compare: Compare = Compare.EQ
+    datum: int = 0
+    mask: int = 0  # MASKED_EQ only
+
+
+@dataclass(frozen=True, slots=True)
 class Rule:
-    """`syscall` fails with `error` (an errno) when its argument `arg` compares true; always when `arg` is None.
+    """`syscall` fails with `error` (an errno) when its argument `arg` compares true (and every one
+    of `also` does); always when `arg` is None.
 
     Rules for one system call are ORed. libseccomp refuses two comparisons of one argument in
     one rule, so a range is written as several rules.
@@ -88,6 +103,7 @@ class Rule:
     compare: Compare = Compare.EQ
     datum: int = 0
     mask: int = 0  # MASKED_EQ only
+    also: tuple[Check, ...] = ()
 
 
 def _always(error: int, *names: str) -> list[Rule]:
@@ -262,6 +278,63 @@ EXEC_ALLOW_RULES: tuple[Rule, ...] = (*RULES, Rule("memfd_create", errno.EPERM))
 # writes the blocks instead (at the speed the watch keeps up with).
 DISK_WATCHED_RULES: tuple[Rule, ...] = (*RULES, Rule("fallocate", errno.EOPNOTSUPP))
 
+# A Landlock jail (sandbox/landlock.py) has no namespace of its own: it shares the host's network,
+# IPC objects and Unix sockets, and Landlock (before ABI 9) has no right over connecting to a path
+# Unix socket, nor (before ABI 6) to an abstract one. So a new Unix socket is refused outright (the
+# session bus, ssh-agent, X11, docker.sock are all one connect away); socketpair stays, which
+# runtimes use for their children's pipes and which reaches no one else. On 32-bit x86 the socket
+# and IPC calls also come multiplexed, with their arguments in memory seccomp cannot read.
+_AF_UNIX = 1
+_HOST_SOCKETS = [Rule("socket", errno.EAFNOSUPPORT, arg=0, datum=_AF_UNIX), *_always(errno.EPERM, "socketcall", "ipc")]
+# System V and POSIX message queues, semaphores and shared memory of the host: found by a key or an
+# id anyone can guess, not by a path Landlock governs.
+_HOST_IPC = _always(
+    errno.EPERM,
+    *("shmget", "shmat", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop", "semtimedop"),
+    *("semctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr"),
+)
+# Landlock governs no file's mode: chmod works on any file the jail's user owns, wherever it is. A
+# set-user-ID or set-group-ID bit on one would run it with that owner's rights, for anyone.
+_S_SETID = 0o6000
+_SETID = [
+    Rule(call, errno.EPERM, arg=arg, compare=Compare.MASKED_EQ, datum=bit, mask=bit)
+    for call, arg in (("chmod", 1), ("fchmod", 1), ("fchmodat", 2), ("fchmodat2", 2))
+    for bit in (0o4000, 0o2000)
+]
+LANDLOCK_RULES: tuple[Rule, ...] = (*RULES, *_HOST_SOCKETS, *_HOST_IPC, *_SETID)
+# A Landlock jail run as root (the gateway's user): root owns the system's files, and Landlock does
+# not govern their mode, so changing the mode of a file by its path is refused (`chmod 0666
+# /etc/shadow`); fchmod of a file the jail could open stays.
+LANDLOCK_ROOT_RULES: tuple[Rule, ...] = tuple(_always(errno.EPERM, "chmod", "fchmodat", "fchmodat2"))
+# network: none on Landlock: its TCP rules refuse every bind and connect, but it governs no other
+# protocol, nor listen() on an unbound socket (which binds a free port on every address), nor a TCP
+# Fast Open send (which connects without connect()). So an inet socket is TCP only (type, without
+# SOCK_NONBLOCK and SOCK_CLOEXEC, is SOCK_STREAM; protocol is 0 or IPPROTO_TCP): UDP, ICMP, SCTP
+# and the rest are refused, and so are listen() (a Unix socket cannot be made: only an inet one
+# could listen) and MSG_FASTOPEN.
+_SOCK_TYPE_MASK, _SOCK_STREAM, _IPPROTO_TCP, _MSG_FASTOPEN = 0xF, 1, 6, 0x20000000
+_NOT_TCP = [
+    rule
+    for family in (2, 10)
+    for rule in (
+        *(
+            Rule("socket", errno.EPERM, arg=0, datum=family, also=(Check(1, Compare.MASKED_EQ, kind, _SOCK_TYPE_MASK),))
+            for kind in range(_SOCK_TYPE_MASK + 1)
+            if kind != _SOCK_STREAM
+        ),
+        *(
+            Rule("socket", errno.EPERM, arg=0, datum=family, also=(Check(2, Compare.EQ, protocol),))
+            for protocol in range(1, _IPPROTO_TCP)
+        ),
+        Rule("socket", errno.EPERM, arg=0, datum=family, also=(Check(2, Compare.GE, _IPPROTO_TCP + 1),)),
+    )
+]
+_FAST_OPEN = [
+    Rule(call, errno.EPERM, arg=arg, compare=Compare.MASKED_EQ, datum=_MSG_FASTOPEN, mask=_MSG_FASTOPEN)
+    for call, arg in (("sendto", 3), ("sendmsg", 2), ("sendmmsg", 3))
+]
+LANDLOCK_NO_NETWORK_RULES: tuple[Rule, ...] = (*_NOT_TCP, *_FAST_OPEN, Rule("listen", errno.EPERM))
+
 
 def _binding() -> Any:
     """The pyseccomp module (a ctypes binding over the system's libseccomp).
@@ -312,8 +385,8 @@ def build_filter(rules: tuple[Rule, ...] = RULES) -> bytes:
             number = lib.resolve_syscall(lib.Arch.NATIVE, rule.syscall)
             if number == _UNKNOWN:
                 continue
-            args = [] if rule.arg is None else [_compare(lib, rule)]
-            program.add_rule(lib.ERRNO(rule.error), number, *args)
+            checks = [] if rule.arg is None else [Check(rule.arg, rule.compare, rule.datum, rule.mask), *rule.also]
+            program.add_rule(lib.ERRNO(rule.error), number, *(_compare(lib, check) for check in checks))
         fd = os.memfd_create("cellblock-seccomp-build", os.MFD_CLOEXEC)
         with os.fdopen(fd, "w+b") as out:
             program.export_bpf(out)
@@ -326,10 +399,10 @@ def build_filter(rules: tuple[Rule, ...] = RULES) -> bytes:
         ) from exc
 
 
-def _compare(lib: Any, rule: Rule) -> Any:
-    if rule.compare is Compare.MASKED_EQ:
-        return lib.Arg(rule.arg, lib.MASKED_EQ, rule.mask, rule.datum)
-    return lib.Arg(rule.arg, getattr(lib, rule.compare.value), rule.datum)
+def _compare(lib: Any, check: Check) -> Any:
+    if check.compare is Compare.MASKED_EQ:
+        return lib.Arg(check.arg, lib.MASKED_EQ, check.mask, check.datum)
+    return lib.Arg(check.arg, getattr(lib, check.compare.value), check.datum)
 
 
 @functools.cache

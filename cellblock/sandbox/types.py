@@ -189,6 +189,12 @@ class LaunchPlan:
     # the tmpfs mounts the jail may write (what is written there is memory): where each one's
     # `--tmpfs` stands in `argv`, and its mount point; `limit_plan` sizes them within the memory limit
     tmpfs: tuple[tuple[int, str], ...] = ()
+    held_at: int = 1
+    # what builds the jail: "bwrap", "landlock" (sandbox/landlock.py), "seatbelt" (macOS), "none" (jail: false)
+    backend: str = "bwrap"
+    # every guarantee of the bwrap jail this one does not give on this machine, as sentences for
+    # doctor, show and the log (a Landlock jail's: landlock.landlock_gaps)
+    gaps: tuple[str, ...] = ()
 
 
 class InstallKind(StrEnum):
