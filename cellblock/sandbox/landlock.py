@@ -178,7 +178,7 @@ def landlock_plan(
     locked = spec.exec_closure is not None
     rules: list[tuple[str, str]] = []
     system = [d for d in ("/usr", *_SYSTEM_DIRS) if os.path.isdir(d) and not os.path.islink(d)]
-    rules += [("--run", d) for d in system]
+    rules += [("--read" if locked else "--run", d) for d in system]
     rules += [("--read", f"/etc/{n}") for n in ETC_FILES if os.path.exists(f"/etc/{n}")]
     rules += [("--read", "/proc"), *(("--device", d) for d in DEVICES if os.path.exists(d))]
     rules += [("--read" if locked else "--run", m.path) for m in launchers if os.path.exists(m.path)]
@@ -268,7 +268,8 @@ def _shown(
     spec: JailSpec, launchers: Sequence[Mount], system: Sequence[str], home: str, tmp: str | None
 ) -> tuple[Mount, ...]:
     """What the jail reaches, as mounts for `cellblock show` (Landlock rules at the paths themselves)."""
-    shown = [Mount(d, MountMode.READ_ONLY, "system (Landlock: read and execute)") for d in system]
+    runs = "read only: exec.allow decides what runs" if spec.exec_closure is not None else "read and execute"
+    shown = [Mount(d, MountMode.READ_ONLY, f"system (Landlock: {runs})") for d in system]
     shown += [Mount(f"/etc/{n}", MountMode.READ_ONLY, "system") for n in ETC_FILES if os.path.exists(f"/etc/{n}")]
     shown += [Mount("/proc", MountMode.READ_ONLY, "processes: other processes' environ and memory refused")]
     shown += [Mount(d, MountMode.READ_WRITE, "device") for d in DEVICES if os.path.exists(d)]
@@ -280,8 +281,8 @@ def _shown(
     if tmp is not None:
         shown.append(Mount(tmp, MountMode.READ_WRITE, "private tmp (TMPDIR)"))
     if spec.exec_closure is not None:
-        runs = f"exec.allow: only {len(spec.exec_closure.executables)} files executable"
-        shown.append(Mount("/usr", MountMode.READ_ONLY, runs))
+        allowed = f"exec.allow: only {len(spec.exec_closure.executables)} files executable"
+        shown.append(Mount("/usr", MountMode.READ_ONLY, allowed))
     return tuple(shown)
 
 
