@@ -43,7 +43,9 @@ CALLS = "trace=%file,%network,%process"
 # query's bytes and a program's arguments.
 STRING_BYTES = "512"
 # Cellblock's launchers, run in a jail before the server (`python -I -S LAUNCHER -- ...`).
-LAUNCHERS = frozenset(str(Path(__file__).resolve().with_name(n)) for n in ("scope.py", "relay.py", "pin.py"))
+LAUNCHERS = frozenset(
+    str(Path(__file__).resolve().with_name(n)) for n in ("scope.py", "relay.py", "pin.py", "landlocked.py")
+)
 
 
 class Kind(StrEnum):
