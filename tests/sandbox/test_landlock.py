@@ -376,3 +376,72 @@ def test_a_jail_under_limits_is_held_until_they_are_in_place_then_runs(tmp_path:
     held = limit_plan(jail(tmp_path, code), "hostile", Limits(processes=64, memory=512 << 20))
     said = run(held)
     assert said["pid"] == "ok"
+
+
+ESCAPE = Path(__file__).resolve().parents[2] / "cellblock" / "sandbox" / "escape"
+
+
+def probe(tmp_path: Path, attempts: list[dict[str, Any]], **extra: Any) -> dict[str, bool]:
+    """`cellblock probe`'s escape attempts run in a Landlock plan: each attempt's name -> got through."""
+    spec = JailSpec(
+        name="probe",
+        argv=(PYTHON, "-I", "-S", str(ESCAPE), "--json", json.dumps(attempts)),
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "user")},
+        read_only=(str(ESCAPE),),
+        **extra,
+    )
+    done = run_plan(landlock_plan(spec, [INTERPRETER], str(tmp_path / "private")), SECONDS)
+    assert done.returncode in (0, 1), done.stderr
+    return {f"{r['name']} {r['target']}": r["got_through"] for r in json.loads(done.stdout)}
+
+
+def test_the_probes_escape_attempts_are_blocked_and_what_gets_through_is_a_gap_the_plan_names(
+    tmp_path: Path, user_home: Path, listeners: tuple[socket.socket, socket.socket]
+) -> None:
+    tcp, _ = listeners
+    attempts: list[dict[str, Any]] = [
+        {"kind": "read", "target": str(user_home / ".ssh" / "id_ed25519")},
+        {"kind": "list", "target": str(user_home), "expect": [".ssh"]},
+        {"kind": "write", "target": str(tmp_path / "canary"), "keep": True},
+        {"kind": "connect", "target": f"127.0.0.1:{tcp.getsockname()[1]}"},
+        {"kind": "dbus", "target": ""},
+        {"kind": "capabilities", "target": ""},
+        {"kind": "userns", "target": ""},
+        {"kind": "sysctl", "target": "/proc/sys/vm/stat_interval"},
+        {"kind": "remount", "target": "/usr"},
+        {"kind": "processes", "pid": os.getpid()},
+    ]
+    said = probe(tmp_path, attempts)
+    assert said.pop(f"processes {os.getpid()}") is True  # a gap: there is no pid namespace
+    assert said and not any(said.values()), said
+    assert not (tmp_path / "canary").exists()
+    plan = jail(tmp_path, "")
+    assert any("other processes are visible" in gap for gap in plan.gaps)
+
+
+LOAD = """
+import subprocess
+def load():
+    fd = os.open(copy, os.O_WRONLY | os.O_CREAT, 0o755)
+    os.write(fd, open("/bin/true", "rb").read())
+    os.close(fd)
+    subprocess.run([loader, copy], check=True)
+attempt("load", load)
+"""
+
+
+def test_under_exec_allow_the_probe_finds_only_the_loader_gap_the_plan_names(tmp_path: Path) -> None:
+    writable = tmp_path / "granted"
+    writable.mkdir()
+    attempts: list[dict[str, Any]] = [
+        {"kind": "exec", "argv": ["/bin/sh", "-c", "true"]},
+        {"kind": "memfd_exec", "target": "/bin/true"},
+    ]
+    closure = exec_closure([PYTHON], "/usr/bin:/bin")
+    locked: dict[str, Any] = {"read_write": (str(writable),), "exec_allow": (PYTHON,), "exec_closure": closure}
+    assert probe(tmp_path, attempts, **locked) == {"exec /bin/sh": False, "memfd_exec /bin/true": False}
+    # what bwrap's noexec mounts stop and Landlock cannot: the allowed loader maps a file the server wrote
+    loader = next(p for p in closure.executables if "ld-linux" in p)
+    plan = jail(tmp_path, script(LOAD, copy=str(writable / "copy"), loader=loader), **locked)
+    assert run(plan) == {"load": "ok"}
+    assert any("loaded as code by an allowed program" in gap for gap in plan.gaps)
