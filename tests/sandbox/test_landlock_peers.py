@@ -27,6 +27,7 @@ pytestmark = [
 # a Node or Python server starts in well under this, even on a loaded machine
 ANSWER_SECONDS = 60.0
 PATH = "/usr/bin:/bin"
+HELLO = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}
 
 
 def plan_for(tmp_path: Path, argv: list[str], **extra: Any) -> LaunchPlan:
@@ -40,28 +41,13 @@ def plan_for(tmp_path: Path, argv: list[str], **extra: Any) -> LaunchPlan:
 def call(plan: LaunchPlan, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     """Initialize a session with the server of `plan` over stdio and call `tool`; its result."""
     messages = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "test", "version": "1"},
-            },
-        },
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": HELLO},
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool, "arguments": arguments}},
     ]
     with spawn_args(plan) as spawn:
-        process = subprocess.Popen(
-            spawn.argv,
-            env=dict(plan.env),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=spawn.pass_fds,
-        )
+        pipes = dict.fromkeys(("stdin", "stdout", "stderr"), subprocess.PIPE)
+        process = subprocess.Popen(spawn.argv, env=dict(plan.env), pass_fds=spawn.pass_fds, **pipes)
     assert process.stdin is not None and process.stdout is not None
     try:
         process.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in messages))
