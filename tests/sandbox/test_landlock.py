@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from cellblock.sandbox.limits import limit_plan
 from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.spawn import run_plan, spawn_args
 from cellblock.sandbox.types import JailSpec, LaunchPlan, Limits, Mount, MountMode, Network
+from tests.sandbox.conftest import SANDBOX, USER, ensure_user
 
 ABI = landlock_abi()
 pytestmark = [
@@ -445,3 +448,56 @@ def test_under_exec_allow_the_probe_finds_only_the_loader_gap_the_plan_names(tmp
     plan = jail(tmp_path, script(LOAD, copy=str(writable / "copy"), loader=loader), **locked)
     assert run(plan) == {"load": "ok"}
     assert any("loaded as code by an allowed program" in gap for gap in plan.gaps)
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@pytest.mark.skipif(not os.path.exists(SYSTEM_PYTHON), reason="the unprivileged case runs the system's python3")
+def test_as_a_normal_user_with_no_capability_to_drop_the_jail_holds(area: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("runs the jail as another user through runuser, which needs root")
+    user = ensure_user()
+    # what the user runs must be readable by the user: the launcher and pin.py, copied out of a
+    # checkout that may sit in root's 0700 home, with the package files they import through
+    package = area / "cellblock" / "sandbox"
+    package.mkdir(parents=True)
+    for name in ("__init__.py", "sandbox/__init__.py", "sandbox/pin.py", "sandbox/landlocked.py"):
+        shutil.copy(SANDBOX.parent / name, area / "cellblock" / name)
+    for path in (area, area / "cellblock", package, *area.rglob("*.py")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    home = Path(user.pw_dir)
+    decoy, outside = home / f".cellblock-decoy-{area.name}", home / f".cellblock-outside-{area.name}"
+    decoy.write_text("DECOY-KEY\n")
+    os.chown(decoy, user.pw_uid, user.pw_gid)
+    try:
+        code = script(READ_KEY + WRITE_OUTSIDE, key=str(decoy), home=str(home), outside=str(outside))
+        spec = JailSpec(
+            name="user", argv=(SYSTEM_PYTHON, "-I", "-S", "-c", code), env={"PATH": "/usr/bin:/bin", "HOME": str(home)}
+        )
+        private = area / "private"
+        private.mkdir(mode=0o700)
+        os.chown(private, user.pw_uid, user.pw_gid)
+        plan = landlock_plan(spec, [], str(private))
+        os.chown(plan.env["HOME"], user.pw_uid, user.pw_gid)
+        os.chown(plan.env["TMPDIR"], user.pw_uid, user.pw_gid)
+        launcher = (SYSTEM_PYTHON, "-I", "-S", str(package / "landlocked.py"))
+        plan = replace(plan, argv=(*launcher, *plan.argv[plan.held_at :]))
+        done = run_plan(plan, SECONDS, prefix=("runuser", "-u", USER, "--"))
+        assert done.returncode == 0, done.stderr
+        said = json.loads(done.stdout.strip().splitlines()[-1])
+        assert said == {"read": "PermissionError", "list": "PermissionError", "outside": "PermissionError"}
+        assert not outside.exists()
+        # the control: the same user, unjailed, reads the key and writes outside
+        control = subprocess.run(
+            ["runuser", "-u", USER, "--", SYSTEM_PYTHON, "-I", "-S", "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=SECONDS,
+            check=True,
+        )
+        assert json.loads(control.stdout.strip().splitlines()[-1])["key"] == "DECOY-KEY\n"
+        assert outside.exists()
+    finally:
+        decoy.unlink(missing_ok=True)
+        outside.unlink(missing_ok=True)
