@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from cellblock.policy.constraints import within
+from cellblock.policy.files import make_dirs
 from cellblock.sandbox.bwrap import ETC_FILES
 from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.seccomp import (
@@ -87,7 +88,9 @@ def landlock_refusal(spec: JailSpec, abi: int, launchers: Sequence[Mount] = ()) 
             f"{name}: jail.exec.sha256 needs the verified copy shown at each pinned path, which takes a mount; "
             f"without one a file changed after its check could run; {_FIX}, or remove jail.exec.sha256"
         )
-    for inner, outer in _taken_back(spec, launchers):
+    taken = _taken_back(spec, launchers)
+    if taken:
+        inner, outer = taken[0]
         return (
             f"{name}: {inner} is inside its read_write grant {outer}, and Landlock can only allow: it cannot make "
             f"part of a writable grant read-only; {_FIX}, or move {inner} out of {outer}"
@@ -215,7 +218,7 @@ def landlock_plan(
         seccomp=program,
         held_at=len(script),
         backend="landlock",
-        gaps=(*landlock_gaps(spec, abi), *spec.gaps),
+        gaps=landlock_gaps(spec, abi),
     )
 
 
@@ -226,7 +229,7 @@ def _private_dirs(spec: JailSpec, private: str) -> tuple[str, str | None]:
         JailError: they cannot be made.
     """
     try:
-        Path(private).mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_dirs(Path(private))
         home = spec.home_source or tempfile.mkdtemp(prefix="home.", dir=private)
         tmp = tempfile.mkdtemp(prefix="tmp.", dir=private) if spec.tmp else None
     except OSError as exc:
