@@ -501,3 +501,46 @@ def test_as_a_normal_user_with_no_capability_to_drop_the_jail_holds(area: Path) 
     finally:
         decoy.unlink(missing_ok=True)
         outside.unlink(missing_ok=True)
+
+
+def older(tmp_path: Path, code: str, abi: int, **extra: Any) -> LaunchPlan:
+    """`jail`'s plan as it is made on a kernel with Landlock `abi` (run here, on a newer one)."""
+    spec = JailSpec(
+        name="older",
+        argv=(PYTHON, "-I", "-S", "-c", code),
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "user")},
+        **extra,
+    )
+    return landlock_plan(spec, [INTERPRETER], str(tmp_path / "private"), abi=abi)
+
+
+def test_below_abi_6_the_hosts_abstract_sockets_stay_out_of_reach_through_seccomp(tmp_path: Path) -> None:
+    name = f"cellblock-test-{os.getpid()}-{tmp_path.name}"
+    with socket.socket(socket.AF_UNIX) as abstract:
+        abstract.bind("\0" + name)
+        abstract.listen(8)
+        code = script(UNIX.replace('attempt("path", lambda: connect(path))\n', ""), abstract=name)
+        assert run(older(tmp_path, code, 5, network=Network.OPEN))["abstract"] != "ok"  # no Unix socket is made
+        assert arrived(abstract) == 0
+
+
+GAP_ATTACKS = {
+    "signal": 'attempt("signal", lambda: os.kill(pid, 15))',
+    "truncate": 'attempt("truncate", lambda: os.truncate(victim, 0))',
+}
+
+
+@pytest.mark.parametrize(
+    ("abi", "attack", "gap"),
+    [(5, "signal", "signals reach any process"), (2, "truncate", "truncate() works on any file")],
+)
+def test_below_an_abi_what_the_plan_names_as_a_gap_is_one(
+    tmp_path: Path, bystander: subprocess.Popen[bytes], abi: int, attack: str, gap: str
+) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("kept")
+    body = GAP_ATTACKS[attack]
+    plan = older(tmp_path, script(body, pid=bystander.pid, victim=str(victim)), abi, network=Network.OPEN)
+    assert any(gap in said for said in plan.gaps)
+    assert run(plan) == {attack: "ok"}  # not stopped: the gap is real, and named
+    assert bystander.wait(SECONDS) == -signal.SIGTERM if attack == "signal" else victim.read_text() == ""
