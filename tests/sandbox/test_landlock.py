@@ -544,3 +544,23 @@ def test_below_an_abi_what_the_plan_names_as_a_gap_is_one(
     assert any(gap in said for said in plan.gaps)
     assert run(plan) == {attack: "ok"}  # not stopped: the gap is real, and named
     assert bystander.wait(SECONDS) == -signal.SIGTERM if attack == "signal" else victim.read_text() == ""
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (("--abi", "99"), "planned for ABI 99"),
+        (("--chdir", "/nonexistent-cellblock"), "cannot lock the jail down"),
+        (("--frobnicate", "x"), "unknown option"),
+    ],
+)
+def test_a_launcher_that_cannot_lock_itself_down_starts_nothing(
+    tmp_path: Path, change: tuple[str, str], says: str
+) -> None:
+    marker = tmp_path / "started"
+    plan = jail(tmp_path, f"open({str(marker)!r}, 'w')")
+    split = plan.argv.index("--")
+    plan = replace(plan, argv=(*plan.argv[:split], *change, *plan.argv[split:]))
+    done = run_plan(plan, SECONDS)
+    assert done.returncode == 126 and says in done.stderr
+    assert not marker.exists()

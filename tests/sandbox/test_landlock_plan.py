@@ -12,6 +12,13 @@ import pytest
 
 from cellblock.sandbox.landlock import LANDLOCKED, landlock_gaps, landlock_plan, landlock_refusal
 from cellblock.sandbox.limits import BLOCK_FD, INFO_FD, limit_plan
+from cellblock.sandbox.seccomp import (
+    LANDLOCK_NO_NETWORK_RULES,
+    LANDLOCK_ROOT_RULES,
+    LANDLOCK_RULES,
+    RULES,
+    build_filter,
+)
 from cellblock.sandbox.sockets import SCOPE
 from cellblock.sandbox.types import Closure, JailError, JailSpec, Limits, Mount, MountMode, Network
 
@@ -143,3 +150,8 @@ def test_limits_hold_the_launcher_after_its_script(tmp_path: Path) -> None:
     held = limit_plan(plan, "srv", Limits(processes=64, memory=256 << 20))
     at = held.argv.index(LANDLOCKED)
     assert held.argv[at + 1 : at + 5] == ("--info-fd", INFO_FD, "--block-fd", BLOCK_FD)
+
+
+def test_the_landlock_filter_keeps_every_rule_of_the_jail_filter_and_builds() -> None:
+    assert set(RULES) <= set(LANDLOCK_RULES)
+    assert build_filter((*LANDLOCK_RULES, *LANDLOCK_NO_NETWORK_RULES, *LANDLOCK_ROOT_RULES))
