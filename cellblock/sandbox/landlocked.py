@@ -85,47 +85,37 @@ def _say(text: str) -> None:
     sys.stderr.write(f"cellblock-landlock: {text}\n")
 
 
-def _parse(argv: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
-    """(option, value) pairs in order, and the command after ``--``.
+def _parse(argv: list[str]) -> tuple[list[tuple[str, str]], dict[str, str], list[str]]:
+    """(option, value) pairs in order, the ``--setenv`` variables, and the command after ``--``.
 
     Raises:
-        ValueError: an unknown option, one without its value, or no command.
+        ValueError: an unknown option, one without its value, no Landlock ABI, or no command.
     """
     if "--" not in argv:
         raise ValueError("no '--' before the command")
     split = argv.index("--")
     options, command = argv[:split], argv[split + 1 :]
-    pairs, at = [], 0
+    pairs: list[tuple[str, str]] = []
+    setenv: dict[str, str] = {}
+    at = 0
     while at < len(options):
         word = options[at]
         if word == "--no-network":
             pairs.append((word, ""))
             at += 1
-            continue
-        if word == "--setenv" and at + 2 < len(options):
-            pairs.append((word, options[at + 1]))  # its value is read by `_setenv`
+        elif word == "--setenv" and at + 2 < len(options):
+            setenv[options[at + 1]] = options[at + 2]
             at += 3
-            continue
-        if word not in VALUED or at + 1 >= len(options):
+        elif word in VALUED and at + 1 < len(options):
+            pairs.append((word, options[at + 1]))
+            at += 2
+        else:
             raise ValueError(f"unknown option or missing value: {word}")
-        pairs.append((word, options[at + 1]))
-        at += 2
     if not command:
         raise ValueError("no command")
-    return pairs, command
-
-
-def _setenv(argv: list[str]) -> list[tuple[str, str]]:
-    """The ``--setenv KEY VALUE`` triples before ``--``."""
-    options = argv[: argv.index("--")]
-    found, at = [], 0
-    while at < len(options):
-        if options[at] == "--setenv":
-            found.append((options[at + 1], options[at + 2]))
-            at += 3
-        else:
-            at += 1 if options[at] == "--no-network" else 2
-    return found
+    if int(dict(pairs).get("--abi", "0")) < 1:
+        raise ValueError("no Landlock ABI (--abi N, 1 or more)")
+    return pairs, setenv, command
 
 
 def _held(info: int, block: int) -> None:
@@ -171,8 +161,8 @@ def _lock_down(pairs: list[tuple[str, str]], abi: int) -> None:
 
 def main(argv: list[str]) -> int:
     try:
-        pairs, command = _parse(argv)
-        abi = int(dict(pairs).get("--abi", "0"))
+        pairs, setenv, command = _parse(argv)
+        abi = int(dict(pairs)["--abi"])
     except ValueError as exc:
         _say(f"usage: {exc}; nothing was started")
         return EXIT_CANNOT_START
@@ -189,8 +179,7 @@ def main(argv: list[str]) -> int:
             _held(int(held["--info-fd"]), int(held["--block-fd"]))
         # the server's environment is the plan's alone: what the spawner added besides goes
         kept = {key for option, key in pairs if option == "--keep"} - {k for o, k in pairs if o == "--unsetenv"}
-        env = {key: value for key, value in os.environ.items() if key in kept}
-        env |= dict(_setenv(argv))
+        env = {key: value for key, value in os.environ.items() if key in kept} | setenv
         _lock_down(pairs, abi)
     except (OSError, ValueError) as exc:
         _say(f"cannot lock the jail down: {exc}; the server is not started")
