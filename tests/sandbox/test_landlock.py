@@ -29,6 +29,7 @@ from cellblock.sandbox.limits import limit_plan
 from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.spawn import run_plan, spawn_args
 from cellblock.sandbox.types import JailSpec, LaunchPlan, Limits, Mount, MountMode, Network
+from tests.gateway.test_demo import NO_USERNS as NO_USER_NAMESPACES
 from tests.sandbox.conftest import SANDBOX, USER, ensure_user
 
 ABI = landlock_abi()
@@ -62,8 +63,10 @@ def run(plan: LaunchPlan) -> dict[str, Any]:
     return result
 
 
-def unjailed(code: str) -> dict[str, Any]:
-    done = subprocess.run([PYTHON, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=SECONDS, check=True)
+def unjailed(code: str, prefix: Sequence[str] = (), python: str = PYTHON) -> dict[str, Any]:
+    """Run `code` with no jail (after `prefix`: as another user, where user namespaces are refused)."""
+    argv = [*prefix, python, "-I", "-S", "-c", code]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=SECONDS, check=True)
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
@@ -489,14 +492,7 @@ def test_as_a_normal_user_with_no_capability_to_drop_the_jail_holds(area: Path) 
         assert said == {"read": "PermissionError", "list": "PermissionError", "outside": "PermissionError"}
         assert not outside.exists()
         # the control: the same user, unjailed, reads the key and writes outside
-        control = subprocess.run(
-            ["runuser", "-u", USER, "--", SYSTEM_PYTHON, "-I", "-S", "-c", code],
-            capture_output=True,
-            text=True,
-            timeout=SECONDS,
-            check=True,
-        )
-        assert json.loads(control.stdout.strip().splitlines()[-1])["key"] == "DECOY-KEY\n"
+        assert unjailed(code, ("runuser", "-u", USER, "--"), SYSTEM_PYTHON)["key"] == "DECOY-KEY\n"
         assert outside.exists()
     finally:
         decoy.unlink(missing_ok=True)
@@ -564,3 +560,23 @@ def test_a_launcher_that_cannot_lock_itself_down_starts_nothing(
     done = run_plan(plan, SECONDS)
     assert done.returncode == 126 and says in done.stderr
     assert not marker.exists()
+
+
+def test_where_user_namespaces_are_refused_bwrap_cannot_start_and_the_landlock_jail_holds(
+    tmp_path: Path, user_home: Path
+) -> None:
+    bwrap = subprocess.run(
+        [*NO_USER_NAMESPACES, "bwrap", "--unshare-user", "--ro-bind", "/", "/", "true"],
+        capture_output=True,
+        text=True,
+        timeout=SECONDS,
+        check=False,
+    )
+    assert bwrap.returncode != 0 and "namespace" in bwrap.stderr  # the machine the backend is for
+    code = script(READ_KEY, key=str(user_home / ".ssh" / "id_ed25519"), home=str(user_home))
+    done = run_plan(jail(tmp_path, code), SECONDS, prefix=NO_USER_NAMESPACES)
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said == {"read": "PermissionError", "list": "PermissionError"}
+    # the control: there, unjailed, the key is read
+    assert unjailed(code, NO_USER_NAMESPACES)["key"] == "DECOY-KEY\n"
