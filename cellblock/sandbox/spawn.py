@@ -9,7 +9,8 @@ placeholder ("Invalid fd") and nothing runs.
 
 A plan with resource limits has two more placeholders, for bwrap's `--info-fd` (where it reports
 the jail's first process) and `--block-fd` (where that process waits before it starts the
-server). The spawner calls `Spawn.release` right after starting the process: it puts the jail
+server; a Landlock plan's launcher, `sandbox/landlocked.py`, takes the same two and reports
+itself). The spawner calls `Spawn.release` right after starting the process: it puts the jail
 under its limits (`sandbox/limits.py`) and only then lets it go on. A jail that is not released
 (the spawner failed, or forgot) is ended, never let go without its limits.
 
