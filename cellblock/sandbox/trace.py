@@ -159,8 +159,8 @@ def parse_trace(text: str | Iterable[str], command: str | None = None) -> Trace:
 
     The start is the first successful execve by a process other than those bwrap was before
     it that does not start one of `LAUNCHERS` (`command`, when given, must be what is executed:
-    the jail's own program). Lines split by strace (`<unfinished ...>`, `<... resumed>`) are
-    joined first.
+    the jail's own program); in a Landlock jail, by its first process once it ran the launcher.
+    Lines split by strace (`<unfinished ...>`, `<... resumed>`) are joined first.
     """
     lines = text.splitlines() if isinstance(text, str) else list(text)
     calls = _joined(lines)
@@ -171,14 +171,17 @@ def parse_trace(text: str | Iterable[str], command: str | None = None) -> Trace:
     started: float | None = None
     first: str | None = None
     events: list[Event] = []
+    # a Landlock jail forks nothing: its first process becomes a launcher, which becomes the server
+    launcher_root = False
     for pid, ts, call, args, errno in calls:
         if started is None:
-            if call in _EXECS and errno is None and pid != root:
+            if call in _EXECS and errno is None and (pid != root or launcher_root):
                 path = _path_at(args, _EXECS[call])
                 if (command is None or path == command) and not _launches(args, _EXECS[call]):
                     started, first = ts, path
                     setup.discard(pid)
                     continue
+            launcher_root |= pid == root and call in _EXECS and errno is None and _launches(args, _EXECS[call])
             setup.add(pid)
             continue
         if pid in setup:

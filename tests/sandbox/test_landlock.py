@@ -28,6 +28,7 @@ from cellblock.sandbox.landlock import landlock_plan
 from cellblock.sandbox.limits import limit_plan
 from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.spawn import run_plan, spawn_args
+from cellblock.sandbox.trace import Kind, jail_refused, parse_trace, traced
 from cellblock.sandbox.types import JailSpec, LaunchPlan, Limits, Mount, MountMode, Network
 from tests.gateway.test_demo import NO_USERNS as NO_USER_NAMESPACES
 from tests.sandbox.conftest import SANDBOX, USER, ensure_user
@@ -580,3 +581,19 @@ def test_where_user_namespaces_are_refused_bwrap_cannot_start_and_the_landlock_j
     assert said == {"read": "PermissionError", "list": "PermissionError"}
     # the control: there, unjailed, the key is read
     assert unjailed(code, NO_USER_NAMESPACES)["key"] == "DECOY-KEY\n"
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="learn and scan trace with strace (apt-get install strace)")
+def test_a_traced_landlock_jail_starts_at_the_server_and_shows_what_the_jail_refused(
+    tmp_path: Path, user_home: Path
+) -> None:
+    key = str(user_home / ".ssh" / "id_ed25519")
+    plan = jail(tmp_path, script(READ_KEY, key=key, home=str(user_home)))
+    output = tmp_path / "trace"
+    with spawn_args(plan) as spawn:
+        argv = traced(spawn.argv, str(output), shutil.which("strace") or "strace")
+        subprocess.run(argv, env=dict(plan.env), pass_fds=spawn.pass_fds, timeout=SECONDS, check=True)
+    trace = parse_trace(output.read_text())
+    assert trace.command == PYTHON  # the server, not the launcher before it
+    reads = [e for e in trace.events if e.kind is Kind.READ and e.target == key]
+    assert reads and all(e.errno == "EACCES" and jail_refused(e) for e in reads)
