@@ -84,6 +84,12 @@ BLOCK_FD = "<block-fd>"
 # From 5.14 on, RLIMIT_NPROC counts a user's tasks per user namespace, so a jail's own limit does
 # not depend on how many processes the user runs elsewhere.
 NPROC_PER_NAMESPACE = (5, 14)
+# A Landlock jail (sandbox/landlock.py) has no user namespace of its own: there RLIMIT_NPROC would
+# count every process of the user, and refuse the server's forks for the user's own browser tabs.
+NPROC_SHARED = (
+    "NOT ENFORCED: a Landlock jail has no user namespace of its own, in which RLIMIT_NPROC would count its "
+    "processes alone; a systemd user manager or a writable pids cgroup enforces it"
+)
 # systemd-run expands $VARIABLES in a scope's command line from this version on, unless told not to.
 SYSTEMD_EXPANDS = 254
 _PAGE = mmap.PAGESIZE
@@ -238,6 +244,8 @@ def limit_plan(plan: LaunchPlan, server: str, limits: Limits) -> LaunchPlan:
             or a plan with a bounded disk has a filter other than the jail's.
     """
     how = enforcement()
+    if plan.backend == "landlock" and how.processes.mechanism is Mechanism.RLIMIT:
+        how = replace(how, processes=Method(Mechanism.NONE, NPROC_SHARED, whole=False))
     argv, mounts, tmpfs = _sized(plan, limits.memory)
     seccomp = plan.seccomp
     if limits.disk is not None and seccomp is not None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from cellblock.sandbox import limits
 from cellblock.sandbox.landlock import LANDLOCKED, landlock_gaps, landlock_plan, landlock_refusal
 from cellblock.sandbox.limits import BLOCK_FD, INFO_FD, limit_plan
 from cellblock.sandbox.seccomp import (
@@ -20,7 +21,18 @@ from cellblock.sandbox.seccomp import (
     build_filter,
 )
 from cellblock.sandbox.sockets import SCOPE
-from cellblock.sandbox.types import Closure, JailError, JailSpec, Limits, Mount, MountMode, Network
+from cellblock.sandbox.types import (
+    Closure,
+    Enforcement,
+    JailError,
+    JailSpec,
+    Limits,
+    Mechanism,
+    Method,
+    Mount,
+    MountMode,
+    Network,
+)
 
 
 def spec(tmp_path: Path, **extra: Any) -> JailSpec:
@@ -155,3 +167,16 @@ def test_limits_hold_the_launcher_after_its_script(tmp_path: Path) -> None:
 def test_the_landlock_filter_keeps_every_rule_of_the_jail_filter_and_builds() -> None:
     assert set(RULES) <= set(LANDLOCK_RULES)
     assert build_filter((*LANDLOCK_RULES, *LANDLOCK_NO_NETWORK_RULES, *LANDLOCK_ROOT_RULES))
+
+
+def test_where_only_rlimits_bound_processes_a_landlock_jail_says_its_processes_are_not_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rlimit = Method(Mechanism.RLIMIT, "RLIMIT_NPROC in the jail's own user namespace", whole=True)
+    memory = Method(Mechanism.RLIMIT, "RLIMIT_DATA, per process only", whole=False)
+    monkeypatch.setattr(limits, "enforcement", lambda: Enforcement(rlimit, memory))
+    plan = limit_plan(landlock_plan(spec(tmp_path), [], str(tmp_path / "p"), abi=7), "srv", Limits(64, 256 << 20))
+    assert plan.limits is not None
+    processes = plan.limits.enforcement.processes
+    assert processes.mechanism is Mechanism.NONE and not processes.whole and "NOT ENFORCED" in processes.how
+    assert plan.limits.enforcement.memory == memory
