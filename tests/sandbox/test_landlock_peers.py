@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from cellblock.gateway.config.model import LocalServer
+from cellblock.gateway.downstream.launch import jail_spec
 from cellblock.sandbox.landlock import landlock_plan
 from cellblock.sandbox.launchers import launcher_mounts
 from cellblock.sandbox.pins import landlock_abi
@@ -93,3 +95,16 @@ def test_a_node_server_reads_its_grant_in_a_landlock_jail_and_nothing_else(tmp_p
     assert text(call(plan, "read_text_file", {"path": str(granted / "note.txt")})) == "granted words"
     refused = call(plan, "read_text_file", {"path": str(outside / "secret.txt")})
     assert "DECOY" not in text(refused)
+
+
+@pytest.mark.parametrize("jail", [{"network": "none"}, {"network": "none", "exec": {"allow": ["/bin/true"]}}])
+def test_the_jail_spec_the_gateway_makes_runs_on_landlock_without_the_bwrap_jails_wrappers(
+    tmp_path: Path, jail: dict[str, Any]
+) -> None:
+    server = LocalServer.model_validate({"command": peers.time_server()[0], "jail": jail})
+    assert server.jail is not False
+    spec, launchers = jail_spec("time", server, server.jail)
+    plan = landlock_plan(spec, launchers, str(tmp_path / "private"))
+    assert plan.argv[plan.argv.index("--") + 1 :] == (peers.time_server()[0],)  # the scope launcher and pin left out
+    result = call(plan, "get_current_time", {"timezone": "UTC"})
+    assert not result.get("isError") and "UTC" in text(result)
