@@ -152,8 +152,8 @@ def landlock_plan(
     """The command that runs `spec.argv` locked down by Landlock; spawn it through `spawn.spawn_args`.
 
     `private` is a directory only the gateway uses for this server: the throw-away home (when
-    `spec.home_source` is None) and the private tmp are made in it, new at each plan: the plan's
-    `HOME` and `TMPDIR` (in `env`) are what to remove once its server has ended. `secrets`
+    `spec.home_source` is None) and the private tmp are made in it, new at each plan: its `TMPDIR`,
+    and its `HOME` unless that is the kept home, are what to remove once its server has ended. `secrets`
     reach the server through the environment, never its argv. `abi`: the kernel's, found when None.
     The bwrap jail's own wrappers in `spec.argv` (the scope launcher, the exec pin) are left out:
     the domain scopes itself, and restricts execution itself.
