@@ -295,7 +295,6 @@ _HOST_IPC = _always(
 )
 # Landlock governs no file's mode: chmod works on any file the jail's user owns, wherever it is. A
 # set-user-ID or set-group-ID bit on one would run it with that owner's rights, for anyone.
-_S_SETID = 0o6000
 _SETID = [
     Rule(call, errno.EPERM, arg=arg, compare=Compare.MASKED_EQ, datum=bit, mask=bit)
     for call, arg in (("chmod", 1), ("fchmod", 1), ("fchmodat", 2), ("fchmodat2", 2))
