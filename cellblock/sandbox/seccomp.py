@@ -306,8 +306,8 @@ LANDLOCK_RULES: tuple[Rule, ...] = (*RULES, *_HOST_SOCKETS, *_HOST_IPC, *_SETID)
 # /etc/shadow`); fchmod of a file the jail could open stays.
 LANDLOCK_ROOT_RULES: tuple[Rule, ...] = tuple(_always(errno.EPERM, "chmod", "fchmodat", "fchmodat2"))
 # network: none on Landlock: its TCP rules refuse every bind and connect, but it governs no other
-# protocol, nor listen() on an unbound socket (which binds a free port on every address), nor a TCP
-# Fast Open send (which connects without connect()). So an inet socket is TCP only (type, without
+# protocol, nor listen() on an unbound socket (which binds a free port on every address); a TCP Fast
+# Open send connects without connect() (6.18's Landlock refuses it too; not every kernel's is known to). So an inet socket is TCP only (type, without
 # SOCK_NONBLOCK and SOCK_CLOEXEC, is SOCK_STREAM; protocol is 0 or IPPROTO_TCP): UDP, ICMP, SCTP
 # and the rest are refused, and so are listen() (a Unix socket cannot be made: only an inet one
 # could listen) and MSG_FASTOPEN.
