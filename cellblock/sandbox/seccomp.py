@@ -307,10 +307,10 @@ LANDLOCK_RULES: tuple[Rule, ...] = (*RULES, *_HOST_SOCKETS, *_HOST_IPC, *_SETID)
 LANDLOCK_ROOT_RULES: tuple[Rule, ...] = tuple(_always(errno.EPERM, "chmod", "fchmodat", "fchmodat2"))
 # network: none on Landlock: its TCP rules refuse every bind and connect, but it governs no other
 # protocol, nor listen() on an unbound socket (which binds a free port on every address); a TCP Fast
-# Open send connects without connect() (6.18's Landlock refuses it too; not every kernel's is known to). So an inet socket is TCP only (type, without
-# SOCK_NONBLOCK and SOCK_CLOEXEC, is SOCK_STREAM; protocol is 0 or IPPROTO_TCP): UDP, ICMP, SCTP
-# and the rest are refused, and so are listen() (a Unix socket cannot be made: only an inet one
-# could listen) and MSG_FASTOPEN.
+# Open send connects without connect() (6.18's Landlock refuses it too; not every kernel's is known
+# to). So an inet socket is TCP only (type, without SOCK_NONBLOCK and SOCK_CLOEXEC, is SOCK_STREAM;
+# protocol is 0 or IPPROTO_TCP): UDP, ICMP, SCTP and the rest are refused, and so are listen() (a
+# Unix socket cannot be made: only an inet one could listen) and MSG_FASTOPEN.
 _SOCK_TYPE_MASK, _SOCK_STREAM, _IPPROTO_TCP, _MSG_FASTOPEN = 0xF, 1, 6, 0x20000000
 _NOT_TCP = [
     rule
