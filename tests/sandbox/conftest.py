@@ -6,6 +6,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,3 +63,25 @@ def escape_copy(area: Path) -> Path:
     for module in copy.iterdir():
         module.chmod(0o644)
     return copy
+
+
+@pytest.fixture
+def user_home(tmp_path: Path) -> Path:
+    """A home like a user's, with a key in it."""
+    home = tmp_path / "user"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("DECOY-KEY\n")
+    return home
+
+
+@pytest.fixture
+def bystander() -> Iterator[subprocess.Popen[bytes]]:
+    """A process of the same user the test started, with a secret in its environment."""
+    process = subprocess.Popen(
+        [os.path.realpath(sys.executable), "-I", "-S", "-c", "import sys; sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        env={"DECOY_TOKEN": "DECOY-ENVIRON"},
+    )
+    yield process
+    process.kill()
+    process.wait()
