@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Literal
 
 from cellblock.policy.errors import CellblockError
 
 __all__ = [
+    "Backend",
     "Closure",
     "Enforcement",
     "Install",
@@ -31,6 +33,10 @@ __all__ = [
     "MountMode",
     "Network",
 ]
+
+
+# What builds a Linux jail (sandbox/backends.py): bubblewrap, Landlock, or the first that holds it.
+Backend = Literal["auto", "bwrap", "landlock"]
 
 
 class JailError(CellblockError):

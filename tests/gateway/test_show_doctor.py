@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from cellblock.sandbox.pins import landlock_abi
+
 HOME = os.path.expanduser("~")
 
 
@@ -132,13 +134,32 @@ def test_doctor_fails_and_says_what_to_install_without_libseccomp(tmp_path: Path
     (tmp_path / "pyseccomp.py").write_text(NO_LIBSECCOMP)
     done = cellblock("doctor", env={"PYTHONPATH": str(tmp_path)})
     assert done.returncode == 1
-    assert "FAIL  trial jail" in done.stdout and "apt-get install libseccomp2" in done.stdout
+    # neither backend can run without the filter: bubblewrap's trial fails, and Landlock is refused
+    assert "WARN  bubblewrap: cannot build jails here: trial jail" in done.stdout, done.stdout
+    assert "FAIL  jail backend: none" in done.stdout and "apt-get install libseccomp2" in done.stdout
 
 
-def test_doctor_fails_and_says_what_to_install_without_bwrap(tmp_path: Path) -> None:
+@pytest.mark.skipif(landlock_abi() < 4, reason="needs Landlock's TCP rules to hold a network: none jail")
+def test_doctor_without_bwrap_says_what_to_install_and_that_landlock_jails_servers_instead(tmp_path: Path) -> None:
     done = cellblock("doctor", env={"PATH": str(tmp_path)})
-    assert done.returncode == 1
-    assert "apt-get install bubblewrap" in done.stdout
+    assert done.returncode == 0, done.stdout
+    assert "WARN  bubblewrap: cannot build jails here: not installed: apt-get install bubblewrap" in done.stdout
+    assert f"OK    jail backend: Landlock, ABI {landlock_abi()}" in done.stdout and "not enforced here: " in done.stdout
+
+
+def _no_landlock(tmp_path: Path) -> Path:
+    """A folder whose sitecustomize makes this kernel's Landlock look missing to the process it starts."""
+    folder = tmp_path / "no-landlock"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text("import cellblock.sandbox.pins as pins\npins.landlock_abi = lambda: 0\n")
+    return folder
+
+
+def test_doctor_fails_without_bwrap_where_landlock_cannot_stand_in(tmp_path: Path) -> None:
+    """The control: with Landlock missing too (an unknown system call where the ABI is asked), no jail."""
+    done = cellblock("doctor", env={"PATH": str(tmp_path), "PYTHONPATH": str(_no_landlock(tmp_path))})
+    assert done.returncode == 1, done.stdout
+    assert "apt-get install bubblewrap" in done.stdout and "FAIL  jail backend: none" in done.stdout
 
 
 @pytest.mark.skipif(sys.prefix == sys.base_prefix, reason="needs the tests to run from a virtualenv")

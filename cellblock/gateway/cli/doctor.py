@@ -16,11 +16,14 @@ from cellblock.gateway.cli.options import optional_config
 from cellblock.gateway.config.model import Config, JailConfig, LocalServer
 from cellblock.gateway.credentials import CredentialError, Keyring, active_backend
 from cellblock.gateway.downstream.launch import jail_spec, launch_plan
+from cellblock.sandbox.backends import choose
 from cellblock.sandbox.bwrap import check_bwrap, namespace_hint
 from cellblock.sandbox.jailnet import check_netns
+from cellblock.sandbox.landlock import landlock_gaps, landlock_refusal
 from cellblock.sandbox.limits import enforcement
 from cellblock.sandbox.pins import landlock_abi
-from cellblock.sandbox.types import JailError, LaunchPlan, Mechanism
+from cellblock.sandbox.seccomp import jail_filter
+from cellblock.sandbox.types import JailError, JailSpec, LaunchPlan, Mechanism
 
 __all__ = ["Runner", "doctor", "doctor_command", "run_plan"]
 
@@ -71,17 +74,23 @@ def doctor(config: Config | None = None, run: Runner = run_plan) -> int:
 
 def _servers(config: Config | None) -> list[bool]:
     """Each jailed local server's jail, built as a start would build it: a failure, or what its
-    launcher needs that the jail lacks (a warning: the start will say more)."""
+    launcher needs that the jail lacks (a warning: the start will say more); on Linux, the
+    backend that builds it, and a Landlock jail's gaps."""
     results = []
     for name, server in sorted((config.servers if config else {}).items()):
         if not isinstance(server, LocalServer) or server.jail is False:
             continue
         try:
-            spec, _ = jail_spec(name, server, server.jail)
+            landlock = sys.platform.startswith("linux") and choose(name, server.jail.backend or "auto").bwrap is None
+            spec, _ = jail_spec(name, server, server.jail, landlock=landlock)
+            why = landlock_refusal(spec, landlock_abi()) if landlock else None
         except JailError as exc:
             results.append(_line(False, f"server '{name}'", str(exc)))
             continue
-        for gap in spec.gaps:
+        if why is not None:
+            results.append(_line(False, f"server '{name}'", f"its Landlock jail cannot start: {why}"))
+            continue
+        for gap in [*spec.gaps, *(landlock_gaps(spec, landlock_abi()) if landlock else ())]:
             print(f"WARN  server '{name}': {gap}")
     return results
 
@@ -132,23 +141,51 @@ def _keyring_as_clients_start_it(config: Config | None) -> bool:
 
 
 def _linux() -> bool:
+    """bubblewrap, and Landlock where it cannot build jails: which one `jail.backend: auto` uses,
+    and what it does not enforce here."""
+    abi = landlock_abi()
+    refused = _bwrap()
+    if refused is None:
+        _line(
+            True,
+            "landlock",
+            f"ABI {abi}: jail.exec.allow can be enforced"
+            if abi
+            else "missing: servers with jail.exec.allow will not start (the rest work)",
+        )
+        _line(True, "jail backend", "bubblewrap (jail.backend: auto chooses it)")
+        return _limits()
+    print(f"WARN  bubblewrap: cannot build jails here: {refused}")
+    why = landlock_refusal(JailSpec("doctor", ("/usr/bin/true",), {}), abi)
+    try:
+        jail_filter()  # a Landlock jail gets the same seccomp filter
+    except JailError as exc:
+        why = why or str(exc)
+    if why is not None:
+        return _line(False, "jail backend", f"none: bubblewrap cannot build jails here, nor Landlock: {why}")
+    lacks = "; ".join(landlock_gaps(JailSpec("doctor", ("/usr/bin/true",), {}), abi)) or "nothing"
+    _line(
+        True,
+        "jail backend",
+        f"Landlock, ABI {abi} (jail.backend: auto chooses it where bubblewrap cannot); not enforced here: {lacks}",
+    )
+    return _limits()
+
+
+def _bwrap() -> str | None:
+    """Why bubblewrap cannot build a jail here (None: it can), its lines printed."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
-        return _line(False, "bubblewrap", "not installed: apt-get install bubblewrap (or dnf install bubblewrap)")
+        return "not installed: apt-get install bubblewrap (or dnf install bubblewrap)"
     version = subprocess.run([bwrap, "--version"], capture_output=True, text=True, check=False).stdout.strip()
     _line(True, "bubblewrap", f"{bwrap} ({version})")
     userns = Path("/proc/sys/user/max_user_namespaces")
     if userns.exists() and userns.read_text().strip() == "0":
-        return _line(False, "user namespaces", namespace_hint())
-    abi = landlock_abi()
-    if abi:
-        _line(True, "landlock", f"ABI {abi}: jail.exec.allow can be enforced")
-    else:
-        _line(True, "landlock", "missing: servers with jail.exec.allow will not start (the rest work)")
+        return f"user namespaces: {namespace_hint()}"
     try:
         check_bwrap()
     except JailError as exc:
-        return _line(False, "trial jail", str(exc))
+        return f"trial jail: {exc}"
     _line(True, "trial jail", "a jail with new namespaces, no capabilities and the seccomp filter started and exited")
     refused = check_netns()
     if refused is None:
@@ -159,7 +196,7 @@ def _linux() -> bool:
         )
     else:
         print(f"WARN  allowlist names: not in allowlist or ask jails here (proxy variables only): {refused}")
-    return _limits()
+    return None
 
 
 def _macos(run: Runner) -> bool:

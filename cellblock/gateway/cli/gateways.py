@@ -60,6 +60,8 @@ def ps(as_json: bool) -> int:
                 jail_text = (
                     "UNJAILED" if jail is False else "remote" if jail == "remote" else f"network {printable(str(jail))}"
                 )
+                if server.get("backend"):
+                    jail_text += f" ({printable(str(server['backend']))})"
                 name, state = printable(str(server.get("name", "?"))), printable(str(server.get("state", "?")))
                 calls = f"{server.get('calls', 0)} calls ({server.get('fast_calls', 0)} on the fast path)"
                 print(f"  {name}\t{state}\t{jail_text}\t{server.get('tools', 0)} tools\t{calls}")
@@ -67,6 +69,8 @@ def ps(as_json: bool) -> int:
                     print(f"    last stopped: {printable(str(server['last_exit']))}")
                 if server.get("down"):
                     print(f"    not running: {printable(str(server['down']))}")
+                for gap in server.get("not_enforced", []):
+                    print(f"    not enforced: {printable(str(gap))}")
     if not replies:
         print("cellblock: no running gateway", file=sys.stderr)
     return EXIT_OK

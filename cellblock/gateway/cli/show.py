@@ -17,12 +17,14 @@ from cellblock.gateway.downstream.launch import jail_spec, kept_home, own_paths
 from cellblock.gateway.downstream.packages import read_record
 from cellblock.gateway.serve.approvals import describe
 from cellblock.gateway.serve.remembered import read_always
-from cellblock.gateway.state import RuntimeDirError, read_json, state_dir
+from cellblock.gateway.state import RuntimeDirError, read_json, runtime_dir, state_dir
+from cellblock.sandbox.backends import backend_plan, choose
 from cellblock.sandbox.bwrap import bwrap_plan
 from cellblock.sandbox.closure import GUARANTEE
 from cellblock.sandbox.limits import limit_plan, size
+from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.seccomp import SUMMARY
-from cellblock.sandbox.types import JailError
+from cellblock.sandbox.types import JailError, LaunchPlan
 
 __all__ = ["check", "describe_server", "show", "show_command"]
 
@@ -104,8 +106,15 @@ def describe_server(
     linux = sys.platform.startswith("linux")
     limits = config.limits_of(name)
     try:
-        spec, launchers = jail_spec(name, server, server.jail, own=own, kept=kept_home(name, server, make=False))
-        plan = bwrap_plan(spec, launchers, seccomp=linux)
+        kept = kept_home(name, server, make=False)
+        if linux:  # what builds it here, as a start would choose (docs/jail.md, "Backends")
+            choice = choose(name, server.jail.backend or "auto")
+            landlock = choice.backend == "landlock"
+            spec, launchers = jail_spec(name, server, server.jail, own=own, kept=kept, landlock=landlock)
+            plan = backend_plan(spec, launchers, choice, str(runtime_dir() / "servers" / name))
+        else:
+            spec, launchers = jail_spec(name, server, server.jail, own=own, kept=kept)
+            plan = bwrap_plan(spec, launchers, seccomp=False)
     except (JailError, RuntimeDirError) as exc:
         return info | {"jail": "cannot be built", "error": str(exc)}
     if linux and limits is not None:
@@ -119,7 +128,9 @@ def describe_server(
             "processes_by": enforced.processes.how if enforced else f"NOT ENFORCED: no limits on {sys.platform} yet",
             "memory_by": enforced.memory.how if enforced else f"NOT ENFORCED: no limits on {sys.platform} yet",
         },
-        "jail": "bubblewrap" if sys.platform.startswith("linux") else f"none on {sys.platform}",
+        "jail": _backend(plan) if linux else f"none on {sys.platform}",
+        # what this jail does not enforce here that bubblewrap's would (a Landlock jail)
+        "not_enforced": list(plan.gaps),
         "network": plan.network.value,
         "allow_hosts": list(spec.allow_hosts),
         # where what it keeps in its home is on the host (docs/jail.md, "The home")
@@ -133,6 +144,12 @@ def describe_server(
         "exec_sha256": dict(spec.exec_sha256),
         "learn": _learning(name, server),
     }
+
+
+def _backend(plan: LaunchPlan) -> str:
+    if plan.backend == "landlock":
+        return f"Landlock, ABI {landlock_abi()} (no namespaces: see 'not enforced')"
+    return "bubblewrap"
 
 
 def _learning(name: str, server: LocalServer) -> str | None:
@@ -171,6 +188,8 @@ def show(config: Config, only: str | None, as_json: bool, state: Path | None = N
             print(f"  error    {item['error']}")
         for warning in item.get("warnings", []):
             print(f"  warning  {warning}")
+        for gap in item.get("not_enforced", []):
+            print(f"  lacks    {gap}")
         if "network" in item:
             hosts = f" ({', '.join(item['allow_hosts'])})" if item["allow_hosts"] else ""
             print(

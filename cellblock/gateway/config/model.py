@@ -33,7 +33,7 @@ from cellblock.gateway.namespacing import check_separator
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.rules import Policy, parse_rule_entry
 from cellblock.policy.types import Decision
-from cellblock.sandbox.types import Limits
+from cellblock.sandbox.types import Backend, Limits
 
 __all__ = [
     "ApprovalsConfig",
@@ -223,6 +223,8 @@ class DefaultsConfig(_Model):
     max_message_size: MessageSize = ByteSize(DEFAULT_MESSAGE_SIZE)
     # what each local server's jail may take, unless its own jail.limits says otherwise
     limits: LimitsConfig = LimitsConfig()
+    # what builds each local server's jail on Linux, unless its own jail.backend says otherwise
+    backend: Backend = "auto"
 
 
 class NamesConfig(_Model):
@@ -310,6 +312,8 @@ class JailConfig(_Model):
     call_paths: Literal["ask", "private"] = "ask"
     exec: ExecConfig = ExecConfig()
     limits: LimitsConfig = LimitsConfig()
+    # None: `defaults.backend`, which the config fills in when it loads (docs/jail.md, "Backends")
+    backend: Backend | None = None
 
     @field_validator("read_only", "read_write")
     @classmethod
@@ -460,6 +464,15 @@ class Config(_Model):
     audit: AuditConfig = AuditConfig()
     credentials: CredentialsConfig = CredentialsConfig()
     servers: dict[ServerName, ServerConfig] = {}
+
+    @model_validator(mode="after")
+    def _backends(self) -> Config:
+        # each jail names its backend, so what starts a server needs nothing but its own config
+        for name, server in self.servers.items():
+            if isinstance(server, LocalServer) and server.jail is not False and server.jail.backend is None:
+                jail = server.jail.model_copy(update={"backend": self.defaults.backend})
+                self.servers[name] = server.model_copy(update={"jail": jail})
+        return self
 
     @model_validator(mode="after")
     def _own_namespace(self) -> Config:

@@ -15,22 +15,24 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, StdioServerParameters
 from platformdirs import user_cache_dir, user_cache_path
 
-from cellblock.gateway.config.model import Config, JailConfig, LocalServer
+from cellblock.gateway.config.model import Config, JailConfig, LocalServer, ServerConfig
 from cellblock.gateway.config.secretrefs import SECRET_REF, fill
 from cellblock.gateway.downstream.packages import Installed, installed
 from cellblock.gateway.state import RuntimeDirError, data_dir, default_config_path, own_dirs
 from cellblock.policy.constraints import within
 from cellblock.policy.files import make_dirs
-from cellblock.sandbox.bwrap import PIN_FILTER, bwrap_plan, check_bwrap
+from cellblock.sandbox.backends import backend_plan, choose
+from cellblock.sandbox.bwrap import PIN_FILTER
 from cellblock.sandbox.closure import exec_closure
 from cellblock.sandbox.egress import relayed
 from cellblock.sandbox.jailnet import in_netns, relay_names
 from cellblock.sandbox.launchers import launcher_gaps, launcher_mounts, resolve_command
-from cellblock.sandbox.limits import describe, limit_plan
+from cellblock.sandbox.limits import Confinement, describe, limit_plan
 from cellblock.sandbox.marks import mark_plan
 from cellblock.sandbox.mounts import MOUNTINFO, Mounts, named_again, shown_again
 from cellblock.sandbox.moved import sockets_within
@@ -97,6 +99,7 @@ def jail_spec(
     own: Sequence[Path] = (),
     jail_home: str | None = None,
     kept: str | None = None,
+    landlock: bool = False,
 ) -> tuple[JailSpec, list[Mount]]:
     """The jail `server` asks for, and the launcher installations it needs shared.
 
@@ -123,6 +126,10 @@ def jail_spec(
     which lets only the listed executables (and the server's own command) be executed or loaded,
     then starts the server (`sandbox/pin.py`). With `exec.allow` the jail shows only what those programs need
     instead of all of /usr (`sandbox/closure.py`).
+
+    A Landlock jail (`landlock`) has no wrappers: its launcher applies Landlock itself
+    (`sandbox/landlock.py`), and refuses what it cannot hold (the egress proxy, until it can hold
+    a connection to it to loopback).
 
     `jail_home` is the home the jail shows empty and tells the server of (default: the user's);
     a scan names its scratch home, where it planted decoys the jail must hide. `kept` is the
@@ -162,7 +169,7 @@ def jail_spec(
     # the server's own command is always allowed when anything is
     allowed = [command, *(resolve_command(p, host_path) for p in jail.exec.allow)] if jail.exec.allow else []
     _refuse_writable_programs(name, allowed, jail)
-    if allowed and sys.platform.startswith("linux"):  # macOS: the profile itself limits exec
+    if allowed and sys.platform.startswith("linux") and not landlock:  # macOS: the profile itself limits exec
         # what the server may run, and what the launcher's own interpreter needs: both are shown,
         # only the first stays executable (the launcher remounts the rest noexec before it starts it)
         installs = [m.path for m in launchers if os.path.isdir(m.path)]
@@ -178,11 +185,13 @@ def jail_spec(
         options = [*(w for p in runs.executables for w in ("--allow", p)), *(w for p in keep for w in ("--exec", p))]
         argv = (python, "-I", "-S", str(PIN), *options, "--seccomp", PIN_FILTER, "--", *argv)
     gaps = launcher_gaps(command, env["PATH"], [m.path for m in launchers])
-    if jail.proxied:
+    if landlock:
+        closure = exec_closure(allowed, env["PATH"], [m.path for m in launchers]) if allowed else None
+    elif jail.proxied:
         argv, relaying = relayed(argv, python, home, host_path, jail.allow_hosts, ask=jail.network == "ask")
         launchers += relaying
         env["NODE_USE_ENV_PROXY"] = "1"  # Node 24's fetch uses the proxy variables only when asked
-    if sys.platform.startswith("linux"):  # macOS has no abstract sockets
+    if sys.platform.startswith("linux") and not landlock:  # macOS has no abstract sockets
         # every jail, not only one on the host's network: the reach goes with the socket, and a
         # socket made on the host's network (by a network: open jail) can be handed to any jail
         abi = landlock_abi()
@@ -434,12 +443,15 @@ def launch_plan(
         if private is None:
             raise JailError(f"server '{name}': jail.exec.sha256 needs a private directory for verified copies")
         pinned = verify_pins(name, jail.exec.sha256, private / "pinned")
-    spec, launchers = jail_spec(name, server, jail, egress_socket, pinned, own, jail_home, kept)
-    bwrap = check_bwrap()
-    plan = bwrap_plan(spec, launchers, bwrap, secrets, DEFAULT_INHERITED_ENV_VARS)
+    choice = choose(name, jail.backend or "auto")
+    landlock = choice.backend == "landlock"
+    spec, launchers = jail_spec(name, server, jail, egress_socket, pinned, own, jail_home, kept, landlock)
+    plan = backend_plan(spec, launchers, choice, str(private) if private else None, secrets, DEFAULT_INHERITED_ENV_VARS)
     plan = plan if limits is None else limit_plan(plan, name, limits)
-    if jail.network == "ask" or (jail.proxied and relay_names(jail.allow_hosts)[1]):
-        plan = in_netns(plan, bwrap)  # the relay answers DNS on port 53, and takes :80, :443 and the listed ports
+    if choice.bwrap and (jail.network == "ask" or (jail.proxied and relay_names(jail.allow_hosts)[1])):
+        plan = in_netns(
+            plan, choice.bwrap
+        )  # the relay answers DNS on port 53, and takes :80, :443 and the listed ports
     return plan
 
 
@@ -516,8 +528,36 @@ def tell_jail(name: str, plan: LaunchPlan) -> None:
         logger.warning("server '%s': its jail keeps from it what its grants hold: %s", name, "; ".join(hidden))
     if plan.network is Network.OPEN and plan.seccomp is not None and landlock_abi() < ABSTRACT_SCOPE_ABI:
         logger.warning("%s", abstract_gap(name, landlock_abi()))
+    if plan.backend == "landlock":
+        lacks = "; ".join(plan.gaps) or "nothing bubblewrap does"
+        logger.warning(
+            "server '%s': its jail is Landlock's (ABI %d), which does not enforce here: %s", name, landlock_abi(), lacks
+        )
     if plan.limits is not None:
         _tell_limits(name, plan.limits)
+
+
+def jail_fields(config: ServerConfig, plan: LaunchPlan | None, confined: Confinement | None) -> dict[str, Any]:
+    """What the `server_ready` audit event says of a server's jail: its network (or `off`,
+    `remote`), the backend that built it, a Landlock jail's ABI and what it does not enforce
+    here, and how its limits are enforced."""
+    jail = getattr(config, "jail", None)
+    fields: dict[str, Any] = {"jail": "remote" if jail is None else "off" if jail is False else jail.network}
+    if jail and plan is not None:
+        fields["backend"] = plan.backend
+        if plan.backend == "landlock":
+            fields |= {"landlock_abi": landlock_abi(), "not_enforced": list(plan.gaps)}
+    if confined is not None:
+        fields["limits"] = describe(confined.plan)
+    return fields
+
+
+def jail_line(fields: dict[str, Any]) -> str:
+    """The jail of `jail_fields` in a few words, for the line that says a server is ready."""
+    if fields["jail"] in ("off", "remote"):
+        return "unjailed" if fields["jail"] == "off" else "remote"
+    abi = f" ABI {fields['landlock_abi']}" if "landlock_abi" in fields else ""
+    return f"jail {fields.get('backend', '?')}{abi}, network {fields['jail']}"
 
 
 def _tell_limits(name: str, limits: LimitPlan) -> None:

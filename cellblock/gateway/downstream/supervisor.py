@@ -46,7 +46,7 @@ from cellblock.gateway.downstream.connection import (
 from cellblock.gateway.downstream.egressask import EgressApproval, ServerEgress
 from cellblock.gateway.downstream.httpwatch import HttpWatch
 from cellblock.gateway.downstream.keys import ServerKeys
-from cellblock.gateway.downstream.launch import server_plan, stdio_parameters, tell_jail
+from cellblock.gateway.downstream.launch import jail_fields, jail_line, server_plan, stdio_parameters, tell_jail
 from cellblock.gateway.downstream.learning import learning
 from cellblock.gateway.downstream.listing import Listing, fetch_listing
 from cellblock.gateway.downstream.local import LocalChannel, local_transport
@@ -71,7 +71,6 @@ from cellblock.gateway.downstream.watch import Watched
 from cellblock.gateway.errors import first_line
 from cellblock.gateway.scrub import scrub as scrub_secrets
 from cellblock.gateway.wire.stdio import DEFAULT_LINE_LIMIT
-from cellblock.sandbox.limits import describe
 from cellblock.sandbox.types import JailError, LaunchPlan, Limits
 
 __all__ = ["START_SECONDS", "Downstream", "DownstreamError", "State"]
@@ -156,6 +155,7 @@ class Downstream:
     _ran: bool = False  # the current run was ready: its end is an exit to tell
     _words: str = ""  # the last lines the server wrote to stderr, as put into `error`
     _jail_told = False  # the log said once what the jail keeps from the server and how its limits are enforced
+    plan: LaunchPlan | None = None  # the local server's last launch plan: its jail, for `ps` and the audit
     _garbage = 0  # messages that were not valid MCP, in this run
     _garbage_log: Budget = field(default_factory=lambda: Budget(rate=1.0, burst=20.0))
     questions: Questions = field(init=False)
@@ -374,18 +374,17 @@ class Downstream:
                 self.client, self.listing = client, listing
                 self.state, self.error = State.READY, None
                 self._ready.set()
-                jail = getattr(self.config, "jail", None)
-                confined = self.channel.confinement if self.channel is not None else None
+                jail = jail_fields(self.config, self.plan, self.channel.confinement if self.channel else None)
                 self._event(
-                    "server_ready",
-                    protocol=client.protocol_version,
-                    jail="remote" if jail is None else "off" if jail is False else jail.network,
-                    tools=len(listing.tools),
-                    offered=offered,
-                    **({"limits": describe(confined.plan)} if confined is not None else {}),
+                    "server_ready", protocol=client.protocol_version, tools=len(listing.tools), offered=offered, **jail
                 )
+                tools = len(listing.tools)
                 logger.info(
-                    "server '%s' is ready (%s, %d tools)", self.name, client.protocol_version, len(listing.tools)
+                    "server '%s' is ready (%s, %d tools, %s)",
+                    self.name,
+                    client.protocol_version,
+                    tools,
+                    jail_line(jail),
                 )
                 try:
                     try:
@@ -443,6 +442,7 @@ class Downstream:
         return await remote_transport(self.name, self.config, self.keys, self._watch, self.max_message)
 
     def _tell_jail(self, plan: LaunchPlan) -> None:
+        self.plan = plan
         if not self._jail_told:
             self._jail_told = True
             tell_jail(self.name, plan)

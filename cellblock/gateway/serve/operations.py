@@ -98,6 +98,11 @@ class Operations:
                     "name": name,
                     "state": ds.state,
                     "jail": _network_of(ds),
+                    # what built its jail the last time it started (None: not started, or no jail)
+                    "backend": ds.plan.backend
+                    if ds.plan is not None and _network_of(ds) not in (False, "remote")
+                    else None,
+                    "not_enforced": list(ds.plan.gaps) if ds.plan is not None else [],
                     "tools": len(ds.listing.tools) if ds.listing else 0,
                     "calls": ds.calls,
                     "fast_calls": ds.fast_calls,
