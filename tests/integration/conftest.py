@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,19 @@ def write_config(directory: Path, servers: dict[str, Any], **top: Any) -> Path:
     return path
 
 
+# A user namespace of its own whose limit lets nothing in it make another: as where the kernel keeps
+# unprivileged user namespaces from bwrap (AppArmor on Ubuntu 24.04, Docker's default profile)
+NO_USERNS = (
+    "unshare",
+    "--user",
+    "--map-root-user",
+    "sh",
+    "-c",
+    'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"',
+    "sh",
+)
+
+
 @asynccontextmanager
 async def gateway(
     config: Path,
@@ -73,13 +86,16 @@ async def gateway(
     env: dict[str, str] | None = None,
     stderr: Path | None = None,
     serve_args: tuple[str, ...] = (),
+    prefix: Sequence[str] = (),
     **client_args: Any,
 ) -> AsyncIterator[Client]:
     """`cellblock serve` on `config`, connected with the SDK client in `mode` (legacy or auto).
 
     `stderr`: a file that collects the gateway's log (else it goes to the test's stderr).
+    `prefix`: what the gateway runs under (`NO_USERNS`: a machine that refuses user namespaces).
     """
-    command = [sys.executable, "-m", "cellblock.gateway.cli.main", "serve", "--config", str(config), *serve_args]
+    command = [*prefix, sys.executable, "-m", "cellblock.gateway.cli.main", "serve", "--config", str(config)]
+    command += serve_args
     if stderr is not None:
         command = ["/bin/sh", "-c", f'exec "$@" 2>>"{stderr}"', "sh", *command]
     params = StdioServerParameters(

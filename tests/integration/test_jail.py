@@ -11,7 +11,8 @@ import anyio
 import mcp.types as types
 import pytest
 
-from tests.integration.conftest import gateway, probe_server, write_config
+from cellblock.sandbox.pins import landlock_abi
+from tests.integration.conftest import NO_USERNS, gateway, probe_server, write_config
 from tests.kernel_keys import keyrings_usable, planted_key
 
 pytestmark = [pytest.mark.anyio, pytest.mark.jail]
@@ -73,6 +74,7 @@ class Host:
         self.state = tmp / "state"
         self.config = tmp / "cellblock.yaml"
         self.bus = tmp / "bus.sock"
+        self.backend = "bwrap"  # what jail.backend: auto is to choose where the gateway runs
 
     def snapshot(self) -> dict[str, bytes]:
         roots = (self.home, self.ro, self.outside)
@@ -84,12 +86,17 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="module")
-async def hostile(tmp_path_factory: pytest.TempPathFactory) -> Any:
+@pytest.fixture(scope="module", params=["bwrap", "landlock"])
+async def hostile(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The hostile server in the jail `jail.backend: auto` gives it: bubblewrap here, and Landlock
+    where the gateway runs as on a machine that refuses user namespaces (`NO_USERNS`)."""
     import socket
     import sys
 
+    if request.param == "landlock" and (landlock_abi() < 4 or shutil.which("unshare") is None):
+        pytest.skip("needs Landlock's TCP rules (Linux 6.7) and unshare")
     host = Host(tmp_path_factory.mktemp("jail"))
+    host.backend = request.param
     server: dict[str, Any] = {"command": sys.executable, "args": [str(HOSTILE)]}
     grants: dict[str, Any] = {"read_only": [str(HOSTILE.parent), str(ROOT / "cellblock" / "sandbox"), str(host.ro)]}
     # what the calls name in the home is the jail's to stop, not asked about first (test_shared_paths.py)
@@ -113,7 +120,8 @@ async def hostile(tmp_path_factory: pytest.TempPathFactory) -> Any:
     abstract.listen()
     before = host.snapshot()
     try:
-        async with gateway(host.config, host.state, env={"HOME": str(host.home)}) as client:
+        prefix = NO_USERNS if host.backend == "landlock" else ()
+        async with gateway(host.config, host.state, env={"HOME": str(host.home)}, prefix=prefix) as client:
             yield client, host, tcp.getsockname()[1]
     finally:
         for sock in (tcp, bus, abstract):
@@ -188,7 +196,9 @@ async def test_the_jailed_server_can_use_what_it_was_given(hostile: Any) -> None
     client, host, _ = hostile
     assert (await attempt(client, "hostile", "read_file", {"path": str(host.ro / "data.txt")}))["got_through"]
     assert (await attempt(client, "hostile", "write_file", {"path": str(host.rw / "out.txt")}))["got_through"]
-    assert (await attempt(client, "hostile", "write_file", {"path": "/tmp/scratch.txt"}))["got_through"]
+    # its tmp: bubblewrap shows it a private /tmp, Landlock gives it one of its own as TMPDIR
+    scratch = "/tmp/scratch.txt" if host.backend == "bwrap" else "$TMPDIR/scratch.txt"
+    assert (await attempt(client, "hostile", "write_file", {"path": scratch}))["got_through"]
 
 
 async def test_writes_to_home_land_in_a_throwaway_home_not_the_users(hostile: Any) -> None:
@@ -201,6 +211,16 @@ async def test_writes_to_home_land_in_a_throwaway_home_not_the_users(hostile: An
     assert not (host.home / ".profile").exists()
     seen = await attempt(client, "hostile", "list_dir", {"path": str(host.home), "expect": [".ssh"]})
     assert not seen["got_through"]
+
+
+async def test_auto_chose_the_backend_this_machine_allows_and_says_what_it_does_not_enforce(hostile: Any) -> None:
+    import json
+
+    _, host, _ = hostile
+    lines = (host.state / "audit.jsonl").read_text().splitlines()
+    [ready] = [e for e in map(json.loads, lines) if e["event"] == "server_ready" and e["server"] == "hostile"][:1]
+    assert ready["backend"] == host.backend, ready
+    assert ("not_enforced" in ready) is (host.backend == "landlock"), ready
 
 
 async def test_no_name_resolves_without_a_network(hostile: Any) -> None:

@@ -14,6 +14,7 @@ library's.
 
 import argparse
 import importlib.util
+import os
 import socket
 import sys
 import threading
@@ -91,8 +92,9 @@ def list_dir(path: str, expect: list[str]) -> Result:
 
 
 def write_file(path: str, text: str = "cellblock hostile server was here\n") -> Result:
-    """Try to create `path` (removed again) or open an existing file at `path` for writing (left unchanged)."""
-    return _result(load_escape().write_file(path, text))
+    """Try to create `path` (removed again) or open an existing file at `path` for writing (left
+    unchanged); `$VAR` in it is the server's own (`$TMPDIR`: its tmp, wherever its jail puts it)."""
+    return _result(load_escape().write_file(os.path.expandvars(path), text))
 
 
 def connect(host: str, port: int) -> Result:
