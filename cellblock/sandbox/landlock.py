@@ -152,9 +152,9 @@ def landlock_plan(
     """The command that runs `spec.argv` locked down by Landlock; spawn it through `spawn.spawn_args`.
 
     `private` is a directory only the gateway uses for this server: the throw-away home (when
-    `spec.home_source` is None) and the private tmp are made in it, new at each plan: its `TMPDIR`,
-    and its `HOME` unless that is the kept home, are what to remove once its server has ended. `secrets`
-    reach the server through the environment, never its argv. `abi`: the kernel's, found when None.
+    `spec.home_source` is None) and the private tmp are made in it, new at each plan (the plan's
+    `made`, which `spawn.discard` removes once its server has ended). `secrets` reach the server
+    through the environment, never its argv. `abi`: the kernel's, found when None.
     The bwrap jail's own wrappers in `spec.argv` (the scope launcher, the exec pin) are left out:
     the domain scopes itself, and restricts execution itself.
 
@@ -220,6 +220,7 @@ def landlock_plan(
         held_at=len(script),
         backend="landlock",
         gaps=landlock_gaps(spec, abi),
+        made=tuple(p for p in (tmp, None if spec.home_source else home) if p is not None),
     )
 
 

@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import time
@@ -42,6 +43,7 @@ __all__ = [
     "Bounded",
     "Hold",
     "Spawn",
+    "discard",
     "run_bounded",
     "run_plan",
     "spawn_args",
@@ -257,28 +259,31 @@ def run_plan(plan: LaunchPlan, timeout: float, prefix: Sequence[str] = ()) -> su
         OSError: the command cannot be started.
         subprocess.TimeoutExpired: it ran longer than `timeout` seconds (it is killed).
     """
-    with spawn_args(plan) as spawn:
-        process = subprocess.Popen(
-            [*prefix, *spawn.argv],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            pass_fds=spawn.pass_fds,
-        )
-        confinement: Confinement | None = None
-        with process:
-            try:
-                confinement = spawn.release()
-                stdout, stderr = process.communicate(timeout=timeout)
-            except BaseException:
-                process.kill()
-                process.communicate()
-                raise
-            finally:
-                for made_here in (confinement, spawn.mark):
-                    if made_here is not None:
-                        settle(made_here)
-        return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    try:
+        with spawn_args(plan) as spawn:
+            process = subprocess.Popen(
+                [*prefix, *spawn.argv],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                pass_fds=spawn.pass_fds,
+            )
+            confinement: Confinement | None = None
+            with process:
+                try:
+                    confinement = spawn.release()
+                    stdout, stderr = process.communicate(timeout=timeout)
+                except BaseException:
+                    process.kill()
+                    process.communicate()
+                    raise
+                finally:
+                    for made_here in (confinement, spawn.mark):
+                        if made_here is not None:
+                            settle(made_here)
+            return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    finally:
+        discard(plan)  # what was made for it alone goes with it
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,31 +306,36 @@ def run_bounded(plan: LaunchPlan, timeout: float, watch: Callable[[], str | None
         OSError: the command cannot be started.
         subprocess.TimeoutExpired: it ran longer than `timeout` seconds (it is ended).
     """
-    with spawn_args(plan) as spawn:
-        out, into = os.pipe()  # one pipe for both streams: the tail is what came last, from either
-        try:
-            process = subprocess.Popen(
-                spawn.argv, stdin=subprocess.DEVNULL, stdout=into, stderr=into, pass_fds=spawn.pass_fds
-            )
-        except BaseException:
-            os.close(out)
-            raise
-        finally:
-            os.close(into)
-        confinement: Confinement | None = None
-        with process, open(out, "rb", buffering=0) as output:
+    try:
+        with spawn_args(plan) as spawn:
+            out, into = os.pipe()  # one pipe for both streams: the tail is what came last, from either
             try:
-                confinement = spawn.release()
-                looks = [confinement.breach] if confinement is not None else []
-                tail, total, stopped = _follow(process, output.fileno(), [*looks, *([watch] if watch else [])], timeout)
+                process = subprocess.Popen(
+                    spawn.argv, stdin=subprocess.DEVNULL, stdout=into, stderr=into, pass_fds=spawn.pass_fds
+                )
+            except BaseException:
+                os.close(out)
+                raise
             finally:
-                if process.poll() is None:
-                    process.kill()  # the jail's first process dies with bwrap (--die-with-parent)
-                process.wait()
-                for made_here in (confinement, spawn.mark):
-                    if made_here is not None:
-                        settle(made_here)
-        return Bounded(process.returncode, tail.decode(errors="replace"), total, stopped)
+                os.close(into)
+            confinement: Confinement | None = None
+            with process, open(out, "rb", buffering=0) as output:
+                try:
+                    confinement = spawn.release()
+                    looks = [confinement.breach] if confinement is not None else []
+                    tail, total, stopped = _follow(
+                        process, output.fileno(), [*looks, *([watch] if watch else [])], timeout
+                    )
+                finally:
+                    if process.poll() is None:
+                        process.kill()  # the jail's first process dies with bwrap (--die-with-parent)
+                    process.wait()
+                    for made_here in (confinement, spawn.mark):
+                        if made_here is not None:
+                            settle(made_here)
+            return Bounded(process.returncode, tail.decode(errors="replace"), total, stopped)
+    finally:
+        discard(plan)  # what was made for it alone goes with it
 
 
 def _follow(
@@ -365,6 +375,13 @@ def _follow(
             del tail[:-TAIL_BYTES]
     # a last look: what it did since the one before counts as much (a refused fork, the disk)
     return tail, total, next((r for r in (each() for each in looks) if r is not None), None)
+
+
+def discard(plan: LaunchPlan) -> None:
+    """Remove what was made for `plan`'s run alone (its `made`: a Landlock jail's throw-away home
+    and tmp), once it has ended or was never run. Links in them are removed, never followed."""
+    for path in plan.made:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def settle(confinement: Confinement | Mark) -> None:

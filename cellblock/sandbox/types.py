@@ -201,6 +201,9 @@ class LaunchPlan:
     # every guarantee of the bwrap jail this one does not give on this machine, as sentences for
     # doctor, show and the log (a Landlock jail's: landlock.landlock_gaps)
     gaps: tuple[str, ...] = ()
+    # directories made for this run alone (a Landlock jail's throw-away home and its tmp), which
+    # `spawn.discard` removes once it has ended
+    made: tuple[str, ...] = ()
 
 
 class InstallKind(StrEnum):

@@ -425,3 +425,18 @@ def test_under_exec_allow_the_probe_finds_only_the_loader_gap_the_plan_names(tmp
     plan = jail(tmp_path, script(LOAD, copy=str(writable / "copy"), loader=loader), **locked)
     assert run(plan) == {"load": "ok"}
     assert any("loaded as code by an allowed program" in gap for gap in plan.gaps)
+
+
+def test_its_throw_away_home_and_tmp_go_once_it_has_ended_and_a_kept_home_stays(tmp_path: Path) -> None:
+    code = "import json, os; open(os.environ['TMPDIR'] + '/left', 'w').write('x'); print(json.dumps({}))"
+    plan = jail(tmp_path, code)
+    home, tmp = plan.env["HOME"], plan.env["TMPDIR"]
+    assert set(plan.made) == {home, tmp} and os.path.isdir(home) and os.path.isdir(tmp)  # made for this run
+    run(plan)
+    assert not os.path.exists(home) and not os.path.exists(tmp)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    plan = jail(tmp_path, code, home_source=str(kept))
+    assert plan.env["HOME"] == str(kept) and plan.made == (plan.env["TMPDIR"],)
+    run(plan)
+    assert kept.is_dir() and not os.path.exists(plan.env["TMPDIR"])

@@ -24,6 +24,7 @@ from cellblock.sandbox.closure import GUARANTEE
 from cellblock.sandbox.limits import limit_plan, size
 from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.seccomp import SUMMARY
+from cellblock.sandbox.spawn import discard
 from cellblock.sandbox.types import JailError, LaunchPlan
 
 __all__ = ["check", "describe_server", "show", "show_command"]
@@ -112,6 +113,7 @@ def describe_server(
             landlock = choice.backend == "landlock"
             spec, launchers = jail_spec(name, server, server.jail, own=own, kept=kept, landlock=landlock)
             plan = backend_plan(spec, launchers, choice, str(runtime_dir() / "servers" / name))
+            discard(plan)  # shown, never run
         else:
             spec, launchers = jail_spec(name, server, server.jail, own=own, kept=kept)
             plan = bwrap_plan(spec, launchers, seccomp=False)

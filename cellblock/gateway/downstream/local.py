@@ -49,7 +49,7 @@ from cellblock.gateway.wire.lines import SessionLines, Streams, error_response, 
 from cellblock.gateway.wire.stdio import DEFAULT_LINE_LIMIT, LineReader, OnOversize, Oversized, PipeWriter
 from cellblock.sandbox.limits import Confinement
 from cellblock.sandbox.marks import Mark
-from cellblock.sandbox.spawn import SETTLE_SECONDS, spawn_args
+from cellblock.sandbox.spawn import SETTLE_SECONDS, discard, spawn_args
 from cellblock.sandbox.types import LaunchPlan
 
 __all__ = ["ENVELOPE_PREFIX", "LocalChannel", "Pending", "local_transport"]
@@ -362,6 +362,7 @@ async def local_transport(
     except BaseException:
         for fd in (to_child, from_child):
             os.close(fd)
+        discard(plan)
         raise
     finally:
         os.close(child_in)
@@ -412,6 +413,7 @@ async def local_transport(
             for made in (channel.confinement, channel.mark):
                 if made is not None:
                     await _settle(made)
+            await anyio.to_thread.run_sync(discard, plan)  # a Landlock jail's throw-away home and tmp
 
 
 async def _settle(confinement: Confinement | Mark) -> None:
