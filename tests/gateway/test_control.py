@@ -108,6 +108,13 @@ class FakeGateway:
                 "servers": [
                     {"name": "fs", "state": "running", "jail": "none", "tools": 4, "calls": 7, "fast_calls": 5},
                     {"name": "legacy", "state": "stopped", "jail": False, "tools": 0},
+                    {
+                        "name": "boxed",
+                        "state": "running",
+                        "jail": "none",
+                        "backend": "landlock",
+                        "not_enforced": ["other processes are visible"],
+                    },
                 ],
                 "pending": len(self.pending),
             }
@@ -442,6 +449,9 @@ async def test_cli_ps(runtime: tuple[Path, FakeGateway]) -> None:
     assert lines[0] == f"gateway {os.getpid()}\tconfig /home/u/.config/cellblock/cellblock.yaml\tpending 2"
     assert lines[1].split("\t") == ["  fs", "running", "network none", "4 tools", "7 calls (5 on the fast path)"]
     assert lines[2].split("\t") == ["  legacy", "stopped", "UNJAILED", "0 tools", "0 calls (0 on the fast path)"]
+    # a jail that is not bubblewrap's says what built it, and what it does not enforce
+    assert lines[3].split("\t")[:3] == ["  boxed", "running", "network none (landlock)"]
+    assert lines[4] == "    not enforced: other processes are visible"
     code, out, _ = await cellblock(xdg, "ps", "--json")
     assert code == 0 and [g["pid"] for g in json.loads(out)] == [os.getpid()]
 

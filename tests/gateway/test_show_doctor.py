@@ -12,13 +12,16 @@ from pathlib import Path
 import pytest
 
 from cellblock.sandbox.pins import landlock_abi
+from tests.integration.conftest import NO_USERNS, no_landlock
 
 HOME = os.path.expanduser("~")
 
 
-def cellblock(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cellblock(
+    *args: str, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cellblock.gateway.cli.main", *args],
+        [*prefix, sys.executable, "-m", "cellblock.gateway.cli.main", *args],
         capture_output=True,
         text=True,
         check=False,
@@ -147,17 +150,9 @@ def test_doctor_without_bwrap_says_what_to_install_and_that_landlock_jails_serve
     assert f"OK    jail backend: Landlock, ABI {landlock_abi()}" in done.stdout and "not enforced here: " in done.stdout
 
 
-def _no_landlock(tmp_path: Path) -> Path:
-    """A folder whose sitecustomize makes this kernel's Landlock look missing to the process it starts."""
-    folder = tmp_path / "no-landlock"
-    folder.mkdir()
-    (folder / "sitecustomize.py").write_text("import cellblock.sandbox.pins as pins\npins.landlock_abi = lambda: 0\n")
-    return folder
-
-
 def test_doctor_fails_without_bwrap_where_landlock_cannot_stand_in(tmp_path: Path) -> None:
     """The control: with Landlock missing too (an unknown system call where the ABI is asked), no jail."""
-    done = cellblock("doctor", env={"PATH": str(tmp_path), "PYTHONPATH": str(_no_landlock(tmp_path))})
+    done = cellblock("doctor", env={"PATH": str(tmp_path), "PYTHONPATH": str(no_landlock(tmp_path))})
     assert done.returncode == 1, done.stdout
     assert "apt-get install bubblewrap" in done.stdout and "FAIL  jail backend: none" in done.stdout
 
@@ -168,6 +163,22 @@ def test_show_says_what_each_launcher_mount_is_and_why(config: Path) -> None:
     assert done.returncode == 0, done.stderr
     # the server's command is this virtualenv's python: the virtualenv is shared, and says so
     assert f"mount    ro  {sys.prefix}  [virtualenv, for the command itself]" in done.stdout
+
+
+@pytest.mark.skipif(landlock_abi() < 4 or shutil.which("unshare") is None, reason="needs Landlock's TCP rules")
+def test_show_where_namespaces_are_refused_names_the_landlock_jail_and_what_it_lacks(
+    config: Path, tmp_path: Path
+) -> None:
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    done = cellblock("show", "--config", str(config), "jailed", prefix=NO_USERNS, env={"XDG_RUNTIME_DIR": str(runtime)})
+    assert done.returncode == 0, done.stderr
+    assert f"  jail     Landlock, ABI {landlock_abi()}" in done.stdout, done.stdout
+    assert "  lacks    other processes are visible" in done.stdout
+    # shown, never run: nothing it would have made for a start is left behind
+    assert not [p for p in runtime.rglob("*") if p.name.startswith(("home.", "tmp."))]
+    plain = cellblock("show", "--config", str(config), "jailed")
+    assert "  jail     bubblewrap" in plain.stdout and "  lacks " not in plain.stdout  # the control
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="limits are enforced on Linux")

@@ -76,6 +76,15 @@ NO_USERNS = (
 )
 
 
+def no_landlock(tmp_path: Path) -> Path:
+    """A folder for PYTHONPATH whose sitecustomize makes this kernel's Landlock look missing to
+    the Cellblock it starts: a machine where neither backend can build a jail, with NO_USERNS."""
+    folder = tmp_path / "no-landlock"
+    folder.mkdir(parents=True)
+    (folder / "sitecustomize.py").write_text("import cellblock.sandbox.pins as pins\npins.landlock_abi = lambda: 0\n")
+    return folder
+
+
 @asynccontextmanager
 async def gateway(
     config: Path,

@@ -22,9 +22,10 @@ def text(result: types.CallToolResult) -> str:
     return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
 
 
-async def test_without_bwrap_a_jailed_server_does_not_start_and_says_what_to_install(tmp_path: Path) -> None:
+async def test_without_bwrap_a_server_that_asks_for_it_does_not_start_and_says_what_to_install(tmp_path: Path) -> None:
     unjailed: dict[str, Any] = probe_server("--name", "plain") | {"jail": False}
-    config = write_config(tmp_path, {"boxed": probe_server("--name", "boxed"), "plain": unjailed})
+    strict = probe_server("--name", "boxed") | {"jail": {"backend": "bwrap"}}
+    config = write_config(tmp_path, {"boxed": strict, "plain": unjailed})
     # a PATH without bwrap on it, as on a machine where bubblewrap is not installed
     async with gateway(config, tmp_path / "state", env={"PATH": str(tmp_path)}) as client:
         names = [t.name for t in (await client.list_tools()).tools]
@@ -32,8 +33,20 @@ async def test_without_bwrap_a_jailed_server_does_not_start_and_says_what_to_ins
         refused = await client.call_tool("boxed__echo", {"message": "hi"})
         assert refused.is_error
         assert "'boxed'" in text(refused) and "apt-get install bubblewrap" in text(refused)
+        assert "jail.backend is bwrap" in text(refused)  # never a fallback it did not ask for
         # never a silent fallback: the explicit jail: false server is the only one that runs
         assert text(await client.call_tool("plain__echo", {"message": "hi"})) == "hi"
+
+
+@pytest.mark.skipif(landlock_abi() < 4, reason="needs Landlock's TCP rules (Linux 6.7)")
+async def test_without_bwrap_a_server_of_backend_auto_runs_in_a_landlock_jail_and_says_so(tmp_path: Path) -> None:
+    config = write_config(tmp_path, {"boxed": probe_server("--name", "boxed")})
+    log = tmp_path / "gateway.log"
+    async with gateway(config, tmp_path / "state", env={"PATH": str(tmp_path)}, stderr=log) as client:
+        assert text(await client.call_tool("boxed__echo", {"message": "hi"})) == "hi"
+    told = log.read_text()
+    assert "server 'boxed': its jail is Landlock's (ABI" in told and "which does not enforce here:" in told
+    assert "jail landlock ABI" in told
 
 
 async def test_without_libseccomp_a_jailed_server_does_not_start_and_says_what_to_install(tmp_path: Path) -> None:
@@ -130,9 +143,12 @@ async def hostile(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     assert host.snapshot() == before
 
 
-def attacks(host: Host, port: int) -> list[tuple[str, dict[str, Any]]]:
+def attacks(host: Host, port: int, gaps: bool = True) -> list[tuple[str, dict[str, Any]]]:
+    """What the hostile server tries; without the `gaps` of the jail's backend (a Landlock jail
+    shows the host's processes: a gap it names, `test_a_landlock_jail_names_the_gaps_that_are_real`)."""
     import os
 
+    landlock = host.backend == "landlock" and not gaps
     return [
         ("read_file", {"path": str(host.key)}),
         # only where the control can read it: as root (a user is refused it without any jail)
@@ -144,7 +160,7 @@ def attacks(host: Host, port: int) -> list[tuple[str, dict[str, Any]]]:
         ("write_file", {"path": str(host.outside / "planted.txt")}),
         ("connect", {"host": "127.0.0.1", "port": port}),
         ("dbus", {"address": f"unix:path={host.bus}", "abstract": [ABSTRACT_BUS]}),
-        ("host_processes", {"pid": os.getpid()}),
+        *([] if landlock else [("host_processes", {"pid": os.getpid()})]),
         ("privileges", {"ro_path": str(host.ro)}),
         # uid 0 writes sysctls without a capability: kernel.core_pattern would run a program as host root
         *([("sysctl", {"path": "/proc/sys/vm/stat_interval"})] if os.getuid() == 0 else []),
@@ -168,7 +184,7 @@ async def test_the_control_gets_through_so_the_attacks_are_real(hostile: Any) ->
 async def test_nothing_gets_out_of_the_jail(hostile: Any) -> None:
     client, host, port = hostile
     escaped = []
-    for tool, arguments in attacks(host, port):
+    for tool, arguments in attacks(host, port, gaps=False):
         outcome = await attempt(client, "hostile", tool, arguments)
         if outcome["got_through"]:
             escaped.append(f"{tool} {arguments}: {outcome['detail']}")
@@ -221,6 +237,21 @@ async def test_auto_chose_the_backend_this_machine_allows_and_says_what_it_does_
     [ready] = [e for e in map(json.loads, lines) if e["event"] == "server_ready" and e["server"] == "hostile"][:1]
     assert ready["backend"] == host.backend, ready
     assert ("not_enforced" in ready) is (host.backend == "landlock"), ready
+
+
+async def test_a_landlock_jail_names_the_gaps_that_are_real(hostile: Any) -> None:
+    """What a Landlock jail lets through by what it is, the host's processes, is named in its
+    not_enforced, and really gets through: the gap is told, not hidden."""
+    import json
+    import os
+
+    client, host, _ = hostile
+    if host.backend != "landlock":
+        pytest.skip("bubblewrap's pid namespace shows no process of the host")
+    lines = (host.state / "audit.jsonl").read_text().splitlines()
+    ready = next(e for e in map(json.loads, lines) if e["event"] == "server_ready" and e["server"] == "hostile")
+    assert any("other processes are visible" in gap for gap in ready["not_enforced"]), ready
+    assert (await attempt(client, "hostile", "host_processes", {"pid": os.getpid()}))["got_through"]
 
 
 async def test_no_name_resolves_without_a_network(hostile: Any) -> None:

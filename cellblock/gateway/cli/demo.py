@@ -30,8 +30,10 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from cellblock.policy.files import make_dirs
-from cellblock.sandbox.bwrap import check_bwrap
-from cellblock.sandbox.types import JailError
+from cellblock.sandbox.backends import choose
+from cellblock.sandbox.landlock import landlock_refusal
+from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.types import JailSpec
 
 __all__ = ["run_demo"]
 
@@ -116,10 +118,16 @@ def _scan(env: dict[str, str]) -> None:
 
 async def run_demo() -> int:
     if sys.platform.startswith("linux"):
-        try:  # the demo is about its jails: where none can be built, say so now, and why
-            check_bwrap()
-        except JailError as exc:
-            print(f"cellblock demo: its servers run in jails, and none can be built here: {exc}", file=sys.stderr)
+        # the demo is about its jails: where none can be built, say so now, and why. Where bubblewrap
+        # cannot, its servers run in Landlock jails (jail.backend: auto), if those hold here
+        no_bwrap = choose("demo", "auto").refused
+        why = landlock_refusal(JailSpec("demo", ("/bin/true",), {}), landlock_abi()) if no_bwrap else None
+        if no_bwrap is not None and why is not None:
+            print(
+                f"cellblock demo: its servers run in jails, and none can be built here: {no_bwrap}; "
+                f"nor a Landlock jail: {why}",
+                file=sys.stderr,
+            )
             return 1
     # a file on disk: the demo servers and their jails are started from the package's directory
     config = Path(str(files("cellblock.demo").joinpath("demo.yaml")))

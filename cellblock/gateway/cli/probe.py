@@ -21,8 +21,8 @@ from cellblock.gateway.config.model import Config, JailConfig, LocalServer
 from cellblock.gateway.downstream.launch import launch_plan, own_paths
 from cellblock.gateway.state import runtime_dir, state_dir
 from cellblock.sandbox.escape import listed_keys
-from cellblock.sandbox.spawn import run_plan
-from cellblock.sandbox.types import JailError
+from cellblock.sandbox.spawn import discard, run_plan
+from cellblock.sandbox.types import JailError, LaunchPlan
 
 __all__ = ["probe", "probe_command"]
 
@@ -104,7 +104,9 @@ def _probe_one(
             Path(egress).touch(mode=0o600)
         try:
             own = own_paths(config, state, config_path, runtime)
-            mounts = launch_plan(name, stand_in([]), egress, runtime / "servers" / name, own=own).mounts
+            seen = launch_plan(name, stand_in([]), egress, runtime / "servers" / name, own=own)
+            discard(seen)  # only looked at: what its home shows
+            mounts = seen.mounts
             home = str(Path.home())
             shared = {m.path[len(home) + 1 :].split("/")[0] for m in mounts if m.path.startswith(home + "/")}
             limits = config.limits_of(name)
@@ -128,7 +130,23 @@ def _probe_one(
             landed.unlink(missing_ok=True)
             result["detail"] = f"in the jail: {result['detail']}; on the host: {'FOUND' if on_host else 'nothing'}"
             result["got_through"] = on_host
+        gap = _named_gap(plan, result)
+        if gap is not None:  # what this backend does not enforce here, and says so: not an escape
+            result |= {"got_through": False, "not_enforced": True, "detail": f"{result['detail']}; {gap}"}
     return results
+
+
+# The attempts a Landlock jail lets through by what it is, and the words of its gap that name each
+# (landlock.landlock_gaps): the host's processes (no pid namespace), a copied program run through
+# the allowed loader under exec.allow (nothing is noexec).
+LANDLOCK_GAPS = {"processes": "other processes are visible", "load_copy": "loaded as code by an allowed program"}
+
+
+def _named_gap(plan: LaunchPlan, result: dict[str, Any]) -> str | None:
+    """The gap of `plan`'s jail that `result` got through by, when the plan names it (else None)."""
+    words = LANDLOCK_GAPS.get(result["name"]) if plan.backend == "landlock" and result["got_through"] else None
+    found = [g for g in plan.gaps if words is not None and words in g]
+    return f"NOT ENFORCED by this Landlock jail: {found[0]}" if found else None
 
 
 def probe_command(config_path: str | None, server: str | None, as_json: bool) -> int:
@@ -159,7 +177,9 @@ def probe(config: Config, config_path: Path, state: Path, runtime: Path, only: s
             if "skipped" in result or "error" in result:
                 print(f"  {result.get('skipped') or 'jail cannot be built: ' + result['error']}")
             for a in result.get("attempts", []):
-                verdict = "GOT THROUGH" if a["got_through"] else "blocked    "
+                verdict = (
+                    "GOT THROUGH" if a["got_through"] else "NOT ENFORCED" if a.get("not_enforced") else "blocked    "
+                )
                 print(f"  {verdict}  {a['name']:<12} {a['target']}  ({a['detail']})")
             print()
     print(f"cellblock: {'FAIL: something got through' if escaped else 'OK: nothing got through'}", file=sys.stderr)

@@ -419,7 +419,8 @@ def launch_plan(
         env = {key: os.environ[key] for key in PASSED_ENV if key in os.environ} | server.env | dict(secrets or {})
         command = (_command(server, installed(name, server), os.environ.get("PATH", JAIL_PATH)), *server.args)
         # no jail, but a mark on all it runs: no control socket takes its processes for the user's
-        return mark_plan(LaunchPlan(argv=command, env=env, cwd=server.cwd, mounts=(), network=Network.OPEN), name)
+        plain = LaunchPlan(argv=command, env=env, cwd=server.cwd, mounts=(), network=Network.OPEN, backend="none")
+        return mark_plan(plain, name)
     jail = server.jail
     if jail.proxied and egress_socket is None:
         raise JailError(
