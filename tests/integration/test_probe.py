@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from cellblock.sandbox.pins import landlock_abi
+from tests.integration.conftest import NO_USERNS
 from tests.kernel_keys import keyrings_usable, planted_key
 
 pytestmark = pytest.mark.jail
 
 
-def probe(tmp_path: Path, servers: str, *args: str) -> subprocess.CompletedProcess[str]:
+def probe(tmp_path: Path, servers: str, *args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True, exist_ok=True)
     (home / ".ssh" / "id_ed25519").write_text("FAKE KEY\n")
@@ -23,7 +25,17 @@ def probe(tmp_path: Path, servers: str, *args: str) -> subprocess.CompletedProce
     config.write_text(f"version: 1\nservers:\n{servers}")
     env = {**os.environ, "HOME": str(home), "CELLBLOCK_STATE_DIR": str(tmp_path / "state")}
     return subprocess.run(
-        [sys.executable, "-m", "cellblock.gateway.cli.main", "probe", "--config", str(config), "--json", *args],
+        [
+            *prefix,
+            sys.executable,
+            "-m",
+            "cellblock.gateway.cli.main",
+            "probe",
+            "--config",
+            str(config),
+            "--json",
+            *args,
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -80,3 +92,16 @@ def test_a_fork_bomb_is_tried_just_past_the_jails_process_limit_and_stopped(tmp_
     (bomb,) = [a for a in json.loads(done.stdout)["tight"]["attempts"] if a["name"] == "fork"]
     assert bomb["target"] == "32 processes" and bomb["amount"] < 24, bomb
     assert not bomb["got_through"] and done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.skipif(landlock_abi() < 4, reason="needs Landlock's TCP rules (Linux 6.7)")
+def test_a_landlock_jail_is_probed_and_what_it_does_not_enforce_is_named_as_such(tmp_path: Path) -> None:
+    """Where namespaces are refused the probe attacks the Landlock jail auto chose: the host's
+    processes get through, a gap the jail names (NOT ENFORCED, not an escape); nothing else does."""
+    done = probe(tmp_path, f"  tight:\n    command: {sys.executable}\n", prefix=NO_USERNS)
+    assert done.returncode == 0, done.stdout + done.stderr
+    attempts = json.loads(done.stdout)["tight"]["attempts"]
+    assert any(a["name"] == "read" and a["target"].endswith("id_ed25519") for a in attempts)
+    assert not [a for a in attempts if a["got_through"]]
+    [processes] = [a for a in attempts if a["name"] == "processes"]
+    assert processes.get("not_enforced") and "other processes are visible" in processes["detail"], processes
