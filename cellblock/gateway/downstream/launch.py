@@ -450,9 +450,8 @@ def launch_plan(
     plan = backend_plan(spec, launchers, choice, str(private) if private else None, secrets, DEFAULT_INHERITED_ENV_VARS)
     plan = plan if limits is None else limit_plan(plan, name, limits)
     if choice.bwrap and (jail.network == "ask" or (jail.proxied and relay_names(jail.allow_hosts)[1])):
-        plan = in_netns(
-            plan, choice.bwrap
-        )  # the relay answers DNS on port 53, and takes :80, :443 and the listed ports
+        # the relay answers DNS on port 53, and takes :80, :443 and the listed ports
+        plan = in_netns(plan, choice.bwrap)
     return plan
 
 
