@@ -16,7 +16,10 @@ capabilities (as root), enters a Landlock domain and installs the seccomp filter
 - with `exec.allow`, execute only of the allowed programs and what runs them
   (`JailSpec.exec_closure`);
 - with `network: none`, no TCP bind or connect (ABI 4), and through seccomp no other protocol,
-  no listen() and no TCP Fast Open.
+  no listen() and no TCP Fast Open;
+- with `network: allowlist` or `ask`, the same, except that each connect() waits for the gateway,
+  which makes the connection itself if it is to the egress proxy's loopback listener, and refuses
+  any other (`sandbox/connects.py`); the proxy variables point there.
 
 Nothing else: not the real `/tmp`, `/run/user/UID`, `/dev/shm`, the user's home. What this cannot
 close that bwrap does is in `landlock_gaps`; what it cannot enforce at all refuses the plan
@@ -35,18 +38,20 @@ from pathlib import Path
 from cellblock.policy.constraints import within
 from cellblock.policy.files import make_dirs
 from cellblock.sandbox.bwrap import ETC_FILES
+from cellblock.sandbox.connects import gate_missing
 from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.seccomp import (
     EXEC_ALLOW_RULES,
     LANDLOCK_NO_NETWORK_RULES,
+    LANDLOCK_PROXIED_RULES,
     LANDLOCK_ROOT_RULES,
     LANDLOCK_RULES,
     RULES,
     jail_filter,
 )
 from cellblock.sandbox.sockets import ABSTRACT_SCOPE_ABI, SCOPE
-from cellblock.sandbox.spawn import SECCOMP_FD
-from cellblock.sandbox.types import JailError, JailSpec, LaunchPlan, Mount, MountMode, Network
+from cellblock.sandbox.spawn import GATE_FD, GATE_PORT, SECCOMP_FD
+from cellblock.sandbox.types import GatePlan, JailError, JailSpec, LaunchPlan, Mount, MountMode, Network
 
 __all__ = ["DEVICES", "LANDLOCKED", "NETWORK_ABI", "landlock_gaps", "landlock_plan", "landlock_refusal"]
 
@@ -77,11 +82,11 @@ def landlock_refusal(spec: JailSpec, abi: int, launchers: Sequence[Mount] = ()) 
             f"{name}: network: none needs Landlock ABI {NETWORK_ABI} (Linux 6.7 or newer) to refuse TCP, and this "
             f"kernel has ABI {abi}; {_FIX}, or set network: open if the server may use the host's network"
         )
-    if spec.network in (Network.ALLOWLIST, Network.ASK):
+    missing = gate_missing() if spec.network in (Network.ALLOWLIST, Network.ASK) else None
+    if missing is not None:
         return (
-            f"{name}: network: {spec.network.value} cannot be held to the egress proxy by Landlock: its TCP rules "
-            "are by port alone, so the rule that lets the server reach the proxy's port on loopback would let it "
-            f"reach that port on any host; {_FIX}, or set network: none or open"
+            f"{name}: network: {spec.network.value} on Landlock needs the gateway to make the server's connections "
+            f"itself, and {missing}; {_FIX}, or set network: none or open"
         )
     if spec.pinned:
         return (
@@ -209,6 +214,12 @@ def landlock_plan(
     options += [w for key in sorted(secrets or {}) for w in ("--keep", key)]
     options += [w for rule in rules for w in rule]
     options += ["--no-network"] if spec.network is Network.NONE else []
+    gate: GatePlan | None = None
+    if spec.network in (Network.ALLOWLIST, Network.ASK):
+        if spec.egress_socket is None:
+            raise JailError(f"server '{spec.name}': network: {spec.network.value} needs the gateway's egress proxy")
+        gate = GatePlan(spec.name, spec.egress_socket)
+        options += ["--gate", GATE_FD, "--proxy-port", GATE_PORT]
     script = (os.path.realpath(sys.executable), "-I", "-S", LANDLOCKED)
     return LaunchPlan(
         argv=(*script, *options, "--chdir", cwd, "--", *_server_argv(spec.argv)),
@@ -221,6 +232,7 @@ def landlock_plan(
         backend="landlock",
         gaps=landlock_gaps(spec, abi),
         made=tuple(p for p in (tmp, None if spec.home_source else home) if p is not None),
+        gate=gate,
     )
 
 
@@ -247,6 +259,8 @@ def _filter(spec: JailSpec) -> bytes:
     rules = LANDLOCK_RULES
     if spec.network is Network.NONE:
         rules += LANDLOCK_NO_NETWORK_RULES
+    elif spec.network in (Network.ALLOWLIST, Network.ASK):
+        rules += LANDLOCK_PROXIED_RULES
     if spec.exec_closure is not None:
         # a file made in memory is on no path, so Landlock's execute right does not govern it
         rules += tuple(r for r in EXEC_ALLOW_RULES if r not in RULES)

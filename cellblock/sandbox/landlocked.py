@@ -6,7 +6,8 @@ made (`sandbox/landlock.py` builds the command)::
     landlocked.py --abi N [--info-fd N --block-fd M] [--setenv KEY VALUE ...] [--keep KEY ...]
                   [--unsetenv KEY ...] --seccomp FD
                   [--read PATH ...] [--run PATH ...] [--write PATH ...] [--write-run PATH ...]
-                  [--exec FILE ...] [--device PATH ...] [--no-network] --chdir DIR -- ARGV...
+                  [--exec FILE ...] [--device PATH ...] [--no-network | --gate FD --proxy-port PORT]
+                  --chdir DIR -- ARGV...
 
 In this one process, single-threaded, before `execve` (a Landlock domain binds the thread that
 enters it and what it starts afterwards, so every thread and child of the server is bound):
@@ -21,8 +22,14 @@ enters it and what it starts afterwards, so every thread and child of the server
    beneath the paths given (``--read``: read; ``--run``: read and execute; ``--write``: read and
    write; ``--write-run``: both; ``--exec``: execute that file; ``--device``: read, write and
    ioctl); with ``--no-network`` TCP bind and connect handled with no rule (ABI 4); abstract Unix
-   sockets and signals scoped to the domain (ABI 6);
-6. the seccomp filter read from FD (`seccomp.LANDLOCK_RULES` and the network's);
+   sockets and signals scoped to the domain (ABI 6); with ``--gate`` (``network: allowlist`` or
+   ``ask``) TCP bind and connect handled with no rule too where the ABI has them: the gateway
+   makes each connection (below);
+6. the seccomp filter read from FD (`seccomp.LANDLOCK_RULES` and the network's); with ``--gate``
+   installed with a listener, which is sent to the gateway over the Unix socket at descriptor FD
+   and closed here: every connect() of the server then waits for the gateway
+   (`sandbox/connects.py`), and fails once nobody holds the listener. ``--proxy-port`` points the
+   proxy variables at the gateway's egress listener on 127.0.0.1:PORT;
 7. `execve` of ARGV with each ``--setenv`` and the variables of its own environment named by
    ``--keep`` (secrets, which never go into an argv), less each ``--unsetenv``: what the spawner
    added besides goes.
@@ -69,6 +76,8 @@ ACCESS = {
     "--device": READ | WRITE_FILE | IOCTL_DEV,
 }
 VALUED = {*ACCESS, "--abi", "--info-fd", "--block-fd", "--keep", "--unsetenv", "--seccomp", "--chdir"}
+VALUED |= {"--gate", "--proxy-port"}  # network: allowlist or ask (step 6)
+_PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")
 
 
 def handled(abi: int) -> int:
@@ -141,9 +150,13 @@ def _lock_down(pairs: list[tuple[str, str]], abi: int) -> None:
     values = dict(pairs)
     if "--chdir" not in values or "--seccomp" not in values:
         raise ValueError("--chdir and --seccomp are needed")
+    if "--gate" in values:
+        # imported while the interpreter's own files may still be read (in the domain, only the
+        # server's are), and only here: the other jails' starts do not wait for it
+        import socket
     with os.fdopen(int(values["--seccomp"]), "rb") as handle:
         program = handle.read()
-    net = NET_TCP if abi >= NET_ABI and "--no-network" in values else 0
+    net = NET_TCP if abi >= NET_ABI and ("--no-network" in values or "--gate" in values) else 0
     if "--no-network" in values and not net:
         raise OSError(f"network: none needs Landlock ABI {NET_ABI} for its TCP rules; this plan asks for ABI {abi}")
     rules = [(path, access(option, abi)) for option, path in pairs if option in ACCESS]
@@ -156,7 +169,15 @@ def _lock_down(pairs: list[tuple[str, str]], abi: int) -> None:
         os.close(ruleset)
         raise
     pin.restrict_self(ruleset)
-    pin.install_seccomp(program)
+    if "--gate" not in values:
+        pin.install_seccomp(program)
+        return
+    with socket.socket(fileno=int(values["--gate"])) as gate:
+        listener = pin.install_seccomp(program, listener=True)
+        try:
+            socket.send_fds(gate, [b"L"], [listener])
+        finally:
+            os.close(listener)
 
 
 def main(argv: list[str]) -> int:
@@ -180,6 +201,9 @@ def main(argv: list[str]) -> int:
         # the server's environment is the plan's alone: what the spawner added besides goes
         kept = {key for option, key in pairs if option == "--keep"} - {k for o, k in pairs if o == "--unsetenv"}
         env = {key: value for key, value in os.environ.items() if key in kept} | setenv
+        if "--proxy-port" in held:
+            env = {k: v for k, v in env.items() if k not in ("no_proxy", "NO_PROXY")}
+            env |= dict.fromkeys(_PROXY_VARS, f"http://127.0.0.1:{int(held['--proxy-port'])}")
         _lock_down(pairs, abi)
     except (OSError, ValueError) as exc:
         _say(f"cannot lock the jail down: {exc}; the server is not started")

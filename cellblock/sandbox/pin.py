@@ -56,6 +56,9 @@ ACCESS_FS_FILE = 0x1 | 0x2 | 0x4 | (1 << 14) | (1 << 15)
 RULE_PATH_BENEATH = 1
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+# seccomp(2) itself, for a filter with a listener: its number per machine, and its operation and flag
+SYS_SECCOMP = {"x86_64": 317, "aarch64": 277}
+SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER = 1, 1 << 3
 PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 28, 47, 4
 # SECBIT_NOROOT, its lock, SECBIT_NO_CAP_AMBIENT_RAISE and its lock: uid 0 gains nothing at execve
 SECUREBITS = 0x01 | 0x02 | 0x40 | 0x80
@@ -209,8 +212,10 @@ class _SockFprog(ctypes.Structure):
     _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
 
 
-def install_seccomp(program: bytes) -> None:
-    """Install a compiled seccomp BPF program (8 bytes an instruction) for this process and all it starts.
+def install_seccomp(program: bytes, listener: bool = False) -> int:
+    """Install a compiled seccomp BPF program (8 bytes an instruction) for this process and all it
+    starts. With `listener`, return the descriptor its notifications are read and answered on
+    (a program with a user-notification action needs one); else -1.
 
     Raises:
         OSError: the kernel refused it.
@@ -218,7 +223,13 @@ def install_seccomp(program: bytes) -> None:
     buffer = ctypes.create_string_buffer(program, len(program))
     fprog = _SockFprog(len(program) // 8, ctypes.addressof(buffer))
     _check(_LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    _check(_LIBC.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+    if not listener:
+        _check(_LIBC.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+        return -1
+    number = SYS_SECCOMP.get(os.uname().machine)
+    if number is None:
+        raise OSError(f"no seccomp system call number is known for {os.uname().machine}")
+    return _syscall(number, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, ctypes.byref(fprog))
 
 
 def landlock_version() -> int:

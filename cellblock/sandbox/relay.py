@@ -44,7 +44,7 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
-__all__ = ["Names", "dns_answer", "main"]
+__all__ = ["ACCEPT_BACKOFF", "MAX_CONNECTIONS", "Names", "dns_answer", "main", "serve_connection"]
 
 # Connections piped at once; more are closed on accept. The proxy has its own, lower limit; this
 # only keeps a runaway client from making the relay spawn threads without bound.
@@ -279,9 +279,12 @@ def _connect_name(client: socket.socket, upstream: socket.socket, name: str, por
     return False
 
 
-def _serve_connection(
+def serve_connection(
     client: socket.socket, socket_path: str, slots: threading.BoundedSemaphore, names: Names | None, proxy: bool
 ) -> None:
+    """Carry the accepted `client` to the proxy's socket at `socket_path`: as a proxy client (`proxy`),
+    or as a CONNECT to the name or address it was made to; then close it and free its slot. The
+    gateway's Landlock gate (`sandbox/connects.py`) carries its connections here too."""
     try:
         local = client.getsockname()
         name = names.name_at(local[0]) if names is not None else None
@@ -324,7 +327,7 @@ def _accept_loop(listener: socket.socket, socket_path: str, names: Names | None,
             client.close()
             continue
         work = (client, socket_path, slots, names, proxy)
-        threading.Thread(target=_serve_connection, args=work, daemon=True).start()
+        threading.Thread(target=serve_connection, args=work, daemon=True).start()
 
 
 def _listen(host: str, port: int, kind: int = socket.SOCK_STREAM) -> socket.socket:

@@ -38,8 +38,10 @@ __all__ = [
     "DISK_WATCHED_RULES",
     "EXEC_ALLOW_RULES",
     "LANDLOCK_NO_NETWORK_RULES",
+    "LANDLOCK_PROXIED_RULES",
     "LANDLOCK_ROOT_RULES",
     "LANDLOCK_RULES",
+    "NOTIFY",
     "PIN_STAGE_RULES",
     "RULES",
     "SUMMARY",
@@ -68,6 +70,11 @@ SUMMARY = (
     "bpf, perf_event_open, userfaultfd, io_uring, module and kexec loading, TIOCSTI/TIOCLINUX, "
     "personality changes and socket families other than unix/inet/inet6/netlink (see docs/jail.md)"
 )
+
+
+# A rule's "error" that is no errno: the call waits for the process holding the filter's listener
+# to answer it (seccomp user notification; `sandbox/connects.py` answers a Landlock jail's connects).
+NOTIFY = -1
 
 
 class Compare(StrEnum):
@@ -333,6 +340,10 @@ _FAST_OPEN = [
     for call, arg in (("sendto", 3), ("sendmsg", 2), ("sendmmsg", 3))
 ]
 LANDLOCK_NO_NETWORK_RULES: tuple[Rule, ...] = (*_NOT_TCP, *_FAST_OPEN, Rule("listen", errno.EPERM))
+# network: allowlist or ask on Landlock: the same, and each connect() waits for the gateway, which
+# connects the socket itself, to the egress proxy's loopback port alone (`sandbox/connects.py`):
+# Landlock's TCP rules are by port, and would let that port be reached on any host.
+LANDLOCK_PROXIED_RULES: tuple[Rule, ...] = (*LANDLOCK_NO_NETWORK_RULES, Rule("connect", NOTIFY))
 
 
 def _binding() -> Any:
@@ -385,7 +396,8 @@ def build_filter(rules: tuple[Rule, ...] = RULES) -> bytes:
             if number == _UNKNOWN:
                 continue
             checks = [] if rule.arg is None else [Check(rule.arg, rule.compare, rule.datum, rule.mask), *rule.also]
-            program.add_rule(lib.ERRNO(rule.error), number, *(_compare(lib, check) for check in checks))
+            action = lib.NOTIFY if rule.error == NOTIFY else lib.ERRNO(rule.error)
+            program.add_rule(action, number, *(_compare(lib, check) for check in checks))
         fd = os.memfd_create("cellblock-seccomp-build", os.MFD_CLOEXEC)
         with os.fdopen(fd, "w+b") as out:
             program.export_bpf(out)

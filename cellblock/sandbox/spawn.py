@@ -14,6 +14,11 @@ itself). The spawner calls `Spawn.release` right after starting the process: it 
 under its limits (`sandbox/limits.py`) and only then lets it go on. A jail that is not released
 (the spawner failed, or forgot) is ended, never let go without its limits.
 
+A Landlock plan whose network goes through the egress proxy carries a gate (`sandbox/connects.py`):
+`spawn_args` opens it, writes the descriptor the launcher hands its filter's listener over and the
+port of the gate's listener into the argv (`GATE_FD`, `GATE_PORT`), and the spawner closes it
+(`Spawn.gate`) once the server has ended; till then the gate makes each of the jail's connections.
+
 An unjailed server's plan may carry a mark (`sandbox/marks.py`): `spawn_args` makes its cgroup and
 writes the path its first process joins into the argv; the spawner removes it (`Spawn.mark`) once
 the server has ended.
@@ -32,11 +37,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from cellblock.sandbox.connects import ConnectGate
 from cellblock.sandbox.limits import BLOCK_FD, INFO_FD, Confinement, confine
 from cellblock.sandbox.marks import JOIN, MARK_PROCS, Mark, made
 from cellblock.sandbox.types import JailError, LaunchPlan, LimitPlan, MarkPlan
 
 __all__ = [
+    "GATE_FD",
+    "GATE_PORT",
     "PIN_FILTER_FD",
     "SECCOMP_FD",
     "TAIL_BYTES",
@@ -51,6 +59,7 @@ __all__ = [
 
 SECCOMP_FD = "<seccomp-fd>"
 PIN_FILTER_FD = "<pin-filter-fd>"
+GATE_FD, GATE_PORT = "<gate-fd>", "<gate-port>"
 # bwrap reports the jail's first process within milliseconds; with systemd it first waits for the
 # service manager to make the scope. A jail not reported by then is ended.
 HOLD_SECONDS = 10.0
@@ -160,6 +169,7 @@ class Spawn:
     pass_fds: tuple[int, ...]
     hold: Hold | None = None  # with limits: call `release` once the process is started
     mark: Mark | None = None  # the cgroup an unjailed server joins: close it once the server has ended
+    gate: ConnectGate | None = None  # a Landlock jail's connects: close it once the server has ended
 
     def release(self) -> Confinement | None:
         """Let a jail with limits start its server once they are in place (None: a plan without limits).
@@ -203,14 +213,20 @@ def spawn_args(plan: LaunchPlan) -> Iterator[Spawn]:
         raise JailError("the launch plan holds its jail for limits it does not carry; nothing was started")
     if plan.mark is None and MARK_PROCS in argv:
         raise JailError("the launch plan joins a cgroup it does not carry; nothing was started")
+    if plan.gate is None and (GATE_FD in argv or GATE_PORT in argv):
+        raise JailError("the launch plan hands its connects to a gate it does not carry; nothing was started")
     slots = {p: _placeholder(plan.argv, p, option) for p, option, program in programs if program is not None}
     if plan.limits is not None:
         slots[INFO_FD] = _placeholder(plan.argv, INFO_FD, "--info-fd")
         slots[BLOCK_FD] = _placeholder(plan.argv, BLOCK_FD, "--block-fd")
     if plan.mark is not None:
         slots[MARK_PROCS] = _placeholder(plan.argv, MARK_PROCS, JOIN)
+    if plan.gate is not None:
+        slots[GATE_FD] = _placeholder(plan.argv, GATE_FD, "--gate")
+        slots[GATE_PORT] = _placeholder(plan.argv, GATE_PORT, "--proxy-port")
     hold: Hold | None = None
     mark: Mark | None = None
+    gate: ConnectGate | None = None
     try:
         for placeholder, _, program in programs:
             if program is not None:
@@ -222,12 +238,26 @@ def spawn_args(plan: LaunchPlan) -> Iterator[Spawn]:
         if plan.mark is not None:
             mark = _mark(plan.mark)
             argv[slots[MARK_PROCS]] = str(mark.path / "cgroup.procs")
-        yield Spawn(tuple(argv), (*fds, *(hold.child_fds if hold else ())), hold, mark)
+        if plan.gate is not None:
+            try:
+                gate = ConnectGate(plan.gate.server, plan.gate.egress_socket)
+            except OSError as exc:
+                raise JailError(
+                    f"server '{plan.gate.server}': the gate of its connections cannot be opened ({exc}); "
+                    "nothing was started"
+                ) from exc
+            argv[slots[GATE_FD]], argv[slots[GATE_PORT]] = str(gate.child), str(gate.port)
+        inherited = (*fds, *(hold.child_fds if hold else ()), *((gate.child,) if gate else ()))
+        yield Spawn(tuple(argv), inherited, hold, mark, gate)
     except BaseException:
         if mark is not None:
             mark.close()  # nothing started in it (or what did is ended): an empty cgroup goes
+        if gate is not None:
+            gate.close()
         raise
     finally:
+        if gate is not None:
+            gate.spawned()
         if hold is not None:
             hold.close()  # a jail never released is ended, not let go
         for fd in fds:
@@ -281,6 +311,8 @@ def run_plan(plan: LaunchPlan, timeout: float, prefix: Sequence[str] = ()) -> su
                     for made_here in (confinement, spawn.mark):
                         if made_here is not None:
                             settle(made_here)
+                    if spawn.gate is not None:
+                        spawn.gate.close()
             return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     finally:
         discard(plan)  # what was made for it alone goes with it
@@ -333,6 +365,8 @@ def run_bounded(plan: LaunchPlan, timeout: float, watch: Callable[[], str | None
                     for made_here in (confinement, spawn.mark):
                         if made_here is not None:
                             settle(made_here)
+                    if spawn.gate is not None:
+                        spawn.gate.close()
             return Bounded(process.returncode, tail.decode(errors="replace"), total, stopped)
     finally:
         discard(plan)  # what was made for it alone goes with it

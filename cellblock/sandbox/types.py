@@ -172,6 +172,15 @@ class MarkPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class GatePlan:
+    """A Landlock jail whose connects the gateway makes (`network: allowlist` or `ask`): a gate to
+    open at spawn (sandbox/connects.py), carrying server `server`'s connections to its egress proxy."""
+
+    server: str
+    egress_socket: str
+
+
+@dataclass(frozen=True, slots=True)
 class LaunchPlan:
     """The command that starts a server, and what it will be able to see.
 
@@ -204,6 +213,7 @@ class LaunchPlan:
     # directories made for this run alone (a Landlock jail's throw-away home and its tmp), which
     # `spawn.discard` removes once it has ended
     made: tuple[str, ...] = ()
+    gate: GatePlan | None = None  # a Landlock jail's connects, made by the gateway: see sandbox/spawn.py
 
 
 class InstallKind(StrEnum):

@@ -1,8 +1,9 @@
 """`network: allowlist` end to end: a real fetch server in a jail, the relay, the gateway's proxy.
 
-The destination is a small HTTP server on the host's loopback. The jail has its own network
-namespace, so the only way there is the relay -> Unix socket -> proxy path, and the proxy lets
-through only what `allow_hosts` names.
+The destination is a small HTTP server on the host's loopback. A bwrap jail has its own network
+namespace, so the only way there is the relay -> Unix socket -> proxy path; a Landlock jail shares
+the host's, and the gateway makes each of its connections, to the proxy alone (`sandbox/connects.py`).
+On both backends the proxy lets through only what `allow_hosts` names.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.downstream.launch import launch_plan
 from cellblock.policy.hosts import parse_rule
+from cellblock.sandbox.connects import gate_missing
 from cellblock.sandbox.egress import Decision, EgressProxy
+from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.spawn import spawn_args
 from tests import peers
 from tests.integration.conftest import gateway, write_config
@@ -63,17 +66,25 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(params=["bwrap", "landlock"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The jail's backend: each test runs on both."""
+    if request.param == "landlock" and (landlock_abi() < 1 or gate_missing()):
+        pytest.skip(f"no Landlock jail with a gate here: {gate_missing() or 'no Landlock'}")
+    return str(request.param)
+
+
 def text(result: types.CallToolResult) -> str:
     return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
 
 
 @pytest.mark.peers
-async def test_a_real_fetch_server_reaches_only_the_listed_host(site: int, tmp_path: Path) -> None:
+async def test_a_real_fetch_server_reaches_only_the_listed_host(site: int, tmp_path: Path, backend: str) -> None:
     argv = peers.fetch_server("--ignore-robots-txt", "--allow-private-ips")
     server = {
         "command": argv[0],
         "args": argv[1:],
-        "jail": {"network": "allowlist", "allow_hosts": [f"127.0.0.1:{site}"]},
+        "jail": {"network": "allowlist", "allow_hosts": [f"127.0.0.1:{site}"], "backend": backend},
     }
     state = tmp_path / "state"
     async with gateway(write_config(tmp_path, {"fetch": server}), state) as client:
@@ -91,9 +102,11 @@ async def test_a_real_fetch_server_reaches_only_the_listed_host(site: int, tmp_p
     assert egress == [("127.0.0.1", "allow"), ("localhost", "deny"), ("example.com", "deny")]
 
 
-async def run_in_allowlist_jail(tmp_path: Path, argv: list[str], allow: list[str]) -> tuple[int, str, list[Decision]]:
-    """Run `argv` as a server would run: jailed, allowlist network, behind a live egress proxy."""
-    jail = {"network": "allowlist", "allow_hosts": allow}
+async def run_in_allowlist_jail(
+    tmp_path: Path, argv: list[str], allow: list[str], backend: str
+) -> tuple[int, str, list[Decision]]:
+    """Run `argv` as a server would run: jailed on `backend`, allowlist network, behind a live egress proxy."""
+    jail = {"network": "allowlist", "allow_hosts": allow, "backend": backend}
     config = parse_config(
         json.dumps({"version": 1, "servers": {"t": {"command": argv[0], "args": argv[1:], "jail": jail}}})
     )
@@ -104,48 +117,60 @@ async def run_in_allowlist_jail(tmp_path: Path, argv: list[str], allow: list[str
         await tg.start(proxy.serve)
         local = config.servers["t"]
         assert isinstance(local, LocalServer)
-        plan = launch_plan("t", local, sock)
+        plan = launch_plan("t", local, sock, tmp_path / "private")
         with spawn_args(plan) as spawn:
-            done = await anyio.run_process(list(spawn.argv), check=False, pass_fds=spawn.pass_fds)
+            try:
+                done = await anyio.run_process(list(spawn.argv), check=False, pass_fds=spawn.pass_fds)
+            finally:
+                if spawn.gate is not None:
+                    spawn.gate.close()
         tg.cancel_scope.cancel()
     return done.returncode, done.stdout.decode() + done.stderr.decode(), decisions
 
 
-async def test_programs_that_honour_proxy_variables_get_through_the_relay(site: int, tmp_path: Path) -> None:
+async def test_programs_that_honour_proxy_variables_get_through_the_relay(
+    site: int, tmp_path: Path, backend: str
+) -> None:
     code = f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{site}/py', timeout=10).read())"
     status, output, decisions = await run_in_allowlist_jail(
-        tmp_path, [sys.executable, "-c", code], [f"127.0.0.1:{site}"]
+        tmp_path, [sys.executable, "-c", code], [f"127.0.0.1:{site}"], backend
     )
     assert status == 0, output
     assert BODY.decode() in output
     assert [d.allowed for d in decisions] == [True]
 
 
-async def test_a_direct_connection_from_an_allowlist_jail_reaches_nothing(site: int, tmp_path: Path) -> None:
+async def test_a_direct_connection_from_an_allowlist_jail_reaches_nothing(
+    site: int, tmp_path: Path, backend: str
+) -> None:
     code = f"import socket; socket.create_connection(('127.0.0.1', {site}), timeout=3); print('CONNECTED')"
     status, output, decisions = await run_in_allowlist_jail(
-        tmp_path, [sys.executable, "-c", code], [f"127.0.0.1:{site}"]
+        tmp_path, [sys.executable, "-c", code], [f"127.0.0.1:{site}"], backend
     )
     assert status != 0 and "CONNECTED" not in output
     assert decisions == []
 
 
-async def test_node_24_fetch_uses_the_proxy_when_the_jail_asks_it_to(site: int, tmp_path: Path) -> None:
+async def test_node_24_fetch_uses_the_proxy_when_the_jail_asks_it_to(site: int, tmp_path: Path, backend: str) -> None:
     node = peers.node()
     script = f"fetch('http://127.0.0.1:{site}/node').then(r => r.text()).then(t => console.log(t))"
-    status, output, decisions = await run_in_allowlist_jail(tmp_path, [node, "-e", script], [f"127.0.0.1:{site}"])
+    status, output, decisions = await run_in_allowlist_jail(
+        tmp_path, [node, "-e", script], [f"127.0.0.1:{site}"], backend
+    )
     assert status == 0, output
     assert BODY.decode() in output
     assert [d.allowed for d in decisions] == [True]
 
 
 @pytest.mark.skipif(not Path("/usr/bin/node").exists(), reason="needs a system Node 20")
-async def test_node_20_fetch_ignores_the_proxy_and_fails_closed(site: int, tmp_path: Path) -> None:
+async def test_node_20_fetch_ignores_the_proxy_and_fails_closed(site: int, tmp_path: Path, backend: str) -> None:
     version = (await anyio.run_process(["/usr/bin/node", "--version"])).stdout.decode()
     if not version.startswith("v20."):
         pytest.skip(f"system node is {version.strip()}")
     script = f"fetch('http://127.0.0.1:{site}/node20').then(r => r.text()).then(t => console.log('GOT', t))"
-    status, output, _ = await run_in_allowlist_jail(tmp_path, ["/usr/bin/node", "-e", script], [f"127.0.0.1:{site}"])
+    status, output, _ = await run_in_allowlist_jail(
+        tmp_path, ["/usr/bin/node", "-e", script], [f"127.0.0.1:{site}"], backend
+    )
     assert "GOT" not in output and status != 0
 
 

@@ -10,20 +10,24 @@ from typing import Any
 
 import pytest
 
-from cellblock.sandbox import limits
+from cellblock.sandbox import landlock, limits
+from cellblock.sandbox.connects import gate_missing
 from cellblock.sandbox.landlock import LANDLOCKED, landlock_gaps, landlock_plan, landlock_refusal
 from cellblock.sandbox.limits import BLOCK_FD, INFO_FD, limit_plan
 from cellblock.sandbox.seccomp import (
     LANDLOCK_NO_NETWORK_RULES,
+    LANDLOCK_PROXIED_RULES,
     LANDLOCK_ROOT_RULES,
     LANDLOCK_RULES,
     RULES,
     build_filter,
 )
 from cellblock.sandbox.sockets import SCOPE
+from cellblock.sandbox.spawn import GATE_FD, GATE_PORT
 from cellblock.sandbox.types import (
     Closure,
     Enforcement,
+    GatePlan,
     JailError,
     JailSpec,
     Limits,
@@ -53,8 +57,6 @@ def options(argv: tuple[str, ...], flag: str) -> list[str]:
     [
         (0, Network.OPEN, "no Landlock"),
         (3, Network.NONE, "needs Landlock ABI 4"),
-        (7, Network.ALLOWLIST, "by port alone"),
-        (7, Network.ASK, "by port alone"),
     ],
 )
 def test_what_landlock_cannot_enforce_is_refused_naming_the_server_and_the_bwrap_fix(
@@ -65,9 +67,42 @@ def test_what_landlock_cannot_enforce_is_refused_naming_the_server_and_the_bwrap
     assert "server 'srv'" in refusal and says in refusal and "jail.backend: bwrap" in refusal
 
 
-@pytest.mark.parametrize(("abi", "network"), [(1, Network.OPEN), (4, Network.NONE), (7, Network.NONE)])
+@pytest.mark.parametrize(
+    ("abi", "network"),
+    [(1, Network.OPEN), (4, Network.NONE), (7, Network.NONE), (1, Network.ALLOWLIST), (7, Network.ASK)],
+)
 def test_what_landlock_can_enforce_is_not_refused(tmp_path: Path, abi: int, network: Network) -> None:
+    if network in (Network.ALLOWLIST, Network.ASK) and gate_missing() is not None:
+        pytest.skip(f"this machine cannot run a gate: {gate_missing()}")
     assert landlock_refusal(spec(tmp_path, network=network), abi) is None
+
+
+@pytest.mark.parametrize("network", [Network.ALLOWLIST, Network.ASK])
+def test_where_the_gateway_cannot_make_the_jails_connections_a_proxied_network_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, network: Network
+) -> None:
+    monkeypatch.setattr(landlock, "gate_missing", lambda: "pidfd_getfd is refused here (Operation not permitted)")
+    refusal = landlock_refusal(spec(tmp_path, network=network), 7)
+    assert refusal is not None
+    assert "server 'srv'" in refusal and "pidfd_getfd is refused" in refusal and "jail.backend: bwrap" in refusal
+    assert landlock_refusal(spec(tmp_path, network=Network.NONE), 7) is None  # what needs no gate is not
+
+
+def test_a_proxied_plan_hands_its_connects_to_a_gate_and_points_the_proxy_variables_at_it(tmp_path: Path) -> None:
+    if gate_missing() is not None:
+        pytest.skip(f"this machine cannot run a gate: {gate_missing()}")
+    egress = str(tmp_path / "egress.sock")
+    plan = landlock_plan(spec(tmp_path, network=Network.ALLOWLIST, egress_socket=egress), [], str(tmp_path), abi=7)
+    assert plan.gate == GatePlan("srv", egress)
+    assert options(plan.argv, "--gate") == [GATE_FD] and options(plan.argv, "--proxy-port") == [GATE_PORT]
+    assert "--no-network" not in plan.argv
+    assert plan.seccomp == build_filter((*LANDLOCK_RULES, *LANDLOCK_PROXIED_RULES, *root_rules()))
+    with pytest.raises(JailError, match="needs the gateway's egress proxy"):
+        landlock_plan(spec(tmp_path, network=Network.ALLOWLIST), [], str(tmp_path), abi=7)
+
+
+def root_rules() -> tuple[Any, ...]:
+    return LANDLOCK_ROOT_RULES if os.geteuid() == 0 else ()
 
 
 def test_a_hidden_path_inside_a_grant_is_refused_and_a_hidden_socket_is_not(tmp_path: Path) -> None:
@@ -95,8 +130,8 @@ def test_pinned_executables_are_refused(tmp_path: Path) -> None:
 
 
 def test_the_plan_raises_the_refusal(tmp_path: Path) -> None:
-    with pytest.raises(JailError, match="by port alone"):
-        landlock_plan(spec(tmp_path, network=Network.ALLOWLIST), [], str(tmp_path / "private"), abi=7)
+    with pytest.raises(JailError, match="needs Landlock ABI 4"):
+        landlock_plan(spec(tmp_path, network=Network.NONE), [], str(tmp_path / "private"), abi=3)
 
 
 def test_the_gaps_follow_the_abi_and_the_jail(tmp_path: Path) -> None:

@@ -128,8 +128,8 @@ def jail_spec(
     instead of all of /usr (`sandbox/closure.py`).
 
     A Landlock jail (`landlock`) has no wrappers: its launcher applies Landlock itself
-    (`sandbox/landlock.py`), and refuses what it cannot hold (the egress proxy, until it can hold
-    a connection to it to loopback).
+    (`sandbox/landlock.py`), and the gateway makes its connections to the egress proxy
+    (`sandbox/connects.py`) in place of the relay.
 
     `jail_home` is the home the jail shows empty and tells the server of (default: the user's);
     a scan names its scratch home, where it planted decoys the jail must hide. `kept` is the
@@ -185,12 +185,13 @@ def jail_spec(
         options = [*(w for p in runs.executables for w in ("--allow", p)), *(w for p in keep for w in ("--exec", p))]
         argv = (python, "-I", "-S", str(PIN), *options, "--seccomp", PIN_FILTER, "--", *argv)
     gaps = launcher_gaps(command, env["PATH"], [m.path for m in launchers])
+    if jail.proxied:
+        env["NODE_USE_ENV_PROXY"] = "1"  # Node 24's fetch uses the proxy variables only when asked
     if landlock:
         closure = exec_closure(allowed, env["PATH"], [m.path for m in launchers]) if allowed else None
     elif jail.proxied:
         argv, relaying = relayed(argv, python, home, host_path, jail.allow_hosts, ask=jail.network == "ask")
         launchers += relaying
-        env["NODE_USE_ENV_PROXY"] = "1"  # Node 24's fetch uses the proxy variables only when asked
     if sys.platform.startswith("linux") and not landlock:  # macOS has no abstract sockets
         # every jail, not only one on the host's network: the reach goes with the socket, and a
         # socket made on the host's network (by a network: open jail) can be handed to any jail

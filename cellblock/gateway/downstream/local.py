@@ -348,7 +348,7 @@ async def local_transport(
                 start_new_session=True,
                 pass_fds=spawn.pass_fds,
             )
-            channel.pid, channel.mark = process.pid, spawn.mark
+            channel.pid, channel.mark, gate = process.pid, spawn.mark, spawn.gate
             try:
                 # the jail waits until this returns: its limits are in place before the server runs.
                 # In a worker thread: it waits for bubblewrap and runs the tmpfs sizing (tens of ms,
@@ -413,6 +413,8 @@ async def local_transport(
             for made in (channel.confinement, channel.mark):
                 if made is not None:
                     await _settle(made)
+            if gate is not None:
+                await anyio.to_thread.run_sync(gate.close)  # its threads wake at once; joined off the loop
             await anyio.to_thread.run_sync(discard, plan)  # a Landlock jail's throw-away home and tmp
 
 

@@ -1,0 +1,288 @@
+"""A Landlock jail's connections, made by the gateway: each connect() of the server judged here.
+
+A `network: allowlist` or `ask` jail on Landlock shares the host's network, and Landlock's TCP
+rules are by port alone: a rule for the egress proxy's port would reach that port on any host. So
+the jail's launcher (`sandbox/landlocked.py`) installs a seccomp filter under which every connect()
+waits for an answer (`seccomp.LANDLOCK_PROXIED_RULES`), and hands the filter's listener to the
+gateway before it becomes the server. A `ConnectGate` holds it, and for each connect:
+
+- reads the address the call names from the caller's memory, and checks the call still waits
+  (its thread may have ended, its pid been reused);
+- refuses (EACCES, what Landlock answers) every address but the gate's own listener on
+  127.0.0.1;
+- for that one, takes a duplicate of the caller's socket (`pidfd_getfd`) and connects it itself, to
+  the address it checked, held in the gateway's memory: another thread of the jail may change the
+  caller's memory after it was read, but what is connected is what was judged. The call returns
+  that connect's result; the kernel never goes on with the call as the jail made it (the filter's
+  CONTINUE flag is not used).
+
+The listener accepts only the connections the gate made (by their source address, noted before
+each connect) and carries each to the egress proxy's Unix socket (`relay.serve_connection`), where
+the proxy's checks, questions and audit apply as for a bwrap jail. Another process of the host that
+finds the port is closed on. A jail whose gate is gone fails each connect (ENOSYS).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import functools
+import logging
+import os
+import select
+import socket
+import struct
+import sys
+import threading
+import time
+
+from cellblock.sandbox.pin import SYS_SECCOMP
+from cellblock.sandbox.relay import ACCEPT_BACKOFF, MAX_CONNECTIONS, serve_connection
+
+__all__ = ["LOOPBACK", "ConnectGate", "gate_missing"]
+
+logger = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+_LIBC = ctypes.CDLL(None, use_errno=True)
+SYS_PIDFD_GETFD = 438  # the same on x86-64 and aarch64 (the generic syscall table)
+# struct seccomp_notif (id, pid, flags, then seccomp_data: nr, arch, instruction pointer, args)
+# and struct seccomp_notif_resp (id, val, error, flags), and the ioctls that read and answer them
+_NOTIF = struct.Struct("=QIIiIQ6Q")
+_RESP = struct.Struct("=QqiI")
+NOTIF_RECV = 0xC0000000 | (_NOTIF.size << 16) | (ord("!") << 8) | 0
+NOTIF_SEND = 0xC0000000 | (_RESP.size << 16) | (ord("!") << 8) | 1
+NOTIF_ID_VALID = 0x40000000 | (8 << 16) | (ord("!") << 8) | 2
+SECCOMP_GET_ACTION_AVAIL, SECCOMP_RET_USER_NOTIF = 2, 0x7FC00000
+# The longest address read: a sockaddr_in6 (for the refusal's message); a sockaddr_in is 16 bytes.
+_ADDRESS_BYTES = 28
+# Destinations whose refusal is logged: the first ones; a runaway of attempts is not a flood of lines.
+_TOLD = 64
+# Seconds `close` waits for the gate's threads (they wake at once; this only bounds a stuck one).
+_JOIN_SECONDS = 2.0
+
+
+@functools.cache
+def gate_missing() -> str | None:
+    """Why this machine cannot run a gate (None: it can): seccomp user notification or
+    `pidfd_getfd` is missing or refused (an old kernel, a container's seccomp profile)."""
+    number = SYS_SECCOMP.get(os.uname().machine)
+    action = ctypes.c_uint32(SECCOMP_RET_USER_NOTIF)
+    if number is None or _LIBC.syscall(number, SECCOMP_GET_ACTION_AVAIL, 0, ctypes.byref(action)) != 0:
+        return f"seccomp user notification is not available here ({os.strerror(ctypes.get_errno())})"
+    try:
+        own = os.pidfd_open(os.getpid())
+    except OSError as exc:
+        return f"pidfd_open is refused here ({exc.strerror})"
+    try:
+        dup = _LIBC.syscall(SYS_PIDFD_GETFD, own, own, 0)
+        if dup < 0:
+            return f"pidfd_getfd is refused here ({os.strerror(ctypes.get_errno())})"
+        os.close(dup)
+    finally:
+        os.close(own)
+    return None
+
+
+class ConnectGate:
+    """The gate of one run of server `name`'s jail, carrying what it allows to the proxy at
+    `egress_socket`. Give the launcher `child` (``--gate``) and `port` (``--proxy-port``), call
+    `spawned` once it is started, and `close` once it has ended."""
+
+    def __init__(self, name: str, egress_socket: str) -> None:
+        self.name, self._egress = name, egress_socket
+        self._listener = socket.create_server((LOOPBACK, 0), backlog=128)
+        self.port: int = self._listener.getsockname()[1]
+        self._ours, self._theirs = socket.socketpair()
+        self.child = self._theirs.fileno()
+        self._expected: set[tuple[str, int]] = set()  # the source addresses of the connections it made
+        self._told: set[tuple[str, int]] = set()
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._stop, self._stopping = os.pipe()
+        self._closed = False
+        self._threads = [
+            threading.Thread(target=self._notices, name=f"gate-{name}", daemon=True),
+            threading.Thread(target=self._accepts, name=f"gate-{name}-accept", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def spawned(self) -> None:
+        """The launcher has its end: the gateway's copy goes, so a launcher that dies before it hands
+        the listener over is seen (EOF), not waited for."""
+        self._theirs.close()
+
+    def close(self) -> None:
+        """Stop answering: a connect still waiting, or made later by what is left of the jail, fails."""
+        if self._closed:
+            return
+        self._closed = True
+        os.write(self._stopping, b"x")
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        for thread in self._threads:
+            thread.join(_JOIN_SECONDS)
+        for each in (self._listener, self._ours, self._theirs):
+            each.close()
+        os.close(self._stop)
+        os.close(self._stopping)
+
+    # -- the connects ---------------------------------------------------------------------------
+
+    def _notices(self) -> None:
+        listener = self._receive()
+        if listener is None:
+            return
+        try:
+            poller = select.poll()
+            poller.register(listener, select.POLLIN)
+            poller.register(self._stop, select.POLLIN)
+            while True:
+                for fd, events in poller.poll():
+                    if fd == self._stop:
+                        return
+                    if events & select.POLLIN:
+                        self._answer(listener)
+                    elif events & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                        return  # every process of the jail has ended
+        finally:
+            os.close(listener)
+
+    def _receive(self) -> int | None:
+        """The filter's listener, as the launcher sends it (None: it ended first, or the gate closed)."""
+        poller = select.poll()
+        poller.register(self._ours, select.POLLIN)
+        poller.register(self._stop, select.POLLIN)
+        if any(fd == self._stop for fd, _ in poller.poll()):
+            return None
+        try:
+            _, fds, _, _ = socket.recv_fds(self._ours, 1, 1)
+        except OSError:
+            return None
+        return fds[0] if fds else None
+
+    def _answer(self, listener: int) -> None:
+        notice = bytearray(_NOTIF.size)  # zeroed: the kernel refuses to fill one that is not
+        try:
+            fcntl.ioctl(listener, NOTIF_RECV, notice)
+        except OSError:
+            return  # the caller went away before it was read
+        ident, pid, _, _, _, _, fd, address, length, *_ = _NOTIF.unpack(notice)
+        error = self._judge(listener, ident, pid, fd, address, length)
+        with contextlib.suppress(OSError):  # the caller may have gone away meanwhile
+            fcntl.ioctl(listener, NOTIF_SEND, _RESP.pack(ident, 0, -error, 0))
+
+    def _judge(self, listener: int, ident: int, pid: int, fd: int, address: int, length: int) -> int:
+        """The connect's error number (0: connected), the connection made if it is allowed."""
+        try:
+            with open(f"/proc/{pid}/mem", "rb", buffering=0) as memory:
+                data = os.pread(memory.fileno(), min(length, _ADDRESS_BYTES), address)
+        except (OSError, OverflowError, ValueError):
+            return errno.EFAULT
+        if not _waiting(listener, ident):
+            return errno.EINTR  # not read by anyone: the call is gone
+        family = int.from_bytes(data[:2], sys.byteorder) if len(data) >= 2 else -1
+        if family == socket.AF_INET and length >= 16 and len(data) >= 8:
+            target = (socket.inet_ntoa(data[4:8]), int.from_bytes(data[2:4], "big"))
+        elif family == socket.AF_INET6 and length >= 24 and len(data) >= 24:
+            target = (socket.inet_ntop(socket.AF_INET6, data[8:24]), int.from_bytes(data[2:4], "big"))
+        else:
+            return errno.EACCES
+        if target != (LOOPBACK, self.port):
+            self._tell(*target)
+            return errno.EACCES
+        return self._connect(listener, ident, pid, fd)
+
+    def _connect(self, listener: int, ident: int, pid: int, fd: int) -> int:
+        """Connect the caller's socket `fd` to the gate's listener, from here."""
+        try:
+            handle = os.pidfd_open(_thread_group(pid))
+        except OSError as exc:
+            return exc.errno or errno.ESRCH
+        try:
+            if not _waiting(listener, ident):  # the pid is still the caller's, now that it is held
+                return errno.EINTR
+            dup = _LIBC.syscall(SYS_PIDFD_GETFD, handle, fd, 0)
+            if dup < 0:
+                return ctypes.get_errno()
+        finally:
+            os.close(handle)
+        try:
+            sock = socket.socket(fileno=dup)
+        except OSError as exc:
+            os.close(dup)
+            return exc.errno or errno.ENOTSOCK
+        with sock:
+            if sock.family != socket.AF_INET or sock.type != socket.SOCK_STREAM:
+                return errno.EACCES
+            try:
+                if sock.getsockname()[1] == 0:
+                    sock.bind((LOOPBACK, 0))  # its source is known before it connects
+                host, port = sock.getsockname()
+            except OSError as exc:
+                return exc.errno or errno.EACCES
+            source = (LOOPBACK if host == "0.0.0.0" else host, port)
+            self._expected.add(source)
+            to = struct.pack("=H", socket.AF_INET) + struct.pack(">H", self.port) + socket.inet_aton(LOOPBACK)
+            to += bytes(8)
+            failed = _LIBC.connect(sock.fileno(), to, len(to)) != 0
+            error = ctypes.get_errno() if failed else 0
+            if error not in (0, errno.EINPROGRESS):
+                self._expected.discard(source)
+            return error
+
+    def _tell(self, host: str, port: int) -> None:
+        if (host, port) in self._told or len(self._told) >= _TOLD:
+            return
+        self._told.add((host, port))
+        shown = f"[{host}]" if ":" in host else host
+        logger.warning(
+            "server '%s': its connection to %s:%d was refused: in its Landlock jail it reaches the network "
+            "only through the egress proxy (the proxy variables)",
+            self.name,
+            shown,
+            port,
+        )
+
+    # -- the listener ---------------------------------------------------------------------------
+
+    def _accepts(self) -> None:
+        while True:
+            try:
+                client, peer = self._listener.accept()
+            except OSError:
+                if self._closed:
+                    return
+                time.sleep(ACCEPT_BACKOFF)  # out of descriptors: not a spin
+                continue
+            source = (peer[0], peer[1])
+            if source not in self._expected or not self._slots.acquire(blocking=False):
+                client.close()  # not a connection the gate made: another process of the host
+                continue
+            self._expected.discard(source)
+            work = (client, self._egress, self._slots, None, True)
+            threading.Thread(target=serve_connection, args=work, daemon=True).start()
+
+
+def _waiting(listener: int, ident: int) -> bool:
+    """Whether the notification `ident` still waits for its answer (its caller has not gone away)."""
+    try:
+        fcntl.ioctl(listener, NOTIF_ID_VALID, struct.pack("=Q", ident))
+    except OSError:
+        return False
+    return True
+
+
+def _thread_group(tid: int) -> int:
+    """The process of thread `tid` (a notification names the calling thread; a pidfd needs a process).
+
+    Raises:
+        OSError: the thread is gone.
+    """
+    with open(f"/proc/{tid}/status") as status:
+        for line in status:
+            if line.startswith("Tgid:"):
+                return int(line.split()[1])
+    raise OSError(errno.ESRCH, f"thread {tid} has no process")

@@ -1,0 +1,316 @@
+"""`network: allowlist` on Landlock: the gateway makes each connection (sandbox/connects.py), attacked.
+
+A Landlock jail shares the host's network, and Landlock's TCP rules are by port alone: the attacks
+aim at what a port rule would let through (the proxy's port on another address, loopback or not),
+at the host's loopback services, at the gate's reading of the address (a thread rewriting it),
+and at the gate's listener from outside the jail. What arrives is counted where it would arrive:
+at the listeners the test holds, and at a stand-in for the egress proxy's Unix socket (the proxy
+itself is not what these tests are about: tests/integration/test_egress.py runs the real one on
+both backends). Each refusal has its control: the same attempt unjailed gets through.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cellblock.sandbox.connects import gate_missing
+from cellblock.sandbox.landlock import landlock_plan
+from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.spawn import spawn_args
+from cellblock.sandbox.types import JailSpec, LaunchPlan, Mount, MountMode, Network
+
+pytestmark = [
+    pytest.mark.jail,
+    pytest.mark.skipif(landlock_abi() < 1 or gate_missing() is not None, reason=f"no gate here: {gate_missing()}"),
+]
+
+PYTHON = os.path.realpath(sys.executable)
+INTERPRETER = Mount(os.path.realpath(sys.base_prefix), MountMode.READ_ONLY, "python")
+ROOT = Path(__file__).resolve().parents[2]
+SECONDS = 30
+
+
+class Proxy:
+    """A stand-in for the egress proxy's socket: what each connection carried to it, in order."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+        self.carried: list[bytes] = []
+        self._server = socket.socket(socket.AF_UNIX)
+        self._server.bind(self.path)
+        self._server.listen()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            with client:
+                data = client.recv(64)
+                self.carried.append(data)
+                client.sendall(b"proxy got " + data)
+
+    def close(self) -> None:
+        self._server.shutdown(socket.SHUT_RDWR)
+        self._server.close()
+
+
+@pytest.fixture
+def proxy(tmp_path: Path) -> Iterator[Proxy]:
+    stand_in = Proxy(tmp_path / "egress.sock")
+    yield stand_in
+    stand_in.close()
+
+
+def plan_for(tmp_path: Path, code: str, proxy: Proxy) -> LaunchPlan:
+    spec = JailSpec(
+        name="hostile",
+        argv=(PYTHON, "-I", "-S", "-c", code),
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "user")},
+        network=Network.ALLOWLIST,
+        egress_socket=proxy.path,
+    )
+    return landlock_plan(spec, [INTERPRETER], str(tmp_path / "private"))
+
+
+def gate_port(argv: tuple[str, ...]) -> int:
+    return int(argv[argv.index("--proxy-port") + 1])
+
+
+def run(plan: LaunchPlan, before_start: Any = None) -> dict[str, Any]:
+    """Run `plan` (calling `before_start(port)` with its gate's port first); what it printed last, as JSON."""
+    with spawn_args(plan) as spawn:
+        assert spawn.gate is not None
+        try:
+            if before_start is not None:
+                before_start(spawn.gate.port)
+            done = subprocess.run(
+                spawn.argv, capture_output=True, text=True, timeout=SECONDS, pass_fds=spawn.pass_fds, check=False
+            )
+        finally:
+            spawn.gate.close()
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def unjailed(code: str, port: int) -> dict[str, Any]:
+    done = subprocess.run(
+        [PYTHON, "-I", "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=SECONDS,
+        check=True,
+        env={"http_proxy": f"http://127.0.0.1:{port}"},
+    )
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def arrived(listener: socket.socket) -> int:
+    """Connections waiting on `listener` now (the attempt has ended: what it sent is there, or never will be)."""
+    count = 0
+    while select.select([listener], [], [], 0)[0]:
+        listener.accept()[0].close()
+        count += 1
+    return count
+
+
+TRY = """
+import json, os, socket, threading
+said = {}
+port = int(os.environ["http_proxy"].rsplit(":", 1)[1])
+def attempt(name, act):
+    try:
+        result = act()
+        said[name] = result if isinstance(result, str) else "ok"
+    except OSError as exc:
+        said[name] = type(exc).__name__
+def through(address, family=socket.AF_INET, answer=False):
+    with socket.socket(family) as sock:
+        sock.settimeout(5)
+        sock.connect(address)
+        sock.sendall(b"hello")
+        return sock.recv(64).decode() if answer else "connected"
+"""
+
+ATTACKS = (
+    TRY
+    + """
+attempt("proxy", lambda: through(("127.0.0.1", port), answer=True))
+def from_a_thread():
+    attempt("thread", lambda: through(("127.0.0.1", port), answer=True))
+worker = threading.Thread(target=from_a_thread)
+worker.start()
+worker.join()
+attempt("other_address", lambda: through(("127.0.0.2", port)))
+attempt("ipv6", lambda: through(("::1", port), socket.AF_INET6))
+attempt("loopback_service", lambda: through(("127.0.0.1", service)))
+attempt("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", service)))
+attempt("fastopen", lambda: socket.socket().sendto(b"x", socket.MSG_FASTOPEN, ("127.0.0.1", service)))
+def listen():
+    server = socket.socket()
+    server.listen()
+attempt("listen", listen)
+print(json.dumps(said))
+"""
+)
+
+
+def test_under_allowlist_only_the_proxy_is_reached_not_its_port_elsewhere_nor_the_hosts_services(
+    tmp_path: Path, proxy: Proxy
+) -> None:
+    service = socket.create_server(("127.0.0.1", 0))
+    elsewhere: list[socket.socket] = []
+
+    def listen_elsewhere(port: int) -> None:
+        # the proxy's port on another loopback address, and on IPv6's: what a port rule allows
+        elsewhere.append(socket.create_server(("127.0.0.2", port)))
+        elsewhere.append(socket.create_server(("::1", port), family=socket.AF_INET6))
+
+    code = f"service = {service.getsockname()[1]}\n{ATTACKS}"
+    with service:
+        said = run(plan_for(tmp_path, code, proxy), listen_elsewhere)
+        try:
+            # what it may: the proxy, from any thread (the positive control)
+            assert said["proxy"] == said["thread"] == "proxy got hello"
+            assert proxy.carried == [b"hello", b"hello"]
+            for attack in ("other_address", "ipv6", "loopback_service", "udp", "fastopen", "listen"):
+                assert said[attack] == "PermissionError", (attack, said)
+            assert [arrived(s) for s in (service, *elsewhere)] == [0, 0, 0]
+            # the control: unjailed, the same attempts reach every one of them
+            port = elsewhere[0].getsockname()[1]
+            control = unjailed(code, port)
+            assert control["other_address"] == control["ipv6"] == control["loopback_service"] == "connected", control
+            assert control["udp"] == control["fastopen"] == control["listen"] == "ok", control
+            assert arrived(service) == 2 and [arrived(s) for s in elsewhere] == [1, 1]  # a connect, a fast open
+        finally:
+            for each in elsewhere:
+                each.close()
+
+
+# Connects again and again to an address another thread keeps rewriting between the gate's port on
+# 127.0.0.1 and on 127.0.0.2 (where the test listens): the gate reads the address once, and must
+# connect to what it read, not to what the memory holds a moment later.
+RACE = """
+import ctypes, json, os, socket, struct, threading
+port = int(os.environ["http_proxy"].rsplit(":", 1)[1])
+libc = ctypes.CDLL(None, use_errno=True)
+def address(host):
+    return struct.pack("=H", socket.AF_INET) + struct.pack(">H", port) + socket.inet_aton(host) + bytes(8)
+allowed, other = address("127.0.0.1"), address("127.0.0.2")
+buffer = ctypes.create_string_buffer(allowed, 16)
+done = False
+def flip():
+    while not done:
+        ctypes.memmove(buffer, other, 16)
+        ctypes.memmove(buffer, allowed, 16)
+flipper = threading.Thread(target=flip)
+flipper.start()
+results = {}
+for _ in range(rounds):
+    with socket.socket() as sock:
+        code = libc.connect(sock.fileno(), buffer, 16)
+        key = "connected" if code == 0 else os.strerror(ctypes.get_errno())
+        results[key] = results.get(key, 0) + 1
+done = True
+flipper.join()
+print(json.dumps(results))
+"""
+
+
+def test_a_thread_that_rewrites_the_address_while_the_gate_judges_it_never_reaches_another(
+    tmp_path: Path, proxy: Proxy
+) -> None:
+    other: list[socket.socket] = []
+    code = f"rounds = 300\n{RACE}"
+    # a backlog for every round: the control's connects are not accepted, and must not wait
+    listen = lambda port: other.append(socket.create_server(("127.0.0.2", port), backlog=1024))  # noqa: E731
+    said = run(plan_for(tmp_path, code, proxy), listen)
+    with other[0]:
+        assert arrived(other[0]) == 0, said
+        assert said.get("connected", 0) > 0, said  # the allowed address got through, often enough to race
+        # the control: unjailed, the same race reaches the other address
+        unjailed(code, other[0].getsockname()[1])
+        assert arrived(other[0]) > 0
+
+
+WAIT = """
+import json, os, sys
+print(json.dumps({"port": int(os.environ["http_proxy"].rsplit(":", 1)[1])}), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_gates_listener_closes_on_a_connection_it_did_not_make(tmp_path: Path, proxy: Proxy) -> None:
+    """Another process of the host that finds the port is not carried to the proxy."""
+    with spawn_args(plan_for(tmp_path, WAIT, proxy)) as spawn:
+        assert spawn.gate is not None
+        process = subprocess.Popen(
+            spawn.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, pass_fds=spawn.pass_fds
+        )
+        try:
+            assert process.stdout is not None
+            port = json.loads(process.stdout.readline())["port"]
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as outsider:
+                outsider.sendall(b"from outside")
+                try:
+                    answer = outsider.recv(64)
+                except ConnectionResetError:  # closed with what it sent unread
+                    answer = b""
+                assert answer == b""
+        finally:
+            process.communicate("", timeout=SECONDS)
+            spawn.gate.close()
+    assert proxy.carried == []
+
+
+NETNS_SCRIPT = """
+import json, socket, subprocess, sys
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from tests.sandbox.test_landlock_gate import Proxy, plan_for, run, unjailed, arrived
+tmp = Path({tmp!r})
+proxy = Proxy(tmp / "egress.sock")
+held = []
+code = 'attempt("far", lambda: through(("10.200.0.1", port)))\\nprint(json.dumps(said))'
+code = {attempt!r} + code
+said = run(plan_for(tmp, code, proxy), lambda port: held.append(socket.create_server(("10.200.0.1", port))))
+jailed = arrived(held[0])
+control = unjailed(code, held[0].getsockname()[1])
+print(json.dumps({{"said": said, "arrived": jailed, "control": control, "control_arrived": arrived(held[0])}}))
+"""
+
+
+@pytest.mark.skipif(subprocess.run(["which", "ip"], capture_output=True).returncode != 0, reason="needs ip (iproute2)")
+def test_the_proxys_port_on_a_host_beyond_loopback_is_not_reached(tmp_path: Path) -> None:
+    """In a network namespace the test makes, with a second address beyond loopback: a listener there
+    on the gate's own port stays unreached from the jail, and is reached unjailed."""
+    script = NETNS_SCRIPT.format(root=str(ROOT), tmp=str(tmp_path), attempt=TRY)
+    setup = 'ip link set lo up && ip addr add 10.200.0.1/32 dev lo && exec "$0" -c "$1"'
+    done = subprocess.run(
+        ["unshare", "--net", "--map-root-user", "sh", "-c", setup, sys.executable, script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if done.returncode != 0 and "unshare failed" in done.stderr:
+        pytest.skip(f"no network namespace can be made here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outcome["said"]["far"] == "PermissionError" and outcome["arrived"] == 0, outcome
+    assert outcome["control_arrived"] == 1, outcome  # the control: unjailed, it is reached
