@@ -148,6 +148,21 @@ def test_doctor_without_bwrap_says_what_to_install_and_that_landlock_jails_serve
     assert done.returncode == 0, done.stdout
     assert "WARN  bubblewrap: cannot build jails here: not installed: apt-get install bubblewrap" in done.stdout
     assert f"OK    jail backend: Landlock, ABI {landlock_abi()}" in done.stdout and "not enforced here: " in done.stdout
+    assert "network: allowlist and ask" not in done.stdout  # the gateway can make its jails' connections here
+
+
+@pytest.mark.skipif(landlock_abi() < 4, reason="needs Landlock's TCP rules to hold a network: none jail")
+def test_doctor_on_landlock_warns_where_the_gateway_cannot_make_a_jails_connections(tmp_path: Path) -> None:
+    """As in a container whose seccomp profile refuses pidfd_getfd: allowlist servers cannot start."""
+    folder = tmp_path / "no-gate"
+    folder.mkdir()
+    refused = "pidfd_getfd is refused here (Operation not permitted)"
+    (folder / "sitecustomize.py").write_text(
+        f"import cellblock.sandbox.connects as connects\nconnects.gate_missing = lambda: {refused!r}\n"
+    )
+    done = cellblock("doctor", env={"PATH": str(tmp_path), "PYTHONPATH": str(folder)})
+    assert done.returncode == 0, done.stdout  # the other servers still start
+    assert f"WARN  network: allowlist and ask: servers with them will not start here, {refused}" in done.stdout
 
 
 def test_doctor_fails_without_bwrap_where_landlock_cannot_stand_in(tmp_path: Path) -> None:

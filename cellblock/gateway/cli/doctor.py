@@ -18,6 +18,7 @@ from cellblock.gateway.credentials import CredentialError, Keyring, active_backe
 from cellblock.gateway.downstream.launch import jail_spec, launch_plan
 from cellblock.sandbox.backends import choose
 from cellblock.sandbox.bwrap import check_bwrap, namespace_hint
+from cellblock.sandbox.connects import gate_missing
 from cellblock.sandbox.jailnet import check_netns
 from cellblock.sandbox.landlock import landlock_gaps, landlock_refusal
 from cellblock.sandbox.limits import enforcement
@@ -169,6 +170,12 @@ def _linux() -> bool:
         "jail backend",
         f"Landlock, ABI {abi} (jail.backend: auto chooses it where bubblewrap cannot); not enforced here: {lacks}",
     )
+    gate = gate_missing()
+    if gate is not None:  # the rest still works: a warning, not a failure
+        print(
+            f"WARN  network: allowlist and ask: servers with them will not start here, {gate}: the gateway "
+            "makes a Landlock jail's connections itself (docs/jail.md)"
+        )
     return _limits()
 
 
