@@ -261,7 +261,8 @@ def bwrap_plan(
     # with exec.allow the pin launcher makes a user namespace of its own (see sandbox/pin.py) and
     # then installs a filter that refuses any further one, which --disable-userns would forbid it
     args += ([] if locked else ["--disable-userns"]) + ["--cap-drop", "ALL", "--die-with-parent", "--new-session"]
-    program = jail_filter(PIN_STAGE_RULES if locked else RULES) if seccomp else None
+    rules = PIN_STAGE_RULES if locked else RULES
+    program = jail_filter(rules) if seccomp else None
     pin_filter = jail_filter(EXEC_ALLOW_RULES) if locked else None
     if program is not None:
         args += ["--seccomp", SECCOMP_FD]
@@ -367,6 +368,7 @@ def bwrap_plan(
         ),
         network=spec.network,
         seccomp=program,
+        rules=rules if program is not None else (),
         pin_filter=pin_filter,
         tmpfs=tuple((at, args[at + 1]) for at in writable),
         backend="bwrap",

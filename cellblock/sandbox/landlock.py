@@ -47,6 +47,7 @@ from cellblock.sandbox.seccomp import (
     LANDLOCK_ROOT_RULES,
     LANDLOCK_RULES,
     RULES,
+    Rule,
     jail_filter,
 )
 from cellblock.sandbox.sockets import ABSTRACT_SCOPE_ABI, SCOPE
@@ -207,7 +208,8 @@ def landlock_plan(
     env = {**spec.env, "HOME": home}
     env.pop("TMPDIR", None)
     env |= {"TMPDIR": tmp} if tmp else {}
-    program = _filter(spec)
+    calls = _seccomp_rules(spec)
+    program = jail_filter(calls)
     options = ["--abi", str(abi), "--seccomp", SECCOMP_FD]
     options += [w for key, value in sorted(env.items()) for w in ("--setenv", key, value)]
     # secrets reach it through the spawner's environment, by name: never a value in argv (`ps` shows it)
@@ -228,6 +230,7 @@ def landlock_plan(
         mounts=_shown(spec, launchers, system, home, tmp),
         network=spec.network,
         seccomp=program,
+        rules=calls,
         held_at=len(script),
         backend="landlock",
         gaps=landlock_gaps(spec, abi),
@@ -254,8 +257,8 @@ def _private_dirs(spec: JailSpec, private: str) -> tuple[str, str | None]:
     return home, tmp
 
 
-def _filter(spec: JailSpec) -> bytes:
-    """The seccomp program of this jail: the Landlock rules, and those of its network, exec.allow and user."""
+def _seccomp_rules(spec: JailSpec) -> tuple[Rule, ...]:
+    """The seccomp rules of this jail: the Landlock rules, and those of its network, exec.allow and user."""
     rules = LANDLOCK_RULES
     if spec.network is Network.NONE:
         rules += LANDLOCK_NO_NETWORK_RULES
@@ -266,7 +269,7 @@ def _filter(spec: JailSpec) -> bytes:
         rules += tuple(r for r in EXEC_ALLOW_RULES if r not in RULES)
     if os.geteuid() == 0:
         rules += LANDLOCK_ROOT_RULES
-    return jail_filter(rules)
+    return rules
 
 
 def _taken_back(spec: JailSpec, launchers: Sequence[Mount]) -> list[tuple[str, str]]:

@@ -52,7 +52,7 @@ from cellblock.sandbox.cgroups import (
     remove,
     scope_cgroups,
 )
-from cellblock.sandbox.seccomp import DISK_WATCHED_RULES, RULES, jail_filter
+from cellblock.sandbox.seccomp import DISK_WATCHED, jail_filter
 from cellblock.sandbox.types import (
     Enforcement,
     JailError,
@@ -237,21 +237,26 @@ def limit_plan(plan: LaunchPlan, server: str, limits: Limits) -> LaunchPlan:
     """`plan` (a bwrap command) under `limits`: held at start until `spawn.Spawn.release` has put
     them in place, run in a systemd scope where that is how this machine enforces them, and its
     writable tmpfs mounts sized within its memory limit. With a bounded disk (an installer's), its
-    seccomp filter also refuses `fallocate` (`seccomp.DISK_WATCHED_RULES`).
+    seccomp filter also refuses `fallocate` (`seccomp.DISK_WATCHED`), whichever backend built it.
 
     Raises:
         JailError: the plan's tmpfs mounts are not where it says (it was changed after it was made),
-            or a plan with a bounded disk has a filter other than the jail's.
+            or a plan with a bounded disk has a filter other than the one its rules make.
     """
     how = enforcement()
     if plan.backend == "landlock" and how.processes.mechanism is Mechanism.RLIMIT:
         how = replace(how, processes=Method(Mechanism.NONE, NPROC_SHARED, whole=False))
     argv, mounts, tmpfs = _sized(plan, limits.memory)
     seccomp = plan.seccomp
+    rules = plan.rules
     if limits.disk is not None and seccomp is not None:
-        if seccomp != jail_filter(RULES):
-            raise JailError("a jail whose disk is bounded runs under the jail filter only; nothing was started")
-        seccomp = jail_filter(DISK_WATCHED_RULES)
+        if not rules or seccomp != jail_filter(rules):
+            raise JailError(
+                "a jail whose disk is bounded needs the filter its plan was made with (to add to it); "
+                "nothing was started"
+            )
+        rules = (*rules, DISK_WATCHED)
+        seccomp = jail_filter(rules)
     # after bwrap itself, or a Landlock plan's launcher script: both take the same options
     bwrap, rest = argv[: plan.held_at], argv[plan.held_at :]
     held = ("--info-fd", INFO_FD, "--block-fd", BLOCK_FD)
@@ -271,7 +276,7 @@ def limit_plan(plan: LaunchPlan, server: str, limits: Limits) -> LaunchPlan:
         unset = tuple(a for key in (*how.scope_env, "INVOCATION_ID") for a in ("--unsetenv", key))
     limited = LimitPlan(server, limits, how, tmpfs)
     argv = (*prefix, *bwrap, *held, *unset, *rest)
-    return replace(plan, argv=argv, env=env, mounts=mounts, limits=limited, seccomp=seccomp)
+    return replace(plan, argv=argv, env=env, mounts=mounts, limits=limited, seccomp=seccomp, rules=rules)
 
 
 def tmpfs_sizes(points: Sequence[str], memory: int) -> dict[str, tuple[int, int]]:

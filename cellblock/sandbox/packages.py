@@ -138,6 +138,7 @@ def installer_steps(
     egress_socket: str,
     scripts: bool = True,
     given: Mapping[str, str] | None = None,
+    landlock: bool = False,
 ) -> list[tuple[JailSpec, list[Mount]]]:
     """The jailed commands that install `package` into `staging`/pkg (`tree_of`), in order, with
     what each jail shows besides the system: `tool` (npm; uv, or a Python to make a virtualenv with
@@ -147,7 +148,8 @@ def installer_steps(
     home, which the jail replaces with an empty one. `staging` is all an installer can write.
     Without `scripts` no code of a package runs: npm skips lifecycle scripts, pip and uv take wheels
     only (a source distribution's build runs its code). `given` (the config's `install.env`) is
-    passed on, under the registry settings and whatever the installer sets itself."""
+    passed on, under the registry settings and whatever the installer sets itself. For a `landlock`
+    jail there is no relay: the gateway makes the installer's connections (`sandbox/connects.py`)."""
     tree, work = tree_of(staging), os.path.join(staging, "work")
     env = dict(given or {})
     env |= {k: os.environ[k] for k in REGISTRY_ENV if k in os.environ}
@@ -178,10 +180,13 @@ def installer_steps(
         commands = [[tool, "-m", "venv", tree], [*pip, *([] if scripts else _WHEELS_ONLY), package.spec()]]
     steps = []
     for command in commands:
-        relayed_argv, relay = relayed(command, python, home, env["PATH"])
+        jailed: tuple[str, ...] = tuple(command)
+        relay: list[Mount] = []
+        if not landlock:
+            jailed, relay = relayed(command, python, home, env["PATH"])
         spec = JailSpec(
             name=f"install of {package.name}",
-            argv=relayed_argv,
+            argv=jailed,
             env=dict(env),
             cwd=staging,
             read_write=(staging,),

@@ -35,6 +35,7 @@ from cellblock.sandbox.types import JailError
 __all__ = [
     "CLONE_NAMESPACES",
     "CLONE_NEWTIME",
+    "DISK_WATCHED",
     "DISK_WATCHED_RULES",
     "EXEC_ALLOW_RULES",
     "LANDLOCK_NO_NETWORK_RULES",
@@ -283,7 +284,8 @@ EXEC_ALLOW_RULES: tuple[Rule, ...] = (*RULES, Rule("memfd_create", errno.EPERM))
 # call, as fast as the file system records it, so a jail could fill the disk between two looks:
 # it gets EOPNOTSUPP, what a file system without it answers, on which glibc's posix_fallocate
 # writes the blocks instead (at the speed the watch keeps up with).
-DISK_WATCHED_RULES: tuple[Rule, ...] = (*RULES, Rule("fallocate", errno.EOPNOTSUPP))
+DISK_WATCHED = Rule("fallocate", errno.EOPNOTSUPP)
+DISK_WATCHED_RULES: tuple[Rule, ...] = (*RULES, DISK_WATCHED)
 
 # A Landlock jail (sandbox/landlock.py) has no namespace of its own: it shares the host's network,
 # IPC objects and Unix sockets, and Landlock (before ABI 9) has no right over connecting to a path

@@ -11,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from cellblock.policy.errors import CellblockError
+
+if TYPE_CHECKING:  # seccomp.py raises JailError, from here
+    from cellblock.sandbox.seccomp import Rule
 
 __all__ = [
     "Backend",
@@ -197,6 +200,7 @@ class LaunchPlan:
     mounts: tuple[Mount, ...]
     network: Network
     seccomp: bytes | None = field(default=None, repr=False)  # a compiled BPF program (sandbox/seccomp.py)
+    rules: tuple[Rule, ...] = field(default=(), repr=False)  # what `seccomp` is compiled from (limit_plan adds one)
     # with exec.allow: the stricter program the pin launcher installs itself (shown to it as a file)
     pin_filter: bytes | None = field(default=None, repr=False)
     limits: LimitPlan | None = None  # see sandbox/limits.py

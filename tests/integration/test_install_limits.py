@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -373,22 +374,27 @@ def as_user(place: tuple[Path, dict[str, str]]) -> Iterator[tuple[list[str], Pat
     user = ensure_user()
     area, root, packages = user_area(user.pw_uid, user.pw_gid)
     try:
-        (area / "data").mkdir(mode=0o700)  # user_area made the state and runtime directories
-        os.chown(area / "data", user.pw_uid, user.pw_gid)
-        env = {
-            "PATH": SYSTEM_PATH,
-            "HOME": user.pw_dir,
-            "PYTHONPATH": f"{root}:{packages}",
-            "CELLBLOCK_DATA_DIR": str(area / "data"),
-            "CELLBLOCK_STATE_DIR": str(area / "state"),
-            "XDG_RUNTIME_DIR": str(area / "run"),
-            "npm_config_registry": place[1]["npm_config_registry"],
-        }
-        settings = [f"{key}={value}" for key, value in env.items()]
-        command = ["runuser", "-u", user.pw_name, "--", "env", "-i", *settings, SYSTEM_PYTHON, "-m"]
+        command = [*as_user_in(user, area, root, packages, place[1]["npm_config_registry"]), SYSTEM_PYTHON, "-m"]
         yield [*command, "cellblock.gateway.cli.main", "install"], area / "data" / "installs"
     finally:
         shutil.rmtree(area)
+
+
+def as_user_in(user: pwd.struct_passwd, area: Path, root: Path, packages: Path, registry: str) -> list[str]:
+    """What runs a command as `user` with its own data, state and runtime directories in `area`
+    (`user_area`'s), the cellblock copy at `root` and `packages`, and the npm `registry`."""
+    (area / "data").mkdir(mode=0o700)  # user_area made the state and runtime directories
+    os.chown(area / "data", user.pw_uid, user.pw_gid)
+    env = {
+        "PATH": SYSTEM_PATH,
+        "HOME": user.pw_dir,
+        "PYTHONPATH": f"{root}:{packages}",
+        "CELLBLOCK_DATA_DIR": str(area / "data"),
+        "CELLBLOCK_STATE_DIR": str(area / "state"),
+        "XDG_RUNTIME_DIR": str(area / "run"),
+        "npm_config_registry": registry,
+    }
+    return ["runuser", "-u", user.pw_name, "--", "env", "-i", *(f"{key}={value}" for key, value in env.items())]
 
 
 def test_an_install_script_that_hides_its_writes_from_a_users_gateway_is_stopped_and_leaves_nothing(

@@ -166,7 +166,7 @@ def test_only_a_jail_whose_disk_is_bounded_has_fallocate_refused(rlimits: None) 
     assert installer.seccomp == jail_filter(DISK_WATCHED_RULES) != jail_filter(RULES)
     assert Rule("fallocate", EOPNOTSUPP) in DISK_WATCHED_RULES
     # a plan under another filter is not silently given this one
-    with pytest.raises(JailError, match="a jail whose disk is bounded runs under the jail filter only"):
+    with pytest.raises(JailError, match="a jail whose disk is bounded needs the filter its plan was made with"):
         limit_plan(replace(plan, seccomp=jail_filter(PIN_STAGE_RULES)), "files", Limits(64, 64 * MIB, disk=32 * MIB))
 
 

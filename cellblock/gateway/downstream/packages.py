@@ -35,7 +35,7 @@ from cellblock.gateway.state import atomic_write_json, atomic_write_text, data_d
 from cellblock.gateway.terminal import printable
 from cellblock.policy.files import make_dirs
 from cellblock.policy.hosts import HostRule, parse_rule
-from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap
+from cellblock.sandbox.backends import backend_plan, choose
 from cellblock.sandbox.disk import DiskWatch, remove_tree
 from cellblock.sandbox.egress import Decision, EgressProxy
 from cellblock.sandbox.launchers import resolve_command
@@ -249,6 +249,15 @@ def _install(
     extra = server.install.hosts
     reaches = "the registry" + (f" and {', '.join(extra)}" if extra else "")
     scripts = "" if server.install.scripts else ", no install scripts"
+    choice = choose(name, (server.jail.backend if server.jail else None) or "auto")
+    if choice.backend == "landlock" and os.geteuid() == 0:
+        raise InstallError(
+            f"installing {package.spec()} for server '{name}' in a Landlock jail as root is refused: npm, pip "
+            "and uv change the mode of the files they install, which a Landlock jail of root may not do by path "
+            "(Landlock does not govern modes, and root owns the system's files); install as a normal user, or "
+            "use jail.backend: bwrap where it can build its jail"
+            + (f" ({choice.refused})" if choice.refused else "")
+        )
     print(
         f"cellblock: installing {package.spec()} for '{name}' ({how}, in a jail that reaches {reaches}{scripts}; "
         f"{bounds})…",
@@ -276,10 +285,19 @@ def _install(
             serving, _ = portal.start_task(proxy.serve)
             try:
                 steps = installer_steps(
-                    package, str(staging), tool, home, python, egress, server.install.scripts, server.install.env
+                    package,
+                    str(staging),
+                    tool,
+                    home,
+                    python,
+                    egress,
+                    server.install.scripts,
+                    server.install.env,
+                    landlock=choice.backend == "landlock",
                 )
                 for step, mounts in steps:
-                    plan = limit_plan(bwrap_plan(step, mounts, check_bwrap()), name, limits)
+                    # a Landlock jail's home and tmp are made in the staging directory: its disk bounds them too
+                    plan = limit_plan(backend_plan(step, mounts, choice, str(work / "jail")), name, limits)
                     try:
                         ran = run_bounded(plan, INSTALL_SECONDS, disk)
                     except subprocess.TimeoutExpired:
@@ -291,7 +309,8 @@ def _install(
                     if ran.stopped is None:  # what the step did last counts as much
                         ran = replace(ran, stopped=disk.measure())
                     if ran.stopped is not None or ran.returncode != 0:
-                        program = os.path.basename(step.argv[step.argv.index("--") + 1])
+                        command = step.argv[step.argv.index("--") + 1 :] if "--" in step.argv else step.argv
+                        program = os.path.basename(command[0])
                         failure = _failure(name, package, program, ran, time.monotonic() - began)
                         advice = _refused_advice(name, server, refused, hosts)
                         raise InstallError(f"{failure}\n  {advice}" if advice else failure)
