@@ -94,12 +94,12 @@ def landlock_refusal(spec: JailSpec, abi: int, launchers: Sequence[Mount] = ()) 
             f"{name}: jail.exec.sha256 needs the verified copy shown at each pinned path, which takes a mount; "
             f"without one a file changed after its check could run; {_FIX}, or remove jail.exec.sha256"
         )
-    taken = _taken_back(spec, launchers)
+    taken = _taken_back(spec, spec.read_only)
     if taken:
         inner, outer = taken[0]
         return (
-            f"{name}: {inner} is inside its read_write grant {outer}, and Landlock can only allow: it cannot make "
-            f"part of a writable grant read-only; {_FIX}, or move {inner} out of {outer}"
+            f"{name}: its read_only grant {inner} is inside its read_write grant {outer}, and Landlock can only "
+            f"allow: it cannot make part of a writable grant read-only; {_FIX}, or move {inner} out of {outer}"
         )
     holders = [*spec.read_only, *spec.read_write, *(m.path for m in launchers)]
     for path, why in sorted(spec.hidden.items()):
@@ -113,9 +113,17 @@ def landlock_refusal(spec: JailSpec, abi: int, launchers: Sequence[Mount] = ()) 
     return None
 
 
-def landlock_gaps(spec: JailSpec, abi: int) -> tuple[str, ...]:
-    """Every guarantee the bwrap jail gives that this one does not, on this machine, as short sentences."""
+def landlock_gaps(spec: JailSpec, abi: int, launchers: Sequence[Mount] = ()) -> tuple[str, ...]:
+    """Every guarantee the bwrap jail gives that this one does not, on this machine, as short sentences;
+    with the `launchers`' installations the jail shows."""
     gaps = [
+        # a project's own .venv or node_modules in the project it may write: refused, no such server
+        # would start where namespaces are refused; run, with what it may change said
+        f"{inner} ({_why(launchers, inner)}) is inside the read_write grant {outer}, so the server may change it: "
+        "Landlock cannot make part of a writable grant read-only"
+        for inner, outer in _taken_back(spec, [m.path for m in launchers])
+    ]
+    gaps += [
         "other processes are visible, with their command lines, and what /proc shows of the machine and its "
         "network (there is no pid or network namespace); their environment, memory and files are not",
         "the metadata of any path can be read (whether it exists, its size, owner and times), though not a "
@@ -233,7 +241,7 @@ def landlock_plan(
         rules=calls,
         held_at=len(script),
         backend="landlock",
-        gaps=landlock_gaps(spec, abi),
+        gaps=landlock_gaps(spec, abi, launchers),
         made=tuple(p for p in (tmp, None if spec.home_source else home) if p is not None),
         gate=gate,
     )
@@ -272,11 +280,14 @@ def _seccomp_rules(spec: JailSpec) -> tuple[Rule, ...]:
     return rules
 
 
-def _taken_back(spec: JailSpec, launchers: Sequence[Mount]) -> list[tuple[str, str]]:
-    """Each read-only path (a read_only grant, a launcher's installation) inside a read_write grant,
-    with that grant: bwrap mounts it read-only over the grant, Landlock cannot."""
-    inner = [*spec.read_only, *(m.path for m in launchers)]
+def _taken_back(spec: JailSpec, inner: Sequence[str]) -> list[tuple[str, str]]:
+    """Each of the read-only paths `inner` (read_only grants, launchers' installations) inside a
+    read_write grant, with that grant: bwrap mounts it read-only over the grant, Landlock cannot."""
     return [(i, o) for i in inner for o in spec.read_write if within(os.path.realpath(i), os.path.realpath(o))]
+
+
+def _why(mounts: Sequence[Mount], path: str) -> str:
+    return next((m.why for m in mounts if m.path == path), "shown read-only")
 
 
 def _server_argv(argv: tuple[str, ...]) -> tuple[str, ...]:

@@ -269,6 +269,19 @@ def test_a_write_into_an_installed_tree_is_refused(tmp_path: Path) -> None:
     assert (tree / "server.py").read_text() == "taken over"
 
 
+def test_a_launchers_installation_inside_a_writable_grant_is_writable_as_its_gap_says(tmp_path: Path) -> None:
+    """The gap is real: Landlock cannot take back part of a grant, and the plan says so."""
+    project = tmp_path / "project"
+    tree = project / ".venv"
+    tree.mkdir(parents=True)
+    (tree / "server.py").write_text("original")
+    installed = Mount(str(tree), MountMode.READ_ONLY, "virtualenv")
+    plan = jail(tmp_path, script(INSTALLED, tree=str(tree)), launchers=[installed], read_write=(str(project),))
+    assert any(str(tree) in gap and "may change it" in gap for gap in plan.gaps)
+    assert run(plan) == {"write": "ok", "add": "ok"}
+    assert (tree / "server.py").read_text() == "taken over"
+
+
 THREADS = """
 import threading
 ready = threading.Barrier(5)

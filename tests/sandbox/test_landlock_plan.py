@@ -117,11 +117,22 @@ def test_a_hidden_path_inside_a_grant_is_refused_and_a_hidden_socket_is_not(tmp_
         assert landlock_refusal(spec(tmp_path, read_only=(str(tmp_path),), hidden=sockets), 7) is None
 
 
-def test_a_read_only_path_inside_a_writable_grant_is_refused(tmp_path: Path) -> None:
-    inner = str(tmp_path / "project" / ".venv")
-    venv = [Mount(inner, MountMode.READ_ONLY, "venv")]
-    refusal = landlock_refusal(spec(tmp_path, read_write=(str(tmp_path / "project"),)), 7, venv)
+def test_a_read_only_grant_inside_a_writable_grant_is_refused(tmp_path: Path) -> None:
+    inner = str(tmp_path / "project" / "docs")
+    refusal = landlock_refusal(spec(tmp_path, read_write=(str(tmp_path / "project"),), read_only=(inner,)), 7)
     assert refusal is not None and inner in refusal and "read-only" in refusal
+
+
+def test_a_launchers_installation_inside_a_writable_grant_runs_with_the_gap_named(tmp_path: Path) -> None:
+    """A project's own .venv in the project it may write: the server starts, and is told it may change it."""
+    project = tmp_path / "project"
+    inner = str(project / ".venv")
+    venv = [Mount(inner, MountMode.READ_ONLY, "virtualenv")]
+    jailed = spec(tmp_path, read_write=(str(project),))
+    assert landlock_refusal(jailed, 7, venv) is None
+    [gap] = [g for g in landlock_gaps(jailed, 7, venv) if inner in g]
+    assert f"{inner} (virtualenv) is inside the read_write grant {project}, so the server may change it" in gap
+    assert not any(inner in g for g in landlock_gaps(jailed, 7))  # a gap of what the jail shows only
 
 
 def test_pinned_executables_are_refused(tmp_path: Path) -> None:

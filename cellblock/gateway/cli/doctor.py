@@ -83,15 +83,15 @@ def _servers(config: Config | None) -> list[bool]:
             continue
         try:
             landlock = sys.platform.startswith("linux") and choose(name, server.jail.backend or "auto").bwrap is None
-            spec, _ = jail_spec(name, server, server.jail, landlock=landlock)
-            why = landlock_refusal(spec, landlock_abi()) if landlock else None
+            spec, launchers = jail_spec(name, server, server.jail, landlock=landlock)
+            why = landlock_refusal(spec, landlock_abi(), launchers) if landlock else None
         except JailError as exc:
             results.append(_line(False, f"server '{name}'", str(exc)))
             continue
         if why is not None:
             results.append(_line(False, f"server '{name}'", f"its Landlock jail cannot start: {why}"))
             continue
-        for gap in [*spec.gaps, *(landlock_gaps(spec, landlock_abi()) if landlock else ())]:
+        for gap in [*spec.gaps, *(landlock_gaps(spec, landlock_abi(), launchers) if landlock else ())]:
             print(f"WARN  server '{name}': {gap}")
     return results
 
