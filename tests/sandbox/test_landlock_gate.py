@@ -11,6 +11,7 @@ both backends). Each refusal has its control: the same attempt unjailed gets thr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from cellblock.sandbox import connects
 from cellblock.sandbox.connects import gate_missing
 from cellblock.sandbox.landlock import landlock_plan
 from cellblock.sandbox.pins import landlock_abi
@@ -314,3 +316,56 @@ def test_the_proxys_port_on_a_host_beyond_loopback_is_not_reached(tmp_path: Path
     outcome = json.loads(done.stdout.strip().splitlines()[-1])
     assert outcome["said"]["far"] == "PermissionError" and outcome["arrived"] == 0, outcome
     assert outcome["control_arrived"] == 1, outcome  # the control: unjailed, it is reached
+
+
+# Two connections to the gate when it carries one at a time: the second is closed on, no slot free.
+# Its source address must not stay registered: once the slot is free again, a process of the host
+# that connects from that address would be carried to the proxy as if the gate had made it.
+CROWD = """
+import json, os, socket, sys
+port = int(os.environ["http_proxy"].rsplit(":", 1)[1])
+first = socket.create_connection(("127.0.0.1", port), timeout=10)  # takes the one slot: sends nothing yet
+second = socket.create_connection(("127.0.0.1", port), timeout=10)
+source = second.getsockname()
+try:
+    closed = second.recv(64) == b""
+except ConnectionResetError:
+    closed = True
+second.close()
+first.sendall(b"first")
+answer = first.recv(64).decode()
+first.close()
+print(json.dumps({"source": source, "closed": closed, "answer": answer}), flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="the gate keeps the source of a connection it closed for want of a slot")
+def test_a_connection_closed_for_want_of_a_slot_leaves_no_source_an_outsider_could_use(
+    tmp_path: Path, proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(connects, "MAX_CONNECTIONS", 1)
+    with spawn_args(plan_for(tmp_path, CROWD, proxy)) as spawn:
+        assert spawn.gate is not None
+        process = subprocess.Popen(
+            spawn.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, pass_fds=spawn.pass_fds
+        )
+        try:
+            assert process.stdout is not None
+            said = json.loads(process.stdout.readline())
+            # the jail's own connection was carried, the second closed on (the control: the slot is real)
+            assert said["answer"] == "proxy got first" and said["closed"], said
+            assert spawn.gate._slots.acquire(timeout=SECONDS)  # the first's slot is free again
+            spawn.gate._slots.release()
+            with socket.socket() as outsider:
+                outsider.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                outsider.bind(tuple(said["source"]))
+                outsider.settimeout(5)
+                outsider.connect(("127.0.0.1", gate_port(spawn.argv)))
+                outsider.sendall(b"outsider")
+                with contextlib.suppress(ConnectionResetError):  # closed on, unread
+                    outsider.recv(64)
+        finally:
+            process.communicate("", timeout=SECONDS)
+            spawn.gate.close()
+    assert proxy.carried == [b"first"]
