@@ -258,10 +258,14 @@ class ConnectGate:
                 time.sleep(ACCEPT_BACKOFF)  # out of descriptors: not a spin
                 continue
             source = (peer[0], peer[1])
-            if source not in self._expected or not self._slots.acquire(blocking=False):
+            if source not in self._expected:
                 client.close()  # not a connection the gate made: another process of the host
                 continue
+            # used once, carried or not: a source left behind would let a host process that binds it pass
             self._expected.discard(source)
+            if not self._slots.acquire(blocking=False):
+                client.close()
+                continue
             work = (client, self._egress, self._slots, None, True)
             threading.Thread(target=serve_connection, args=work, daemon=True).start()
 

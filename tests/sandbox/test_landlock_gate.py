@@ -340,7 +340,6 @@ sys.stdin.read()
 """
 
 
-@pytest.mark.xfail(strict=True, reason="the gate keeps the source of a connection it closed for want of a slot")
 def test_a_connection_closed_for_want_of_a_slot_leaves_no_source_an_outsider_could_use(
     tmp_path: Path, proxy: Proxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
