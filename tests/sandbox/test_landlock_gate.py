@@ -368,3 +368,38 @@ def test_a_connection_closed_for_want_of_a_slot_leaves_no_source_an_outsider_cou
             process.communicate("", timeout=SECONDS)
             spawn.gate.close()
     assert proxy.carried == [b"first"]
+
+
+# NETLINK_USERSOCK (2) carries messages between processes, by port id, for any user: with no network
+# namespace of its own, a jail reaches every host process (another jail, a server run unjailed) that
+# has such a socket. Also asked with garbage above the 32 bits of the protocol, which the kernel drops.
+USERSOCK = """
+import ctypes, json, socket, struct
+libc = ctypes.CDLL(None, use_errno=True)
+said = {}
+message = struct.pack("=IHHII", 16 + 6, 0x10, 0, 1, 0) + b"secret"
+for name, protocol in (("usersock", 2), ("usersock_high", (1 << 32) | 2)):
+    fd = libc.syscall(41, 16, 3, ctypes.c_long(protocol))  # socket(AF_NETLINK, SOCK_RAW, protocol)
+    if fd < 0:
+        said[name] = "refused"
+        continue
+    with socket.socket(fileno=fd) as sock:
+        sock.sendto(message, (target, 0))
+        said[name] = "sent"
+print(json.dumps(said))
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="a Landlock jail may open NETLINK_USERSOCK, a channel to host processes")
+def test_a_landlock_jail_sends_nothing_to_a_host_process_over_netlink(tmp_path: Path, proxy: Proxy) -> None:
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 2) as outside:
+        outside.bind((0, 0))
+        code = f"target = {outside.getsockname()[0]}\n{USERSOCK}"
+        said = run(plan_for(tmp_path, code, proxy))
+        received = []
+        while select.select([outside], [], [], 0)[0]:
+            received.append(outside.recv(64))
+        assert said == {"usersock": "refused", "usersock_high": "refused"} and received == [], (said, received)
+        # the control: unjailed, both reach it
+        assert unjailed(code, 0) == {"usersock": "sent", "usersock_high": "sent"}
+        assert select.select([outside], [], [], 0)[0] and outside.recv(64).endswith(b"secret")
