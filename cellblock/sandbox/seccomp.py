@@ -293,8 +293,21 @@ DISK_WATCHED_RULES: tuple[Rule, ...] = (*RULES, DISK_WATCHED)
 # session bus, ssh-agent, X11, docker.sock are all one connect away); socketpair stays, which
 # runtimes use for their children's pipes and which reaches no one else. On 32-bit x86 the socket
 # and IPC calls also come multiplexed, with their arguments in memory seccomp cannot read.
-_AF_UNIX = 1
-_HOST_SOCKETS = [Rule("socket", errno.EAFNOSUPPORT, arg=0, datum=_AF_UNIX), *_always(errno.EPERM, "socketcall", "ipc")]
+# NETLINK_USERSOCK, alone of the netlink protocols, lets any user send to another process's socket
+# by its port id: a channel to every host process that has one. It is refused as the kernel refuses
+# a protocol it lacks; the kernel reads the protocol's low 32 bits, so only those are compared.
+_AF_UNIX, _AF_NETLINK, _NETLINK_USERSOCK = 1, 16, 2
+_HOST_SOCKETS = [
+    Rule("socket", errno.EAFNOSUPPORT, arg=0, datum=_AF_UNIX),
+    Rule(
+        "socket",
+        errno.EPROTONOSUPPORT,
+        arg=0,
+        datum=_AF_NETLINK,
+        also=(Check(2, Compare.MASKED_EQ, _NETLINK_USERSOCK, 0xFFFFFFFF),),
+    ),
+    *_always(errno.EPERM, "socketcall", "ipc"),
+]
 # System V and POSIX message queues, semaphores and shared memory of the host: found by a key or an
 # id anyone can guess, not by a path Landlock governs.
 _HOST_IPC = _always(
