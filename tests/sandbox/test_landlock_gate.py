@@ -402,3 +402,135 @@ def test_a_landlock_jail_sends_nothing_to_a_host_process_over_netlink(tmp_path: 
         # the control: unjailed, both reach it
         assert unjailed(code, 0) == {"usersock": "sent", "usersock_high": "sent"}
         assert select.select([outside], [], [], 0)[0] and outside.recv(64).endswith(b"secret")
+
+
+# Other ways to a connection, aimed at the proxy's port on 127.0.0.2: the 32-bit ABI (`int 0x80`:
+# connect, socketcall, a Fast Open sendto), the Fast Open sends with MSG_FASTOPEN (and with garbage
+# above the flags' 32 bits), TCP_FASTOPEN_CONNECT, an IPv6 socket (to ::ffff:127.0.0.1, or given an
+# IPv4 address), a disconnect (AF_UNSPEC) of a proxied socket; and calls meant to trip the gate up: a
+# socketpair, a pipe, a bad or kernel address, a huge or negative length, an fd with garbage above
+# its 32 bits, a flood of refused connects. Then a connect to the proxy must still work.
+OTHER_WAYS = """
+import ctypes, errno, json, os, socket, struct
+port = int(os.environ["http_proxy"].rsplit(":", 1)[1])
+said = {}
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+def address(host):
+    return struct.pack("=H", socket.AF_INET) + struct.pack(">H", port) + socket.inet_aton(host) + bytes(8)
+other = address("127.0.0.2")
+def raw(result):
+    return "ok" if result >= 0 else errno.errorcode[ctypes.get_errno()]
+def attempt(name, act, family=socket.AF_INET):
+    try:
+        with socket.socket(family) as sock:
+            sock.setblocking(False)
+            result = act(sock)
+        said[name] = result if isinstance(result, str) else "ok"
+    except OSError as exc:
+        said[name] = errno.errorcode[exc.errno]
+def int80(sock, number, *args):
+    # in a child: where the kernel runs no 32-bit calls, int 0x80 is a fault, not an error
+    low = libc.mmap(None, 8192, 7, 0x22 | 0x40, -1, 0)  # MAP_32BIT: what a 32-bit call can point at
+    ctypes.memmove(low, other, 16)
+    ctypes.memmove(low + 64, struct.pack("<III", sock.fileno(), low, 16), 12)
+    values = [{"other": low, "args": low + 64, "fd": sock.fileno()}.get(a, a) for a in args]
+    code = b"\\x53\\x55\\xb8" + struct.pack("<I", number)
+    for op, value in zip((b"\\xbb", b"\\xb9", b"\\xba", b"\\xbe", b"\\xbf", b"\\xbd"), values + [0] * 6):
+        code += op + struct.pack("<I", value & 0xFFFFFFFF)
+    ctypes.memmove(low + 4096, code + b"\\xcd\\x80\\x5d\\x5b\\xc3", len(code) + 5)
+    read, write = os.pipe()
+    if os.fork() == 0:
+        result = ctypes.CFUNCTYPE(ctypes.c_int)(low + 4096)()
+        os.write(write, ("ok" if result >= 0 else errno.errorcode[-result]).encode())
+        os._exit(0)
+    os.close(write)
+    os.wait()
+    return os.read(read, 64).decode() or "no 32-bit calls"
+if os.uname().machine == "x86_64":
+    attempt("int80_connect", lambda s: int80(s, 362, "fd", "other", 16))
+    attempt("int80_socketcall", lambda s: int80(s, 102, 3, "args"))
+    attempt("int80_sendto_fastopen", lambda s: int80(s, 369, "fd", "other", 1, 0x20000000, "other", 16))
+attempt("sendmsg_fastopen", lambda s: s.sendmsg([b"x"], [], socket.MSG_FASTOPEN, ("127.0.0.2", port)))
+flags = ctypes.c_long(0x20000000 | (1 << 40))
+attempt("sendto_fastopen_high", lambda s: raw(libc.sendto(s.fileno(), b"x", 1, flags, other, 16)))
+def sendmmsg(sock):
+    data, to = ctypes.create_string_buffer(b"x"), ctypes.create_string_buffer(other)
+    iovec = ctypes.create_string_buffer(struct.pack("=QQ", ctypes.addressof(data), 1))
+    header = struct.pack("=QI4xQQQQi4x", ctypes.addressof(to), 16, ctypes.addressof(iovec), 1, 0, 0, 0) + bytes(8)
+    return raw(libc.sendmmsg(sock.fileno(), ctypes.create_string_buffer(header), 1, 0x20000000))
+attempt("sendmmsg_fastopen", sendmmsg)
+def fast_open_connect(sock, host):
+    sock.setsockopt(socket.IPPROTO_TCP, 30, 1)  # TCP_FASTOPEN_CONNECT
+    sock.settimeout(5)
+    sock.connect((host, port))
+    return raw(libc.sendto(sock.fileno(), b"x", 1, 0, other, 16)) if host == "127.0.0.1" else "ok"
+attempt("fastopen_connect", lambda s: fast_open_connect(s, "127.0.0.2"))
+attempt("fastopen_connect_then_sendto", lambda s: fast_open_connect(s, "127.0.0.1"))
+attempt("mapped_ipv6", lambda s: s.connect(("::ffff:127.0.0.1", port)), socket.AF_INET6)
+attempt("ipv6_socket_ipv4_address", lambda s: raw(libc.connect(s.fileno(), address("127.0.0.1"), 16)), socket.AF_INET6)
+def unspec(sock):
+    sock.settimeout(5)
+    sock.connect(("127.0.0.1", port))
+    return raw(libc.connect(sock.fileno(), bytes(16), 16))
+attempt("disconnect", unspec)
+def pair(sock):
+    a, b = socket.socketpair()
+    with a, b:
+        return raw(libc.connect(a.fileno(), address("127.0.0.1"), 16))
+attempt("socketpair", pair)
+def pipe(sock):
+    r, w = os.pipe()
+    result = raw(libc.connect(r, address("127.0.0.1"), 16))
+    os.close(r), os.close(w)
+    return result
+attempt("pipe", pipe)
+attempt("bad_address", lambda s: raw(libc.connect(s.fileno(), ctypes.c_void_p(16), 16)))
+attempt("kernel_address", lambda s: raw(libc.connect(s.fileno(), ctypes.c_void_p(0xFFFFFFFFFF600000), 16)))
+attempt("huge_length", lambda s: raw(libc.connect(s.fileno(), address("127.0.0.1"), ctypes.c_long(1 << 40))))
+attempt("negative_length", lambda s: raw(libc.connect(s.fileno(), address("127.0.0.1"), -1)))
+high = lambda s: ctypes.c_long(s.fileno() | (1 << 32))  # noqa: E731
+attempt("high_fd", lambda s: raw(libc.syscall(42, high(s), address("127.0.0.1"), 16)))
+def flood(sock):
+    refused = 0
+    for _ in range(200):
+        with socket.socket() as each:
+            refused += libc.connect(each.fileno(), other, 16) != 0
+    return str(refused)
+attempt("flood", flood)
+def proxy(sock):
+    sock.settimeout(5)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(b"hello")
+    return sock.recv(64).decode()
+attempt("proxy", proxy)
+print(json.dumps(said))
+"""
+
+
+def test_other_ways_to_a_connection_are_refused_and_calls_meant_to_trip_the_gate_leave_it_answering(
+    tmp_path: Path, proxy: Proxy
+) -> None:
+    held: list[socket.socket] = []
+    listen = lambda port: held.append(socket.create_server(("127.0.0.2", port), backlog=512))  # noqa: E731
+    said = run(plan_for(tmp_path, OTHER_WAYS, proxy), listen)
+    with held[0]:
+        assert arrived(held[0]) == 0, said
+        assert said["proxy"] == "proxy got hello", said  # still answering, after all the rest
+        if "int80_connect" in said and said["int80_connect"] != "no 32-bit calls":
+            assert said["int80_connect"] == "EACCES" and said["int80_socketcall"] == "EPERM", said
+            assert said["int80_sendto_fastopen"] == "EPERM", said
+        for refused in ("sendmsg_fastopen", "sendto_fastopen_high", "sendmmsg_fastopen"):
+            assert said[refused] == "EPERM", (refused, said)
+        for refused in ("fastopen_connect", "mapped_ipv6", "ipv6_socket_ipv4_address", "disconnect", "socketpair"):
+            assert said[refused] == "EACCES", (refused, said)
+        assert said["fastopen_connect_then_sendto"] == "ok", said  # connected: the address is not looked at
+        assert said["pipe"] == "ENOTSOCK" and said["bad_address"] == said["kernel_address"] == "EFAULT", said
+        # the gate connects its own address: a length or fd the kernel would read otherwise changes nothing
+        assert said["huge_length"] == said["negative_length"] == said["high_fd"] == "EINPROGRESS", said
+        assert said["flood"] == "200", said
+        # the control: unjailed, every attempt at the other address reaches it
+        control = unjailed(OTHER_WAYS, held[0].getsockname()[1])
+        ways = 7 if control.get("int80_connect") == "EINPROGRESS" else 4
+        assert arrived(held[0]) == ways + 200, control
