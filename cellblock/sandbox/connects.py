@@ -14,7 +14,9 @@ gateway before it becomes the server. A `ConnectGate` holds it, and for each con
   the address it checked, held in the gateway's memory: another thread of the jail may change the
   caller's memory after it was read, but what is connected is what was judged. The call returns
   that connect's result; the kernel never goes on with the call as the jail made it (the filter's
-  CONTINUE flag is not used).
+  CONTINUE flag is not used). Each such connect runs in a thread of its own: one that never
+  completes (its SYN dropped, by a TCP MD5 key the jail set on the socket) holds up no other, and
+  `close` ends those still waiting.
 
 The listener accepts only the connections the gate made (by their source address, noted before
 each connect) and carries each to the egress proxy's Unix socket (`relay.serve_connection`), where
@@ -100,6 +102,10 @@ class ConnectGate:
         self._expected: set[tuple[str, int]] = set()  # the source addresses of the connections it made
         self._told: set[tuple[str, int]] = set()
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        # the connects under way, each in a thread of its own, and the sockets they are connecting
+        self._connecting = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._workers: set[threading.Thread] = set()
+        self._sockets: set[socket.socket] = set()
         self._stop, self._stopping = os.pipe()
         self._closed = False
         self._threads = [
@@ -122,8 +128,14 @@ class ConnectGate:
         os.write(self._stopping, b"x")
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
-        for thread in self._threads:
-            thread.join(_JOIN_SECONDS)
+        deadline = time.monotonic() + _JOIN_SECONDS
+        for thread in self._threads:  # no connect starts after the first has ended
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for sock in list(self._sockets):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # a connect that waits (its SYN dropped) ends now
+        for thread in list(self._workers):
+            thread.join(max(0.0, deadline - time.monotonic()))
         for each in (self._listener, self._ours, self._theirs):
             each.close()
         os.close(self._stop)
@@ -170,12 +182,14 @@ class ConnectGate:
         except OSError:
             return  # the caller went away before it was read
         ident, pid, _, _, _, _, fd, address, length, *_ = _NOTIF.unpack(notice)
-        error = self._judge(listener, ident, pid, fd, address, length)
-        with contextlib.suppress(OSError):  # the caller may have gone away meanwhile
-            fcntl.ioctl(listener, NOTIF_SEND, _RESP.pack(ident, 0, -error, 0))
+        error = self._judge(listener, ident, pid, address, length)
+        if error == 0:
+            error = self._start(listener, ident, pid, fd)
+        if error != 0:
+            _reply(listener, ident, error)
 
-    def _judge(self, listener: int, ident: int, pid: int, fd: int, address: int, length: int) -> int:
-        """The connect's error number (0: connected), the connection made if it is allowed."""
+    def _judge(self, listener: int, ident: int, pid: int, address: int, length: int) -> int:
+        """The connect's error number, 0 when it names the gate's own listener."""
         try:
             with open(f"/proc/{pid}/mem", "rb", buffering=0) as memory:
                 data = os.pread(memory.fileno(), min(length, _ADDRESS_BYTES), address)
@@ -193,7 +207,39 @@ class ConnectGate:
         if target != (LOOPBACK, self.port):
             self._tell(*target)
             return errno.EACCES
-        return self._connect(listener, ident, pid, fd)
+        return 0
+
+    def _start(self, listener: int, ident: int, pid: int, fd: int) -> int:
+        """Connect the caller's socket in a thread of its own, which answers the call (0: started, else
+        the error the call gets). A connect may wait minutes (its SYN dropped): the others do not wait
+        for it. The thread answers through a listener of its own, which stays open as long as it does."""
+        if not self._connecting.acquire(blocking=False):
+            return errno.EAGAIN
+        try:
+            own = os.dup(listener)
+        except OSError as exc:  # out of descriptors: this connect fails, not the gate
+            self._connecting.release()
+            return exc.errno or errno.EMFILE
+        worker = threading.Thread(
+            target=self._connect_and_reply, args=(own, ident, pid, fd), name=f"gate-{self.name}-connect", daemon=True
+        )
+        self._workers.add(worker)
+        try:
+            worker.start()
+        except RuntimeError:  # no thread to be had: this connect fails, not the gate
+            self._workers.discard(worker)
+            os.close(own)
+            self._connecting.release()
+            return errno.EAGAIN
+        return 0
+
+    def _connect_and_reply(self, listener: int, ident: int, pid: int, fd: int) -> None:
+        try:
+            _reply(listener, ident, self._connect(listener, ident, pid, fd))
+        finally:
+            os.close(listener)
+            self._workers.discard(threading.current_thread())
+            self._connecting.release()
 
     def _connect(self, listener: int, ident: int, pid: int, fd: int) -> int:
         """Connect the caller's socket `fd` to the gate's listener, from here."""
@@ -214,24 +260,33 @@ class ConnectGate:
         except OSError as exc:
             os.close(dup)
             return exc.errno or errno.ENOTSOCK
+        self._sockets.add(sock)
         with sock:
-            if sock.family != socket.AF_INET or sock.type != socket.SOCK_STREAM:
-                return errno.EACCES
             try:
-                if sock.getsockname()[1] == 0:
-                    sock.bind((LOOPBACK, 0))  # its source is known before it connects
-                host, port = sock.getsockname()
-            except OSError as exc:
-                return exc.errno or errno.EACCES
-            source = (LOOPBACK if host == "0.0.0.0" else host, port)
-            self._expected.add(source)
-            to = struct.pack("=H", socket.AF_INET) + struct.pack(">H", self.port) + socket.inet_aton(LOOPBACK)
-            to += bytes(8)
-            failed = _LIBC.connect(sock.fileno(), to, len(to)) != 0
-            error = ctypes.get_errno() if failed else 0
-            if error not in (0, errno.EINPROGRESS):
-                self._expected.discard(source)
-            return error
+                return self._connect_socket(sock)
+            finally:
+                self._sockets.discard(sock)
+
+    def _connect_socket(self, sock: socket.socket) -> int:
+        if self._closed:  # after `close` shut the connects under way down
+            return errno.ECONNABORTED
+        if sock.family != socket.AF_INET or sock.type != socket.SOCK_STREAM:
+            return errno.EACCES
+        try:
+            if sock.getsockname()[1] == 0:
+                sock.bind((LOOPBACK, 0))  # its source is known before it connects
+            host, port = sock.getsockname()
+        except OSError as exc:
+            return exc.errno or errno.EACCES
+        source = (LOOPBACK if host == "0.0.0.0" else host, port)
+        self._expected.add(source)
+        to = struct.pack("=H", socket.AF_INET) + struct.pack(">H", self.port) + socket.inet_aton(LOOPBACK)
+        to += bytes(8)
+        failed = _LIBC.connect(sock.fileno(), to, len(to)) != 0
+        error = ctypes.get_errno() if failed else 0
+        if error not in (0, errno.EINPROGRESS):
+            self._expected.discard(source)
+        return error
 
     def _tell(self, host: str, port: int) -> None:
         if (host, port) in self._told or len(self._told) >= _TOLD:
@@ -268,6 +323,11 @@ class ConnectGate:
                 continue
             work = (client, self._egress, self._slots, None, True)
             threading.Thread(target=serve_connection, args=work, daemon=True).start()
+
+
+def _reply(listener: int, ident: int, error: int) -> None:
+    with contextlib.suppress(OSError):  # the caller may have gone away meanwhile
+        fcntl.ioctl(listener, NOTIF_SEND, _RESP.pack(ident, 0, -error, 0))
 
 
 def _waiting(listener: int, ident: int) -> bool:

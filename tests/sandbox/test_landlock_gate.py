@@ -567,7 +567,6 @@ os._exit(0)
 """
 
 
-@pytest.mark.xfail(strict=True, reason="the gate connects one at a time: one that never completes holds the rest")
 def test_a_connect_that_never_completes_holds_up_neither_the_jails_other_connects_nor_the_gate(
     tmp_path: Path, proxy: Proxy
 ) -> None:
