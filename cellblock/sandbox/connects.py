@@ -62,6 +62,8 @@ SECCOMP_GET_ACTION_AVAIL, SECCOMP_RET_USER_NOTIF = 2, 0x7FC00000
 _ADDRESS_BYTES = 28
 # Destinations whose refusal is logged: the first ones; a runaway of attempts is not a flood of lines.
 _TOLD = 64
+# Connects under way at once, each in a thread of its own (one may wait minutes): beyond, EAGAIN.
+_CONNECTING = 64
 # Seconds `close` waits for the gate's threads (they wake at once; this only bounds a stuck one).
 _JOIN_SECONDS = 2.0
 
@@ -103,7 +105,7 @@ class ConnectGate:
         self._told: set[tuple[str, int]] = set()
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         # the connects under way, each in a thread of its own, and the sockets they are connecting
-        self._connecting = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._connecting = threading.BoundedSemaphore(_CONNECTING)
         self._workers: set[threading.Thread] = set()
         self._sockets: set[socket.socket] = set()
         self._stop, self._stopping = os.pipe()

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from cellblock.sandbox import connects
-from cellblock.sandbox.connects import gate_missing
+from cellblock.sandbox.connects import ConnectGate, gate_missing
 from cellblock.sandbox.landlock import landlock_plan
 from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.spawn import spawn_args
@@ -257,26 +257,34 @@ sys.stdin.read()
 """
 
 
-def test_the_gates_listener_closes_on_a_connection_it_did_not_make(tmp_path: Path, proxy: Proxy) -> None:
-    """Another process of the host that finds the port is not carried to the proxy."""
-    with spawn_args(plan_for(tmp_path, WAIT, proxy)) as spawn:
+@contextlib.contextmanager
+def waiting(plan: LaunchPlan) -> Iterator[tuple[ConnectGate, dict[str, Any]]]:
+    """Start `plan`, whose server prints a JSON line then waits on its stdin: its gate and that line."""
+    with spawn_args(plan) as spawn:
         assert spawn.gate is not None
         process = subprocess.Popen(
             spawn.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, pass_fds=spawn.pass_fds
         )
         try:
             assert process.stdout is not None
-            port = json.loads(process.stdout.readline())["port"]
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as outsider:
-                outsider.sendall(b"from outside")
-                try:
-                    answer = outsider.recv(64)
-                except ConnectionResetError:  # closed with what it sent unread
-                    answer = b""
-                assert answer == b""
+            yield spawn.gate, json.loads(process.stdout.readline())
         finally:
             process.communicate("", timeout=SECONDS)
             spawn.gate.close()
+
+
+def test_the_gates_listener_closes_on_a_connection_it_did_not_make(tmp_path: Path, proxy: Proxy) -> None:
+    """Another process of the host that finds the port is not carried to the proxy."""
+    with (
+        waiting(plan_for(tmp_path, WAIT, proxy)) as (gate, _),
+        socket.create_connection(("127.0.0.1", gate.port), timeout=5) as outsider,
+    ):
+        outsider.sendall(b"from outside")
+        try:
+            answer = outsider.recv(64)
+        except ConnectionResetError:  # closed with what it sent unread
+            answer = b""
+        assert answer == b""
     assert proxy.carried == []
 
 
@@ -344,29 +352,19 @@ def test_a_connection_closed_for_want_of_a_slot_leaves_no_source_an_outsider_cou
     tmp_path: Path, proxy: Proxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(connects, "MAX_CONNECTIONS", 1)
-    with spawn_args(plan_for(tmp_path, CROWD, proxy)) as spawn:
-        assert spawn.gate is not None
-        process = subprocess.Popen(
-            spawn.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, pass_fds=spawn.pass_fds
-        )
-        try:
-            assert process.stdout is not None
-            said = json.loads(process.stdout.readline())
-            # the jail's own connection was carried, the second closed on (the control: the slot is real)
-            assert said["answer"] == "proxy got first" and said["closed"], said
-            assert spawn.gate._slots.acquire(timeout=SECONDS)  # the first's slot is free again
-            spawn.gate._slots.release()
-            with socket.socket() as outsider:
-                outsider.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                outsider.bind(tuple(said["source"]))
-                outsider.settimeout(5)
-                outsider.connect(("127.0.0.1", gate_port(spawn.argv)))
-                outsider.sendall(b"outsider")
-                with contextlib.suppress(ConnectionResetError):  # closed on, unread
-                    outsider.recv(64)
-        finally:
-            process.communicate("", timeout=SECONDS)
-            spawn.gate.close()
+    with waiting(plan_for(tmp_path, CROWD, proxy)) as (gate, said):
+        # the jail's own connection was carried, the second closed on (the control: the slot is real)
+        assert said["answer"] == "proxy got first" and said["closed"], said
+        assert gate._slots.acquire(timeout=SECONDS)  # the first's slot is free again
+        gate._slots.release()
+        with socket.socket() as outsider:
+            outsider.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            outsider.bind(tuple(said["source"]))
+            outsider.settimeout(5)
+            outsider.connect(("127.0.0.1", gate.port))
+            outsider.sendall(b"outsider")
+            with contextlib.suppress(ConnectionResetError):  # closed on, unread
+                outsider.recv(64)
     assert proxy.carried == [b"first"]
 
 
