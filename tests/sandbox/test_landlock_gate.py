@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from cellblock.sandbox import connects
+from cellblock.sandbox import connects, relay
 from cellblock.sandbox.connects import ConnectGate, gate_missing
 from cellblock.sandbox.landlock import landlock_plan
 from cellblock.sandbox.pins import landlock_abi
@@ -574,3 +574,39 @@ def test_a_connect_that_never_completes_holds_up_neither_the_jails_other_connect
     said = run(plan_for(tmp_path, STALL, proxy))
     assert said == {"stuck": "waiting", "proxy": "proxy got hello"}, said
     assert not [t for t in threading.enumerate() if t.name.startswith("gate-hostile")]  # closed: none left
+
+
+TWICE = """
+import json, os, socket
+port = int(os.environ["http_proxy"].rsplit(":", 1)[1])
+said = []
+for _ in range(2):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"hello")
+            said.append(sock.recv(64).decode() or "closed")
+    except OSError as exc:
+        said.append(type(exc).__name__)
+print(json.dumps({"said": said}))
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="a thread the gate's listener cannot start ends its accepts for good")
+def test_a_connection_the_gate_finds_no_thread_for_is_closed_on_and_the_next_is_carried(
+    tmp_path: Path, proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user's process limit reached (by this jail or another), the gate's listener goes on once
+    threads can be had again."""
+    failed: list[threading.Thread] = []
+    start = threading.Thread.start
+
+    def start_unless_the_first_carry(thread: threading.Thread) -> None:
+        if getattr(thread, "_target", None) is relay.serve_connection and not failed:
+            failed.append(thread)
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start_unless_the_first_carry)
+    said = run(plan_for(tmp_path, TWICE, proxy))
+    assert failed and said == {"said": ["closed", "proxy got hello"]}, said
+    assert proxy.carried == [b"hello"]
