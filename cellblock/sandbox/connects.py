@@ -324,7 +324,11 @@ class ConnectGate:
                 client.close()
                 continue
             work = (client, self._egress, self._slots, None, True)
-            threading.Thread(target=serve_connection, args=work, daemon=True).start()
+            try:
+                threading.Thread(target=serve_connection, args=work, daemon=True).start()
+            except RuntimeError:  # no thread to be had (the user's process limit): this one, not the listener
+                client.close()
+                self._slots.release()
 
 
 def _reply(listener: int, ident: int, error: int) -> None:

@@ -585,13 +585,14 @@ for _ in range(2):
         with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
             sock.sendall(b"hello")
             said.append(sock.recv(64).decode() or "closed")
+    except ConnectionResetError:  # closed on, with what it sent unread
+        said.append("closed")
     except OSError as exc:
         said.append(type(exc).__name__)
 print(json.dumps({"said": said}))
 """
 
 
-@pytest.mark.xfail(strict=True, reason="a thread the gate's listener cannot start ends its accepts for good")
 def test_a_connection_the_gate_finds_no_thread_for_is_closed_on_and_the_next_is_carried(
     tmp_path: Path, proxy: Proxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
