@@ -19,7 +19,8 @@ gateway before it becomes the server. A `ConnectGate` holds it, and for each con
   `close` ends those still waiting.
 
 The listener accepts only the connections the gate made (by their source address, noted before
-each connect) and carries each to the egress proxy's Unix socket (`relay.serve_connection`), where
+each connect, used once; a socket whose connect is still under way is held until it ends, so its
+source stays bound by it) and carries each to the egress proxy's Unix socket (`relay.serve_connection`), where
 the proxy's checks, questions and audit apply as for a bwrap jail. Another process of the host that
 finds the port is closed on. A jail whose gate is gone fails each connect (ENOSYS).
 """
@@ -237,14 +238,26 @@ class ConnectGate:
 
     def _connect_and_reply(self, listener: int, ident: int, pid: int, fd: int) -> None:
         try:
-            _reply(listener, ident, self._connect(listener, ident, pid, fd))
+            sock = self._socket_of(listener, ident, pid, fd)
+            if isinstance(sock, int):
+                _reply(listener, ident, sock)
+                return
+            self._sockets.add(sock)
+            try:
+                with sock:
+                    error, source = self._connect(sock)
+                    _reply(listener, ident, error)
+                    if error == errno.EINPROGRESS:
+                        self._settle(sock, source)
+            finally:
+                self._sockets.discard(sock)
         finally:
             os.close(listener)
             self._workers.discard(threading.current_thread())
             self._connecting.release()
 
-    def _connect(self, listener: int, ident: int, pid: int, fd: int) -> int:
-        """Connect the caller's socket `fd` to the gate's listener, from here."""
+    def _socket_of(self, listener: int, ident: int, pid: int, fd: int) -> socket.socket | int:
+        """The caller's socket `fd`, duplicated here (an int: the error the call gets instead)."""
         try:
             handle = os.pidfd_open(_thread_group(pid))
         except OSError as exc:
@@ -258,37 +271,43 @@ class ConnectGate:
         finally:
             os.close(handle)
         try:
-            sock = socket.socket(fileno=dup)
+            return socket.socket(fileno=dup)
         except OSError as exc:
             os.close(dup)
             return exc.errno or errno.ENOTSOCK
-        self._sockets.add(sock)
-        with sock:
-            try:
-                return self._connect_socket(sock)
-            finally:
-                self._sockets.discard(sock)
 
-    def _connect_socket(self, sock: socket.socket) -> int:
+    def _connect(self, sock: socket.socket) -> tuple[int, tuple[str, int] | None]:
+        """Connect `sock` to the gate's listener, from here: the error number, and the source noted."""
         if self._closed:  # after `close` shut the connects under way down
-            return errno.ECONNABORTED
+            return errno.ECONNABORTED, None
         if sock.family != socket.AF_INET or sock.type != socket.SOCK_STREAM:
-            return errno.EACCES
+            return errno.EACCES, None
         try:
             if sock.getsockname()[1] == 0:
                 sock.bind((LOOPBACK, 0))  # its source is known before it connects
             host, port = sock.getsockname()
         except OSError as exc:
-            return exc.errno or errno.EACCES
+            return exc.errno or errno.EACCES, None
         source = (LOOPBACK if host == "0.0.0.0" else host, port)
+        noted = source not in self._expected  # else a connect of this socket under way noted it
         self._expected.add(source)
         to = struct.pack("=H", socket.AF_INET) + struct.pack(">H", self.port) + socket.inet_aton(LOOPBACK)
         to += bytes(8)
         failed = _LIBC.connect(sock.fileno(), to, len(to)) != 0
         error = ctypes.get_errno() if failed else 0
-        if error not in (0, errno.EINPROGRESS):
+        if error not in (0, errno.EINPROGRESS) and noted:
             self._expected.discard(source)
-        return error
+        return error, source
+
+    def _settle(self, sock: socket.socket, source: tuple[str, int] | None) -> None:
+        """Hold `sock`, whose connect is under way, until it ends: its source stays bound by it (the
+        jail may close its own descriptor meanwhile), and is forgotten if the connect fails. It ends
+        when the kernel gives up its SYNs, or when `close` shuts it down."""
+        poller = select.poll()
+        poller.register(sock, select.POLLOUT)
+        poller.poll()
+        if source is not None and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0:
+            self._expected.discard(source)
 
     def _tell(self, host: str, port: int) -> None:
         if (host, port) in self._told or len(self._told) >= _TOLD:
