@@ -63,7 +63,7 @@ SECCOMP_GET_ACTION_AVAIL, SECCOMP_RET_USER_NOTIF = 2, 0x7FC00000
 _ADDRESS_BYTES = 28
 # Destinations whose refusal is logged: the first ones; a runaway of attempts is not a flood of lines.
 _TOLD = 64
-# Connects under way at once, each in a thread of its own (one may wait minutes): beyond, EAGAIN.
+# Connects under way at once, each in a thread of its own (one may wait minutes): the next waits.
 _CONNECTING = 64
 # Seconds `close` waits for the gate's threads (they wake at once; this only bounds a stuck one).
 _JOIN_SECONDS = 2.0
@@ -132,17 +132,21 @@ class ConnectGate:
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
         deadline = time.monotonic() + _JOIN_SECONDS
-        for thread in self._threads:  # no connect starts after the first has ended
+        self._abort()  # frees the slots the notices' thread may be waiting for
+        for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
-        for sock in list(self._sockets):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)  # a connect that waits (its SYN dropped) ends now
+        self._abort()  # a connect started meanwhile: it sees the gate closed, or is shut down here
         for thread in list(self._workers):
             thread.join(max(0.0, deadline - time.monotonic()))
         for each in (self._listener, self._ours, self._theirs):
             each.close()
         os.close(self._stop)
         os.close(self._stopping)
+
+    def _abort(self) -> None:
+        for sock in list(self._sockets):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # a connect that waits (its SYN dropped) ends now
 
     # -- the connects ---------------------------------------------------------------------------
 
@@ -215,9 +219,9 @@ class ConnectGate:
     def _start(self, listener: int, ident: int, pid: int, fd: int) -> int:
         """Connect the caller's socket in a thread of its own, which answers the call (0: started, else
         the error the call gets). A connect may wait minutes (its SYN dropped): the others do not wait
-        for it. The thread answers through a listener of its own, which stays open as long as it does."""
-        if not self._connecting.acquire(blocking=False):
-            return errno.EAGAIN
+        for it, unless `_CONNECTING` of the jail's own wait already. The thread answers through a
+        listener of its own, which stays open as long as it does."""
+        self._connecting.acquire()
         try:
             own = os.dup(listener)
         except OSError as exc:  # out of descriptors: this connect fails, not the gate
