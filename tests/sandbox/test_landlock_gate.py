@@ -78,7 +78,8 @@ def proxy(tmp_path: Path) -> Iterator[Proxy]:
     stand_in.close()
 
 
-def plan_for(tmp_path: Path, code: str, proxy: Proxy) -> LaunchPlan:
+def plan_for(tmp_path: Path, code: str, proxy: Proxy, abi: int | None = None) -> LaunchPlan:
+    """A Landlock plan under `network: allowlist` running `code`: for the kernel's ABI, or for `abi`."""
     spec = JailSpec(
         name="hostile",
         argv=(PYTHON, "-I", "-S", "-c", code),
@@ -86,7 +87,7 @@ def plan_for(tmp_path: Path, code: str, proxy: Proxy) -> LaunchPlan:
         network=Network.ALLOWLIST,
         egress_socket=proxy.path,
     )
-    return landlock_plan(spec, [INTERPRETER], str(tmp_path / "private"))
+    return landlock_plan(spec, [INTERPRETER], str(tmp_path / "private"), abi=abi)
 
 
 def gate_port(argv: tuple[str, ...]) -> int:
@@ -645,3 +646,49 @@ def test_a_connect_left_under_way_leaves_no_source_an_outsider_could_use(tmp_pat
             outsider.sendall(b"outsider")
             outsider.recv(64)
     assert proxy.carried == []
+
+
+# Below Landlock ABI 4 (Linux 6.7) there are no TCP rules: a server may bind its socket before it
+# connects. Bound beyond loopback, a connect "to 127.0.0.1" routed by an IP source-route option
+# (which kernels before the 2026 restriction let any user set) sends its SYN to the first hop, off
+# the host. The gate connects only sockets whose source is loopback, where no route leaves the host.
+BOUND = """
+import json, os, socket
+port = int(os.environ["http_proxy"].rsplit(":", 1)[1])
+said = {}
+for name, host in sources.items():
+    try:
+        with socket.socket() as sock:
+            sock.bind((host, 0))
+            sock.settimeout(5)
+            sock.connect(("127.0.0.1", port))
+            sock.sendall(b"hello")
+            said[name] = sock.recv(64).decode()
+    except OSError as exc:
+        said[name] = type(exc).__name__
+print(json.dumps(said))
+"""
+
+
+def outward_address() -> str | None:
+    """This host's address toward the world (no packet is sent), if it has a route there."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        address: str = probe.getsockname()[0]
+        return None if address.startswith("127.") else address
+
+
+@pytest.mark.xfail(strict=True, reason="the gate connects a socket bound beyond loopback")
+def test_below_landlock_tcp_rules_a_socket_bound_beyond_loopback_is_not_connected(
+    tmp_path: Path, proxy: Proxy
+) -> None:
+    sources = {"loopback": "127.0.0.1", "any": "0.0.0.0"}
+    outward = outward_address()
+    sources |= {"outward": outward} if outward else {}
+    said = run(plan_for(tmp_path, f"sources = {sources!r}\n{BOUND}", proxy, abi=min(3, landlock_abi())))
+    assert said.pop("loopback") == "proxy got hello", said  # the control: bound on loopback, carried
+    assert set(said.values()) == {"PermissionError"}, said
+    assert proxy.carried == [b"hello"]
