@@ -681,10 +681,7 @@ def outward_address() -> str | None:
         return None if address.startswith("127.") else address
 
 
-@pytest.mark.xfail(strict=True, reason="the gate connects a socket bound beyond loopback")
-def test_below_landlock_tcp_rules_a_socket_bound_beyond_loopback_is_not_connected(
-    tmp_path: Path, proxy: Proxy
-) -> None:
+def test_below_landlock_tcp_rules_a_socket_bound_beyond_loopback_is_not_connected(tmp_path: Path, proxy: Proxy) -> None:
     sources = {"loopback": "127.0.0.1", "any": "0.0.0.0"}
     outward = outward_address()
     sources |= {"outward": outward} if outward else {}
