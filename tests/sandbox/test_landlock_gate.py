@@ -689,3 +689,53 @@ def test_below_landlock_tcp_rules_a_socket_bound_beyond_loopback_is_not_connecte
     assert said.pop("loopback") == "proxy got hello", said  # the control: bound on loopback, carried
     assert set(said.values()) == {"PermissionError"}, said
     assert proxy.carried == [b"hello"]
+
+
+# Processes of the jail at once, each with a socket its parent made and passed on (inherited, and
+# over a socketpair), connecting to the proxy and to the proxy's port on 127.0.0.2 together.
+CROWDS = """
+import json, os, socket
+port = int(os.environ["http_proxy"].rsplit(":", 1)[1])
+def through(sock, host):
+    try:
+        with sock:
+            sock.settimeout(10)
+            sock.connect((host, port))
+            sock.sendall(b"hello")
+            return sock.recv(64).decode() if host == "127.0.0.1" else "connected"
+    except OSError as exc:
+        return type(exc).__name__
+children = []
+for _ in range(6):
+    inherited, passer, taker = socket.socket(), *socket.socketpair()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        passed = socket.socket(fileno=socket.recv_fds(taker, 1, 1)[1][0])
+        said = [through(inherited, "127.0.0.1"), through(passed, "127.0.0.1")]
+        said += [through(socket.socket(), "127.0.0.2") for _ in range(2)]
+        os.write(write, json.dumps(said).encode())
+        os._exit(0)
+    socket.send_fds(passer, [b"s"], [socket.socket().detach()])
+    children.append(read)
+    os.close(write)
+said = []
+for read in children:
+    said += json.loads(os.read(read, 4096))
+    os.wait()
+print(json.dumps({name: said.count(name) for name in set(said)}))
+"""
+
+
+def test_processes_of_the_jail_at_once_reach_the_proxy_with_passed_sockets_and_nothing_else(
+    tmp_path: Path, proxy: Proxy
+) -> None:
+    held: list[socket.socket] = []
+    listen = lambda port: held.append(socket.create_server(("127.0.0.2", port), backlog=64))  # noqa: E731
+    said = run(plan_for(tmp_path, CROWDS, proxy), listen)
+    with held[0]:
+        assert said == {"proxy got hello": 12, "PermissionError": 12}, said
+        assert arrived(held[0]) == 0 and proxy.carried == [b"hello"] * 12
+        # the control: unjailed, the connects to 127.0.0.2 arrive (and nothing listens on 127.0.0.1's port)
+        control = unjailed(CROWDS, held[0].getsockname()[1])
+        assert control["connected"] == 12 and arrived(held[0]) == 12, control
