@@ -24,6 +24,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 __all__ = ["npm_registry", "tarball"]
 
 
+def npm_package(name: str, postinstall: str, **files: str) -> dict[str, str]:
+    """The files of npm package `name`@1.0.0 with a program (`index.js`, unless `files` gives one)
+    and a `postinstall` script, and `files` beside them."""
+    manifest = {"name": name, "version": "1.0.0", "bin": {name: "index.js"}, "scripts": {"postinstall": postinstall}}
+    return {"package.json": json.dumps(manifest), "index.js": "#!/usr/bin/env node\n", **files}
+
+
 def tarball(files: Mapping[str, str]) -> bytes:
     """A package's .tgz as npm packs it: every file under `package/`, executable."""
     buffer = io.BytesIO()

@@ -41,8 +41,10 @@ import sys
 import threading
 import time
 
+from cellblock.sandbox.modes import MODE_CALLS, change_mode
 from cellblock.sandbox.pin import SYS_SECCOMP
 from cellblock.sandbox.relay import ACCEPT_BACKOFF, MAX_CONNECTIONS, serve_connection
+from cellblock.sandbox.seccomp import syscall_name
 
 __all__ = ["LOOPBACK", "ConnectGate", "gate_missing"]
 
@@ -96,8 +98,11 @@ class ConnectGate:
     `egress_socket`. Give the launcher `child` (``--gate``) and `port` (``--proxy-port``), call
     `spawned` once it is started, and `close` once it has ended."""
 
-    def __init__(self, name: str, egress_socket: str) -> None:
+    def __init__(self, name: str, egress_socket: str, modes_beneath: str | None = None) -> None:
         self.name, self._egress = name, egress_socket
+        # a root installer's: its mode changes are made beneath this directory (sandbox/modes.py)
+        self._modes = modes_beneath
+        self._beneath = os.open(modes_beneath, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) if modes_beneath else -1
         self._listener = socket.create_server((LOOPBACK, 0), backlog=128)
         self.port: int = self._listener.getsockname()[1]
         self._ours, self._theirs = socket.socketpair()
@@ -142,6 +147,8 @@ class ConnectGate:
             each.close()
         os.close(self._stop)
         os.close(self._stopping)
+        if self._beneath >= 0:
+            os.close(self._beneath)
 
     def _abort(self) -> None:
         for sock in list(self._sockets):
@@ -188,12 +195,23 @@ class ConnectGate:
             fcntl.ioctl(listener, NOTIF_RECV, notice)
         except OSError:
             return  # the caller went away before it was read
-        ident, pid, _, _, _, _, fd, address, length, *_ = _NOTIF.unpack(notice)
+        ident, pid, _, number, arch, _, *args = _NOTIF.unpack(notice)
+        call = syscall_name(arch, number)
+        if call != "connect":
+            _reply(listener, ident, self._mode(listener, ident, pid, call, args))
+            return
+        fd, address, length = args[:3]
         error = self._judge(listener, ident, pid, address, length)
         if error == 0:
             error = self._start(listener, ident, pid, fd)
         if error != 0:
             _reply(listener, ident, error)
+
+    def _mode(self, listener: int, ident: int, pid: int, call: str | None, args: list[int]) -> int:
+        """A root installer's change of mode, made beneath its install (any other call: EPERM)."""
+        if call not in MODE_CALLS or self._modes is None:
+            return errno.EPERM
+        return change_mode(pid, call, args, self._beneath, self._modes, lambda: _waiting(listener, ident))
 
     def _judge(self, listener: int, ident: int, pid: int, address: int, length: int) -> int:
         """The connect's error number, 0 when it names the gate's own listener."""

@@ -44,6 +44,7 @@ from cellblock.sandbox.seccomp import (
     EXEC_ALLOW_RULES,
     LANDLOCK_NO_NETWORK_RULES,
     LANDLOCK_PROXIED_RULES,
+    LANDLOCK_ROOT_INSTALL_RULES,
     LANDLOCK_ROOT_RULES,
     LANDLOCK_RULES,
     RULES,
@@ -228,7 +229,7 @@ def landlock_plan(
     if spec.network in (Network.ALLOWLIST, Network.ASK):
         if spec.egress_socket is None:
             raise JailError(f"server '{spec.name}': network: {spec.network.value} needs the gateway's egress proxy")
-        gate = GatePlan(spec.name, spec.egress_socket)
+        gate = GatePlan(spec.name, spec.egress_socket, spec.modes_beneath if os.geteuid() == 0 else None)
         options += ["--gate", GATE_FD, "--proxy-port", GATE_PORT]
     script = (os.path.realpath(sys.executable), "-I", "-S", LANDLOCKED)
     return LaunchPlan(
@@ -276,7 +277,8 @@ def _seccomp_rules(spec: JailSpec) -> tuple[Rule, ...]:
         # a file made in memory is on no path, so Landlock's execute right does not govern it
         rules += tuple(r for r in EXEC_ALLOW_RULES if r not in RULES)
     if os.geteuid() == 0:
-        rules += LANDLOCK_ROOT_RULES
+        installs = spec.modes_beneath is not None and spec.network in (Network.ALLOWLIST, Network.ASK)
+        rules += LANDLOCK_ROOT_INSTALL_RULES if installs else LANDLOCK_ROOT_RULES
     return rules
 
 

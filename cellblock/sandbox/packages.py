@@ -193,6 +193,7 @@ def installer_steps(
             network=Network.ALLOWLIST,
             home=home,
             egress_socket=egress_socket,
+            modes_beneath=staging,
         )
         steps.append((spec, [*launcher_mounts(tool, home, env["PATH"]), *relay]))
     return steps

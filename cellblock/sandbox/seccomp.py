@@ -40,6 +40,7 @@ __all__ = [
     "EXEC_ALLOW_RULES",
     "LANDLOCK_NO_NETWORK_RULES",
     "LANDLOCK_PROXIED_RULES",
+    "LANDLOCK_ROOT_INSTALL_RULES",
     "LANDLOCK_ROOT_RULES",
     "LANDLOCK_RULES",
     "NOTIFY",
@@ -53,6 +54,7 @@ __all__ = [
     "Rule",
     "build_filter",
     "jail_filter",
+    "syscall_name",
 ]
 
 # Names of libseccomp's own constants (pyseccomp.Arch), per native architecture: the compat ABIs
@@ -327,6 +329,10 @@ LANDLOCK_RULES: tuple[Rule, ...] = (*RULES, *_HOST_SOCKETS, *_HOST_IPC, *_SETID)
 # not govern their mode, so changing the mode of a file by its path is refused (`chmod 0666
 # /etc/shadow`); fchmod of a file the jail could open stays.
 LANDLOCK_ROOT_RULES: tuple[Rule, ...] = tuple(_always(errno.EPERM, "chmod", "fchmodat", "fchmodat2"))
+# An installer's Landlock jail run as root: npm, pip and uv change the modes of what they install,
+# so those calls wait for the gateway, which makes them beneath the install's directory alone
+# (`sandbox/modes.py`).
+LANDLOCK_ROOT_INSTALL_RULES: tuple[Rule, ...] = tuple(Rule(call, NOTIFY) for call in ("chmod", "fchmodat", "fchmodat2"))
 # network: none on Landlock: its TCP rules refuse every bind and connect, but it governs no other
 # protocol, nor listen() on an unbound socket (which binds a free port on every address); a TCP Fast
 # Open send connects without connect() (6.18's Landlock refuses it too; not every kernel's is known
@@ -429,6 +435,22 @@ def _compare(lib: Any, check: Check) -> Any:
     if check.compare is Compare.MASKED_EQ:
         return lib.Arg(check.arg, lib.MASKED_EQ, check.mask, check.datum)
     return lib.Arg(check.arg, getattr(lib, check.compare.value), check.datum)
+
+
+@functools.cache
+def syscall_name(arch: int, number: int) -> str | None:
+    """The name of system call `number` on `arch` (an AUDIT_ARCH value, as a notification gives it),
+    or None where libseccomp does not know it.
+
+    Raises:
+        JailError: libseccomp cannot be loaded.
+    """
+    lib = _binding()
+    try:
+        name = lib.resolve_syscall(arch, number)
+    except (OSError, ValueError):
+        return None
+    return name.decode() if isinstance(name, bytes) else None
 
 
 @functools.cache

@@ -240,7 +240,7 @@ def spawn_args(plan: LaunchPlan) -> Iterator[Spawn]:
             argv[slots[MARK_PROCS]] = str(mark.path / "cgroup.procs")
         if plan.gate is not None:
             try:
-                gate = ConnectGate(plan.gate.server, plan.gate.egress_socket)
+                gate = ConnectGate(plan.gate.server, plan.gate.egress_socket, plan.gate.modes_beneath)
             except OSError as exc:
                 raise JailError(
                     f"server '{plan.gate.server}': the gate of its connections cannot be opened ({exc}); "

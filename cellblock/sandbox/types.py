@@ -100,6 +100,9 @@ class JailSpec:
     pinned: Mapping[str, str] = field(default_factory=dict)
     # host-side Unix socket of the egress proxy, for network: allowlist
     egress_socket: str | None = None
+    # an installer's: the directory beneath which the gateway makes the mode changes of a Landlock
+    # jail run as root (sandbox/modes.py)
+    modes_beneath: str | None = None
     # with exec.allow: the system files the jail shows instead of all of /usr (what the allowed
     # programs and the gateway's launcher need to run)
     exec_closure: Closure | None = None
@@ -181,6 +184,7 @@ class GatePlan:
 
     server: str
     egress_socket: str
+    modes_beneath: str | None = None  # a root installer's: its mode changes, made beneath this directory
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from tests.integration.conftest import cli
-from tests.registry import npm_registry
+from tests.registry import npm_package, npm_registry
 
 pytestmark = [pytest.mark.jail]
 
@@ -83,32 +83,15 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
     tmp = tmp_path_factory.mktemp("install-hosts")
     (tmp / "run").mkdir(mode=0o700)
     with Host().serving() as target, Host().serving() as other:
-        manifest = {
-            "name": "cb-downloads",
-            "version": "1.0.0",
-            "bin": {"cb-downloads": "index.js"},
-            "scripts": {"postinstall": f"python3 fetch.py http://{target.address}/browser.zip"},
-        }
-        files = {"package.json": json.dumps(manifest), "index.js": "#!/usr/bin/env node\n", "fetch.py": FETCH}
-        # the same download, its failure ignored (as puppeteer 25 only warns)
-        script = f"{manifest['scripts']['postinstall']} || true"
-        tolerant = {
-            **manifest,
-            "name": "cb-tolerant",
-            "bin": {"cb-tolerant": "index.js"},
-            "scripts": {"postinstall": script},
-        }
-        # the same download from where the variable puppeteer reads says (its mirror)
-        mirrored = {
-            **manifest,
-            "name": "cb-mirrored",
-            "bin": {"cb-mirrored": "index.js"},
-            "scripts": {"postinstall": 'python3 fetch.py "$PUPPETEER_DOWNLOAD_BASE_URL/browser.zip"'},
-        }
+        download = f"python3 fetch.py http://{target.address}/browser.zip"
         packages = {
-            "cb-downloads": files,
-            "cb-tolerant": {**files, "package.json": json.dumps(tolerant)},
-            "cb-mirrored": {**files, "package.json": json.dumps(mirrored)},
+            "cb-downloads": npm_package("cb-downloads", download, **{"fetch.py": FETCH}),
+            # the same download, its failure ignored (as puppeteer 25 only warns)
+            "cb-tolerant": npm_package("cb-tolerant", f"{download} || true", **{"fetch.py": FETCH}),
+            # the same download from where the variable puppeteer reads says (its mirror)
+            "cb-mirrored": npm_package(
+                "cb-mirrored", 'python3 fetch.py "$PUPPETEER_DOWNLOAD_BASE_URL/browser.zip"', **{"fetch.py": FETCH}
+            ),
         }
         with npm_registry(packages) as url:
             env = {

@@ -5,8 +5,8 @@ The package comes from a registry on loopback (tests/registry.py). Its `postinst
 the user's real home, a write there, and a direct connection to a listener of the host, then writes
 what it got into its own directory (the positive control: that write lands, and the install
 succeeds). The control: the same script run by the same user with no jail gets all three.
-As root a Landlock install is refused before anything runs: npm, pip and uv change the mode of what
-they install, which a Landlock jail of root may not do by path.
+As root, npm, pip and uv change the modes of what they install, which a Landlock jail of root may
+not do by path: the gateway makes those changes for it, beneath the install alone (sandbox/modes.py).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 import pwd
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ from cellblock.sandbox.connects import gate_missing
 from cellblock.sandbox.pins import landlock_abi
 from tests.integration.test_install_limits import SYSTEM_PATH, as_user_in
 from tests.integration.test_limits_user import SYSTEM_PYTHON, user_area
-from tests.registry import npm_registry
+from tests.registry import npm_package, npm_registry
 from tests.sandbox.conftest import ensure_user
 
 pytestmark = [
@@ -50,13 +51,7 @@ socket.on("error", (e) => { said.connect = e.code; done(); });
 
 
 def package(home: str, port: int) -> dict[str, str]:
-    manifest = {
-        "name": "cb-landlock",
-        "version": "1.0.0",
-        "bin": {"cb-landlock": "index.js"},
-        "scripts": {"postinstall": f"node attack.js {home} {port}"},
-    }
-    return {"package.json": json.dumps(manifest), "index.js": "#!/usr/bin/env node\n", "attack.js": ATTACK}
+    return npm_package("cb-landlock", f"node attack.js {home} {port}", **{"attack.js": ATTACK})
 
 
 @pytest.fixture
@@ -127,23 +122,45 @@ def test_as_a_user_a_landlock_install_reaches_the_registry_and_its_script_nothin
             shutil.rmtree(area)
 
 
-def test_as_root_a_landlock_install_is_refused_before_anything_runs(tmp_path: Path) -> None:
+MODE = """
+const fs = require("fs");
+let said;
+try { fs.chmodSync(process.argv[2], 0o666); said = "ok"; } catch (e) { said = e.code; }
+fs.writeFileSync(process.argv[3] || "mode.json", JSON.stringify({ mode: said }));
+"""
+
+
+def test_as_root_a_landlock_install_changes_modes_in_its_tree_and_nowhere_else(tmp_path: Path) -> None:
+    """npm's changes of mode are made for it, beneath the install, and the package's script cannot
+    make a file of root's outside it readable by all."""
     if os.geteuid() != 0:
-        pytest.skip("the refusal is root's")
+        pytest.skip("the gateway makes the mode changes of root's installers only")
+    decoy = tmp_path / "root-only"
+    decoy.write_text("root's")
+    decoy.chmod(0o600)
+    files = npm_package("cb-modes", f"node mode.js {decoy}", **{"mode.js": MODE})
     (tmp_path / "run").mkdir(mode=0o700)
     config = tmp_path / "c.yaml"
-    server = {"install": {"npm": "cb-landlock@1.0.0"}, "jail": {"backend": "landlock"}}
+    server = {"install": {"npm": "cb-modes@1.0.0"}, "jail": {"backend": "landlock"}}
     config.write_text(yaml.safe_dump({"version": 1, "servers": {"cb": server}}))
-    env = {
-        "CELLBLOCK_DATA_DIR": str(tmp_path / "data"),
-        "CELLBLOCK_STATE_DIR": str(tmp_path / "state"),
-        "XDG_RUNTIME_DIR": str(tmp_path / "run"),
-        "npm_config_registry": "http://127.0.0.1:9/",  # never asked
-    }
-    command = [sys.executable, "-m", "cellblock.gateway.cli.main", "install", "cb", "--config", str(config)]
-    done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
-    assert done.returncode != 0
-    assert "server 'cb' in a Landlock jail as root is refused" in done.stderr, done.stderr
-    assert "install as a normal user, or use jail.backend: bwrap" in done.stderr
-    assert "cellblock: installing cb-landlock@1.0.0 for 'cb' (" not in done.stderr  # not begun
-    assert not list((tmp_path / "data").rglob("pkg"))  # nothing was installed
+    with npm_registry({"cb-modes": files}) as url:
+        env = {
+            "CELLBLOCK_DATA_DIR": str(tmp_path / "data"),
+            "CELLBLOCK_STATE_DIR": str(tmp_path / "state"),
+            "XDG_RUNTIME_DIR": str(tmp_path / "run"),
+            "npm_config_registry": url,
+        }
+        command = [sys.executable, "-m", "cellblock.gateway.cli.main", "install", "cb", "--config", str(config)]
+        done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+    # the positive control: the install succeeds, which npm's own changes of mode, refused, failed
+    assert done.returncode == 0, done.stderr[-3000:]
+    [said] = (tmp_path / "data").rglob("cb-modes/mode.json")
+    assert json.loads(said.read_text()) == {"mode": "EPERM"}
+    assert stat.S_IMODE(decoy.stat().st_mode) == 0o600
+    # the control: the same script as root, unjailed, makes the file readable by all
+    script = tmp_path / "mode.js"
+    script.write_text(MODE)
+    node = shutil.which("node") or "node"
+    subprocess.run([node, str(script), str(decoy), str(tmp_path / "control.json")], check=True, timeout=60)
+    assert json.loads((tmp_path / "control.json").read_text()) == {"mode": "ok"}
+    assert stat.S_IMODE(decoy.stat().st_mode) == 0o666

@@ -31,7 +31,7 @@ import yaml
 from cellblock.sandbox.disk import remove_tree, tree_bytes
 from cellblock.sandbox.limits import enforcement
 from tests.integration.test_limits_user import SYSTEM_PYTHON, user_area
-from tests.registry import npm_registry
+from tests.registry import npm_package, npm_registry
 from tests.sandbox.conftest import ensure_user
 
 pytestmark = [pytest.mark.jail]
@@ -157,13 +157,7 @@ finally:
 
 
 def package(mode: str) -> dict[str, str]:
-    manifest = {
-        "name": f"cb-{mode}",
-        "version": "1.0.0",
-        "bin": {f"cb-{mode}": "index.js"},
-        "scripts": {"postinstall": f"python3 hostile.py {mode} {ATTACKS[mode]} {MARK}"},
-    }
-    return {"package.json": json.dumps(manifest), "index.js": "#!/usr/bin/env node\n", "hostile.py": HOSTILE}
+    return npm_package(f"cb-{mode}", f"python3 hostile.py {mode} {ATTACKS[mode]} {MARK}", **{"hostile.py": HOSTILE})
 
 
 @pytest.fixture(scope="module")

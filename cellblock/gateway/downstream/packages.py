@@ -250,13 +250,6 @@ def _install(
     reaches = "the registry" + (f" and {', '.join(extra)}" if extra else "")
     scripts = "" if server.install.scripts else ", no install scripts"
     choice = choose(name, (server.jail.backend if server.jail else None) or "auto")
-    if choice.backend == "landlock" and os.geteuid() == 0:
-        raise InstallError(
-            f"installing {package.spec()} for server '{name}' in a Landlock jail as root is refused: npm, pip "
-            "and uv change the mode of the files they install, which a Landlock jail of root may not do by path "
-            "(Landlock does not govern modes, and root owns the system's files); install as a normal user, or "
-            "use jail.backend: bwrap where it can build its jail" + (f" ({choice.refused})" if choice.refused else "")
-        )
     print(
         f"cellblock: installing {package.spec()} for '{name}' ({how}, in a jail that reaches {reaches}{scripts}; "
         f"{bounds})…",
