@@ -20,9 +20,10 @@ gateway before it becomes the server. A `ConnectGate` holds it, and for each con
 
 The listener accepts only the connections the gate made (by their source address, noted before
 each connect, used once; a socket whose connect is still under way is held until it ends, so its
-source stays bound by it) and carries each to the egress proxy's Unix socket (`relay.serve_connection`), where
-the proxy's checks, questions and audit apply as for a bwrap jail. Another process of the host that
-finds the port is closed on. A jail whose gate is gone fails each connect (ENOSYS).
+source stays bound by it) and carries each to the egress proxy's Unix socket
+(`relay.serve_connection`), where the proxy's checks, questions and audit apply as for a bwrap jail.
+Another process of the host that finds the port is closed on. A jail whose gate is gone fails each
+connect (ENOSYS).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ _ADDRESS_BYTES = 28
 _TOLD = 64
 # Connects under way at once, each in a thread of its own (one may wait minutes): the next waits.
 _CONNECTING = 64
+_TCP_CLOSE = 7  # a TCP socket's state (tcp_info's first byte) when its connect failed
 # Seconds `close` waits for the gate's threads (they wake at once; this only bounds a stuck one).
 _JOIN_SECONDS = 2.0
 
@@ -332,7 +334,8 @@ class ConnectGate:
         poller = select.poll()
         poller.register(sock, select.POLLOUT)
         poller.poll()
-        if source is not None and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0:
+        # its state, not SO_ERROR: reading that clears it, and the jail reads it to learn how its connect went
+        if source is not None and sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] == _TCP_CLOSE:
             self._expected.discard(source)
 
     def _tell(self, host: str, port: int) -> None:

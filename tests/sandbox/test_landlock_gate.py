@@ -739,3 +739,30 @@ def test_processes_of_the_jail_at_once_reach_the_proxy_with_passed_sockets_and_n
         # the control: unjailed, the connects to 127.0.0.2 arrive (and nothing listens on 127.0.0.1's port)
         control = unjailed(CROWDS, held[0].getsockname()[1])
         assert control["connected"] == 12 and arrived(held[0]) == 12, control
+
+
+# The jail learns how a connect under way went by SO_ERROR, which reading clears: the gate, holding
+# the socket till then, looks at its state instead and leaves the error to the jail (which of the two
+# looks first is left to the scheduler, so this shows what the jail sees, not that the gate never
+# reads it). TCP_SYNCNT 1: the SYN is given up in 3 s.
+GIVEN_UP = """
+import errno, json, os, select, socket, struct
+port = int(os.environ["http_proxy"].rsplit(":", 1)[1])
+with socket.socket() as sock:
+    key = struct.pack("=H", socket.AF_INET) + bytes(2) + socket.inet_aton("127.0.0.1")
+    key += bytes(128 - len(key)) + struct.pack("=BBHi", 0, 0, 4, 0) + b"key!" + bytes(76)
+    sock.setsockopt(socket.IPPROTO_TCP, 14, key)  # TCP_MD5SIG: the listener drops the SYN
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_SYNCNT, 1)
+    sock.setblocking(False)
+    code = sock.connect_ex(("127.0.0.1", port))
+    select.select([], [sock], [], 30)
+    error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    print(json.dumps({"code": errno.errorcode[code], "error": errno.errorcode.get(error, "0")}))
+"""
+
+
+def test_a_connect_under_way_that_fails_tells_the_jail_why(tmp_path: Path, proxy: Proxy) -> None:
+    said = run(plan_for(tmp_path, GIVEN_UP, proxy))
+    assert said == {"code": "EINPROGRESS", "error": "ETIMEDOUT"}, said
+    with socket.create_server(("127.0.0.1", 0)) as listener:  # the control: unjailed, the same
+        assert unjailed(GIVEN_UP, listener.getsockname()[1]) == said
