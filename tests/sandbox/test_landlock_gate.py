@@ -410,7 +410,8 @@ def test_a_landlock_jail_sends_nothing_to_a_host_process_over_netlink(tmp_path: 
 # Other ways to a connection, aimed at the proxy's port on 127.0.0.2: the 32-bit ABI (`int 0x80`:
 # connect, socketcall, a Fast Open sendto), the Fast Open sends with MSG_FASTOPEN (and with garbage
 # above the flags' 32 bits), TCP_FASTOPEN_CONNECT, an IPv6 socket (to ::ffff:127.0.0.1, or given an
-# IPv4 address), a disconnect (AF_UNSPEC) of a proxied socket; and calls meant to trip the gate up: a
+# IPv4 address), a disconnect (AF_UNSPEC) of a proxied socket, a seccomp listener of its own (which
+# would get its own connects before the gate); and calls meant to trip the gate up: a
 # socketpair, a pipe, a bad or kernel address, a huge or negative length, an fd with garbage above
 # its 32 bits, a flood of refused connects. Then a connect to the proxy must still work.
 OTHER_WAYS = """
@@ -502,6 +503,23 @@ def flood(sock):
             refused += libc.connect(each.fileno(), other, 16) != 0
     return str(refused)
 attempt("flood", flood)
+def own_listener(sock):
+    # a filter of its own with a listener would get its own connects first, and could let them go on:
+    # the kernel allows one listener in a process's filters. In a child, which the filter binds alone.
+    def op(code, k, jt=0, jf=0):
+        return struct.pack("=HBBI", code, jt, jf, k)
+    program = op(0x20, 0) + op(0x15, 42, 0, 1) + op(0x06, 0x7FC00000) + op(0x06, 0x7FFF0000)
+    code = ctypes.create_string_buffer(program)
+    fprog = ctypes.create_string_buffer(struct.pack("=H6xQ", 4, ctypes.addressof(code)))
+    read, write = os.pipe()
+    if os.fork() == 0:
+        libc.prctl(38, 1, 0, 0, 0)  # no_new_privs, which an unprivileged filter needs (the control)
+        os.write(write, raw(libc.syscall(317, 1, 8, fprog)).encode())  # seccomp(SET_MODE_FILTER, NEW_LISTENER)
+        os._exit(0)
+    os.close(write)
+    os.wait()
+    return os.read(read, 64).decode()
+attempt("own_listener", own_listener)
 def proxy(sock):
     sock.settimeout(5)
     sock.connect(("127.0.0.1", port))
@@ -532,9 +550,10 @@ def test_other_ways_to_a_connection_are_refused_and_calls_meant_to_trip_the_gate
         assert said["pipe"] == "ENOTSOCK" and said["bad_address"] == said["kernel_address"] == "EFAULT", said
         # the gate connects its own address: a length or fd the kernel would read otherwise changes nothing
         assert said["huge_length"] == said["negative_length"] == said["high_fd"] == "EINPROGRESS", said
-        assert said["flood"] == "200", said
+        assert said["flood"] == "200" and said["own_listener"] == "EBUSY", said
         # the control: unjailed, every attempt at the other address reaches it
         control = unjailed(OTHER_WAYS, held[0].getsockname()[1])
+        assert control["own_listener"] == "ok", control
         ways = 7 if control.get("int80_connect") == "EINPROGRESS" else 4
         assert arrived(held[0]) == ways + 200, control
 
