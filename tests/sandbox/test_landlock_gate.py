@@ -785,3 +785,55 @@ def test_a_connect_under_way_that_fails_tells_the_jail_why(tmp_path: Path, proxy
     assert said == {"code": "EINPROGRESS", "error": "ETIMEDOUT"}, said
     with socket.create_server(("127.0.0.1", 0)) as listener:  # the control: unjailed, the same
         assert unjailed(GIVEN_UP, listener.getsockname()[1]) == said
+
+
+# A thread with a descriptor table of its own (unshare(CLONE_FILES)), whose socket has the number
+# of a pipe in its process's table; and a thread still running after its process's first thread
+# has ended. The gate must connect the socket of the thread that called.
+OWN_TABLES = """
+import ctypes, json, os, socket, threading
+port = int(os.environ["http_proxy"].rsplit(":", 1)[1])
+libc = ctypes.CDLL(None, use_errno=True)
+said = {}
+def through(name):
+    try:
+        with socket.socket() as sock:
+            sock.settimeout(5)
+            sock.connect(("127.0.0.1", port))
+            sock.sendall(b"hello")
+            said[name] = sock.recv(64).decode()
+    except OSError as exc:
+        said[name] = type(exc).__name__
+read, write = os.pipe()
+def own_table():
+    if libc.unshare(0x400) != 0:  # CLONE_FILES
+        said["own_table"] = "no unshare"
+        return
+    os.close(read)  # in its own table only: its socket takes the number the pipe has in the process's
+    through("own_table")
+worker = threading.Thread(target=own_table)
+worker.start()
+worker.join()
+out = os.dup(1)
+def after_the_first():
+    worker_done.wait()
+    through("after_the_first")
+    os.write(out, (json.dumps(said) + "\\n").encode())
+    os._exit(0)
+worker_done = threading.Event()
+threading.Thread(target=after_the_first).start()
+worker_done.set()
+libc.syscall(60, 0)  # exit(0): the first thread ends, the process goes on
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="the gate takes the descriptor from the process's first thread's table")
+def test_a_thread_with_its_own_descriptor_table_or_outliving_the_first_connects_its_own_socket(
+    tmp_path: Path, proxy: Proxy
+) -> None:
+    said = run(plan_for(tmp_path, OWN_TABLES, proxy))
+    assert said == {"own_table": "proxy got hello", "after_the_first": "proxy got hello"}, said
+    assert unjailed(OWN_TABLES, 0) == {
+        "own_table": "ConnectionRefusedError",
+        "after_the_first": "ConnectionRefusedError",
+    }
