@@ -54,6 +54,7 @@ logger = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
 _LIBC = ctypes.CDLL(None, use_errno=True)
 SYS_PIDFD_GETFD = 438  # the same on x86-64 and aarch64 (the generic syscall table)
+_PIDFD_THREAD = os.O_EXCL  # pidfd_open: a pidfd of the thread itself (Linux 6.9)
 # struct seccomp_notif (id, pid, flags, then seccomp_data: nr, arch, instruction pointer, args)
 # and struct seccomp_notif_resp (id, val, error, flags), and the ioctls that read and answer them
 _NOTIF = struct.Struct("=QIIiIQ6Q")
@@ -283,7 +284,7 @@ class ConnectGate:
     def _socket_of(self, listener: int, ident: int, pid: int, fd: int) -> socket.socket | int:
         """The caller's socket `fd`, duplicated here (an int: the error the call gets instead)."""
         try:
-            handle = os.pidfd_open(_thread_group(pid))
+            handle = _pidfd(pid)
         except OSError as exc:
             return exc.errno or errno.ESRCH
         try:
@@ -391,6 +392,21 @@ def _waiting(listener: int, ident: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def _pidfd(tid: int) -> int:
+    """A pidfd of thread `tid`, whose descriptor table `pidfd_getfd` reads (a thread may have its own,
+    and outlive its process's first thread); before Linux 6.9, which has no thread pidfds, its process's.
+
+    Raises:
+        OSError: the thread is gone.
+    """
+    try:
+        return os.pidfd_open(tid, _PIDFD_THREAD)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+    return os.pidfd_open(_thread_group(tid))
 
 
 def _thread_group(tid: int) -> int:

@@ -827,7 +827,6 @@ libc.syscall(60, 0)  # exit(0): the first thread ends, the process goes on
 """
 
 
-@pytest.mark.xfail(strict=True, reason="the gate takes the descriptor from the process's first thread's table")
 def test_a_thread_with_its_own_descriptor_table_or_outliving_the_first_connects_its_own_socket(
     tmp_path: Path, proxy: Proxy
 ) -> None:
