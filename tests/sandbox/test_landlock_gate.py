@@ -671,22 +671,31 @@ def test_a_connect_left_under_way_leaves_no_source_an_outsider_could_use(tmp_pat
 # connects. Bound beyond loopback, a connect "to 127.0.0.1" routed by an IP source-route option
 # (which kernels before the 2026 restriction let any user set) sends its SYN to the first hop, off
 # the host. The gate connects only sockets whose source is loopback, where no route leaves the host.
-BOUND = """
+# A connection to the proxy, from `source` if given: what the proxy answered, or the error.
+HELLO = """
 import json, os, socket
 port = int(os.environ["http_proxy"].rsplit(":", 1)[1])
 said = {}
-for name, host in sources.items():
+def hello(name, source=None):
     try:
         with socket.socket() as sock:
-            sock.bind((host, 0))
+            if source is not None:
+                sock.bind((source, 0))
             sock.settimeout(5)
             sock.connect(("127.0.0.1", port))
             sock.sendall(b"hello")
             said[name] = sock.recv(64).decode()
     except OSError as exc:
         said[name] = type(exc).__name__
+"""
+BOUND = (
+    HELLO
+    + """
+for name, host in sources.items():
+    hello(name, host)
 print(json.dumps(said))
 """
+)
 
 
 def outward_address() -> str | None:
@@ -790,34 +799,25 @@ def test_a_connect_under_way_that_fails_tells_the_jail_why(tmp_path: Path, proxy
 # A thread with a descriptor table of its own (unshare(CLONE_FILES)), whose socket has the number
 # of a pipe in its process's table; and a thread still running after its process's first thread
 # has ended. The gate must connect the socket of the thread that called.
-OWN_TABLES = """
-import ctypes, json, os, socket, threading
-port = int(os.environ["http_proxy"].rsplit(":", 1)[1])
+OWN_TABLES = (
+    HELLO
+    + """
+import ctypes, threading
 libc = ctypes.CDLL(None, use_errno=True)
-said = {}
-def through(name):
-    try:
-        with socket.socket() as sock:
-            sock.settimeout(5)
-            sock.connect(("127.0.0.1", port))
-            sock.sendall(b"hello")
-            said[name] = sock.recv(64).decode()
-    except OSError as exc:
-        said[name] = type(exc).__name__
 read, write = os.pipe()
 def own_table():
     if libc.unshare(0x400) != 0:  # CLONE_FILES
         said["own_table"] = "no unshare"
         return
     os.close(read)  # in its own table only: its socket takes the number the pipe has in the process's
-    through("own_table")
+    hello("own_table")
 worker = threading.Thread(target=own_table)
 worker.start()
 worker.join()
 out = os.dup(1)
 def after_the_first():
     worker_done.wait()
-    through("after_the_first")
+    hello("after_the_first")
     os.write(out, (json.dumps(said) + "\\n").encode())
     os._exit(0)
 worker_done = threading.Event()
@@ -825,6 +825,7 @@ threading.Thread(target=after_the_first).start()
 worker_done.set()
 libc.syscall(60, 0)  # exit(0): the first thread ends, the process goes on
 """
+)
 
 
 def test_a_thread_with_its_own_descriptor_table_or_outliving_the_first_connects_its_own_socket(
