@@ -69,6 +69,7 @@ _ADDRESS_BYTES = 28
 _TOLD = 64
 # Connects under way at once, each in a thread of its own (one may wait minutes): the next waits.
 _CONNECTING = 64
+_IP_BIND_ADDRESS_NO_PORT = 24  # a bound socket's port chosen at its connect, not at its bind
 _TCP_CLOSE = 7  # a TCP socket's state (tcp_info's first byte) when its connect failed
 # Seconds `close` waits for the gate's threads (they wake at once; this only bounds a stuck one).
 _JOIN_SECONDS = 2.0
@@ -309,10 +310,14 @@ class ConnectGate:
             return errno.EACCES, None
         try:
             if sock.getsockname()[1] == 0:
-                sock.bind((LOOPBACK, 0))  # its source is known before it connects
+                # its source is known before it connects: a port chosen now, not put off to the connect
+                sock.setsockopt(socket.IPPROTO_IP, _IP_BIND_ADDRESS_NO_PORT, 0)
+                sock.bind((LOOPBACK, 0))
             host, port = sock.getsockname()
         except OSError as exc:
             return exc.errno or errno.EACCES, None
+        if port == 0:  # put off again meanwhile, by another thread of the jail
+            return errno.EADDRNOTAVAIL, None
         if socket.inet_aton(host)[0] != 127:
             # bound by the server beyond loopback (possible below Landlock ABI 4): an IP source route
             # on the socket would send its SYN to the route's first hop; from loopback none leaves the host

@@ -856,6 +856,5 @@ print(json.dumps(said))
 )
 
 
-@pytest.mark.xfail(strict=True, reason="the gate notes port 0 for a socket that puts off its port to the connect")
 def test_a_socket_that_puts_off_choosing_its_port_is_carried(tmp_path: Path, proxy: Proxy) -> None:
     assert run(plan_for(tmp_path, NO_PORT, proxy)) == {"no_port": "proxy got hello"}
