@@ -3,7 +3,9 @@
 A Landlock jail shares the host's network, and Landlock's TCP rules are by port alone: the attacks
 aim at what a port rule would let through (the proxy's port on another address, loopback or not),
 at the host's loopback services, at the gate's reading of the address (a thread rewriting it),
-and at the gate's listener from outside the jail. What arrives is counted where it would arrive:
+at the gate's listener from outside the jail (through a source the gate noted and left behind), at
+the gate itself (calls meant to trip it up, a connect that never completes, a socket bound beyond
+loopback), and at other ways out (the 32-bit calls, Fast Open, netlink). What arrives is counted where it would arrive:
 at the listeners the test holds, and at a stand-in for the egress proxy's Unix socket (the proxy
 itself is not what these tests are about: tests/integration/test_egress.py runs the real one on
 both backends). Each refusal has its control: the same attempt unjailed gets through.
