@@ -46,6 +46,7 @@ from cellblock.sandbox.modes import MODE_CALLS, change_mode
 from cellblock.sandbox.pin import SYS_SECCOMP
 from cellblock.sandbox.relay import ACCEPT_BACKOFF, MAX_CONNECTIONS, serve_connection
 from cellblock.sandbox.seccomp import syscall_name
+from cellblock.sandbox.unix import reachable
 
 __all__ = ["LOOPBACK", "ConnectGate", "gate_missing"]
 
@@ -103,7 +104,10 @@ class ConnectGate:
     `spawned` once it is started, and `close` once it has ended."""
 
     def __init__(self, name: str, egress_socket: str, modes_beneath: str | None = None) -> None:
-        self.name, self._egress = name, egress_socket
+        self.name = name
+        # the proxy's socket by a path short enough to connect to, however long its own
+        self._held = contextlib.ExitStack()
+        self._egress = self._held.enter_context(reachable(egress_socket))
         # a root installer's: its mode changes are made beneath this directory (sandbox/modes.py)
         self._modes = modes_beneath
         self._beneath = os.open(modes_beneath, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) if modes_beneath else -1
@@ -153,6 +157,7 @@ class ConnectGate:
         os.close(self._stopping)
         if self._beneath >= 0:
             os.close(self._beneath)
+        self._held.close()
 
     def _abort(self) -> None:
         for sock in list(self._sockets):

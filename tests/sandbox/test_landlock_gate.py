@@ -34,6 +34,7 @@ from cellblock.sandbox.landlock import landlock_plan
 from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.spawn import spawn_args
 from cellblock.sandbox.types import JailSpec, LaunchPlan, Mount, MountMode, Network
+from cellblock.sandbox.unix import SUN_PATH, reachable
 
 pytestmark = [
     pytest.mark.jail,
@@ -53,7 +54,8 @@ class Proxy:
         self.path = str(path)
         self.carried: list[bytes] = []
         self._server = socket.socket(socket.AF_UNIX)
-        self._server.bind(self.path)
+        with reachable(self.path) as short:  # as the proxy binds it, however deep its directory
+            self._server.bind(short)
         self._server.listen()
         threading.Thread(target=self._serve, daemon=True).start()
 
@@ -860,3 +862,17 @@ print(json.dumps(said))
 
 def test_a_socket_that_puts_off_choosing_its_port_is_carried(tmp_path: Path, proxy: Proxy) -> None:
     assert run(plan_for(tmp_path, NO_PORT, proxy)) == {"no_port": "proxy got hello"}
+
+
+def test_the_proxys_socket_is_reached_however_long_its_path(tmp_path: Path) -> None:
+    """A runtime directory deep enough that the socket's path is longer than a Unix socket's address
+    holds: the proxy binds it through its directory, and the gate connects to it the same way."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    proxy = Proxy(deep / "egress-1234-server.sock")
+    try:
+        assert len(proxy.path) >= SUN_PATH
+        said = run(plan_for(tmp_path, HELLO + 'hello("far")\nprint(json.dumps(said))', proxy))
+    finally:
+        proxy.close()
+    assert said == {"far": "proxy got hello"} and proxy.carried == [b"hello"]
