@@ -1,7 +1,8 @@
 """`network: ask`: a connection to a host outside the list waits while the human is asked.
 
 The real `cellblock serve` runs a real Node 20 server (`tests/servers/reacher.cjs`) in a bwrap jail
-whose relay answers every name at once; its `fetch` of the machine's own host name (not listed)
+whose relay answers every name at once (and, for the first test, Node 24 in a Landlock jail, whose
+fetch goes through the proxy variables to the same proxy); its `fetch` of the machine's own host name (not listed)
 is held until `cellblock approve ID` / `deny ID` answers the pending approval. The site listens
 on a random port of the address the name resolves to; a listed name on the same port
 (`listed.invalid`) puts that port among those the relay carries (ask carries 80, 443 and the
@@ -29,6 +30,8 @@ import pytest
 import yaml
 from mcp import Client
 
+from cellblock.sandbox.connects import gate_missing
+from cellblock.sandbox.pins import landlock_abi
 from tests import peers
 from tests.integration.conftest import cli, cli_env, eventually, gateway, write_config
 from tests.integration.test_egress import BODY, Handler
@@ -43,12 +46,15 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def reacher(network: str, allow: list[str]) -> dict[str, Any]:
+def reacher(network: str, allow: list[str], backend: str = "bwrap") -> dict[str, Any]:
+    """The server in a jail of `backend`: on Landlock, which has no relay to answer its lookups, run
+    by a Node that uses the proxy variables (24, asked to by the jail), and on bwrap by Node 20."""
     modules = str(peers.NODE_MODULES)
-    jail: dict[str, Any] = {"network": network, "read_only": [str(REACHER.parent), modules]}
+    jail: dict[str, Any] = {"network": network, "read_only": [str(REACHER.parent), modules], "backend": backend}
     if allow:
         jail["allow_hosts"] = allow
-    return {"command": node_20(), "args": [str(REACHER)], "env": {"NODE_PATH": modules}, "jail": jail}
+    node = node_20() if backend == "bwrap" else peers.node()
+    return {"command": node, "args": [str(REACHER)], "env": {"NODE_PATH": modules}, "jail": jail}
 
 
 async def pending(tmp_path: Path) -> dict[str, Any]:
@@ -71,10 +77,12 @@ def events(tmp_path: Path, kind: str) -> list[dict[str, Any]]:
 
 
 @asynccontextmanager
-async def serving(tmp_path: Path, network: str, allow: list[str]) -> AsyncIterator[tuple[Client, Path]]:
+async def serving(
+    tmp_path: Path, network: str, allow: list[str], backend: str = "bwrap"
+) -> AsyncIterator[tuple[Client, Path]]:
     config = tmp_path / "cellblock.yaml"
     if not config.exists():
-        write_config(tmp_path, {"r": reacher(network, allow)}, approvals={"timeout": 60})
+        write_config(tmp_path, {"r": reacher(network, allow, backend)}, approvals={"timeout": 60})
     async with gateway(config, tmp_path / "state", env=cli_env(tmp_path)) as client:
         yield client, config
 
@@ -99,11 +107,15 @@ async def fetch_answered(
     return results[0], item
 
 
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
 async def test_a_host_allowed_once_is_reached_while_the_connection_waits(
-    named_site: tuple[str, int, list[str]], tmp_path: Path
+    named_site: tuple[str, int, list[str]], tmp_path: Path, backend: str
 ) -> None:
+    if backend == "landlock" and (landlock_abi() < 1 or gate_missing() is not None):
+        pytest.skip(f"no Landlock jail with a gate here: {gate_missing() or 'no Landlock'}")
     name, port, _ = named_site
-    async with serving(tmp_path, "ask", [f"listed.invalid:{port}", f"127.0.0.1:{port}"]) as (client, _):
+    allow = [f"listed.invalid:{port}", f"127.0.0.1:{port}"]
+    async with serving(tmp_path, "ask", allow, backend) as (client, _):
         before = len(Handler.hits)
         result, item = await fetch_answered(client, tmp_path, f"http://{name}:{port}/once", "approve")
         assert (item["server"], item["tool"], item["kind"]) == ("r", f"{name}:{port}", "egress")
