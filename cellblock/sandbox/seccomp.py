@@ -26,11 +26,9 @@ import functools
 import importlib
 import os
 import platform
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
-from cellblock.sandbox.types import JailError
+from cellblock.sandbox.types import Check, Compare, JailError, Rule
 
 __all__ = [
     "CLONE_NAMESPACES",
@@ -78,42 +76,6 @@ SUMMARY = (
 # A rule's "error" that is no errno: the call waits for the process holding the filter's listener
 # to answer it (seccomp user notification; `sandbox/connects.py` answers a Landlock jail's connects).
 NOTIFY = -1
-
-
-class Compare(StrEnum):
-    """How a rule looks at one argument; the values are libseccomp's names for the comparisons."""
-
-    EQ = "EQ"
-    GE = "GE"
-    MASKED_EQ = "MASKED_EQ"  # (argument & mask) == datum
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    """One more comparison a `Rule` needs to hold as well: of another argument."""
-
-    arg: int
-    compare: Compare = Compare.EQ
-    datum: int = 0
-    mask: int = 0  # MASKED_EQ only
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """`syscall` fails with `error` (an errno) when its argument `arg` compares true (and every one
-    of `also` does); always when `arg` is None.
-
-    Rules for one system call are ORed. libseccomp refuses two comparisons of one argument in
-    one rule, so a range is written as several rules.
-    """
-
-    syscall: str
-    error: int
-    arg: int | None = None
-    compare: Compare = Compare.EQ
-    datum: int = 0
-    mask: int = 0  # MASKED_EQ only
-    also: tuple[Check, ...] = ()
 
 
 def _always(error: int, *names: str) -> list[Rule]:

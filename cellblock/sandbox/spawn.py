@@ -36,11 +36,14 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from cellblock.sandbox.connects import ConnectGate
 from cellblock.sandbox.limits import BLOCK_FD, INFO_FD, Confinement, confine
 from cellblock.sandbox.marks import JOIN, MARK_PROCS, Mark, made
 from cellblock.sandbox.types import JailError, LaunchPlan, LimitPlan, MarkPlan
+
+if TYPE_CHECKING:  # opened only for a Landlock jail's network, in the gateway's process (it needs anyio)
+    from cellblock.sandbox.connects import ConnectGate
 
 __all__ = [
     "GATE_FD",
@@ -239,6 +242,8 @@ def spawn_args(plan: LaunchPlan) -> Iterator[Spawn]:
             mark = _mark(plan.mark)
             argv[slots[MARK_PROCS]] = str(mark.path / "cgroup.procs")
         if plan.gate is not None:
+            from cellblock.sandbox.connects import ConnectGate  # see the TYPE_CHECKING import above
+
             try:
                 gate = ConnectGate(plan.gate.server, plan.gate.egress_socket, plan.gate.modes_beneath)
             except OSError as exc:

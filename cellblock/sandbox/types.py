@@ -11,12 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from cellblock.policy.errors import CellblockError
-
-if TYPE_CHECKING:  # seccomp.py raises JailError, from here
-    from cellblock.sandbox.seccomp import Rule
 
 __all__ = [
     "Backend",
@@ -175,6 +172,45 @@ class MarkPlan:
 
     server: str
     base: str
+
+
+# -- a seccomp rule (sandbox/seccomp.py builds filters of them) --------------------------------
+
+
+class Compare(StrEnum):
+    """How a rule looks at one argument; the values are libseccomp's names for the comparisons."""
+
+    EQ = "EQ"
+    GE = "GE"
+    MASKED_EQ = "MASKED_EQ"  # (argument & mask) == datum
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One more comparison a `Rule` needs to hold as well: of another argument."""
+
+    arg: int
+    compare: Compare = Compare.EQ
+    datum: int = 0
+    mask: int = 0  # MASKED_EQ only
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """`syscall` fails with `error` (an errno) when its argument `arg` compares true (and every one
+    of `also` does); always when `arg` is None.
+
+    Rules for one system call are ORed. libseccomp refuses two comparisons of one argument in
+    one rule, so a range is written as several rules.
+    """
+
+    syscall: str
+    error: int
+    arg: int | None = None
+    compare: Compare = Compare.EQ
+    datum: int = 0
+    mask: int = 0  # MASKED_EQ only
+    also: tuple[Check, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

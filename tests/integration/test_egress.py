@@ -108,7 +108,7 @@ async def test_a_real_fetch_server_reaches_only_the_listed_host(site: int, tmp_p
 
 
 async def run_in_allowlist_jail(
-    tmp_path: Path, argv: list[str], allow: list[str], backend: str
+    tmp_path: Path, argv: list[str], allow: list[str], backend: str = "bwrap"
 ) -> tuple[int, str, list[Decision]]:
     """Run `argv` as a server would run: jailed on `backend`, allowlist network, behind a live egress proxy."""
     jail = {"network": "allowlist", "allow_hosts": allow, "backend": backend}
