@@ -29,7 +29,9 @@ close that bwrap does is in `landlock_gaps`; what it cannot enforce at all refus
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -52,15 +54,25 @@ from cellblock.sandbox.seccomp import (
     jail_filter,
 )
 from cellblock.sandbox.sockets import ABSTRACT_SCOPE_ABI, SCOPE
-from cellblock.sandbox.spawn import GATE_FD, GATE_PORT, SECCOMP_FD
+from cellblock.sandbox.spawn import GATE_FD, GATE_PORT, SECCOMP_FD, run_plan
 from cellblock.sandbox.types import GatePlan, JailError, JailSpec, LaunchPlan, Mount, MountMode, Network
 
-__all__ = ["DEVICES", "LANDLOCKED", "NETWORK_ABI", "landlock_gaps", "landlock_plan", "landlock_refusal"]
+__all__ = [
+    "DEVICES",
+    "LANDLOCKED",
+    "NETWORK_ABI",
+    "check_landlock",
+    "landlock_gaps",
+    "landlock_plan",
+    "landlock_refusal",
+]
 
 LANDLOCKED = str(Path(__file__).resolve().with_name("landlocked.py"))
 _PIN = str(Path(__file__).resolve().with_name("pin.py"))
 # The Landlock ABI with TCP bind and connect rules (Linux 6.7).
 NETWORK_ABI = 4
+# A trial jail starts in milliseconds; one that has not ended by then will not.
+CHECK_SECONDS = 10
 # What of /dev a program needs: the data sinks and sources, its terminal.
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts")
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -246,6 +258,29 @@ def landlock_plan(
         made=tuple(p for p in (tmp, None if spec.home_source else home) if p is not None),
         gate=gate,
     )
+
+
+def check_landlock() -> None:
+    """Start one trial Landlock jail (of `true`, with its seccomp filter, and no network where the
+    ABI can refuse it), as `bwrap.check_bwrap` starts one of bwrap's.
+
+    Raises:
+        JailError: Landlock cannot hold even that jail here, or its launcher failed to lock it down
+            (its own words, e.g. a container's seccomp profile refusing a call it makes).
+    """
+    program = shutil.which("true", path="/usr/bin:/bin") or "/bin/true"
+    abi = landlock_abi()
+    network = Network.NONE if abi >= NETWORK_ABI else Network.OPEN
+    spec = JailSpec("trial", (program,), {"PATH": "/usr/bin:/bin"}, network=network)
+    with tempfile.TemporaryDirectory(prefix="cellblock-landlock-") as private:
+        plan = landlock_plan(spec, [], private, abi=abi)
+        try:
+            done = run_plan(plan, CHECK_SECONDS)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise JailError(f"the trial Landlock jail could not be run: {exc}") from exc
+    if done.returncode != 0:
+        said = done.stderr.strip().splitlines()
+        raise JailError(f"the trial Landlock jail failed: {said[-1] if said else f'exit {done.returncode}'}")
 
 
 def _private_dirs(spec: JailSpec, private: str) -> tuple[str, str | None]:

@@ -152,6 +152,20 @@ def test_doctor_without_bwrap_says_what_to_install_and_that_landlock_jails_serve
 
 
 @pytest.mark.skipif(landlock_abi() < 4, reason="needs Landlock's TCP rules to hold a network: none jail")
+def test_doctor_fails_where_its_trial_landlock_jail_cannot_lock_itself_down(tmp_path: Path) -> None:
+    """The trial is a real jail: planned for an ABI this kernel lacks (the gateway told 99, its launcher
+    asking the kernel itself), it does not start, and doctor says so in the launcher's words."""
+    folder = tmp_path / "abi-99"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text("import cellblock.sandbox.pins as pins\npins.landlock_abi = lambda: 99\n")
+    done = cellblock("doctor", env={"PATH": str(tmp_path), "PYTHONPATH": str(folder)})
+    assert done.returncode == 1, done.stdout
+    assert "FAIL  jail backend: none: bubblewrap cannot build jails here, nor Landlock" in done.stdout, done.stdout
+    assert "the trial Landlock jail failed: cellblock-landlock: cannot lock the jail down" in done.stdout
+    assert f"this kernel has Landlock ABI {landlock_abi()}, and the jail was planned for ABI 99" in done.stdout
+
+
+@pytest.mark.skipif(landlock_abi() < 4, reason="needs Landlock's TCP rules to hold a network: none jail")
 def test_doctor_on_landlock_warns_where_the_gateway_cannot_make_a_jails_connections(tmp_path: Path) -> None:
     """As in a container whose seccomp profile refuses pidfd_getfd: allowlist servers cannot start."""
     folder = tmp_path / "no-gate"

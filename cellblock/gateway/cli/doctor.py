@@ -20,10 +20,9 @@ from cellblock.sandbox.backends import choose
 from cellblock.sandbox.bwrap import check_bwrap, namespace_hint
 from cellblock.sandbox.connects import gate_missing
 from cellblock.sandbox.jailnet import check_netns
-from cellblock.sandbox.landlock import landlock_gaps, landlock_refusal
+from cellblock.sandbox.landlock import check_landlock, landlock_gaps, landlock_refusal
 from cellblock.sandbox.limits import enforcement
 from cellblock.sandbox.pins import landlock_abi
-from cellblock.sandbox.seccomp import jail_filter
 from cellblock.sandbox.types import JailError, JailSpec, LaunchPlan, Mechanism
 
 __all__ = ["Runner", "doctor", "doctor_command", "run_plan"]
@@ -159,9 +158,10 @@ def _linux() -> bool:
     print(f"WARN  bubblewrap: cannot build jails here: {refused}")
     why = landlock_refusal(JailSpec("doctor", ("/usr/bin/true",), {}), abi)
     try:
-        jail_filter()  # a Landlock jail gets the same seccomp filter
+        if why is None:
+            check_landlock()  # a real jail, its seccomp filter included
     except JailError as exc:
-        why = why or str(exc)
+        why = str(exc)
     if why is not None:
         return _line(False, "jail backend", f"none: bubblewrap cannot build jails here, nor Landlock: {why}")
     lacks = "; ".join(landlock_gaps(JailSpec("doctor", ("/usr/bin/true",), {}), abi)) or "nothing"
