@@ -18,6 +18,7 @@ import errno
 import json
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from cellblock.sandbox.connects import ConnectGate, gate_missing
 from cellblock.sandbox.landlock import landlock_plan
 from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.spawn import spawn_args
+from cellblock.sandbox.trace import Kind, parse_trace, traced
 from cellblock.sandbox.types import JailSpec, LaunchPlan, Mount, MountMode, Network
 from cellblock.sandbox.unix import SUN_PATH, reachable
 
@@ -876,3 +878,24 @@ def test_the_proxys_socket_is_reached_however_long_its_path(tmp_path: Path) -> N
     finally:
         proxy.close()
     assert said == {"far": "proxy got hello"} and proxy.carried == [b"hello"]
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="learn and scan trace with strace (apt-get install strace)")
+def test_a_traced_jail_reaches_the_proxy_through_the_gate_and_the_trace_shows_the_connect(
+    tmp_path: Path, proxy: Proxy
+) -> None:
+    """`learn` and `scan` run a jail under strace: the gate still makes its connections."""
+    output = tmp_path / "trace"
+    with spawn_args(plan_for(tmp_path, HELLO + 'hello("traced")\nprint(json.dumps(said))', proxy)) as spawn:
+        assert spawn.gate is not None
+        try:
+            argv = traced(spawn.argv, str(output), shutil.which("strace") or "strace")
+            done = subprocess.run(argv, capture_output=True, text=True, pass_fds=spawn.pass_fds, timeout=SECONDS)
+        finally:
+            spawn.gate.close()
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"traced": "proxy got hello"}
+    assert proxy.carried == [b"hello"]
+    trace = parse_trace(output.read_text())
+    assert trace.command == PYTHON  # the server, not the launcher before it
+    assert [e.target for e in trace.events if e.kind is Kind.CONNECT] == [f"127.0.0.1:{spawn.gate.port}"]
