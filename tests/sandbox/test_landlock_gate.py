@@ -23,7 +23,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +128,12 @@ def unjailed(code: str, port: int) -> dict[str, Any]:
     )
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def elsewhere(held: list[socket.socket], backlog: int) -> Callable[[int], None]:
+    """What listens, before the jail starts, on the gate's port at 127.0.0.2 (what a port rule would
+    let through), keeping the listener in `held`."""
+    return lambda port: held.append(socket.create_server(("127.0.0.2", port), backlog=backlog))
 
 
 def arrived(listener: socket.socket) -> int:
@@ -540,8 +546,7 @@ def test_other_ways_to_a_connection_are_refused_and_calls_meant_to_trip_the_gate
     tmp_path: Path, proxy: Proxy
 ) -> None:
     held: list[socket.socket] = []
-    listen = lambda port: held.append(socket.create_server(("127.0.0.2", port), backlog=512))  # noqa: E731
-    said = run(plan_for(tmp_path, OTHER_WAYS, proxy), listen)
+    said = run(plan_for(tmp_path, OTHER_WAYS, proxy), elsewhere(held, backlog=512))
     with held[0]:
         assert arrived(held[0]) == 0, said
         assert said["proxy"] == "proxy got hello", said  # still answering, after all the rest
@@ -765,8 +770,7 @@ def test_processes_of_the_jail_at_once_reach_the_proxy_with_passed_sockets_and_n
     tmp_path: Path, proxy: Proxy
 ) -> None:
     held: list[socket.socket] = []
-    listen = lambda port: held.append(socket.create_server(("127.0.0.2", port), backlog=64))  # noqa: E731
-    said = run(plan_for(tmp_path, CROWDS, proxy), listen)
+    said = run(plan_for(tmp_path, CROWDS, proxy), elsewhere(held, backlog=64))
     with held[0]:
         assert said == {"proxy got hello": 12, "PermissionError": 12}, said
         assert arrived(held[0]) == 0 and proxy.carried == [b"hello"] * 12
