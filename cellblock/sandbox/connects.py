@@ -46,6 +46,8 @@ from cellblock.sandbox.modes import MODE_CALLS, change_mode
 from cellblock.sandbox.pin import SYS_SECCOMP
 from cellblock.sandbox.relay import ACCEPT_BACKOFF, MAX_CONNECTIONS, serve_connection
 from cellblock.sandbox.seccomp import syscall_name
+from cellblock.sandbox.sidecars import FILE_CALLS, Opened, Sidecars
+from cellblock.sandbox.types import GatePlan
 from cellblock.sandbox.unix import reachable
 
 __all__ = ["LOOPBACK", "ConnectGate", "gate_missing"]
@@ -63,6 +65,11 @@ _RESP = struct.Struct("=QqiI")
 NOTIF_RECV = 0xC0000000 | (_NOTIF.size << 16) | (ord("!") << 8) | 0
 NOTIF_SEND = 0xC0000000 | (_RESP.size << 16) | (ord("!") << 8) | 1
 NOTIF_ID_VALID = 0x40000000 | (8 << 16) | (ord("!") << 8) | 2
+# struct seccomp_notif_addfd (id, flags, srcfd, newfd, newfd_flags): a descriptor put into the caller
+_ADDFD = struct.Struct("=QIIII")
+NOTIF_ADDFD = 0x40000000 | (_ADDFD.size << 16) | (ord("!") << 8) | 3
+_ADDFD_SEND = 1 << 1  # ... and the call answered with its number, at once (Linux 5.14)
+_FLAG_CONTINUE = 1  # the call goes on as the caller made it, judged by the kernel (Landlock)
 SECCOMP_GET_ACTION_AVAIL, SECCOMP_RET_USER_NOTIF = 2, 0x7FC00000
 # The longest address read: a sockaddr_in6 (for the refusal's message); a sockaddr_in is 16 bytes.
 _ADDRESS_BYTES = 28
@@ -99,21 +106,46 @@ def gate_missing() -> str | None:
 
 
 class ConnectGate:
-    """The gate of one run of server `name`'s jail, carrying what it allows to the proxy at
-    `egress_socket`. Give the launcher `child` (``--gate``) and `port` (``--proxy-port``), call
-    `spawned` once it is started, and `close` once it has ended."""
+    """The gate of one run of a server's jail, as its `plan` asks: carrying the connections it
+    allows to the egress proxy, a root installer's mode changes, the files beside lone granted files
+    (`sandbox/sidecars.py`). Give the launcher `child` (``--gate``) and, where the jail's network
+    goes through the proxy, `port` (``--proxy-port``); call `spawned` once it is started, and `close`
+    once it has ended.
 
-    def __init__(self, name: str, egress_socket: str, modes_beneath: str | None = None) -> None:
-        self.name = name
-        # the proxy's socket by a path short enough to connect to, however long its own
-        self._held = contextlib.ExitStack()
-        self._egress = self._held.enter_context(reachable(egress_socket))
+    Raises:
+        OSError: what it holds cannot be opened (nothing is left open).
+    """
+
+    def __init__(self, plan: GatePlan) -> None:
+        self.name = name = plan.server
         # a root installer's: its mode changes are made beneath this directory (sandbox/modes.py)
-        self._modes = modes_beneath
-        self._beneath = os.open(modes_beneath, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) if modes_beneath else -1
-        self._listener = socket.create_server((LOOPBACK, 0), backlog=128)
-        self.port: int = self._listener.getsockname()[1]
-        self._ours, self._theirs = socket.socketpair()
+        self._modes = plan.modes_beneath
+        self._beneath = -1
+        self._sidecars: Sidecars | None = None
+        self._listener: socket.socket | None = None
+        self._egress = ""
+        self.port = 0
+        # everything it opens, closed by `close` (or here, when a later one cannot be opened)
+        self._held = contextlib.ExitStack()
+        try:
+            self._ours, self._theirs = (self._held.enter_context(end) for end in socket.socketpair())
+            self._stop, self._stopping = os.pipe()
+            self._held.callback(os.close, self._stop)
+            self._held.callback(os.close, self._stopping)
+            if plan.modes_beneath is not None:
+                self._beneath = os.open(plan.modes_beneath, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                self._held.callback(os.close, self._beneath)
+            if plan.beside:
+                self._sidecars = Sidecars(plan.beside)
+                self._held.callback(self._sidecars.close)
+            if plan.egress_socket is not None:
+                # the proxy's socket by a path short enough to connect to, however long its own
+                self._egress = self._held.enter_context(reachable(plan.egress_socket))
+                self._listener = self._held.enter_context(socket.create_server((LOOPBACK, 0), backlog=128))
+                self.port = self._listener.getsockname()[1]
+        except BaseException:
+            self._held.close()
+            raise
         self.child = self._theirs.fileno()
         self._expected: set[tuple[str, int]] = set()  # the source addresses of the connections it made
         self._told: set[tuple[str, int]] = set()
@@ -122,12 +154,13 @@ class ConnectGate:
         self._connecting = threading.BoundedSemaphore(_CONNECTING)
         self._workers: set[threading.Thread] = set()
         self._sockets: set[socket.socket] = set()
-        self._stop, self._stopping = os.pipe()
         self._closed = False
-        self._threads = [
-            threading.Thread(target=self._notices, name=f"gate-{name}", daemon=True),
-            threading.Thread(target=self._accepts, name=f"gate-{name}-accept", daemon=True),
-        ]
+        self._threads = [threading.Thread(target=self._notices, name=f"gate-{name}", daemon=True)]
+        if self._listener is not None:
+            accepts = threading.Thread(
+                target=self._accepts, args=(self._listener,), name=f"gate-{name}-accept", daemon=True
+            )
+            self._threads.append(accepts)
         for thread in self._threads:
             thread.start()
 
@@ -142,8 +175,9 @@ class ConnectGate:
             return
         self._closed = True
         os.write(self._stopping, b"x")
-        with contextlib.suppress(OSError):
-            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        if self._listener is not None:
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
         deadline = time.monotonic() + _JOIN_SECONDS
         self._abort()  # frees the slots the notices' thread may be waiting for
         for thread in self._threads:
@@ -151,12 +185,6 @@ class ConnectGate:
         self._abort()  # a connect started meanwhile: it sees the gate closed, or is shut down here
         for thread in list(self._workers):
             thread.join(max(0.0, deadline - time.monotonic()))
-        for each in (self._listener, self._ours, self._theirs):
-            each.close()
-        os.close(self._stop)
-        os.close(self._stopping)
-        if self._beneath >= 0:
-            os.close(self._beneath)
         self._held.close()
 
     def _abort(self) -> None:
@@ -206,6 +234,9 @@ class ConnectGate:
             return  # the caller went away before it was read
         ident, pid, _, number, arch, _, *args = _NOTIF.unpack(notice)
         call = syscall_name(arch, number)
+        if call in FILE_CALLS and self._sidecars is not None:
+            _hand(listener, ident, self._sidecars.answer(pid, call, args, lambda: _waiting(listener, ident)))
+            return
         if call != "connect":
             _reply(listener, ident, self._mode(listener, ident, pid, call, args))
             return
@@ -364,10 +395,10 @@ class ConnectGate:
 
     # -- the listener ---------------------------------------------------------------------------
 
-    def _accepts(self) -> None:
+    def _accepts(self, listener: socket.socket) -> None:
         while True:
             try:
-                client, peer = self._listener.accept()
+                client, peer = listener.accept()
             except OSError:
                 if self._closed:
                     return
@@ -390,9 +421,29 @@ class ConnectGate:
                 self._slots.release()
 
 
-def _reply(listener: int, ident: int, error: int) -> None:
+def _reply(listener: int, ident: int, error: int, flags: int = 0) -> None:
     with contextlib.suppress(OSError):  # the caller may have gone away meanwhile
-        fcntl.ioctl(listener, NOTIF_SEND, _RESP.pack(ident, 0, -error, 0))
+        fcntl.ioctl(listener, NOTIF_SEND, _RESP.pack(ident, 0, -error, flags))
+
+
+def _hand(listener: int, ident: int, answer: int | Opened | None) -> None:
+    """Answer a file call: let it go on (None), fail it or say it is done (an error number, 0), or
+    hand it the descriptor opened for it, as its result, in one step (the kernel's ADDFD_FLAG_SEND)."""
+    if answer is None:
+        _reply(listener, ident, 0, _FLAG_CONTINUE)
+    elif isinstance(answer, int):
+        _reply(listener, ident, answer)
+    else:
+        try:
+            fcntl.ioctl(listener, NOTIF_ADDFD, _ADDFD.pack(ident, _ADDFD_SEND, answer.fd, 0, _cloexec(answer)))
+        except OSError as exc:  # the caller went away, or it is out of descriptors (EMFILE: its answer)
+            _reply(listener, ident, exc.errno or errno.EMFILE)
+        finally:
+            os.close(answer.fd)
+
+
+def _cloexec(opened: Opened) -> int:
+    return os.O_CLOEXEC if opened.cloexec else 0
 
 
 def _waiting(listener: int, ident: int) -> bool:

@@ -49,6 +49,7 @@ from cellblock.sandbox.seccomp import (
     LANDLOCK_ROOT_INSTALL_RULES,
     LANDLOCK_ROOT_RULES,
     LANDLOCK_RULES,
+    LANDLOCK_SIDECAR_RULES,
     RULES,
     Rule,
     jail_filter,
@@ -166,6 +167,12 @@ def landlock_gaps(spec: JailSpec, abi: int, launchers: Sequence[Mount] = ()) -> 
         )
     if spec.home_source is None or spec.tmp:
         gaps.append("its home and tmp are directories on disk: what it writes there is not bounded by its memory limit")
+    if gate_missing() is not None and _lone_files(spec.read_write, spec.read_write):
+        gaps.append(
+            "nothing can be made beside a file granted alone in read_write (a database's journal: the database is "
+            f"read-only to SQLite), since the gateway cannot make those files here ({gate_missing()}); grant its "
+            "directory instead"
+        )
     return tuple(gaps)
 
 
@@ -229,7 +236,8 @@ def landlock_plan(
     env = {**spec.env, "HOME": home}
     env.pop("TMPDIR", None)
     env |= {"TMPDIR": tmp} if tmp else {}
-    calls = _seccomp_rules(spec)
+    beside = _lone_files(spec.read_write, writable) if gate_missing() is None else ()
+    calls = _seccomp_rules(spec) + (LANDLOCK_SIDECAR_RULES if beside else ())
     program = jail_filter(calls)
     options = ["--abi", str(abi), "--seccomp", SECCOMP_FD]
     options += [w for key, value in sorted(env.items()) for w in ("--setenv", key, value)]
@@ -241,8 +249,12 @@ def landlock_plan(
     if spec.network in (Network.ALLOWLIST, Network.ASK):
         if spec.egress_socket is None:
             raise JailError(f"server '{spec.name}': network: {spec.network.value} needs the gateway's egress proxy")
-        gate = GatePlan(spec.name, spec.egress_socket, spec.modes_beneath if os.geteuid() == 0 else None)
+        modes = spec.modes_beneath if os.geteuid() == 0 else None
+        gate = GatePlan(spec.name, spec.egress_socket, modes, beside)
         options += ["--gate", GATE_FD, "--proxy-port", GATE_PORT]
+    elif beside:
+        gate = GatePlan(spec.name, beside=beside)
+        options += ["--gate", GATE_FD]
     script = (os.path.realpath(sys.executable), "-I", "-S", LANDLOCKED)
     return LaunchPlan(
         argv=(*script, *options, "--chdir", cwd, "--", *_server_argv(spec.argv)),
@@ -315,6 +327,17 @@ def _seccomp_rules(spec: JailSpec) -> tuple[Rule, ...]:
         installs = spec.modes_beneath is not None and spec.network in (Network.ALLOWLIST, Network.ASK)
         rules += LANDLOCK_ROOT_INSTALL_RULES if installs else LANDLOCK_ROOT_RULES
     return rules
+
+
+def _lone_files(grants: Sequence[str], writable: Sequence[str]) -> tuple[str, ...]:
+    """The `grants` that are a file in a directory no `writable` path holds: what is made beside
+    them (a database's journal) the gateway makes (sandbox/sidecars.py)."""
+    return tuple(
+        g
+        for g in grants
+        if os.path.isfile(g)
+        and not any(within(os.path.dirname(os.path.realpath(g)), os.path.realpath(w)) for w in writable)
+    )
 
 
 def _taken_back(spec: JailSpec, inner: Sequence[str]) -> list[tuple[str, str]]:

@@ -6,7 +6,7 @@ made (`sandbox/landlock.py` builds the command)::
     landlocked.py --abi N [--info-fd N --block-fd M] [--setenv KEY VALUE ...] [--keep KEY ...]
                   [--unsetenv KEY ...] --seccomp FD
                   [--read PATH ...] [--run PATH ...] [--write PATH ...] [--write-run PATH ...]
-                  [--exec FILE ...] [--device PATH ...] [--no-network | --gate FD --proxy-port PORT]
+                  [--exec FILE ...] [--device PATH ...] [--no-network] [--gate FD [--proxy-port PORT]]
                   --chdir DIR -- ARGV...
 
 In this one process, single-threaded, before `execve` (a Landlock domain binds the thread that
@@ -22,14 +22,15 @@ enters it and what it starts afterwards, so every thread and child of the server
    beneath the paths given (``--read``: read; ``--run``: read and execute; ``--write``: read and
    write; ``--write-run``: both; ``--exec``: execute that file; ``--device``: read, write and
    ioctl); with ``--no-network`` TCP bind and connect handled with no rule (ABI 4); abstract Unix
-   sockets and signals scoped to the domain (ABI 6); with ``--gate`` (``network: allowlist`` or
-   ``ask``) TCP bind and connect handled with no rule too where the ABI has them: the gateway
+   sockets and signals scoped to the domain (ABI 6); with ``--proxy-port`` (``network: allowlist``
+   or ``ask``) TCP bind and connect handled with no rule too where the ABI has them: the gateway
    makes each connection (below);
 6. the seccomp filter read from FD (`seccomp.LANDLOCK_RULES` and the network's); with ``--gate``
    installed with a listener, which is sent to the gateway over the Unix socket at descriptor FD
-   and closed here: every connect() of the server then waits for the gateway
-   (`sandbox/connects.py`), and fails once nobody holds the listener. ``--proxy-port`` points the
-   proxy variables at the gateway's egress listener on 127.0.0.1:PORT;
+   and closed here: each call the filter hands on (a connect, a root installer's chmod, an open
+   of a jail with a file granted alone) then waits for the gateway (`sandbox/connects.py`), and
+   fails once nobody holds the listener. ``--proxy-port`` points the proxy variables at the
+   gateway's egress listener on 127.0.0.1:PORT;
 7. `execve` of ARGV with each ``--setenv`` and the variables of its own environment named by
    ``--keep`` (secrets, which never go into an argv), less each ``--unsetenv``: what the spawner
    added besides goes.
@@ -76,7 +77,7 @@ ACCESS = {
     "--device": READ | WRITE_FILE | IOCTL_DEV,
 }
 VALUED = {*ACCESS, "--abi", "--info-fd", "--block-fd", "--keep", "--unsetenv", "--seccomp", "--chdir"}
-VALUED |= {"--gate", "--proxy-port"}  # network: allowlist or ask (step 6)
+VALUED |= {"--gate", "--proxy-port"}  # the calls the gateway makes, and the proxy (step 6)
 _PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")
 
 
@@ -156,7 +157,7 @@ def _lock_down(pairs: list[tuple[str, str]], abi: int) -> None:
         import socket
     with os.fdopen(int(values["--seccomp"]), "rb") as handle:
         program = handle.read()
-    net = NET_TCP if abi >= NET_ABI and ("--no-network" in values or "--gate" in values) else 0
+    net = NET_TCP if abi >= NET_ABI and ("--no-network" in values or "--proxy-port" in values) else 0
     if "--no-network" in values and not net:
         raise OSError(f"network: none needs Landlock ABI {NET_ABI} for its TCP rules; this plan asks for ABI {abi}")
     rules = [(path, access(option, abi)) for option, path in pairs if option in ACCESS]

@@ -23,14 +23,15 @@ import os
 import struct
 from collections.abc import Callable, Sequence
 
+from cellblock.sandbox.callers import AT_FDCWD, read_path, signed, start_of
+
 __all__ = ["MODE_CALLS", "change_mode"]
 
 MODE_CALLS = ("chmod", "fchmodat", "fchmodat2")
 _LIBC = ctypes.CDLL(None, use_errno=True)
 SYS_OPENAT2 = 437  # the same on x86-64 and aarch64
 RESOLVE_NO_MAGICLINKS, RESOLVE_BENEATH = 0x02, 0x08
-AT_FDCWD, AT_SYMLINK_NOFOLLOW = -100, 0x100
-_PATH_MAX = 4096
+AT_SYMLINK_NOFOLLOW = 0x100
 _SET_ID = 0o6000
 
 
@@ -41,14 +42,14 @@ def change_mode(pid: int, call: str, args: Sequence[int], beneath: int, root: st
     if call == "chmod":
         dirfd, path, mode, flags = AT_FDCWD, args[0], args[1], 0
     else:
-        dirfd = struct.unpack("=i", struct.pack("=I", args[0] & 0xFFFFFFFF))[0]  # an int, sign and all
+        dirfd = signed(args[0])
         path, mode, flags = args[1], args[2], args[3] if call == "fchmodat2" else 0
     mode &= 0o7777
     if mode & _SET_ID:
         return errno.EPERM
     try:
-        name = _read_path(pid, path)
-        start = os.readlink(f"/proc/{pid}/cwd" if dirfd == AT_FDCWD else f"/proc/{pid}/fd/{dirfd}")
+        name = read_path(pid, path)
+        start = start_of(pid, dirfd)
     except OSError as exc:
         return exc.errno or errno.EFAULT
     if not waiting():
@@ -72,25 +73,3 @@ def change_mode(pid: int, call: str, args: Sequence[int], beneath: int, root: st
     finally:
         os.close(opened)
     return 0
-
-
-def _read_path(pid: int, address: int) -> str:
-    """The NUL-ended path at `address` in `pid`'s memory.
-
-    Raises:
-        OSError: it cannot be read, or runs past PATH_MAX (ENAMETOOLONG).
-    """
-    with open(f"/proc/{pid}/mem", "rb", buffering=0) as memory:
-        data = b""
-        while len(data) < _PATH_MAX:
-            try:
-                chunk = os.pread(memory.fileno(), 256, address + len(data))
-            except (OverflowError, ValueError) as exc:
-                raise OSError(errno.EFAULT, "a path outside the caller's memory") from exc
-            if not chunk:
-                raise OSError(errno.EFAULT, "a path outside the caller's memory")
-            end = chunk.find(b"\0")
-            if end >= 0:
-                return os.fsdecode(data + chunk[:end])
-            data += chunk
-    raise OSError(errno.ENAMETOOLONG, "a path longer than PATH_MAX")

@@ -28,6 +28,7 @@ import os
 import platform
 from typing import Any
 
+from cellblock.sandbox.sidecars import FILE_CALLS
 from cellblock.sandbox.types import Check, Compare, JailError, Rule
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "LANDLOCK_ROOT_INSTALL_RULES",
     "LANDLOCK_ROOT_RULES",
     "LANDLOCK_RULES",
+    "LANDLOCK_SIDECAR_RULES",
     "NOTIFY",
     "PIN_STAGE_RULES",
     "RULES",
@@ -295,6 +297,9 @@ LANDLOCK_ROOT_RULES: tuple[Rule, ...] = tuple(_always(errno.EPERM, "chmod", "fch
 # so those calls wait for the gateway, which makes them beneath the install's directory alone
 # (`sandbox/modes.py`).
 LANDLOCK_ROOT_INSTALL_RULES: tuple[Rule, ...] = tuple(Rule(call, NOTIFY) for call in ("chmod", "fchmodat", "fchmodat2"))
+# A Landlock jail with a file granted alone: its opens and removals wait for the gateway, which
+# makes a database's journal beside the file and lets every other call go on (`sandbox/sidecars.py`).
+LANDLOCK_SIDECAR_RULES: tuple[Rule, ...] = tuple(Rule(call, NOTIFY) for call in FILE_CALLS)
 # network: none on Landlock: its TCP rules refuse every bind and connect, but it governs no other
 # protocol, nor listen() on an unbound socket (which binds a free port on every address); a TCP Fast
 # Open send connects without connect() (6.18's Landlock refuses it too; not every kernel's is known

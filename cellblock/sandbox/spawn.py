@@ -14,10 +14,11 @@ itself). The spawner calls `Spawn.release` right after starting the process: it 
 under its limits (`sandbox/limits.py`) and only then lets it go on. A jail that is not released
 (the spawner failed, or forgot) is ended, never let go without its limits.
 
-A Landlock plan whose network goes through the egress proxy carries a gate (`sandbox/connects.py`):
-`spawn_args` opens it, writes the descriptor the launcher hands its filter's listener over and the
-port of the gate's listener into the argv (`GATE_FD`, `GATE_PORT`), and the spawner closes it
-(`Spawn.gate`) once the server has ended; till then the gate makes each of the jail's connections.
+A Landlock plan some of whose calls the gateway makes (its network through the egress proxy, a
+root installer's mode changes, the files beside a lone granted file) carries a gate
+(`sandbox/connects.py`): `spawn_args` opens it, writes the descriptor the launcher hands its
+filter's listener over and, for the network, the port of the gate's listener into the argv
+(`GATE_FD`, `GATE_PORT`), and the spawner closes it (`Spawn.gate`) once the server has ended.
 
 An unjailed server's plan may carry a mark (`sandbox/marks.py`): `spawn_args` makes its cgroup and
 writes the path its first process joins into the argv; the spawner removes it (`Spawn.mark`) once
@@ -226,7 +227,8 @@ def spawn_args(plan: LaunchPlan) -> Iterator[Spawn]:
         slots[MARK_PROCS] = _placeholder(plan.argv, MARK_PROCS, JOIN)
     if plan.gate is not None:
         slots[GATE_FD] = _placeholder(plan.argv, GATE_FD, "--gate")
-        slots[GATE_PORT] = _placeholder(plan.argv, GATE_PORT, "--proxy-port")
+        if plan.gate.egress_socket is not None:
+            slots[GATE_PORT] = _placeholder(plan.argv, GATE_PORT, "--proxy-port")
     hold: Hold | None = None
     mark: Mark | None = None
     gate: ConnectGate | None = None
@@ -245,13 +247,15 @@ def spawn_args(plan: LaunchPlan) -> Iterator[Spawn]:
             from cellblock.sandbox.connects import ConnectGate  # see the TYPE_CHECKING import above
 
             try:
-                gate = ConnectGate(plan.gate.server, plan.gate.egress_socket, plan.gate.modes_beneath)
+                gate = ConnectGate(plan.gate)
             except OSError as exc:
                 raise JailError(
                     f"server '{plan.gate.server}': the gate of its connections cannot be opened ({exc}); "
                     "nothing was started"
                 ) from exc
-            argv[slots[GATE_FD]], argv[slots[GATE_PORT]] = str(gate.child), str(gate.port)
+            argv[slots[GATE_FD]] = str(gate.child)
+            if GATE_PORT in slots:
+                argv[slots[GATE_PORT]] = str(gate.port)
         inherited = (*fds, *(hold.child_fds if hold else ()), *((gate.child,) if gate else ()))
         yield Spawn(tuple(argv), inherited, hold, mark, gate)
     except BaseException:

@@ -215,12 +215,14 @@ class Rule:
 
 @dataclass(frozen=True, slots=True)
 class GatePlan:
-    """A Landlock jail whose connects the gateway makes (`network: allowlist` or `ask`): a gate to
-    open at spawn (sandbox/connects.py), carrying server `server`'s connections to its egress proxy."""
+    """A Landlock jail some of whose calls the gateway makes (sandbox/connects.py), a gate opened at
+    spawn for server `server`: the connects of `network: allowlist` or `ask`, carried to its egress
+    proxy; a root installer's mode changes; the files beside the lone granted files (sandbox/sidecars.py)."""
 
     server: str
-    egress_socket: str
+    egress_socket: str | None = None  # the egress proxy's socket, where the jail's network goes through it
     modes_beneath: str | None = None  # a root installer's: its mode changes, made beneath this directory
+    beside: tuple[str, ...] = ()  # read_write grants of a file alone in a directory the jail may not write
 
 
 @dataclass(frozen=True, slots=True)

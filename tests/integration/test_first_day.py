@@ -29,7 +29,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -44,9 +44,11 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
+from cellblock.sandbox.connects import gate_missing
 from cellblock.sandbox.packages import REGISTRY_ENV
+from cellblock.sandbox.pins import landlock_abi
 from tests import peers
-from tests.integration.conftest import bus_at_the_standard_path, own_address
+from tests.integration.conftest import NO_USERNS, bus_at_the_standard_path, own_address
 from tests.integration.test_install_hosts import BROWSER, FETCH
 from tests.registry import npm_registry
 
@@ -164,9 +166,9 @@ def _text(result: types.CallToolResult) -> str:
     return "".join(getattr(c, "text", "") for c in result.content)
 
 
-def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    """`cellblock ARGS` from the user's shell: exactly `env`."""
-    command = [sys.executable, "-m", "cellblock.gateway.cli.main", *args]
+def _run(env: dict[str, str], prefix: Sequence[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`cellblock ARGS` from the user's shell: exactly `env` (under `prefix`: `NO_USERNS`, or nothing)."""
+    command = [*prefix, sys.executable, "-m", "cellblock.gateway.cli.main", *args]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
 
 
@@ -198,9 +200,21 @@ async def test_mcp_server_sqlite_on_the_python_sdk_1_declares_resources_it_has_n
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="placing a bus at /run/user/<uid> needs a mount namespace (root)")
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
 async def test_a_first_day_from_wrap_to_a_call_to_each_server_with_no_hand_edit(
-    tmp_path: Path, keyring_env: dict[str, str], site: Site, mirror: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    keyring_env: dict[str, str],
+    site: Site,
+    mirror: str,
+    monkeypatch: pytest.MonkeyPatch,
+    backend: str,
 ) -> None:
+    """On a machine where bwrap builds its jails, and on one that refuses namespaces, where `auto`
+    chooses Landlock (every command under `NO_USERNS`, as the user's whole session would be)."""
+    if backend == "landlock" and (landlock_abi() < 4 or gate_missing() is not None):
+        pytest.skip("needs Landlock ABI 4 (Linux 6.7) and a gate (seccomp user notification, pidfd_getfd)")
+    prefix = NO_USERNS if backend == "landlock" else ()
+    del site.seen[:]  # the site is the module's: what an earlier case asked of it is not this one's
     home = tmp_path / "home"
     home.mkdir()
     database = home / "test.db"  # not there yet: where the server is to create it
@@ -233,7 +247,7 @@ async def test_a_first_day_from_wrap_to_a_call_to_each_server_with_no_hand_edit(
     registry = {k: os.environ[k] for k in REGISTRY_ENV if k in os.environ}
     shell = {**client, **keyring_env, **registry, "npm_config_registry": mirror}  # the user's terminal
     try:
-        wrapped = _run(shell, "wrap", str(client_config))
+        wrapped = _run(shell, prefix, "wrap", str(client_config))
         assert wrapped.returncode == 0, wrapped.stderr
         for package in (CONTEXT7, BROWSING, TIME):
             assert f"cellblock: installed {package} for '" in wrapped.stderr, wrapped.stderr
@@ -250,9 +264,9 @@ async def test_a_first_day_from_wrap_to_a_call_to_each_server_with_no_hand_edit(
         assert downloads == ["/chrome/browser.zip"], site.seen  # by the stand-in's install, from its jail
 
         # the README's first start: each server met, what it offers shown, then approved
-        diffed = _run(shell, "diff", "--all")
+        diffed = _run(shell, prefix, "diff", "--all")
         assert diffed.returncode == 1 and "could not meet" not in diffed.stderr, diffed.stdout + diffed.stderr
-        approved = _run(shell, "approve", "--all")
+        approved = _run(shell, prefix, "approve", "--all")
         assert approved.returncode == 0, approved.stderr
         for name in servers:
             assert f"first contact with '{name}'" in diffed.stdout + diffed.stderr, diffed.stdout + diffed.stderr
@@ -261,7 +275,8 @@ async def test_a_first_day_from_wrap_to_a_call_to_each_server_with_no_hand_edit(
         entry = json.loads(client_config.read_text())["mcpServers"]["cellblock"]
         config = Path(entry["args"][entry["args"].index("--config") + 1])
         bus_dir = str(Path(keyring_env["DBUS_SESSION_BUS_ADDRESS"].removeprefix("unix:path=").split(",")[0]).parent)
-        started = [*bus_at_the_standard_path(bus_dir), entry["command"], *entry["args"]]
+        # the user namespace first: the bus's prefix ends by taking out what a shell adds (PWD)
+        started = [*prefix, *bus_at_the_standard_path(bus_dir), entry["command"], *entry["args"]]
         params = StdioServerParameters(command=started[0], args=started[1:], env=client)
         # Claude Desktop passes these three alone; the SDK's client would add SHELL, TERM and LOGNAME
         monkeypatch.setattr("mcp.client.stdio.get_default_environment", dict)
@@ -299,6 +314,8 @@ async def test_a_first_day_from_wrap_to_a_call_to_each_server_with_no_hand_edit(
         audit = (home / ".local" / "state" / "cellblock" / "audit.jsonl").read_text().splitlines()
         egress = [(e["server"], e["host"], e["decision"]) for e in map(json.loads, audit) if e["event"] == "egress"]
         assert egress == [("context7", address.partition(":")[0], "allow")], egress
+        ready = {e["server"]: e.get("backend") for e in map(json.loads, audit) if e["event"] == "server_ready"}
+        assert ready == dict.fromkeys(servers, backend), ready  # each in the jail this machine can build
 
         # the next launch starts the server again (lazily, on its call): its data is still there
         with log.open("a") as errlog:

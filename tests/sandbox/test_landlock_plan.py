@@ -19,6 +19,7 @@ from cellblock.sandbox.seccomp import (
     LANDLOCK_PROXIED_RULES,
     LANDLOCK_ROOT_RULES,
     LANDLOCK_RULES,
+    LANDLOCK_SIDECAR_RULES,
     RULES,
     build_filter,
 )
@@ -99,6 +100,32 @@ def test_a_proxied_plan_hands_its_connects_to_a_gate_and_points_the_proxy_variab
     assert plan.seccomp == build_filter((*LANDLOCK_RULES, *LANDLOCK_PROXIED_RULES, *root_rules()))
     with pytest.raises(JailError, match="needs the gateway's egress proxy"):
         landlock_plan(spec(tmp_path, network=Network.ALLOWLIST), [], str(tmp_path), abi=7)
+
+
+def test_a_file_granted_alone_hands_its_opens_to_a_gate_and_one_in_a_writable_directory_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if gate_missing() is not None:
+        pytest.skip(f"this machine cannot run a gate: {gate_missing()}")
+    (tmp_path / "home").mkdir()
+    (tmp_path / "project").mkdir()
+    alone, beside = tmp_path / "home" / "test.db", tmp_path / "project" / "kept.db"
+    alone.touch()
+    beside.touch()
+    grants = (str(alone), str(tmp_path / "project"), str(beside))
+    plan = landlock_plan(spec(tmp_path, read_write=grants), [], str(tmp_path / "private"), abi=7)
+    assert plan.gate == GatePlan("srv", beside=(str(alone),))
+    assert options(plan.argv, "--gate") == [GATE_FD] and "--proxy-port" not in plan.argv
+    assert "--no-network" in plan.argv  # its network is what it was
+    assert plan.seccomp == build_filter(
+        (*LANDLOCK_RULES, *LANDLOCK_NO_NETWORK_RULES, *root_rules(), *LANDLOCK_SIDECAR_RULES)
+    )
+    assert landlock_plan(spec(tmp_path, read_write=grants[1:]), [], str(tmp_path / "private"), abi=7).gate is None
+    # where no gate can run, the database is read-only to SQLite, and the plan says so
+    monkeypatch.setattr(landlock, "gate_missing", lambda: "pidfd_getfd is refused here (Operation not permitted)")
+    plan = landlock_plan(spec(tmp_path, read_write=grants), [], str(tmp_path / "private"), abi=7)
+    assert plan.gate is None
+    assert any("beside a file granted alone" in gap and "grant its directory" in gap for gap in plan.gaps), plan.gaps
 
 
 def root_rules() -> tuple[Any, ...]:

@@ -75,8 +75,8 @@ def share_missing(draft: Draft, path: str, *, writable: bool) -> None:
         draft.touch.append(real)
         draft.notes.append(
             f"read_write: {path} (does not exist yet and its folder is your home, which is never shared: "
-            "wrap creates it empty and shares that file alone; a server that replaces the file or keeps "
-            "files beside it (a journal) keeps those in its private home: give it a folder instead)"
+            "wrap creates it empty and shares that file alone; a database's journal beside it is made for it, "
+            "but a server that replaces the file through a temp file cannot: give it a folder instead)"
         )
 
 
