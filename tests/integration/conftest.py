@@ -200,6 +200,12 @@ def cli(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess
     )
 
 
+def run_as_user(env: dict[str, str], *args: str, prefix: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+    """`cellblock ARGS` from the user's shell: exactly `env` (under `prefix`: `NO_USERNS`, or nothing)."""
+    command = [*prefix, sys.executable, "-m", "cellblock.gateway.cli.main", *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+
 def own_address() -> str:
     """An IPv4 address of this machine beyond loopback (the one its route out leaves from); skips
     the test when it has none. A jail's loopback is its own, so a test host for a jailed server

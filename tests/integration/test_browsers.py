@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,10 @@ from mcp.client.stdio import StdioServerParameters
 
 from cellblock.gateway.config.browsers import FONTS
 from cellblock.sandbox.packages import REGISTRY_ENV
+from cellblock.sandbox.pins import landlock_abi
 from tests import peers
-from tests.integration.conftest import bus_at_the_standard_path
-from tests.integration.test_from_wrap_to_calls import _run, _text, allow_once, anyio_backend  # noqa: F401 (a fixture)
+from tests.integration.conftest import NO_USERNS, bus_at_the_standard_path, run_as_user
+from tests.integration.test_from_wrap_to_calls import _text, allow_once, anyio_backend  # noqa: F401 (a fixture)
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = [
@@ -42,9 +43,12 @@ RENDERED = "Page Title: Rendered in the jail"
 Navigate = Callable[[str], Awaitable[types.CallToolResult]]
 
 
-async def _wrapped(home: Path, keyring_env: dict[str, str], *args: str) -> tuple[anyio.Path, dict[str, Any], Navigate]:
+async def _wrapped(
+    home: Path, keyring_env: dict[str, str], *args: str, prefix: Sequence[str] = ()
+) -> tuple[anyio.Path, dict[str, Any], Navigate]:
     """Claude Desktop's `npx -y @playwright/mcp@… ARGS` wrapped and approved: the config file, its
-    contents, and a call of its browser_navigate from a client started with HOME, USER and PATH."""
+    contents, and a call of its browser_navigate from a client started with HOME, USER and PATH;
+    every command under `prefix` (`NO_USERNS`: where `auto` chooses Landlock)."""
     client_config = home / ".config" / "Claude" / "claude_desktop_config.json"
     client_config.parent.mkdir(parents=True)
     servers = {"playwright": {"command": "npx", "args": ["-y", peers.PLAYWRIGHT_MCP, *args]}}
@@ -54,7 +58,7 @@ async def _wrapped(home: Path, keyring_env: dict[str, str], *args: str) -> tuple
     assert npm is not None, "npm is needed: ./dev installs it"
     client = {"HOME": str(home), "USER": "root", "PATH": f"{os.path.dirname(npm)}:/usr/local/bin:/usr/bin:/bin"}
     shell = {**client, **keyring_env, **{k: os.environ[k] for k in REGISTRY_ENV if k in os.environ}}
-    wrapped = _run(shell, "wrap", str(client_config))
+    wrapped = run_as_user(shell, "wrap", str(client_config), prefix=prefix)
     assert wrapped.returncode == 0, wrapped.stderr
     entry = json.loads(client_config.read_text())["mcpServers"]["cellblock"]
     config_file = anyio.Path(entry["args"][entry["args"].index("--config") + 1])
@@ -62,7 +66,7 @@ async def _wrapped(home: Path, keyring_env: dict[str, str], *args: str) -> tuple
     assert f"drives a browser: it runs {CHROMIUM}, headless" in written  # wrap's note
 
     bus_dir = str(Path(keyring_env["DBUS_SESSION_BUS_ADDRESS"].removeprefix("unix:path=").split(",")[0]).parent)
-    started = [*bus_at_the_standard_path(bus_dir), entry["command"], *entry["args"]]
+    started = [*prefix, *bus_at_the_standard_path(bus_dir), entry["command"], *entry["args"]]
     # the client's folder: unjailed, Playwright writes .playwright-mcp/ there
     params = StdioServerParameters(command=started[0], args=started[1:], env=client, cwd=home)
 
@@ -73,18 +77,31 @@ async def _wrapped(home: Path, keyring_env: dict[str, str], *args: str) -> tuple
 
     async with Client(params, elicitation_callback=allow_once, cache=None) as session:
         await session.list_tools()  # first contact: the catalog is held for approval
-    approved = _run(client, "approve", "--all")
+    approved = run_as_user(client, "approve", "--all", prefix=prefix)
     assert approved.returncode == 0, approved.stderr
     return config_file, yaml.safe_load(written), navigate
 
 
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
 async def test_a_wrapped_playwright_server_renders_a_page_in_the_system_chromium_inside_its_jail(
-    tmp_path: Path, keyring_env: dict[str, str]
+    tmp_path: Path, keyring_env: dict[str, str], backend: str
 ) -> None:
-    config_file, config, navigate = await _wrapped(tmp_path / "home", keyring_env)
+    if backend == "landlock" and landlock_abi() < 4:
+        pytest.skip("needs Landlock ABI 4 (Linux 6.7) for the jail's network: none")
+    prefix = NO_USERNS if backend == "landlock" else ()
+    config_file, config, navigate = await _wrapped(tmp_path / "home", keyring_env, prefix=prefix)
     server = config["servers"]["playwright"]
     assert server["jail"]["read_only"] == ["/etc/chromium.d", FONTS]
     assert server["args"][-4:] == ["--headless", "--no-sandbox", "--executable-path", CHROMIUM]
+    told = "cannot start its browser on this machine" in await config_file.read_text()
+    if backend == "landlock":
+        # where namespaces are refused, Chromium cannot run in its jail (it makes Unix sockets of
+        # its own), and wrap's note says so and names the fix; the call fails in Chromium's words
+        assert told
+        refused = await navigate(PAGE)
+        assert refused.is_error and "socket() failed" in _text(refused), _text(refused)
+        return
+    assert not told
 
     rendered = await navigate(PAGE)
     assert not rendered.is_error, _text(rendered)

@@ -26,10 +26,8 @@ import os
 import shutil
 import socket
 import sqlite3
-import subprocess
-import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -48,7 +46,7 @@ from cellblock.sandbox.connects import gate_missing
 from cellblock.sandbox.packages import REGISTRY_ENV
 from cellblock.sandbox.pins import landlock_abi
 from tests import peers
-from tests.integration.conftest import NO_USERNS, bus_at_the_standard_path, own_address
+from tests.integration.conftest import NO_USERNS, bus_at_the_standard_path, own_address, run_as_user
 from tests.integration.test_install_hosts import BROWSER, FETCH
 from tests.registry import npm_registry
 
@@ -166,12 +164,6 @@ def _text(result: types.CallToolResult) -> str:
     return "".join(getattr(c, "text", "") for c in result.content)
 
 
-def _run(env: dict[str, str], prefix: Sequence[str], *args: str) -> subprocess.CompletedProcess[str]:
-    """`cellblock ARGS` from the user's shell: exactly `env` (under `prefix`: `NO_USERNS`, or nothing)."""
-    command = [*prefix, sys.executable, "-m", "cellblock.gateway.cli.main", *args]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
-
-
 def _environment_of_gateway(config: Path) -> dict[str, str]:
     """The environment of the one running `cellblock serve --config CONFIG`."""
     found = []
@@ -247,7 +239,7 @@ async def test_a_first_day_from_wrap_to_a_call_to_each_server_with_no_hand_edit(
     registry = {k: os.environ[k] for k in REGISTRY_ENV if k in os.environ}
     shell = {**client, **keyring_env, **registry, "npm_config_registry": mirror}  # the user's terminal
     try:
-        wrapped = _run(shell, prefix, "wrap", str(client_config))
+        wrapped = run_as_user(shell, "wrap", str(client_config), prefix=prefix)
         assert wrapped.returncode == 0, wrapped.stderr
         for package in (CONTEXT7, BROWSING, TIME):
             assert f"cellblock: installed {package} for '" in wrapped.stderr, wrapped.stderr
@@ -264,9 +256,9 @@ async def test_a_first_day_from_wrap_to_a_call_to_each_server_with_no_hand_edit(
         assert downloads == ["/chrome/browser.zip"], site.seen  # by the stand-in's install, from its jail
 
         # the README's first start: each server met, what it offers shown, then approved
-        diffed = _run(shell, prefix, "diff", "--all")
+        diffed = run_as_user(shell, "diff", "--all", prefix=prefix)
         assert diffed.returncode == 1 and "could not meet" not in diffed.stderr, diffed.stdout + diffed.stderr
-        approved = _run(shell, prefix, "approve", "--all")
+        approved = run_as_user(shell, "approve", "--all", prefix=prefix)
         assert approved.returncode == 0, approved.stderr
         for name in servers:
             assert f"first contact with '{name}'" in diffed.stdout + diffed.stderr, diffed.stdout + diffed.stderr

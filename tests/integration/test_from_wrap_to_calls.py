@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from cellblock.sandbox.packages import REGISTRY_ENV
 from tests import peers
-from tests.integration.conftest import bus_at_the_standard_path
+from tests.integration.conftest import bus_at_the_standard_path, run_as_user
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peers, pytest.mark.jail, pytest.mark.slow]
 
@@ -50,12 +49,6 @@ def _text(result: types.CallToolResult) -> str:
 def _git(repo: Path, *args: str) -> str:
     command = ["git", "-C", str(repo), "-c", "init.defaultBranch=main", *args]
     return subprocess.run(command, capture_output=True, text=True, check=True).stdout
-
-
-def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    """`cellblock ARGS` from the user's shell: exactly `env`."""
-    command = [sys.executable, "-m", "cellblock.gateway.cli.main", *args]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="placing a bus at /run/user/<uid> needs a mount namespace (root)")
@@ -89,7 +82,7 @@ async def test_wrap_then_approve_and_every_server_works_from_its_jail(
     client = {"HOME": str(home), "USER": "root", "PATH": path}  # what Claude Desktop gives
     shell = {**client, **keyring_env, **{k: os.environ[k] for k in REGISTRY_ENV if k in os.environ}}
 
-    wrapped = _run(shell, "wrap", str(client_config))
+    wrapped = run_as_user(shell, "wrap", str(client_config))
     assert wrapped.returncode == 0, wrapped.stderr
     for package in (FILESYSTEM, MEMORY, GIT.replace("@", "==")):
         assert f"cellblock: installed {package} for '" in wrapped.stderr, wrapped.stderr
@@ -105,7 +98,7 @@ async def test_wrap_then_approve_and_every_server_works_from_its_jail(
         assert [t.name for t in (await session.list_tools()).tools] == ["cellblock__status", "cellblock__review"]
         status = _text(await session.call_tool("cellblock__status", {}))
         assert all(name in status for name in servers), status
-    approved = _run(client, "approve", "--all")
+    approved = run_as_user(client, "approve", "--all")
     assert approved.returncode == 0, approved.stderr
 
     async with Client(params, elicitation_callback=allow_once, cache=None) as session:
@@ -148,7 +141,7 @@ async def test_wrap_then_approve_and_every_server_works_from_its_jail(
         assert refused.is_error
         assert f"{changed} changed" in _text(refused) and "cellblock install filesystem" in _text(refused)
         assert "cellblock" in await call_text(session, "memory__read_graph")  # the others keep working
-        reinstalled = _run(shell, "install", "filesystem")
+        reinstalled = run_as_user(shell, "install", "filesystem")
         assert reinstalled.returncode == 0, reinstalled.stderr
         # the next call starts it again, from the new tree
         again = await session.call_tool("filesystem__read_text_file", {"path": str(projects / "notes.txt")})
@@ -158,7 +151,7 @@ async def test_wrap_then_approve_and_every_server_works_from_its_jail(
     # still running it) until the next install
     installs = home / ".local" / "share" / "cellblock" / "installs"
     before = json.loads((installs / "git.json").read_text())["tree"]
-    moved = _run(shell, "update", "git", "--to", "2026.10.10")
+    moved = run_as_user(shell, "update", "git", "--to", "2026.10.10")
     assert moved.returncode == 0, moved.stderr
     assert "'git' moved from 2026.10.19 to 2026.10.10" in moved.stderr
     config = (home / ".config" / "cellblock" / "cellblock.yaml").read_text()
@@ -169,7 +162,7 @@ async def test_wrap_then_approve_and_every_server_works_from_its_jail(
     async with Client(params, elicitation_callback=allow_once, cache=None) as session:
         held = await session.call_tool("git__git_status", status)  # this release describes its tools anew
         assert held.is_error and "cellblock approve git" in _text(held)
-    assert _run(client, "approve", "git").returncode == 0
+    assert run_as_user(client, "approve", "git").returncode == 0
     async with Client(params, elicitation_callback=allow_once, cache=None) as session:
         assert "added.txt" not in await call_text(session, "git__git_status", status)  # committed above
 

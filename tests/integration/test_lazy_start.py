@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +20,12 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from tests import peers
-from tests.integration.conftest import eventually
+from tests.integration.conftest import eventually, run_as_user
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peers, pytest.mark.jail, pytest.mark.slow]
 
 # each server's program, as it appears in the command line of the process that runs it
 PROGRAMS = {"time": "mcp-server-time", "fetch": "mcp-server-fetch", "everything": "server-everything"}
-
-
-def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    """`cellblock ARGS` from the user's shell: exactly `env`."""
-    command = [sys.executable, "-m", "cellblock.gateway.cli.main", *args]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
 
 
 def _running(gateway: int) -> set[str]:
@@ -98,7 +90,7 @@ async def wrapped(tmp_path_factory: pytest.TempPathFactory) -> tuple[StdioServer
     }
     client_config.write_text(json.dumps({"mcpServers": servers}, indent=2))
     client = {"HOME": str(home), "USER": os.environ.get("USER", "root"), "PATH": "/usr/local/bin:/usr/bin:/bin"}
-    wrapped = _run(client, "wrap", str(client_config))
+    wrapped = run_as_user(client, "wrap", str(client_config))
     assert wrapped.returncode == 0, wrapped.stderr
     config = home / ".config" / "cellblock" / "cellblock.yaml"
     assert "defaults: {start: lazy}" in config.read_text()
@@ -113,7 +105,7 @@ async def _meet_and_approve(params: StdioServerParameters) -> None:
     async with Client(params, elicitation_callback=allow_once, cache=None) as session:
         status = _text(await session.call_tool("cellblock__status", {}))
         assert all(name in status for name in PROGRAMS), status
-    approved = _run(params.env or {}, "approve", "--all")
+    approved = run_as_user(params.env or {}, "approve", "--all")
     assert approved.returncode == 0, approved.stderr
 
 

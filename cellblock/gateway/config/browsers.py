@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from cellblock.gateway.config.draft import Draft
+from cellblock.sandbox.backends import choose
 
 __all__ = ["DRIVERS", "FONTS", "SYSTEM_BROWSERS", "browser_for", "find_browser"]
 
@@ -97,6 +98,13 @@ def browser_for(draft: Draft, package: str, args: list[str], env: dict[str, str]
         f"To see its window, {display} and share your display (jail.read_only: /tmp/.X11-unix, "
         "env DISPLAY)"
     )
+    if choose(package, "auto").backend == "landlock":
+        draft.notes.append(
+            f"{package} cannot start its browser on this machine: namespaces are refused here, so its jail is "
+            "Landlock's, and Chromium needs Unix sockets of its own, which a Landlock jail may not make (before "
+            "Landlock ABI 9 one could reach any socket of the host); let bubblewrap build jails here ('cellblock "
+            "doctor' names the fix), and it runs"
+        )
     return args
 
 
