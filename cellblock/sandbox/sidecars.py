@@ -12,11 +12,14 @@ gateway (`seccomp.LANDLOCK_SIDECAR_RULES`, answered by the jail's gate, `sandbox
 - a call that names anything but one of those three names beside a lone file goes on as the jail
   made it (the filter's CONTINUE), where Landlock judges it as it would have: that the path is read
   again by the kernel afterwards changes nothing, since the gateway granted nothing for it;
-- for one of those names, the gateway reads the path from the caller's memory once, and acts on its
-  own descriptor of the file's directory, held since the jail started, with the name it judged: it
-  opens the file (a regular file only, never through a link, never one with other links, with the
-  caller's flags less those that are not for a plain file) and hands the caller that descriptor,
-  or removes it. The jail is given nothing else in that directory.
+- for one of those names, the gateway reads the path from the caller's memory once, finds the
+  directory it names as the kernel would for the caller (from the caller's own working directory
+  or descriptor, through `/proc`, links followed by the kernel: never by a walk of the gateway's,
+  which a chain of thousands of links would stop), and acts on its own descriptor of the file's
+  directory, held since the jail started, with the name it judged: it opens the file (a regular
+  file only, never through a link, never one with other links, truncated only once it is known to
+  be one, with the caller's flags less those that are not for a plain file) and hands the caller
+  that descriptor, or removes it. The jail is given nothing else in that directory.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from cellblock.sandbox.callers import AT_FDCWD, read_path, signed, start_of
+from cellblock.sandbox.callers import AT_FDCWD, read_path, signed
 
 __all__ = ["FILE_CALLS", "SUFFIXES", "Opened", "Sidecars"]
 
@@ -70,14 +73,25 @@ class Sidecars:
     """
 
     def __init__(self, files: Sequence[str]) -> None:
-        self._dirs: dict[str, tuple[int, frozenset[str]]] = {}
+        # by the directory's identity (device, inode): how the directory a call names is recognised
+        self._dirs: dict[tuple[int, int], tuple[int, frozenset[str]]] = {}
+        self._names = frozenset[str]()
         try:
             for file in files:
                 where, name = os.path.split(os.path.realpath(file))
-                fd, names = self._dirs.get(where, (-1, frozenset[str]()))
-                if fd < 0:
-                    fd = os.open(where, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-                self._dirs[where] = (fd, names | {name + suffix for suffix in SUFFIXES})
+                names = frozenset(name + suffix for suffix in SUFFIXES)
+                fd = os.open(where, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    key = _identity(os.fstat(fd))
+                except OSError:
+                    os.close(fd)
+                    raise
+                if key in self._dirs:
+                    os.close(fd)
+                    fd, known = self._dirs[key]
+                    names |= known
+                self._dirs[key] = (fd, names)
+                self._names |= names
         except OSError:
             self.close()
             raise
@@ -97,14 +111,17 @@ class Sidecars:
             name = read_path(pid, path)
         except OSError:
             return None  # the kernel reads it again, and answers as it would have
-        if not name.endswith(SUFFIXES):
+        head, tail = os.path.split(name)
+        if tail not in self._names:
             return None
+        # the directory as the caller's kernel finds it: relative to the caller's own working directory
+        # or descriptor (its magic link in /proc), each link followed by the kernel (40 at most)
+        start = f"/proc/{pid}/cwd" if at == AT_FDCWD else f"/proc/{pid}/fd/{at}"
         try:
-            start = "" if name.startswith("/") else start_of(pid, at)
+            held = os.stat(head if name.startswith("/") else os.path.join(start, head))
         except OSError:
             return None
-        head, tail = os.path.split(os.path.join(start, name))
-        found = self._dirs.get(os.path.realpath(head) if head else "")
+        found = self._dirs.get(_identity(held))
         if found is None or tail not in found[1]:
             return None
         if not waiting():
@@ -125,9 +142,12 @@ class Sidecars:
 
 def _open(directory: int, name: str, flags: int, mode: int) -> int | Opened:
     """Open `name` in `directory` as a plain file, with the caller's `flags`: the file, or an error number."""
-    if flags & ~_FLAGS:
+    truncate = bool(flags & os.O_TRUNC)
+    if flags & ~_FLAGS or (truncate and flags & os.O_ACCMODE == os.O_RDONLY):
         return errno.EACCES
-    own = (flags & _FLAGS & ~getattr(os, "O_LARGEFILE", 0) & ~0o100000) | os.O_NOFOLLOW | os.O_CLOEXEC
+    # truncated below, once it is known to be a plain file of its own: O_TRUNC would empty another
+    # name's file before the check
+    own = (flags & _FLAGS & ~os.O_TRUNC & ~getattr(os, "O_LARGEFILE", 0) & ~0o100000) | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         # not blocking while it opens: a FIFO put there by another process does not hold the gate
         fd = os.open(name, own | os.O_NONBLOCK, mode, dir_fd=directory)
@@ -137,12 +157,18 @@ def _open(directory: int, name: str, flags: int, mode: int) -> int | Opened:
         held = os.fstat(fd)
         if not stat.S_ISREG(held.st_mode) or held.st_nlink != 1:
             raise OSError(errno.EACCES, "not a plain file of its own")
+        if truncate:
+            os.ftruncate(fd, 0)
         if not flags & os.O_NONBLOCK:
             os.set_blocking(fd, True)
     except OSError as exc:
         os.close(fd)
         return exc.errno or errno.EACCES
     return Opened(fd, bool(flags & os.O_CLOEXEC))
+
+
+def _identity(held: os.stat_result) -> tuple[int, int]:
+    return held.st_dev, held.st_ino
 
 
 def _umask(pid: int) -> int:
