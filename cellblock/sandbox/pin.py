@@ -27,6 +27,7 @@ Standard library only: it runs inside the jail, with nothing but the interpreter
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import re
 import stat
@@ -59,6 +60,9 @@ PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 # seccomp(2) itself, for a filter with a listener: its number per machine, and its operation and flag
 SYS_SECCOMP = {"x86_64": 317, "aarch64": 277}
 SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER = 1, 1 << 3
+# once the gateway has read a call, a signal to the caller no longer fails it (EINTR) while the
+# gateway is making it: it would be told the call failed after it was made (Linux 5.19)
+SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV = 1 << 5
 PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 28, 47, 4
 # SECBIT_NOROOT, its lock, SECBIT_NO_CAP_AMBIENT_RAISE and its lock: uid 0 gains nothing at execve
 SECUREBITS = 0x01 | 0x02 | 0x40 | 0x80
@@ -229,6 +233,12 @@ def install_seccomp(program: bytes, listener: bool = False) -> int:
     number = SYS_SECCOMP.get(os.uname().machine)
     if number is None:
         raise OSError(f"no seccomp system call number is known for {os.uname().machine}")
+    try:
+        flags = SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
+        return _syscall(number, SECCOMP_SET_MODE_FILTER, flags, ctypes.byref(fprog))
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:  # EINVAL: a kernel before 5.19, which waits interruptibly
+            raise
     return _syscall(number, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, ctypes.byref(fprog))
 
 

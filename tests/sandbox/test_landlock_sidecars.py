@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -330,3 +331,44 @@ def test_a_32_bit_x86_call_makes_a_journal_and_nothing_else(tmp_path: Path) -> N
     assert said == {"open_other": said["open_other"], "creat_other": said["creat_other"], "unlink_secret": 0, **made}
     assert said["open_other"] >= 0 and said["creat_other"] >= 0
     assert sorted(p.name for p in home.iterdir()) == ["evil", "test.db", "test.db-shm"]
+
+
+SIGNALLED = """
+import ctypes, signal, threading
+libc = ctypes.CDLL(None, use_errno=True)
+signal.signal(signal.SIGUSR1, lambda *_: None)  # a handler without SA_RESTART: a wait it breaks fails (EINTR)
+journal = (home + "/test.db-journal").encode()
+main, done = threading.get_ident(), []
+def pester():
+    while not done:
+        signal.pthread_kill(main, signal.SIGUSR1)
+thread = threading.Thread(target=pester)
+thread.start()
+said["made_but_failed"] = said["removed_but_failed"] = said["interrupted"] = 0
+try:
+    for _ in range(1500):
+        there = os.path.exists(journal)
+        fd = libc.open(journal, os.O_CREAT | os.O_RDWR, 0o600)
+        if fd >= 0:
+            os.close(fd)
+        elif ctypes.get_errno() == 4:
+            said["interrupted"] += 1
+            said["made_but_failed"] += not there and os.path.exists(journal)
+        if os.path.exists(journal) and libc.unlink(journal) != 0 and ctypes.get_errno() == 4:
+            said["interrupted"] += 1
+            said["removed_but_failed"] += not os.path.exists(journal)
+finally:
+    done.append(1)
+    thread.join()
+"""
+
+
+def test_a_call_a_signal_fails_was_not_made(tmp_path: Path) -> None:
+    """Once the gateway has read a call it is not failed by a signal (the filter's
+    WAIT_KILLABLE_RECV, Linux 5.19): a caller told EINTR after its journal was made or removed would
+    think it was not; a signal before the gateway reads it fails a call that was not made."""
+    if tuple(int(part) for part in re.findall(r"\d+", os.uname().release)[:2]) < (5, 19):
+        pytest.skip("a kernel before 5.19 waits interruptibly")
+    database, _ = place(tmp_path)
+    said = attempt(tmp_path, database, script(SIGNALLED, home=str(database.parent)))
+    assert said["made_but_failed"] == said["removed_but_failed"] == 0, said
