@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from enum import Enum
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from cellblock.gateway.audit.budget import BUDGETED, SAMPLING_APPROVALS, Budget, kind_of
 from cellblock.gateway.audit.chain import FIELDS as CHAIN_FIELDS
@@ -45,6 +45,7 @@ __all__ = [
     "MAX_STRING",
     "REDACTED",
     "Audit",
+    "Observer",
     "rotated_paths",
 ]
 
@@ -141,6 +142,16 @@ def rotated_paths(path: Path) -> list[Path]:
     return [*found, path] if path.exists() else found
 
 
+class Observer(Protocol):
+    """What else learns of each event the audit writes (`Audit.observe`): telemetry."""
+
+    def record(self, record: Mapping[str, Any]) -> None:
+        """One event as written (its fields as given: a held secret is not yet redacted in them)."""
+
+    def close(self) -> None:
+        """The audit is closed: send what is held, let go of what is open."""
+
+
 class Audit:
     """Appends events to a JSONL file; a failed write is logged and sets `failed`, never raised.
 
@@ -174,6 +185,7 @@ class Audit:
         self.held = HeldSecrets()  # every secret the gateway holds, whose it is, and its name
         self._lock = threading.Lock()
         self._budget = Budget()
+        self._observers: list[Observer] = []
         make_dirs(path.parent)
         key = key if key is not None else path.with_name(KEY_NAME)
         self._chain = Chain(load_key(key))
@@ -186,6 +198,10 @@ class Audit:
         self._lock_fd = os.open(key.with_name(f"{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
         self._fd: int | None = self._open()
         self._identity = self._stat_identity(os.fstat(self._fd))
+
+    def observe(self, observer: Observer) -> None:
+        """Hand `observer` each event once it is written, and close it with the audit."""
+        self._observers.append(observer)
 
     def add_secret(self, value: str, server: str = "", name: str | None = None) -> None:
         """Redact `value` wherever it appears in a string of a later event (keyring values, tokens);
@@ -223,6 +239,7 @@ class Audit:
                         self._summarise(summary, now, floor=True)
                 if record and not self._append(self._encode(record), floor=kind is not None):
                     self._budget.leave_out(server, kind or event, now)
+                    record = {}
             except (OSError, ValueError, TypeError, RecursionError) as exc:
                 self.failures += 1
                 if not self.failed:
@@ -236,6 +253,9 @@ class Audit:
             if self.failed:
                 logger.warning("audit: writing to %s works again after %d failure(s)", self.path, self.failures)
             self.failed = False
+        if record:
+            for observer in self._observers:
+                observer.record(record)
 
     def close(self) -> None:
         """Write the counts of events left out that are still pending, then close the file."""
@@ -247,6 +267,9 @@ class Audit:
                 os.close(self._fd)
                 os.close(self._lock_fd)
                 self._fd = None
+        for observer in self._observers:
+            observer.close()
+        self._observers.clear()
 
     # -- internals (called with self._lock held) --------------------------------------------------
 

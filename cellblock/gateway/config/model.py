@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -24,7 +25,7 @@ from pydantic import (
 )
 
 from cellblock.gateway.audit.chain import KEY_NAME
-from cellblock.gateway.audit.log import DEFAULT_KEEP, DEFAULT_MAX_BYTES, Audit
+from cellblock.gateway.audit.log import DEFAULT_KEEP, DEFAULT_MAX_BYTES, Audit, Observer
 from cellblock.gateway.config.auth import AuthConfig
 from cellblock.gateway.config.installs import HostRules, InstallConfig
 from cellblock.gateway.config.secretrefs import check_references, launcher_sets
@@ -254,6 +255,24 @@ class AuditConfig(_Model):
         return None if value is None else expand_path(value)
 
 
+class TelemetryConfig(_Model):
+    # the OpenTelemetry collector's OTLP/HTTP address (its /v1/traces and /v1/metrics are sent to)
+    otlp: str
+    service_name: str = "cellblock"
+
+    @field_validator("otlp")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.username or parts.password:
+            raise ValueError("telemetry.otlp must hold no user or password: a secret never goes in the config")
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            raise ValueError(
+                f"telemetry.otlp must be the http(s) address of a collector, like http://127.0.0.1:4318, not {value!r}"
+            )
+        return value.rstrip("/")
+
+
 class _ServerBase(_Model):
     @model_validator(mode="before")
     @classmethod
@@ -463,6 +482,7 @@ class Config(_Model):
     approvals: ApprovalsConfig = ApprovalsConfig()
     audit: AuditConfig = AuditConfig()
     credentials: CredentialsConfig = CredentialsConfig()
+    telemetry: TelemetryConfig | None = None
     servers: dict[ServerName, ServerConfig] = {}
 
     @model_validator(mode="after")
@@ -503,13 +523,17 @@ class Config(_Model):
         """Where the audit log goes: `audit.path`, else `<state dir>/audit.jsonl`."""
         return Path(self.audit.path) if self.audit.path else state / "audit.jsonl"
 
-    def audit_log(self, state: Path) -> Audit:
-        """The audit log as this config sets it up, its chain's key in the state dir (which no jail mounts).
+    def audit_log(self, state: Path, observer: Observer | None = None) -> Audit:
+        """The audit log as this config sets it up, its chain's key in the state dir (which no jail mounts);
+        with `observer` told of each event (telemetry), and closed with it.
 
         Raises:
             OSError: the log or the key cannot be opened or made.
         """
-        return Audit(self.audit_file(state), int(self.audit.max_bytes), self.audit.keep, key=state / KEY_NAME)
+        audit = Audit(self.audit_file(state), int(self.audit.max_bytes), self.audit.keep, key=state / KEY_NAME)
+        if observer is not None:
+            audit.observe(observer)
+        return audit
 
     def timeout_of(self, name: str) -> float:
         return self.servers[name].timeout or self.defaults.timeout

@@ -64,6 +64,7 @@ from cellblock.gateway.serve.shares import Gate, Shares
 from cellblock.gateway.serve.status import REVIEW, STATUS, review_tool, status_tool, tool_name
 from cellblock.gateway.serve.subscriptions import Subscriptions
 from cellblock.gateway.serve.tasks import Tasks
+from cellblock.gateway.serve.telemetry import telemetry_for
 from cellblock.gateway.state import atomic_write_json, clean_stale_temps, read_json
 from cellblock.gateway.wire.client import Wire
 from cellblock.gateway.wire.early import SAVE_AFTER_SECONDS, Early, Handover
@@ -118,7 +119,7 @@ class Gateway:
         stale = clean_stale_temps(state, time.time())  # left by a gateway or command that was killed mid-write
         if stale:
             logger.info("removed %d temp file(s) a killed writer left in %s", stale, state)
-        self.audit = config.audit_log(state)
+        self.audit = config.audit_log(state, telemetry_for(config.telemetry))  # closed with the audit
         self.offer = Offer()  # what the servers are offered: all, unless one client is expected
         self.approvals = Approvals(state, self.audit, config.approvals.timeout)
         self.downstreams = {
