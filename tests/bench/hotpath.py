@@ -18,6 +18,7 @@ import logging
 import tempfile
 import timeit
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +30,18 @@ from cellblock import __version__
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.compile import policy_for
 from cellblock.gateway.config.loading import parse_config
+from cellblock.gateway.config.model import TelemetryConfig
 from cellblock.gateway.downstream.listing import Listing
 from cellblock.gateway.namespacing import UriTable
 from cellblock.gateway.serve.catalog import build_catalog
 from cellblock.gateway.serve.locking import Locks
 from cellblock.gateway.serve.pipeline import Call, Pipeline
 from cellblock.gateway.serve.shaping import exposed_result, wire_result
+from cellblock.gateway.serve.telemetry import Telemetry
 from cellblock.policy.types import Verdict
 from tests.bench.report import Table, fmt, median, say
 from tests.bench.spawn import TOOLS, Scratch, connect, direct
+from tests.servers.threaded import serving
 
 __all__ = ["hot_path"]
 
@@ -105,9 +109,16 @@ def hot_path_tables(tools: tuple[types.Tool, ...], echo: dict[str, Any], quick: 
             raise RuntimeError("the benchmark's policy does not allow echo outright")
         admit = _micros(lambda: pipeline.allow_now(call, route), number)
         end = _micros(lambda: pipeline.finished(call, False, 1.5), number)
+        with serving(_Collector) as collector:  # what the exporter sends, accepted and dropped
+            observed = Audit(state / "observed.jsonl")
+            observed.observe(Telemetry(TelemetryConfig(otlp=collector)))
+            watched = Pipeline(lambda: catalog, lambda name: None, policies, observed, never)
+            traced = _micros(lambda: watched.finished(call, False, 1.5), number)
+            observed.close()  # sends what the telemetry holds while the collector is there
         rows = [
             ("admission: route, policy, the decision's audit record", "every call", admit),
-            ("the end's audit record", "every call", end),
+            ("the end's audit record (telemetry off: no more than this)", "every call", end),
+            ("the end's audit record, with telemetry on (its span and histogram)", "every call", traced),
         ]
         for version, era in ((HANDSHAKE, "handshake"), (LATEST_PROTOCOL_VERSION, LATEST_PROTOCOL_VERSION)):
             shape = lambda v=version: wire_result("tools/call", v, exposed_result(UriTable(), "probe", echo), STAMP)  # noqa: E731
@@ -138,6 +149,17 @@ def hot_path_tables(tools: tuple[types.Tool, ...], echo: dict[str, Any], quick: 
         "the others run only when a catalog changes, never per call"
     )
     return [table]
+
+
+class _Collector(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *_: Any) -> None:
+        pass
 
 
 async def hot_path(scratch: Scratch, quick: bool) -> list[Table]:
