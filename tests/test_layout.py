@@ -62,10 +62,12 @@ MAY_IMPORT: dict[str, set[str]] = {
     "serve": {"wire", "audit", "config", "ask", "downstream"},
     "clients": {"config", "downstream"},
     "scan": {"config", "downstream"},
-    "cli": {"wire", "audit", "config", "ask", "downstream", "serve", "clients", "scan"},
+    # the page talks to the gateways only as the CLI does: through serve's control-socket client
+    "dashboard": {"serve"},
+    "cli": {"wire", "audit", "config", "ask", "downstream", "serve", "clients", "scan", "dashboard"},
 }
-# what must stay free of the MCP SDK: other tools' config files, the config, the audit log
-NO_SDK = {"clients", "config", "audit"}
+# what must stay free of the MCP SDK: other tools' config files, the config, the audit log, the page
+NO_SDK = {"clients", "config", "audit", "dashboard"}
 SHARED_MAX = 8  # the gateway's top-level modules, shared by every folder
 MODULE_MAX_LINES = 600
 

@@ -9,15 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from cellblock.gateway.ask.forms import share_answers
-from cellblock.gateway.cli.gateways import ask_all, pid_of, running
+from cellblock.gateway.cli.gateways import ask_all
 from cellblock.gateway.cli.options import EXIT_FINDING, EXIT_OK, EXIT_USAGE, optional_config
-from cellblock.gateway.serve.control import NOT_FOUND, ControlError, request
+from cellblock.gateway.serve.control import ControlError, request
+from cellblock.gateway.serve.running import SCOPE_TEXT, answer_pending, duration, pid_of, running, time_left
 from cellblock.gateway.terminal import printable
 from cellblock.policy.text import visible
 
 __all__ = ["approve", "deny", "pending", "pending_full", "revoke"]
 
-_SCOPE_TEXT = {"once": "once", "session": "for this session", "always": "always"}
 _TOOL_WIDTH = 80  # a tool name is the server's: bounded in the table, whole in `pending --full`
 
 
@@ -39,7 +39,7 @@ def approve(config_path: str | None, target: str, scope: str | None) -> int:
         return approve_command(config_path, target)
     scope = scope or "once"
     return _answer_pending(
-        {"op": "approve", "id": target, "scope": scope}, f"approved '{printable(target)}' {_SCOPE_TEXT[scope]}"
+        {"op": "approve", "id": target, "scope": scope}, f"approved '{printable(target)}' {SCOPE_TEXT[scope]}"
     )
 
 
@@ -49,24 +49,17 @@ def deny(ident: str) -> int:
 
 def _answer_pending(message: dict[str, Any], done: str) -> int:
     """Send an approve/deny to each gateway until one holds the id."""
-    refusals = []
-    paths = running()
-    if not paths:
+    answered = answer_pending(message)
+    if not answered.gateways:
         print("cellblock: no running gateway", file=sys.stderr)
-    for path in paths:
-        try:
-            reply = request(path, message)
-        except ControlError as exc:
-            print(f"cellblock: {exc}", file=sys.stderr)
-            continue
-        if reply["ok"]:
-            print(f"cellblock: OK: {done}", file=sys.stderr)
-            return EXIT_OK
-        if reply.get("code") != NOT_FOUND:
-            refusals.append(f"{pid_of(path)}: {printable(str(reply.get('error', 'refused')))}")
-    for refusal in refusals:
-        print(f"cellblock: gateway {refusal}", file=sys.stderr)
-    if not refusals:
+    for why in answered.unreachable:
+        print(f"cellblock: {why}", file=sys.stderr)
+    if answered.done:
+        print(f"cellblock: OK: {done}", file=sys.stderr)
+        return EXIT_OK
+    for refusal in answered.refusals:
+        print(f"cellblock: gateway {printable(refusal)}", file=sys.stderr)
+    if not answered.refusals:
         print(f"cellblock: no pending approval '{printable(message['id'])}' (see 'cellblock pending')", file=sys.stderr)
     return EXIT_FINDING
 
@@ -83,11 +76,11 @@ def pending(as_json: bool) -> int:
         now = time.time()
         print("id\tserver\ttool\tage\tleft\targuments")
         for item in items:
-            waits, expires = item.get("waits_until"), _number(item.get("expires"), now) - now
             # while the call waits, its time is what counts; after, what is left to let its retry through
-            left = _duration(_number(waits, now) - now) if waits else f"retry {_duration(expires)}"
+            left = time_left(item, now)
             fields = [printable(str(item.get(key, "?"))) for key in ("id", "server")]
-            age = _duration(now - _number(item.get("created"), now))
+            created = item.get("created")
+            age = duration(now - created if isinstance(created, int | float) else 0)
             # the gateway escaped what the model and the server sent; escaping again costs nothing
             arguments = ", ".join(visible(str(line)) for line in item.get("arguments", []))
             tool = printable(str(item.get("tool", "?")))
@@ -99,7 +92,7 @@ def pending(as_json: bool) -> int:
             elif kind == "share":  # a path to share with the server: "share read_write:/home/u/notes"
                 tool = f"share {tool}"
             tool = tool if len(tool) <= _TOOL_WIDTH else f"{tool[:_TOOL_WIDTH]}…"
-            print("\t".join([*fields, tool, age, left if expires > 0 else "expired", arguments]))
+            print("\t".join([*fields, tool, age, left, arguments]))
         for item in items:
             if item.get("asks"):  # a share: its path, and what approving it does (never the call's approval)
                 ident = printable(str(item.get("id")))
@@ -218,16 +211,3 @@ def _unasked(state: Path, server: str, tool: str) -> list[str]:
     except LockError as exc:
         print(f"cellblock: FAIL: {exc}", file=sys.stderr)
         return []
-
-
-def _number(value: Any, default: float) -> float:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"

@@ -8,38 +8,22 @@ from pathlib import Path
 from typing import Any
 
 from cellblock.gateway.cli.options import EXIT_OK
-from cellblock.gateway.serve.control import ControlError, gateways, request
-from cellblock.gateway.state import runtime_dir
+from cellblock.gateway.serve.control import ControlError
+from cellblock.gateway.serve.running import ask_each, network_text, pid_of, running
 from cellblock.gateway.terminal import printable
 
 __all__ = ["ask_all", "pid_of", "ps", "running"]
 
 
-def running() -> list[Path]:
-    """The control sockets of the running gateways.
-
-    Raises:
-        ControlError: the runtime directory cannot be read.
-    """
-    try:
-        return gateways(runtime_dir())
-    except OSError as exc:
-        raise ControlError(f"runtime dir: {exc}") from exc
-
-
 def ask_all(message: dict[str, Any]) -> list[tuple[Path, dict[str, Any]]]:
     """Each running gateway's reply to `message`; one that fails to answer is named on stderr."""
     replies = []
-    for path in running():
-        try:
-            replies.append((path, request(path, message)))
-        except ControlError as exc:
-            print(f"cellblock: {exc}", file=sys.stderr)
+    for path, reply in ask_each(message):
+        if isinstance(reply, ControlError):
+            print(f"cellblock: {reply}", file=sys.stderr)
+        else:
+            replies.append((path, reply))
     return replies
-
-
-def pid_of(path: Path) -> str:
-    return path.name.removeprefix("control-").removesuffix(".sock")
 
 
 def ps(as_json: bool) -> int:
@@ -54,14 +38,7 @@ def ps(as_json: bool) -> int:
             pid, config = reply.get("pid", pid_of(path)), printable(str(reply.get("config", "?")))
             print(f"gateway {pid}\tconfig {config}\tpending {reply.get('pending', 0)}")
             for server in reply.get("servers", []):
-                jail = server.get("jail")
-                # jail: false is the one way to run unjailed, and ps must say so plainly
-                # a jail's network, which "jail none" would misread as no jail at all
-                jail_text = (
-                    "UNJAILED" if jail is False else "remote" if jail == "remote" else f"network {printable(str(jail))}"
-                )
-                if server.get("backend"):
-                    jail_text += f" ({printable(str(server['backend']))})"
+                jail_text = printable(network_text(server))
                 name, state = printable(str(server.get("name", "?"))), printable(str(server.get("state", "?")))
                 calls = f"{server.get('calls', 0)} calls ({server.get('fast_calls', 0)} on the fast path)"
                 print(f"  {name}\t{state}\t{jail_text}\t{server.get('tools', 0)} tools\t{calls}")

@@ -80,6 +80,12 @@ def _parser() -> argparse.ArgumentParser:
     pending.add_argument("--json", action="store_true", help="print JSON")
     ps = sub.add_parser("ps", help="list the running gateways, their servers and pending approvals")
     ps.add_argument("--json", action="store_true", help="print JSON")
+    dashboard = sub.add_parser(
+        "dashboard", help="a page on 127.0.0.1 showing the running gateways and answering their approvals"
+    )
+    dashboard.add_argument(
+        "--no-open", action="store_true", help="print the page's address (its secret included) instead of opening it"
+    )
     revoke = sub.add_parser(
         "revoke", help="forget 'always' and session approvals: SERVER, SERVER:TOOL, or a prompt or resource"
     )
@@ -278,6 +284,10 @@ def _run(args: argparse.Namespace) -> int:
         from cellblock.gateway.cli.gateways import ps
 
         return ps(args.json)
+    if command == "dashboard":
+        from cellblock.gateway.cli.dashboard import dashboard_command
+
+        return dashboard_command(open_browser=not args.no_open)
     if command == "probe":
         from cellblock.gateway.cli.probe import probe_command
 

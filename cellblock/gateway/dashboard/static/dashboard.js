@@ -1,0 +1,183 @@
+// Cellblock's dashboard. Every string from the API came from a server or a model: it is only ever
+// set as text (textContent, createElement), never parsed as HTML, and never made a link.
+"use strict";
+
+(() => {
+  const POLL_MS = 1000;
+  const SCOPES = ["once", "session", "always"];
+  const stored = window.sessionStorage; // this tab, this origin (port) only
+  let csrf = stored.getItem("cellblock-csrf");
+  const cards = new Map(); // approval id -> its card, kept while the call waits
+
+  const byId = (id) => document.getElementById(id);
+
+  function element(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined) node.textContent = String(text);
+    return node;
+  }
+
+  function say(text) {
+    byId("status").textContent = text;
+  }
+
+  async function openSession() {
+    const match = /^#secret=([A-Za-z0-9_-]+)$/.exec(window.location.hash);
+    // the secret leaves the address bar (and the history) before anything else happens
+    if (window.location.hash) window.history.replaceState(null, "", window.location.pathname);
+    if (!match) return csrf !== null;
+    const response = await fetch("/session", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ secret: match[1] }),
+      credentials: "same-origin",
+    });
+    if (!response.ok) return false;
+    csrf = (await response.json()).csrf;
+    stored.setItem("cellblock-csrf", csrf);
+    return true;
+  }
+
+  async function api(path, body) {
+    const init = { headers: { "X-CSRF-Token": csrf }, credentials: "same-origin", cache: "no-store" };
+    if (body !== undefined) {
+      init.method = "POST";
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    return fetch(path, init);
+  }
+
+  async function answer(item, scope, card) {
+    for (const button of card.querySelectorAll("button")) button.disabled = true;
+    const path = scope === "deny" ? "/api/deny" : "/api/approve";
+    const body = scope === "deny" ? { id: item.id } : { id: item.id, scope };
+    let text;
+    try {
+      const response = await api(path, body);
+      const reply = await response.json();
+      text = reply.message || reply.error || `HTTP ${response.status}`;
+      if (!reply.ok) for (const button of card.querySelectorAll("button")) button.disabled = false;
+    } catch (error) {
+      text = `not sent: ${error}`;
+      for (const button of card.querySelectorAll("button")) button.disabled = false;
+    }
+    card.querySelector(".outcome").textContent = text;
+    byId("last-answer").textContent = text;
+  }
+
+  function approvalCard(item) {
+    const card = element("article", "approval");
+    card.dataset.id = item.id;
+    const head = element("div", "head");
+    const what = item.kind === "tool" ? `${item.server} · ${item.tool}` : `${item.server} · ${item.kind} ${item.tool}`;
+    head.append(element("span", "what", what), element("span", "left"));
+    card.append(head, element("p", "identity", item.identity));
+    if (item.asks) card.append(element("p", "asks", item.asks));
+    const args = element("div", "arguments");
+    args.setAttribute("aria-label", `arguments (${item.arguments.length}), in full, as escaped JSON`);
+    for (const line of item.arguments) args.append(element("div", "argument", line));
+    if (item.arguments.length === 0) args.append(element("div", "argument empty", "(no arguments)"));
+    card.append(args);
+    const buttons = element("div", "buttons");
+    for (const scope of [...SCOPES, "deny"]) {
+      const button = element("button", scope === "deny" ? "deny" : "allow", scope);
+      button.type = "button";
+      button.dataset.scope = scope;
+      button.addEventListener("click", () => answer(item, scope, card));
+      buttons.append(button);
+    }
+    card.append(buttons, element("p", "outcome"));
+    return card;
+  }
+
+  function showApprovals(approvals) {
+    const list = byId("approvals");
+    const seen = new Set();
+    for (const item of approvals) {
+      seen.add(item.id);
+      let card = cards.get(item.id);
+      if (!card) {
+        card = approvalCard(item);
+        cards.set(item.id, card);
+        list.append(card);
+      }
+      card.querySelector(".left").textContent = item.left === "expired" ? "expired" : `${item.left} left`;
+    }
+    for (const [id, card] of cards) {
+      if (!seen.has(id)) {
+        card.remove();
+        cards.delete(id);
+      }
+    }
+    byId("no-approvals").hidden = approvals.length > 0;
+  }
+
+  function row(cells, tag = "td") {
+    const tr = document.createElement("tr");
+    for (const cell of cells) tr.append(cell instanceof Node ? cell : element(tag, "", cell));
+    return tr;
+  }
+
+  function showGateways(gateways) {
+    const parts = [];
+    for (const gateway of gateways) {
+      const title = gateway.error
+        ? `gateway ${gateway.pid}: ${gateway.error}`
+        : `gateway ${gateway.pid} · ${gateway.config} · ${gateway.pending} pending`;
+      parts.push(element("p", "gateway-title", title));
+      if (!gateway.servers.length) continue;
+      const table = element("table", "servers");
+      table.append(row(["server", "state", "jail", "tools", "calls"], "th"));
+      for (const server of gateway.servers) {
+        const jail = element("td", server.network.startsWith("UNJAILED") ? "unjailed" : "", server.network);
+        const name = element("td", "", server.name);
+        for (const note of server.notes) name.append(element("div", "note", note));
+        const calls = `${server.calls} (${server.fast_calls} on the fast path)`;
+        table.append(row([name, element("td", "", server.state), jail, element("td", "", server.tools), element("td", "", calls)]));
+      }
+      parts.push(table);
+    }
+    byId("gateways").replaceChildren(...parts);
+    byId("no-gateways").hidden = gateways.length > 0;
+  }
+
+  async function poll() {
+    try {
+      const response = await api("/api/state");
+      if (response.status === 403) {
+        say("This page's session is gone: open the address `cellblock dashboard` printed again.");
+        return; // no retry: a new address is needed
+      }
+      const state = await response.json();
+      showApprovals(state.approvals);
+      showGateways(state.gateways);
+      byId("errors").replaceChildren(...state.errors.map((error) => element("li", "", error)));
+      say(`updated ${new Date().toLocaleTimeString()}`);
+    } catch (error) {
+      say(`the dashboard does not answer (${error}); is \`cellblock dashboard\` still running?`);
+    }
+    window.setTimeout(poll, POLL_MS);
+  }
+
+  async function start() {
+    const last = element("p", "outcome");
+    last.id = "last-answer";
+    byId("approvals").before(last);
+    let opened = false;
+    try {
+      opened = await openSession();
+    } catch (error) {
+      say(`could not open a session: ${error}`);
+      return;
+    }
+    if (!opened) {
+      say("Not signed in: open the address `cellblock dashboard` printed (it carries this run's secret).");
+      return;
+    }
+    poll();
+  }
+
+  start();
+})();

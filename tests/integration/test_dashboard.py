@@ -1,0 +1,247 @@
+"""`cellblock dashboard` in a real headless browser (Debian's Chromium, driven by Playwright),
+against a real `cellblock serve` whose client cannot elicit: a call that waits for approval
+appears on the already open page, and the page's buttons answer it as `cellblock approve|deny`
+do. Hostile arguments render inert and whole, and the page refuses to render inside a frame."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as types
+import pytest
+from playwright.async_api import Page, async_playwright
+
+from cellblock.gateway.serve.running import network_text
+from cellblock.policy.text import visible
+from tests.integration.conftest import ROOT, cli, cli_env, gateway, probe_server, write_config
+
+CHROMIUM = Path("/usr/bin/chromium")
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed at /usr/bin/chromium"),
+]
+
+# every call to echo waits for the human; the rest is refused
+ASK_ECHO = {"default": "deny", "rules": {"echo": "ask"}}
+# the page polls every second; a loaded 2-core machine starting a gateway and a browser gets slack
+SHOWN_WITHIN = 30_000  # ms, Playwright's unit
+# `SCREENSHOTS=1`: the screenshots go to docs/images (the README shows them), else to the test's tmp dir
+SCREENSHOTS = ROOT / "docs" / "images"
+
+
+def text(result: types.CallToolResult) -> str:
+    return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+@asynccontextmanager
+async def dashboard(env: dict[str, str]) -> AsyncIterator[str]:
+    """`cellblock dashboard --no-open` with `env`; yields the address it prints, and ends it with
+    Ctrl-C (SIGINT), as a user does."""
+    argv = [sys.executable, "-m", "cellblock.gateway.cli.main", "dashboard", "--no-open"]
+    process = await anyio.to_thread.run_sync(
+        lambda: subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
+    )
+    try:
+        assert process.stdout is not None
+        with anyio.fail_after(30):
+            line = await anyio.to_thread.run_sync(process.stdout.readline)  # the address, on a line of its own
+        assert line.startswith("http://127.0.0.1:") and "/#secret=" in line, line
+        yield line.strip()
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            code = await anyio.to_thread.run_sync(lambda: process.wait(timeout=15))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+    assert code == 0
+
+
+@asynccontextmanager
+async def browser() -> AsyncIterator[Page]:
+    """A page of headless Chromium (the system's: nothing downloaded), with window.__pwned set by
+    any script a hostile value manages to run."""
+    async with async_playwright() as playwright:
+        chromium = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            page = await chromium.new_page(viewport={"width": 1100, "height": 760})
+            yield page
+        finally:
+            await chromium.close()
+
+
+def config(tmp_path: Path) -> Path:
+    return write_config(tmp_path, {"p": probe_server("--name", "p", tools=ASK_ECHO)}, approvals={"timeout": 120})
+
+
+async def pending_full(env: dict[str, str], ident: str) -> dict[str, Any]:
+    done = await anyio.to_thread.run_sync(lambda: cli(env, "pending", "--full", ident, "--json"))
+    assert done.returncode == 0, done.stderr
+    item: dict[str, Any] = json.loads(done.stdout)
+    return item
+
+
+def screenshot_path(tmp_path: Path, name: str) -> Path:
+    if os.environ.get("SCREENSHOTS") == "1":
+        SCREENSHOTS.mkdir(exist_ok=True)
+        return SCREENSHOTS / name
+    return tmp_path / name
+
+
+async def test_a_waiting_call_appears_and_is_approved_once_then_another_is_denied(tmp_path: Path) -> None:
+    env = cli_env(tmp_path)
+    state = Path(env["CELLBLOCK_STATE_DIR"])
+    async with (
+        gateway(config(tmp_path), state, env={"XDG_RUNTIME_DIR": env["XDG_RUNTIME_DIR"]}) as client,
+        dashboard(env) as url,
+        browser() as page,
+    ):
+        await page.goto(url)
+        # the secret left the address bar; the session is open, and nothing waits yet
+        await page.locator("#no-approvals").wait_for(state="visible", timeout=SHOWN_WITHIN)
+        assert "secret" not in page.url
+        await page.locator("table.servers td", has_text="ready").wait_for(timeout=SHOWN_WITHIN)
+        servers = await page.locator("table.servers tr").all_inner_texts()
+        ps = json.loads((await anyio.to_thread.run_sync(lambda: cli(env, "ps", "--json"))).stdout)
+        [[server]] = [g["servers"] for g in ps]
+        assert any(row.split("\t")[:3] == ["p", server["state"], network_text(server)] for row in servers), servers
+
+        for answer, message in (("once", "approve me"), ("deny", "deny me")):
+            results: list[types.CallToolResult] = []
+
+            async def call(message: str, results: list[types.CallToolResult]) -> None:
+                results.append(await client.call_tool("p__echo", {"message": message}))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, message, results)
+                card = page.locator(".approval")
+                await card.wait_for(timeout=SHOWN_WITHIN)  # the page was open before the call: no reload
+                ident = await card.get_attribute("data-id")
+                assert ident is not None
+                full = await pending_full(env, ident)  # what `cellblock pending --full ID` shows
+                assert await card.locator(".argument").all_text_contents() == [visible(a) for a in full["arguments"]]
+                assert await card.locator(".identity").text_content() == visible(full["identity"])
+                assert (await card.locator(".left").text_content() or "").endswith("s left")
+                if answer == "once":
+                    await page.screenshot(path=screenshot_path(tmp_path, "dashboard-approvals.png"), full_page=True)
+                await card.locator(f"button[data-scope='{answer}']").click()
+                await card.wait_for(state="detached", timeout=SHOWN_WITHIN)  # gone at the next poll
+            [result] = results
+            if answer == "once":
+                assert text(result) == "approve me" and not result.is_error
+                assert await page.locator("#last-answer").text_content() == f"approved '{ident}' once"
+            else:
+                assert result.is_error and "denied" in text(result)
+                assert await page.locator("#last-answer").text_content() == f"denied '{ident}'"
+    events = [json.loads(line) for line in (state / "audit.jsonl").read_text().splitlines()]
+    assert [e["scope"] for e in events if e["event"] == "approval_granted"] == ["once"]
+
+
+HOSTILE = {
+    "message": "<script>window.__pwned = 'script'</script><img src=x onerror=\"window.__pwned='img'\">",
+    "link": "javascript:window.__pwned='link'",
+    "long": "A" * 9_990 + "\x1b[31mred\u202e",  # 10,000 characters, an escape and a right-to-left override
+}
+
+
+async def test_hostile_arguments_render_inert_and_whole(tmp_path: Path) -> None:
+    env = cli_env(tmp_path)
+    async with (
+        gateway(
+            config(tmp_path), Path(env["CELLBLOCK_STATE_DIR"]), env={"XDG_RUNTIME_DIR": env["XDG_RUNTIME_DIR"]}
+        ) as c,
+        dashboard(env) as url,
+        browser() as page,
+    ):
+        results: list[types.CallToolResult] = []
+
+        async def call() -> None:
+            results.append(await c.call_tool("p__echo", HOSTILE))
+
+        await page.goto(url)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            card = page.locator(".approval")
+            await card.wait_for(timeout=SHOWN_WITHIN)
+            ident = await card.get_attribute("data-id")
+            assert ident is not None
+            full = await pending_full(env, ident)
+            shown = await card.locator(".argument").all_text_contents()
+            # whole: each line is `pending --full`'s, nothing cut, the escape and override made visible
+            assert shown == [visible(a) for a in full["arguments"]] and len(shown) == 3
+            assert any(HOSTILE["message"].replace('"', '\\"') in line for line in shown), shown
+            assert any(HOSTILE["link"] in line for line in shown)
+            [long] = [line for line in shown if line.startswith('"long"')]
+            assert "A" * 9_990 + "\\u001b[31mred\\u202e" in long
+            # inert: no script ran, and no element or link was made of a value
+            assert await page.evaluate("window.__pwned") is None
+            assert await page.locator("#approvals script, #approvals img, #approvals a, #approvals iframe").count() == 0
+            await card.locator("button[data-scope='deny']").click()
+            await card.wait_for(state="detached", timeout=SHOWN_WITHIN)
+        assert results[0].is_error
+        assert await page.evaluate("window.__pwned") is None
+
+
+class _Framer(BaseHTTPRequestHandler):
+    """Another site on loopback: a page that frames the dashboard, and one that may be framed."""
+
+    target = ""
+
+    def do_GET(self) -> None:
+        if self.path == "/framable.html":
+            body = "<p id=inside>framed fine</p>"
+        else:
+            port = self.server.server_address[1]
+            body = (
+                f'<iframe id=dashboard src="{self.target}"></iframe>'
+                f'<iframe id=control src="http://127.0.0.1:{port}/framable.html"></iframe>'
+            )
+        data = body.encode()
+        self.send_response(200)
+        self.send_header("content-type", "text/html")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def framing_site(target: str) -> Iterator[int]:
+    handler = type("Framer", (_Framer,), {"target": target})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+async def test_the_page_refuses_to_render_inside_a_frame_of_another_site(tmp_path: Path) -> None:
+    env = cli_env(tmp_path)
+    async with dashboard(env) as url, browser() as page:
+        with framing_site(url) as port:
+            # localhost, not 127.0.0.1: the framing page is of another origin than both frames
+            await page.goto(f"http://localhost:{port}/outer.html", wait_until="load")
+            frames = {await (await f.frame_element()).get_attribute("id"): f for f in page.frames if f.parent_frame}
+            # the control: a page without the headers renders in the same kind of frame
+            assert await frames["control"].locator("#inside").text_content() == "framed fine"
+            framed = frames["dashboard"]
+            assert framed.url == "chrome-error://chromewebdata/"  # Chromium's page for a refused frame
+            assert await framed.locator("#approvals, #status, #gateways").count() == 0
