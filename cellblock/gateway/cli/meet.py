@@ -69,7 +69,9 @@ def meet_unmet(config: Config, source: Path, state: Path) -> list[str]:
 
 
 def causes(log: Path) -> dict[str, str]:
-    """server -> why it last stopped, from the gateway's own lines in the meeting's log."""
+    """server -> why it first stopped, from the gateway's own lines in the meeting's log: a server
+    that fails is started again while the meeting lasts, and a later start may end only because the
+    meeting does (its proxy's socket gone as its jail starts), which says nothing of the server."""
     found: dict[str, str] = {}
     try:
         text = log.read_text(encoding="utf-8", errors="replace")
@@ -79,7 +81,7 @@ def causes(log: Path) -> dict[str, str]:
         stopped = _STOPPED.match(line)
         if stopped:
             cause = stopped[2] or stopped[3]
-            found[stopped[1]] = cause if len(cause) <= _CAUSE else f"{cause[:_CAUSE]}…"
+            found.setdefault(stopped[1], cause if len(cause) <= _CAUSE else f"{cause[:_CAUSE]}…")
     return found
 
 
