@@ -13,7 +13,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from cellblock.gateway.dashboard.app import COOKIE, HEADERS, MAX_SESSIONS, create_app
-from cellblock.gateway.dashboard.view import answer_text
+from cellblock.gateway.dashboard.view import answer_text, catalog_answer_text
 from cellblock.gateway.serve.running import Answered
 
 PORT = 48213  # the app never binds it: the TestClient calls the app in process
@@ -23,6 +23,7 @@ HOSTILE = "<script>window.__pwned=1</script>"
 STATE = {
     "gateways": [{"pid": "1", "config": "/c.yaml", "pending": 1, "servers": []}],
     "approvals": [{"id": "k3x9", "server": "fs", "arguments": [f'"text": "{HOSTILE}"']}],
+    "review": [],
     "errors": [],
 }
 
@@ -204,6 +205,65 @@ def test_no_answer_gets_through_without_cookie_origin_host_and_csrf(
     assert gateways.answers == [{"op": op, "id": "k3x9", **({"scope": "once"} if op == "approve" else {})}]
 
 
+APPROVE_CATALOG = {"server": "fs", "hash": "0f" * 32}
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS.values()), ids=list(ATTACKS))
+def test_no_catalog_is_approved_without_cookie_origin_host_and_csrf(
+    client: TestClient, gateways: FakeGateways, attack: dict[str, Any]
+) -> None:
+    cookie, csrf = session(client)
+    sent = {"cookie": cookie, "csrf": csrf, "json_body": APPROVE_CATALOG, **attack}
+    if "form" in attack:
+        sent["form"] = f"server=fs&hash={'0f' * 32}"
+    refused = send(client, "POST", "/api/approve-catalog", **sent)
+    assert refused.status_code in (403, 415), refused.text
+    assert_strict_headers(refused)
+    assert gateways.answers == []
+    # the control: the same approval, sent as the page sends it, bound to the hash it showed
+    answered = send(client, "POST", "/api/approve-catalog", cookie=cookie, csrf=csrf, json_body=APPROVE_CATALOG)
+    assert answered.status_code == 200 and answered.json() == {"ok": True, "message": answered.json()["message"]}
+    assert gateways.answers == [{"op": "approve_catalog", "server": "fs", "hash": "0f" * 32}]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"server": "fs"},  # no hash: an approval not bound to what was shown
+        {"server": "fs", "hash": ""},
+        {"server": "fs", "hash": "0F" * 32},
+        {"server": "fs", "hash": "0f" * 31},
+        {"server": "fs", "hash": "0f" * 32 + "\n"},
+        {"server": "fs", "hash": 7},
+        {"server": "", "hash": "0f" * 32},
+        {"hash": "0f" * 32},
+    ],
+)
+def test_an_approval_of_a_catalog_must_carry_the_sha256_shown(
+    client: TestClient, gateways: FakeGateways, body: dict[str, Any]
+) -> None:
+    cookie, csrf = session(client)
+    refused = send(client, "POST", "/api/approve-catalog", cookie=cookie, csrf=csrf, json_body=body)
+    assert refused.status_code == 400 and gateways.answers == []
+    assert_strict_headers(refused)
+
+
+@pytest.mark.parametrize(
+    ("answered", "said"),
+    [
+        (Answered(True, 1), "approved the catalog of 'f\\u001bs' (sha256 0f0f0f0f0f0f…)"),
+        (
+            Answered(False, 1, ("7: the catalog held for 'fs' changed\x07",)),
+            "gateway 7: the catalog held for 'fs' changed\\u0007",
+        ),
+        (Answered(False, 0), "no running gateway"),
+        (Answered(False, 2), "no running gateway serves 'f\\u001bs'"),
+    ],
+)
+def test_an_approval_of_a_catalog_is_told_in_the_words_of_the_cli(answered: Answered, said: str) -> None:
+    assert catalog_answer_text("f\x1bs", "0f" * 32, answered) == said
+
+
 def test_a_csrf_token_of_another_session_is_refused(client: TestClient, gateways: FakeGateways) -> None:
     cookie, _ = session(client)
     _, other_csrf = session(client)
@@ -211,7 +271,15 @@ def test_a_csrf_token_of_another_session_is_refused(client: TestClient, gateways
     assert refused.status_code == 403 and gateways.answers == []
 
 
-@pytest.mark.parametrize("path", ["/api/approve?id=k3x9&scope=always", "/api/deny?id=k3x9", "/session"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/approve?id=k3x9&scope=always",
+        "/api/deny?id=k3x9",
+        "/session",
+        f"/api/approve-catalog?server=fs&hash={'a' * 64}",
+    ],
+)
 def test_nothing_changes_on_get(client: TestClient, gateways: FakeGateways, path: str) -> None:
     cookie, csrf = session(client)
     refused = send(client, "GET", path, cookie=cookie, csrf=csrf)

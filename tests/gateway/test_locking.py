@@ -14,6 +14,7 @@ from cellblock.gateway.downstream.listing import Listing
 from cellblock.gateway.serve.locking import (
     Locks,
     approve_pending,
+    catalog_hash,
     held_catalog,
     read_only_offer,
     revoke_unasked,
@@ -36,6 +37,28 @@ def test_a_catalog_changed_after_it_was_shown_is_not_approved(tmp_path: Path) ->
     assert approve_pending(tmp_path, audit, "fs", "cli", shown=SHOWN) == 1
     lock = load_lock(lock_path(tmp_path, "fs"))
     assert lock is not None and set(lock.items) == {"tool:read"}
+
+
+def test_an_approval_bound_to_the_hash_shown_is_refused_once_the_catalog_changed(tmp_path: Path) -> None:
+    audit = Audit(tmp_path / "audit.jsonl")
+    save_pending(pending_path(tmp_path, "fs"), "fs", SHOWN)
+    shown = catalog_hash(SHOWN)  # what the page or `cellblock diff` showed
+    save_pending(pending_path(tmp_path, "fs"), "fs", SWAPPED)  # then the server changed it
+    assert approve_pending(tmp_path, audit, "fs", "dashboard", shown_hash=shown) is None
+    assert approve_pending(tmp_path, audit, "fs", "dashboard", shown_hash=shown.upper()) is None
+    assert not lock_path(tmp_path, "fs").exists() and pending_path(tmp_path, "fs").exists()
+    # control: the hash of what is held now approves it, and the lock approves exactly that
+    assert approve_pending(tmp_path, audit, "fs", "dashboard", shown_hash=catalog_hash(SWAPPED)) == 1
+    lock = load_lock(lock_path(tmp_path, "fs"))
+    assert lock is not None and dict(lock.snapshot) == SWAPPED
+
+
+def test_a_catalog_hash_changes_with_any_item_and_not_with_the_order_of_keys() -> None:
+    assert catalog_hash(SHOWN) != catalog_hash(SWAPPED)
+    assert catalog_hash(SHOWN) != catalog_hash({**SHOWN, "tool:write": {"name": "write"}})
+    assert catalog_hash({"tool:a": {"name": "a", "x": 1, "y": 2}, "tool:b": {"name": "b"}}) == catalog_hash(
+        {"tool:b": {"name": "b"}, "tool:a": {"y": 2, "x": 1, "name": "a"}}
+    )
 
 
 def listing(*names: str) -> Listing:

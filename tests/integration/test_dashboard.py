@@ -245,3 +245,38 @@ async def test_the_page_refuses_to_render_inside_a_frame_of_another_site(tmp_pat
             framed = frames["dashboard"]
             assert framed.url == "chrome-error://chromewebdata/"  # Chromium's page for a refused frame
             assert await framed.locator("#approvals, #status, #gateways").count() == 0
+
+
+async def test_a_catalog_held_at_first_contact_is_shown_and_approved_and_its_tools_are_listed(tmp_path: Path) -> None:
+    env = cli_env(tmp_path)
+    state = Path(env["CELLBLOCK_STATE_DIR"])
+    # echo runs without asking once approved; every other tool asks
+    server = probe_server("--name", "p", tools={"default": "ask", "rules": {"echo": "allow"}}, lock={"first": "review"})
+    config_path = write_config(tmp_path, {"p": server})
+    async with (
+        gateway(config_path, state, env={"XDG_RUNTIME_DIR": env["XDG_RUNTIME_DIR"]}) as client,
+        dashboard(env) as url,
+        browser() as page,
+    ):
+        assert not any(t.name.startswith("p__") for t in (await client.list_tools()).tools)  # held
+        await page.goto(url)
+        card = page.locator(".review[data-server='p']")
+        await card.wait_for(timeout=SHOWN_WITHIN)
+        diff = await anyio.to_thread.run_sync(lambda: cli(env, "diff", "p", "--config", str(config_path)))
+        # the page shows what `cellblock diff p` shows, line for line, and the hash it prints
+        shown_hash = await card.get_attribute("data-hash")
+        assert shown_hash is not None and f"catalog sha256 {shown_hash}:" in diff.stdout
+        assert await card.locator(".diff-line").all_text_contents() == diff.stdout.splitlines()[:-1]
+        assert (await card.locator(".what").text_content() or "").endswith("first contact")
+        marked = await card.locator(".tool.unasked .name").all_text_contents()
+        assert marked == ["echo"] and "slow" in await card.locator(".tool .name").all_text_contents()
+        await page.screenshot(path=screenshot_path(tmp_path, "dashboard-review.png"), full_page=True)
+        await card.locator("button").click()
+        await page.locator("#last-answer", has_text="approved the catalog of 'p'").wait_for(timeout=SHOWN_WITHIN)
+        # the gateway listed the tools before it answered: the client's next list has them
+        assert "p__echo" in {t.name for t in (await client.list_tools()).tools}
+        assert text(await client.call_tool("p__echo", {"message": "approved"})) == "approved"
+        await card.wait_for(state="detached", timeout=SHOWN_WITHIN)  # nothing is held any more
+        await page.locator("#no-review").wait_for(state="visible", timeout=SHOWN_WITHIN)
+    events = [json.loads(line) for line in (state / "audit.jsonl").read_text().splitlines()]
+    assert [e["via"] for e in events if e["event"] == "lock_approved"] == ["dashboard"]

@@ -374,3 +374,64 @@ def test_no_server_may_take_the_gateways_own_name(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode != 0 and "server name 'cellblock' would name its tools like the gateway's own" in done.stderr
+
+
+async def test_an_approval_bound_to_the_hash_shown_is_refused_once_the_catalog_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dashboard's approve (the control socket's `approve_catalog`) and `cellblock approve
+    SERVER --hash` accept the held catalog only while it is the one shown; a change after it was
+    shown approves nothing. The controls: the hash of what is held now approves it."""
+    from cellblock.gateway.dashboard.view import Gateways
+
+    env = cli_env(tmp_path)
+    state = Path(env["CELLBLOCK_STATE_DIR"])
+    monkeypatch.setenv("XDG_RUNTIME_DIR", env["XDG_RUNTIME_DIR"])  # the dashboard's view, in this process
+    config = write_config(tmp_path, {"p": probe_server("--name", "p", lock={"enabled": True, "first": "trust"})})
+    page = Gateways()
+
+    async def shown(other_than: str | None = None) -> str:
+        """The hash of the catalog held for p, as the dashboard shows it (once it is not `other_than`)."""
+        found: list[str] = []
+
+        async def held() -> bool:
+            review = (await anyio.to_thread.run_sync(page.state))["review"]
+            found[:] = [item["hash"] for item in review if item["server"] == "p" and item["hash"] != other_than]
+            return bool(found)
+
+        await eventually(held)
+        return found[0]
+
+    async def approve(shown_hash: str) -> Any:
+        message = {"op": "approve_catalog", "server": "p", "hash": shown_hash}
+        return await anyio.to_thread.run_sync(page.answer, message)
+
+    def approved() -> int:
+        return sum(e["event"] == "lock_approved" for e in events(state))
+
+    async with gateway(config, state, mode="legacy", env={"XDG_RUNTIME_DIR": env["XDG_RUNTIME_DIR"]}) as client:
+        await client.call_tool("p__add_tool", {"name": "sneaky"})
+        first = await shown()
+        diff = run_cli(env, "diff", "p", "--config", str(config))
+        assert diff.returncode == 1 and f"catalog sha256 {first}:" in diff.stdout  # the CLI shows the same hash
+        await client.call_tool("p__add_tool", {"name": "sneakier"})  # the server changes it after it was shown
+        second = await shown(other_than=first)
+
+        refused = await approve(first)
+        assert not refused.done and any("changed since it was shown" in why for why in refused.refusals)
+        by_cli = run_cli(env, "approve", "p", "--hash", first, "--config", str(config))
+        assert by_cli.returncode == 1 and "nothing approved" in by_cli.stderr, by_cli.stderr
+        # nothing got through: no lock of the new tools, still held, not listed, not approved
+        lock = json.loads((state / "locks" / "p.json").read_text())
+        assert "tool:sneaky" not in lock["items"] and (state / "locks" / "p.pending.json").exists()
+        assert not {"p__sneaky", "p__sneakier"} & await names(client) and approved() == 0
+
+        # the controls: the hash of what is held now approves it, listed at the client's next list
+        assert (await approve(second)).done
+        assert {"p__sneaky", "p__sneakier"} <= await names(client)
+        await client.call_tool("p__add_tool", {"name": "third"})
+        third = await shown(other_than=second)
+        by_cli = run_cli(env, "approve", "p", "--hash", third, "--config", str(config))
+        assert by_cli.returncode == 0, by_cli.stderr
+        await wait_for(client, lambda seen: "p__third" in seen)
+    assert [e.get("via") for e in events(state) if e["event"] == "lock_approved"] == ["dashboard", "cli"]

@@ -21,8 +21,9 @@ __all__ = ["approve", "deny", "pending", "pending_full", "revoke"]
 _TOOL_WIDTH = 80  # a tool name is the server's: bounded in the table, whole in `pending --full`
 
 
-def approve(config_path: str | None, target: str, scope: str | None) -> int:
-    """Allow the pending call `target`, or accept the held catalog of the server `target`."""
+def approve(config_path: str | None, target: str, scope: str | None, shown_hash: str | None = None) -> int:
+    """Allow the pending call `target`, or accept the held catalog of the server `target` (only if
+    its hash is `shown_hash`, when given)."""
     # approving a pending call needs no config, only a gateway
     config = optional_config(config_path, say=False)
     servers = set(config.servers) if config is not None else set()
@@ -36,7 +37,10 @@ def approve(config_path: str | None, target: str, scope: str | None) -> int:
             return EXIT_USAGE
         from cellblock.gateway.cli.lock import approve_command
 
-        return approve_command(config_path, target)
+        return approve_command(config_path, target, shown_hash)
+    if shown_hash is not None:
+        print(f"cellblock: --hash applies to a server's held catalog; '{printable(target)}' is none", file=sys.stderr)
+        return EXIT_USAGE
     scope = scope or "once"
     return _answer_pending(
         {"op": "approve", "id": target, "scope": scope}, f"approved '{printable(target)}' {SCOPE_TEXT[scope]}"

@@ -10,9 +10,14 @@ from typing import Any, TextIO
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.cli.meet import meet_unmet, unmet
 from cellblock.gateway.cli.options import load
-from cellblock.gateway.config.compile import policy_for
 from cellblock.gateway.config.model import Config
-from cellblock.gateway.serve.locking import approve_pending, held_catalog, read_only_offer
+from cellblock.gateway.serve.locking import (
+    approve_pending,
+    catalog_hash,
+    held_catalog,
+    read_only_offer,
+    unasked_marks,
+)
 from cellblock.gateway.state import lock_path, pending_path, state_dir
 from cellblock.policy.lock import check, describe, load_lock
 from cellblock.policy.text import visible
@@ -42,8 +47,8 @@ def diff_command(config_path: str | None, server: str | None) -> int:
     return diff_server(config, state, server)
 
 
-def approve_command(config_path: str | None, server: str | None) -> int:
-    """`cellblock approve SERVER`, or `approve --all` when `server` is None."""
+def approve_command(config_path: str | None, server: str | None, shown_hash: str | None = None) -> int:
+    """`cellblock approve SERVER [--hash H]`, or `approve --all` when `server` is None."""
     config, source = load(config_path, server)
     state = state_dir()
     audit = config.audit_log(state)
@@ -51,7 +56,7 @@ def approve_command(config_path: str | None, server: str | None) -> int:
         return approve_all(config, source, state, audit)
     if server in unmet(config, state):
         meet_unmet(config, source, state)
-    return approve_server(config, state, audit, server)
+    return approve_server(config, state, audit, server, shown_hash)
 
 
 def review_command(config_path: str | None) -> int:
@@ -68,14 +73,27 @@ def diff_server(config: Config, state: Path, server: str) -> int:
         return 0
     lock = lock_path(state, server)
     print(describe(check(load_lock(lock), current), server, not lock.exists()))
+    shown = catalog_hash(current)
+    print(
+        f"catalog sha256 {shown}: to approve this one and no later change, 'cellblock approve {server} --hash {shown}'"
+    )
     return 1
 
 
-def approve_server(config: Config, state: Path, audit: Audit, server: str) -> int:
-    """Accept the held catalog of `server`; a running gateway picks it up within a second."""
-    count = approve_pending(state, audit, server, via="cli")
+def approve_server(config: Config, state: Path, audit: Audit, server: str, shown_hash: str | None = None) -> int:
+    """Accept the held catalog of `server` (only if its `catalog_hash` is `shown_hash`, when given);
+    a running gateway picks it up within a second."""
+    count = approve_pending(state, audit, server, via="cli", shown_hash=shown_hash)
     if count is None:
-        print(f"cellblock: nothing held for '{server}'; nothing to approve", file=sys.stderr)
+        current = held_catalog(state, server)
+        if current is None:
+            print(f"cellblock: nothing held for '{server}'; nothing to approve", file=sys.stderr)
+        else:
+            print(
+                f"cellblock: the catalog held for '{server}' is not the one with sha256 {visible(str(shown_hash))} "
+                f"(it is now {catalog_hash(current)}); nothing approved: read 'cellblock diff {server}' again",
+                file=sys.stderr,
+            )
         return 1
     print(f"cellblock: OK: approved the catalog of '{server}' ({count} items)", file=sys.stderr)
     return 0
@@ -173,9 +191,8 @@ def unasked_choice(
 def unasked_line(config: Config, server: str, catalog: Mapping[str, Any], granted: Collection[str] = ()) -> str:
     """What of `catalog` (item keys) the policy of `server` runs without asking once approved, with
     the tools `granted` to run without asking at an earlier review (`read_only_offer`)."""
-    policy = policy_for(config, server)
-    tools = sorted(key.removeprefix("tool:") for key in catalog if key.startswith("tool:"))
-    unasked = [visible(tool) for tool in tools if policy.unasked(tool) or tool in granted]
+    marks = unasked_marks(config, server, catalog, granted)
+    tools, unasked = list(marks), [visible(tool) for tool, runs in marks.items() if runs]
     if not unasked:
         return "runs without asking: none; every call asks you first" if tools else "runs without asking: no tools"
     return f"runs without asking: {', '.join(unasked)}" + ("" if len(unasked) < len(tools) else " (every tool)")

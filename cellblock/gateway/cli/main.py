@@ -56,6 +56,11 @@ def _parser() -> argparse.ArgumentParser:
         "target", metavar="ID_OR_SERVER", nargs="?", help="a pending call's id (see 'pending'), or a server"
     )
     approve.add_argument("--all", action="store_true", help="every held catalog (read 'cellblock diff --all' first)")
+    approve.add_argument(
+        "--hash",
+        metavar="SHA256",
+        help="with SERVER: approve its held catalog only if it is still the one 'cellblock diff SERVER' showed",
+    )
     scope = approve.add_mutually_exclusive_group()
     scope.add_argument(
         "--session",
@@ -247,6 +252,9 @@ def _run(args: argparse.Namespace) -> int:
             what = {"diff": "a server", "approve": "a pending call's ID or a server", "install": "servers"}[command]
             print(f"cellblock {command}: name {what}, or pass --all (not both)", file=sys.stderr)
             return EXIT_USAGE
+    if command == "approve" and args.all and args.hash is not None:
+        print("cellblock approve: --hash binds one server's catalog; name the server, not --all", file=sys.stderr)
+        return EXIT_USAGE
     if command == "serve":
         from cellblock.gateway.cli.serve import serve
 
@@ -266,7 +274,7 @@ def _run(args: argparse.Namespace) -> int:
 
         if command == "approve":
             scope = "session" if args.session else "always" if args.always else None
-            return approvals.approve(args.config, args.target, scope)
+            return approvals.approve(args.config, args.target, scope, args.hash)
         if command == "deny":
             return approvals.deny(args.id)
         if command == "revoke":

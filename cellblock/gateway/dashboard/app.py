@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 import secrets
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -30,7 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cellblock.gateway.dashboard.view import Source, answer_text
+from cellblock.gateway.dashboard.view import Source, answer_text, catalog_answer_text
 
 __all__ = ["COOKIE", "CSRF_HEADER", "HEADERS", "MAX_SESSIONS", "create_app"]
 
@@ -48,8 +49,9 @@ HEADERS = {
 # a user opens the page in a tab or two; the oldest session goes past this, so reopening the
 # address forever cannot grow what the process keeps
 MAX_SESSIONS = 8
-# an answer is an id and a scope: anything larger is not the page's
+# an answer is an id and a scope, or a server and a hash: anything larger is not the page's
 MAX_BODY = 4096
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _FILES = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
@@ -84,6 +86,7 @@ class _Dashboard:
             Route("/api/state", self._guarded(self._state), methods=["GET"]),
             Route("/api/approve", self._guarded(self._answer), methods=["POST"]),
             Route("/api/deny", self._guarded(self._answer), methods=["POST"]),
+            Route("/api/approve-catalog", self._guarded(self._approve_catalog), methods=["POST"]),
         ]
         return Starlette(routes=routes)
 
@@ -149,6 +152,22 @@ class _Dashboard:
         message = {"op": op, "id": ident, **({"scope": scope} if op == "approve" else {})}
         answered = await anyio.to_thread.run_sync(self._source.answer, message)
         return JSONResponse({"ok": answered.done, "message": answer_text(message, answered)})
+
+    async def _approve_catalog(self, request: Request) -> Response:
+        """Approve a held catalog bound to the hash the page showed: the gateway refuses it if the
+        catalog it holds now has another (`cellblock approve SERVER --hash`)."""
+        body = await _json_body(request)
+        server, shown_hash = body.get("server"), body.get("hash")
+        if (
+            not isinstance(server, str)
+            or not server
+            or not isinstance(shown_hash, str)
+            or not _SHA256.fullmatch(shown_hash)
+        ):
+            raise _Refused("an approval of a catalog is {'server': NAME, 'hash': the sha256 shown}", 400)
+        message = {"op": "approve_catalog", "server": server, "hash": shown_hash}
+        answered = await anyio.to_thread.run_sync(self._source.answer, message)
+        return JSONResponse({"ok": answered.done, "message": catalog_answer_text(server, shown_hash, answered)})
 
 
 async def _json_body(request: Request) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""What the dashboard shows, read from every running gateway as `cellblock ps` and `cellblock
-pending --full ID` read it, and the approve or deny it sends them as `cellblock approve|deny` does.
+"""What the dashboard shows, read from every running gateway as `cellblock ps`, `cellblock
+pending --full ID` and `cellblock diff` read it, and the approve or deny it sends them as `cellblock
+approve|deny` and `cellblock approve SERVER --hash` do.
 
 Every string a gateway relays (server and tool names, arguments, errors) came from a server or a
 model: it is escaped here as the CLI escapes it (`visible`: control characters written as `\\u001b`),
@@ -24,7 +25,7 @@ from cellblock.gateway.serve.running import (
 )
 from cellblock.policy.text import visible
 
-__all__ = ["MAX_SHOWN", "Gateways", "Source", "answer_text"]
+__all__ = ["MAX_SHOWN", "Gateways", "Source", "answer_text", "catalog_answer_text"]
 
 # the approvals read in full per gateway and poll: a queue longer than any human answers one by one,
 # and a cap on what a flood of waiting calls makes every poll cost
@@ -39,7 +40,8 @@ class Source(Protocol):
         ...
 
     def answer(self, message: dict[str, Any]) -> Answered:
-        """Send an approve or deny (the control socket's message) to the gateway that holds it."""
+        """Send an approve or deny (the control socket's message) to the gateway that holds it,
+        or an `approve_catalog` to the gateway that runs its server."""
         ...
 
 
@@ -50,16 +52,19 @@ class Gateways:
         try:
             paths = running()
         except ControlError as exc:
-            return {"gateways": [], "approvals": [], "errors": [visible(str(exc))]}
+            return {"gateways": [], "approvals": [], "review": [], "errors": [visible(str(exc))]}
         gateways, approvals, errors = [], [], []
+        review: dict[tuple[str, Any], dict[str, Any]] = {}
         now = time.time()
         for path in paths:
             try:
                 gateways.append(_servers(path, request(path, {"op": "ps"})))
                 approvals += _approvals(path, now)
+                for item in _held(path):  # gateways of one state dir hold the same catalogs: once each
+                    review.setdefault((item["server"], item.get("hash")), item)
             except ControlError as exc:  # gone between the listing and the question, or stuck
                 errors.append(visible(str(exc)))
-        return {"gateways": gateways, "approvals": approvals, "errors": errors}
+        return {"gateways": gateways, "approvals": approvals, "review": list(review.values()), "errors": errors}
 
     def answer(self, message: dict[str, Any]) -> Answered:
         return answer_pending(message)
@@ -120,6 +125,40 @@ def _approvals(path: Path, now: float) -> list[dict[str, Any]]:
             }
         )
     return shown
+
+
+def _held(path: Path) -> list[dict[str, Any]]:
+    """The gateway's held catalogs, as `cellblock diff` shows them, each string escaped; the hash is
+    kept as the gateway gave it (the page sends it back, and only a sha256 is accepted)."""
+    reply = request(path, {"op": "held"})
+    items = [i for i in reply.get("held", []) if isinstance(i, dict)] if reply["ok"] else []
+    held: list[dict[str, Any]] = []
+    for item in items:
+        server = visible(str(item.get("server", "?")))
+        if item.get("error") or not isinstance(item.get("hash"), str):
+            held.append({"server": server, "error": visible(str(item.get("error", "no hash")))})
+            continue
+        tools = [t for t in item.get("tools", []) if isinstance(t, dict)]
+        held.append(
+            {
+                "server": server,
+                "gateway": pid_of(path),
+                "first": item.get("first") is True,
+                "hash": visible(item["hash"]),
+                "diff": [visible(line) for line in str(item.get("diff", "")).split("\n")],
+                "tools": [{"name": visible(str(t.get("name"))), "unasked": t.get("unasked") is True} for t in tools],
+            }
+        )
+    return held
+
+
+def catalog_answer_text(server: str, shown_hash: str, answered: Answered) -> str:
+    """What the page says of an approval of a held catalog, in the words `cellblock approve SERVER` uses."""
+    if answered.done:
+        return f"approved the catalog of '{visible(server)}' (sha256 {visible(shown_hash[:12])}…)"
+    if answered.refusals:
+        return "; ".join(visible(f"gateway {why}") for why in answered.refusals)
+    return "no running gateway" if not answered.gateways else f"no running gateway serves '{visible(server)}'"
 
 
 def answer_text(message: dict[str, Any], answered: Answered) -> str:

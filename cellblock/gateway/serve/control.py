@@ -22,6 +22,11 @@ The protocol is one JSON object per line, one exchange per connection; every req
     -> {"op": "revoke", "server": ..., "tool": ...|null, "kind": "tool"|"prompt"|"resource"}
                                               <- {"ok": true, "revoked": [{"kind", "tool", "scope"}, ...]}
     -> {"op": "ps"}                           <- {"ok": true, "pid": ..., "config": ..., ...}
+    -> {"op": "held"}                         <- {"ok": true, "held": [{"server", "first", "hash", "diff",
+                                                  "tools": [{"name", "unasked"}]}, ...]}
+    -> {"op": "approve_catalog", "server": ..., "hash": SHA256}
+                                              <- {"ok": true, "items": N}  (refused if the held catalog's
+                                                 hash is no longer SHA256: it changed after it was shown)
     -> {"op": "reconnect", "server": ...}     <- {"ok": true, "restarted": bool, "state": ...}
     -> {"op": "allow_host", "server": ..., "entry": "host:port", "config": PATH}
                                               <- {"ok": true, "applied": bool}  (only for its own config)

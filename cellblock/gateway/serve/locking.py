@@ -9,15 +9,19 @@ held: kept out of the catalog and refused when called, and written to a pending 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cellblock.gateway.audit.log import Audit
+from cellblock.gateway.config.compile import policy_for
 from cellblock.gateway.config.model import Config
 from cellblock.gateway.downstream.listing import Listing
 from cellblock.gateway.state import lock_path, pending_path, unasked_path
@@ -26,6 +30,7 @@ from cellblock.policy.lock import (
     LockError,
     approve,
     check,
+    digest,
     item_keys,
     load_lock,
     load_pending,
@@ -38,11 +43,13 @@ __all__ = [
     "POLL_SECONDS",
     "Locks",
     "approve_pending",
+    "catalog_hash",
     "filter_listing",
     "held_catalog",
     "read_only_offer",
     "revoke_unasked",
     "runs_unasked",
+    "unasked_marks",
 ]
 
 logger = logging.getLogger(__name__)
@@ -65,6 +72,18 @@ def held_catalog(state: Path, server: str) -> dict[str, dict[str, Any]] | None:
     return None if pending is None else dict(pending.items)
 
 
+def catalog_hash(catalog: Mapping[str, Mapping[str, Any]]) -> str:
+    """The sha256 (hex) that names a whole catalog (`item_keys`): of its keys and each item's lock
+    digest, so it changes exactly when what approving it would lock changes. `cellblock diff` and the
+    dashboard show it; `cellblock approve SERVER --hash` and the dashboard's approve are bound to it.
+
+    Raises:
+        CatalogError: an item is not plain JSON.
+    """
+    digests = {key: digest(item) for key, item in catalog.items()}
+    return hashlib.sha256(json.dumps(digests, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def approve_pending(
     state: Path,
     audit: Audit,
@@ -72,16 +91,20 @@ def approve_pending(
     via: str,
     shown: dict[str, dict[str, Any]] | None = None,
     unasked: frozenset[str] = frozenset(),
+    shown_hash: str | None = None,
 ) -> int | None:
     """Accept the held catalog of `server`; how many items it has, or None when nothing is held.
 
-    `shown`: the held catalog as the user saw it; when the one on disk is no longer that (the
-    server changed it meanwhile), nothing is approved and None returned. `unasked`: the tool keys
-    the user lets run without asking from now on (`read_only_offer` says which may be); the ones
-    granted before keep running so only while their definition is unchanged.
+    `shown` (the held catalog as the user saw it) or `shown_hash` (its `catalog_hash`, as a page or
+    `cellblock diff` showed it): when the one on disk is no longer that (the server changed it
+    meanwhile), nothing is approved and None returned. `unasked`: the tool keys the user lets run
+    without asking from now on (`read_only_offer` says which may be); the ones granted before keep
+    running so only while their definition is unchanged.
     """
     current = held_catalog(state, server)
     if current is None or (shown is not None and current != shown):
+        return None
+    if shown_hash is not None and not hmac.compare_digest(catalog_hash(current), shown_hash):
         return None
     result = check(load_lock(lock_path(state, server)), current)
     lock = approve(server, current, time.time())
@@ -106,6 +129,16 @@ def read_only_offer(config: Config, state: Path, server: str, shown: Mapping[str
     tools = {key: sha for key, sha in lock.items.items() if key.startswith("tool:")}
     offer = unasked_tools(tools, lock.items, lock.snapshot) - kept
     return [f"tool:{name}" for name in sorted(offer)], sorted(kept)
+
+
+def unasked_marks(
+    config: Config, server: str, catalog: Mapping[str, Any], granted: Collection[str] = ()
+) -> dict[str, bool]:
+    """Each tool of `catalog` (item keys) by name, sorted: whether the policy of `server` runs it
+    without asking once the catalog is approved, with the tools `granted` at an earlier review."""
+    policy = policy_for(config, server)
+    tools = sorted(key.removeprefix("tool:") for key in catalog if key.startswith("tool:"))
+    return {tool: policy.unasked(tool) or tool in granted for tool in tools}
 
 
 def runs_unasked(config: Config, state: Path, server: str) -> list[str]:

@@ -13,6 +13,7 @@ from cellblock.gateway.downstream.supervisor import Downstream
 from cellblock.gateway.serve.approvals import Approvals, OnceOnly
 from cellblock.gateway.serve.control import NOT_FOUND
 from cellblock.gateway.serve.pipeline import Refused
+from cellblock.gateway.serve.review import Review
 from cellblock.gateway.serve.shares import Shares
 from cellblock.gateway.state import StateWriteError
 
@@ -26,6 +27,7 @@ class Host(Protocol):
     downstreams: dict[str, Downstream]
     shares: Shares | None
     source: Path | None
+    review: Review
 
 
 class Operations:
@@ -54,6 +56,10 @@ class Operations:
             if not found:
                 return {"ok": False, "error": f"no pending approval '{ident}'", "code": NOT_FOUND}
             return {"ok": True}
+        if op == "held":  # the held catalogs, each with the hash an approval is bound to
+            return {"ok": True, "held": self.gateway.review.held()}
+        if op == "approve_catalog":
+            return await self.gateway.review.approve_catalog(message.get("server"), message.get("hash"))
         if op == "revoke":
             # `cellblock revoke` changed approvals.json; what this gateway holds of the same goes too
             server, tool, kind = message.get("server"), message.get("tool"), message.get("kind", "tool")

@@ -9,7 +9,7 @@ same form is offered when a call meets a held tool (`Pipeline`'s reviewer).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
 import mcp.types as types
@@ -21,11 +21,20 @@ from cellblock.gateway.downstream.rounds import error_result
 from cellblock.gateway.downstream.startable import cannot_start
 from cellblock.gateway.downstream.supervisor import Downstream, State
 from cellblock.gateway.serve.approvals import APPROVAL_KEY, Approvals, NeedsInput, can_elicit, review_form
-from cellblock.gateway.serve.locking import Locks, approve_pending, read_only_offer
+from cellblock.gateway.serve.control import NOT_FOUND
+from cellblock.gateway.serve.locking import (
+    Locks,
+    approve_pending,
+    catalog_hash,
+    held_catalog,
+    read_only_offer,
+    unasked_marks,
+)
 from cellblock.gateway.serve.pipeline import Call
 from cellblock.gateway.serve.status import REVIEW, ServerStatus, status_text
 from cellblock.gateway.state import lock_path, pending_path
-from cellblock.policy.lock import check, describe, load_lock, load_pending
+from cellblock.policy.errors import CellblockError
+from cellblock.policy.lock import Lock, LockError, check, describe, load_lock, load_pending
 
 __all__ = ["Review"]
 
@@ -88,6 +97,57 @@ class Review:
         ]
         return _text_result(status_text(servers, self.gateway.approvals.listing(), self.gateway.own_tool(REVIEW)))
 
+    def held(self) -> list[dict[str, Any]]:
+        """The control socket's `held`: each held catalog of this gateway's servers as `cellblock
+        diff` shows it, with its `catalog_hash` (what an approval is bound to) and its tools, each
+        marked if the policy runs it without asking once approved."""
+        state, config = self.gateway.state, self.gateway.config
+        found: list[dict[str, Any]] = []
+        for server in config.servers:
+            if not pending_path(state, server).exists():
+                continue
+            try:
+                current = held_catalog(state, server)
+                if current is None:
+                    continue  # approved since the look
+                first = not lock_path(state, server).exists()
+                diff = describe(check(_lock_or_none(state, server), current), server, first)
+                kept = read_only_offer(config, state, server, current)[1]
+                marks = unasked_marks(config, server, current, kept)
+                shown_hash = catalog_hash(current)
+            except CellblockError as exc:
+                found.append({"server": server, "error": str(exc)})
+                continue
+            tools = [{"name": name, "unasked": runs} for name, runs in marks.items()]
+            found.append({"server": server, "first": first, "hash": shown_hash, "diff": diff, "tools": tools})
+        return found
+
+    async def approve_catalog(self, server: Any, shown_hash: Any) -> dict[str, Any]:
+        """The control socket's `approve_catalog`: accept the held catalog of `server` only if it is
+        still the one whose `catalog_hash` is `shown_hash` (a catalog that changed after it was
+        shown is not approved by it), as `cellblock approve SERVER --hash` does; the tools are
+        listed before the reply."""
+        if not isinstance(server, str) or server not in self.gateway.config.servers:
+            return {"ok": False, "error": f"no server {server!r} in this gateway", "code": NOT_FOUND}
+        if not isinstance(shown_hash, str) or not shown_hash:
+            return {"ok": False, "error": "approve_catalog takes the 'hash' of the catalog shown"}
+        state = self.gateway.state
+        try:
+            count = approve_pending(state, self.gateway.audit, server, via="dashboard", shown_hash=shown_hash)
+            current = held_catalog(state, server) if count is None else None
+        except CellblockError as exc:
+            return {"ok": False, "error": str(exc)}
+        if count is None:
+            if current is None:
+                return {"ok": False, "error": f"nothing is held for '{server}': nothing approved"}
+            return {
+                "ok": False,
+                "error": f"the catalog held for '{server}' changed since it was shown (its sha256 is now "
+                f"{catalog_hash(current)}): nothing approved; review it again",
+            }
+        await self.gateway.on_listing(self.gateway.downstreams[server])
+        return {"ok": True, "items": count}
+
     async def review_lock(self, call: Call) -> bool:
         """Offer the held catalog of the call's server for approval through the client's form."""
         # the retry's answer belongs to this question only if its form asked it
@@ -135,6 +195,14 @@ class Review:
         approve_pending(state, self.gateway.audit, server, via="elicitation", shown=shown, unasked=unasked)
         await self.gateway.on_listing(self.gateway.downstreams[call.server])
         return True
+
+
+def _lock_or_none(state: Path, server: str) -> Lock | None:
+    # a damaged lock approves nothing: the gateway holds every item, and so does the diff
+    try:
+        return load_lock(lock_path(state, server))
+    except LockError:
+        return None
 
 
 def _text_result(text: str) -> types.CallToolResult:

@@ -8,6 +8,7 @@
   const stored = window.sessionStorage; // this tab, this origin (port) only
   let csrf = stored.getItem("cellblock-csrf");
   const cards = new Map(); // approval id -> its card, kept while the call waits
+  const reviews = new Map(); // server and catalog hash -> its card, kept while that catalog is held
 
   const byId = (id) => document.getElementById(id);
 
@@ -114,6 +115,83 @@
     byId("no-approvals").hidden = approvals.length > 0;
   }
 
+  async function approveCatalog(item, card) {
+    const button = card.querySelector("button");
+    if (button) button.disabled = true;
+    let text;
+    try {
+      // bound to the hash this card shows: a catalog changed since is refused by the gateway
+      const response = await api("/api/approve-catalog", { server: item.server, hash: item.hash });
+      const reply = await response.json();
+      text = reply.message || reply.error || `HTTP ${response.status}`;
+    } catch (error) {
+      text = `not sent: ${error}`;
+    }
+    card.querySelector(".outcome").textContent = text;
+    byId("last-answer").textContent = text;
+  }
+
+  function diffClass(line) {
+    const start = line.trimStart();
+    if (/^(new|changed|removed) /.test(line)) return "diff-line item";
+    if (start.startsWith("+") && !start.startsWith("+++")) return "diff-line add";
+    if (start.startsWith("-") && !start.startsWith("---")) return "diff-line del";
+    return "diff-line";
+  }
+
+  function reviewCard(item) {
+    const card = element("article", "review");
+    card.dataset.server = item.server;
+    const head = element("div", "head");
+    if (item.error) {
+      head.append(element("span", "what", `${item.server} · cannot be shown`));
+      card.append(head, element("p", "outcome", item.error));
+      return card;
+    }
+    card.dataset.hash = item.hash;
+    head.append(element("span", "what", `${item.server} · ${item.first ? "first contact" : "changed since approved"}`));
+    card.append(head, element("p", "hash", `catalog sha256 ${item.hash}`));
+    const tools = element("ul", "tools");
+    tools.setAttribute("aria-label", "its tools");
+    for (const tool of item.tools) {
+      const entry = element("li", tool.unasked ? "tool unasked" : "tool");
+      entry.append(element("span", "name", tool.name));
+      if (tool.unasked) entry.append(element("span", "mark", "runs without asking"));
+      tools.append(entry);
+    }
+    if (item.tools.length === 0) tools.append(element("li", "tool empty", "(no tools)"));
+    const diff = element("div", "diff");
+    for (const line of item.diff) diff.append(element("div", diffClass(line), line));
+    const buttons = element("div", "buttons");
+    const button = element("button", "allow", "approve");
+    button.type = "button";
+    button.addEventListener("click", () => approveCatalog(item, card));
+    buttons.append(button);
+    card.append(tools, diff, buttons, element("p", "outcome"));
+    return card;
+  }
+
+  function showReview(review) {
+    const list = byId("review");
+    const seen = new Set();
+    for (const item of review) {
+      const key = `${item.server}\u0000${item.hash || ""}`;
+      seen.add(key);
+      if (!reviews.has(key)) {
+        const card = reviewCard(item);
+        reviews.set(key, card);
+        list.append(card);
+      }
+    }
+    for (const [key, card] of reviews) {
+      if (!seen.has(key)) {
+        card.remove();
+        reviews.delete(key);
+      }
+    }
+    byId("no-review").hidden = review.length > 0;
+  }
+
   function row(cells, tag = "td") {
     const tr = document.createElement("tr");
     for (const cell of cells) tr.append(cell instanceof Node ? cell : element(tag, "", cell));
@@ -152,6 +230,7 @@
       }
       const state = await response.json();
       showApprovals(state.approvals);
+      showReview(state.review);
       showGateways(state.gateways);
       byId("errors").replaceChildren(...state.errors.map((error) => element("li", "", error)));
       say(`updated ${new Date().toLocaleTimeString()}`);
