@@ -62,8 +62,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "serve": {"wire", "audit", "config", "ask", "downstream"},
     "clients": {"config", "downstream"},
     "scan": {"config", "downstream"},
-    # the page talks to the gateways only as the CLI does: through serve's control-socket client
-    "dashboard": {"serve"},
+    # the page talks to the gateways only as the CLI does: through serve's control-socket client;
+    # it reads the audit log with the audit's own reader, as `cellblock audit` does
+    "dashboard": {"serve", "audit"},
     "cli": {"wire", "audit", "config", "ask", "downstream", "serve", "clients", "scan", "dashboard"},
 }
 # what must stay free of the MCP SDK: other tools' config files, the config, the audit log, the page

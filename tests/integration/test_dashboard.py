@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import mcp.types as types
 import pytest
-from playwright.async_api import Page, async_playwright
+from playwright.async_api import Page, async_playwright, expect
 
 from cellblock.gateway.serve.running import network_text
 from cellblock.policy.text import visible
@@ -46,10 +46,10 @@ def text(result: types.CallToolResult) -> str:
 
 
 @asynccontextmanager
-async def dashboard(env: dict[str, str]) -> AsyncIterator[str]:
-    """`cellblock dashboard --no-open` with `env`; yields the address it prints, and ends it with
-    Ctrl-C (SIGINT), as a user does."""
-    argv = [sys.executable, "-m", "cellblock.gateway.cli.main", "dashboard", "--no-open"]
+async def dashboard(env: dict[str, str], *args: str) -> AsyncIterator[str]:
+    """`cellblock dashboard --no-open ARGS` with `env`; yields the address it prints, and ends it
+    with Ctrl-C (SIGINT), as a user does."""
+    argv = [sys.executable, "-m", "cellblock.gateway.cli.main", "dashboard", "--no-open", *args]
     process = await anyio.to_thread.run_sync(
         lambda: subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
     )
@@ -158,11 +158,10 @@ HOSTILE = {
 
 async def test_hostile_arguments_render_inert_and_whole(tmp_path: Path) -> None:
     env = cli_env(tmp_path)
+    config_path = config(tmp_path)
     async with (
-        gateway(
-            config(tmp_path), Path(env["CELLBLOCK_STATE_DIR"]), env={"XDG_RUNTIME_DIR": env["XDG_RUNTIME_DIR"]}
-        ) as c,
-        dashboard(env) as url,
+        gateway(config_path, Path(env["CELLBLOCK_STATE_DIR"]), env={"XDG_RUNTIME_DIR": env["XDG_RUNTIME_DIR"]}) as c,
+        dashboard(env, "--config", str(config_path)) as url,
         browser() as page,
     ):
         results: list[types.CallToolResult] = []
@@ -192,6 +191,13 @@ async def test_hostile_arguments_render_inert_and_whole(tmp_path: Path) -> None:
             await card.wait_for(state="detached", timeout=SHOWN_WITHIN)
         assert results[0].is_error
         assert await page.evaluate("window.__pwned") is None
+        # the audit timeline: the denied call's row, its hostile text set as text only
+        await page.locator("#audit-refresh").click()
+        denied = page.locator("#audit-events tr", has_text="approval_denied")
+        await denied.first.wait_for(timeout=SHOWN_WITHIN)
+        assert await page.locator("#audit-events script, #audit-events img, #audit-events a").count() == 0
+        assert await page.evaluate("window.__pwned") is None
+        assert await page.locator("#chain").get_attribute("data-state") == "whole"
 
 
 class _Framer(BaseHTTPRequestHandler):
@@ -255,7 +261,7 @@ async def test_a_catalog_held_at_first_contact_is_shown_and_approved_and_its_too
     config_path = write_config(tmp_path, {"p": server})
     async with (
         gateway(config_path, state, env={"XDG_RUNTIME_DIR": env["XDG_RUNTIME_DIR"]}) as client,
-        dashboard(env) as url,
+        dashboard(env, "--config", str(config_path)) as url,
         browser() as page,
     ):
         assert not any(t.name.startswith("p__") for t in (await client.list_tools()).tools)  # held
@@ -278,5 +284,17 @@ async def test_a_catalog_held_at_first_contact_is_shown_and_approved_and_its_too
         assert text(await client.call_tool("p__echo", {"message": "approved"})) == "approved"
         await card.wait_for(state="detached", timeout=SHOWN_WITHIN)  # nothing is held any more
         await page.locator("#no-review").wait_for(state="visible", timeout=SHOWN_WITHIN)
+        # the audit timeline has the approval, filtered on the page's choice of event
+        await page.locator("#audit-refresh").click()
+        await page.locator("#filter-kind option[value='lock_approved']").wait_for(
+            state="attached", timeout=SHOWN_WITHIN
+        )
+        await page.locator("#filter-kind").select_option("lock_approved")
+        # the filtered table: its header and that one event (the unfiltered one had more)
+        await expect(page.locator("#audit-events tr")).to_have_count(2, timeout=SHOWN_WITHIN)
+        row = await page.locator("#audit-events tr").nth(1).locator("td").all_text_contents()
+        assert row[1:3] == ["lock_approved", "p"] and 'via="dashboard"' in row[-1]
+        audit = page.locator("section[aria-labelledby='audit-title']")
+        await audit.screenshot(path=screenshot_path(tmp_path, "dashboard-audit.png"))
     events = [json.loads(line) for line in (state / "audit.jsonl").read_text().splitlines()]
     assert [e["via"] for e in events if e["event"] == "lock_approved"] == ["dashboard"]

@@ -1,8 +1,8 @@
 """`cellblock audit`: read the audit log (rotated files included) and summarise it.
 
-Reads `<name>.N` … `<name>.1` then `<name>`, oldest first, one line at a time. A line that is not
-an event (not JSON, not an object, no numeric `ts` or text `event`/`server`) is counted and
-reported, never dropped silently. The summary counts calls per server and tool by decision, plus
+Reads `<name>.N` … `<name>.1` then `<name>`, oldest first, one line at a time (`audit/read.py`,
+shared with the dashboard). A line that is not an event is counted and reported, never dropped
+silently. The summary counts calls per server and tool by decision, plus
 lock events and refused egress per server; the most recent events follow, one line each.
 """
 
@@ -13,17 +13,16 @@ import re
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from cellblock.gateway.audit.chain import FIELDS as CHAIN_FIELDS
-from cellblock.gateway.audit.chain import KEY_NAME, verify
+from cellblock.gateway.audit.chain import KEY_NAME
 from cellblock.gateway.audit.log import rotated_paths
+from cellblock.gateway.audit.read import lines, parse, verify_chain
 from cellblock.gateway.state import state_dir
-from cellblock.policy.jsontext import loads
 from cellblock.policy.text import visible as _printable  # event text comes partly from servers
 
 __all__ = [
@@ -155,31 +154,6 @@ class AuditReport:
         }
 
 
-def _lines(files: list[Path]) -> Iterator[tuple[Path, bytes]]:
-    for path in files:
-        try:
-            with path.open("rb") as handle:
-                for raw in handle:
-                    yield path, raw
-        except FileNotFoundError:
-            continue  # rotated away between listing and reading: its events are in the next file
-
-
-def _parse(raw: bytes) -> dict[str, Any] | None:
-    try:
-        event = loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(event, dict):
-        return None
-    ts = event.get("ts")
-    if isinstance(ts, bool) or not isinstance(ts, int | float):
-        return None
-    if not isinstance(event.get("event"), str) or not isinstance(event.get("server"), str):
-        return None
-    return event
-
-
 def read_report(path: Path, since: float | None = None, server: str | None = None) -> AuditReport:
     """Read `path` and its rotated files, oldest first, keeping events at or after `since` for `server`.
 
@@ -187,10 +161,10 @@ def read_report(path: Path, since: float | None = None, server: str | None = Non
         OSError: a file exists but cannot be read.
     """
     report = AuditReport(files=rotated_paths(path), since=since, server=server)
-    for source, raw in _lines(report.files):
+    for source, raw in lines(report.files):
         if not raw.strip():
             continue
-        event = _parse(raw)
+        event = parse(raw)
         if event is None:
             report.unreadable[source] = report.unreadable.get(source, 0) + 1
             continue
@@ -205,8 +179,8 @@ def read_report(path: Path, since: float | None = None, server: str | None = Non
 def egress_refused(path: Path, server: str, since: float) -> list[dict[str, Any]]:
     """The connections the egress proxy refused `server` since `since`, from `path` and its rotated files."""
     found = []
-    for _, raw in _lines(rotated_paths(path)):
-        event = _parse(raw) if b'"egress"' in raw else None
+    for _, raw in lines(rotated_paths(path)):
+        event = parse(raw) if b'"egress"' in raw else None
         if event is not None and event["event"] == "egress" and event["server"] == server and event["ts"] >= since:
             found += [event] if event.get("decision") == "deny" else []
     return found
@@ -268,60 +242,30 @@ def _print_text(report: AuditReport) -> None:
 
 def verify_log(path: Path, key_path: Path) -> int:
     """`cellblock audit --verify`: check the chain through the log and its rotated files; 0 whole, 1 broken."""
-    paths = rotated_paths(path)
+    verdict = verify_chain(path, key_path)
+    paths = verdict.files
     if not paths:
         print(f"cellblock: no audit log at {path} yet: nothing to verify", file=sys.stderr)
         return 0
-    try:
-        checked, broken = verify(paths, key_path.read_bytes())
-    except OSError as exc:
-        print(f"cellblock: cannot verify the audit log: {exc.filename or path}: {exc.strerror or exc}", file=sys.stderr)
+    if verdict.error is not None:
+        print(f"cellblock: cannot verify the audit log: {verdict.error}", file=sys.stderr)
         return 1
-    if broken is not None:
-        print(f"cellblock: the audit chain breaks at {broken}", file=sys.stderr)
-        print(f"({checked} line(s) before it check out)", file=sys.stderr)
+    if verdict.broken is not None:
+        print(f"cellblock: the audit chain breaks at {verdict.broken}", file=sys.stderr)
+        print(f"({verdict.checked} line(s) before it check out)", file=sys.stderr)
         return 1
-    rotated, left_out, summaries = _not_in_the_chain(paths)
-    where = f"{checked} line(s) in {len(paths)} file(s), oldest {paths[0].name}"
-    if not rotated:
+    where = f"{verdict.checked} line(s) in {len(paths)} file(s), oldest {paths[0].name}"
+    if not verdict.rotated:
         print(f"audit chain whole: {where}")
     else:  # nothing is broken, but the chain cannot speak for what rotation dropped
         print(f"audit chain unbroken from its oldest kept line: {where}")
         print(f"older lines were rotated away: {paths[0].name} follows a file no longer kept (audit.keep)")
-    if left_out:
+    if verdict.left_out:
         print(
-            f"{left_out} event(s) servers triggered were counted, not written, in {summaries} 'suppressed' "
-            "line(s) (the audit budget; `cellblock audit` shows them)"
+            f"{verdict.left_out} event(s) servers triggered were counted, not written, in {verdict.summaries} "
+            "'suppressed' line(s) (the audit budget; `cellblock audit` shows them)"
         )
     return 0
-
-
-def _not_in_the_chain(paths: list[Path]) -> tuple[bool, int, int]:
-    """What a whole chain does not hold: whether the oldest file follows one that rotation dropped
-    (its first line names a line before it), and how many events `suppressed` lines stand for, in
-    how many lines.
-
-    Raises:
-        OSError: a file cannot be read.
-    """
-    rotated, left_out, summaries = False, 0, 0
-    for index, path in enumerate(paths):
-        with path.open("rb") as handle:
-            for number, line in enumerate(handle):
-                first = index == 0 and number == 0
-                if not first and b'"event":"suppressed"' not in line:
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue  # the chain checked it: a line written before the chain began
-                if not isinstance(event, dict):
-                    continue
-                if first:
-                    rotated = bool(event.get("prev"))
-                if event.get("event") == "suppressed" and isinstance(event.get("count"), int):
-                    left_out, summaries = left_out + event["count"], summaries + 1
-    return rotated, left_out, summaries
 
 
 def run(path: Path, since: str | None, server: str | None, as_json: bool) -> int:

@@ -17,13 +17,20 @@ __all__ = ["SECRET_BYTES", "dashboard_command"]
 SECRET_BYTES = 32
 
 
-def dashboard_command(open_browser: bool) -> int:
+def dashboard_command(open_browser: bool, config_path: str | None = None) -> int:
     """Serve until interrupted; the page's address (its secret in the fragment) is opened in the
-    browser, or printed alone on stdout with `open_browser` False."""
+    browser, or printed alone on stdout with `open_browser` False. The audit log shown is the one
+    `cellblock audit` reads with the same `config_path`."""
     import uvicorn  # only the dashboard serves a page
 
+    from cellblock.gateway.audit.chain import KEY_NAME
+    from cellblock.gateway.cli.audit import audit_path
     from cellblock.gateway.dashboard.app import create_app
+    from cellblock.gateway.dashboard.timeline import AuditLog
     from cellblock.gateway.dashboard.view import Gateways
+    from cellblock.gateway.state import state_dir
+
+    timeline = AuditLog(audit_path(config_path), state_dir() / KEY_NAME)
 
     # bound before the app is made: the port is part of the Host and Origin it accepts
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -31,7 +38,7 @@ def dashboard_command(open_browser: bool) -> int:
     port = sock.getsockname()[1]
     secret = secrets.token_urlsafe(SECRET_BYTES)
     url = f"http://127.0.0.1:{port}/#secret={secret}"
-    app = create_app(port, secret, Gateways())
+    app = create_app(port, secret, Gateways(), timeline)
     # no access log: the secret never reaches the server (a fragment), and nothing else needs one
     config = uvicorn.Config(
         app, http="h11", ws="none", lifespan="off", log_level="warning", access_log=False, server_header=False

@@ -91,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     dashboard.add_argument(
         "--no-open", action="store_true", help="print the page's address (its secret included) instead of opening it"
     )
+    add_config(dashboard, "the config whose audit log the page shows (as 'cellblock audit'); every gateway is shown")
     revoke = sub.add_parser(
         "revoke", help="forget 'always' and session approvals: SERVER, SERVER:TOOL, or a prompt or resource"
     )
@@ -295,7 +296,7 @@ def _run(args: argparse.Namespace) -> int:
     if command == "dashboard":
         from cellblock.gateway.cli.dashboard import dashboard_command
 
-        return dashboard_command(open_browser=not args.no_open)
+        return dashboard_command(open_browser=not args.no_open, config_path=args.config)
     if command == "probe":
         from cellblock.gateway.cli.probe import probe_command
 

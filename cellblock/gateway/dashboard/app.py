@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from cellblock.gateway.dashboard.timeline import FILTERS, Timeline
 from cellblock.gateway.dashboard.view import Source, answer_text, catalog_answer_text
 
 __all__ = ["COOKIE", "CSRF_HEADER", "HEADERS", "MAX_SESSIONS", "create_app"]
@@ -52,6 +53,8 @@ MAX_SESSIONS = 8
 # an answer is an id and a scope, or a server and a hash: anything larger is not the page's
 MAX_BODY = 4096
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# a filter's value is a server's, a tool's, a decision's or an event's name
+MAX_FILTER = 500
 _FILES = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
@@ -67,16 +70,18 @@ class _Refused(Exception):
         self.why, self.status = why, status
 
 
-def create_app(port: int, secret: str, source: Source) -> ASGIApp:
-    """The dashboard served at `http://127.0.0.1:PORT`, opened with `secret`, showing `source`."""
-    return _Guard(_Dashboard(port, secret, source).app(), f"127.0.0.1:{port}")
+def create_app(port: int, secret: str, source: Source, timeline: Timeline | None = None) -> ASGIApp:
+    """The dashboard served at `http://127.0.0.1:PORT`, opened with `secret`, showing `source` (and
+    the audit log's `timeline`)."""
+    return _Guard(_Dashboard(port, secret, source, timeline).app(), f"127.0.0.1:{port}")
 
 
 class _Dashboard:
-    def __init__(self, port: int, secret: str, source: Source) -> None:
+    def __init__(self, port: int, secret: str, source: Source, timeline: Timeline | None) -> None:
         self.origin = f"http://127.0.0.1:{port}"
         self._secret = secret.encode()
         self._source = source
+        self._timeline = timeline
         self._sessions: OrderedDict[str, str] = OrderedDict()  # cookie value -> its CSRF token
 
     def app(self) -> Starlette:
@@ -87,6 +92,7 @@ class _Dashboard:
             Route("/api/approve", self._guarded(self._answer), methods=["POST"]),
             Route("/api/deny", self._guarded(self._answer), methods=["POST"]),
             Route("/api/approve-catalog", self._guarded(self._approve_catalog), methods=["POST"]),
+            Route("/api/audit", self._guarded(self._audit), methods=["GET"]),
         ]
         return Starlette(routes=routes)
 
@@ -168,6 +174,19 @@ class _Dashboard:
         message = {"op": "approve_catalog", "server": server, "hash": shown_hash}
         answered = await anyio.to_thread.run_sync(self._source.answer, message)
         return JSONResponse({"ok": answered.done, "message": catalog_answer_text(server, shown_hash, answered)})
+
+    async def _audit(self, request: Request) -> Response:
+        """The audit log's newest events matching the query's filters, and its chain's verdict."""
+        if self._timeline is None:
+            return JSONResponse({"error": "this dashboard reads no audit log"}, status_code=404)
+        filters: dict[str, str] = {}
+        for name, value in request.query_params.multi_items():
+            if name not in FILTERS or name in filters or len(value) > MAX_FILTER:
+                raise _Refused(f"the audit's filters are {', '.join(FILTERS)}, each once", 400)
+            if value:
+                filters[name] = value
+        # the whole log is read through (blocking file I/O): in a worker thread
+        return JSONResponse(await anyio.to_thread.run_sync(self._timeline.read, filters))
 
 
 async def _json_body(request: Request) -> dict[str, Any]:

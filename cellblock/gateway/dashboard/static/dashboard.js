@@ -4,11 +4,15 @@
 
 (() => {
   const POLL_MS = 1000;
+  const AUDIT_MS = 10000;
+  const FILTERS = ["server", "tool", "decision", "kind"];
   const SCOPES = ["once", "session", "always"];
   const stored = window.sessionStorage; // this tab, this origin (port) only
   let csrf = stored.getItem("cellblock-csrf");
   const cards = new Map(); // approval id -> its card, kept while the call waits
   const reviews = new Map(); // server and catalog hash -> its card, kept while that catalog is held
+  const offered = new Map(); // filter -> the choices its select shows (JSON), rebuilt only when they change
+  let auditTimer;
 
   const byId = (id) => document.getElementById(id);
 
@@ -221,6 +225,60 @@
     byId("no-gateways").hidden = gateways.length > 0;
   }
 
+  function fillFilter(name, choices) {
+    const select = byId(`filter-${name}`);
+    const key = JSON.stringify(choices);
+    if (offered.get(name) === key) return;
+    offered.set(name, key);
+    const chosen = select.value;
+    const options = [element("option", "", "any")];
+    options[0].value = "";
+    for (const choice of choices) {
+      const option = element("option", "", choice);
+      option.value = choice;
+      options.push(option);
+    }
+    select.replaceChildren(...options);
+    select.value = choices.includes(chosen) ? chosen : "";
+  }
+
+  function showAudit(audit) {
+    const chain = byId("chain");
+    chain.className = `chain ${audit.chain.state}`;
+    chain.textContent = audit.chain.text;
+    chain.dataset.state = audit.chain.state;
+    for (const name of FILTERS) fillFilter(name, audit.choices[name]);
+    const table = element("table", "events");
+    table.id = "audit-events";
+    table.append(row(["time", "event", "server", "tool", "decision", "details"], "th"));
+    for (const event of audit.events) {
+      const cells = [event.time, event.kind, event.server, event.tool, event.decision].map((text) => element("td", "", text));
+      table.append(row([...cells, element("td", "details", event.details)]));
+    }
+    byId("audit-events").replaceWith(table);
+    const unreadable = audit.unreadable ? `; ${audit.unreadable} unreadable line(s), not shown` : "";
+    const summary = `${audit.events.length} newest of ${audit.matched} matching event(s) in ${audit.file}${unreadable}`;
+    byId("audit-summary").textContent = audit.error || summary;
+  }
+
+  async function loadAudit() {
+    window.clearTimeout(auditTimer);
+    const query = new URLSearchParams();
+    for (const name of FILTERS) {
+      const value = byId(`filter-${name}`).value;
+      if (value) query.set(name, value);
+    }
+    try {
+      const response = await api(`/api/audit?${query}`);
+      const audit = await response.json();
+      if (response.ok) showAudit(audit);
+      else byId("audit-summary").textContent = audit.error || `HTTP ${response.status}`;
+    } catch (error) {
+      byId("audit-summary").textContent = `the audit log was not read: ${error}`;
+    }
+    auditTimer = window.setTimeout(loadAudit, AUDIT_MS);
+  }
+
   async function poll() {
     try {
       const response = await api("/api/state");
@@ -256,6 +314,9 @@
       return;
     }
     poll();
+    for (const name of FILTERS) byId(`filter-${name}`).addEventListener("change", loadAudit);
+    byId("audit-refresh").addEventListener("click", loadAudit);
+    loadAudit();
   }
 
   start();
