@@ -46,6 +46,7 @@ def test_an_approval_bound_to_the_hash_shown_is_refused_once_the_catalog_changed
     save_pending(pending_path(tmp_path, "fs"), "fs", SWAPPED)  # then the server changed it
     assert approve_pending(tmp_path, audit, "fs", "dashboard", shown_hash=shown) is None
     assert approve_pending(tmp_path, audit, "fs", "dashboard", shown_hash=shown.upper()) is None
+    assert approve_pending(tmp_path, audit, "fs", "cli", shown_hash="é" + shown[1:]) is None  # not ASCII
     assert not lock_path(tmp_path, "fs").exists() and pending_path(tmp_path, "fs").exists()
     # control: the hash of what is held now approves it, and the lock approves exactly that
     assert approve_pending(tmp_path, audit, "fs", "dashboard", shown_hash=catalog_hash(SWAPPED)) == 1

@@ -104,7 +104,8 @@ def approve_pending(
     current = held_catalog(state, server)
     if current is None or (shown is not None and current != shown):
         return None
-    if shown_hash is not None and not hmac.compare_digest(catalog_hash(current), shown_hash):
+    # bytes: compare_digest refuses a str that is not ASCII, and a --hash is whatever was typed
+    if shown_hash is not None and not hmac.compare_digest(catalog_hash(current).encode(), shown_hash.encode()):
         return None
     result = check(load_lock(lock_path(state, server)), current)
     lock = approve(server, current, time.time())
