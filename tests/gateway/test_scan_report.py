@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from cellblock.gateway.config.model import LocalServer
-from cellblock.gateway.scan.findings import Finding, Severity
+from cellblock.gateway.scan.findings import Finding, Severity, noise
 from cellblock.gateway.scan.report import _identity, _stable, badge_svg, summary
 from cellblock.gateway.scan.scratch import Scratch
 from cellblock.gateway.state import atomic_write_json
+from cellblock.sandbox.trace import Event, Kind
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -100,3 +101,12 @@ def test_the_server_is_named_as_configured_with_its_package_or_its_programs_dige
     assert identity["command"] == "${PY}" and identity["args"] == [str(script), "--flag"]  # as the config spells it
     assert identity["program_sha256"] == "sha256:" + hashlib.sha256(Path(sys.executable).read_bytes()).hexdigest()
     assert identity["files_sha256"] == {str(script): "sha256:" + hashlib.sha256(script.read_bytes()).hexdigest()}
+
+
+def test_an_editable_installs_import_hook_tried_as_a_path_is_no_finding_and_a_file_so_named_is() -> None:
+    """Python tries each sys.path name as a directory where it runs: the hook of an editable install
+    (as `./dev` installs Cellblock, whose Python runs the demo's servers) is one, not a file read."""
+    hook = "/home/u/__editable__.cellblock-0.1.0.finder.__path_hook__"
+    assert noise(Event(0.0, 1, Kind.READ, hook, "openat", errno="ENOENT"))
+    assert not noise(Event(0.0, 1, Kind.READ, hook, "openat"))  # one that opened is a file: reported
+    assert not noise(Event(0.0, 1, Kind.READ, "/home/u/__editable__.notes", "openat", errno="ENOENT"))

@@ -4,6 +4,8 @@ with a severity, and the report (a table for the terminal, JSON for machines).""
 from __future__ import annotations
 
 import os
+import posixpath
+import re
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -24,6 +26,8 @@ SECRET_PARTS = (
 )
 # The name service's own sockets, which the C library tries before any lookup.
 NAME_SERVICE = ("/var/run/nscd/socket", "/run/nscd/socket", "/run/systemd/resolve/io.systemd.Resolve")
+# setuptools' editable install puts this name on sys.path (`__editable__.cellblock-0.1.0.finder.__path_hook__`)
+EDITABLE_HOOK = re.compile(r"__editable__\.[^/]+\.__path_hook__")
 
 
 class Severity(IntEnum):
@@ -51,6 +55,10 @@ def noise(event: Event) -> bool:
     if event.kind in (Kind.CONNECT, Kind.LOOKUP):
         return event.target in NAME_SERVICE
     if "/__pycache__" in event.target or event.target.endswith(".pyc"):
+        return True
+    if not event.ok and EDITABLE_HOOK.fullmatch(posixpath.basename(event.target)):
+        # an editable install's import hook is a name on sys.path, which Python tries (and fails)
+        # to open as a directory where it runs: no file of anyone's
         return True
     return event.kind is not Kind.EXEC and any(within(event.target, s) for s in SYSTEM)
 
