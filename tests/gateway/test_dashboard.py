@@ -325,3 +325,31 @@ def test_sessions_are_capped_the_oldest_going_first(client: TestClient) -> None:
 )
 def test_an_answer_is_told_in_the_words_of_the_cli(message: dict[str, Any], answered: Answered, said: str) -> None:
     assert answer_text(message, answered).startswith(said)
+
+
+@pytest.mark.anyio
+async def test_a_body_past_the_limit_is_refused_before_it_is_read_whole(gateways: FakeGateways) -> None:
+    """Any local process may send here with any Origin: what it sends is read no further than the
+    limit (the app called as the server calls it, its body given a kilobyte at a time)."""
+    app = create_app(PORT, SECRET, gateways)
+    given: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        given.append(1)
+        if len(given) == 1:
+            return {"type": "http.request", "body": b'{"secret": "', "more_body": True}
+        return {"type": "http.request", "body": b"x" * 1024, "more_body": len(given) < 10_000}  # 10 MB in all
+
+    said: list[dict[str, Any]] = []
+
+    async def send_message(message: dict[str, Any]) -> None:
+        said.append(message)
+
+    headers = [(b"host", f"127.0.0.1:{PORT}".encode()), (b"origin", ORIGIN.encode())]
+    headers += [(b"content-type", b"application/json")]
+    scope = {"type": "http", "method": "POST", "path": "/session", "raw_path": b"/session", "query_string": b""}
+    scope |= {"headers": headers, "http_version": "1.1", "scheme": "http", "server": ("127.0.0.1", PORT)}
+    await app(scope, receive, send_message)
+    assert said[0]["status"] == 413
+    assert len(given) < 10, f"{len(given)} KiB were read"
+    assert gateways.answers == []
