@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from cellblock.gateway.config.base import StrictModel
 
 __all__ = ["AuthConfig", "IdentityProvider"]
 
@@ -14,11 +16,7 @@ __all__ = ["AuthConfig", "IdentityProvider"]
 _OAUTH_URL = r"^(https://[^/?#]+|http://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?)(/[^?#]*)?$"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class IdentityProvider(_Model):
+class IdentityProvider(StrictModel):
     """The enterprise identity provider of `grant: identity_assertion` (SEP-990): where the ID token
     (keyring entry `<server>/idp-id-token`) is exchanged for an ID-JAG (RFC 8693), as which client."""
 
@@ -26,7 +24,7 @@ class IdentityProvider(_Model):
     client_id: Annotated[str, Field(min_length=1)]
 
 
-class AuthConfig(_Model):
+class AuthConfig(StrictModel):
     """How a remote server is authenticated; the credential itself is in the keyring."""
 
     type: Literal["none", "bearer", "oauth"] = "none"

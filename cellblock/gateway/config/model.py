@@ -10,13 +10,12 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
     ByteSize,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
@@ -27,13 +26,19 @@ from pydantic import (
 from cellblock.gateway.audit.chain import KEY_NAME
 from cellblock.gateway.audit.log import DEFAULT_KEEP, DEFAULT_MAX_BYTES, Audit, Observer
 from cellblock.gateway.config.auth import AuthConfig
+from cellblock.gateway.config.base import ConfigError, StrictModel, expand_path
 from cellblock.gateway.config.installs import HostRules, InstallConfig
+from cellblock.gateway.config.rulesets import (
+    DecisionName,
+    PromptsConfig,
+    ResourcesConfig,
+    RuleConfig,
+    RulesConfig,
+    ToolsConfig,
+)
 from cellblock.gateway.config.secretrefs import check_references, launcher_sets
 from cellblock.gateway.credentials import ENTRY_NAME, client_key_entry, client_secret_entry, id_token_entry
 from cellblock.gateway.namespacing import check_separator
-from cellblock.policy.errors import CellblockError
-from cellblock.policy.rules import Policy, parse_rule_entry
-from cellblock.policy.types import Decision
 from cellblock.sandbox.types import Backend, Limits
 
 __all__ = [
@@ -63,36 +68,6 @@ SERVER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
 RESERVED_SERVER = "cellblock"  # the namespace of the gateway's own tools (gateway/serve/status.py)
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 HEADER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]*$"
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-class ConfigError(CellblockError):
-    """A config file is missing, unreadable or invalid; the message names file, line and key."""
-
-
-def _expand_keep_tilde(value: str) -> str:
-    """`${ENV}` expanded, `~` left for the policy to resolve against the user's home."""
-    return value if value.startswith("~") and "${" not in value else expand_path(value)
-
-
-def expand_path(value: str) -> str:
-    """Expand `${ENV}` references and a leading `~` in a path-like string.
-
-    Raises:
-        ValueError: a referenced environment variable is not set.
-    """
-
-    def env(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in os.environ:
-            raise ValueError(f"environment variable ${{{name}}} is not set")
-        return os.environ[name]
-
-    return os.path.expanduser(_ENV_REF.sub(env, value))
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 ServerName = Annotated[str, Field(pattern=SERVER_NAME.pattern)]
@@ -118,87 +93,14 @@ DiskSize = Annotated[ByteSize, Field(ge=16 << 20, le=1 << 40)]
 DEFAULT_DISK = 2 << 30
 
 
-DecisionName = Literal["allow", "deny", "ask"]
-ConstraintName = Literal["under", "not_under", "hosts", "one_of", "matches"]
-
-
-class RuleConfig(_Model):
-    """One tool rule with argument constraints: `{decision: allow, args: {path: {under: [~/x]}}}`."""
-
-    decision: DecisionName
-    args: dict[str, dict[ConstraintName, str | list[str]]] = {}
-
-    @field_validator("args")
-    @classmethod
-    def _expand_paths(cls, value: dict[str, dict[str, str | list[str]]]) -> dict[str, dict[str, str | list[str]]]:
-        out: dict[str, dict[str, str | list[str]]] = {}
-        for arg, constraints in value.items():
-            out[arg] = {
-                kind: ([_expand_keep_tilde(v) for v in ([values] if isinstance(values, str) else values)])
-                if kind in ("under", "not_under")
-                else values
-                for kind, values in constraints.items()
-            }
-        return out
-
-
-def _rule_kind(value: Any) -> str:
-    return "full" if isinstance(value, Mapping | BaseModel) else "short"
-
-
-# a rule is either just a decision ("read_*": allow) or a mapping with argument constraints
-Rule = Annotated[
-    Annotated[DecisionName, Tag("short")] | Annotated[RuleConfig, Tag("full")],
-    Discriminator(_rule_kind),
-]
-
-
-class _RulesConfig(_Model):
-    """A default and rules by exact name (or URI) or glob; the shape of `tools`, `prompts`, `resources`."""
-
-    kind: ClassVar[str] = "tool"
-    default: DecisionName | None = None
-    rules: dict[Annotated[str, Field(min_length=1)], Rule] = {}
-
-    @model_validator(mode="after")
-    def _compiles(self) -> _RulesConfig:
-        # regexes and host patterns are compiled now, so a bad one is a config error with a line
-        rules = [
-            parse_rule_entry(pattern, body.model_dump() if isinstance(body, RuleConfig) else body, self.kind)
-            for pattern, body in self.rules.items()
-        ]
-        Policy(default=Decision(self.default or "ask"), rules=tuple(rules), cwd=None, home="/", kind=self.kind)
-        return self
-
-
-class ToolsConfig(_RulesConfig):
-    """Per-tool policy: a default, and rules by exact name or glob; `read_only: review` lets the
-    review offer the tools a server marks read-only to run without asking (`policy/unasked.py`)."""
-
-    default: DecisionName = "ask"
-    read_only: Literal["ask", "review"] = "ask"
-
-
-class PromptsConfig(_RulesConfig):
-    """Per-prompt policy, by prompt name; without a `default`, the server's tools default applies."""
-
-    kind: ClassVar[str] = "prompt"
-
-
-class ResourcesConfig(_RulesConfig):
-    """Per-resource policy, by the server's own URI (or glob); without a `default`, the server's tools default."""
-
-    kind: ClassVar[str] = "resource"
-
-
-class LockConfig(_Model):
+class LockConfig(StrictModel):
     """The rug-pull lock: `first: review` holds a new server's catalog until approved."""
 
     enabled: bool = True
     first: Literal["review", "trust"] = "review"
 
 
-class LimitsConfig(_Model):
+class LimitsConfig(StrictModel):
     """What one jail may take: `{processes: 512, memory: 4GiB}`. A key a server leaves out comes
     from `defaults.limits`, then from the built-in default."""
 
@@ -209,7 +111,7 @@ class LimitsConfig(_Model):
     disk: DiskSize | None = None
 
 
-class DefaultsConfig(_Model):
+class DefaultsConfig(StrictModel):
     """Values every server gets unless it says otherwise (a server's own `tools` replaces these whole)."""
 
     start: Start = "eager"
@@ -228,7 +130,7 @@ class DefaultsConfig(_Model):
     backend: Backend = "auto"
 
 
-class NamesConfig(_Model):
+class NamesConfig(StrictModel):
     separator: str = "__"
     max_length: int = Field(default=64, ge=16, le=128)
 
@@ -239,12 +141,12 @@ class NamesConfig(_Model):
         return value
 
 
-class ApprovalsConfig(_Model):
+class ApprovalsConfig(StrictModel):
     # seconds a call waits for a human's answer before it is refused
     timeout: Annotated[float, Field(gt=0, le=3600)] = 120.0
 
 
-class AuditConfig(_Model):
+class AuditConfig(StrictModel):
     path: str | None = None
     max_bytes: Annotated[ByteSize, Field(ge=16 << 10, le=1 << 40)] = ByteSize(DEFAULT_MAX_BYTES)
     keep: Annotated[int, Field(ge=1, le=1000)] = DEFAULT_KEEP
@@ -255,7 +157,7 @@ class AuditConfig(_Model):
         return None if value is None else expand_path(value)
 
 
-class TelemetryConfig(_Model):
+class TelemetryConfig(StrictModel):
     # the OpenTelemetry collector's OTLP/HTTP address (its /v1/traces and /v1/metrics are sent to)
     otlp: str
     service_name: str = "cellblock"
@@ -273,7 +175,7 @@ class TelemetryConfig(_Model):
         return value.rstrip("/")
 
 
-class _ServerBase(_Model):
+class _ServerBase(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _one_kind(cls, data: Any) -> Any:
@@ -298,7 +200,7 @@ class _ServerBase(_Model):
     prefix: bool = True
 
 
-class ExecConfig(_Model):
+class ExecConfig(StrictModel):
     """Which executables may run in the jail; empty `allow` means no restriction beyond the mounts."""
 
     allow: list[str] = []
@@ -316,7 +218,7 @@ class ExecConfig(_Model):
         return {expand_path(p): digest.lower() for p, digest in value.items()}
 
 
-class JailConfig(_Model):
+class JailConfig(StrictModel):
     """What a local server may reach. The defaults share nothing and allow no network."""
 
     network: Literal["none", "allowlist", "ask", "open"] = "none"
@@ -470,12 +372,12 @@ ServerConfig = Annotated[
 ]
 
 
-class CredentialsConfig(_Model):
+class CredentialsConfig(StrictModel):
     # a keyring backend that keeps secrets in plain files (or nowhere) is refused unless this is set
     allow_insecure: bool = False
 
 
-class Config(_Model):
+class Config(StrictModel):
     version: Literal[1]
     defaults: DefaultsConfig = DefaultsConfig()
     names: NamesConfig = NamesConfig()
@@ -548,7 +450,7 @@ class Config(_Model):
         tools = self.tools_of(name)
         if kind == "tool":
             return tools.default, dict(tools.rules)
-        section: _RulesConfig = getattr(self.servers[name], f"{kind}s") or getattr(self.defaults, f"{kind}s")
+        section: RulesConfig = getattr(self.servers[name], f"{kind}s") or getattr(self.defaults, f"{kind}s")
         return section.default or tools.default, dict(section.rules)
 
     def lock_of(self, name: str) -> LockConfig:
