@@ -4,7 +4,10 @@ through; and each asserts what reached the gateways through a refused request: n
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,7 @@ from starlette.testclient import TestClient
 
 from cellblock.gateway.dashboard.app import COOKIE, HEADERS, MAX_SESSIONS, create_app
 from cellblock.gateway.dashboard.view import answer_text, catalog_answer_text
-from cellblock.gateway.serve.running import Answered
+from cellblock.gateway.serve.running import Answered, approval_link, publish_dashboard, withdraw_dashboard
 
 PORT = 48213  # the app never binds it: the TestClient calls the app in process
 ORIGIN = f"http://127.0.0.1:{PORT}"
@@ -353,3 +356,57 @@ async def test_a_body_past_the_limit_is_refused_before_it_is_read_whole(gateways
     assert said[0]["status"] == 413
     assert len(given) < 10, f"{len(given)} KiB were read"
     assert gateways.answers == []
+
+
+def test_a_page_opened_from_an_approval_link_gets_its_session_from_the_cookie_alone(client: TestClient) -> None:
+    cookie, csrf = session(client)
+    resumed = send(client, "POST", "/session", cookie=cookie, json_body={})
+    assert resumed.status_code == 200 and resumed.json() == {"csrf": csrf} and "set-cookie" not in resumed.headers
+    assert_strict_headers(resumed)
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        {"cookie": None},
+        {"cookie": "forged"},
+        {"origin": None},
+        {"origin": "http://127.0.0.1:1"},  # another local web server: the browser sends it our cookie
+        {"origin": "http://evil.example"},
+        {"host": "evil.example"},
+        {"form": "x=1"},
+    ],
+    ids=["no-cookie", "wrong-cookie", "no-origin", "other-port", "cross-origin", "rebinding", "form-post"],
+)
+def test_the_cookie_alone_opens_no_session_from_anywhere_else(client: TestClient, attack: dict[str, Any]) -> None:
+    cookie, csrf = session(client)
+    refused = send(client, "POST", "/session", **{"cookie": cookie, "json_body": {}, **attack})
+    assert refused.status_code in (403, 415) and csrf not in refused.text and "set-cookie" not in refused.headers
+    assert_strict_headers(refused)
+    # the control: the page's own request, from the dashboard's origin with its cookie
+    assert send(client, "POST", "/session", cookie=cookie, json_body={}).json() == {"csrf": csrf}
+
+
+def test_a_gateway_links_an_approval_to_the_running_dashboard_only(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    assert approval_link("k3x9abcd") is None  # no dashboard runs
+    published = publish_dashboard(PORT)
+    assert published is not None and published.stat().st_mode & 0o777 == 0o600
+    assert approval_link("k3x9abcd") == f"http://127.0.0.1:{PORT}/#approval=k3x9abcd"
+    assert SECRET not in published.read_text()
+    # a dashboard that died without taking its address back gives no link
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    published.write_text(json.dumps({"pid": gone.pid, "port": PORT}))
+    assert approval_link("k3x9abcd") is None
+    # another dashboard's address is not taken back by this one; its own is
+    published.write_text(json.dumps({"pid": os.getpid() + 1_000_000, "port": PORT}))
+    withdraw_dashboard(published)
+    assert published.exists()
+    publish_dashboard(PORT)
+    withdraw_dashboard(published)
+    assert not published.exists() and approval_link("k3x9abcd") is None

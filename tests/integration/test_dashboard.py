@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +26,8 @@ from playwright.async_api import Page, async_playwright, expect
 
 from cellblock.gateway.serve.running import network_text
 from cellblock.policy.text import visible
-from tests.integration.conftest import ROOT, cli, cli_env, gateway, probe_server, write_config
+from cellblock.sandbox.pins import landlock_abi
+from tests.integration.conftest import NO_USERNS, ROOT, cli, cli_env, gateway, probe_server, write_config
 
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = [
@@ -76,7 +79,8 @@ async def browser() -> AsyncIterator[Page]:
     async with async_playwright() as playwright:
         chromium = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
         try:
-            page = await chromium.new_page(viewport={"width": 1100, "height": 760})
+            context = await chromium.new_context(viewport={"width": 1100, "height": 760})
+            page = await context.new_page()
             yield page
         finally:
             await chromium.close()
@@ -298,3 +302,100 @@ async def test_a_catalog_held_at_first_contact_is_shown_and_approved_and_its_too
         await audit.screenshot(path=screenshot_path(tmp_path, "dashboard-audit.png"))
     events = [json.loads(line) for line in (state / "audit.jsonl").read_text().splitlines()]
     assert [e["via"] for e in events if e["event"] == "lock_approved"] == ["dashboard"]
+
+
+LINK = re.compile(r"http://127\.0\.0\.1:(\d+)/#approval=([a-z2-7]+)")
+
+
+async def test_an_approval_link_opens_the_call_on_the_page_only_in_the_browser_that_has_the_session(
+    tmp_path: Path,
+) -> None:
+    env = cli_env(tmp_path)
+    state = Path(env["CELLBLOCK_STATE_DIR"])
+    shown = tmp_path / "notified"
+    desktop = tmp_path / "bin"
+    desktop.mkdir()
+    (desktop / "notify-send").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> "{shown}"\n')  # the desktop's part
+    (desktop / "notify-send").chmod(0o755)
+    heard: list[str] = []
+    told = anyio.Event()
+
+    async def log(params: types.LoggingMessageNotificationParams) -> None:
+        heard.append(str(params.data))
+        if "cellblock approve" in heard[-1]:
+            told.set()
+
+    gateway_env = {"XDG_RUNTIME_DIR": env["XDG_RUNTIME_DIR"], "PATH": f"{desktop}:{os.environ['PATH']}"}
+    async with (
+        gateway(config(tmp_path), state, env=gateway_env, logging_callback=log, log_level="info") as client,
+        dashboard(env) as url,
+        browser() as page,
+    ):
+        await page.goto(url)  # `cellblock dashboard` opened the page in this browser: it has the session
+        await page.locator("#no-approvals").wait_for(state="visible", timeout=SHOWN_WITHIN)
+        results: list[types.CallToolResult] = []
+
+        async def call() -> None:
+            results.append(await client.call_tool("p__echo", {"message": "linked"}))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            with anyio.fail_after(30):
+                await told.wait()
+            said = " ".join(heard)
+            found = LINK.search(said)
+            assert found is not None, heard
+            link, ident = found.group(0), found.group(2)
+            # the client and the desktop are given the page's address for that call, never its secret
+            assert url.startswith(f"http://127.0.0.1:{found.group(1)}/#secret=") and url.split("=", 1)[1] not in said
+            notified = shown.read_text()
+            assert link in notified and url.split("=", 1)[1] not in notified
+            # a browser without the session (a web page, another user's browser) gets nothing from the link
+            stranger = await (await page.context.browser.new_context()).new_page()
+            await stranger.goto(link)
+            await expect(stranger.locator("#status")).to_contain_text("Not signed in", timeout=SHOWN_WITHIN)
+            assert await stranger.locator(".approval").count() == 0
+            # the control: a new tab of the browser that has the session opens at the call
+            tab = await page.context.new_page()
+            await tab.goto(link)
+            card = tab.locator(".approval.linked")
+            await card.wait_for(timeout=SHOWN_WITHIN)
+            assert await card.get_attribute("data-id") == ident and "#" not in tab.url
+            await card.locator("button[data-scope='once']").click()
+            await card.wait_for(state="detached", timeout=SHOWN_WITHIN)
+        [result] = results
+        assert text(result) == "linked" and not result.is_error
+    # the dashboard took its address back when it stopped: a later call is given no link
+    assert not (Path(env["XDG_RUNTIME_DIR"]) / "cellblock" / "dashboard.json").exists()
+
+
+HOSTILE_SERVER = ROOT / "tests" / "servers" / "hostile.py"
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+async def test_a_jailed_server_cannot_reach_the_page(tmp_path: Path, backend: str) -> None:
+    if backend == "landlock" and (landlock_abi() < 4 or shutil.which("unshare") is None):
+        pytest.skip("needs Landlock's TCP rules (Linux 6.7) and unshare")
+    env = cli_env(tmp_path)
+    server: dict[str, Any] = {"command": sys.executable, "args": [str(HOSTILE_SERVER)]}
+    sources = {"read_only": [str(HOSTILE_SERVER.parent), str(ROOT / "cellblock" / "sandbox")]}
+    servers = {
+        "jailed": server | {"jail": sources},  # the default jail: network none
+        # the honest control: the same server unjailed reaches the port
+        "control": server | {"jail": False},
+    }
+    if backend == "bwrap":  # an allowlist reaches the hosts it names through the egress proxy, not loopback
+        servers["allowlisted"] = server | {"jail": sources | {"network": "allowlist", "allow_hosts": ["example.com"]}}
+    prefix = NO_USERNS if backend == "landlock" else ()
+    async with dashboard(env) as url:
+        port = int(url.removeprefix("http://127.0.0.1:").split("/")[0])
+        async with gateway(write_config(tmp_path, servers), Path(env["CELLBLOCK_STATE_DIR"]), prefix=prefix) as client:
+
+            async def connect(name: str) -> dict[str, Any]:
+                result = await client.call_tool(f"{name}__connect", {"host": "127.0.0.1", "port": port})
+                assert not result.is_error and result.structured_content is not None, text(result)
+                return result.structured_content
+
+            assert (await connect("control"))["got_through"]
+            reached = {name: (await connect(name))["detail"] for name in servers if name != "control"}
+    assert not any(detail.startswith("connected") for detail in reached.values()), reached

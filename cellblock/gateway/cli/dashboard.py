@@ -28,6 +28,7 @@ def dashboard_command(open_browser: bool, config_path: str | None = None) -> int
     from cellblock.gateway.dashboard.app import create_app
     from cellblock.gateway.dashboard.timeline import AuditLog
     from cellblock.gateway.dashboard.view import Gateways
+    from cellblock.gateway.serve.running import publish_dashboard, withdraw_dashboard
     from cellblock.gateway.state import state_dir
 
     timeline = AuditLog(audit_path(config_path), state_dir() / KEY_NAME)
@@ -49,6 +50,11 @@ def dashboard_command(open_browser: bool, config_path: str | None = None) -> int
         threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
     else:
         print(url, flush=True)  # the one place the secret is written: the user asked for it
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it is meant to stop
-        uvicorn.Server(config).run(sockets=[sock])
+    published = publish_dashboard(port)  # the gateways' approval links point here while it serves
+    try:
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it is meant to stop
+            uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        if published is not None:
+            withdraw_dashboard(published)
     return EXIT_OK

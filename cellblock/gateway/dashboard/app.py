@@ -7,6 +7,8 @@ checks a privileged page on loopback needs (docs/dashboard.md says what each sto
   own name, and is refused before anything runs.
 - The secret of the run reaches the page in the URL's fragment (never sent to a server); the page
   POSTs it once to /session and gets an HttpOnly, SameSite=Strict session cookie and a CSRF token.
+  A page opened later from an approval link (no secret) POSTs /session with that cookie alone and
+  gets the same session's token: only this origin's page can both send the cookie and read it.
 - Every /api request needs the cookie and the X-CSRF-Token header: cookies are not kept apart by
   port, so another local web server could be sent ours; the token lives only in the page.
 - A state-changing request is a POST whose Origin is exactly `http://127.0.0.1:PORT`; nothing
@@ -120,21 +122,31 @@ class _Dashboard:
             raise _Refused("refused: the request's Origin is not this dashboard's")
 
     def _check_session(self, request: Request) -> None:
-        cookie = request.cookies.get(COOKIE, "")
         sent = request.headers.get(CSRF_HEADER, "")
-        token = next((t for c, t in self._sessions.items() if hmac.compare_digest(c.encode(), cookie.encode())), None)
+        token = self._token_of(request.cookies.get(COOKIE, ""))
         if token is None:
             raise _Refused("refused: no dashboard session; open the address `cellblock dashboard` gave")
         if not hmac.compare_digest(token.encode(), sent.encode()):
             raise _Refused("refused: the request lacks this session's CSRF token")
+
+    def _token_of(self, cookie: str) -> str | None:
+        """The CSRF token of the session `cookie` holds, or None."""
+        return next((t for c, t in self._sessions.items() if hmac.compare_digest(c.encode(), cookie.encode())), None)
 
     async def _file(self, request: Request) -> Response:
         name, media = _FILES[request.url.path]
         return Response((STATIC / name).read_bytes(), media_type=media)
 
     async def _session(self, request: Request) -> Response:
+        """The secret opens a new session; without it, a page this browser opened from a gateway's
+        approval link (no secret in it) is given the token of the session its cookie holds."""
         body = await _json_body(request)
         given = body.get("secret")
+        if given is None:
+            token = self._token_of(request.cookies.get(COOKIE, ""))
+            if token is None:
+                raise _Refused("refused: no dashboard session; open the address `cellblock dashboard` gave")
+            return JSONResponse({"csrf": token})
         if not isinstance(given, str) or not hmac.compare_digest(given.encode(), self._secret):
             raise _Refused("refused: not this dashboard's secret")
         cookie, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)

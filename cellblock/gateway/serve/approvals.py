@@ -62,6 +62,7 @@ from cellblock.gateway.ask.forms import (
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.serve.notify import notify
 from cellblock.gateway.serve.remembered import ITEM_KINDS, Remembered
+from cellblock.gateway.serve.running import approval_link
 from cellblock.gateway.serve.sealed import APPROVAL_KEY, SealedAnswers
 from cellblock.gateway.state import StateWriteError
 from cellblock.policy.text import visible
@@ -331,18 +332,22 @@ class Approvals:
             ident,
             ident,
         )
+        link = approval_link(ident)  # the running dashboard's page for it, if one runs
+        on_page = f" Or answer it on the dashboard: {link}" if link else ""
         waiting = (
             f"Cellblock: {_what(exposed)} waits up to {self.timeout:g}s for the user's approval. "
             f"Ask the user to run 'cellblock pending' to see it, then 'cellblock approve {ident}' "
-            f"or 'cellblock deny {ident}' in a terminal."
+            f"or 'cellblock deny {ident}' in a terminal.{on_page}"
         )
         shown = f"{_what(exposed)} waits for your approval: cellblock approve {ident}"
         if item.asks is not None:
             waiting = (
                 f"Cellblock: {item.asks}; it waits up to {self.timeout:g}s for the user. Ask the user to run "
-                f"'cellblock pending' to see it; in a terminal, {share_answers(ident)}."
+                f"'cellblock pending' to see it; in a terminal, {share_answers(ident)}.{on_page}"
             )
             shown = f"{item.asks}: {share_answers(ident)}"
+        if link:
+            shown += f", or on the dashboard: {link}"
         async with anyio.create_task_group() as tg:
             # never a silent wait: the client hears why (and so can the model), the desktop shows it
             if ctx is not None and ctx.tell is not None:

@@ -1,5 +1,6 @@
 """The running gateways, reached through their control sockets: which run, what each answers, and
-an approve or deny answered by the one gateway that holds the pending call.
+an approve or deny answered by the one gateway that holds the pending call; and the running
+dashboard's address, which a gateway gives with each approval it waits for.
 
 The client side that `cellblock pending|approve|deny|ps` and `cellblock dashboard` share, so the
 two can never drift apart; the protocol itself is `serve/control.py`'s.
@@ -7,24 +8,33 @@ two can never drift apart; the protocol itself is `serve/control.py`'s.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cellblock.gateway.serve.control import NOT_FOUND, ControlError, gateways, request
-from cellblock.gateway.state import runtime_dir
+from cellblock.gateway.state import RuntimeDirError, StateWriteError, atomic_write_json, read_json, runtime_dir
 
 __all__ = [
     "SCOPE_TEXT",
     "Answered",
     "answer_pending",
+    "approval_link",
     "ask_each",
     "duration",
     "network_text",
     "pid_of",
+    "publish_dashboard",
     "running",
     "time_left",
+    "withdraw_dashboard",
 ]
+
+# where `cellblock dashboard` says it serves, in the runtime directory: its port and pid, never
+# its secret (the page's address given to a client or a notification opens no session by itself)
+DASHBOARD_FILE = "dashboard.json"
 
 # how an approval's scope is said, by `cellblock approve` and the dashboard alike
 SCOPE_TEXT = {"once": "once", "session": "for this session", "always": "always"}
@@ -125,3 +135,45 @@ def duration(seconds: float) -> str:
 
 def _number(value: Any, default: float) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+
+
+def publish_dashboard(port: int) -> Path | None:
+    """Say that this process serves the dashboard on `port`, for the gateways' approval links; the
+    last dashboard started wins. None where it cannot be said (the links are then left out).
+    """
+    try:
+        path = runtime_dir() / DASHBOARD_FILE
+        atomic_write_json(path, {"pid": os.getpid(), "port": port})
+    except (RuntimeDirError, StateWriteError):
+        return None
+    return path
+
+
+def withdraw_dashboard(path: Path) -> None:
+    """Take back what `publish_dashboard` said, unless a dashboard started since has said its own."""
+    published = read_json(path)
+    if isinstance(published, dict) and published.get("pid") == os.getpid():
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def approval_link(ident: str) -> str | None:
+    """The address of pending approval `ident` on the running dashboard, or None when none runs.
+    It carries no secret: it opens the page in a browser that already has the dashboard's session
+    (`cellblock dashboard` opened it there), and nowhere else."""
+    try:
+        published = read_json(runtime_dir() / DASHBOARD_FILE)
+    except RuntimeDirError:
+        return None
+    if not isinstance(published, dict):
+        return None
+    pid, port = published.get("pid"), published.get("port")
+    if not (isinstance(pid, int) and isinstance(port, int) and 0 < port < 65536 and pid > 0):
+        return None
+    try:
+        os.kill(pid, 0)  # a dashboard that died without taking its file back is no link
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return None  # another user's process by now: not our dashboard
+    return f"http://127.0.0.1:{port}/#approval={ident}"

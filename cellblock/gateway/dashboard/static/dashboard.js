@@ -13,6 +13,7 @@
   const reviews = new Map(); // server and catalog hash -> its card, kept while that catalog is held
   const offered = new Map(); // filter -> the choices its select shows (JSON), rebuilt only when they change
   let auditTimer;
+  let linked = null; // the approval a gateway's link opened this page at, until it is shown or gone
 
   const byId = (id) => document.getElementById(id);
 
@@ -29,13 +30,16 @@
 
   async function openSession() {
     const match = /^#secret=([A-Za-z0-9_-]+)$/.exec(window.location.hash);
+    const link = /^#approval=([a-z2-7]{1,32})$/.exec(window.location.hash);
     // the secret leaves the address bar (and the history) before anything else happens
     if (window.location.hash) window.history.replaceState(null, "", window.location.pathname);
-    if (!match) return csrf !== null;
+    if (link) linked = link[1];
+    if (!match && csrf !== null) return true;
+    // no secret (a gateway's approval link has none): the session this browser's cookie holds, if any
     const response = await fetch("/session", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ secret: match[1] }),
+      body: JSON.stringify(match ? { secret: match[1] } : {}),
       credentials: "same-origin",
     });
     if (!response.ok) return false;
@@ -109,6 +113,15 @@
         list.append(card);
       }
       card.querySelector(".left").textContent = item.left === "expired" ? "expired" : `${item.left} left`;
+      if (item.id === linked) {
+        card.classList.add("linked");
+        card.scrollIntoView({ block: "center" });
+        linked = null;
+      }
+    }
+    if (linked !== null) {
+      byId("last-answer").textContent = `'${linked}' waits no more (answered, expired, or its gateway stopped)`;
+      linked = null;
     }
     for (const [id, card] of cards) {
       if (!seen.has(id)) {
