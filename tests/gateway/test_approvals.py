@@ -228,8 +228,13 @@ class Told:
         return self.ids[-1]
 
 
-@pytest.mark.parametrize(("scope", "allowed"), [("once", True), ("session", True), (None, False)])
-async def test_a_call_waits_for_the_answer_from_the_cli(tmp_path: Path, scope: str | None, allowed: bool) -> None:
+@pytest.mark.parametrize(
+    ("scope", "allowed", "via"),
+    [("once", True, "cli"), ("session", True, "dashboard"), (None, False, "cli"), (None, False, "dashboard")],
+)
+async def test_a_call_waits_for_the_answer_from_the_cli(
+    tmp_path: Path, scope: str | None, allowed: bool, via: str
+) -> None:
     approvals_, told = approvals(tmp_path, timeout=30), Told()
     verdicts: list[Verdict] = []
 
@@ -240,9 +245,15 @@ async def test_a_call_waits_for_the_answer_from_the_cli(tmp_path: Path, scope: s
         tg.start_soon(call)
         ident = await told.id()
         assert [item["id"] for item in approvals_.listing()] == [ident]
-        assert await approvals_.answer(ident, scope)
+        assert await approvals_.answer(ident, scope, via)
     [verdict] = verdicts
     assert (verdict.decision is Decision.ALLOW) is allowed
+    # the reason and the answer's audit event say where it was given (the CLI, or the dashboard)
+    said = {"cli": "the CLI", "dashboard": "the dashboard"}[via]
+    assert f"{'approved' if allowed else 'denied'} from {said} (" in verdict.reason
+    written = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    answered = [e for e in written if e["event"] in ("approval_granted", "approval_denied") and e.get("id") == ident]
+    assert [e["via"] for e in answered] == [via]
     assert approvals_.pending == {} and not await approvals_.answer(ident, scope)  # answered once
 
 

@@ -205,7 +205,8 @@ def test_no_answer_gets_through_without_cookie_origin_host_and_csrf(
     answered = send(client, "POST", path, cookie=cookie, csrf=csrf, json_body=APPROVE)
     assert answered.status_code == 200 and answered.json()["ok"] is True, answered.text
     op = path.removeprefix("/api/")
-    assert gateways.answers == [{"op": op, "id": "k3x9", **({"scope": "once"} if op == "approve" else {})}]
+    said = {"op": op, "id": "k3x9", "via": "dashboard", **({"scope": "once"} if op == "approve" else {})}
+    assert gateways.answers == [said]
 
 
 APPROVE_CATALOG = {"server": "fs", "hash": "0f" * 32}

@@ -147,10 +147,11 @@ async def test_a_waiting_call_appears_and_is_approved_once_then_another_is_denie
                 assert text(result) == "approve me" and not result.is_error
                 assert await page.locator("#last-answer").text_content() == f"approved '{ident}' once"
             else:
-                assert result.is_error and "denied" in text(result)
+                assert result.is_error and f"denied from the dashboard ({ident})" in text(result)
                 assert await page.locator("#last-answer").text_content() == f"denied '{ident}'"
     events = [json.loads(line) for line in (state / "audit.jsonl").read_text().splitlines()]
-    assert [e["scope"] for e in events if e["event"] == "approval_granted"] == ["once"]
+    assert [(e["scope"], e["via"]) for e in events if e["event"] == "approval_granted"] == [("once", "dashboard")]
+    assert [e.get("via") for e in events if e["event"] == "approval_denied"] == ["dashboard", None]
 
 
 HOSTILE = {

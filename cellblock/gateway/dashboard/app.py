@@ -167,7 +167,7 @@ class _Dashboard:
         op = request.url.path.removeprefix("/api/")
         if not isinstance(ident, str) or not ident or (op == "approve" and scope not in ("once", "session", "always")):
             raise _Refused("an answer is {'id': ID} and, to approve, a 'scope' of once, session or always", 400)
-        message = {"op": op, "id": ident, **({"scope": scope} if op == "approve" else {})}
+        message = {"op": op, "id": ident, "via": "dashboard", **({"scope": scope} if op == "approve" else {})}
         answered = await anyio.to_thread.run_sync(self._source.answer, message)
         return JSONResponse({"ok": answered.done, "message": answer_text(message, answered)})
 

@@ -84,6 +84,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+# who can answer a pending approval besides a form, as its reason says it
+ANSWERED_FROM = {"cli": "the CLI", "dashboard": "the dashboard"}
 
 # A pending approval answered after its call timed out still lets the same call through once,
 # for this long (the model is told to retry after the user approves).
@@ -120,6 +122,7 @@ class Pending:
     waiting: bool = True  # False once the call gave up waiting (timed out)
     kind: str = "tool"  # or "prompt", "resource": `tool` is then "prompt:NAME" or "resource:URI"
     asks: str | None = None  # a share's question in words of its own (`forms.share_asks`)
+    via: str = "cli"  # who answered it: "cli" (`cellblock approve|deny`) or "dashboard"
 
 
 class Approvals:
@@ -206,7 +209,9 @@ class Approvals:
         if (server, kind, tool) in self.session:
             return Verdict(Decision.ALLOW, "approval:session", f"allowed for this session ({verdict.rule})")
         if self._once.pop((server, kind, tool, args_digest(arguments)), 0.0) > time.time():
-            return Verdict(Decision.ALLOW, "approval:once", f"approved by the user from the CLI ({verdict.rule})")
+            return Verdict(
+                Decision.ALLOW, "approval:once", f"approved by the user after the call gave up ({verdict.rule})"
+            )
         # a retry's answer counts only for the question its form asked: any other is asked anew
         asked = f"{kind}:{tool}"
         human = getattr(call, "human", None) if getattr(call, "answered", None) == asked else None
@@ -359,8 +364,11 @@ class Approvals:
             tg.cancel_scope.cancel()
         if item.answer.is_set():
             if item.scope is None:
-                return self._refused(server, tool, verdict, "approval_denied", f"denied from the CLI ({ident})", kind)
-            return Verdict(Decision.ALLOW, f"approval:{item.scope}", f"approved from the CLI ({verdict.rule})")
+                why = f"denied from {ANSWERED_FROM[item.via]} ({ident})"
+                return self._refused(server, tool, verdict, "approval_denied", why, kind)
+            return Verdict(
+                Decision.ALLOW, f"approval:{item.scope}", f"approved from {ANSWERED_FROM[item.via]} ({verdict.rule})"
+            )
         item.waiting = False
         self.audit.write("approval_timeout", server, tool=tool, id=ident, **_kind(kind))
         if item.asks is not None:
@@ -374,8 +382,9 @@ class Approvals:
             "arguments; or 'cellblock deny " + ident + "'.",
         )
 
-    async def answer(self, ident: str, scope: str | None) -> bool:
-        """The CLI's answer to pending approval `ident` (scope None: deny). False if there is none.
+    async def answer(self, ident: str, scope: str | None, via: str = "cli") -> bool:
+        """The answer to pending approval `ident` (scope None: deny) given `via` the CLI or the
+        dashboard (`ANSWERED_FROM`). False if there is none.
 
         Raises:
             StateWriteError: "always" could not be saved; the approval stays pending, unanswered.
@@ -419,10 +428,10 @@ class Approvals:
         if scope is not None and not item.waiting:
             # the call already timed out: let the same call (same kind too) through once when the model retries
             self._once[(item.server, item.kind, item.tool, item.digest)] = item.expires
-        item.scope = scope
+        item.scope, item.via = scope, via
         item.answer.set()
         event = "approval_granted" if scope is not None else "approval_denied"
-        self.audit.write(event, item.server, tool=item.tool, scope=scope, via="cli", id=ident, **_kind(item.kind))
+        self.audit.write(event, item.server, tool=item.tool, scope=scope, via=via, id=ident, **_kind(item.kind))
         return True
 
     def _expire(self) -> None:
@@ -466,7 +475,7 @@ class Approvals:
         Through the form of the call in flight when its client can show one, else pending."""
         verdict, summary = Verdict(Decision.ASK, "network: ask", ""), {"connect to": target}
         if self._once.pop((server, "egress", target, args_digest(summary)), 0.0) > time.time():
-            return "once", "once, answered from the CLI after an earlier attempt"
+            return "once", "once, answered after an earlier attempt"
         if entry is not None and entry.can_elicit and entry.asker is not None:
             message, _ = approval_form(server, target, "network: ask", summary, full=True, kind="egress")
             labels = ("Allow until the server stops", "Always allow (added to allow_hosts)", "Deny")

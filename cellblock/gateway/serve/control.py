@@ -19,6 +19,7 @@ The protocol is one JSON object per line, one exchange per connection; every req
     -> {"op": "pending", "full": ID}          <- the same, only ID, its arguments uncut
     -> {"op": "approve", "id": ..., "scope": "once"|"session"|"always"}
     -> {"op": "deny", "id": ...}              <- {"ok": true} | {"ok": false, "error": "..."}
+                                                 (both take "via": "cli" (the default) | "dashboard")
     -> {"op": "revoke", "server": ..., "tool": ...|null, "kind": "tool"|"prompt"|"resource"}
                                               <- {"ok": true, "revoked": [{"kind", "tool", "scope"}, ...]}
     -> {"op": "ps"}                           <- {"ok": true, "pid": ..., "config": ..., ...}

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.downstream.startable import why_down
 from cellblock.gateway.downstream.supervisor import Downstream
-from cellblock.gateway.serve.approvals import Approvals, OnceOnly
+from cellblock.gateway.serve.approvals import ANSWERED_FROM, Approvals, OnceOnly
 from cellblock.gateway.serve.control import NOT_FOUND
 from cellblock.gateway.serve.pipeline import Refused
 from cellblock.gateway.serve.review import Review
@@ -47,8 +47,11 @@ class Operations:
             scope = str(message.get("scope", "once")) if op == "approve" else None
             if scope not in (None, "once", "session", "always"):
                 return {"ok": False, "error": f"unknown scope {scope!r}"}
+            via = message.get("via", "cli")
+            if via not in ANSWERED_FROM:
+                return {"ok": False, "error": f"'via' is one of {', '.join(ANSWERED_FROM)}"}
             try:
-                found = await self.gateway.approvals.answer(ident, scope)
+                found = await self.gateway.approvals.answer(ident, scope, via)
             except StateWriteError as exc:  # the approval stays pending: approve it for now, or free space
                 return {"ok": False, "error": f"the 'always' approval was not saved: {exc}; it is still pending"}
             except OnceOnly as exc:
