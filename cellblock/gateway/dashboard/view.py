@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from cellblock.gateway.dashboard.servers import server_details
 from cellblock.gateway.serve.control import ControlError, request
 from cellblock.gateway.serve.running import (
     SCOPE_TEXT,
@@ -93,6 +94,8 @@ def _servers(path: Path, reply: dict[str, Any]) -> dict[str, Any]:
                     if (value := s.get(key))
                 ]
                 + [visible(f"not enforced: {gap}") for gap in s.get("not_enforced", []) if isinstance(gap, str)],
+                # its lock, jail, package and last stderr lines (`dashboard/servers.py`)
+                **server_details(s),
             }
             for s in servers
         ],

@@ -49,13 +49,15 @@ __all__ = [
     "RELAY_CHARS",
     "STDERR_BURST",
     "STDERR_RATE",
+    "TAIL_LINES",
     "StderrRelay",
     "shown",
 ]
 
 logger = logging.getLogger(__name__)
 
-LAST_LINES = 3
+LAST_LINES = 3  # told in why the server stopped
+TAIL_LINES = 20  # kept for `cellblock ps` and the dashboard (`last_lines`)
 LINE_BYTES = 4096  # longer lines are not kept, only named
 LINE_CHARS = 300  # of a last line, told in why the server stopped
 RELAY_CHARS = 1000  # of a relayed line, escapes included
@@ -90,7 +92,7 @@ class StderrRelay:
         self._source, self._target = source, target
         self._mark = f"[{server} stderr] ".encode()
         self._server, self._secrets = server, secrets or tuple
-        self._lines: deque[bytes] = deque(maxlen=LAST_LINES)
+        self._lines: deque[bytes] = deque(maxlen=TAIL_LINES)
         self._partial = b""
         self._partial_size = 0  # of the line not yet ended, which may be longer than what is kept
         self._lock = threading.RLock()
@@ -109,10 +111,20 @@ class StderrRelay:
     def last_words(self, secrets: Iterable[str] | None = None) -> str:
         """The last lines the server wrote (a line not yet ended included), as one printable line;
         the relay's secrets are redacted unless others are given."""
-        with self._lock:
-            raw = [*self._lines, *([_kept(self._partial, self._partial_size)] if self._partial.strip() else [])]
+        raw = self._last()
         known = line_pattern(tuple(self._secrets() if secrets is None else secrets))
         return " | ".join(shown(line, known, LINE_CHARS) for line in raw[-LAST_LINES:])
+
+    def last_lines(self, secrets: Iterable[str] | None = None) -> list[str]:
+        """The last `TAIL_LINES` lines the server wrote (a line not yet ended included), each as
+        `last_words` gives it: secrets redacted, what is not text escaped, cut at `LINE_CHARS`."""
+        raw = self._last()
+        known = line_pattern(tuple(self._secrets() if secrets is None else secrets))
+        return [shown(line, known, LINE_CHARS) for line in raw[-TAIL_LINES:]]
+
+    def _last(self) -> list[bytes]:
+        with self._lock:
+            return [*self._lines, *([_kept(self._partial, self._partial_size)] if self._partial.strip() else [])]
 
     def join(self, timeout: float) -> None:
         """Wait (a blocking call) until the server's stderr has ended and every line is kept."""
@@ -214,7 +226,7 @@ class StderrRelay:
             self._partial, self._partial_size = b"", 0
         last: list[bytes] = []
         for line in reversed(lines):  # only what could be among the last lines is looked at
-            if len(last) == LAST_LINES:
+            if len(last) == TAIL_LINES:
                 break
             if line.strip():
                 last.insert(0, _kept(line, len(line)))

@@ -22,7 +22,8 @@ The protocol is one JSON object per line, one exchange per connection; every req
                                                  (both take "via": "cli" (the default) | "dashboard")
     -> {"op": "revoke", "server": ..., "tool": ...|null, "kind": "tool"|"prompt"|"resource"}
                                               <- {"ok": true, "revoked": [{"kind", "tool", "scope"}, ...]}
-    -> {"op": "ps"}                           <- {"ok": true, "pid": ..., "config": ..., ...}
+    -> {"op": "ps"}                           <- {"ok": true, "pid": ..., "config": ..., "servers": [{"name",
+                                                  "state", ..., "stderr", "jail_detail", "package", "lock"}]}
     -> {"op": "held"}                         <- {"ok": true, "held": [{"server", "first", "hash", "diff",
                                                   "tools": [{"name", "unasked"}]}, ...]}
     -> {"op": "approve_catalog", "server": ..., "hash": SHA256}

@@ -7,11 +7,13 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from cellblock.gateway.config.model import LocalServer
+from cellblock.gateway.config.model import Config, LocalServer
 from cellblock.gateway.downstream.startable import why_down
 from cellblock.gateway.downstream.supervisor import Downstream
 from cellblock.gateway.serve.approvals import ANSWERED_FROM, Approvals, OnceOnly
 from cellblock.gateway.serve.control import NOT_FOUND
+from cellblock.gateway.serve.details import details
+from cellblock.gateway.serve.locking import Locks
 from cellblock.gateway.serve.pipeline import Refused
 from cellblock.gateway.serve.review import Review
 from cellblock.gateway.serve.shares import Shares
@@ -23,6 +25,9 @@ KINDS = ("tool", "prompt", "resource")
 
 
 class Host(Protocol):
+    config: Config
+    state: Path
+    locks: Locks
     approvals: Approvals
     downstreams: dict[str, Downstream]
     shares: Shares | None
@@ -118,6 +123,8 @@ class Operations:
                     "last_exit": ds.last_exit,
                     # why it does not run and what to do, as a call to it is told (None: it runs or may)
                     "down": await why_down(ds),
+                    # its stderr lines, jail, package and lock (`serve/details.py`)
+                    **await details(self.gateway.config, self.gateway.state, self.gateway.locks, name, ds),
                 }
                 for name, ds in self.gateway.downstreams.items()
             ]

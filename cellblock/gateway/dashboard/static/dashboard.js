@@ -12,6 +12,7 @@
   const cards = new Map(); // approval id -> its card, kept while the call waits
   const reviews = new Map(); // server and catalog hash -> its card, kept while that catalog is held
   const offered = new Map(); // filter -> the choices its select shows (JSON), rebuilt only when they change
+  const opened = new Map(); // gateway pid and server -> whether its details are open, kept across polls
   let auditTimer;
   let linked = null; // the approval a gateway's link opened this page at, until it is shown or gone
 
@@ -215,6 +216,34 @@
     return tr;
   }
 
+  // a server's details: its lock, jail, package and last stderr lines, as text lines only
+  function serverDetails(server, key) {
+    const details = element("details", "server-details");
+    details.dataset.server = server.name;
+    const failing = server.stderr.length > 0;
+    details.open = opened.has(key) ? opened.get(key) : failing; // open by default while it fails
+    details.addEventListener("toggle", () => opened.set(key, details.open));
+    const tail = failing ? ` · ${server.stderr.length} stderr line(s)` : "";
+    details.append(element("summary", "", `lock ${server.lock}${tail}`));
+    const lines = element("div", "detail-lines");
+    if (server.start) lines.append(element("div", "detail start", `start ${server.start}`));
+    for (const line of server.jail_lines) lines.append(element("div", "detail jail", line));
+    if (server.package) lines.append(element("div", "detail package", `package ${server.package}`));
+    details.append(lines);
+    if (failing) {
+      const stderr = element("div", "stderr");
+      stderr.setAttribute("aria-label", "its last lines on stderr, secrets redacted");
+      for (const line of server.stderr) stderr.append(element("div", "stderr-line", line));
+      details.append(stderr);
+    }
+    const cell = element("td");
+    cell.colSpan = 5;
+    cell.append(details);
+    const tr = element("tr", "server-details-row");
+    tr.append(cell);
+    return tr;
+  }
+
   function showGateways(gateways) {
     const parts = [];
     for (const gateway of gateways) {
@@ -231,6 +260,7 @@
         for (const note of server.notes) name.append(element("div", "note", note));
         const calls = `${server.calls} (${server.fast_calls} on the fast path)`;
         table.append(row([name, element("td", "", server.state), jail, element("td", "", server.tools), element("td", "", calls)]));
+        table.append(serverDetails(server, `${gateway.pid}\u0000${server.name}`));
       }
       parts.push(table);
     }
