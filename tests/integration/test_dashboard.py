@@ -24,6 +24,7 @@ import mcp.types as types
 import pytest
 from playwright.async_api import Page, async_playwright, expect
 
+from cellblock.gateway.dashboard.servers import server_details
 from cellblock.gateway.serve.running import network_text
 from cellblock.policy.text import visible
 from cellblock.sandbox.pins import landlock_abi
@@ -121,6 +122,14 @@ async def test_a_waiting_call_appears_and_is_approved_once_then_another_is_denie
         ps = json.loads((await anyio.to_thread.run_sync(lambda: cli(env, "ps", "--json"))).stdout)
         [[server]] = [g["servers"] for g in ps]
         assert any(row.split("\t")[:3] == ["p", server["state"], network_text(server)] for row in servers), servers
+        # its details, under the row: the lock, start and jail `ps --json` gives, as the dashboard words them
+        shown, details = server_details(server), page.locator("details.server-details[data-server='p']")
+        assert server["lock"] == {"status": "off"} and server["jail_detail"]["read_only"] == [
+            str(ROOT / "tests" / "servers")
+        ]
+        await expect(details.locator("summary")).to_have_text(f"lock {shown['lock']}")
+        await expect(details.locator(".detail")).to_have_text([f"start {shown['start']}", *shown["jail_lines"]])
+        assert server["stderr"] == [] and await details.locator(".stderr-line").count() == 0  # it runs: no stderr shown
 
         for answer, message in (("once", "approve me"), ("deny", "deny me")):
             results: list[types.CallToolResult] = []
@@ -161,9 +170,24 @@ HOSTILE = {
 }
 
 
+# a server that writes hostile text to its stderr and exits: the gateway gives up on it
+CRASH = "import sys; sys.stderr.write(sys.argv[1]); sys.exit(3)"
+STDERR = (
+    "starting\n<script>window.__pwned='stderr'</script><img src=x onerror=\"window.__pwned='img'\">\n"
+    "\x1b[31mred\u202e\n"
+)
+
+
+# as the gateway keeps them: whole, the escape and the override written as escapes
+STDERR_SHOWN = [STDERR.split("\n")[1], "\\u001b[31mred\\u202e"]
+
+
 async def test_hostile_arguments_render_inert_and_whole(tmp_path: Path) -> None:
     env = cli_env(tmp_path)
-    config_path = config(tmp_path)
+    crashy = {"command": sys.executable, "args": ["-c", CRASH, STDERR], "start": "eager"}
+    config_path = write_config(
+        tmp_path, {"p": probe_server("--name", "p", tools=ASK_ECHO), "crashy": crashy}, approvals={"timeout": 120}
+    )
     async with (
         gateway(config_path, Path(env["CELLBLOCK_STATE_DIR"]), env={"XDG_RUNTIME_DIR": env["XDG_RUNTIME_DIR"]}) as c,
         dashboard(env, "--config", str(config_path)) as url,
@@ -203,6 +227,15 @@ async def test_hostile_arguments_render_inert_and_whole(tmp_path: Path) -> None:
         assert await page.locator("#audit-events script, #audit-events img, #audit-events a").count() == 0
         assert await page.evaluate("window.__pwned") is None
         assert await page.locator("#chain").get_attribute("data-state") == "whole"
+        # the server that failed: its last stderr lines under its row, as `ps --json` gives them, inert
+        await page.locator("table.servers tr", has_text="failed").wait_for(timeout=4 * SHOWN_WITHIN)  # 5 restarts
+        ps = json.loads((await anyio.to_thread.run_sync(lambda: cli(env, "ps", "--json"))).stdout)
+        [failed] = [s for g in ps for s in g["servers"] if s["name"] == "crashy"]
+        assert failed["state"] == "failed" and failed["stderr"] == ["starting", *STDERR_SHOWN], failed
+        lines = page.locator("details.server-details[data-server='crashy'] .stderr-line")
+        await expect(lines).to_have_text(server_details(failed)["stderr"])  # open: it fails
+        assert await page.locator("#gateways script, #gateways img, #gateways a").count() == 0
+        assert await page.evaluate("window.__pwned") is None
 
 
 class _Framer(BaseHTTPRequestHandler):
