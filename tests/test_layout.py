@@ -63,8 +63,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "clients": {"config", "downstream"},
     "scan": {"config", "downstream"},
     # the page talks to the gateways only as the CLI does: through serve's control-socket client;
-    # it reads the audit log with the audit's own reader, as `cellblock audit` does
-    "dashboard": {"serve", "audit"},
+    # it reads the audit log with the audit's own reader, as `cellblock audit` does; the scan
+    # reports `cellblock scan` keeps, with scan's modules that are free of the SDK (saved, verdict)
+    "dashboard": {"serve", "audit", "scan"},
     "cli": {"wire", "audit", "config", "ask", "downstream", "serve", "clients", "scan", "dashboard"},
 }
 # what must stay free of the MCP SDK: other tools' config files, the config, the audit log, the page

@@ -100,7 +100,13 @@ def assert_strict_headers(response: Any) -> None:
 
 @pytest.mark.parametrize(
     ("path", "media"),
-    [("/", "text/html"), ("/dashboard.js", "text/javascript"), ("/dashboard.css", "text/css")],
+    [
+        ("/", "text/html"),
+        ("/dashboard.js", "text/javascript"),
+        ("/dashboard.css", "text/css"),
+        ("/scans.js", "text/javascript"),
+        ("/scans.css", "text/css"),
+    ],
 )
 def test_the_page_its_script_and_its_style_carry_the_strict_headers(client: TestClient, path: str, media: str) -> None:
     response = send(client, "GET", path)
@@ -115,12 +121,14 @@ def test_the_page_its_script_and_its_style_carry_the_strict_headers(client: Test
 def test_the_page_has_no_inline_script_or_style_and_the_script_never_parses_html() -> None:
     static = Path(create_app.__code__.co_filename).parent / "static"
     page = (static / "index.html").read_text()
-    assert re.findall(r"<script[^>]*>", page) == ['<script src="/dashboard.js" defer>']
+    scripts = ["scans.js", "dashboard.js"]
+    assert re.findall(r"<script[^>]*>", page) == [f'<script src="/{name}" defer>' for name in scripts]
     assert "<style" not in page and " style=" not in page and " on" not in page.replace("\n", " ").lower()
-    script = (static / "dashboard.js").read_text()
-    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "Function(", ".href"):
-        assert sink not in script, sink
-    assert "textContent" in script  # the control: what the script does use
+    for name in scripts:
+        script = (static / name).read_text()
+        for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "Function(", ".href"):
+            assert sink not in script, (name, sink)
+        assert "textContent" in script  # the control: what the script does use
 
 
 def test_the_secret_opens_a_session_with_an_httponly_strict_cookie(client: TestClient) -> None:

@@ -25,9 +25,11 @@ import pytest
 from playwright.async_api import Page, async_playwright, expect
 
 from cellblock.gateway.dashboard.servers import server_details
+from cellblock.gateway.scan.saved import save_report
 from cellblock.gateway.serve.running import network_text
 from cellblock.policy.text import visible
 from cellblock.sandbox.pins import landlock_abi
+from tests.gateway.test_dashboard_scans import report
 from tests.integration.conftest import NO_USERNS, ROOT, cli, cli_env, gateway, probe_server, write_config
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -433,3 +435,38 @@ async def test_a_jailed_server_cannot_reach_the_page(tmp_path: Path, backend: st
             assert (await connect("control"))["got_through"]
             reached = {name: (await connect(name))["detail"] for name in servers if name != "control"}
     assert not any(detail.startswith("connected") for detail in reached.values()), reached
+
+
+async def test_a_kept_scan_report_renders_inert_and_whole(tmp_path: Path) -> None:
+    """The reports `cellblock scan` kept, one of them of a server whose tool name, note and
+    arguments are hostile: each string is shown escaped, as text, and nothing of it runs."""
+    env = cli_env(tmp_path)
+    state = Path(env["CELLBLOCK_STATE_DIR"])
+    hostile = HOSTILE["message"] + HOSTILE["link"] + "\x1b[31m\u202e"
+    evil = report("evil", tool=hostile)
+    evil["server"]["args"].append(hostile)
+    save_report(state, "notes", report("notes"))
+    save_report(state, "evil", evil)
+    async with dashboard(env) as url, browser() as page:
+        await page.goto(url)
+        card = page.locator(".scan[data-server='evil']")
+        await card.wait_for(timeout=SHOWN_WITHIN)
+        await page.locator(".scan[data-server='notes']").wait_for(timeout=SHOWN_WITHIN)
+        shown = visible(hostile)
+        assert "\\u001b[31m\\u202e" in shown  # the escape and the override, made visible
+        cells = await card.locator("tr.finding td").all_text_contents()
+        assert cells[:3] == ["high", shown, f"secret-read: {shown}: opened ~/.ssh/id_rsa unasked"]
+        assert (
+            await card.locator(".scan-config").text_content()
+            == f"/usr/bin/python3 notes.py --root /home/me/notes {shown}"
+        )
+        assert await card.locator(".jail.notes .scan-line").all_text_contents() == [f"{shown}: wrote ~/.seen"]
+        assert await card.locator(".badge").text_content() == "cellblocknot confined · fs ✗ net ✓ exec ✓"
+        assert await card.locator(".scan-counts").text_content() == "high 1 · medium 0 · low 0 · info 1"
+        # inert: no script ran, and no element or link was made of a value
+        assert await page.locator("#scans script, #scans img, #scans a, #scans iframe").count() == 0
+        assert await page.evaluate("window.__pwned") is None
+        assert await page.locator("#no-scans").is_hidden()
+        section = page.locator("section[aria-labelledby='scans-title']")
+        await page.locator(".scan[data-server='evil']").evaluate("card => card.remove()")  # the screenshot: notes alone
+        await section.screenshot(path=screenshot_path(tmp_path, "dashboard-scans.png"))

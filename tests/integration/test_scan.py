@@ -180,10 +180,14 @@ def test_a_jail_that_cannot_be_built_is_refused_and_nothing_runs(tmp_path: Path)
         f"    args: {json.dumps(['-c', f'open({str(ran)!r}, chr(119))'])}\n"
         f"    jail: {{read_only: [{str(tmp_path / 'missing')!r}]}}\n"
     )
+    kept = tmp_path / "state" / "scans" / "broken.json"  # the report of an earlier scan
+    kept.parent.mkdir(parents=True, mode=0o700)
+    kept.write_text('{"the": "previous report"}')
     done = cellblock(config, "scan", "broken")
     assert done.returncode == 1
     assert "was not scanned" in done.stderr and "does not exist" in done.stderr
     assert not ran.exists()
+    assert kept.read_text() == '{"the": "previous report"}'  # a scan that did not run replaces nothing
 
 
 def test_unjailed_and_remote_servers_are_refused(tmp_path: Path) -> None:
@@ -220,7 +224,9 @@ def test_report_and_badge_are_the_same_for_two_scans_but_for_the_time(tmp_path: 
     root.mkdir()
     (root / "a.txt").write_text("a note\n")
     config = tmp_path / "cellblock.yaml"
-    config.write_text(f"version: 1\nservers:\n{notes_server(root, '--ssh', '--shell')}")
+    # a key written in its arguments, a secret in its env: neither is in a report
+    servers = notes_server(root, "--ssh", "--shell", "--api-key", "hunter2-is-long")
+    config.write_text(f"version: 1\nservers:\n{servers}    env: {{NOTES_PASSWORD: correct horse}}\n")
     reports = []
     for run in ("1", "2"):
         done = cellblock(
@@ -235,6 +241,13 @@ def test_report_and_badge_are_the_same_for_two_scans_but_for_the_time(tmp_path: 
         assert done.returncode == 1, done.stderr
         reports.append(json.loads((tmp_path / f"r{run}.json").read_text()))
     first, second = reports
+    # the latest report is kept for the dashboard, 0600 in the state directory: the second's
+    kept = tmp_path / "state" / "scans" / "notes.json"
+    assert json.loads(kept.read_text()) == second and kept.stat().st_mode & 0o777 == 0o600
+    assert "hunter2-is-long" in config.read_text()  # the control: the config has the key
+    for text in (kept.read_text(), (tmp_path / "r1.json").read_text()):
+        assert "hunter2-is-long" not in text and "correct horse" not in text
+    assert first["server"]["args"][-2:] == ["--api-key", "[redacted]"]
     assert first.pop("scanned_at") and second.pop("scanned_at")
     assert first == second
     assert "cellblock-scan-notes-" not in json.dumps(first)  # no scratch path that differs run to run

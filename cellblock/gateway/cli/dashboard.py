@@ -26,6 +26,7 @@ def dashboard_command(open_browser: bool, config_path: str | None = None) -> int
     from cellblock.gateway.audit.chain import KEY_NAME
     from cellblock.gateway.cli.audit import audit_path
     from cellblock.gateway.dashboard.app import create_app
+    from cellblock.gateway.dashboard.scans import ScanReports
     from cellblock.gateway.dashboard.timeline import AuditLog
     from cellblock.gateway.dashboard.view import Gateways
     from cellblock.gateway.serve.running import publish_dashboard, withdraw_dashboard
@@ -39,7 +40,7 @@ def dashboard_command(open_browser: bool, config_path: str | None = None) -> int
     port = sock.getsockname()[1]
     secret = secrets.token_urlsafe(SECRET_BYTES)
     url = f"http://127.0.0.1:{port}/#secret={secret}"
-    app = create_app(port, secret, Gateways(), timeline)
+    app = create_app(port, secret, Gateways(), timeline, ScanReports(state_dir()))
     # no access log: the secret never reaches the server (a fragment), and nothing else needs one
     config = uvicorn.Config(
         app, http="h11", ws="none", lifespan="off", log_level="warning", access_log=False, server_header=False

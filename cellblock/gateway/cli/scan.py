@@ -24,6 +24,7 @@ from cellblock.gateway.scan.learn import Proposal, apply_proposal, propose, writ
 from cellblock.gateway.scan.learned import read_learned, widen
 from cellblock.gateway.scan.report import badge_svg, confinement_report
 from cellblock.gateway.scan.run import Decoy, scan_run
+from cellblock.gateway.scan.saved import save_report, without_secrets
 from cellblock.gateway.scan.scratch import ScanError, scratch_world
 from cellblock.gateway.state import StateWriteError, atomic_write_text, runtime_dir, state_dir
 from cellblock.sandbox.trace import Event, Kind
@@ -80,11 +81,14 @@ def scan_command(
             print(report_table(name, run, found))
             print()
             print(proposal.text(name))
-        if report or badge:
-            shown = confinement_report(
+        shown = without_secrets(
+            confinement_report(
                 name, server, Path(source), run, scratch, decoy, found, proposal.as_json(), allow_destructive, fail_on
-            )
-            _write_results(shown, report, badge)
+            ),
+            server,
+        )
+        _keep(name, shown)
+        _write_results(shown, report, badge)
     except (JailError, ScanError, StateWriteError) as exc:
         _say(f"scan: '{name}' was not scanned: {exc}")
         return EXIT_FINDING
@@ -101,6 +105,14 @@ def scan_command(
     worst = max((int(f.severity) for f in found), default=-1)
     failed = threshold < len(Severity) and worst >= threshold
     return EXIT_FINDING if failed else EXIT_OK
+
+
+def _keep(name: str, shown: dict[str, Any]) -> None:
+    """The latest report of `name`, for the dashboard; a scan is not failed for want of it."""
+    try:
+        save_report(state_dir(), name, shown)
+    except StateWriteError as exc:
+        _say(f"scan: the report was not kept for the dashboard: {exc}")
 
 
 def _write_results(shown: dict[str, Any], report: str | None, badge: str | None) -> None:

@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from cellblock.gateway.dashboard.scans import ScanReports
 from cellblock.gateway.dashboard.timeline import FILTERS, Timeline
 from cellblock.gateway.dashboard.view import Source, answer_text, catalog_answer_text
 
@@ -61,6 +62,8 @@ _FILES = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
     "/dashboard.css": ("dashboard.css", "text/css; charset=utf-8"),
+    "/scans.js": ("scans.js", "text/javascript; charset=utf-8"),
+    "/scans.css": ("scans.css", "text/css; charset=utf-8"),
 }
 
 
@@ -72,18 +75,23 @@ class _Refused(Exception):
         self.why, self.status = why, status
 
 
-def create_app(port: int, secret: str, source: Source, timeline: Timeline | None = None) -> ASGIApp:
+def create_app(
+    port: int, secret: str, source: Source, timeline: Timeline | None = None, scans: ScanReports | None = None
+) -> ASGIApp:
     """The dashboard served at `http://127.0.0.1:PORT`, opened with `secret`, showing `source` (and
-    the audit log's `timeline`)."""
-    return _Guard(_Dashboard(port, secret, source, timeline).app(), f"127.0.0.1:{port}")
+    the audit log's `timeline`, the kept `scans` reports)."""
+    return _Guard(_Dashboard(port, secret, source, timeline, scans).app(), f"127.0.0.1:{port}")
 
 
 class _Dashboard:
-    def __init__(self, port: int, secret: str, source: Source, timeline: Timeline | None) -> None:
+    def __init__(
+        self, port: int, secret: str, source: Source, timeline: Timeline | None, scans: ScanReports | None
+    ) -> None:
         self.origin = f"http://127.0.0.1:{port}"
         self._secret = secret.encode()
         self._source = source
         self._timeline = timeline
+        self._scans = scans
         self._sessions: OrderedDict[str, str] = OrderedDict()  # cookie value -> its CSRF token
 
     def app(self) -> Starlette:
@@ -95,6 +103,7 @@ class _Dashboard:
             Route("/api/deny", self._guarded(self._answer), methods=["POST"]),
             Route("/api/approve-catalog", self._guarded(self._approve_catalog), methods=["POST"]),
             Route("/api/audit", self._guarded(self._audit), methods=["GET"]),
+            Route("/api/scans", self._guarded(self._scan_reports), methods=["GET"]),
         ]
         return Starlette(routes=routes)
 
@@ -199,6 +208,13 @@ class _Dashboard:
                 filters[name] = value
         # the whole log is read through (blocking file I/O): in a worker thread
         return JSONResponse(await anyio.to_thread.run_sync(self._timeline.read, filters))
+
+    async def _scan_reports(self, request: Request) -> Response:
+        """The latest scan report of each server, as `cellblock scan` kept it."""
+        if self._scans is None:
+            return JSONResponse({"error": "this dashboard reads no scan reports"}, status_code=404)
+        # file I/O, bounded but blocking: in a worker thread
+        return JSONResponse(await anyio.to_thread.run_sync(self._scans.read))
 
 
 async def _json_body(request: Request) -> dict[str, Any]:

@@ -7,11 +7,11 @@ import os
 import posixpath
 import re
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Any
 
 from cellblock.gateway.scan.run import Call, Decoy, Run, ToolInfo
 from cellblock.gateway.scan.scratch import Scratch
+from cellblock.gateway.scan.verdict import Severity
 from cellblock.policy.constraints import within
 from cellblock.sandbox.trace import Event, Kind, jail_refused
 
@@ -28,16 +28,6 @@ SECRET_PARTS = (
 NAME_SERVICE = ("/var/run/nscd/socket", "/run/nscd/socket", "/run/systemd/resolve/io.systemd.Resolve")
 # setuptools' editable install puts this name on sys.path (`__editable__.cellblock-0.1.0.finder.__path_hook__`)
 EDITABLE_HOOK = re.compile(r"__editable__\.[^/]+\.__path_hook__")
-
-
-class Severity(IntEnum):
-    INFO = 0
-    LOW = 1
-    MEDIUM = 2
-    HIGH = 3
-
-    def __str__(self) -> str:
-        return self.name.lower()
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,18 +24,13 @@ import yaml
 from cellblock import __version__
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.downstream.packages import read_record
-from cellblock.gateway.scan.findings import Finding, Severity
+from cellblock.gateway.scan.findings import Finding
 from cellblock.gateway.scan.run import Decoy, Run
 from cellblock.gateway.scan.scratch import Scratch
+from cellblock.gateway.scan.verdict import DIMENSIONS, Severity, badge_text
 
-__all__ = ["DIMENSIONS", "badge_svg", "confinement_report", "summary"]
+__all__ = ["DIMENSIONS", "badge_svg", "badge_text", "confinement_report", "summary"]
 
-# Each finding's code, by what it is about.
-DIMENSIONS: dict[str, tuple[str, ...]] = {
-    "fs": ("secret-read", "unconfined-path", "read-only-wrote"),
-    "net": ("network-at-start", "closed-world-network", "denied-host", "network"),
-    "exec": ("exec-shell", "exec"),
-}
 SCRATCH_NAME = "<scan>"
 DENIED_PORT = "<denied-port>"
 
@@ -147,9 +142,8 @@ def _width(text: str) -> int:
 def badge_svg(result: dict[str, Any]) -> str:
     """A flat badge: `cellblock | confined · fs ✓ net ✓ exec ✓`, or what failed (`fs ✗`), in red.
     No external font, image or link; its text is escaped for XML."""
-    marks = " ".join(f"{d} {'✓' if result[d]['confined'] else '✗'}" for d in DIMENSIONS)
     label = "cellblock"
-    value = f"{'confined' if result['confined'] else 'not confined'} · {marks}"
+    value = badge_text(result)
     left, right = _width(label), _width(value)
     colour = "#2e7d32" if result["confined"] else "#c62828"
     title = f"{label}: {value}"

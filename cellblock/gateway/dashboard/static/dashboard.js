@@ -356,6 +356,8 @@
       say("Not signed in: open the address `cellblock dashboard` printed (it carries this run's secret).");
       return;
     }
+    // the other sections' scripts (scans.js) read with the session from here on
+    document.dispatchEvent(new Event("cellblock:session"));
     poll();
     for (const name of FILTERS) byId(`filter-${name}`).addEventListener("change", loadAudit);
     byId("audit-refresh").addEventListener("click", loadAudit);
