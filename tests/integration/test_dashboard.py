@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -334,8 +335,6 @@ async def test_a_catalog_held_at_first_contact_is_shown_and_approved_and_its_too
         await expect(page.locator("#audit-events tr")).to_have_count(2, timeout=SHOWN_WITHIN)
         row = await page.locator("#audit-events tr").nth(1).locator("td").all_text_contents()
         assert row[1:3] == ["lock_approved", "p"] and 'via="dashboard"' in row[-1]
-        audit = page.locator("section[aria-labelledby='audit-title']")
-        await audit.screenshot(path=screenshot_path(tmp_path, "dashboard-audit.png"))
     events = [json.loads(line) for line in (state / "audit.jsonl").read_text().splitlines()]
     assert [e["via"] for e in events if e["event"] == "lock_approved"] == ["dashboard"]
 
@@ -470,3 +469,77 @@ async def test_a_kept_scan_report_renders_inert_and_whole(tmp_path: Path) -> Non
         section = page.locator("section[aria-labelledby='scans-title']")
         await page.locator(".scan[data-server='evil']").evaluate("card => card.remove()")  # the screenshot: notes alone
         await section.screenshot(path=screenshot_path(tmp_path, "dashboard-scans.png"))
+
+
+# busy servers, then one that is not: five lines, the rest summed
+CHART_SERVERS = {"github": 9, "fs": 7, "web": 5, "db": 4, "slack": 3, "notes": 2, "jira": 1}
+HOSTILE_NAMES = ["<img src=x onerror=window.__pwned='legend'>", "<script>window.__pwned='script'</script>"]
+
+
+def write_calls(state: Path, servers: dict[str, int], start: float) -> None:
+    """Calls of `servers` (each as busy as its weight) over the 59 minutes from `start`, some
+    refused (web's often), written by the gateway's audit code (its clock set) into the state dir's log."""
+    from cellblock.gateway.audit import log as audit_module
+    from cellblock.gateway.audit.log import Audit
+
+    state.mkdir(mode=0o700, exist_ok=True)
+    clock = [start]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(audit_module.time, "time", lambda: clock[0])
+        audit = Audit(state / "audit.jsonl")
+        n = 0
+        for minute in range(60):
+            for name, weight in servers.items():
+                for _ in range(weight * (30 + minute + 9 * (minute % 4)) // 60):
+                    n += 1
+                    clock[0] = start + minute * 60 + (n % 50 if minute < 59 else 0)
+                    refused = n % (3 if name == "web" else 19) == 0
+                    audit.write("call", name, tool="read", decision="deny" if refused else "allow", rule="read")
+        audit.close()
+
+
+async def test_the_charts_draw_calls_and_refusals_per_server_and_a_hostile_name_stays_text(tmp_path: Path) -> None:
+    env = cli_env(tmp_path)
+    state = Path(env["CELLBLOCK_STATE_DIR"])
+    now = time.time()
+    write_calls(state, CHART_SERVERS, now - 3600)
+    async with dashboard(env) as url, browser() as page:
+        violations: list[str] = []
+        page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
+        page.on("pageerror", lambda e: violations.append(str(e)))
+        await page.goto(url)
+        calls = page.locator("#chart-calls")
+        await calls.locator("canvas").wait_for(timeout=SHOWN_WITHIN)
+        labels = calls.locator(".u-legend .u-series .u-label")
+        await expect(labels).to_have_count(7, timeout=SHOWN_WITHIN)  # the time, five servers, the rest
+        assert await labels.all_text_contents() == ["time", "github", "fs", "web", "db", "slack", "(2 other servers)"]
+        refusals = await page.locator("#chart-refusals .u-legend .u-series .u-label").all_text_contents()
+        assert refusals[0] == "time" and "web" in refusals and len(refusals) <= 7
+        caption = await page.locator("#calls-caption").text_content()
+        assert caption is not None and caption.startswith("calls per server, per minute (")
+        # the canvas holds a drawing: some pixel is not transparent
+        drawn = await calls.locator("canvas").evaluate(
+            "c => c.getContext('2d').getImageData(0, 0, c.width, c.height).data.some((v, i) => i % 4 === 3 && v > 0)"
+        )
+        assert drawn
+        assert violations == []
+        section = await page.locator("section[aria-labelledby='audit-title']").bounding_box()
+        assert section is not None
+        clip = {"x": section["x"], "y": section["y"], "width": section["width"], "height": 760}
+        await page.screenshot(path=screenshot_path(tmp_path, "dashboard-audit.png"), clip=clip, full_page=True)
+
+        # servers named to run a script when their names are parsed as HTML
+        write_calls(state, {name: 20 for name in HOSTILE_NAMES}, now - 600)
+        await page.locator("#audit-refresh").click()
+        legend = page.locator("#chart-calls .u-legend .u-series .u-label")
+        await expect(legend.filter(has_text=HOSTILE_NAMES[0])).to_have_count(1, timeout=SHOWN_WITHIN)
+        shown = await legend.all_text_contents()
+        assert HOSTILE_NAMES[0] in shown and HOSTILE_NAMES[1] in shown  # whole, as text
+        charts = "section[aria-labelledby='audit-title'] .charts"
+        assert await page.locator(f"{charts} img, {charts} script, {charts} a").count() == 0
+        assert await page.evaluate("window.__pwned") is None
+        assert violations == []
+        # the control: an inline style the policy refuses is seen by this test
+        async with page.expect_console_message(lambda m: "Content Security Policy" in m.text, timeout=SHOWN_WITHIN):
+            await page.evaluate("document.body.setAttribute('style', 'outline: 1px solid red')")
+        assert violations

@@ -64,6 +64,10 @@ _FILES = {
     "/dashboard.css": ("dashboard.css", "text/css; charset=utf-8"),
     "/scans.js": ("scans.js", "text/javascript; charset=utf-8"),
     "/scans.css": ("scans.css", "text/css; charset=utf-8"),
+    "/charts.js": ("charts.js", "text/javascript; charset=utf-8"),
+    # uPlot, vendored (static/vendor/README.md): served from here, nothing fetched at run time
+    "/vendor/uPlot.iife.min.js": ("vendor/uPlot.iife.min.js", "text/javascript; charset=utf-8"),
+    "/vendor/uPlot.min.css": ("vendor/uPlot.min.css", "text/css; charset=utf-8"),
 }
 
 

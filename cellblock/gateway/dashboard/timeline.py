@@ -1,6 +1,7 @@
 """The dashboard's audit view: the newest events of the audit log, filtered here (server, tool,
-decision, kind), and the verdict of its MAC chain as `cellblock audit --verify` gives it; both
-read with the code `cellblock audit` uses (`audit/read.py`).
+decision, kind), the charts of the calls and refusals they hold (`charts.py`), and the verdict of
+its MAC chain as `cellblock audit --verify` gives it; all read with the code `cellblock audit`
+uses (`audit/read.py`).
 
 Everything in the log is hostile text: names, arguments and reasons came from servers and models.
 Each string is escaped here (`visible`) and the page sets it only as text.
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 from cellblock.gateway.audit.chain import FIELDS as CHAIN_FIELDS
 from cellblock.gateway.audit.log import rotated_paths
 from cellblock.gateway.audit.read import lines, parse, verify_chain
+from cellblock.gateway.dashboard.charts import Charts
 from cellblock.policy.text import visible
 
 __all__ = ["FILTERS", "MAX_CHOICES", "MAX_DETAILS", "MAX_EVENTS", "AuditLog", "Timeline"]
@@ -36,7 +38,8 @@ class Timeline(Protocol):
     """Where the dashboard's audit view comes from (a fake one in the unit tests)."""
 
     def read(self, filters: dict[str, str]) -> dict[str, Any]:
-        """The newest events matching `filters` (newest first), the filters' choices, and the chain's verdict."""
+        """The newest events matching `filters` (newest first), the filters' choices, the charts of
+        those events' calls and refusals, and the chain's verdict."""
         ...
 
 
@@ -56,6 +59,7 @@ class AuditLog:
     def read(self, filters: dict[str, str]) -> dict[str, Any]:
         kept: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
         choices: dict[str, set[str]] = {name: set() for name in FILTERS}
+        charts = Charts()
         matched = unreadable = 0
         try:
             for _, raw in lines(rotated_paths(self.path)):
@@ -72,6 +76,7 @@ class AuditLog:
                 if all(_field(event, name) == wanted for name, wanted in filters.items()):
                     matched += 1
                     kept.append(event)
+                    charts.add(event)
             error = None
         except OSError as exc:
             error = visible(f"cannot read the audit log {exc.filename or self.path}: {exc.strerror or exc}")
@@ -81,6 +86,7 @@ class AuditLog:
             "matched": matched,
             "unreadable": unreadable,
             "choices": {name: sorted(seen) for name, seen in choices.items()},
+            "charts": charts.result(),
             "chain": self._verdict(),
             "error": error,
         }

@@ -302,6 +302,7 @@
     const unreadable = audit.unreadable ? `; ${audit.unreadable} unreadable line(s), not shown` : "";
     const summary = `${audit.events.length} newest of ${audit.matched} matching event(s) in ${audit.file}${unreadable}`;
     byId("audit-summary").textContent = audit.error || summary;
+    document.dispatchEvent(new CustomEvent("cellblock-audit", { detail: audit })); // charts.js draws its charts
   }
 
   async function loadAudit() {
