@@ -158,22 +158,35 @@ TOKEN = "ghp_" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dF3hJ5"
 
 
 def test_a_kept_report_holds_no_secret_of_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A token written in the arguments, an `env:` secret and a host variable the arguments name
-    (which the server is given, and may echo into a path or an error) are each redacted; the
-    control: plain values (a path, `DEBUG: 1`) are left as they are."""
+    """A token written in the arguments (alone, after an option, as a URL's password, after
+    `Bearer`), an `env:` secret and a host variable the arguments name (which the server is given,
+    and may echo into a path or an error) are each redacted; the control: plain values (a path,
+    `DEBUG: 1`) are left as they are."""
     monkeypatch.setenv("NOTES_KEY", "s3cr3t-from-the-host-environment")
+    args = [
+        "notes.py",
+        "--api-key",
+        "hunter2-is-long",
+        f"--token={TOKEN}",
+        "--key",
+        "${NOTES_KEY}",
+        "--db=postgres://me:pa55word-in-url@db.example/notes",
+        "--header=Authorization: Bearer bearer-value-1234",
+    ]
     server = LocalServer(
         command="/usr/bin/python3",
-        args=["notes.py", "--api-key", "hunter2-is-long", f"--token={TOKEN}", "--key", "${NOTES_KEY}"],
+        args=args,
         env={"NOTES_PASSWORD": "correct horse", "DEBUG": "1", "NOTES_DIR": "/home/me/notes"},
     )
     shown = report("notes")
-    shown["server"]["args"] = ["notes.py", "--api-key", "hunter2-is-long", f"--token={TOKEN}", "--key", "${NOTES_KEY}"]
-    echoed = f"read_note: opened /tmp/{TOKEN}/correct horse/s3cr3t-from-the-host-environment/hunter2-is-long"
+    shown["server"]["args"] = list(args)
+    secrets = (TOKEN, "correct horse", "s3cr3t-from-the-host-environment", "hunter2-is-long")
+    secrets += ("pa55word-in-url", "bearer-value-1234")
+    echoed = "read_note: opened /tmp/" + "/".join(secrets)
     shown["findings"].append({"severity": "low", "code": "network", "where": "read_note", "text": echoed})
     before = copy.deepcopy(shown)
     clean = json.dumps(without_secrets(shown, server))
-    for secret in (TOKEN, "correct horse", "s3cr3t-from-the-host-environment", "hunter2-is-long"):
+    for secret in secrets:
         assert secret in json.dumps(before) and secret not in clean, secret
-    assert f"opened /tmp/{REDACTED}/{REDACTED}/{REDACTED}/{REDACTED}" in clean
+    assert "opened /tmp/" + "/".join([REDACTED] * len(secrets)) in clean
     assert '"${NOTES_KEY}"' in clean and "/home/me/notes" in clean and '"calls": 7' in clean

@@ -11,7 +11,7 @@ its letter says nothing of what it takes.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from urllib.parse import unquote_plus, urlsplit
 
 from cellblock.gateway.audit.secretnames import name_words
@@ -19,7 +19,7 @@ from cellblock.gateway.config.draft import Draft
 from cellblock.gateway.config.secretlike import looks_secret, secret_name, secret_shape
 from cellblock.gateway.config.secretrefs import launcher_sets, reference
 
-__all__ = ["arg_secrets"]
+__all__ = ["arg_secrets", "secrets_in"]
 
 _ASSIGNMENT = re.compile(r"^-{0,2}[A-Za-z_][A-Za-z0-9_.-]*=(?!=)")  # --token=X, TOKEN=X (docker -e)
 _BEARER = re.compile(r"\bBearer\s+([^\s\"',;]+)", re.IGNORECASE)
@@ -33,16 +33,7 @@ def arg_secrets(draft: Draft, args: list[str], secrets: dict[str, str], env: Col
     under `secrets:` (the same key given as env and argument) is named by its variable."""
     named = {s.value: s.key for s in draft.secrets if s.key in secrets}
     out: list[str] = []
-    option = ""
-    for i, arg in enumerate(args):
-        name, eq, value = arg.partition("=") if _ASSIGNMENT.match(arg) else ("", "", arg)
-        if eq and (secret_shape(value) or (secret_name(name) and looks_secret(name, value))):
-            found, head = [(name, value)], f"{name}="
-        elif not arg.startswith("-") and (secret_shape(arg) or (secret_name(option) and looks_secret(option, arg))):
-            found, head = [(option, arg)], ""
-        else:
-            found, head = _embedded(arg), None
-        option = arg if arg.startswith("-") and not found else ""
+    for i, (arg, found, head) in enumerate(_each(args)):
         if not found:
             out.append(arg)
             continue
@@ -58,6 +49,29 @@ def arg_secrets(draft: Draft, args: list[str], secrets: dict[str, str], env: Col
             arg = arg.replace(raw, reference(named[raw])) if head is None else head + reference(named[raw])
         out.append(arg)
     return out
+
+
+def secrets_in(args: list[str]) -> set[str]:
+    """The secrets in `args` as `arg_secrets` finds them, for what must not be shown (a scan's report)."""
+    return {raw for _, found, _ in _each(args) for _, raw in found}
+
+
+def _each(args: list[str]) -> Iterator[tuple[str, list[tuple[str, str]], str | None]]:
+    """Each argument with the secrets in it, as (what to name it after, value), and what stays of
+    it before the reference: `NAME=` for an assignment, "" for a whole argument, None for secrets
+    inside it (each replaced where it stands)."""
+    option = ""
+    for arg in args:
+        name, eq, value = arg.partition("=") if _ASSIGNMENT.match(arg) else ("", "", arg)
+        head: str | None
+        if eq and (secret_shape(value) or (secret_name(name) and looks_secret(name, value))):
+            found, head = [(name, value)], f"{name}="
+        elif not arg.startswith("-") and (secret_shape(arg) or (secret_name(option) and looks_secret(option, arg))):
+            found, head = [(option, arg)], ""
+        else:
+            found, head = _embedded(arg), None
+        option = arg if arg.startswith("-") and not found else ""
+        yield arg, found, head
 
 
 def _embedded(arg: str) -> list[tuple[str, str]]:

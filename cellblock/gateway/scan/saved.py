@@ -19,8 +19,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from cellblock.gateway.config.argsecrets import secrets_in
 from cellblock.gateway.config.model import LocalServer
-from cellblock.gateway.config.secretlike import looks_secret, secret_name, secret_shape
+from cellblock.gateway.config.secretlike import looks_secret
 from cellblock.gateway.scrub import pattern_of, scrub
 from cellblock.gateway.state import atomic_write_text
 
@@ -39,21 +40,15 @@ def saved_path(state: Path, name: str) -> Path:
 
 
 def _arg_secrets(args: list[str]) -> set[str]:
-    """The values in `args` that are secrets: a token by its shape, a value after an option that
-    names a secret (`--api-key KEY`, `--token=KEY`), the value of a host variable named there."""
-    found: set[str] = set()
-    option = ""
+    """The values in `args` that are secrets, as `wrap` finds them (a token by its shape, a value
+    after an option that names a secret, a URL's password, a `Bearer` token), and the value of a
+    host variable named there (`${VAR}`)."""
+    found = secrets_in(args)
     for arg in args:
         for variable in _VARIABLE.findall(arg):
             value = os.environ.get(variable, "")
             if looks_secret(variable, value):
                 found.add(value)
-        name, eq, value = arg.partition("=") if arg.startswith("-") else ("", "", arg)
-        if eq and looks_secret(name, value):
-            found.add(value)
-        elif not arg.startswith("-") and (secret_shape(arg) or (secret_name(option) and looks_secret(option, arg))):
-            found.add(arg)
-        option = arg if arg.startswith("-") and not eq else ""
     return found
 
 
