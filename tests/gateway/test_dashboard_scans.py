@@ -18,8 +18,8 @@ from starlette.testclient import TestClient
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.dashboard.app import create_app
 from cellblock.gateway.dashboard.scans import MAX_FILE, MAX_REPORTS, ScanReports
-from cellblock.gateway.scan.saved import save_report, saved_path, without_secrets
-from cellblock.gateway.scrub import REDACTED
+from cellblock.gateway.scan.saved import save_report, saved_path, secrets_pattern
+from cellblock.gateway.scrub import REDACTED, scrub
 from tests.gateway.test_dashboard import ORIGIN, PORT, SECRET, FakeGateways, assert_strict_headers, send, session
 
 HOSTILE = "<script>window.__pwned=1</script><img src=x onerror=alert(1)>\x1b[31m\u202egnp.exe"
@@ -185,7 +185,7 @@ def test_a_kept_report_holds_no_secret_of_the_server(monkeypatch: pytest.MonkeyP
     echoed = "read_note: opened /tmp/" + "/".join(secrets)
     shown["findings"].append({"severity": "low", "code": "network", "where": "read_note", "text": echoed})
     before = copy.deepcopy(shown)
-    clean = json.dumps(without_secrets(shown, server))
+    clean = json.dumps(scrub(shown, secrets_pattern(shown, server))[0])
     for secret in secrets:
         assert secret in json.dumps(before) and secret not in clean, secret
     assert "opened /tmp/" + "/".join([REDACTED] * len(secrets)) in clean

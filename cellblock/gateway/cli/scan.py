@@ -24,8 +24,9 @@ from cellblock.gateway.scan.learn import Proposal, apply_proposal, propose, writ
 from cellblock.gateway.scan.learned import read_learned, widen
 from cellblock.gateway.scan.report import badge_svg, confinement_report
 from cellblock.gateway.scan.run import Decoy, scan_run
-from cellblock.gateway.scan.saved import save_report, without_secrets
+from cellblock.gateway.scan.saved import save_report, secrets_pattern
 from cellblock.gateway.scan.scratch import ScanError, scratch_world
+from cellblock.gateway.scrub import scrub
 from cellblock.gateway.state import StateWriteError, atomic_write_text, runtime_dir, state_dir
 from cellblock.sandbox.trace import Event, Kind
 from cellblock.sandbox.types import JailError
@@ -75,18 +76,16 @@ def scan_command(
         )
         found = findings(run, scratch, decoy)
         proposal = propose(server, run, scratch)
-        if as_json:
-            print(json.dumps(report_json(name, run, scratch, found, proposal.as_json()), indent=2))
-        else:
-            print(report_table(name, run, found))
-            print()
-            print(proposal.text(name))
-        shown = without_secrets(
-            confinement_report(
-                name, server, Path(source), run, scratch, decoy, found, proposal.as_json(), allow_destructive, fail_on
-            ),
-            server,
+        whole = confinement_report(
+            name, server, Path(source), run, scratch, decoy, found, proposal.as_json(), allow_destructive, fail_on
         )
+        # a secret the server echoed is no more printed than kept: the same redaction everywhere
+        secrets = secrets_pattern(whole, server)
+        if as_json:
+            print(json.dumps(scrub(report_json(name, run, scratch, found, proposal.as_json()), secrets)[0], indent=2))
+        else:
+            print(scrub(f"{report_table(name, run, found)}\n\n{proposal.text(name)}", secrets)[0])
+        shown: dict[str, Any] = scrub(whole, secrets)[0]
         _keep(name, shown)
         _write_results(shown, report, badge)
     except (JailError, ScanError, StateWriteError) as exc:

@@ -6,7 +6,7 @@ What a report holds comes from the config (the server's command and arguments as
 jail) and from what the server did (paths, hosts, a tool's error text). A secret can reach it two
 ways: written in the config's arguments (`--api-key KEY`, a token), or handed to the server (its
 `env:` values, a `${VAR}` its arguments name) and echoed back by it into a path or an error. Each
-such value is replaced by `[redacted]` (`without_secrets`), in this copy and in `--report`'s.
+such value is replaced by `[redacted]` (`secrets_pattern`), in this copy, in `--report`'s and in what the scan prints.
 `secrets:` never reach a scan: it starts the server without them (`scan/run.py`), so a
 `${secrets.NAME}` argument is shown as that reference.
 """
@@ -22,10 +22,10 @@ from typing import Any
 from cellblock.gateway.config.argsecrets import secrets_in
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.config.secretlike import looks_secret
-from cellblock.gateway.scrub import pattern_of, scrub
+from cellblock.gateway.scrub import pattern_of
 from cellblock.gateway.state import atomic_write_text
 
-__all__ = ["MIN_REDACTED", "SCANS", "save_report", "saved_path", "secret_values", "without_secrets"]
+__all__ = ["MIN_REDACTED", "SCANS", "save_report", "saved_path", "secret_values", "secrets_pattern"]
 
 SCANS = "scans"
 # a value shorter than this is found by chance everywhere ("1", "yes"): redacting it would cut the
@@ -60,12 +60,10 @@ def secret_values(server: LocalServer, written: list[str]) -> tuple[str, ...]:
     return tuple(sorted(v for v in found if len(v) >= MIN_REDACTED and not v.startswith("${secrets.")))
 
 
-def without_secrets(report: dict[str, Any], server: LocalServer) -> dict[str, Any]:
-    """`report` with every secret of `server` in it replaced by `[redacted]`."""
+def secrets_pattern(report: dict[str, Any], server: LocalServer) -> re.Pattern[str] | None:
+    """What finds every secret of `server` (`secret_values`) in `report` or in what a scan prints."""
     written = report.get("server", {}).get("args", [])
-    clean, _ = scrub(report, pattern_of(secret_values(server, [a for a in written if isinstance(a, str)])))
-    kept: dict[str, Any] = clean
-    return kept
+    return pattern_of(secret_values(server, [a for a in written if isinstance(a, str)]))
 
 
 def save_report(state: Path, name: str, report: dict[str, Any]) -> Path:
