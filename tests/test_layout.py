@@ -59,17 +59,19 @@ MAY_IMPORT: dict[str, set[str]] = {
     "config": {"audit"},
     "ask": set(),
     "downstream": {"wire", "audit", "config", "ask"},
-    "serve": {"wire", "audit", "config", "ask", "downstream"},
+    # the ranking of tool search: plain code and its data, no SDK and nothing of the gateway's
+    "search": set(),
+    "serve": {"wire", "audit", "config", "ask", "downstream", "search"},
     "clients": {"config", "downstream"},
     "scan": {"config", "downstream"},
     # the page talks to the gateways only as the CLI does: through serve's control-socket client;
     # it reads the audit log with the audit's own reader, as `cellblock audit` does; the scan
     # reports `cellblock scan` keeps, with scan's modules that are free of the SDK (saved, verdict)
     "dashboard": {"serve", "audit", "scan"},
-    "cli": {"wire", "audit", "config", "ask", "downstream", "serve", "clients", "scan", "dashboard"},
+    "cli": {"wire", "audit", "config", "ask", "downstream", "serve", "clients", "scan", "dashboard", "search"},
 }
 # what must stay free of the MCP SDK: other tools' config files, the config, the audit log, the page
-NO_SDK = {"clients", "config", "audit", "dashboard"}
+NO_SDK = {"clients", "config", "audit", "dashboard", "search"}
 SHARED_MAX = 8  # the gateway's top-level modules, shared by every folder
 MODULE_MAX_LINES = 600
 

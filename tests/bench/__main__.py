@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from tests.bench import calls, catalog, hotpath, jail, launch, scan, startup
+from tests.bench import calls, catalog, hotpath, jail, launch, scan, startup, toolsearch
 from tests.bench.machine import busy, describe
 from tests.bench.peers import PEERS
 from tests.bench.report import Table, say
@@ -36,6 +36,7 @@ SECTIONS: dict[str, Section] = {
     "hotpath": hotpath.hot_path,
     "scan": scan.scan_cost,
     "launch": launch.launch_cost,
+    "search": toolsearch.search_cost,
 }
 
 

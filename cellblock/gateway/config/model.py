@@ -27,6 +27,7 @@ from cellblock.gateway.audit.chain import KEY_NAME
 from cellblock.gateway.audit.log import DEFAULT_KEEP, DEFAULT_MAX_BYTES, Audit, Observer
 from cellblock.gateway.config.auth import AuthConfig
 from cellblock.gateway.config.base import ConfigError, StrictModel, expand_path
+from cellblock.gateway.config.catalog import CatalogConfig
 from cellblock.gateway.config.installs import HostRules, InstallConfig
 from cellblock.gateway.config.rulesets import (
     DecisionName,
@@ -385,6 +386,7 @@ class Config(StrictModel):
     audit: AuditConfig = AuditConfig()
     credentials: CredentialsConfig = CredentialsConfig()
     telemetry: TelemetryConfig | None = None
+    catalog: CatalogConfig = CatalogConfig()
     servers: dict[ServerName, ServerConfig] = {}
 
     @model_validator(mode="after")

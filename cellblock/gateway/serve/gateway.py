@@ -60,8 +60,9 @@ from cellblock.gateway.serve.pipeline import Asking, Call, Pipeline
 from cellblock.gateway.serve.reads import Reads
 from cellblock.gateway.serve.review import Review
 from cellblock.gateway.serve.sealed import STATE_PREFIX as APPROVAL_STATE
+from cellblock.gateway.serve.search import Search
 from cellblock.gateway.serve.shares import Gate, Shares
-from cellblock.gateway.serve.status import REVIEW, STATUS, review_tool, status_tool, tool_name
+from cellblock.gateway.serve.status import REVIEW, STATUS, instructions, review_tool, status_tool, tool_name
 from cellblock.gateway.serve.subscriptions import Subscriptions
 from cellblock.gateway.serve.tasks import Tasks
 from cellblock.gateway.serve.telemetry import telemetry_for
@@ -83,12 +84,6 @@ CallResult = types.CallToolResult | types.InputRequiredResult | dict[str, Any]
 # Eager servers whose catalog is known start after the client's first list, or after this long
 # if it asks for none (see Gateway._start_after_first_list).
 KNOWN_START_SECONDS = 2.0
-
-INSTRUCTIONS = (
-    "Cellblock gateway. Every tool, prompt and resource here belongs to one downstream server and is "
-    "named '<server>{sep}<name>'."
-)
-
 
 # what tells the client to list again: the subscription event and the handshake-era notification
 _LIST_CHANGES: dict[str, tuple[Any, str]] = {
@@ -146,6 +141,7 @@ class Gateway:
         }
         self.approvals.keepers["egress"] = host_keeper(source, lambda name: self.downstreams[name].egress)
         self.catalog = Catalog()
+        self.search = Search(config.catalog, config.names.separator, config.names.max_length, self.audit)
         self.locks = Locks(config, state, self.audit)
         # what each server offers, and what the lock lets the client see of it
         self.shown: dict[str, Listing] = {}
@@ -312,7 +308,7 @@ class Gateway:
             # The handshake carries the servers' instructions, so it waits (bounded) for them.
             with anyio.move_on_after(START_SECONDS):
                 await self._settled.wait()
-            self.server.instructions = self._instructions()
+            self.server.instructions = instructions(self.config, self.locks.held, self.shown, self.search.on)
             yield tg
             tg.cancel_scope.cancel()
 
@@ -344,22 +340,6 @@ class Gateway:
                 ds = self.downstreams[server]
                 if ds.listing is not None:
                     await self.on_listing(ds)
-
-    def _instructions(self) -> str:
-        parts = [INSTRUCTIONS.format(sep=self.config.names.separator)]
-        if bare := sorted(self.config.unprefixed()):
-            parts.append(f"Except those of {', '.join(bare)}: they keep their own names.")
-        held = [name for name, items in self.locks.held.items() if items]
-        if held:
-            parts.append(
-                f"The tools of {', '.join(held)} are held for the user's review and not listed yet. Call "
-                f"{self.own_tool(STATUS)} to learn what waits, and tell the user what to run; where the user "
-                f"wants a held server now, {self.own_tool(REVIEW)} asks them in a form."
-            )
-        for name, listing in self.shown.items():
-            if listing.instructions:
-                parts.append(f"[{name}] {listing.instructions.strip()}")
-        return "\n\n".join(parts)
 
     async def _settle(self, eager: list[Downstream]) -> None:
         async with anyio.create_task_group() as tg:
@@ -412,7 +392,7 @@ class Gateway:
             names = self.config.names
             own = (status_tool(names.separator, names.max_length), review_tool(names.separator, names.max_length, held))
             catalog = dataclasses.replace(catalog, tools=(*catalog.tools, *own))
-        old, self.catalog = self.catalog, catalog
+        old, self.catalog = self.catalog, self.search.offer(catalog)
         return old
 
     def own_tool(self, tool: str) -> str:
@@ -493,6 +473,13 @@ class Gateway:
 
     async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> CallResult:
         self.listeners.met(ctx)
+        if self.search.owns(params.name):  # a search, or a call of a found tool: then as that tool's call
+            await self.client_catalog()  # as a list does, it waits (bounded) for the servers starting
+            finding = params.name == self.search.find_name
+            inner = self.search.find(params.arguments) if finding else self.search.inner(params)
+            if isinstance(inner, types.CallToolResult):
+                return inner
+            params = inner
         own = params.name in (self.own_tool(STATUS), self.own_tool(REVIEW))
         if own and params.name not in {t.name for t in self.catalog.tools}:
             own = False  # offered only while something is held: otherwise the name routes as any other

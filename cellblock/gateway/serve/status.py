@@ -19,12 +19,30 @@ from typing import Any
 
 import mcp.types as types
 
-from cellblock.gateway.config.model import RESERVED_SERVER
+from cellblock.gateway.config.model import RESERVED_SERVER, Config
+from cellblock.gateway.downstream.listing import Listing
 
-__all__ = ["NAMESPACE", "REVIEW", "STATUS", "ServerStatus", "review_tool", "status_text", "status_tool", "tool_name"]
+__all__ = [
+    "CALL",
+    "FIND",
+    "NAMESPACE",
+    "REVIEW",
+    "STATUS",
+    "ServerStatus",
+    "instructions",
+    "review_tool",
+    "status_text",
+    "status_tool",
+    "tool_name",
+]
 
 NAMESPACE = RESERVED_SERVER  # no server may take this name: the gateway's own tools live under it
 STATUS, REVIEW = "status", "review"
+FIND, CALL = "find_tools", "call_tool"  # tool search's (serve/search.py)
+INSTRUCTIONS = (
+    "Cellblock gateway. Every tool, prompt and resource here belongs to one downstream server and is "
+    "named '<server>{sep}<name>'."
+)
 
 
 @dataclass(frozen=True)
@@ -110,3 +128,29 @@ def status_text(servers: Iterable[ServerStatus], pending: Iterable[Mapping[str, 
         lines.append("Not running:")
         lines += [f"- {s.name}: {s.down}" for s in down]
     return "\n".join(lines) or "Nothing is held or waiting for the user."
+
+
+def instructions(config: Config, held: Mapping[str, Any], shown: Mapping[str, Listing], searching: bool) -> str:
+    """What the client is told of the catalog: how names are made, what is held and how tools are
+    found (search on), then each server's own instructions."""
+    names = config.names
+    parts = [INSTRUCTIONS.format(sep=names.separator)]
+    if bare := sorted(config.unprefixed()):
+        parts.append(f"Except those of {', '.join(bare)}: they keep their own names.")
+    if searching:
+        find, call = (tool_name(names.separator, names.max_length, tool) for tool in (FIND, CALL))
+        parts.append(
+            f"Most tools are not listed: find the ones for a task with {find} (a request in words) "
+            f"and call them with {call}."
+        )
+    if waiting := [name for name, items in held.items() if items]:
+        parts.append(
+            f"The tools of {', '.join(waiting)} are held for the user's review and not listed yet. Call "
+            f"{tool_name(names.separator, names.max_length, STATUS)} to learn what waits, and tell the user what "
+            f"to run; where the user wants a held server now, {tool_name(names.separator, names.max_length, REVIEW)} "
+            "asks them in a form."
+        )
+    for name, listing in shown.items():
+        if listing.instructions:
+            parts.append(f"[{name}] {listing.instructions.strip()}")
+    return "\n\n".join(parts)

@@ -1,0 +1,157 @@
+"""Ranking the catalog's tools for a request in words (`cellblock__find_tools`).
+
+Two lexical rankings, fused by their ranks (reciprocal rank fusion):
+- BM25 over everything a tool says of itself: its exposed name (twice: a name is the densest
+  description), its server, title, description, parameter names and hints;
+- BM25 over its names alone (name, server, title), where a word of the request weighs more.
+
+Words are split where names join them (`create_issue`, `getFileInfo`), stemmed (Snowball's
+English stemmer, PyStemmer) and looked up in `words.json`, a small thesaurus of how people ask
+("remember" finds "store", "folder" finds "directory"), kept as data. BM25 is `bm25s`; both are
+the optional extra `cellblock[search]`, imported only where search is on.
+
+Nothing here knows of servers, policy or the SDK: the gateway hands it the tools a client may
+call, and nothing else (serve/search.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Entry", "Index", "Match", "MissingExtra", "split_words", "stop_words", "words"]
+
+# fusion's constant: the usual 60 lets a tool ranked well by one ranking and badly by the other
+# still beat one ranked middling by both
+FUSION_K = 60
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_SEPARATORS = re.compile(r"[_\-./:]+")
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+class MissingExtra(RuntimeError):
+    """Search needs `bm25s` and `PyStemmer`, the optional extra `cellblock[search]`."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A tool as search sees it: its exposed name and what it says of itself."""
+
+    name: str
+    server: str
+    title: str = ""
+    description: str = ""
+    parameters: tuple[str, ...] = ()
+    hints: tuple[str, ...] = ()  # "read only", "destructive", ... as words
+
+
+@dataclass(frozen=True)
+class Match:
+    name: str
+    score: float
+    why: str  # the request's words the tool's name or description holds, in one line
+
+
+@cache
+def _data() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((Path(__file__).parent / "words.json").read_text(encoding="utf-8"))
+    return loaded
+
+
+@cache
+def words() -> dict[str, tuple[str, ...]]:
+    """The thesaurus: a request's word -> the words tools are described in."""
+    return {word: tuple(found) for word, found in _data()["words"].items()}
+
+
+@cache
+def stop_words() -> frozenset[str]:
+    """Words a request is made of that say nothing of what it asks for ("the", "my", "please")."""
+    return frozenset(_data()["stop"])
+
+
+def split_words(text: str) -> list[str]:
+    """`text` as lowercase words, names split where they join them (`getFileInfo`, `git_status`)."""
+    return _WORD.findall(_SEPARATORS.sub(" ", _CAMEL.sub(" ", text)).lower())
+
+
+class Index:
+    """The tools a client may call, ranked for a request (`find`)."""
+
+    def __init__(self, entries: Sequence[Entry]) -> None:
+        try:
+            bm25s, stemmer = (importlib.import_module(name) for name in ("bm25s", "Stemmer"))
+        except ImportError as exc:
+            raise MissingExtra(
+                f"tool search needs the optional packages of cellblock[search] ({exc.name} is missing): "
+                "pip install 'cellblock[search]', or set catalog.search: off"
+            ) from exc
+        logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs each index it builds
+        self._bm25 = bm25s
+        self._stem = stemmer.Stemmer("english").stemWord
+        self.entries = tuple(entries)
+        full = [self._terms(_full_text(e)) for e in self.entries]
+        names = [self._terms(" ".join((e.name, e.server, e.title))) for e in self.entries]
+        self._said = [set(terms) for terms in full]
+        self._full, self._names = self._ranking(full), self._ranking(names)
+
+    def _terms(self, text: str) -> list[str]:
+        return [self._stem(w) for w in split_words(text) if w not in stop_words()]
+
+    def _ranking(self, corpus: list[list[str]]) -> Any:
+        if not any(corpus):
+            return None
+        ranking = self._bm25.BM25()
+        # an empty document still takes its place, so that positions stay the entries'
+        ranking.index([terms or ["\x00"] for terms in corpus], show_progress=False)
+        return ranking
+
+    def query_terms(self, query: str) -> tuple[list[str], list[str]]:
+        """The request's own terms, and those the thesaurus adds."""
+        asked = [w for w in split_words(query) if w not in stop_words()]
+        own = [self._stem(w) for w in asked]
+        added = [self._stem(x) for w in asked for found in words().get(w, ()) for x in split_words(found)]
+        return own, [t for t in dict.fromkeys(added) if t not in own]
+
+    def find(self, query: str, limit: int = 5, server: str | None = None) -> list[Match]:
+        """The tools that best answer `query`, best first, at most `limit`; only `server`'s if given."""
+        own, added = self.query_terms(query)
+        allowed = [i for i, e in enumerate(self.entries) if server is None or e.server == server]
+        if not own or not allowed:
+            return []
+        fused: dict[int, float] = {}
+        for ranking, terms in ((self._full, own + added), (self._names, own + own + added)):
+            for place, i in enumerate(self._ranked(ranking, terms, allowed)):
+                fused[i] = fused.get(i, 0.0) + 1.0 / (FUSION_K + place)
+        best = sorted(fused, key=lambda i: (-fused[i], self.entries[i].name))[:limit]
+        return [Match(self.entries[i].name, round(fused[i], 6), self._why(i, own, added)) for i in best]
+
+    def _ranked(self, ranking: Any, terms: list[str], allowed: list[int]) -> list[int]:
+        """The entries `ranking` scores above nothing for `terms`, best first, among `allowed`."""
+        if ranking is None:
+            return []
+        scores = ranking.get_scores(terms)
+        kept = [i for i in allowed if scores[i] > 0]
+        return sorted(kept, key=lambda i: -float(scores[i]))
+
+    def _why(self, i: int, own: list[str], added: list[str]) -> str:
+        said = self._said[i]
+        hits = [t for t in own if t in said]
+        near = [t for t in added if t in said]
+        parts = [f"it says {', '.join(dict.fromkeys(hits))}"] if hits else []
+        if near:
+            parts.append(f"near your words: {', '.join(dict.fromkeys(near))}")
+        return "; ".join(parts) or "its name or description comes nearest"
+
+
+def _full_text(entry: Entry) -> str:
+    return " ".join(
+        (entry.name, entry.name, entry.server, entry.title, entry.description, *entry.parameters, *entry.hints)
+    )

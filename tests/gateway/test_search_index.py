@@ -1,0 +1,95 @@
+"""Tool search's ranking (search/index.py) and its config (`catalog:`), in memory."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from cellblock.gateway.audit.log import Audit
+from cellblock.gateway.config.base import ConfigError
+from cellblock.gateway.config.catalog import CatalogConfig
+from cellblock.gateway.search.index import Entry, Index, split_words, stop_words, words
+from cellblock.gateway.serve.search import Search
+
+TOOLS = [
+    Entry("mem__store_fact", "mem", description="Store a fact in the knowledge graph"),
+    Entry("fs__list_directory", "fs", description="List the entries of a directory", parameters=("path",)),
+    Entry("fs__read_file", "fs", description="Read a file's text", parameters=("path",)),
+    Entry("gh__createIssue", "gh", title="Create issue", description="Open a new issue in a repository"),
+    Entry("git__read_log", "git", description="Read the commit log of a repository"),
+]
+
+
+def names(index: Index, query: str, **extra: Any) -> list[str]:
+    return [m.name for m in index.find(query, **extra)]
+
+
+def test_names_are_split_where_they_join_words() -> None:
+    assert split_words("gh__createIssue") == ["gh", "create", "issue"]
+    assert split_words("getFileInfo read-file.v2") == ["get", "file", "info", "read", "file", "v2"]
+
+
+def test_a_tool_is_found_by_its_own_words_best_first_with_why() -> None:
+    index = Index(TOOLS)
+    found = index.find("read the file notes.txt")
+    assert found[0].name == "fs__read_file" and "read" in found[0].why and "file" in found[0].why
+
+
+def test_the_thesaurus_finds_a_tool_by_the_words_people_use() -> None:
+    index = Index(TOOLS)
+    assert "store" in words()["remember"]
+    assert names(index, "remember that the cat is black")[0] == "mem__store_fact"
+    assert names(index, "what is in the photos folder")[0] == "fs__list_directory"
+    # the control: a word the thesaurus does not know finds nothing of the kind
+    assert "mem__store_fact" not in names(index, "memorialise that the cat is black")
+
+
+def test_only_the_servers_tools_are_found_when_one_is_named() -> None:
+    index = Index(TOOLS)
+    assert names(index, "read the repository log")[0] == "git__read_log"
+    assert set(names(index, "read", server="fs")) == {"fs__read_file"}
+    assert names(index, "read", server="nobody") == []
+
+
+def test_a_request_of_no_words_finds_nothing() -> None:
+    index = Index(TOOLS)
+    assert index.find("") == [] and index.find("the of my") == [] and index.find("!!!") == []
+    assert {"the", "of", "my"} <= stop_words()
+    assert Index([]).find("read a file") == []
+
+
+def test_the_answer_is_cut_at_the_limit_and_stable() -> None:
+    index = Index(TOOLS)
+    first = names(index, "read a file in the repository", limit=2)
+    assert len(first) == 2 and first == names(index, "read a file in the repository", limit=2)
+
+
+def test_search_written_bare_as_a_yaml_boolean_is_taken() -> None:
+    on = CatalogConfig.model_validate(yaml.safe_load("search: on"))
+    off = CatalogConfig.model_validate(yaml.safe_load("search: off"))
+    assert (on.search, off.search) == ("on", "off")
+    with pytest.raises(ValueError, match="'off' or 'on'"):
+        CatalogConfig.model_validate({"search": "sometimes"})
+
+
+def test_search_on_without_the_extra_refuses_to_start_naming_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    real = importlib.import_module
+
+    def missing(name: str, package: str | None = None) -> ModuleType:
+        if name == "bm25s":
+            raise ImportError(name=name)
+        return real(name, package)
+
+    audit = Audit(tmp_path / "audit.jsonl")
+    Search(CatalogConfig(search="on"), "__", 64, audit)  # the control: with the extra, it starts
+    monkeypatch.setattr(importlib, "import_module", missing)
+    with pytest.raises(ConfigError, match=r"pip install 'cellblock\[search\]'.*catalog.search: off"):
+        Search(CatalogConfig(search="on"), "__", 64, audit)
+    Search(CatalogConfig(search="off"), "__", 64, audit)  # off needs nothing of it
