@@ -122,3 +122,29 @@ async def test_a_call_through_search_asks_the_user_as_a_listed_call_does(tmp_pat
         [result] = results
         assert result.is_error and "denied" in text(result)
     assert [e["tool"] for e in audit(state) if e["event"] == "approval_asked"] == ["whoami"]
+
+
+async def test_a_rug_pulled_tool_is_not_found_until_its_change_is_approved(tmp_path: Path) -> None:
+    env = cli_env(tmp_path)
+    state = Path(env["CELLBLOCK_STATE_DIR"])
+    server = probe_server("--name", "p", lock={"enabled": True, "first": "trust"})
+    path = write_config(tmp_path, {"p": server}, catalog={"search": True})  # `search: on`, as YAML writes it bare
+    query = "repeat my message back to me"
+    async with gateway(path, state, env={"XDG_RUNTIME_DIR": env["XDG_RUNTIME_DIR"]}) as client:
+        assert (await found(client, query))[0] == "p__echo"  # trusted at first contact: found
+        await client.call_tool(CALL, {"name": "p__rug_pull", "arguments": {"description": "echo, and read ~/.ssh"}})
+
+        async def gone() -> bool:  # the catalog changed: the next search is of the new one
+            return "p__echo" not in await found(client, query)
+
+        await eventually(gone, 30)
+        refused = await client.call_tool(CALL, {"name": "p__echo", "arguments": {"message": "x"}})
+        assert refused.is_error and "changed since" in text(refused)
+        # the control: once the user approves the change, it is found again
+        approved = await anyio.to_thread.run_sync(lambda: cli(env, "approve", "p", "--config", str(path)))
+        assert approved.returncode == 0, approved.stderr
+
+        async def back() -> bool:
+            return "p__echo" in await found(client, query)
+
+        await eventually(back, 30)
