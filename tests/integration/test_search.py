@@ -68,14 +68,18 @@ async def test_a_client_lists_the_search_tools_finds_a_tool_in_words_and_calls_i
             direct = await client.call_tool(name, {"message": "x"})
             assert refused.is_error and why in text(refused) and text(refused) == text(direct), text(refused)
         # the gateway's own tools are called by their own names, never through call_tool
-        recursive = await client.call_tool(CALL, {"name": CALL, "arguments": {"name": "p__echo"}})
-        assert recursive.is_error
+        for own in (CALL, "cellblock__review"):
+            recursive = await client.call_tool(CALL, {"name": own, "arguments": {"server": "h", "name": "p__echo"}})
+            assert recursive.is_error and "Cellblock's own tool" in text(recursive)
     events = audit(state)
     searches = [e for e in events if e["event"] == "tool_search"]
     assert searches[0]["query"] == "repeat my message back to me" and searches[0]["found"][0] == "p__echo"
     # the found tool's call is audited as that tool's call, as a listed tool's is; the refusals too
     calls = [(e["tool"], e["decision"]) for e in events if e["event"] == "call" and e["server"] == "p"]
     assert calls == [("echo", "allow"), ("crash", "deny"), ("crash", "deny")], calls
+    # and the attempts at the gateway's own tools through it, as calls that route nowhere
+    own = [(e["tool"], e["rule"]) for e in events if e["event"] == "call" and e["server"] == "cellblock"]
+    assert own == [(CALL, "route"), ("cellblock__review", "route")], own
 
 
 async def test_a_held_server_is_found_only_once_approved(tmp_path: Path) -> None:

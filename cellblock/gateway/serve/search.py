@@ -94,12 +94,20 @@ class Search:
         arguments = params.arguments or {}
         name, inner = arguments.get("name"), arguments.get("arguments", {})
         if not isinstance(name, str) or not isinstance(inner, dict):
-            return _error(f"{self.call_name} takes 'name' (a tool {self.find_name} found) and 'arguments' (an object)")
+            why = f"{self.call_name} takes 'name' (a tool {self.find_name} found) and 'arguments' (an object)"
+            return self._refused(name if isinstance(name, str) else self.call_name, arguments, why)
         if name.startswith(self.own_prefix):  # the gateway's own are called by their names: no call of a call
-            return _error(f"'{name}' is Cellblock's own tool: call it by its name, not through {self.call_name}")
+            why = f"'{name}' is Cellblock's own tool: call it by its name, not through {self.call_name}"
+            return self._refused(name, arguments, why)
         # any other name goes on as a call of it: a tool that is denied, held or unknown is refused
         # there, and audited, exactly as its direct call is
         return params.model_copy(update={"name": name, "arguments": inner})
+
+    def _refused(self, name: str, arguments: dict[str, Any], why: str) -> types.CallToolResult:
+        """A call through `call_tool` refused before it is any tool's call: audited as a call that
+        routes nowhere, as a direct call of an unknown name is."""
+        self.audit.write("call", NAMESPACE, tool=name, decision="deny", rule="route", reason=why, arguments=arguments)
+        return _error(f"refused: route: {why}")
 
     def _find_tool(self) -> types.Tool:
         return types.Tool(
