@@ -83,7 +83,7 @@ async def search_cost(scratch: Scratch, quick: bool) -> list[Table]:
     rounds = []
     for query in load_queries():
         asked = {"name": search.find_name, "arguments": {"query": query.query}}
-        answer = search.find({"query": query.query})
+        answer = await search.find({"query": query.query})
         rounds.append(_tokens(asked) + _tokens(answer.model_dump(by_alias=True, mode="json", exclude_none=True)))
     tokens = Table("10. Tool search: what the client reads, in tokens (characters / 4)", ["what", "tokens"])
     tokens.add([f"the list, search off ({len(listed)} tools)", f"{_tokens(listed):,}"], tokens=_tokens(listed))

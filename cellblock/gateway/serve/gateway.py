@@ -476,7 +476,7 @@ class Gateway:
         if self.search.owns(params.name):  # a search, or a call of a found tool: then as that tool's call
             await self.client_catalog()  # as a list does, it waits (bounded) for the servers starting
             finding = params.name == self.search.find_name
-            inner = self.search.find(params.arguments) if finding else self.search.inner(params)
+            inner = await self.search.find(params.arguments) if finding else self.search.inner(params)
             if isinstance(inner, types.CallToolResult):
                 return inner
             params = inner
