@@ -6,30 +6,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-import cellblock.gateway.audit.log as audit_module
 from cellblock.gateway.audit.budget import BURST, REFILL, WINDOW
 from cellblock.gateway.audit.log import Audit, rotated_paths
+from tests.gateway.conftest import Clock
 
 
 def events(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for file in rotated_paths(path) for line in file.read_text().splitlines()]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    clock = Clock()
-    monkeypatch.setattr(audit_module.time, "time", clock)
-    return clock
 
 
 def test_a_burst_then_counted_and_one_summary_per_kind(tmp_path: Path, clock: Clock) -> None:

@@ -102,6 +102,7 @@ def assert_strict_headers(response: Any) -> None:
     ("path", "media"),
     [
         ("/", "text/html"),
+        ("/dom.js", "text/javascript"),
         ("/dashboard.js", "text/javascript"),
         ("/dashboard.css", "text/css"),
         ("/scans.js", "text/javascript"),
@@ -121,7 +122,7 @@ def test_the_page_its_script_and_its_style_carry_the_strict_headers(client: Test
 def test_the_page_has_no_inline_script_or_style_and_the_script_never_parses_html() -> None:
     static = Path(create_app.__code__.co_filename).parent / "static"
     page = (static / "index.html").read_text()
-    scripts = ["/scans.js", "/vendor/uPlot.iife.min.js", "/charts.js", "/dashboard.js"]
+    scripts = ["/dom.js", "/scans.js", "/vendor/uPlot.iife.min.js", "/charts.js", "/dashboard.js"]
     assert re.findall(r"<script[^>]*>", page) == [f'<script src="{src}" defer>' for src in scripts]
     assert "<style" not in page and " style=" not in page and " on" not in page.replace("\n", " ").lower()
     for src in scripts:  # the vendored uPlot too: it sets its legend's labels as text

@@ -15,32 +15,17 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from cellblock.gateway.audit import log as audit_module
 from cellblock.gateway.audit.chain import KEY_NAME
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.dashboard.app import create_app
 from cellblock.gateway.dashboard.charts import MAX_BUCKETS, SERIES
 from cellblock.gateway.dashboard.timeline import AuditLog
+from tests.gateway.conftest import Clock
 from tests.gateway.test_dashboard import ORIGIN, PORT, SECRET, FakeGateways, assert_strict_headers, send, session
 
 ROOT = Path(__file__).resolve().parents[2]
 STATIC = ROOT / "cellblock" / "gateway" / "dashboard" / "static"
 T0 = 1_700_000_040  # a whole minute (and 10, 5 and 1 second)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = float(T0)
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    clock = Clock()
-    monkeypatch.setattr(audit_module.time, "time", clock)
-    return clock
 
 
 def write(path: Path, clock: Clock, events: list[tuple[float, str, str, dict[str, Any]]]) -> None:

@@ -60,6 +60,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 MAX_FILTER = 500
 _FILES = {
     "/": ("index.html", "text/html; charset=utf-8"),
+    "/dom.js": ("dom.js", "text/javascript; charset=utf-8"),
     "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
     "/dashboard.css": ("dashboard.css", "text/css; charset=utf-8"),
     "/scans.js": ("scans.js", "text/javascript; charset=utf-8"),

@@ -12,7 +12,7 @@
   const HEIGHT = 170;
   const plots = new Map(); // chart -> { plot, key }: kept while its series stay the same
 
-  const byId = (id) => document.getElementById(id);
+  const { byId } = window.cellblockDom;
 
   function forget(name) {
     const held = plots.get(name);

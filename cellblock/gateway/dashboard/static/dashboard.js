@@ -16,14 +16,7 @@
   let auditTimer;
   let linked = null; // the approval a gateway's link opened this page at, until it is shown or gone
 
-  const byId = (id) => document.getElementById(id);
-
-  function element(tag, className, text) {
-    const node = document.createElement(tag);
-    if (className) node.className = className;
-    if (text !== undefined) node.textContent = String(text);
-    return node;
-  }
+  const { byId, element } = window.cellblockDom;
 
   function say(text) {
     byId("status").textContent = text;

@@ -8,14 +8,7 @@
   let shownKey = "";
   let timer;
 
-  const byId = (id) => document.getElementById(id);
-
-  function element(tag, className, text) {
-    const node = document.createElement(tag);
-    if (className) node.className = className;
-    if (text !== undefined) node.textContent = String(text);
-    return node;
-  }
+  const { byId, element } = window.cellblockDom;
 
   function lines(title, items, className) {
     const block = element("div", className);
