@@ -30,7 +30,7 @@ from cellblock import __version__
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.compile import policy_for
 from cellblock.gateway.config.loading import parse_config
-from cellblock.gateway.config.model import TelemetryConfig
+from cellblock.gateway.config.telemetry import TelemetryConfig
 from cellblock.gateway.downstream.listing import Listing
 from cellblock.gateway.namespacing import UriTable
 from cellblock.gateway.serve.catalog import build_catalog

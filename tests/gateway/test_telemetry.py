@@ -14,8 +14,9 @@ import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from cellblock.gateway.config.base import ConfigError
 from cellblock.gateway.config.loading import parse_config
-from cellblock.gateway.config.model import ConfigError, TelemetryConfig
+from cellblock.gateway.config.telemetry import TelemetryConfig
 from cellblock.gateway.serve import telemetry
 from tests.gateway.test_gateway import POLICY, Human
 from tests.harness import build, connected

@@ -11,7 +11,6 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -38,6 +37,7 @@ from cellblock.gateway.config.rulesets import (
     ToolsConfig,
 )
 from cellblock.gateway.config.secretrefs import check_references, launcher_sets
+from cellblock.gateway.config.telemetry import TelemetryConfig
 from cellblock.gateway.credentials import ENTRY_NAME, client_key_entry, client_secret_entry, id_token_entry
 from cellblock.gateway.namespacing import check_separator
 from cellblock.sandbox.types import Backend, Limits
@@ -156,24 +156,6 @@ class AuditConfig(StrictModel):
     @classmethod
     def _expand(cls, value: str | None) -> str | None:
         return None if value is None else expand_path(value)
-
-
-class TelemetryConfig(StrictModel):
-    # the OpenTelemetry collector's OTLP/HTTP address (its /v1/traces and /v1/metrics are sent to)
-    otlp: str
-    service_name: str = "cellblock"
-
-    @field_validator("otlp")
-    @classmethod
-    def _address(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.username or parts.password:
-            raise ValueError("telemetry.otlp must hold no user or password: a secret never goes in the config")
-        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
-            raise ValueError(
-                f"telemetry.otlp must be the http(s) address of a collector, like http://127.0.0.1:4318, not {value!r}"
-            )
-        return value.rstrip("/")
 
 
 class _ServerBase(StrictModel):

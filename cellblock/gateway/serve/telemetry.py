@@ -26,7 +26,8 @@ from collections import defaultdict, deque
 from collections.abc import Mapping
 from typing import Any
 
-from cellblock.gateway.config.model import ConfigError, TelemetryConfig
+from cellblock.gateway.config.base import ConfigError
+from cellblock.gateway.config.telemetry import TelemetryConfig
 
 __all__ = ["Telemetry", "telemetry_for"]
 
