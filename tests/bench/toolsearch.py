@@ -22,7 +22,7 @@ import mcp.types as types
 
 from cellblock.gateway.search.index import Index
 from cellblock.gateway.serve.catalog import Catalog
-from cellblock.gateway.serve.search import entry_of
+from cellblock.gateway.serve.search import Client, entry_of
 from tests.bench.report import Table
 from tests.bench.search import Query, load_catalogs, load_queries
 from tests.bench.spawn import Scratch
@@ -78,12 +78,13 @@ async def search_cost(scratch: Scratch, quick: bool) -> list[Table]:
     from cellblock.gateway.serve.search import Search
 
     search = Search(CatalogConfig(search="on"), SEP, 64, Audit(scratch.path("search-audit.jsonl")))
-    offered = search.offer(catalog)
+    search.offer(catalog)
+    offered = search.view(catalog, Client())
     small = [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in offered.tools]
     rounds = []
     for query in load_queries():
         asked = {"name": search.find_name, "arguments": {"query": query.query}}
-        answer = await search.find({"query": query.query})
+        answer = await search.find({"query": query.query}, Client(), "2025-06-18")
         rounds.append(_tokens(asked) + _tokens(answer.model_dump(by_alias=True, mode="json", exclude_none=True)))
     tokens = Table("10. Tool search: what the client reads, in tokens (characters / 4)", ["what", "tokens"])
     tokens.add([f"the list, search off ({len(listed)} tools)", f"{_tokens(listed):,}"], tokens=_tokens(listed))

@@ -73,7 +73,7 @@ def test_search_written_bare_as_a_yaml_boolean_is_taken() -> None:
     on = CatalogConfig.model_validate(yaml.safe_load("search: on"))
     off = CatalogConfig.model_validate(yaml.safe_load("search: off"))
     assert (on.search, off.search) == ("on", "off")
-    with pytest.raises(ValueError, match="'off' or 'on'"):
+    with pytest.raises(ValueError, match="'off', 'on' or 'auto'"):
         CatalogConfig.model_validate({"search": "sometimes"})
 
 

@@ -6,14 +6,19 @@ approval and audit as a listed tool's (docs/search.md)."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import mcp.types as types
 import pytest
+from mcp import Client
+from mcp.types import Implementation
 
 from tests.integration.conftest import cli, cli_env, eventually, gateway, probe_server, write_config
+from tests.integration.test_http import serving
 
 pytestmark = pytest.mark.anyio
 
@@ -152,3 +157,128 @@ async def test_a_rug_pulled_tool_is_not_found_until_its_change_is_approved(tmp_p
             return "p__echo" in await found(client, query)
 
         await eventually(back, 30)
+
+
+class Told:
+    """The client's side of `notifications/tools/list_changed`, for a handshake-era client."""
+
+    def __init__(self) -> None:
+        self.changed = anyio.Event()
+
+    async def message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.changed.set()
+
+
+@asynccontextmanager
+async def told_of_a_change(client: Client, told: Told, mode: str) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+    """Within: `await changed()` returns once the gateway tells `client` that its tool list changed
+    (a 2026-07-28 client hears it on its listen stream)."""
+    if mode == "legacy":
+
+        async def heard() -> None:
+            await told.changed.wait()
+
+        yield heard
+        return
+    async with client.listen(tools_list_changed=True) as events:
+
+        async def listened() -> None:
+            await events.__anext__()
+
+        yield listened
+
+
+def many_tools(tmp_path: Path, search: str) -> Path:
+    """A catalog of more tools than Windsurf takes (50) and fewer than Cursor does (80)."""
+    servers = {"p": probe_server("--name", "p", "--extra-tools", "55", tools=RULES)}
+    return write_config(tmp_path, servers, catalog={"search": search}, approvals={"timeout": 30})
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_auto_searches_for_a_client_whose_known_limit_the_catalog_exceeds(tmp_path: Path, mode: str) -> None:
+    env = cli_env(tmp_path)
+    state = Path(env["CELLBLOCK_STATE_DIR"])
+    path = many_tools(tmp_path, "auto")
+    # the control: Cursor takes 80 tools, so it is given every tool, and no search
+    cursor = Implementation(name="cursor-vscode", version="1")
+    async with gateway(path, state, mode=mode, client_info=cursor) as client:
+        listed = {t.name for t in (await client.list_tools()).tools}
+        assert 50 < len(listed) <= 80 and "p__echo" in listed and FIND not in listed, sorted(listed)
+        assert text(await client.call_tool("p__echo", {"message": "listed"})) == "listed"
+        assert FIND in (client.instructions or "")  # it is told what auto may do
+    windsurf = Implementation(name="Windsurf", version="1")
+    async with gateway(path, state, mode=mode, client_info=windsurf) as client:
+        listed = {t.name for t in (await client.list_tools()).tools}
+        assert {FIND, CALL} <= listed and not any(n.startswith("p__") for n in listed), sorted(listed)
+        assert "p__echo" in await found(client, "repeat my message back to me")
+        called = await client.call_tool(CALL, {"name": "p__echo", "arguments": {"message": "found"}})
+        assert text(called) == "found" and not called.is_error
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_client_that_lists_again_gets_what_it_found_in_its_list(tmp_path: Path, mode: str) -> None:
+    env = cli_env(tmp_path)
+    state = Path(env["CELLBLOCK_STATE_DIR"])
+    told = Told()
+    # Cursor is known to list again when told that the tools changed (search/clients.json)
+    cursor = Implementation(name="cursor-vscode", version="1")
+    async with gateway(config(tmp_path), state, mode=mode, client_info=cursor, message_handler=told.message) as client:
+        assert "p__echo" not in {t.name for t in (await client.list_tools()).tools}
+        async with told_of_a_change(client, told, mode) as changed:
+            assert (await found(client, "repeat my message back to me"))[0] == "p__echo"
+            with anyio.fail_after(10):
+                await changed()
+        listed = {t.name for t in (await client.list_tools()).tools}
+        assert {"p__echo", FIND, CALL} <= listed, sorted(listed)
+        # called by its own name now, and still through call_tool
+        assert text(await client.call_tool("p__echo", {"message": "listed"})) == "listed"
+        called = await client.call_tool(CALL, {"name": "p__echo", "arguments": {"message": "found"}})
+        assert text(called) == "found"
+        # what is denied or held is never found, so never added: and refused by its name too
+        assert "p__crash" not in listed and not any(n.startswith("h__") for n in listed)
+        assert "denied by policy" in text(await client.call_tool("p__crash", {}))
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_client_not_known_to_list_again_keeps_its_list_and_calls_through_search(
+    tmp_path: Path, mode: str
+) -> None:
+    env = cli_env(tmp_path)
+    state = Path(env["CELLBLOCK_STATE_DIR"])
+    told = Told()
+    claude = Implementation(name="claude-ai", version="1")
+    async with gateway(config(tmp_path), state, mode=mode, client_info=claude, message_handler=told.message) as client:
+        before = {t.name for t in (await client.list_tools()).tools}
+        assert (await found(client, "repeat my message back to me"))[0] == "p__echo"
+        after = {t.name for t in (await client.list_tools()).tools}
+        assert after == before and "p__echo" not in after
+        called = await client.call_tool(CALL, {"name": "p__echo", "arguments": {"message": "found"}})
+        assert text(called) == "found"
+    assert not told.changed.is_set()
+
+
+async def test_over_http_each_session_lists_what_it_found_and_no_other(
+    tmp_path: Path, served_env: dict[str, str]
+) -> None:
+    cursor = Implementation(name="cursor-vscode", version="1")
+    with serving(config(tmp_path), served_env) as url:
+        told, other = Told(), Told()
+        async with (
+            Client(url, mode="legacy", client_info=cursor, message_handler=told.message) as finder,
+            Client(url, mode="legacy", client_info=cursor, message_handler=other.message) as bystander,
+            Client(url, mode="auto", client_info=cursor) as modern,
+        ):
+            assert (await found(finder, "repeat my message back to me"))[0] == "p__echo"
+            with anyio.fail_after(20):
+                await told.changed.wait()
+            assert "p__echo" in {t.name for t in (await finder.list_tools()).tools}
+            # the other session's list is its own: it found nothing, so nothing was added, nor was it told
+            assert "p__echo" not in {t.name for t in (await bystander.list_tools()).tools}
+            # a 2026-07-28 client over HTTP has no session to keep its finds: it calls through search
+            assert (await found(modern, "repeat my message back to me"))[0] == "p__echo"
+            assert "p__echo" not in {t.name for t in (await modern.list_tools()).tools}
+            called = await modern.call_tool(CALL, {"name": "p__echo", "arguments": {"message": "found"}})
+            assert text(called) == "found"
+            assert text(await finder.call_tool("p__echo", {"message": "listed"})) == "listed"
+        assert not other.changed.is_set()

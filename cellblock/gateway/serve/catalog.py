@@ -55,7 +55,7 @@ class Catalog:
     uris: UriTable = field(default_factory=UriTable)
     # each list as the SDK's server would write it, per protocol version: serialized once per
     # catalog (a rebuild makes a new one), so a list request is a copy, never a re-validation
-    _wire: dict[tuple[str, str], str] = field(default_factory=dict, compare=False, repr=False)
+    _wire: dict[tuple[str, str], str] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def wire(self, kind: str, version: str, stamp: dict[str, Any]) -> str:
         """The JSON text of the list result of `kind` (tools, prompts, resources, templates) at `version`."""

@@ -41,6 +41,7 @@ from cellblock.gateway.scrub import Scrubbed, scrub
 from cellblock.gateway.serve.calls import Calls, ToolCall, log_passes
 from cellblock.gateway.serve.catalog import LIST_KINDS, Catalog
 from cellblock.gateway.serve.pipeline import Call, Pipeline
+from cellblock.gateway.serve.search import Client, Search
 from cellblock.gateway.serve.shaping import wire_result
 from cellblock.gateway.serve.tasks import asks_for_tasks
 from cellblock.gateway.wire.client import Wire
@@ -56,6 +57,7 @@ class Host(Protocol):
 
     pipeline: Pipeline
     calls: Calls
+    search: Search
     downstreams: dict[str, Downstream]
     log_level: str | None
 
@@ -175,18 +177,20 @@ class FastPath:
         version = self.wire.served_version(params)
         if version is None or params.get("cursor") is not None:
             return False  # the gateway's lists have one page; a cursor is the SDK's to refuse
+        client = Client(self.wire.client_name(params), "")  # stdio: the one client
         catalog = self.host.settled_catalog()
         if catalog is not None:
-            self._answer_list(message["id"], catalog, method, version)
+            self._answer_list(message["id"], catalog, method, version, client)
         else:  # the first list waits (bounded) for the eager servers
-            self.host.tasks.start_soon(self._list_when_settled, message["id"], method, version)
+            self.host.tasks.start_soon(self._list_when_settled, message["id"], method, version, client)
         return True
 
-    async def _list_when_settled(self, ident: Any, method: str, version: str) -> None:
-        self._answer_list(ident, await self.host.client_catalog(), method, version)
+    async def _list_when_settled(self, ident: Any, method: str, version: str, client: Client) -> None:
+        self._answer_list(ident, await self.host.client_catalog(), method, version, client)
 
-    def _answer_list(self, ident: Any, catalog: Catalog, method: str, version: str) -> None:
-        text = catalog.wire(LIST_KINDS[method], version, self.stamp)
+    def _answer_list(self, ident: Any, catalog: Catalog, method: str, version: str, client: Client) -> None:
+        # the list of tools is the client's own where search is on for it (serve/search.py)
+        text = self.host.search.view(catalog, client).wire(LIST_KINDS[method], version, self.stamp)
         with contextlib.suppress(OSError):  # the client left
             self.wire.answer_raw(ident, text)
 

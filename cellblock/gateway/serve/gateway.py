@@ -60,7 +60,7 @@ from cellblock.gateway.serve.pipeline import Asking, Call, Pipeline
 from cellblock.gateway.serve.reads import Reads
 from cellblock.gateway.serve.review import Review
 from cellblock.gateway.serve.sealed import STATE_PREFIX as APPROVAL_STATE
-from cellblock.gateway.serve.search import Search
+from cellblock.gateway.serve.search import Client, Search, client_of
 from cellblock.gateway.serve.shares import Gate, Shares
 from cellblock.gateway.serve.status import REVIEW, STATUS, instructions, review_tool, status_tool, tool_name
 from cellblock.gateway.serve.subscriptions import Subscriptions
@@ -141,7 +141,8 @@ class Gateway:
         }
         self.approvals.keepers["egress"] = host_keeper(source, lambda name: self.downstreams[name].egress)
         self.catalog = Catalog()
-        self.search = Search(config.catalog, config.names.separator, config.names.max_length, self.audit)
+        names = config.names
+        self.search = Search(config.catalog, names.separator, names.max_length, self.audit, self._announce_to)
         self.locks = Locks(config, state, self.audit)
         # what each server offers, and what the lock lets the client see of it
         self.shown: dict[str, Listing] = {}
@@ -234,8 +235,8 @@ class Gateway:
 
     def _record(self, key: str, result: Callable[[], str | None]) -> None:
         """An opening answer, kept for the next start while the catalog is still the one it starts with."""
-        if self.early is None or self.catalog is not self._start_catalog:
-            return
+        if self.early is None or self.catalog is not self._start_catalog or self.search.added:
+            return  # a list that searches added to is this run's only
         text = result()
         if text is not None and self.early.record(key, text):
             self._save_record_soon()
@@ -308,7 +309,7 @@ class Gateway:
             # The handshake carries the servers' instructions, so it waits (bounded) for them.
             with anyio.move_on_after(START_SECONDS):
                 await self._settled.wait()
-            self.server.instructions = instructions(self.config, self.locks.held, self.shown, self.search.on)
+            self.server.instructions = instructions(self.config, self.locks.held, self.shown)
             yield tg
             tg.cancel_scope.cancel()
 
@@ -392,7 +393,8 @@ class Gateway:
             names = self.config.names
             own = (status_tool(names.separator, names.max_length), review_tool(names.separator, names.max_length, held))
             catalog = dataclasses.replace(catalog, tools=(*catalog.tools, *own))
-        old, self.catalog = self.catalog, self.search.offer(catalog)
+        old, self.catalog = self.catalog, catalog
+        self.search.offer(catalog)
         return old
 
     def own_tool(self, tool: str) -> str:
@@ -417,6 +419,14 @@ class Gateway:
             await self._announce("prompts/list")
         if (old.resources, old.templates) != (new.resources, new.templates):
             await self._announce("resources/list")
+
+    async def _announce_to(self, client: Client) -> None:
+        """Tell one client that its tool list changed: on stdio, on its wire or its listen stream;
+        over HTTP, its handshake-era session (a 2026-07-28 one is never told: it has no key)."""
+        if client.key == "" and self.listeners.wire is not None and self.listeners.wire.modern:
+            await self.bus.publish(ToolsListChanged())
+        elif client.key is not None:
+            self.listeners.notify(self.tasks, "notifications/tools/list_changed", None, only=frozenset({client.key}))
 
     async def _announce(self, method: str) -> None:
         """Tell the client that what `method` lists has changed."""
@@ -457,7 +467,8 @@ class Gateway:
 
     async def _list_tools(self, ctx: Ctx, params: Any) -> types.ListToolsResult:
         self.listeners.met(ctx)
-        return types.ListToolsResult(tools=(await self.client_catalog()).listed_tools(ctx.protocol_version))
+        catalog = self.search.view(await self.client_catalog(), client_of(ctx))
+        return types.ListToolsResult(tools=catalog.listed_tools(ctx.protocol_version))
 
     async def _list_prompts(self, ctx: Ctx, params: Any) -> types.ListPromptsResult:
         self.listeners.met(ctx)
@@ -475,8 +486,9 @@ class Gateway:
         self.listeners.met(ctx)
         if self.search.owns(params.name):  # a search, or a call of a found tool: then as that tool's call
             await self.client_catalog()  # as a list does, it waits (bounded) for the servers starting
-            finding = params.name == self.search.find_name
-            inner = await self.search.find(params.arguments) if finding else self.search.inner(params)
+            if params.name == self.search.find_name:  # what it finds may join the client's list
+                return await self.search.find(params.arguments, client_of(ctx), ctx.protocol_version)
+            inner = self.search.inner(params)
             if isinstance(inner, types.CallToolResult):
                 return inner
             params = inner

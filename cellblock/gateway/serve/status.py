@@ -130,18 +130,23 @@ def status_text(servers: Iterable[ServerStatus], pending: Iterable[Mapping[str, 
     return "\n".join(lines) or "Nothing is held or waiting for the user."
 
 
-def instructions(config: Config, held: Mapping[str, Any], shown: Mapping[str, Listing], searching: bool) -> str:
+def instructions(config: Config, held: Mapping[str, Any], shown: Mapping[str, Listing]) -> str:
     """What the client is told of the catalog: how names are made, what is held and how tools are
-    found (search on), then each server's own instructions."""
+    found (`catalog.search`), then each server's own instructions."""
     names = config.names
     parts = [INSTRUCTIONS.format(sep=names.separator)]
     if bare := sorted(config.unprefixed()):
         parts.append(f"Except those of {', '.join(bare)}: they keep their own names.")
-    if searching:
-        find, call = (tool_name(names.separator, names.max_length, tool) for tool in (FIND, CALL))
+    find, call = (tool_name(names.separator, names.max_length, tool) for tool in (FIND, CALL))
+    if config.catalog.search == "on":
         parts.append(
             f"Most tools are not listed: find the ones for a task with {find} (a request in words) "
             f"and call them with {call}."
+        )
+    elif config.catalog.search == "auto":
+        parts.append(
+            f"When the catalog is larger than this client takes, most tools are not listed: then the list "
+            f"holds {find}, to find the ones for a task (a request in words), and {call} to call them."
         )
     if waiting := [name for name, items in held.items() if items]:
         parts.append(

@@ -92,6 +92,7 @@ class Wire:
         self._asking: dict[Any, dict[str, Any]] = {}  # request id -> its envelope, until answered
         self._lines: SessionLines | None = None
         self._capabilities: types.ClientCapabilities | None = None  # declared at the handshake
+        self._client_name: str | None = None  # given at the handshake (clientInfo)
         self._waiting: dict[str, _Waiting] = {}  # the gateway's own requests to the client, by id
         self._ids = itertools.count(1)
 
@@ -177,6 +178,14 @@ class Wire:
             return types.ClientCapabilities.model_validate(caps, by_name=False) if isinstance(caps, dict) else None
         except ValueError:
             return None
+
+    def client_name(self, params: dict[str, Any]) -> str | None:
+        """The name the client gave itself (clientInfo): at the handshake, or (2026-07-28) in the
+        request's envelope."""
+        if not self.modern:
+            return self._client_name
+        meta = params.get("_meta")
+        return _name_of(meta.get(CLIENT_INFO_META_KEY) if isinstance(meta, dict) else None)
 
     @asynccontextmanager
     async def streams(self, take: Taker) -> AsyncIterator[Streams]:
@@ -264,6 +273,7 @@ class Wire:
                 caps = params.get("capabilities") if isinstance(params, dict) else None
                 with contextlib.suppress(ValueError):  # malformed: the SDK's handshake refuses it
                     self._capabilities = types.ClientCapabilities.model_validate(caps or {}, by_name=False)
+                self._client_name = _name_of(params.get("clientInfo") if isinstance(params, dict) else None)
             if self._introduced is not None:
                 self._introduced(self.client_capabilities(params if isinstance(params, dict) else {}))
         if self.modern and envelope and envelope not in self._accepted and len(self._asking) < _MAX_ENVELOPES:
@@ -320,3 +330,8 @@ class _Waiting:
 def _enveloped(request: dict[str, Any]) -> bool:
     """A request the SDK can read: JSON-RPC 2.0, its method a string (else it drops it unanswered)."""
     return request.get("jsonrpc") == "2.0" and isinstance(request["method"], str)
+
+
+def _name_of(info: Any) -> str | None:
+    name = info.get("name") if isinstance(info, dict) else None
+    return name if isinstance(name, str) else None
