@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import socket
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -13,6 +15,7 @@ import yaml
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.base import ConfigError
 from cellblock.gateway.config.catalog import CatalogConfig
+from cellblock.gateway.search import semantic
 from cellblock.gateway.search.index import Entry, Index, split_words, stop_words, words
 from cellblock.gateway.serve.search import Search
 
@@ -41,7 +44,7 @@ def test_a_tool_is_found_by_its_own_words_best_first_with_why() -> None:
 
 
 def test_the_thesaurus_finds_a_tool_by_the_words_people_use() -> None:
-    index = Index(TOOLS)
+    index = Index(TOOLS, meaning=False)  # the lexical rankings: the embeddings rank every tool
     assert "store" in words()["remember"]
     assert names(index, "remember that the cat is black")[0] == "mem__store_fact"
     assert names(index, "what is in the photos folder")[0] == "fs__list_directory"
@@ -52,7 +55,8 @@ def test_the_thesaurus_finds_a_tool_by_the_words_people_use() -> None:
 def test_only_the_servers_tools_are_found_when_one_is_named() -> None:
     index = Index(TOOLS)
     assert names(index, "read the repository log")[0] == "git__read_log"
-    assert set(names(index, "read", server="fs")) == {"fs__read_file"}
+    found = names(index, "read", server="fs")
+    assert found[0] == "fs__read_file" and {n.split("__")[0] for n in found} == {"fs"}
     assert names(index, "read", server="nobody") == []
 
 
@@ -93,3 +97,58 @@ def test_search_on_without_the_extra_refuses_to_start_naming_it(
     with pytest.raises(ConfigError, match=r"pip install 'cellblock\[search\]'.*catalog.search: off"):
         Search(CatalogConfig(search="on"), "__", 64, audit)
     Search(CatalogConfig(search="off"), "__", 64, audit)  # off needs nothing of it
+
+
+WEATHER = Entry("weather__forecast", "weather", description="Tomorrow's temperature and chance of rain")
+ELEVATION = Entry("maps__elevation", "maps", description="Altitude of a point above sea level")
+
+
+@pytest.mark.parametrize(
+    ("tool", "query"), [(WEATHER, "will it be sunny this weekend"), (ELEVATION, "how tall is the mountain")]
+)
+def test_the_semantic_ranking_finds_a_tool_that_shares_no_word_with_the_request(tool: Entry, query: str) -> None:
+    tools = [*TOOLS, tool]
+    index = Index(tools)
+    own, added = index.query_terms(query)
+    # the premise: not one of the request's terms, stemmed and through the thesaurus, is the tool's
+    assert own and not set(own + added) & index._said[-1]
+    assert names(index, query)[0] == tool.name
+    assert "meaning" in index.find(query)[0].why
+    # the control: the lexical rankings alone cannot find it
+    assert tool.name not in names(Index(tools, meaning=False), query)
+
+
+def test_loading_the_embeddings_never_touches_the_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"the network was touched: {args!r}")
+
+    for name in ("connect", "connect_ex", "sendto"):
+        monkeypatch.setattr(socket.socket, name, refused)
+    monkeypatch.setattr(socket, "create_connection", refused)
+    monkeypatch.setattr(socket, "getaddrinfo", refused)
+    for variable in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.setenv(variable, "http://127.0.0.1:9")  # and were a client to try, it would go nowhere
+    # the control: the guard does refuse a connection
+    with pytest.raises(AssertionError, match="network"):
+        socket.create_connection(("127.0.0.1", 9))
+    monkeypatch.setattr(semantic, "_model", None)  # loaded anew, under the guard
+    index = Index([*TOOLS, WEATHER])
+    assert semantic._model is not None
+    assert names(index, "will it be sunny this weekend")[0] == "weather__forecast"
+
+
+def test_search_on_without_the_embeddings_refuses_to_start_naming_them(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    real = importlib.util.find_spec
+
+    def missing(name: str, package: str | None = None) -> Any:
+        return None if name == semantic.PACKAGE else real(name, package)
+
+    monkeypatch.setattr(semantic, "_model", None)
+    monkeypatch.setattr(importlib.util, "find_spec", missing)
+    with pytest.raises(ConfigError, match=r"wordllama is missing.*pip install 'cellblock\[search\]'"):
+        Search(CatalogConfig(search="on"), "__", 64, Audit(tmp_path / "audit.jsonl"))
+    Index(TOOLS, meaning=False)  # the control: the lexical rankings need nothing of it
+    monkeypatch.undo()
+    assert Index(TOOLS).find("read the file")  # and with it, search works

@@ -1,14 +1,18 @@
 """Ranking the catalog's tools for a request in words (`cellblock__find_tools`).
 
-Two lexical rankings, fused by their ranks (reciprocal rank fusion):
+Three rankings, fused by their ranks (reciprocal rank fusion):
 - BM25 over everything a tool says of itself: its exposed name (twice: a name is the densest
   description), its server, title, description, parameter names and hints;
-- BM25 over its names alone (name, server, title), where a word of the request weighs more.
+- BM25 over its names alone (name, server, title), where a word of the request weighs more;
+- by meaning (semantic.py): static word embeddings of the request, with the thesaurus's words,
+  against each tool's name, title and first sentence; it finds a tool that shares no word with
+  the request, and counts as much as the two lexical rankings together.
 
 Words are split where names join them (`create_issue`, `getFileInfo`), stemmed (Snowball's
 English stemmer, PyStemmer) and looked up in `words.json`, a small thesaurus of how people ask
-("remember" finds "store", "folder" finds "directory"), kept as data. BM25 is `bm25s`; both are
-the optional extra `cellblock[search]`, imported only where search is on.
+("remember" finds "store", "folder" finds "directory"), kept as data. BM25 is `bm25s`; they and
+the embeddings (`wordllama`) are the optional extra `cellblock[search]`, imported only where
+search is on.
 
 Nothing here knows of servers, policy or the SDK: the gateway hands it the tools a client may
 call, and nothing else (serve/search.py).
@@ -26,18 +30,25 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from cellblock.gateway.search import semantic
+
 __all__ = ["Entry", "Index", "Match", "MissingExtra", "split_words", "stop_words", "words"]
 
 # fusion's constant: the usual 60 lets a tool ranked well by one ranking and badly by the other
 # still beat one ranked middling by both
 FUSION_K = 60
+# the semantic ranking's places count twice: it is one ranking beside two lexical ones, and a
+# tool it finds alone must be able to beat one that merely shares a common word
+SEMANTIC_WEIGHT = 2.0
+# only its first places count: every tool has a cosine, and far down its order is noise
+SEMANTIC_DEPTH = 20
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SEPARATORS = re.compile(r"[_\-./:]+")
 _WORD = re.compile(r"[a-z0-9]+")
 
 
 class MissingExtra(RuntimeError):
-    """Search needs `bm25s` and `PyStemmer`, the optional extra `cellblock[search]`."""
+    """Search needs `bm25s`, `PyStemmer` and `wordllama`, the optional extra `cellblock[search]`."""
 
 
 @dataclass(frozen=True)
@@ -85,9 +96,12 @@ def split_words(text: str) -> list[str]:
 class Index:
     """The tools a client may call, ranked for a request (`find`)."""
 
-    def __init__(self, entries: Sequence[Entry]) -> None:
+    def __init__(self, entries: Sequence[Entry], meaning: bool = True) -> None:
+        """`meaning=False`: the lexical rankings alone (the benchmark's and the tests' control)."""
         try:
             bm25s, stemmer = (importlib.import_module(name) for name in ("bm25s", "Stemmer"))
+            if meaning:
+                semantic.model()  # once per process; the embeddings are part of the extra
         except ImportError as exc:
             raise MissingExtra(
                 f"tool search needs the optional packages of cellblock[search] ({exc.name} is missing): "
@@ -101,6 +115,11 @@ class Index:
         names = [self._terms(" ".join((e.name, e.server, e.title))) for e in self.entries]
         self._said = [set(terms) for terms in full]
         self._full, self._names = self._ranking(full), self._ranking(names)
+        self._meaning = (
+            semantic.Semantic([semantic.short_text(split_words(e.name), e.title, e.description) for e in self.entries])
+            if meaning
+            else None
+        )
 
     def _terms(self, text: str) -> list[str]:
         return [self._stem(w) for w in split_words(text) if w not in stop_words()]
@@ -115,7 +134,7 @@ class Index:
 
     def query_terms(self, query: str) -> tuple[list[str], list[str]]:
         """The request's own terms, and those the thesaurus adds."""
-        asked = [w for w in split_words(query) if w not in stop_words()]
+        asked = _asked(query)
         own = [self._stem(w) for w in asked]
         added = [self._stem(x) for w in asked for found in words().get(w, ()) for x in split_words(found)]
         return own, [t for t in dict.fromkeys(added) if t not in own]
@@ -130,6 +149,12 @@ class Index:
         for ranking, terms in ((self._full, own + added), (self._names, own + own + added)):
             for place, i in enumerate(self._ranked(ranking, terms, allowed)):
                 fused[i] = fused.get(i, 0.0) + 1.0 / (FUSION_K + place)
+        if self._meaning is not None:
+            # the request as it asks, with the thesaurus's words: the embeddings are of whole words
+            asked = _asked(query)
+            text = " ".join([*asked, *(found for w in asked for found in words().get(w, ()))])
+            for place, i in enumerate(self._meaning.ranked(text, allowed, SEMANTIC_DEPTH)):
+                fused[i] = fused.get(i, 0.0) + SEMANTIC_WEIGHT / (FUSION_K + place)
         best = sorted(fused, key=lambda i: (-fused[i], self.entries[i].name))[:limit]
         return [Match(self.entries[i].name, round(fused[i], 6), self._why(i, own, added)) for i in best]
 
@@ -148,7 +173,11 @@ class Index:
         parts = [f"it says {', '.join(dict.fromkeys(hits))}"] if hits else []
         if near:
             parts.append(f"near your words: {', '.join(dict.fromkeys(near))}")
-        return "; ".join(parts) or "its name or description comes nearest"
+        return "; ".join(parts) or "its name or description is nearest in meaning"
+
+
+def _asked(query: str) -> list[str]:
+    return [w for w in split_words(query) if w not in stop_words()]
 
 
 def _full_text(entry: Entry) -> str:

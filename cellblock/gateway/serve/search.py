@@ -165,7 +165,7 @@ class Search:
             return _error(f"{self.find_name}'s 'server' is a server's name")
         catalog, index = self._searched, self._index
         if index is None:
-            # built off the event loop: 2,000 tools take a tenth of a second
+            # built off the event loop: 2,000 tools take a few tenths of a second
             index = await anyio.to_thread.run_sync(Index, [entry_of(t, catalog) for t in catalog.tools])
             if self._searched is catalog:  # else the catalog changed meanwhile: the next search builds anew
                 self._index = index
