@@ -13,6 +13,7 @@ import pytest
 
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.catalog import CatalogConfig
+from cellblock.gateway.search import semantic
 from cellblock.gateway.search.clients import known
 from cellblock.gateway.serve.catalog import Catalog
 from cellblock.gateway.serve.search import MAX_ADDED, Client, Search
@@ -121,3 +122,14 @@ async def test_found_tools_may_run_as_tasks_at_2025_11_25(tmp_path: Path) -> Non
         result = await on.find({"query": "send a letter"}, Client(), version)
         tools = json.loads(result.content[0].text)["tools"]  # type: ignore[union-attr]
         assert tools and all(t.get("execution", {}).get("taskSupport") == support for t in tools), tools
+
+
+async def test_the_embeddings_load_at_the_first_search_not_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(semantic, "_model", None)
+    on, whole = search(tmp_path, search="on"), catalog(3, "send a letter")
+    on.offer(whole)
+    assert semantic._model is None  # a gateway with search starts without them (33 MB)
+    await on.find({"query": "send a letter"}, Client(), "2025-06-18")
+    assert semantic._model is not None

@@ -24,7 +24,7 @@ import importlib
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -32,7 +32,7 @@ from typing import Any
 
 from cellblock.gateway.search import semantic
 
-__all__ = ["Entry", "Index", "Match", "MissingExtra", "split_words", "stop_words", "words"]
+__all__ = ["Entry", "Index", "Match", "MissingExtra", "require", "split_words", "stop_words", "words"]
 
 # fusion's constant: the usual 60 lets a tool ranked well by one ranking and badly by the other
 # still beat one ranked middling by both
@@ -98,15 +98,7 @@ class Index:
 
     def __init__(self, entries: Sequence[Entry], meaning: bool = True) -> None:
         """`meaning=False`: the lexical rankings alone (the benchmark's and the tests' control)."""
-        try:
-            bm25s, stemmer = (importlib.import_module(name) for name in ("bm25s", "Stemmer"))
-            if meaning:
-                semantic.model()  # once per process; the embeddings are part of the extra
-        except ImportError as exc:
-            raise MissingExtra(
-                f"tool search needs the optional packages of cellblock[search] ({exc.name} is missing): "
-                "pip install 'cellblock[search]', or set catalog.search: off"
-            ) from exc
+        bm25s, stemmer = _extra(semantic.model if meaning else None)  # the embeddings: once per process
         logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs each index it builds
         self._bm25 = bm25s
         self._stem = stemmer.Stemmer("english").stemWord
@@ -174,6 +166,26 @@ class Index:
         if near:
             parts.append(f"near your words: {', '.join(dict.fromkeys(near))}")
         return "; ".join(parts) or "its name or description is nearest in meaning"
+
+
+def require() -> None:
+    """Raises MissingExtra unless search can run; loads nothing (the embeddings wait for the
+    first search)."""
+    _extra(semantic.require)
+
+
+def _extra(check: Callable[[], object] | None) -> tuple[Any, Any]:
+    """bm25s and PyStemmer, and `check` of the embeddings passed; else MissingExtra, saying what to do."""
+    try:
+        bm25s, stemmer = (importlib.import_module(name) for name in ("bm25s", "Stemmer"))
+        if check is not None:
+            check()
+    except ImportError as exc:
+        raise MissingExtra(
+            f"tool search needs the optional packages of cellblock[search] ({exc.name} is missing): "
+            "pip install 'cellblock[search]', or set catalog.search: off"
+        ) from exc
+    return bm25s, stemmer
 
 
 def _asked(query: str) -> list[str]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PACKAGE", "Model", "Semantic", "model", "reset", "short_text"]
+__all__ = ["PACKAGE", "Model", "Semantic", "model", "require", "reset", "short_text"]
 
 PACKAGE = "wordllama"
 TABLE = ("weights", "l2_supercat_256.safetensors")
@@ -79,7 +79,10 @@ def reset() -> None:
         _model = None
 
 
-def _load() -> Model:
+def require() -> tuple[Path, Path]:
+    """The paths of the table and the tokenizer, found without loading them (a gateway checks
+    at start that search can run, and loads the embeddings at the first search). Raises
+    ModuleNotFoundError (the extra is missing) as `model` would."""
     # find_spec locates the package without running it (its __init__ imports requests and
     # configures logging); only its two data files are read
     spec = importlib.util.find_spec(PACKAGE)
@@ -90,6 +93,14 @@ def _load() -> Model:
     for path in (table_path, tokenizer_path):
         if not path.is_file():  # another release that moved or dropped its files: never fetched
             raise ModuleNotFoundError(f"{PACKAGE} has no {path.name}", name=PACKAGE)
+    for name in ("numpy", "safetensors", "tokenizers"):
+        if importlib.util.find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+    return table_path, tokenizer_path
+
+
+def _load() -> Model:
+    table_path, tokenizer_path = require()
     numpy, safetensors, tokenizers = (importlib.import_module(name) for name in ("numpy", "safetensors", "tokenizers"))
     with safetensors.safe_open(str(table_path), framework="np") as weights:  # the one tensor, no second copy
         table = weights.get_tensor("embedding.weight")

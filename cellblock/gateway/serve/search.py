@@ -32,7 +32,7 @@ from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.base import ConfigError
 from cellblock.gateway.config.catalog import CatalogConfig
 from cellblock.gateway.search.clients import known
-from cellblock.gateway.search.index import Entry, Index, MissingExtra
+from cellblock.gateway.search.index import Entry, Index, MissingExtra, require
 from cellblock.gateway.serve.catalog import Catalog
 from cellblock.gateway.serve.status import CALL, FIND, NAMESPACE, tool_name
 
@@ -99,7 +99,7 @@ class Search:
         self._views: dict[tuple[str, tuple[str, ...]], Catalog] = {}
         if self.on:
             try:
-                Index(())  # refused at start, not at the first search: the extra is missing
+                require()  # refused at start, not at the first search: the extra is missing
             except MissingExtra as exc:
                 raise ConfigError(f"catalog.search: {exc}") from None
 
