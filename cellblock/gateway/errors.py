@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
+from cellblock.policy.text import cut
+
 __all__ = ["first_line"]
 
 # longer than any message the gateway writes itself; a server's text is cut here
@@ -28,6 +30,4 @@ def first_line(exc: BaseException) -> str:
             text += f"; first: {'.'.join(map(str, first['loc'])) or 'the message'}: {first['msg']}"
     else:
         text = str(exc).partition("\n")[0]
-    if len(text) > MAX_CHARS:
-        text = text[: MAX_CHARS - 1] + "…"
-    return text or type(exc).__name__
+    return cut(text, MAX_CHARS) or type(exc).__name__

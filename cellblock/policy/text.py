@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import unicodedata
 
-__all__ = ["visible"]
+__all__ = ["cut", "visible"]
 
 # Characters a terminal or a form would hide or act on: controls, format characters (bidi
 # overrides, zero-width, Unicode tag "ASCII smuggling"), separators, surrogates, private and
 # unassigned.
 _INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def cut(text: str, limit: int) -> str:
+    """`text` in at most `limit` characters: a longer one ends in "…" where it was cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def visible(text: str) -> str:

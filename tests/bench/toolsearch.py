@@ -118,5 +118,7 @@ async def search_cost(scratch: Scratch, quick: bool) -> list[Table]:
     speed = Table(f"10. Tool search over {len(entries):,} tools", ["what", "ms"])
     speed.add(["one search (median)", f"{statistics.median(times) * 1000:.2f}"], ms=statistics.median(times) * 1000)
     speed.add(["building the index (once per catalog, at the first search)", f"{built * 1000:.0f}"], ms=built * 1000)
-    speed.add(["loading the embeddings (once per process, at the first search)", f"{loaded * 1000:.0f}"], ms=loaded * 1000)
+    speed.add(
+        ["loading the embeddings (once per process, at the first search)", f"{loaded * 1000:.0f}"], ms=loaded * 1000
+    )
     return [ranking, tokens, speed]

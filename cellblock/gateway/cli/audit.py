@@ -23,6 +23,7 @@ from cellblock.gateway.audit.chain import KEY_NAME
 from cellblock.gateway.audit.log import rotated_paths
 from cellblock.gateway.audit.read import lines, parse, verify_chain
 from cellblock.gateway.state import state_dir
+from cellblock.policy.text import cut
 from cellblock.policy.text import visible as _printable  # event text comes partly from servers
 
 __all__ = [
@@ -200,7 +201,7 @@ def format_event(event: dict[str, Any]) -> str:
     keys = [k for k in _CALL_ORDER if k in rest] + [k for k in rest if k not in _CALL_ORDER]
     parts = [f"{k}={_value(rest[k])}" for k in keys if rest[k] is not None and rest[k] != ""]
     line = f"{when}  {_printable(event['event'])}  {_printable(event['server'])}  {' '.join(parts)}".rstrip()
-    return line if len(line) <= _LINE_WIDTH else line[: _LINE_WIDTH - 1] + "…"
+    return cut(line, _LINE_WIDTH)
 
 
 def _table(rows: list[list[str]], left: int) -> list[str]:

@@ -58,6 +58,7 @@ from cellblock.gateway.config.secretlike import (
     secret_name,
 )
 from cellblock.policy.constraints import within
+from cellblock.policy.text import cut
 
 __all__ = ["SERVER_NAME_MAX", "ClientEntryLike", "server_name", "starter"]
 
@@ -419,4 +420,4 @@ def _holds_secret(key: str, value: Any) -> bool:
 def _show(value: Any, limit: int = 80) -> str:
     """`value` as compact JSON on one line, cut to `limit` characters."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return cut(text, limit)

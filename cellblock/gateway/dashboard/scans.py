@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from cellblock.gateway.scan.saved import SCANS
-from cellblock.gateway.scan.verdict import Severity, badge_text
-from cellblock.policy.text import visible
+from cellblock.gateway.scan.verdict import REPORT_FORMAT, Severity, badge_text
+from cellblock.policy.text import cut, visible
 
-__all__ = ["FORMAT", "MAX_FILE", "MAX_FINDINGS", "MAX_REPORTS", "MAX_TEXT", "ScanReports"]
+__all__ = ["MAX_FILE", "MAX_FINDINGS", "MAX_REPORTS", "MAX_TEXT", "ScanReports"]
 
-FORMAT = "cellblock-scan-report/1"
 # a report of a server with hundreds of tools is some hundred KiB; past this it is no report of ours
 MAX_FILE = 2 * 1024 * 1024
 # one per configured server: more than any config has
@@ -40,7 +39,7 @@ class NotAReport(ValueError):
 def _text(value: Any) -> str:
     """`value` as the page shows it: escaped, cut at `MAX_TEXT`."""
     shown = visible(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
-    return shown if len(shown) <= MAX_TEXT else shown[: MAX_TEXT - 1] + "…"
+    return cut(shown, MAX_TEXT)
 
 
 def _read(path: Path) -> Any:
@@ -74,8 +73,8 @@ def _shown(name: str, report: Any) -> dict[str, Any]:
     Raises:
         NotAReport: it is not a scan report of this format.
     """
-    if not isinstance(report, dict) or report.get("format") != FORMAT:
-        raise NotAReport(f"is not a scan report ({FORMAT})")
+    if not isinstance(report, dict) or report.get("format") != REPORT_FORMAT:
+        raise NotAReport(f"is not a scan report ({REPORT_FORMAT})")
     try:
         server, summary, jail = report["server"], report["summary"], report["jail"]
         findings = report["findings"]

@@ -19,7 +19,7 @@ from cellblock.gateway.audit.chain import FIELDS as CHAIN_FIELDS
 from cellblock.gateway.audit.log import rotated_paths
 from cellblock.gateway.audit.read import lines, parse, verify_chain
 from cellblock.gateway.dashboard.charts import Charts
-from cellblock.policy.text import visible
+from cellblock.policy.text import cut, visible
 
 __all__ = ["FILTERS", "MAX_CHOICES", "MAX_DETAILS", "MAX_EVENTS", "AuditLog", "Timeline"]
 
@@ -122,9 +122,7 @@ def _shown(event: dict[str, Any]) -> dict[str, Any]:
         for k, v in rest.items()
         if k not in CHAIN_FIELDS and v is not None and v != ""
     ]
-    details = " ".join(parts)
-    if len(details) > MAX_DETAILS:
-        details = details[: MAX_DETAILS - 1] + "…"
+    details = cut(" ".join(parts), MAX_DETAILS)
     try:
         when = datetime.fromtimestamp(event["ts"]).strftime("%Y-%m-%d %H:%M:%S")
     except (OverflowError, ValueError, OSError):  # a time no clock shows: said as the number it is

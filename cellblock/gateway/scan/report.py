@@ -27,7 +27,7 @@ from cellblock.gateway.downstream.packages import read_record
 from cellblock.gateway.scan.findings import Finding
 from cellblock.gateway.scan.run import Decoy, Run
 from cellblock.gateway.scan.scratch import Scratch
-from cellblock.gateway.scan.verdict import DIMENSIONS, Severity, badge_text
+from cellblock.gateway.scan.verdict import DIMENSIONS, REPORT_FORMAT, Severity, badge_text
 
 __all__ = ["DIMENSIONS", "badge_svg", "badge_text", "confinement_report", "summary"]
 
@@ -118,7 +118,7 @@ def confinement_report(
     order = {"start": -1} | {t.name: i for i, t in enumerate(run.tools)}
     ranked = sorted(found, key=lambda f: (order.get(f.where, len(order)), -f.severity, f.code, f.text))
     report = {
-        "format": "cellblock-scan-report/1",
+        "format": REPORT_FORMAT,
         "cellblock": __version__,
         "scanned_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "scan": {"command": " ".join(command), "destructive": destructive, "fail_on": fail_on},

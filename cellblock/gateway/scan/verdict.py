@@ -6,7 +6,10 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any
 
-__all__ = ["DIMENSIONS", "Severity", "badge_text"]
+__all__ = ["DIMENSIONS", "REPORT_FORMAT", "Severity", "badge_text"]
+
+# what a report `--report` writes and the scans directory keeps says it is (docs/scan.md)
+REPORT_FORMAT = "cellblock-scan-report/1"
 
 
 class Severity(IntEnum):
