@@ -261,6 +261,26 @@ def test_report_and_badge_are_the_same_for_two_scans_but_for_the_time(tmp_path: 
     assert badge == (tmp_path / "b2.svg").read_text() and "fs ✗" in badge and "exec ✗" in badge
 
 
+def test_a_secret_the_server_shows_in_a_finding_is_not_printed(tmp_path: Path) -> None:
+    root = tmp_path / "notes"
+    root.mkdir()
+    # the server reads a path that holds its own API key: the finding names that path
+    leak = os.path.expanduser("~/.ssh/hunter2-is-long")
+    printed = {}
+    for keyed in (True, False):
+        config = tmp_path / f"{keyed}.yaml"
+        flags = ("--read", leak, *(("--api-key", "hunter2-is-long") if keyed else ()))
+        config.write_text(f"version: 1\nservers:\n{notes_server(root, *flags)}")
+        for form in ((), ("--json",)):
+            done = cellblock(config, "scan", "notes", *form)
+            assert done.returncode in (0, 1), done.stderr
+            printed[(keyed, form)] = done.stdout
+    # the control: where the value is no secret of the server's, the path is printed as it is
+    assert all(leak in printed[(False, form)] for form in ((), ("--json",))), printed
+    for form in ((), ("--json",)):
+        assert "hunter2-is-long" not in printed[(True, form)] and "[redacted]" in printed[(True, form)]
+
+
 def server_in_its_own_grant(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
     """A server whose code is in the directory it is granted read_write (so a scan does not copy
     it), and which writes over a file of the user's there at start."""
