@@ -18,7 +18,8 @@ import pytest
 
 from cellblock.gateway.ask.forms import MAX_VALUE, SHOW_FULL
 from cellblock.gateway.audit.log import Audit
-from cellblock.gateway.serve.approvals import APPROVAL_KEY, MAX_PENDING, Approvals, NeedsInput, OnceOnly
+from cellblock.gateway.serve.approvals import APPROVAL_KEY, Approvals, NeedsInput
+from cellblock.gateway.serve.pending import MAX_PENDING, OnceOnly
 from cellblock.gateway.serve.pipeline import Asking, Call
 from cellblock.policy.types import Decision, Verdict
 
@@ -149,10 +150,10 @@ def test_forget_drops_the_session_and_retry_grants_of_what_is_revoked_and_nothin
     approvals_ = approvals(tmp_path)
     approvals_.session |= {("p", "tool", "echo"), ("p", "tool", "slow"), ("q", "tool", "echo")}
     approvals_.session.add(("p", "prompt", "prompt:echo"))  # the prompt is not the tool
-    approvals_._once[("p", "tool", "echo", "digest")] = time.time() + 60
+    approvals_.queue.once[("p", "tool", "echo", "digest")] = time.time() + 60
     assert approvals_.forget("p", "echo") == [("tool", "echo", "session"), ("tool", "echo", "once")]
     assert approvals_.session == {("p", "tool", "slow"), ("q", "tool", "echo"), ("p", "prompt", "prompt:echo")}
-    assert approvals_._once == {}
+    assert approvals_.queue.once == {}
     assert approvals_.forget("p", "echo", "prompt") == [("prompt", "prompt:echo", "session")]
     assert approvals_.forget("p", None) == [("tool", "slow", "session")] and approvals_.forget("p", None) == []
     revoked = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]

@@ -21,8 +21,9 @@ from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.downstream.egressask import MAX_ASKING, ServerEgress, host_keeper
 from cellblock.gateway.downstream.questions import MAX_QUESTIONS
-from cellblock.gateway.serve import approvals as approvals_module
-from cellblock.gateway.serve.approvals import MAX_PENDING, MAX_PENDING_EGRESS, Approvals, OnceOnly
+from cellblock.gateway.serve import pending as pending_module
+from cellblock.gateway.serve.approvals import Approvals
+from cellblock.gateway.serve.pending import MAX_PENDING, MAX_PENDING_EGRESS, OnceOnly
 from cellblock.policy.types import Decision, Verdict
 from cellblock.sandbox.egress import Answer
 from cellblock.sandbox.httphead import Refused
@@ -292,7 +293,7 @@ async def test_a_servers_flood_of_connections_asks_four_at_once_and_refuses_the_
     async def notify(message: str) -> None:
         notified.append(message)
 
-    monkeypatch.setattr(approvals_module, "notify", notify)
+    monkeypatch.setattr(pending_module, "notify", notify)
     approvals = Approvals(state, Audit(state / "audit.jsonl"), 30)
     events: list[str] = []
     egress = ask_server("r", tmp_path, approvals, events)

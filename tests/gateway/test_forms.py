@@ -22,7 +22,8 @@ from cellblock.gateway.ask.forms import (
     unsafe_url,
 )
 from cellblock.gateway.audit.log import Audit
-from cellblock.gateway.serve.approvals import Approvals, Pending
+from cellblock.gateway.serve.approvals import Approvals
+from cellblock.gateway.serve.pending import Pending
 
 INVISIBLE = ["\n", "\r", "\x1b", "\u2028", "\u202a", "\u202e", "\u2066", "\u2069", "\u200e", "\u200f", "\u061c"]
 INVISIBLE += ["\u200b", "\U000e0041"]  # zero-width space, a Unicode tag

@@ -13,7 +13,7 @@ import pytest
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.downstream.supervisor import State
-from cellblock.gateway.serve import approvals as approvals_module
+from cellblock.gateway.serve import pending as pending_module
 from cellblock.gateway.serve.approvals import Approvals, NeedsInput
 from cellblock.gateway.serve.pipeline import Asking, Call, Refused
 from cellblock.gateway.serve.shares import Shares
@@ -109,7 +109,7 @@ async def _waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, t
     async def tell(message: str) -> None:
         told.append(message)
 
-    monkeypatch.setattr(approvals_module, "notify", notify)
+    monkeypatch.setattr(pending_module, "notify", notify)
     approvals = Approvals(state, Audit(state / "audit.jsonl"), 30)
     ctx = Asking(SimpleNamespace(client_capabilities=types.ClientCapabilities()), 1, False, tell)
     call = SimpleNamespace(arguments={"path": "~/Documents/x.txt"}, kind=kind, human=None, ctx=ctx)

@@ -7,7 +7,8 @@ For a call whose policy verdict is `ask`, in order:
    call waits; 2026-07-28: an `InputRequiredResult` whose `request_state` is sealed and bound to the
    server, the tool, a digest of the arguments and an expiry, redeemable once);
 3. otherwise the call waits as a pending approval that `cellblock approve ID` / `cellblock deny ID`
-   answer through the control socket; on timeout it is refused with the ID and the command.
+   answer through the control socket; on timeout it is refused with the ID and the command
+   (`serve/pending.py`).
 
 Nothing the model sends can approve anything: answers come from the client's UI or the CLI, and
 a retried call's state is checked against a key that exists only in this process. Remembered
@@ -30,14 +31,10 @@ the config's jail), not in approvals.json.
 
 from __future__ import annotations
 
-import base64
 import logging
-import os
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import mcp.types as types
@@ -46,36 +43,25 @@ from mcp.shared.exceptions import MCPError
 
 from cellblock.gateway.ask.elicitation import elicits, elicits_url, samples
 from cellblock.gateway.ask.forms import (
-    MAX_VALUE,
     SHARE_CHOICES,
     SHOW_FULL,
     approval_form,
-    args_digest,
-    argument_lines,
     choice_schema,
-    identity,
     review_form,
-    share_answers,
-    share_asks,
     share_form,
 )
 from cellblock.gateway.audit.log import Audit
-from cellblock.gateway.serve.notify import notify
-from cellblock.gateway.serve.remembered import ITEM_KINDS, Remembered
-from cellblock.gateway.serve.running import approval_link
+from cellblock.gateway.serve.pending import MAX_PENDING_EGRESS, Queue, kind_field, refused
+from cellblock.gateway.serve.remembered import Remembered
 from cellblock.gateway.serve.sealed import APPROVAL_KEY, SealedAnswers
 from cellblock.gateway.state import StateWriteError
 from cellblock.policy.text import visible
 from cellblock.policy.types import Decision, Verdict
 
-if TYPE_CHECKING:
-    from cellblock.gateway.serve.pipeline import Asking
-
 __all__ = [
     "APPROVAL_KEY",
     "Approvals",
     "NeedsInput",
-    "OnceOnly",
     "approval_form",
     "can_elicit",
     "choice_schema",
@@ -84,15 +70,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-# who can answer a pending approval besides a form, as its reason says it
-ANSWERED_FROM = {"cli": "the CLI", "dashboard": "the dashboard"}
-
-# A pending approval answered after its call timed out still lets the same call through once,
-# for this long (the model is told to retry after the user approves).
-PENDING_TTL = 600.0
-MAX_PENDING = 64  # pending approvals are created by the model's calls: keep them bounded
-# servers' connections (`network: ask`) may hold only this share of them: the rest stay the calls'
-MAX_PENDING_EGRESS = MAX_PENDING // 4
 
 
 class NeedsInput(Exception):
@@ -103,28 +80,6 @@ class NeedsInput(Exception):
         self.result = result
 
 
-class OnceOnly(ValueError):
-    """An answer that would be remembered, to a question that is asked every time: a server's
-    request for the client's model (`sampling: ask`) is allowed once or denied, never for good."""
-
-
-@dataclass
-class Pending:
-    id: str
-    server: str
-    tool: str
-    arguments: dict[str, Any] | None
-    digest: str
-    created: float
-    expires: float
-    answer: anyio.Event = field(default_factory=anyio.Event)
-    scope: str | None = None  # "once", "session", "always"; None = denied or unanswered
-    waiting: bool = True  # False once the call gave up waiting (timed out)
-    kind: str = "tool"  # or "prompt", "resource": `tool` is then "prompt:NAME" or "resource:URI"
-    asks: str | None = None  # a share's question in words of its own (`forms.share_asks`)
-    via: str = "cli"  # who answered it: "cli" (`cellblock approve|deny`) or "dashboard"
-
-
 class Approvals:
     """Remembered approvals, pending ones, and the ways of asking."""
 
@@ -133,12 +88,9 @@ class Approvals:
         self.audit = audit
         self.timeout = timeout
         self.session: set[tuple[str, str, str]] = set()  # (server, kind, tool)
-        self.pending: dict[str, Pending] = {}
-        self._once: dict[tuple[str, str, str, str], float] = {}  # (server, kind, tool, digest): after a timeout
+        self.queue = Queue(audit, timeout)  # what waits for the CLI or the dashboard
+        self.pending = self.queue.pending
         self.sealed = SealedAnswers(timeout)  # the forms' request_state in the 2026-07-28 era
-        # connections that stopped waiting, gone from `pending`: id -> (server, host:port, expiry),
-        # so that a late `cellblock approve` says what happened and what works
-        self._gave_up: dict[str, tuple[str, str, float]] = {}
         # how "always" is kept for a kind that approvals.json does not hold: "egress" (`network:
         # ask`) writes the host into the server's allow_hosts, "share" a path into its jail's grants
         # (the gateway sets them)
@@ -172,7 +124,7 @@ class Approvals:
         """
         gone = self.remembered.remove(server, None if tool is None else _key(tool, kind))
         for k, name in gone:
-            self.audit.write("approval_revoked", server, tool=name, scope="always", **_kind(k))
+            self.audit.write("approval_revoked", server, tool=name, scope="always", **kind_field(k))
         return gone
 
     def forget(self, server: str, tool: str | None, kind: str = "tool") -> list[tuple[str, str, str]]:
@@ -186,11 +138,13 @@ class Approvals:
             return s == server and (key is None or (k, t) == key)
 
         gone = [(k, t, "session") for s, k, t in sorted(self.session) if matches(s, k, t)]
-        gone += [(k, t, "once") for s, k, t, _ in sorted(self._once) if matches(s, k, t)]
+        once = self.queue.once
+        gone += [(k, t, "once") for s, k, t, _ in sorted(once) if matches(s, k, t)]
         self.session = {(s, k, t) for s, k, t in self.session if not matches(s, k, t)}
-        self._once = {entry: exp for entry, exp in self._once.items() if not matches(*entry[:3])}
+        for entry in [entry for entry in once if matches(*entry[:3])]:
+            del once[entry]
         for k, name, scope in gone:
-            self.audit.write("approval_revoked", server, tool=name, scope=scope, **_kind(k))
+            self.audit.write("approval_revoked", server, tool=name, scope=scope, **kind_field(k))
         return gone
 
     # -- asking ----------------------------------------------------------------------------
@@ -208,7 +162,7 @@ class Approvals:
             return Verdict(Decision.ALLOW, "approval:always", f"always allowed by the user ({verdict.rule})")
         if (server, kind, tool) in self.session:
             return Verdict(Decision.ALLOW, "approval:session", f"allowed for this session ({verdict.rule})")
-        if self._once.pop((server, kind, tool, args_digest(arguments)), 0.0) > time.time():
+        if self.queue.let_once(server, kind, tool, arguments):
             return Verdict(
                 Decision.ALLOW, "approval:once", f"approved by the user after the call gave up ({verdict.rule})"
             )
@@ -225,7 +179,7 @@ class Approvals:
                 request = types.ElicitRequest(
                     params=types.ElicitRequestFormParams(message=message, requested_schema=schema)
                 )
-                self.audit.write("approval_asked", server, tool=tool, via="elicitation", **_kind(kind))
+                self.audit.write("approval_asked", server, tool=tool, via="elicitation", **kind_field(kind))
                 raise NeedsInput(
                     types.InputRequiredResult(
                         input_requests={APPROVAL_KEY: request},
@@ -233,7 +187,7 @@ class Approvals:
                     )
                 )
             return await self._elicit(ctx.session, ctx.request_id, server, tool, verdict, arguments, kind)
-        return await self._wait_for_cli(server, tool, exposed, verdict, arguments, ctx, kind)
+        return await self.queue.wait(server, tool, exposed, verdict, arguments, ctx, kind)
 
     def _form(
         self, server: str, tool: str, rule: str, arguments: dict[str, Any] | None, full: bool, kind: str = "tool"
@@ -254,7 +208,7 @@ class Approvals:
     ) -> Verdict:
         for full in (False, True):  # a cut form offers only "show all" or deny; then every argument, uncut
             message, schema = self._form(server, tool, verdict.rule, arguments, full, kind)
-            self.audit.write("approval_asked", server, tool=tool, via="elicitation", **_kind(kind))
+            self.audit.write("approval_asked", server, tool=tool, via="elicitation", **kind_field(kind))
             try:
                 # the human has approvals.timeout to answer; silence is a refusal
                 with anyio.fail_after(self.timeout):
@@ -295,92 +249,11 @@ class Approvals:
                 return self._refused(
                     server, tool, verdict, "approval_denied", f"'always' could not be saved: {exc}", kind
                 )
-        self.audit.write("approval_granted", server, tool=tool, scope=scope, via=via, **_kind(kind))
+        self.audit.write("approval_granted", server, tool=tool, scope=scope, via=via, **kind_field(kind))
         return Verdict(Decision.ALLOW, f"approval:{scope}", f"approved by the user ({verdict.rule})")
 
     def _refused(self, server: str, tool: str, verdict: Verdict, event: str, why: str, kind: str = "tool") -> Verdict:
-        self.audit.write(event, server, tool=tool, reason=why, **_kind(kind))
-        return Verdict(
-            Decision.DENY,
-            verdict.rule,
-            f"{_what(tool, kind)} of server '{server}' needs the user's approval and did not get it: {why}",
-        )
-
-    async def _wait_for_cli(
-        self,
-        server: str,
-        tool: str,
-        exposed: str,
-        verdict: Verdict,
-        arguments: dict[str, Any] | None,
-        ctx: Asking | None = None,
-        kind: str = "tool",
-    ) -> Verdict:
-        self._expire()
-        if len(self.pending) >= MAX_PENDING:
-            return self._refused(server, tool, verdict, "approval_denied", "too many approvals are pending", kind)
-        # a server's connections asked while another of its waits are one burst: one notification
-        burst = kind == "egress" and any(p.kind == "egress" and p.server == server for p in self.pending.values())
-        now = time.time()
-        ident = base64.b32encode(os.urandom(5)).decode().lower()
-        item = Pending(ident, server, tool, arguments, args_digest(arguments), now, now + PENDING_TTL, kind=kind)
-        # a share names its path and what approving it does: never taken for the call's own approval
-        item.asks = share_asks(server, tool, exposed) if kind == "share" else None
-        self.pending[ident] = item
-        self.audit.write("approval_asked", server, tool=tool, via="cli", id=ident, **_kind(kind))
-        logger.warning(
-            "approval %s: server '%s' wants to %s '%s'; run 'cellblock approve %s' or 'cellblock deny %s'",
-            ident,
-            server,
-            {"egress": "connect to", "share": "share"}.get(kind, "run"),
-            tool,
-            ident,
-            ident,
-        )
-        link = approval_link(ident)  # the running dashboard's page for it, if one runs
-        on_page = f" Or answer it on the dashboard: {link}" if link else ""
-        waiting = (
-            f"Cellblock: {_what(exposed)} waits up to {self.timeout:g}s for the user's approval. "
-            f"Ask the user to run 'cellblock pending' to see it, then 'cellblock approve {ident}' "
-            f"or 'cellblock deny {ident}' in a terminal.{on_page}"
-        )
-        shown = f"{_what(exposed)} waits for your approval: cellblock approve {ident}"
-        if item.asks is not None:
-            waiting = (
-                f"Cellblock: {item.asks}; it waits up to {self.timeout:g}s for the user. Ask the user to run "
-                f"'cellblock pending' to see it; in a terminal, {share_answers(ident)}.{on_page}"
-            )
-            shown = f"{item.asks}: {share_answers(ident)}"
-        if link:
-            shown += f", or on the dashboard: {link}"
-        async with anyio.create_task_group() as tg:
-            # never a silent wait: the client hears why (and so can the model), the desktop shows it
-            if ctx is not None and ctx.tell is not None:
-                tg.start_soon(ctx.tell, waiting)
-            if not burst:
-                tg.start_soon(notify, shown)
-            with anyio.move_on_after(self.timeout):
-                await item.answer.wait()
-            tg.cancel_scope.cancel()
-        if item.answer.is_set():
-            if item.scope is None:
-                why = f"denied from {ANSWERED_FROM[item.via]} ({ident})"
-                return self._refused(server, tool, verdict, "approval_denied", why, kind)
-            return Verdict(
-                Decision.ALLOW, f"approval:{item.scope}", f"approved from {ANSWERED_FROM[item.via]} ({verdict.rule})"
-            )
-        item.waiting = False
-        self.audit.write("approval_timeout", server, tool=tool, id=ident, **_kind(kind))
-        if item.asks is not None:
-            why = f"{item.asks}, and no answer came; {share_answers(ident)}, then ask again with the same arguments"
-            return Verdict(Decision.DENY, verdict.rule, why)
-        return Verdict(
-            Decision.DENY,
-            verdict.rule,
-            f"{_what(exposed)} needs the user's approval. Ask the user to run 'cellblock approve {ident}' "
-            f"(or 'cellblock approve {ident} --always') in a terminal, then ask again with the same "
-            "arguments; or 'cellblock deny " + ident + "'.",
-        )
+        return refused(self.audit, server, tool, verdict, event, why, kind)
 
     async def answer(self, ident: str, scope: str | None, via: str = "cli") -> bool:
         """The answer to pending approval `ident` (scope None: deny) given `via` the CLI or the
@@ -390,31 +263,7 @@ class Approvals:
             StateWriteError: "always" could not be saved; the approval stays pending, unanswered.
             OnceOnly: "session" or "always" for a request for the client's model; it stays pending.
         """
-        self._expire()
-        asked = self.pending.get(ident)
-        if asked is None and ident in self._gave_up:
-            who, target, _ = self._gave_up[ident]
-            raise OnceOnly(
-                f"'{ident}' was a connection of server '{who}' to {target} that gave up waiting and was refused; "
-                f"the server is refused {target} until you allow it: 'cellblock allow-host {who} {target}' "
-                "(its next try then connects)"
-            )
-        if asked is not None and asked.kind == "sampling" and scope in ("session", "always"):
-            raise OnceOnly(
-                f"'{ident}' is a request of server '{asked.server}' to use your model, which is asked each time "
-                f"(sampling: ask): it can be allowed once, not --{scope}; run 'cellblock approve {ident}'"
-            )
-        if asked is not None and asked.kind == "egress" and scope == "session":
-            raise OnceOnly(
-                f"'{ident}' is a connection of server '{asked.server}' to {asked.tool}: allow it with "
-                f"'cellblock approve {ident}' (until the server stops) or '--always' (added to its allow_hosts)"
-            )
-        if asked is not None and asked.kind == "share" and scope == "session":
-            raise OnceOnly(
-                f"'{ident}' asks to share a path with server '{asked.server}': it is shared until the server stops "
-                f"('cellblock approve {ident}') or always ('--always', written to the config), not --session"
-            )
-        item = self.pending.pop(ident, None)  # taken while "always" is saved: a second answer finds none
+        item = self.queue.take(ident, scope)
         if item is None:
             return False
         if scope == "always":
@@ -425,22 +274,8 @@ class Approvals:
                 raise
         elif scope == "session":
             self.session.add((item.server, item.kind, item.tool))
-        if scope is not None and not item.waiting:
-            # the call already timed out: let the same call (same kind too) through once when the model retries
-            self._once[(item.server, item.kind, item.tool, item.digest)] = item.expires
-        item.scope, item.via = scope, via
-        item.answer.set()
-        event = "approval_granted" if scope is not None else "approval_denied"
-        self.audit.write(event, item.server, tool=item.tool, scope=scope, via=via, id=ident, **_kind(item.kind))
+        self.queue.answered(item, scope, via)
         return True
-
-    def _expire(self) -> None:
-        now = time.time()
-        for ident in [i for i, p in self.pending.items() if p.expires < now]:
-            self.pending.pop(ident)
-        for key in [k for k, exp in self._once.items() if exp < now]:
-            self._once.pop(key)
-        self._gave_up = {i: gone for i, gone in self._gave_up.items() if gone[2] >= now}
 
     async def sampling(self, server: str, params: types.CreateMessageRequestParams, entry: Any) -> str | None:
         """Ask whether `server` may use the client's model for this request; None if allowed, else why not."""
@@ -466,7 +301,7 @@ class Approvals:
                 return None if decided.decision is Decision.ALLOW else decided.reason
             timed_out = self._refused(server, "sampling", verdict, "approval_timeout", "no answer in time", "sampling")
             return timed_out.reason
-        decided = await self._wait_for_cli(server, "sampling", f"{server} sampling", verdict, summary, kind="sampling")
+        decided = await self.queue.wait(server, "sampling", f"{server} sampling", verdict, summary, kind="sampling")
         return None if decided.decision is Decision.ALLOW else decided.reason
 
     async def egress(self, server: str, target: str, entry: Any) -> tuple[str | None, str]:
@@ -474,7 +309,7 @@ class Approvals:
         granted ("once", or "always": kept by `keepers["egress"]`) or None, and how it was decided.
         Through the form of the call in flight when its client can show one, else pending."""
         verdict, summary = Verdict(Decision.ASK, "network: ask", ""), {"connect to": target}
-        if self._once.pop((server, "egress", target, args_digest(summary)), 0.0) > time.time():
+        if self.queue.let_once(server, "egress", target, summary):
             return "once", "once, answered after an earlier attempt"
         if entry is not None and entry.can_elicit and entry.asker is not None:
             message, _ = approval_form(server, target, "network: ask", summary, full=True, kind="egress")
@@ -500,14 +335,9 @@ class Approvals:
         else:
             exposed = f"egress:{target} (server '{server}')"  # how the notification names it
             try:
-                decided = await self._wait_for_cli(server, target, exposed, verdict, summary, kind="egress")
+                decided = await self.queue.wait(server, target, exposed, verdict, summary, kind="egress")
             finally:  # a connection that stopped waiting can use no later answer: its question leaves
-                for ident, p in list(self.pending.items()):
-                    if (p.server, p.tool, p.kind) == (server, target, "egress"):
-                        del self.pending[ident]
-                        if len(self._gave_up) >= MAX_PENDING:  # bounded: the oldest is forgotten
-                            del self._gave_up[next(iter(self._gave_up))]
-                        self._gave_up[ident] = (server, target, p.expires)
+                self.queue.gave_up(server, target)
         if decided.decision is not Decision.ALLOW:
             _, said, why = decided.reason.rpartition("did not get it: ")  # else the pending one timed out
             return None, why if said else f"no answer within {self.timeout:g}s"
@@ -517,34 +347,8 @@ class Approvals:
     # -- what the control socket shows -----------------------------------------------------
 
     def listing(self, full: str | None = None) -> list[dict[str, Any]]:
-        """The pending approvals, each argument a `"key": value` line of escaped JSON, cut (`cut`
-        says how many); with `full`, only that approval, nothing cut. Only values Cellblock knows
-        are secrets are hidden."""
-        self._expire()
-        secrets = self.audit.secrets()
-        listed = []
-        for p in self.pending.values():
-            if full is not None and p.id != full:
-                continue
-            lines, cut = argument_lines(p.arguments, secrets, None if full is not None else MAX_VALUE)
-            listed.append(
-                {
-                    "id": p.id,
-                    "server": p.server,
-                    "tool": p.tool,
-                    "kind": p.kind,
-                    "asks": p.asks,
-                    "identity": identity(p.server, p.tool, p.arguments, p.kind),
-                    "digest": p.digest,
-                    "arguments": lines,
-                    "cut": cut,
-                    "created": p.created,
-                    # the waiting call gives up at `waits_until`; an answer until `expires` lets its retry through
-                    "waits_until": p.created + self.timeout if p.waiting else None,
-                    "expires": p.expires,
-                }
-            )
-        return listed
+        """The pending approvals, as the control socket shows them (`Queue.listing`)."""
+        return self.queue.listing(full)
 
 
 def describe(kind: str, tool: str, server: str = "") -> str:
@@ -554,27 +358,9 @@ def describe(kind: str, tool: str, server: str = "") -> str:
     return f"{where}{tool}" if kind == "tool" else f"{kind} {where}{tool.removeprefix(kind + ':')}"
 
 
-def _what(tool: str, kind: str | None = None) -> str:
-    """How a message names what was asked about: "tool 'x'", "prompt 'greet'", "resource 'a://b'".
-    Without `kind`, `tool` is an exposed name ("prompt:p__greet" is the client's prompt get)."""
-    prefix, sep, name = tool.partition(":")
-    if kind == "share":  # "read_write:PATH"
-        return f"sharing {visible(name)} ({prefix.replace('_', '-')})"
-    if kind == "egress" or (kind is None and prefix == "egress"):
-        return f"the connection to {visible(name if kind is None else tool)}"
-    if kind in ITEM_KINDS or (kind is None and sep and prefix in ITEM_KINDS):
-        return f"{prefix} {visible(name)!r}"
-    return f"tool {visible(tool)!r}"
-
-
 def _key(tool: str, kind: str) -> tuple[str, str]:
     """How a grant of `tool` (a prompt's or resource's plain name) of `kind` is kept: (kind, "prompt:greet")."""
     return kind, tool if kind == "tool" else f"{kind}:{tool}"
-
-
-def _kind(kind: str) -> dict[str, str]:
-    """The `kind` field of an approval's audit event: none for a tool, so tool records stay as they were."""
-    return {} if kind == "tool" else {"kind": kind}
 
 
 def _choice(result: types.ElicitResult) -> Any:

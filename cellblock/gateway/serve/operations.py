@@ -10,10 +10,11 @@ from typing import Any, Protocol
 from cellblock.gateway.config.model import Config, LocalServer
 from cellblock.gateway.downstream.startable import why_down
 from cellblock.gateway.downstream.supervisor import Downstream
-from cellblock.gateway.serve.approvals import ANSWERED_FROM, Approvals, OnceOnly
+from cellblock.gateway.serve.approvals import Approvals
 from cellblock.gateway.serve.control import NOT_FOUND
 from cellblock.gateway.serve.details import details
 from cellblock.gateway.serve.locking import Locks
+from cellblock.gateway.serve.pending import ANSWERED_FROM, OnceOnly
 from cellblock.gateway.serve.pipeline import Refused
 from cellblock.gateway.serve.review import Review
 from cellblock.gateway.serve.shares import Shares
