@@ -15,6 +15,7 @@ import yaml
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.base import ConfigError
 from cellblock.gateway.config.catalog import CatalogConfig
+from cellblock.gateway.search import index as index_module
 from cellblock.gateway.search import semantic
 from cellblock.gateway.search.index import Entry, Index, split_words, stop_words, words
 from cellblock.gateway.serve.search import Search
@@ -152,3 +153,30 @@ def test_search_on_without_the_embeddings_refuses_to_start_naming_them(
     Index(TOOLS, meaning=False)  # the control: the lexical rankings need nothing of it
     monkeypatch.undo()
     assert Index(TOOLS).find("read the file")  # and with it, search works
+
+
+BRANCHES = [
+    Entry("git__create_branch", "git", description="Create a new branch in a repository"),
+    Entry("github__create_branch", "github", description="Create a new branch in a repository"),
+    Entry("web__search", "brave-search", description="Search the web"),
+    Entry("docs__find", "docs", description="Search the documentation"),
+]
+
+
+def test_a_request_that_names_a_server_favours_its_tools(monkeypatch: pytest.MonkeyPatch) -> None:
+    index = Index(BRANCHES)
+    # "GitHub" split is "git" and "hub": by its words alone the git server's tool wins
+    assert names(index, "create a branch on GitHub")[0] == "github__create_branch"
+    assert names(index, "create a branch on git")[0] == "git__create_branch"
+    # the control: without the lift, the request's split words find the other server's tool first
+    monkeypatch.setattr(index_module, "SERVER_BONUS", 0.0)
+    assert names(index, "create a branch on GitHub")[0] == "git__create_branch"
+
+
+def test_only_a_word_other_servers_rarely_say_names_a_server() -> None:
+    index = Index(BRANCHES)
+    assert index.named("create a branch on GitHub") == {"github"}
+    assert index.named("my brave results") == {"brave-search"}
+    # "search" is of brave-search's name, but another server's tool says it too
+    assert index.named("search the docs") == {"docs"}
+    assert index.named("create a branch") == set()

@@ -1,6 +1,7 @@
 """Ranking the catalog's tools for a request in words (`cellblock__find_tools`).
 
-Three rankings, fused by their ranks (reciprocal rank fusion):
+Three rankings, fused by their ranks (reciprocal rank fusion), and a lift for the tools of a
+server the request names:
 - BM25 over everything a tool says of itself: its exposed name (twice: a name is the densest
   description), its server, title, description, parameter names and hints;
 - BM25 over its names alone (name, server, title), where a word of the request weighs more;
@@ -42,6 +43,12 @@ FUSION_K = 60
 SEMANTIC_WEIGHT = 2.0
 # only its first places count: every tool has a cosine, and far down its order is noise
 SEMANTIC_DEPTH = 20
+# a request that names a server ("on GitHub", "my slack") lifts that server's tools by as much as a
+# first place in one ranking: enough to pass another server's near-equal tool, not a far better one
+SERVER_BONUS = 1.0 / FUSION_K
+# a server's name's word names it only when at most this share of the other servers' tools say it
+# ("github", "slack" do; "search" of brave-search, "time", "fetch" are ordinary words)
+SERVER_RARE = 0.01
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SEPARATORS = re.compile(r"[_\-./:]+")
 _WORD = re.compile(r"[a-z0-9]+")
@@ -106,12 +113,32 @@ class Index:
         full = [self._terms(_full_text(e)) for e in self.entries]
         names = [self._terms(" ".join((e.name, e.server, e.title))) for e in self.entries]
         self._said = [set(terms) for terms in full]
+        self._servers = self._server_words()
         self._full, self._names = self._ranking(full), self._ranking(names)
         self._meaning = (
             semantic.Semantic([semantic.short_text(split_words(e.name), e.title, e.description) for e in self.entries])
             if meaning
             else None
         )
+
+    def _server_words(self) -> dict[str, set[str]]:
+        """A server's name's words (stemmed) -> the servers they name, when other servers' tools
+        rarely say them: "github" names a server, "search" (of brave-search) does not."""
+        counts: dict[str, int] = {}
+        for said in self._said:
+            for term in said:
+                counts[term] = counts.get(term, 0) + 1
+        servers: dict[str, list[int]] = {}
+        for i, e in enumerate(self.entries):
+            servers.setdefault(e.server, []).append(i)
+        named: dict[str, set[str]] = {}
+        for server, members in servers.items():
+            others = len(self.entries) - len(members)
+            for term in self._terms(server):
+                own = sum(term in self._said[i] for i in members)
+                if counts.get(term, 0) - own <= SERVER_RARE * others:
+                    named.setdefault(term, set()).add(server)
+        return named
 
     def _terms(self, text: str) -> list[str]:
         return [self._stem(w) for w in split_words(text) if w not in stop_words()]
@@ -147,8 +174,18 @@ class Index:
             text = " ".join([*asked, *(found for w in asked for found in words().get(w, ()))])
             for place, i in enumerate(self._meaning.ranked(text, allowed, SEMANTIC_DEPTH)):
                 fused[i] = fused.get(i, 0.0) + SEMANTIC_WEIGHT / (FUSION_K + place)
+        named = self.named(query)
+        for i in fused:
+            if self.entries[i].server in named:
+                fused[i] += SERVER_BONUS
         best = sorted(fused, key=lambda i: (-fused[i], self.entries[i].name))[:limit]
         return [Match(self.entries[i].name, round(fused[i], 6), self._why(i, own, added)) for i in best]
+
+    def named(self, query: str) -> set[str]:
+        """The servers `query` names, by its words taken whole: "GitHub" names github, not git."""
+        whole = _WORD.findall(_SEPARATORS.sub(" ", query).lower())
+        terms = {self._stem(w) for w in whole if w not in stop_words()}
+        return {server for term in terms for server in self._servers.get(term, ())}
 
     def _ranked(self, ranking: Any, terms: list[str], allowed: list[int]) -> list[int]:
         """The entries `ranking` scores above nothing for `terms`, best first, among `allowed`."""
