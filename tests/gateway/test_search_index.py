@@ -180,3 +180,18 @@ def test_only_a_word_other_servers_rarely_say_names_a_server() -> None:
     # "search" is of brave-search's name, but another server's tool says it too
     assert index.named("search the docs") == {"docs"}
     assert index.named("create a branch") == set()
+
+
+def test_the_thesaurus_knows_the_words_of_labels_pauses_and_repeats() -> None:
+    tools = [
+        Entry("wiki__add_label", "wiki", description="Add a label to a page"),
+        Entry("db__pause_project", "db", description="Pause a project"),
+        Entry("test__echo", "test", description="Echoes back the input"),
+        Entry("wiki__get_page", "wiki", description="Get a page"),
+    ]
+    index = Index(tools, meaning=False)
+    assert names(index, "tag the page as draft")[0] == "wiki__add_label"
+    assert names(index, "suspend the project")[0] == "db__pause_project"
+    assert names(index, "repeat what I say")[0] == "test__echo"
+    # the control: a word the thesaurus does not know finds none of them
+    assert "test__echo" not in names(index, "parrot what I say")
