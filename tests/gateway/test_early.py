@@ -18,7 +18,7 @@ from cellblock.gateway.wire.early import RECORD, Early, EarlyAnswers, fingerprin
 HELLO = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
 ANSWERS = {
     request_key("initialize", HELLO): '{"protocolVersion":"2025-11-25","serverInfo":{"name":"cellblock"}}',
-    request_key("tools/list", {}): '{"tools":[{"name":"a__echo"}]}',
+    request_key("tools/list", {}, "t"): '{"tools":[{"name":"a__echo"}]}',
 }
 
 
@@ -34,10 +34,10 @@ def line(ident: Any, method: str, params: Any = None) -> bytes:
 class Pipes:
     """An `EarlyAnswers` between two pipes, as between the client and the gateway."""
 
-    def __init__(self) -> None:
+    def __init__(self, answers: dict[str | None, str] = ANSWERS) -> None:
         self.client_out, self.gateway_in = os.pipe()
         self.gateway_out, self.client_in = os.pipe()
-        self.early = EarlyAnswers({k: v for k, v in ANSWERS.items() if k is not None}, self.client_out, self.client_in)
+        self.early = EarlyAnswers({k: v for k, v in answers.items() if k is not None}, self.client_out, self.client_in)
         self.early.start()
 
     def send(self, data: bytes) -> None:
@@ -88,7 +88,7 @@ def test_the_recorded_opening_is_answered_and_everything_read_is_handed_over() -
     assert received == sent + call + b'{"jsonrpc":"2.0","id":4,"method":"tools/li'  # nothing lost, in order
     assert handover.data.startswith(sent)  # the answered lines are handed over, to be answered again
     assert set(handover.served) == {1, 2}
-    assert handover.served[2] == (request_key("tools/list", {}), ANSWERS[request_key("tools/list", {})])
+    assert handover.served[2] == (request_key("tools/list", {}, "t"), ANSWERS[request_key("tools/list", {}, "t")])
 
 
 @pytest.mark.parametrize(
@@ -119,12 +119,31 @@ def test_a_request_is_answered_early_once_and_its_repeat_waits_for_the_gateway(a
     """The same id again is a client's mistake, and the same request under a new id a client
     listing again: either is the gateway's to answer."""
     pipes = Pipes()
-    pipes.send(line(7, "tools/list", {}))
-    pipes.answers(1)
+    opening = line(1, "initialize", HELLO) + line(7, "tools/list", {})
+    pipes.send(opening)
+    pipes.answers(2)
     pipes.send(line(again, "tools/list", {}))
     assert pipes.ended_by_itself()
     handover, received = pipes.stop()
-    assert list(handover.served) == [7] and received == line(7, "tools/list", {}) + line(again, "tools/list", {})
+    assert list(handover.served) == [1, 7] and received == opening + line(again, "tools/list", {})
+
+
+def test_a_handshake_era_list_is_answered_only_for_the_client_that_opened_with_its_name() -> None:
+    """What a list holds may depend on who asks (`catalog.search: auto`): the record holds the
+    list `t` got, and another client's list, after its own recorded handshake, waits for the gateway."""
+    other = {**HELLO, "clientInfo": {"name": "u", "version": "1"}}
+    pipes = Pipes({**ANSWERS, request_key("initialize", other): ANSWERS[request_key("initialize", HELLO)]})
+    opening = line(1, "initialize", other) + line(2, "tools/list", {})
+    pipes.send(opening)
+    [hello] = pipes.answers(1)
+    assert hello["id"] == 1 and pipes.ended_by_itself()
+    handover, received = pipes.stop()
+    assert list(handover.served) == [1] and received == opening
+    # the control: `t`, whose list it is, is answered it
+    pipes = Pipes()
+    pipes.send(line(1, "initialize", HELLO) + line(2, "tools/list", {}))
+    assert [a["result"] for a in pipes.answers(2)][1] == {"tools": [{"name": "a__echo"}]}
+    pipes.stop()
 
 
 def test_stop_returns_at_once_when_the_client_sends_nothing() -> None:

@@ -72,7 +72,7 @@ def tamper(state: Path, era: str, change: Any) -> None:
     """Rewrite the recorded tools/list answer of `era` with `change(result)`, fingerprint kept."""
     path = state / RECORD
     record = json.loads(path.read_text())
-    key = request_key("tools/list", {"_meta": MODERN_META} if era == "auto" else {})
+    key = request_key("tools/list", {"_meta": MODERN_META}) if era == "auto" else request_key("tools/list", {}, "raw")
     result = json.loads(record["answers"][key])
     change(result)
     record["answers"][key] = json.dumps(result)

@@ -30,7 +30,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY
 from pydantic import BaseModel
 
-from cellblock.gateway.wire.early import request_key
+from cellblock.gateway.wire.early import client_name, request_key
 from cellblock.gateway.wire.lines import SessionLines, Streams, error_response, request_id, valid_id
 from cellblock.gateway.wire.stdio import Oversized, ReaderFactory, Writer
 
@@ -185,7 +185,7 @@ class Wire:
         if not self.modern:
             return self._client_name
         meta = params.get("_meta")
-        return _name_of(meta.get(CLIENT_INFO_META_KEY) if isinstance(meta, dict) else None)
+        return client_name(meta.get(CLIENT_INFO_META_KEY) if isinstance(meta, dict) else None)
 
     @asynccontextmanager
     async def streams(self, take: Taker) -> AsyncIterator[Streams]:
@@ -262,7 +262,9 @@ class Wire:
         meta = params.get("_meta") if isinstance(params, dict) else None
         envelope = {k: meta[k] for k in ENVELOPE_KEYS if k in meta} if isinstance(meta, dict) else {}
         if self._record is not None and message["id"] not in self._served:
-            key = request_key(message["method"], params if params is not None else {})
+            # a handshake-era list is keyed by the name given at the handshake, as the early answers key it
+            who = None if self.modern else self._client_name
+            key = request_key(message["method"], params if params is not None else {}, who)
             if key is not None and len(self._keys) < _MAX_RECORDING:
                 self._keys[message["id"]] = key
         if not self._opened:
@@ -273,7 +275,7 @@ class Wire:
                 caps = params.get("capabilities") if isinstance(params, dict) else None
                 with contextlib.suppress(ValueError):  # malformed: the SDK's handshake refuses it
                     self._capabilities = types.ClientCapabilities.model_validate(caps or {}, by_name=False)
-                self._client_name = _name_of(params.get("clientInfo") if isinstance(params, dict) else None)
+                self._client_name = client_name(params.get("clientInfo") if isinstance(params, dict) else None)
             if self._introduced is not None:
                 self._introduced(self.client_capabilities(params if isinstance(params, dict) else {}))
         if self.modern and envelope and envelope not in self._accepted and len(self._asking) < _MAX_ENVELOPES:
@@ -330,8 +332,3 @@ class _Waiting:
 def _enveloped(request: dict[str, Any]) -> bool:
     """A request the SDK can read: JSON-RPC 2.0, its method a string (else it drops it unanswered)."""
     return request.get("jsonrpc") == "2.0" and isinstance(request["method"], str)
-
-
-def _name_of(info: Any) -> str | None:
-    name = info.get("name") if isinstance(info, dict) else None
-    return name if isinstance(name, str) else None

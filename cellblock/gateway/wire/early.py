@@ -38,7 +38,17 @@ from cellblock import __version__
 from cellblock.gateway.state import atomic_write_json, read_json
 from cellblock.gateway.wire.stdio import is_pipe
 
-__all__ = ["CODE", "RECORD", "SAVE_AFTER_SECONDS", "Early", "EarlyAnswers", "Handover", "fingerprint", "request_key"]
+__all__ = [
+    "CODE",
+    "RECORD",
+    "SAVE_AFTER_SECONDS",
+    "Early",
+    "EarlyAnswers",
+    "Handover",
+    "client_name",
+    "fingerprint",
+    "request_key",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -64,11 +74,23 @@ EARLY_LINE_LIMIT = 64 * 1024
 CODE = Path(__file__).resolve().parents[2]
 
 
-def request_key(method: Any, params: Any) -> str | None:
-    """The record's key for a request that may be answered early, or None."""
+def request_key(method: Any, params: Any, client: str | None = None) -> str | None:
+    """The record's key for a request that may be answered early, or None.
+
+    `client`: the name a handshake-era client gave at its `initialize`, for the requests after
+    it. What a list holds may depend on who asks (`catalog.search: auto`), and the record is
+    shared by every client that starts the gateway: without the name, one client's list would
+    answer another's next start. A 2026-07-28 request names its client in its own envelope."""
     if method not in ANSWERABLE or (isinstance(params, dict) and params.get("cursor") is not None):
         return None
-    return json.dumps([method, params], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    request = [method, params] if client is None or method == "initialize" else [method, params, client]
+    return json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def client_name(info: Any) -> str | None:
+    """The name in a clientInfo, if it has one."""
+    name = info.get("name") if isinstance(info, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def fingerprint(config: Path, state: Path) -> str | None:
@@ -204,6 +226,7 @@ class EarlyAnswers:
         self._done = 0  # how much of it has been looked at (whole lines, answered or passed)
         self._served: dict[Any, tuple[str, str]] = {}
         self._keys: set[str] = set()  # the requests answered (each at most once)
+        self._client: str | None = None  # the name given in the `initialize` answered (see request_key)
         self._wake_r, self._wake_w = os.pipe()
         self._thread = threading.Thread(target=self._run, name="cellblock-early", daemon=True)
 
@@ -251,12 +274,15 @@ class EarlyAnswers:
         ident = message["id"]
         if not isinstance(ident, str | int) or isinstance(ident, bool) or ident in self._served:
             return False
-        key = request_key(message.get("method"), message.get("params", {}))
+        method, params = message.get("method"), message.get("params", {})
+        key = request_key(method, params, self._client)
         # the same request again is a client listing again: that one waits for the gateway
         result = self._answers.get(key) if key is not None and key not in self._keys else None
         if key is None or result is None:
             return False
         self._keys.add(key)
+        if method == "initialize" and isinstance(params, dict):
+            self._client = client_name(params.get("clientInfo"))
         self._write(f'{{"jsonrpc":"2.0","id":{json.dumps(ident)},"result":{result}}}\n'.encode())
         self._served[ident] = (key, result)
         return True
