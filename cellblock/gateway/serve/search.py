@@ -36,10 +36,13 @@ from cellblock.gateway.search.index import Entry, Index, MissingExtra, require
 from cellblock.gateway.serve.catalog import Catalog
 from cellblock.gateway.serve.status import CALL, FIND, NAMESPACE, tool_name
 
-__all__ = ["Client", "Search", "client_of", "entry_of"]
+__all__ = ["MAX_ADDED", "MAX_CLIENTS", "Client", "Search", "client_of", "entry_of"]
 
 MAX_QUERY = 1000  # a request in words; anything longer is not one
 MAX_ADDED = 30  # found tools added to one client's list, the latest kept: the list is to stay short
+# clients (HTTP sessions) whose found tools are kept, the latest to find kept: the gateway is not
+# told when a session ends, and each kept one holds its list of names and its list's view
+MAX_CLIENTS = 256
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,8 @@ class Search:
         self._index: Index | None = None
         self._tokens: int | None = None
         self._found: dict[str, list[str]] = {}  # by client key: the found tools added to its list
-        self._views: dict[tuple[str, tuple[str, ...]], Catalog] = {}
+        # by client key: its list as its found tools last made it (one each: each finds anew)
+        self._views: dict[str, tuple[tuple[str, ...], Catalog]] = {}
         if self.on:
             try:
                 require()  # refused at start, not at the first search: the extra is missing
@@ -136,14 +140,15 @@ class Search:
         added = tuple(self._found.get(client.key, ())) if client.key is not None else ()
         if not added:
             return self._offered
-        view = self._views.get((client.key or "", added))
-        if view is None:
-            listed = {t.name for t in self._offered.tools}
-            searched = {t.name: t for t in self._searched.tools}
-            # a tool held or denied since it was found is no longer in the searched catalog
-            more = tuple(searched[name] for name in added if name in searched and name not in listed)
-            view = dataclasses.replace(self._offered, tools=(*self._offered.tools, *more))
-            self._views[(client.key or "", added)] = view
+        cached = self._views.get(client.key or "")
+        if cached is not None and cached[0] == added:
+            return cached[1]
+        listed = {t.name for t in self._offered.tools}
+        searched = {t.name: t for t in self._searched.tools}
+        # a tool held or denied since it was found is no longer in the searched catalog
+        more = tuple(searched[name] for name in added if name in searched and name not in listed)
+        view = dataclasses.replace(self._offered, tools=(*self._offered.tools, *more))
+        self._views[client.key or ""] = (added, view)
         return view
 
     @property
@@ -188,9 +193,12 @@ class Search:
         """Add what a search found to the list of a client known to list again when told to."""
         if client.key is None or not names or not known(client.name).list_changed or not self.searching(client):
             return False
-        before = self._found.get(client.key, [])
+        before = self._found.pop(client.key, [])  # put back last: the latest to find
         after = [name for name in before if name not in names] + names
         self._found[client.key] = after = after[-MAX_ADDED:]
+        for gone in list(self._found)[:-MAX_CLIENTS]:  # the longest without a find: most likely ended
+            del self._found[gone]
+            self._views.pop(gone, None)
         return set(after) != set(before)
 
     def inner(self, params: types.CallToolRequestParams) -> types.CallToolRequestParams | types.CallToolResult:
