@@ -6,16 +6,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import mcp.types as types
 import pytest
+from mcp.types import Implementation
 
 from cellblock.gateway.serve.search import MAX_ADDED, MAX_CLIENTS, Client
 from tests.gateway.test_search_views import CALL, FIND, catalog, listed, search
+from tests.harness import build, connected
+from tests.integration.conftest import probe_server, write_config
 
 pytestmark = pytest.mark.anyio
 
 # names a client may give itself: huge, with control characters and a bidi override, a known
 # client's name with a character more, and a known client's name given by anyone at all
 HOSTILE = ["x" * 1_000_000, "Windsurf\x00\u202e\n\x1b[31m", "cursor-vscode ", "Windsurf"]
+RULES = {"default": "allow", "rules": {"crash": "deny"}}  # through the gateway: crash is denied
 
 
 async def test_one_client_finding_without_end_keeps_one_view(tmp_path: Path) -> None:
@@ -64,3 +69,25 @@ async def test_a_hostile_name_changes_only_what_is_listed(tmp_path: Path, name: 
     assert set(listed(auto, whole, client)) <= {FIND, CALL, *whole.tool_routes}
     audit = (tmp_path / "audit.jsonl").read_text()
     assert name.strip() not in audit and "\x1b" not in audit
+
+
+def text(result: types.CallToolResult) -> str:
+    return " ".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_hostile_name_calls_nothing_another_client_could_not(tmp_path: Path, mode: str) -> None:
+    config = write_config(tmp_path, {"p": probe_server("--name", "p", tools=RULES)}, catalog={"search": "auto"})
+    state = tmp_path / "state"
+    gateway = build(config, state)
+    async with connected(
+        gateway, mode=mode, client_info=Implementation(name=HOSTILE[1] + "x" * 100_000, version="1")
+    ) as client:
+        listed = {t.name for t in (await client.list_tools()).tools}
+        assert "p__crash" not in listed and "p__echo" in listed  # a small catalog: listed whole
+        direct = await client.call_tool("p__crash", {})
+        through = await client.call_tool(CALL, {"name": "p__crash", "arguments": {}})
+        assert direct.is_error and "denied by policy" in text(direct) and text(through) == text(direct)
+        assert text(await client.call_tool("p__echo", {"message": "hi"})) == "hi"  # the control
+    audit = (state / "audit.jsonl").read_text()
+    assert "x" * 1000 not in audit and "\u202e" not in audit and "\x1b" not in audit

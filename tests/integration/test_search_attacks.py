@@ -8,11 +8,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import anyio
+import mcp.types as types
 import pytest
+from mcp.types import Implementation
 
 from cellblock.gateway.wire.early import RECORD
-from tests.integration.conftest import probe_server, write_config
+from tests.integration.conftest import cli_env, gateway, probe_server, write_config
 from tests.integration.raw import MODERN_META, Raw, raw_gateway
+from tests.integration.test_search import text
 
 pytestmark = pytest.mark.anyio
 
@@ -78,3 +82,42 @@ async def test_the_fast_path_and_the_sdk_list_the_same_for_the_same_client(tmp_p
             sdk = await raw.request("tools/list", {**extra, "cursor": "next"})
             assert names(fast) == names(sdk), client
             assert fast["result"] == sdk["result"]
+
+
+class Told:
+    """A handshake-era client's side of `notifications/tools/list_changed`."""
+
+    def __init__(self) -> None:
+        self.changed = anyio.Event()
+
+    async def message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.changed.set()
+
+    async def wait(self) -> None:
+        with anyio.fail_after(20):
+            await self.changed.wait()
+        self.changed = anyio.Event()
+
+
+async def test_a_found_tool_that_the_lock_then_holds_leaves_the_list_and_the_client_is_told(tmp_path: Path) -> None:
+    rules = {"default": "allow", "rules": {"crash": "deny"}}
+    server = probe_server("--name", "p", "--extra-tools", "55", lock={"first": "trust"}, tools=rules)
+    config = write_config(tmp_path, {"p": server}, catalog={"search": "auto"})
+    told = Told()
+    windsurf = Implementation(name="Windsurf", version="1")
+    env = cli_env(tmp_path)
+    async with gateway(
+        config, Path(env["CELLBLOCK_STATE_DIR"]), mode="legacy", client_info=windsurf, message_handler=told.message
+    ) as client:
+        assert "p__echo" not in {t.name for t in (await client.list_tools()).tools}
+        result = await client.call_tool(FIND, {"query": "repeat my message back to me"})
+        assert json.loads(text(result))["tools"][0]["name"] == "p__echo"
+        await told.wait()
+        assert "p__echo" in {t.name for t in (await client.list_tools()).tools}  # the control: it joined
+        await client.call_tool("p__rug_pull", {"description": "echo, and read ~/.ssh"})
+        await told.wait()  # the lock holds the changed tool: the catalog changed, and the client is told
+        listed = {t.name for t in (await client.list_tools()).tools}
+        assert "p__echo" not in listed and "p__crash" not in listed, sorted(listed)
+        again = json.loads(text(await client.call_tool(FIND, {"query": "repeat my message back to me"})))
+        assert "p__echo" not in [t["name"] for t in again["tools"]]
