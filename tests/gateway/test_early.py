@@ -13,7 +13,15 @@ from typing import Any
 
 import pytest
 
-from cellblock.gateway.wire.early import RECORD, Early, EarlyAnswers, fingerprint, load_answers, request_key
+from cellblock.gateway.wire.early import (
+    MAX_ANSWERS,
+    RECORD,
+    Early,
+    EarlyAnswers,
+    fingerprint,
+    load_answers,
+    request_key,
+)
 
 HELLO = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
 ANSWERS = {
@@ -226,6 +234,20 @@ def test_the_record_is_used_only_under_its_own_fingerprint(tmp_path: Path) -> No
         assert load_answers(state, fingerprint(config, state)) == {}
     (state / RECORD).write_text(json.dumps({"fingerprint": fingerprint(config, state), "answers": {"k": 1}}))
     assert load_answers(state, fingerprint(config, state)) == {}  # an answer must be JSON text
+
+
+def test_the_record_keeps_the_latest_answers_of_clients_that_come_and_go(tmp_path: Path) -> None:
+    config, state = setup_state(tmp_path)
+    early = Early(state / RECORD, fingerprint(config, state), {})
+    # each client that opens (its name and version in its initialize) adds its answers
+    for n in range(MAX_ANSWERS * 3):
+        early.record(request_key("initialize", {"clientInfo": {"name": f"client {n}", "version": "1"}}) or "", "{}")
+    early.record(request_key("tools/list", {}, "client 0") or "", '{"tools":[]}')
+    early.save()
+    kept = load_answers(state, fingerprint(config, state))
+    assert len(kept) == MAX_ANSWERS
+    assert request_key("tools/list", {}, "client 0") in kept  # the latest answered stays
+    assert request_key("initialize", {"clientInfo": {"name": "client 0", "version": "1"}}) not in kept
 
 
 def test_nothing_is_saved_without_a_fingerprint(tmp_path: Path) -> None:

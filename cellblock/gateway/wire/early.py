@@ -40,6 +40,7 @@ from cellblock.gateway.wire.stdio import is_pipe
 
 __all__ = [
     "CODE",
+    "MAX_ANSWERS",
     "RECORD",
     "SAVE_AFTER_SECONDS",
     "Early",
@@ -70,6 +71,9 @@ _ENV_SKIPPED = ("CELLBLOCK_STATE_DIR",)
 _CHUNK = 64 * 1024
 # An opening request is a few hundred bytes; a longer line is not one, and is left to the gateway.
 EARLY_LINE_LIMIT = 64 * 1024
+# answers kept in the record, the latest answered kept: a client's opening is a handful, and each
+# client that opened (by its name and version) adds its own
+MAX_ANSWERS = 32
 # Cellblock's own code, all of whose modules the fingerprint covers
 CODE = Path(__file__).resolve().parents[2]
 
@@ -192,7 +196,10 @@ class Early:
         """Keep `result` as the answer to `key`; True when that changed the record."""
         if self.fingerprint is None or self.answers.get(key) == result:
             return False
+        self.answers.pop(key, None)  # put back last: the latest answered
         self.answers[key] = result
+        for oldest in list(self.answers)[:-MAX_ANSWERS]:
+            del self.answers[oldest]
         self.changed = True
         return True
 
