@@ -3,7 +3,8 @@
 Every tool, prompt, resource, resource template and the server's instructions is one *item*,
 keyed `tool:<name>`, `prompt:<name>`, `resource:<uri>`, `template:<uriTemplate>` or
 `instructions` (`item_keys`). Each item is hashed on its own (`digest`), so a change holds back
-that item only (`check`), and `describe` shows what changed, item by item, for `cellblock diff`.
+that item only (`check`), and `describe` (policy/lockdiff.py) shows what changed, item by item,
+for `cellblock diff`.
 
 What the digest covers: the whole wire dict, every field, including ones a server may change
 without meaning harm (`title`, `icons`, its own `_meta`). Excluding a field would give a server
@@ -31,13 +32,11 @@ Errors (both are `CellblockError`, see `policy/errors.py`):
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import math
 import os
 import re
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +48,8 @@ from cellblock.policy.files import atomic_write_json
 from cellblock.policy.text import visible as _visible
 
 __all__ = [
+    "INSTRUCTIONS",
+    "KINDS",
     "LOCK_VERSION",
     "Catalog",
     "CatalogError",
@@ -58,15 +59,15 @@ __all__ = [
     "LockError",
     "Pending",
     "approve",
+    "canonical",
     "check",
-    "describe",
     "digest",
     "item_keys",
     "load_lock",
     "load_pending",
-    "offered",
     "save_lock",
     "save_pending",
+    "stable",
     "without_protocol_meta",
 ]
 
@@ -75,18 +76,17 @@ LOCK_VERSION = 1
 Item = dict[str, Any]
 
 # (catalog field, key prefix, the field that names the item)
-_KINDS: tuple[tuple[str, str, str], ...] = (
+KINDS: tuple[tuple[str, str, str], ...] = (
     ("tools", "tool", "name"),
     ("prompts", "prompt", "name"),
     ("resources", "resource", "uri"),
     ("templates", "template", "uriTemplate"),
     ("apps", "app", "uri"),  # an MCP App's ui:// resource by its content's digest: a changed app is held
 )
-_PREFIXES = frozenset(prefix for _, prefix, _ in _KINDS)
-_INSTRUCTIONS = "instructions"
+_PREFIXES = frozenset(prefix for _, prefix, _ in KINDS)
+INSTRUCTIONS = "instructions"
 _PROTOCOL_META = "io.modelcontextprotocol/"
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-_TEXT_FIELDS = ("title", "description", "text")  # shown as text diffs, in this order
 
 
 class LockError(CellblockError):
@@ -110,7 +110,7 @@ class Catalog(TypedDict):
 # -- items and digests ------------------------------------------------------------------------
 
 
-def _canonical(value: Any) -> str:
+def canonical(value: Any) -> str:
     """`value` as canonical JSON text.
 
     Raises:
@@ -127,7 +127,7 @@ def without_protocol_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in meta.items() if not (isinstance(k, str) and k.startswith(_PROTOCOL_META))}
 
 
-def _stable(item: Mapping[str, Any]) -> Item:
+def stable(item: Mapping[str, Any]) -> Item:
     """`item` without the protocol's own `_meta` stamps (see the module docstring)."""
     stable = dict(item)
     meta = stable.get("_meta")
@@ -147,12 +147,12 @@ def digest(item: Mapping[str, Any]) -> str:
         CatalogError: `item` is not plain JSON (NaN, infinities, other Python objects).
     """
     # surrogatepass: a lone surrogate from a "\\ud800" escape on the wire must hash, not crash
-    return hashlib.sha256(_canonical(_stable(item)).encode("utf-8", "surrogatepass")).hexdigest()
+    return hashlib.sha256(canonical(stable(item)).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _plain(item: Mapping[str, Any]) -> Item:
     """A deep copy of `item` made of JSON types only (tuples become lists)."""
-    copy: Item = json.loads(_canonical(item))
+    copy: Item = json.loads(canonical(item))
     return copy
 
 
@@ -165,7 +165,7 @@ def item_keys(catalog: Catalog | Mapping[str, Any]) -> dict[str, Item]:
     """
     source: Mapping[str, Any] = catalog
     keys: dict[str, Item] = {}
-    for field, prefix, id_field in _KINDS:
+    for field, prefix, id_field in KINDS:
         entries = source.get(field) or []
         if not isinstance(entries, list | tuple):
             raise CatalogError(f"the catalog's {field} is not a list")
@@ -178,14 +178,14 @@ def item_keys(catalog: Catalog | Mapping[str, Any]) -> dict[str, Item]:
             key = f"{prefix}:{ident}"
             item = dict(entry)
             # two different items under one name: the lock cannot say which one was approved
-            if key in keys and _canonical(keys[key]) != _canonical(item):
+            if key in keys and canonical(keys[key]) != canonical(item):
                 raise CatalogError(f"the catalog lists {_visible(key)} twice, differently; Cellblock cannot lock it")
             keys[key] = item
-    instructions = source.get(_INSTRUCTIONS)
+    instructions = source.get(INSTRUCTIONS)
     if instructions is not None and not isinstance(instructions, str):
         raise CatalogError("the server's instructions are not a string")
     if instructions:
-        keys[_INSTRUCTIONS] = {"text": instructions}
+        keys[INSTRUCTIONS] = {"text": instructions}
     return dict(sorted(keys.items()))
 
 
@@ -193,7 +193,7 @@ def _is_key(key: object) -> bool:
     if not isinstance(key, str):
         return False
     prefix, sep, rest = key.partition(":")
-    return key == _INSTRUCTIONS or (bool(sep) and prefix in _PREFIXES and bool(rest))
+    return key == INSTRUCTIONS or (bool(sep) and prefix in _PREFIXES and bool(rest))
 
 
 def _check_keys(keys: Iterable[object]) -> None:
@@ -470,119 +470,3 @@ def save_pending(path: str | os.PathLike[str], server: str, items: Mapping[str, 
         atomic_write_json(path, doc)
     except OSError as exc:
         raise LockError(f"cannot write pending catalog file {path} ({exc.strerror or exc})") from exc
-
-
-# -- describe ---------------------------------------------------------------------------------
-
-
-def _show(value: Any) -> str:
-    return _visible(json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": ")))
-
-
-def _pointer(parent: str, key: str | int) -> str:
-    # RFC 6901: "~" and "/" inside a key are escaped
-    return f"{parent}/{str(key).replace('~', '~0').replace('/', '~1')}"
-
-
-def _pointer_diff(old: Any, new: Any, at: str) -> list[str]:
-    """`+`, `-` and `~` lines, one per JSON pointer where `old` and `new` differ."""
-    if _canonical(old) == _canonical(new):
-        return []
-    if isinstance(old, dict) and isinstance(new, dict):
-        lines: list[str] = []
-        for key in sorted(old.keys() | new.keys()):
-            where = _pointer(at, key)
-            if key not in old:
-                lines.append(f"+ {_visible(where)}: {_show(new[key])}")
-            elif key not in new:
-                lines.append(f"- {_visible(where)}: {_show(old[key])}")
-            else:
-                lines.extend(_pointer_diff(old[key], new[key], where))
-        return lines
-    nested = isinstance(old, list) and isinstance(new, list) and len(old) == len(new)
-    if nested and any(isinstance(v, dict | list) for v in [*old, *new]):
-        return [
-            line for i, (a, b) in enumerate(zip(old, new, strict=True)) for line in _pointer_diff(a, b, _pointer(at, i))
-        ]
-    return [f"~ {_visible(at)}: {_show(old)} -> {_show(new)}"]
-
-
-def _text_lines(text: str) -> list[str]:
-    # split on "\n" only: "\r", "\x85" or "\u2028" must show as escapes, not end a line
-    return [_visible(line) for line in text.split("\n")]
-
-
-def _indent(lines: Iterable[str], depth: int) -> list[str]:
-    return [" " * depth + line for line in lines]
-
-
-def _describe_changed(key: str, approved: Item, current: Item) -> list[str]:
-    old, new = _stable(approved), _stable(current)
-    texts: list[str] = []
-    sections: list[str] = []
-    rest: list[str] = []
-    rank = {field: i for i, field in enumerate(_TEXT_FIELDS)}
-    fields = sorted(old.keys() | new.keys(), key=lambda f: (rank.get(f, len(rank)), f))
-    for field in fields:
-        a, b = old.get(field), new.get(field)
-        if field in old and field in new and _canonical(a) == _canonical(b):
-            continue
-        if field in _TEXT_FIELDS and isinstance(a, str) and isinstance(b, str):
-            diff = difflib.unified_diff(_text_lines(a), _text_lines(b), "approved", "current", lineterm="")
-            texts += [f"  {field}:", *_indent(diff, 4)]
-        elif isinstance(a, dict) and isinstance(b, dict):
-            sections += [f"  {_visible(field)}:", *_indent(_pointer_diff(a, b, ""), 4)]
-        elif field not in old:
-            rest.append(f"+ {_visible(_pointer('', field))}: {_show(b)}")
-        elif field not in new:
-            rest.append(f"- {_visible(_pointer('', field))}: {_show(a)}")
-        else:
-            rest.extend(_pointer_diff(a, b, _pointer("", field)))
-    other = ["  fields:", *_indent(rest, 4)] if rest else []
-    return [f"changed {_visible(key)}", *texts, *sections, *other]
-
-
-def _describe_added(key: str, item: Item) -> list[str]:
-    lines = [f"new {_visible(key)}"]
-    shown = _stable(item)
-    for field in _TEXT_FIELDS:
-        if isinstance(shown.get(field), str):
-            lines += [f"  {field}:", *_indent(_text_lines(shown.pop(field)), 4)]
-    lines += _indent((f"+ {_visible(_pointer('', f))}: {_show(shown[f])}" for f in sorted(shown)), 2)
-    return lines
-
-
-def offered(keys: Iterable[str]) -> str:
-    """What the item keys `keys` name, counted by kind: "3 tools, 1 prompt, instructions"."""
-    counts = Counter(key.partition(":")[0] for key in keys)
-    said = [f"{counts[kind]} {kind}{'' if counts[kind] == 1 else 's'}" for _, kind, _ in _KINDS if counts[kind]]
-    return ", ".join(said + (["instructions"] if counts[_INSTRUCTIONS] else [])) or "nothing"
-
-
-def describe(result: LockCheck, server: str, first: bool = False) -> str:
-    """A readable, per-item account of `result` for `cellblock diff SERVER`; nothing is truncated.
-
-    The first line sums it up: for a server never approved (`first`), what it offers; else what
-    changed. Changed items show a unified diff of their text fields (title, description,
-    instructions) and JSON-pointer lines for everything else; new items show their description and
-    fields; removed items are named. Sorted by key, so the same check always reads the same.
-    """
-    name = _visible(server)
-    if result.clean:
-        return f"catalog of '{name}' matches what was approved"
-    if first:
-        lines = [f"first contact with '{name}': {offered(result.added)}, none approved yet"]
-    else:
-        lines = [
-            f"catalog of '{name}' changed since it was approved: {len(result.changed)} changed,"
-            f" {len(result.added)} new, {len(result.removed)} removed"
-        ]
-    for key in sorted(result.changed):
-        lines += ["", *_describe_changed(key, *result.changed[key])]
-    for key in sorted(result.added):
-        lines += ["", *_describe_added(key, result.added[key])]
-    for key in sorted(result.removed):
-        lines += ["", f"removed {_visible(key)}"]
-    if result.held:
-        lines += ["", f"held until approved; accept with 'cellblock approve {name}'"]
-    return "\n".join(lines)

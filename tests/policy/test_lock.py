@@ -27,15 +27,14 @@ from cellblock.policy.lock import (
     LockError,
     approve,
     check,
-    describe,
     digest,
     item_keys,
     load_lock,
     load_pending,
-    offered,
     save_lock,
     save_pending,
 )
+from cellblock.policy.lockdiff import describe, offered
 
 READ: Item = {
     "name": "read_file",

@@ -19,7 +19,8 @@ from cellblock.gateway.serve.locking import (
     unasked_marks,
 )
 from cellblock.gateway.state import lock_path, pending_path, state_dir
-from cellblock.policy.lock import check, describe, load_lock
+from cellblock.policy.lock import check, load_lock
+from cellblock.policy.lockdiff import describe
 from cellblock.policy.text import visible
 
 __all__ = [

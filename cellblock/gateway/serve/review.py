@@ -34,7 +34,8 @@ from cellblock.gateway.serve.pipeline import Call
 from cellblock.gateway.serve.status import REVIEW, ServerStatus, status_text
 from cellblock.gateway.state import lock_path, pending_path
 from cellblock.policy.errors import CellblockError
-from cellblock.policy.lock import Lock, LockError, check, describe, load_lock, load_pending
+from cellblock.policy.lock import Lock, LockError, check, load_lock, load_pending
+from cellblock.policy.lockdiff import describe
 
 __all__ = ["Review"]
 
