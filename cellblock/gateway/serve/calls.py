@@ -8,7 +8,7 @@ the SDK's client), the server's questions to the user while it runs, the rounds 
 server asks for, progress and logs, cancellation, the timeout (the channel's, per round), the
 shaping of the result, the end of its audit record, and the answer.
 
-Where the answer goes is the `Reply` of the request the call came on: the wire, for the fast
+Where the answer goes is the `Reply` of the request the call came on (`serve/replies.py`): the wire, for the fast
 path, or the SDK handler that awaits it. Asking the user is a change of state, never a change of
 machinery: a handshake-era client is asked within the request (`Reply.direct`); a 2026-07-28
 client is answered with the question, the call is parked (`ask/elicitation.ParkedCalls`), and
@@ -18,38 +18,35 @@ a time: another the server asks meanwhile waits, and goes to the client on the r
 
 from __future__ import annotations
 
-import contextlib
-import math
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import anyio.abc
 import mcp.types as types
-from mcp.server.context import ServerRequestContext
-from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 from mcp_types import methods as _methods
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
-from cellblock.gateway.ask.elicitation import PARK_SECONDS, Asker, DirectAsker, InputNeeded, ParkedCalls
+from cellblock.gateway.ask.elicitation import PARK_SECONDS, Asker, InputNeeded, ParkedCalls
 from cellblock.gateway.ask.forms import framed
 from cellblock.gateway.credentials import CredentialError
 from cellblock.gateway.downstream.rounds import DownstreamError, Round
 from cellblock.gateway.downstream.supervisor import Downstream
 from cellblock.gateway.namespacing import UriTable
 from cellblock.gateway.scrub import Scrubbed, scrub, scrub_result
-from cellblock.gateway.serve.approvals import can_elicit, can_elicit_url, can_sample
 from cellblock.gateway.serve.items import held_reason
 from cellblock.gateway.serve.pipeline import Call, Pipeline
 from cellblock.gateway.serve.shaping import exposed_result
 
-__all__ = ["INPUT_KEY", "LOG_LEVELS", "CallState", "Calls", "Reply", "SessionReply", "ToolCall", "log_passes"]
+if TYPE_CHECKING:
+    from cellblock.gateway.serve.replies import Reply
+
+__all__ = ["INPUT_KEY", "LOG_LEVELS", "CallState", "Calls", "ToolCall", "log_passes"]
 
 # The key of the one question a parked 2026-07-28 call puts to the client at a time. A retry
 # carries the answer to the question its request state names; a task's tasks/update names only
@@ -72,48 +69,6 @@ class CallState(Enum):
     PARKED = "parked"  # 2026-07-28: the client holds the question; the call waits for its retry
     DONE = "done"  # answered (or the answer had nobody left to go to)
     CANCELLED = "cancelled"  # the client cancelled it, or its retry never came: never answered
-
-
-class Reply(Protocol):
-    """The client's request a call answers: where its answer, progress and logs go."""
-
-    modern: bool  # the client speaks 2026-07-28: questions become input_required answers
-    # a question is answered by the client's retry of the request (else by tasks/update: a task)
-    retried: bool
-    wants_progress: bool
-    carries_logs: bool  # the server's logs reach the client through this request
-
-    @property
-    def can_elicit(self) -> bool: ...
-    @property
-    def can_elicit_url(self) -> bool:
-        """The client can open a URL for the user (an OAuth login)."""
-        ...
-
-    @property
-    def can_sample(self) -> bool: ...
-
-    @property
-    def direct(self) -> Asker | None:
-        """Handshake era: asks the client within this request."""
-        ...
-
-    def progress(self, value: float, total: float | None, message: str | None) -> None: ...
-    def log(self, params: types.LoggingMessageNotificationParams) -> None: ...
-    def shape(self, result: dict[str, Any]) -> Any:
-        """The result as this request is answered with.
-
-        Raises:
-            ValueError: it does not validate as a call result.
-        """
-        ...
-
-    def answer(self, shaped: Any) -> None: ...
-    def ask(self, question: types.InputRequiredResult) -> None: ...
-
-
-# how the SDK's session sends a log to the client (the gateway's level applied)
-SendLog = Callable[[ServerSession, types.LoggingMessageNotificationParams], Awaitable[None]]
 
 
 @dataclass
@@ -181,6 +136,10 @@ class ToolCall:
     def can_sample(self) -> bool:
         client = self._client
         return client is not None and client.can_sample
+
+    @property
+    def parked(self) -> bool:
+        return self.state is CallState.PARKED
 
     @property
     def _client(self) -> Reply | None:
@@ -456,68 +415,6 @@ class ToolCall:
             # the server's error text is its own too (one line of text: it cannot be too deep to scrub)
             result = scrub_result(self._failed(exc), self.shared.secrets())
             return reply.shape(result), result
-
-
-class SessionReply:
-    """A `tools/call` the SDK's handler answers (see `serve/calls.Reply`): the handler awaits
-    `outcome`, which also sends the call's progress and logs, in order, before its answer."""
-
-    def __init__(self, send_log: SendLog, ctx: ServerRequestContext[Any, Any]) -> None:
-        session = self.session = ctx.session
-        self.send_log = send_log
-        self.modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
-        self.retried = True
-        self.can_elicit, self.can_elicit_url = can_elicit(session), can_elicit_url(session)
-        self.can_sample = can_sample(session)
-        self.wants_progress = (ctx.meta or {}).get("progress_token") is not None
-        self.carries_logs = True  # the SDK's session sends each as this request's era allows
-        self.direct: Asker | None = None if self.modern else DirectAsker(session, ctx.request_id)
-        self._send, self._events = anyio.create_memory_object_stream[Any](math.inf)
-
-    def progress(self, value: float, total: float | None, message: str | None) -> None:
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._send.send_nowait((value, total, message))
-
-    def log(self, params: types.LoggingMessageNotificationParams) -> None:
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._send.send_nowait(params)
-
-    async def tell(self, message: str) -> None:
-        """Tell the client about its call while it waits, the way it can hear: a progress message
-        where it asked for progress, else a log message."""
-        if self.wants_progress:
-            with contextlib.suppress(Exception):  # the client may be gone; progress is best effort
-                await self.session.report_progress(0, None, message)
-        else:
-            params = types.LoggingMessageNotificationParams(level="warning", logger="cellblock", data=message)
-            await self.send_log(self.session, params)
-
-    def shape(self, result: dict[str, Any]) -> Any:
-        return types.CallToolResult.model_validate(result, by_name=False)
-
-    def answer(self, shaped: Any) -> None:
-        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._send.send_nowait(shaped)
-
-    def ask(self, question: types.InputRequiredResult) -> None:
-        self.answer(question)
-
-    async def outcome(self, tc: ToolCall) -> types.CallToolResult | types.InputRequiredResult:
-        """The call's answer to this request: its result, or (2026-07-28) its question."""
-        try:
-            while True:
-                event = await self._events.receive()
-                if isinstance(event, types.LoggingMessageNotificationParams):
-                    await self.send_log(self.session, event)
-                elif isinstance(event, tuple):
-                    with contextlib.suppress(Exception):  # the client may be gone; progress is best effort
-                        await self.session.report_progress(*event)
-                else:
-                    return cast(types.CallToolResult | types.InputRequiredResult, event)
-        finally:
-            self._send.close()
-            if tc.state is not CallState.PARKED:
-                tc.cancel("cancelled by the client")  # a cancelled request takes its call with it
 
 
 _CANCEL = types.ElicitResult(action="cancel")

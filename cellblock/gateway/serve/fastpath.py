@@ -87,7 +87,7 @@ class WireAsker:
 
 
 class WireReply:
-    """A client's `tools/call` answered on the wire (see `serve/calls.Reply`)."""
+    """A client's `tools/call` answered on the wire (see `serve/replies.Reply`)."""
 
     def __init__(self, path: FastPath, ident: Any, version: str, token: str | int | None, params: dict[str, Any]):
         self.path, self.ident, self.version, self.token = path, ident, version, token

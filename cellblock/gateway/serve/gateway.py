@@ -48,7 +48,7 @@ from cellblock.gateway.downstream.startable import startable_of
 from cellblock.gateway.downstream.supervisor import START_SECONDS, Downstream, State
 from cellblock.gateway.scrub import Scrubbed, scrub
 from cellblock.gateway.serve.approvals import Approvals, NeedsInput
-from cellblock.gateway.serve.calls import Calls, SessionReply, ToolCall, log_passes
+from cellblock.gateway.serve.calls import Calls, ToolCall, log_passes
 from cellblock.gateway.serve.catalog import Catalog, build_catalog
 from cellblock.gateway.serve.control import ControlServer, socket_path
 from cellblock.gateway.serve.fastpath import FastPath
@@ -58,6 +58,7 @@ from cellblock.gateway.serve.locking import POLL_SECONDS, Locks
 from cellblock.gateway.serve.operations import Operations
 from cellblock.gateway.serve.pipeline import Asking, Call, Pipeline
 from cellblock.gateway.serve.reads import Reads
+from cellblock.gateway.serve.replies import SessionReply
 from cellblock.gateway.serve.review import Review
 from cellblock.gateway.serve.sealed import STATE_PREFIX as APPROVAL_STATE
 from cellblock.gateway.serve.search import Client, Search, client_of

@@ -95,7 +95,7 @@ def _related(params: Any, task: Task) -> Any:
 
 
 class HandshakeTaskReply(TaskReply):
-    """A 2025-11-25 client's task (see `serve/calls.Reply`): its end is the task's result, shaped
+    """A 2025-11-25 client's task (see `serve/replies.Reply`): its end is the task's result, shaped
     as that version's `CallToolResult`; a question of its server goes to the client as a request
     of its own (`direct`), tied to the task, while the task is `input_required`."""
 

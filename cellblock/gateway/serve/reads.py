@@ -27,11 +27,11 @@ from cellblock.gateway.downstream.supervisor import START_SECONDS, Downstream
 from cellblock.gateway.namespacing import is_app
 from cellblock.gateway.scrub import scrub
 from cellblock.gateway.serve.approvals import Approvals, NeedsInput
-from cellblock.gateway.serve.calls import SessionReply
 from cellblock.gateway.serve.catalog import Catalog
 from cellblock.gateway.serve.items import Standing, held_reason, resource_standing, template_standing
 from cellblock.gateway.serve.locking import Locks
 from cellblock.gateway.serve.pipeline import Asking, Call, Pipeline
+from cellblock.gateway.serve.replies import SessionReply
 from cellblock.gateway.serve.shaping import unstamped
 from cellblock.policy.rules import Policy
 from cellblock.policy.types import Decision, Verdict

@@ -136,7 +136,7 @@ class Task:
 
 
 class TaskReply:
-    """A call whose client holds a task (see `serve/calls.Reply`): its answer is the task's
+    """A call whose client holds a task (see `serve/replies.Reply`): its answer is the task's
     result. A question of its server parks the call, which the task shows as its `inputRequests`
     (`Task.asked`) until tasks/update answers it."""
 
