@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import re
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +54,7 @@ from cellblock.gateway.serve.fastpath import FastPath
 from cellblock.gateway.serve.handshake_tasks import HandshakeTasks
 from cellblock.gateway.serve.listeners import ChangingServer, Listeners
 from cellblock.gateway.serve.locking import POLL_SECONDS, Locks
+from cellblock.gateway.serve.opening import Recording
 from cellblock.gateway.serve.operations import Operations
 from cellblock.gateway.serve.pipeline import Asking, Call, Pipeline
 from cellblock.gateway.serve.reads import Reads
@@ -69,7 +69,7 @@ from cellblock.gateway.serve.tasks import Tasks
 from cellblock.gateway.serve.telemetry import telemetry_for
 from cellblock.gateway.state import atomic_write_json, clean_stale_temps, read_json
 from cellblock.gateway.wire.client import Wire
-from cellblock.gateway.wire.early import SAVE_AFTER_SECONDS, Early, Handover
+from cellblock.gateway.wire.early import Early, Handover
 from cellblock.gateway.wire.stdio import client_stdio
 from cellblock.policy.types import Decision, Verdict
 
@@ -183,7 +183,6 @@ class Gateway:
         self._settled = anyio.Event()
         self._listed = anyio.Event()  # the client has asked for a list
         self._start_catalog: Catalog | None = None  # the catalog once settled, until it changes
-        self._saving = False
         self._tg: anyio.abc.TaskGroup | None = None
         self.reads = Reads(self)
         self.client_tasks = Tasks(self.audit)
@@ -216,13 +215,14 @@ class Gateway:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_stop_on_signal, tg.cancel_scope)
                 limit = int(self.config.defaults.max_message_size)
+                recording = self._recording()
                 with client_stdio(handover.data, limit) as (make_reader, writer):
                     wire = self.listeners.wire = Wire(
                         make_reader,
                         writer,
                         served=handover.served,
-                        record=self._record,
-                        differed=self._differed,
+                        record=recording.record if recording is not None else None,
+                        differed=recording.differed if recording is not None else None,
                         introduced=self.offer.expecting(),  # one client: what its servers are offered
                     )
                     fast = FastPath(self, wire)
@@ -234,41 +234,16 @@ class Gateway:
                 self.early.save()
             self.audit.close()  # writes the counts of events a budget left out (audit_budget)
 
-    def _record(self, key: str, result: Callable[[], str | None]) -> None:
-        """An opening answer, kept for the next start while the catalog is still the one it starts with."""
-        if self.early is None or self.catalog is not self._start_catalog or self.search.added:
-            return  # a list that searches added to is this run's only
-        text = result()
-        if text is not None and self.early.record(key, text):
-            self._save_record_soon()
+    def _recording(self) -> Recording | None:
+        """This start's record of its opening answers, kept while they are the start's own (a list
+        that searches added to is this run's only)."""
+        if self.early is None:
+            return None
 
-    def _save_record_soon(self) -> None:
-        if not self._saving:  # see SAVE_AFTER_SECONDS
-            self._saving = True
-            self.tasks.start_soon(self._save_record)
+        def current() -> bool:
+            return self.catalog is self._start_catalog and not self.search.added
 
-    async def _save_record(self) -> None:
-        await anyio.sleep(SAVE_AFTER_SECONDS)
-        self._saving = False
-        early = self.early
-        record = early.snapshot() if early is not None else None
-        if early is not None and record is not None:
-            await anyio.to_thread.run_sync(early.write, record)
-
-    def _differed(self, key: str, early: str, result: str) -> None:
-        """The client was answered early with something the gateway would not say now."""
-        if self.early is not None and self.early.record(key, result):
-            self._save_record_soon()
-        method = json.loads(key)[0]
-        if method in _LIST_CHANGES:
-            logger.warning("the early answer to %s was out of date; the client is told to list again", method)
-            self.tasks.start_soon(self._announce, method)
-        else:  # the handshake: nothing in the protocol revises it
-            logger.warning(
-                "the early answer to %s was out of date; the client keeps it until it reconnects "
-                "(the record is corrected for the next start)",
-                method,
-            )
+        return Recording(self.early, lambda: self.tasks, current, self._announce)
 
     async def run(self, read: Any, write: Any) -> None:
         """Start the downstream servers and serve one client connection until it closes."""
