@@ -128,7 +128,7 @@ class Semantic:
 
     def ranked(self, text: str, allowed: Sequence[int], depth: int) -> list[int]:
         """The `depth` entries among `allowed` nearest to `text`, nearest first."""
-        if not text.strip() or not allowed:
+        if not text.strip() or len(allowed) == 0:
             return []
         np = self.model.numpy
         query = self.model.embed([text])[0]
