@@ -33,14 +33,9 @@ from cellblock.gateway.credentials import (
     id_token_entry,
     oauth_entries,
 )
-from cellblock.gateway.downstream import oauth
-from cellblock.gateway.downstream.oauth import (
-    KeyringTokenStorage,
-    LoopbackCatcher,
-    client_metadata,
-    oauth_provider,
-    redirect_uri_of,
-)
+from cellblock.gateway.downstream import callback
+from cellblock.gateway.downstream.callback import LoopbackCatcher
+from cellblock.gateway.downstream.oauth import KeyringTokenStorage, client_metadata, oauth_provider, redirect_uri_of
 
 pytestmark = pytest.mark.anyio
 
@@ -213,7 +208,7 @@ async def test_a_connection_that_sends_nothing_is_dropped_so_a_later_request_is_
 ) -> None:
     # The listener drops an idle connection after IDLE_SECONDS; shortened so the test is fast.
     # Without the drop the good request below would wait forever.
-    monkeypatch.setattr(oauth, "IDLE_SECONDS", 0.2)
+    monkeypatch.setattr(callback, "IDLE_SECONDS", 0.2)
     with anyio.fail_after(DEADLINE):
         async with LoopbackCatcher("notes", 0) as catcher, waiting(catcher) as outcome:
             idle = await anyio.connect_tcp("127.0.0.1", catcher.port)  # sends nothing, stays open

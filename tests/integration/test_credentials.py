@@ -26,7 +26,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from cellblock.gateway.downstream.oauth import LOGIN_PORT
+from cellblock.gateway.downstream.callback import LOGIN_PORT
 from tests.integration.conftest import PROBE, bus_at_the_standard_path, cli, cli_env, gateway, write_config
 from tests.servers.remote_run import run_remote
 

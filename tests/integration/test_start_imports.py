@@ -29,6 +29,7 @@ SERVE = (
 REMOTE_ONLY = (
     "cellblock.gateway.downstream.remote",
     "cellblock.gateway.downstream.oauth",
+    "cellblock.gateway.downstream.callback",
     "cellblock.gateway.downstream.discovery",
     "mcp.client.auth",
 )

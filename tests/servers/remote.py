@@ -59,7 +59,7 @@ SCOPE = "mcp"
 EXTRA_SCOPE = "notes.read"  # granted when asked for (a client's `auth.scope`), never needed
 TOKEN_ENV = "REMOTE_TOKEN"
 CLIENT_SECRET_ENV = "REMOTE_CLIENT_SECRET"
-PRE_REGISTERED_REDIRECT = "http://127.0.0.1:33418/callback"  # Cellblock's login listener (oauth.LOGIN_PORT)
+PRE_REGISTERED_REDIRECT = "http://127.0.0.1:33418/callback"  # Cellblock's login listener (callback.LOGIN_PORT)
 # Long enough for a slow test machine to finish the redirect dance, short enough to be realistic.
 CODE_LIFETIME = 300
 # uvicorn otherwise waits without end for open SSE streams when told to stop.

@@ -31,8 +31,9 @@ from cellblock.gateway.credentials import (
     id_token_entry,
     oauth_entries,
 )
+from cellblock.gateway.downstream.callback import LOGIN_SECONDS
 from cellblock.gateway.downstream.clientkey import key_algorithms
-from cellblock.gateway.downstream.oauth import LOGIN_SECONDS, KeyringTokenStorage
+from cellblock.gateway.downstream.oauth import KeyringTokenStorage
 from cellblock.gateway.downstream.remote import login
 from cellblock.gateway.state import state_dir
 

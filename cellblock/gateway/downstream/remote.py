@@ -2,7 +2,8 @@
 
 A bearer token is read from the keyring at each connect (so `cellblock auth set` takes effect at
 the next reconnect) and sent only to the server's own origin: a redirect elsewhere does not carry
-it. OAuth goes through gateway/downstream/oauth.py, its discovery only where gateway/downstream/discovery.py admits.
+it. OAuth goes through gateway/downstream/oauth.py (its login redirect caught by callback.py), its
+discovery only where gateway/downstream/discovery.py admits.
 The SDK reports HTTP failures without the status, so a response hook notes a 401 and `explain`
 turns what happened into an error that says what to do.
 """
@@ -26,21 +27,13 @@ from mcp.shared.auth import AuthorizationCodeResult
 from cellblock.gateway.ask.elicitation import Asker
 from cellblock.gateway.config.model import RemoteServer
 from cellblock.gateway.credentials import CredentialError, Keyring
+from cellblock.gateway.downstream.callback import CALLBACK_PATH, LOGIN_PORT, LOGIN_SECONDS, LoopbackCatcher
 from cellblock.gateway.downstream.connection import CLIENT_INFO
 from cellblock.gateway.downstream.discovery import DiscoveryGuard, DiscoveryRefused, PinnedTransport, origin
 from cellblock.gateway.downstream.enterprise import enterprise_provider
 from cellblock.gateway.downstream.httpwatch import HttpWatch
 from cellblock.gateway.downstream.keys import ServerKeys
-from cellblock.gateway.downstream.oauth import (
-    CALLBACK_PATH,
-    LOGIN_PORT,
-    LOGIN_SECONDS,
-    KeyringTokenStorage,
-    LoginNeeded,
-    LoopbackCatcher,
-    oauth_provider,
-    redirect_uri_of,
-)
+from cellblock.gateway.downstream.oauth import KeyringTokenStorage, LoginNeeded, oauth_provider, redirect_uri_of
 from cellblock.gateway.errors import first_line
 from cellblock.gateway.wire.stdio import DEFAULT_LINE_LIMIT
 
