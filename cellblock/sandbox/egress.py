@@ -10,8 +10,9 @@ speaks just enough HTTP/1.x proxying for ordinary clients:
 For each request: parse strictly (anything odd is a 400), normalise the host, match the rules
 (`policy/hosts.py`), resolve the name, check EVERY resolved address (a listed name must not lead to
 loopback or private ranges unless an IP rule names them), record the decision, and only then
-connect, to the checked IP itself, so DNS cannot change the answer in between. A refusal is a
-403 whose one-line body names the host, the reason and (`fix`) the command that allows it.
+connect, to the checked IP itself, so DNS cannot change the answer in between (the bytes then go
+through `sandbox/tunnel.py`). A refusal is a 403 whose one-line body names the host, the reason
+and (`fix`) the command that allows it.
 
 With an `ask` callable (`network: ask`), a host:port no rule lists is put to the human before
 anything else is done with it (no DNS leaves the machine before the yes, so a name cannot carry
@@ -33,7 +34,6 @@ from enum import StrEnum
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from cellblock.policy.hosts import (
@@ -59,6 +59,7 @@ from cellblock.sandbox.httphead import (
 )
 from cellblock.sandbox.jailnet import relay_names, resolv_mounts
 from cellblock.sandbox.launchers import launcher_mounts
+from cellblock.sandbox.tunnel import UnixStream, pipe
 from cellblock.sandbox.types import Mount, MountMode
 from cellblock.sandbox.unix import accept, bind_private
 
@@ -90,8 +91,6 @@ RESOLVE_TIMEOUT = 10.0
 CONNECT_TIMEOUT = 10.0
 # Seconds to deliver a refusal or error response; a client that does not read it is dropped.
 RESPONSE_TIMEOUT = 5.0
-# Bytes per read while piping.
-_CHUNK = 64 * 1024
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 _REASONS = {
@@ -206,7 +205,7 @@ class EgressProxy:
                 task_status.started()
                 while True:
                     conn = await accept(listener, f"egress proxy for {self.server!r}")
-                    stream = _UnixStream(conn)
+                    stream = UnixStream(conn)
                     if self._active >= MAX_CONNECTIONS:
                         tg.start_soon(self._refuse_busy, stream)
                     else:
@@ -219,7 +218,7 @@ class EgressProxy:
 
     # -- one connection --------------------------------------------------------------------
 
-    async def _refuse_busy(self, stream: _UnixStream) -> None:
+    async def _refuse_busy(self, stream: UnixStream) -> None:
         try:
             async with stream:
                 reason = f"too many concurrent connections (limit {MAX_CONNECTIONS})"
@@ -229,7 +228,7 @@ class EgressProxy:
             # top-level supervisor of one refused connection: it is closed either way
             logger.exception("egress proxy for %r: refusing a connection failed", self.server)
 
-    async def _handle(self, stream: _UnixStream) -> None:
+    async def _handle(self, stream: UnixStream) -> None:
         try:
             async with stream:
                 try:
@@ -257,7 +256,7 @@ class EgressProxy:
         finally:
             self._active -= 1
 
-    async def _proxy(self, stream: _UnixStream) -> None:
+    async def _proxy(self, stream: UnixStream) -> None:
         reader = BufferedByteReceiveStream(stream)
         head = await read_head(reader)
         request = parse_head(head)
@@ -314,7 +313,7 @@ class EgressProxy:
                 await stream.send(b"HTTP/1.1 200 Connection established\r\n\r\n")
             else:
                 await upstream.send(origin_head(request, host, port))
-            await _pipe(reader, stream, upstream)
+            await pipe(reader, stream, upstream)
 
     def _remedy(self, address: str, port: int, lead: str, end: str) -> str:
         """How the refusal of `address:port` ends: why no rule ever opens it (a metadata service, this
@@ -387,7 +386,7 @@ class EgressProxy:
     def _record(self, decision: Decision) -> None:
         self._on_decision(decision)
 
-    async def _respond(self, stream: _UnixStream, status: int, reason: str, host: str = "", port: int = 0) -> None:
+    async def _respond(self, stream: UnixStream, status: int, reason: str, host: str = "", port: int = 0) -> None:
         target = f"egress to {authority(host, port)}" if host else "egress request"
         body = f"cellblock: {target} refused for server {self.server!r}: {reason}\n".encode()
         head = (
@@ -398,88 +397,6 @@ class EgressProxy:
         ).encode()
         with anyio.move_on_after(RESPONSE_TIMEOUT), suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             await stream.send(head + body)
-
-
-# -- piping --------------------------------------------------------------------------------
-
-
-async def _pipe(reader: BufferedByteReceiveStream, client: _UnixStream, upstream: anyio.abc.SocketStream) -> None:
-    """Copy both ways until both sides are done; an EOF is passed on as a half-close."""
-    async with anyio.create_task_group() as tg:
-
-        async def copy(source: anyio.abc.ByteReceiveStream, sink: anyio.abc.ByteStream) -> None:
-            try:
-                while True:
-                    await sink.send(await source.receive(_CHUNK))
-            except anyio.EndOfStream:
-                with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                    await sink.send_eof()
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                # a reset on either side ends the whole exchange
-                tg.cancel_scope.cancel()
-
-        tg.start_soon(copy, reader, upstream)
-        tg.start_soon(copy, upstream, client)
-
-
-# -- the Unix socket ------------------------------------------------------------------------
-
-
-class _UnixStream(anyio.abc.ByteStream):
-    """A byte stream over an accepted Unix socket, waiting with `anyio.wait_readable/writable`.
-
-    anyio 4.16's own UNIX socket stream (asyncio backend) can raise InvalidStateError from an
-    event-loop callback when a pending receive is cancelled just as data arrives, which is how
-    every tunnel ends when the proxy stops; `wait_readable` tolerates that race.
-    """
-
-    def __init__(self, sock: socket.socket) -> None:
-        sock.setblocking(False)
-        self._sock = sock
-        self._closed = False
-
-    async def receive(self, max_bytes: int = _CHUNK) -> bytes:
-        await anyio.lowlevel.checkpoint()
-        while True:
-            if self._closed:
-                raise anyio.ClosedResourceError
-            try:
-                data = self._sock.recv(max_bytes)
-            except (BlockingIOError, InterruptedError):
-                await anyio.wait_readable(self._sock)
-                continue
-            except OSError as exc:
-                raise anyio.BrokenResourceError from exc
-            if not data:
-                raise anyio.EndOfStream
-            return data
-
-    async def send(self, item: bytes) -> None:
-        await anyio.lowlevel.checkpoint()
-        view = memoryview(item)
-        while view:
-            if self._closed:
-                raise anyio.ClosedResourceError
-            try:
-                sent = self._sock.send(view)
-            except (BlockingIOError, InterruptedError):
-                await anyio.wait_writable(self._sock)
-                continue
-            except OSError as exc:
-                raise anyio.BrokenResourceError from exc
-            view = view[sent:]
-
-    async def send_eof(self) -> None:
-        try:
-            self._sock.shutdown(socket.SHUT_WR)
-        except OSError as exc:
-            raise anyio.BrokenResourceError from exc
-
-    async def aclose(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._sock.close()
-        await anyio.lowlevel.checkpoint()
 
 
 # The in-jail end of the egress path: a stdlib script, and the loopback port it listens on (the
