@@ -351,7 +351,7 @@ def _run(args: argparse.Namespace) -> int:
             return wrap.unwrap(args.path, args.config)
         return wrap.wrap(args.path, args.config, listing=args.list, dry_run=args.dry_run, install=not args.no_install)
     if command in ("install", "update"):
-        from cellblock.gateway.downstream.packages import install_command, update_command
+        from cellblock.gateway.cli.install import install_command, update_command
 
         if command == "install":
             return install_command(args.servers, args.all, args.config)
