@@ -18,7 +18,7 @@ that shows a directory shows the sockets in it, so:
   hidden from it; a relative path; a path in another mount namespace; another hard link), the
   file is looked for by its device and inode in what the jail shares on that device
   (`sandbox/moved.py`). The gateway hides
-  each one inside what a jail shares (`gateway/downstream/launch.py`: a directory shown empty, a
+  each one inside what a jail shares (`gateway/downstream/private.py`: a directory shown empty, a
   socket as `/dev/null`) and refuses a grant of one.
 - **Abstract sockets** (a name in a network namespace, no file: X11's `@/tmp/.X11-unix/X0`, a
   bus at `unix:abstract=`) are looked up in the namespace the socket was made in: a jail that shares

@@ -21,8 +21,11 @@ import pytest
 from cellblock.gateway.cli.probe import ESCAPE
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import LocalServer
-from cellblock.gateway.downstream import launch
-from cellblock.gateway.downstream.launch import PIN, granted_roots, jail_spec, launch_plan, tell_jail
+from cellblock.gateway.downstream import jailreport, jailspec
+from cellblock.gateway.downstream.jailreport import tell_jail
+from cellblock.gateway.downstream.jailspec import PIN, jail_spec
+from cellblock.gateway.downstream.launch import launch_plan
+from cellblock.gateway.downstream.roots import granted_roots
 from cellblock.sandbox import escape, moved, pin, scope, sockets
 from cellblock.sandbox.marks import how_marked
 from cellblock.sandbox.mounts import Mounts, mountinfo
@@ -269,7 +272,7 @@ def test_a_server_whose_grants_take_too_long_to_look_through_for_a_moved_socket_
     where = Mounts.read().where(str(grant))
     assert where is not None
     monkeypatch.setattr(
-        launch, "bound_sockets", lambda: Bound(elsewhere=(Moved("/tmp/ssh-Ab12/agent.1", where[0], 1),))
+        jailspec, "bound_sockets", lambda: Bound(elsewhere=(Moved("/tmp/ssh-Ab12/agent.1", where[0], 1),))
     )
     let_go = threading.Event()
     scandir = os.scandir
@@ -361,7 +364,7 @@ def test_the_sockets_a_grant_holds_are_each_shown_as_dev_null_named_and_told(
     masked = next(i for i in range(len(args) - 2) if args[i : i + 3] == ["--dev-bind", "/dev/null", agent])
     assert grant < masked
     # and the log says so at the first start
-    with caplog.at_level(logging.WARNING, logger="cellblock.gateway.downstream.launch"):
+    with caplog.at_level(logging.WARNING, logger="cellblock.gateway.downstream.jailreport"):
         tell_jail("s", plan)
     assert "server 's': its jail keeps from it what its grants hold: " in caplog.text
     assert f"{agent} (an ssh-agent's socket" in caplog.text and f"{database} (a Unix socket" in caplog.text
@@ -401,7 +404,8 @@ def test_every_jail_starts_in_the_abstract_socket_scope_or_an_open_one_says_it_c
     closed = server("    jail: {network: none}\n")
     allowlist = server("    jail: {network: allowlist, allow_hosts: [example.com]}\n")
     assert config.jail is not False and closed.jail is not False and allowlist.jail is not False
-    monkeypatch.setattr(launch, "landlock_abi", lambda: ABSTRACT_SCOPE_ABI)
+    monkeypatch.setattr(jailspec, "landlock_abi", lambda: ABSTRACT_SCOPE_ABI)
+    monkeypatch.setattr(jailreport, "landlock_abi", lambda: ABSTRACT_SCOPE_ABI)
     python = os.path.realpath(sys.executable)
     scoped = (python, "-I", "-S", SCOPE, "--")
     for local in (config, closed):
@@ -413,12 +417,13 @@ def test_every_jail_starts_in_the_abstract_socket_scope_or_an_open_one_says_it_c
     spec, _ = jail_spec("s", allowlist, allowlist.jail, egress_socket="/run/egress.sock")
     assert spec.argv[:5] == scoped and "relay.py" in spec.argv[8] and spec.argv[-1] == sys.executable
     # where the kernel has no such scope: no launcher, and said in show, doctor and the start log
-    monkeypatch.setattr(launch, "landlock_abi", lambda: ABSTRACT_SCOPE_ABI - 1)
+    monkeypatch.setattr(jailspec, "landlock_abi", lambda: ABSTRACT_SCOPE_ABI - 1)
+    monkeypatch.setattr(jailreport, "landlock_abi", lambda: ABSTRACT_SCOPE_ABI - 1)
     spec, mounts = jail_spec("s", config, config.jail)
     assert spec.argv == (sys.executable,) and not any(m.path == SCOPE for m in mounts)
     assert spec.gaps == (abstract_gap("s", ABSTRACT_SCOPE_ABI - 1),)
     assert "abstract Unix socket" in spec.gaps[0] and "use network: allowlist or none" in spec.gaps[0]
-    with caplog.at_level(logging.WARNING, logger="cellblock.gateway.downstream.launch"):
+    with caplog.at_level(logging.WARNING, logger="cellblock.gateway.downstream.jailreport"):
         tell_jail("s", launch_plan("s", config))
     assert spec.gaps[0] in caplog.text
     # a jail of its own network reaches none by name: no gap to say

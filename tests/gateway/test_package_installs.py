@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cellblock.gateway.config.model import LocalServer
-from cellblock.gateway.downstream.launch import jail_spec
+from cellblock.gateway.downstream.jailspec import jail_spec
 from cellblock.gateway.downstream.packages import LINE, InstallError, Record, _failure, _refused_advice, installed
 from cellblock.gateway.state import atomic_write_json
 from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap

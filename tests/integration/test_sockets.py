@@ -3,7 +3,7 @@
 A grant that held the session bus (`dbus-launch` puts it in /tmp) or an ssh-agent's socket let a
 server read every secret of the keyring, the HTTP token among them, and list the agent's keys. Each
 jail now shows every socket of the session and the machine that a grant holds as /dev/null
-(`sandbox/sockets.py`, `launch._hidden`), and a `network: open` jail starts in a Landlock domain
+(`sandbox/sockets.py`, `downstream/private.py: hidden_paths`), and a `network: open` jail starts in a Landlock domain
 scoped against the host's abstract sockets (`sandbox/scope.py`). The attacks run through a real
 `cellblock serve` against a real private bus with gnome-keyring and a real ssh-agent holding a key;
 the controls are the same reads from an unjailed server and from the same jail without the mask.
@@ -31,8 +31,9 @@ import pytest
 
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.credentials import SERVICE
-from cellblock.gateway.downstream import launch
-from cellblock.gateway.downstream.launch import jail_spec, launch_plan
+from cellblock.gateway.downstream import jailreport, jailspec
+from cellblock.gateway.downstream.jailspec import jail_spec
+from cellblock.gateway.downstream.launch import launch_plan
 from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap
 from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.sockets import ABSTRACT_SCOPE_ABI
@@ -295,12 +296,13 @@ def test_without_landlock_6_an_open_network_jail_reaches_the_hosts_abstract_sock
         if landlock_abi() >= ABSTRACT_SCOPE_ABI:
             closed = run_plan(launch_plan("s", server), RUN_SECONDS)
             assert closed.returncode != 0 and "PermissionError" in closed.stderr, closed
-        monkeypatch.setattr(launch, "landlock_abi", lambda: ABSTRACT_SCOPE_ABI - 1)
+        monkeypatch.setattr(jailspec, "landlock_abi", lambda: ABSTRACT_SCOPE_ABI - 1)
+        monkeypatch.setattr(jailreport, "landlock_abi", lambda: ABSTRACT_SCOPE_ABI - 1)
         plan = launch_plan("s", server)
         reached = run_plan(plan, RUN_SECONDS)
         assert reached.returncode == 0 and reached.stdout.strip() == GIFT.decode(), reached
         with caplog.at_level("WARNING"):
-            launch.tell_jail("s", plan)
+            jailreport.tell_jail("s", plan)
         assert "server 's' has network: open" in caplog.text and "Landlock ABI 6" in caplog.text
     finally:
         listener.close()
@@ -501,7 +503,7 @@ def test_a_jail_planned_without_the_scope_reaches_the_hosts_abstract_socket_thro
     lenders = [plan(LENDER, path, network="open") for path in paths]
     try:
         scoped = borrow(lenders[0], plan(BORROWER, paths[0], name))
-        monkeypatch.setattr(launch, "landlock_abi", lambda: ABSTRACT_SCOPE_ABI - 1)
+        monkeypatch.setattr(jailspec, "landlock_abi", lambda: ABSTRACT_SCOPE_ABI - 1)
         unscoped = borrow(lenders[1], plan(BORROWER, paths[1], name))
     finally:
         listener.close()

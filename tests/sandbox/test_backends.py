@@ -8,7 +8,7 @@ import pytest
 
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import ConfigError, LocalServer
-from cellblock.gateway.downstream.launch import jail_fields, jail_line
+from cellblock.gateway.downstream.jailreport import jail_fields, jail_line
 from cellblock.sandbox import backends
 from cellblock.sandbox.backends import Choice, backend_plan, choose
 from cellblock.sandbox.types import JailError, JailSpec, LaunchPlan, Network

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from cellblock.gateway.config.model import LocalServer
-from cellblock.gateway.downstream.launch import jail_spec
+from cellblock.gateway.downstream.jailspec import jail_spec
 from cellblock.sandbox.landlock import landlock_plan
 from cellblock.sandbox.launchers import launcher_mounts
 from cellblock.sandbox.pins import landlock_abi

@@ -51,11 +51,11 @@ ODD_RO = (
     f"{HOME}/notes.txt",
 )
 ODD_RW = (f"{HOME}/project dir",)
-# what launch.py hides where a grant holds it, and a server's own package cache inside one of them
+# what downstream/private.py hides where a grant holds it, and a server's own package cache inside one of them
 OWN_CONFIG = f"{HOME}/Library/Application Support/cellblock"
 OWN_CACHE = f"{HOME}/Library/Caches/cellblock"
 CACHE_GRANT = f"{OWN_CACHE}/npm-fs"
-# a socket that launch.py hides where a grant holds it: Docker Desktop's, in the home
+# a socket that downstream/private.py hides where a grant holds it: Docker Desktop's, in the home
 DOCKER_SOCKET = f"{HOME}/.docker/run/docker.sock"
 
 SYSTEM_MOUNTS = (

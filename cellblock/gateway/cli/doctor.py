@@ -15,7 +15,8 @@ from cellblock import __version__
 from cellblock.gateway.cli.options import optional_config
 from cellblock.gateway.config.model import Config, JailConfig, LocalServer
 from cellblock.gateway.credentials import CredentialError, Keyring, active_backend
-from cellblock.gateway.downstream.launch import jail_spec, launch_plan
+from cellblock.gateway.downstream.jailspec import jail_spec
+from cellblock.gateway.downstream.launch import launch_plan
 from cellblock.sandbox.backends import choose
 from cellblock.sandbox.bwrap import check_bwrap, namespace_hint
 from cellblock.sandbox.connects import gate_missing

@@ -13,7 +13,8 @@ from cellblock.gateway.cli.options import EXIT_FINDING, EXIT_OK, load
 from cellblock.gateway.config.compile import lint_config
 from cellblock.gateway.config.loading import load_config
 from cellblock.gateway.config.model import Config, LocalServer
-from cellblock.gateway.downstream.launch import jail_spec, kept_home, own_paths
+from cellblock.gateway.downstream.jailspec import jail_spec
+from cellblock.gateway.downstream.launch import kept_home, own_paths
 from cellblock.gateway.downstream.packages import read_record
 from cellblock.gateway.serve.approvals import describe
 from cellblock.gateway.serve.remembered import read_always

@@ -26,7 +26,7 @@ from pydantic import BaseModel, FileUrl
 from cellblock.gateway.ask.forms import refusal, sampling_refusal
 from cellblock.gateway.config.model import LocalServer, RemoteServer
 from cellblock.gateway.downstream.keys import ServerKeys
-from cellblock.gateway.downstream.launch import granted_roots
+from cellblock.gateway.downstream.roots import granted_roots
 from cellblock.gateway.downstream.rounds import Caller, DownstreamError
 from cellblock.gateway.scrub import Scrubbed
 from cellblock.gateway.scrub import scrub as scrub_secrets

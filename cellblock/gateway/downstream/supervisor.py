@@ -45,8 +45,9 @@ from cellblock.gateway.downstream.connection import (
 )
 from cellblock.gateway.downstream.egressask import EgressApproval, ServerEgress
 from cellblock.gateway.downstream.httpwatch import HttpWatch
+from cellblock.gateway.downstream.jailreport import jail_fields, jail_line, tell_jail
 from cellblock.gateway.downstream.keys import ServerKeys
-from cellblock.gateway.downstream.launch import jail_fields, jail_line, server_plan, stdio_parameters, tell_jail
+from cellblock.gateway.downstream.launch import server_plan, stdio_parameters
 from cellblock.gateway.downstream.learning import learning
 from cellblock.gateway.downstream.listing import Listing, fetch_listing
 from cellblock.gateway.downstream.local import LocalChannel, local_transport

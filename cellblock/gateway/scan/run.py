@@ -24,7 +24,8 @@ from mcp import MCPError
 
 from cellblock.gateway.config.model import Config, LocalServer
 from cellblock.gateway.downstream.connection import gateway_client
-from cellblock.gateway.downstream.launch import launch_plan, own_paths, tell_jail
+from cellblock.gateway.downstream.jailreport import tell_jail
+from cellblock.gateway.downstream.launch import launch_plan, own_paths
 from cellblock.gateway.downstream.local import LocalChannel, local_transport
 from cellblock.gateway.scan.scratch import ScanError, Scratch
 from cellblock.policy.files import make_dirs

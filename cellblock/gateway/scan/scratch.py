@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cellblock.gateway.config.model import LocalServer
-from cellblock.gateway.downstream.launch import granted_roots
+from cellblock.gateway.downstream.roots import granted_roots
 from cellblock.policy.constraints import within
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.probes import Places
