@@ -26,11 +26,13 @@ import pytest
 import yaml
 from keyring.errors import PasswordDeleteError
 
-import cellblock.gateway.clients.wrap as wrap_module
+import cellblock.gateway.clients.plan as plan_module
 import cellblock.gateway.config.browsers as browsers_module
 from cellblock.gateway.clients.backups import is_project_file, kept
+from cellblock.gateway.clients.entry import WrapError
+from cellblock.gateway.clients.report import list_clients
 from cellblock.gateway.clients.unwrap import unwrap
-from cellblock.gateway.clients.wrap import WrapError, list_clients, plan_wrap, wrap
+from cellblock.gateway.clients.wrap import plan_wrap, wrap
 from cellblock.gateway.config.loading import parse_config
 
 GOLDEN_IN = Path(__file__).parent / "golden" / "clients"
@@ -95,7 +97,7 @@ KEYRING: dict[str, dict[str, str | None]] = {
 @pytest.fixture(autouse=True)
 def fixed_gateway_command(monkeypatch: pytest.MonkeyPatch) -> None:
     """The client entry names a fixed cellblock, so the goldens do not depend on this machine's venv."""
-    monkeypatch.setattr(wrap_module, "gateway_command", lambda config: (CELLBLOCK, list(SERVE)))
+    monkeypatch.setattr(plan_module, "gateway_command", lambda config: (CELLBLOCK, list(SERVE)))
 
 
 @pytest.fixture(autouse=True)

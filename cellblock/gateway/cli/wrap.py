@@ -1,4 +1,4 @@
-"""`cellblock wrap` and `unwrap`: the command line of gateway/clients/wrap.py."""
+"""`cellblock wrap` and `unwrap`: the command line of gateway/clients/wrap.py (`--list`: report.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 from cellblock.gateway.cli.options import EXIT_USAGE, optional_config
 from cellblock.gateway.clients import wrap as clients
+from cellblock.gateway.clients.report import list_clients
 from cellblock.gateway.clients.unwrap import unwrap as unwrap_file
 from cellblock.gateway.state import default_config_path
 
@@ -16,7 +17,7 @@ __all__ = ["unwrap", "wrap"]
 def wrap(path: str | None, config_path: str | None, *, listing: bool, dry_run: bool, install: bool) -> int:
     """`cellblock wrap CLIENT_CONFIG`, or `wrap --list` (`listing`)."""
     if listing:
-        return clients.list_clients(Path.home(), Path.cwd())
+        return list_clients(Path.home(), Path.cwd())
     if path is None:
         print("cellblock: wrap needs CLIENT_CONFIG (or --list)", file=sys.stderr)
         return EXIT_USAGE

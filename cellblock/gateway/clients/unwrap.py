@@ -17,8 +17,8 @@ from pathlib import Path
 
 from cellblock.gateway.clients.backups import beside, kept, stored_backups
 from cellblock.gateway.clients.blocks import detect, read_blocks, replace_span
+from cellblock.gateway.clients.entry import WrapError, is_cellblock_entry, read_client_file
 from cellblock.gateway.clients.placeholders import PlaceholderError, references, resolve
-from cellblock.gateway.clients.wrap import WrapError, is_cellblock_entry, read_client_file
 from cellblock.gateway.credentials import CredentialError, Keyring
 from cellblock.gateway.state import atomic_write_text
 

@@ -12,153 +12,40 @@ of the client's file are left byte for byte.
 It stops before changing anything when a server's name is taken in cellblock.yaml by a different
 server, when a backup already exists, or when secrets must move and no safe keyring is there.
 A wrapped file is left as it is. gateway/clients/unwrap.py puts the original back.
+
+What wrap would do is a `Plan` (clients/plan.py), the texts it writes are clients/rewrite.py's,
+what it says clients/report.py's, and the entry it leaves clients/entry.py's.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import shutil
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
 
-from cellblock.gateway.clients.backups import beside, is_project_file, kept
-from cellblock.gateway.clients.blocks import ClientEntry, ServersBlock, detect, read_blocks, render_block, replace_span
-from cellblock.gateway.clients.kinds import entry_dict, known_locations, name_budget
-from cellblock.gateway.clients.literals import replace_in_literals
+from cellblock.gateway.clients.backups import is_project_file, kept
+from cellblock.gateway.clients.blocks import ClientEntry, detect, read_blocks
+from cellblock.gateway.clients.entry import ENTRY_KEY, WrapError, is_cellblock_entry, read_client_file
+from cellblock.gateway.clients.kinds import name_budget
 from cellblock.gateway.clients.placeholders import placeholder, references
-from cellblock.gateway.config.draft import Secret, Starter
+from cellblock.gateway.clients.plan import Moved, Plan
+from cellblock.gateway.clients.report import print_plan, say
+from cellblock.gateway.clients.rewrite import backup_text, client_text, new_config_text
+from cellblock.gateway.config.draft import Secret
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import Config, ConfigError, LocalServer
 from cellblock.gateway.config.starter import server_name, starter
 from cellblock.gateway.credentials import CredentialError, Keyring
 from cellblock.gateway.downstream import packages
-from cellblock.gateway.state import atomic_write_text, create_once, default_config_path
-from cellblock.policy.errors import CellblockError
+from cellblock.gateway.state import atomic_write_text, create_once
 from cellblock.policy.files import make_dirs
 from cellblock.sandbox.types import JailError
 
-__all__ = [
-    "ENTRY_KEY",
-    "Plan",
-    "WrapError",
-    "gateway_command",
-    "is_cellblock_entry",
-    "list_clients",
-    "plan_wrap",
-    "project_command",
-    "read_client_file",
-    "wrap",
-]
-
-# The key of the one entry a wrapped client keeps.
-ENTRY_KEY = "cellblock"
-
-
-class WrapError(CellblockError):
-    """Wrapping or unwrapping cannot go ahead; nothing was changed. The message says why."""
-
-
-def gateway_command(config: Path) -> tuple[str, list[str]]:
-    """The command a client runs to start this Cellblock on `config`, by absolute path: the
-    `cellblock` on PATH when it is this one (`uv tool install` and pipx link it into ~/.local/bin;
-    that path stays when the tool is reinstalled), else the script beside this Python."""
-    script = Path(sys.executable).parent / "cellblock"
-    if script.is_file() and os.access(script, os.X_OK):
-        found = shutil.which("cellblock")
-        if found is not None and os.path.isabs(found) and os.path.realpath(found) == os.path.realpath(script):
-            return found, ["serve", "--config", str(config)]
-        return str(script), ["serve", "--config", str(config)]
-    return sys.executable, ["-m", "cellblock.gateway.cli.main", "serve", "--config", str(config)]
-
-
-def project_command(config: Path) -> tuple[str, list[str]]:
-    """The command a project's file gives everyone who clones it: the `cellblock` on their PATH
-    (no path of this machine's), on their own default config unless `config` is another file."""
-    args = ["serve"] if config == default_config_path().absolute() else ["serve", "--config", str(config)]
-    return "cellblock", args
-
-
-def is_cellblock_entry(entry: ClientEntry) -> bool:
-    """An entry that starts `cellblock serve` (by the script, or the module)."""
-    if entry.command is None or "serve" not in entry.args:
-        return False
-    return Path(entry.command).name == "cellblock" or "cellblock.gateway.cli.main" in entry.args
-
-
-@dataclass
-class Moved:
-    """One client entry on its way into cellblock.yaml."""
-
-    block: ServersBlock
-    entry: ClientEntry
-    starter: Starter
-    reused: bool = False  # cellblock.yaml already has this very server under this name
-
-
-@dataclass
-class Plan:
-    """Everything wrap would do to PATH and cellblock.yaml, computed without changing anything."""
-
-    path: Path
-    kind: str
-    text: str
-    config_path: Path
-    config_text: str | None  # the current cellblock.yaml, None when there is none
-    moved: list[Moved] = field(default_factory=list)
-    wrapped: bool = False  # PATH already starts only Cellblock
-    project: bool = False  # PATH is a project's file, which others clone (backups.is_project_file)
-    new_text: str = ""
-    backup_text: str = ""
-    new_config_text: str = ""
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def secrets(self) -> list[tuple[str, Secret]]:
-        """What wrap stores in the keyring: new servers' secrets, and what unwrap needs of reused ones."""
-        return [(m.starter.name, s) for m in self.moved for s in m.starter.secrets if not m.reused or s.kind == "stash"]
-
-    @property
-    def checks(self) -> list[tuple[str, Secret]]:
-        """Secrets of reused servers, which the keyring must already hold with the same value."""
-        return [(m.starter.name, s) for m in self.moved if m.reused for s in m.starter.secrets if s.kind != "stash"]
-
-    @property
-    def command(self) -> tuple[str, list[str]]:
-        """What the client's one entry starts."""
-        return project_command(self.config_path) if self.project else gateway_command(self.config_path)
-
-    @property
-    def backups(self) -> list[Path]:
-        """Where wrap keeps the original: always under Cellblock's state directory; beside a user's own file too."""
-        return [kept(self.path)] if self.project else [beside(self.path), kept(self.path)]
-
-    @property
-    def allow_insecure(self) -> bool:
-        if self.config_text is None:
-            return False
-        return parse_config(self.config_text, str(self.config_path)).credentials.allow_insecure
-
-
-def read_client_file(path: Path) -> str:
-    """The text of a client's file (or its backup, or cellblock.yaml) as it is, line breaks included.
-
-    Raises:
-        WrapError: the file is missing or cannot be read.
-    """
-    try:
-        # newline="": a CRLF file must come back as CRLF, byte for byte
-        with open(path, encoding="utf-8", newline="") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        raise WrapError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise WrapError(f"{path}: cannot read: {exc}") from None
+__all__ = ["plan_wrap", "wrap"]
 
 
 def plan_wrap(path: Path, config_path: Path, home: str | None = None) -> Plan:
@@ -247,9 +134,9 @@ def plan_wrap(path: Path, config_path: Path, home: str | None = None) -> Plan:
             f"{config_path} has names.max_length {existing.names.max_length}; this client accepts "
             f"{budget} under the key '{ENTRY_KEY}': set names: {{max_length: {budget}}}"
         )
-    plan.new_text = _client_text(plan, blocks)
-    plan.backup_text = _backup_text(plan, blocks)
-    plan.new_config_text = _config_text(plan, budget)
+    plan.new_text = client_text(plan, blocks)
+    plan.backup_text = backup_text(plan, blocks)
+    plan.new_config_text = new_config_text(plan, budget)
     try:
         parse_config(plan.new_config_text, str(config_path))
     except ConfigError as exc:  # a bug in the starter, never the user's fault: say so plainly
@@ -358,89 +245,6 @@ def _with_workspace(kind: str, path: Path, entry: ClientEntry) -> ClientEntry:
     )
 
 
-def _client_text(plan: Plan, blocks: list[ServersBlock]) -> str:
-    command, args = plan.command
-    text = plan.text
-    # later blocks first, so earlier spans stay where they are
-    for block in sorted(blocks, key=lambda b: b.start, reverse=True):
-        if not block.entries:
-            continue
-        replacement = render_block(plan.kind, block, text, {ENTRY_KEY: entry_dict(plan.kind, command, args)})
-        text = replace_span(text, block.start, block.end, replacement)
-    return text
-
-
-def _backup_text(plan: Plan, blocks: list[ServersBlock]) -> str:
-    """The original file, with every secret value in its servers replaced by its keyring reference."""
-    text = plan.text
-    for block in sorted(blocks, key=lambda b: b.start, reverse=True):
-        secrets = {
-            secret.value: placeholder(secret.entry)
-            for moved in plan.moved
-            if moved.block is block
-            for secret in moved.starter.secrets
-        }
-        redacted = replace_in_literals(text[block.start : block.end], secrets, toml=plan.kind == "codex")
-        text = replace_span(text, block.start, block.end, redacted)
-    return text
-
-
-def _config_text(plan: Plan, budget: int) -> str:
-    added = [m for m in plan.moved if not m.reused]
-    entries = "".join(_yaml_entry(m, plan) for m in added)
-    if plan.config_text is None:
-        head = (
-            "# Cellblock's config: the servers behind the one client entry. See docs/config.md.\n"
-            f"# Written by `cellblock wrap {plan.path}`.\n"
-            "version: 1\n"
-            f"names: {{max_length: {budget}}}\n"
-            # a server whose catalog is known is listed from it and started on its first call
-            "defaults: {start: lazy}\n"
-            "servers:\n"
-        )
-        return head + entries
-    return _insert_servers(plan.config_text, entries)
-
-
-def _yaml_entry(moved: Moved, plan: Plan) -> str:
-    body = yaml.safe_dump({moved.starter.name: moved.starter.config}, sort_keys=False, default_flow_style=False)
-    lines = [f"  # '{moved.entry.name}' from {plan.path} ({plan.kind})\n"]
-    lines += [f"  # note: {note}\n" for note in moved.starter.notes]
-    lines += [f"  {line}\n" if line else "\n" for line in body.splitlines()]
-    return "".join(lines)
-
-
-def _insert_servers(text: str, entries: str) -> str:
-    """`entries` (indented two spaces) appended to the `servers:` mapping of an existing config,
-    at that mapping's own indentation; every existing line is kept.
-
-    Raises:
-        WrapError: `servers:` is written inline (`servers: {a: …}`), where nothing can be appended.
-    """
-    lines = text.splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n"):
-        lines[-1] += "\n"
-    start = next((i for i, line in enumerate(lines) if re.match(r"servers\s*:", line)), None)
-    if start is None:
-        return "".join(lines) + "servers:\n" + entries
-    value = lines[start].split("#", 1)[0].split(":", 1)[1].strip()
-    if value == "{}":
-        lines[start] = "servers:" + (" #" + lines[start].split("#", 1)[1] if "#" in lines[start] else "\n")
-    elif value:
-        raise WrapError("servers: in the existing cellblock.yaml is written inline; make it a block mapping first")
-    end = start + 1
-    while end < len(lines) and (not lines[end].strip() or lines[end][0] in " \t#"):
-        end += 1
-    # keep trailing blank lines and column-0 comments with whatever follows the block
-    while end - 1 > start and (not lines[end - 1].strip() or lines[end - 1].startswith("#")):
-        end -= 1
-    body = [line for line in lines[start + 1 : end] if line.strip() and not line.lstrip().startswith("#")]
-    indent = re.match(r"[ ]*", body[0]).group(0) if body else "  "  # type: ignore[union-attr]
-    if indent != "  ":
-        entries = "".join(indent + line[2:] if line.startswith("  ") else line for line in entries.splitlines(True))
-    return "".join([*lines[:end], entries, *lines[end:]])
-
-
 # -- doing it ------------------------------------------------------------------------------------
 
 
@@ -450,7 +254,7 @@ def wrap(path: Path, config_path: Path, dry_run: bool = False, out: TextIO | Non
     out = out or sys.stdout
     plan = plan_wrap(path, config_path)
     if plan.wrapped:
-        _say(f"{path} is already wrapped: it starts only Cellblock; nothing to do")
+        say(f"{path} is already wrapped: it starts only Cellblock; nothing to do")
         return 0
     secrets = plan.secrets
     store: Keyring | None = None
@@ -466,9 +270,9 @@ def wrap(path: Path, config_path: Path, dry_run: bool = False, out: TextIO | Non
                     f"entry '{secret.entry}'; nothing changed. A new token: `cellblock auth set {secret.entry}`, "
                     f"then wrap again; another account: rename the server in {path}"
                 )
-    _print_plan(plan, out, dry_run)
+    print_plan(plan, out, dry_run)
     if dry_run:
-        _say("dry run: nothing changed")
+        say("dry run: nothing changed")
         return 0
     if store is not None:
         for _, secret in secrets:
@@ -485,15 +289,15 @@ def wrap(path: Path, config_path: Path, dry_run: bool = False, out: TextIO | Non
         atomic_write_text(backup, plan.backup_text, 0o600)
     atomic_write_text(path.resolve(), plan.new_text, mode)
     moved = [m.starter.name for m in plan.moved]
-    _say(f"OK: {path} now starts only Cellblock; {len(moved)} server(s) in {config_path}: {', '.join(moved)}")
-    _say(
+    say(f"OK: {path} now starts only Cellblock; {len(moved)} server(s) in {config_path}: {', '.join(moved)}")
+    say(
         f"the original is kept as {' and '.join(map(str, plan.backups))}, secrets replaced by keyring references; "
         f"undo: cellblock unwrap {path}"
     )
     failed = _install(plan, config_path) if install else []
     if failed:
-        _say(f"not installed: {', '.join(failed)}; when the cause is fixed, run `cellblock install {' '.join(failed)}`")
-    _say(
+        say(f"not installed: {', '.join(failed)}; when the cause is fixed, run `cellblock install {' '.join(failed)}`")
+    say(
         "each server's catalog is held for review at first start: run `cellblock review` (or `cellblock approve "
         "--all` to approve without asking), then restart the client"
     )
@@ -511,55 +315,6 @@ def _install(plan: Plan, config_path: Path) -> list[str]:
         try:
             packages.install(moved.starter.name, server, config.install_limits_of(moved.starter.name))
         except JailError as exc:  # packages.InstallError too: the others still install
-            _say(str(exc))
+            say(str(exc))
             failed.append(moved.starter.name)
     return failed
-
-
-def _print_plan(plan: Plan, out: TextIO, dry_run: bool) -> None:
-    verb = "would" if dry_run else "will"
-    print(f"# {plan.path} ({plan.kind}) {verb} start only:", file=out)
-    command, args = plan.command
-    print(json.dumps({ENTRY_KEY: entry_dict(plan.kind, command, args)}, indent=2), file=out)
-    added = [m for m in plan.moved if not m.reused]
-    print(f"\n# {verb} be added to {plan.config_path}:", file=out)
-    print("servers:", file=out)
-    print("".join(_yaml_entry(m, plan) for m in added).rstrip(), file=out)
-    for moved in plan.moved:
-        if moved.reused:
-            print(f"# '{moved.entry.name}' is already in {plan.config_path} as '{moved.starter.name}'", file=out)
-    if plan.secrets:
-        print(f"\n# secrets that {verb} move to the keyring (values not shown):", file=out)
-        for server, secret in plan.secrets:
-            print(f"#   {server}: {secret.kind} {secret.key} -> keyring entry '{secret.entry}'", file=out)
-    for note in plan.notes:
-        print(f"# note: {note}", file=out)
-
-
-def list_clients(home: Path, cwd: Path, out: TextIO | None = None) -> int:
-    """The known client configs on this machine and whether each is wrapped."""
-    out = out or sys.stdout
-    found = 0
-    for kind, path in known_locations(home, cwd):
-        if not path.is_file():
-            continue
-        found += 1
-        try:
-            blocks = read_blocks(kind, path.read_text(encoding="utf-8"))
-            entries = [e for b in blocks for e in b.entries]
-            if entries and all(is_cellblock_entry(e) for e in entries):
-                state = "wrapped"
-            elif any(is_cellblock_entry(e) for e in entries):
-                state = f"partly wrapped ({len(entries) - 1} other servers)"
-            else:
-                state = f"{len(entries)} server(s), not wrapped"
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            state = f"unreadable: {str(exc).splitlines()[0]}"
-        print(f"{kind}\t{state}\t{path}", file=out)
-    if not found:
-        _say("no known MCP client config found here")
-    return 0
-
-
-def _say(text: str) -> None:
-    print(f"cellblock: {text}", file=sys.stderr)
