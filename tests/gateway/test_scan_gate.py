@@ -1,5 +1,5 @@
-"""The gate every proposal passes (`gateway/scan/gate.py`): what a proposal may never grant, however
-a server spells it, and what it still may (the controls)."""
+"""The gate every proposal passes (`gateway/scan/vet.py`, `gate.py`, `gatehosts.py`): what a
+proposal may never grant, however a server spells it, and what it still may (the controls)."""
 
 from __future__ import annotations
 
@@ -13,21 +13,13 @@ from pathlib import Path
 import pytest
 
 from cellblock.gateway.config.model import JailConfig, LocalServer
-from cellblock.gateway.scan.gate import (
-    MOST,
-    NotGrantable,
-    check_host,
-    check_path,
-    check_program,
-    check_written,
-    grantable_path,
-    host_entry,
-    vet,
-)
+from cellblock.gateway.scan.gate import NotGrantable, check_path, check_program, grantable_path
+from cellblock.gateway.scan.gatehosts import check_host, host_entry
 from cellblock.gateway.scan.learn import Proposal, apply_proposal
 from cellblock.gateway.scan.learned import Learned, widen
 from cellblock.gateway.scan.scratch import ScanError
 from cellblock.gateway.scan.shares import ShareGate
+from cellblock.gateway.scan.vet import MOST, check_written, vet
 from cellblock.policy.hosts import address_allowed, host_allowed, parse_rule
 from cellblock.policy.pathargs import grant_for, on_disk, path_arguments
 from cellblock.sandbox.trace import Event, Kind

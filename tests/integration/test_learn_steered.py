@@ -17,8 +17,8 @@ import mcp.types as types
 import pytest
 import yaml
 
-from cellblock.gateway.scan.gate import MOST
 from cellblock.gateway.scan.run import Decoy
+from cellblock.gateway.scan.vet import MOST
 from tests.integration.conftest import cli, eventually, gateway, hidden_service, write_config
 
 pytestmark = [

@@ -1,10 +1,10 @@
-"""What a proposal may never grant, whatever a trace says: the one check every proposal passes.
+"""What no grant may be, whatever a trace says: the rules every path and program a proposal (or a
+share) would add to a jail passes.
 
-A scan's proposal (`learn.propose`) and a learn trace's (`learned.widen`) are built from what a
-server did, and the server chooses what it does: it can make its jail refuse any path or host it
-likes, spelled as it likes. So every entry a proposal would add to a jail is checked here when the
-`Proposal` is made (an entry refused becomes a note), and again, as the config loads it back, just
-before `--apply` writes it (`check_written`: nothing reaches cellblock.yaml around this module).
+A scan's proposal and a learn trace's are built from what a server did, and the server chooses
+what it does: it can make its jail refuse any path it likes, spelled as it likes. So each path and
+program a proposal would add is judged here (when the proposal is made and again before `--apply`
+writes it: `scan/vet.py`), and each host by `scan/gatehosts.py`.
 
 A path is judged as the kernel saw it: absolute, with no `.` or `..` component (the kernel resolves
 `missing/..` only where `missing` is, and `link/..` from where the link leads), no `~` or `${`
@@ -37,52 +37,27 @@ next start.
 A program (`exec.allow`) is a file this machine has, that no other user could have put there or
 replace: a file the server made in its jail's own `/tmp` or home, or in a scan's copy, is not the
 host's file of that name.
-
-A proposal adds at most `MOST` entries to one key: past that it is no list a person reads, and a
-range spelled one address at a time is still a range.
-
-A host is an entry the egress proxy reads as one host (`policy/hosts.py`, the grammar the proxy
-uses): a host name of letters, digits and hyphens with at least two labels (punycode that
-decodes), or one IP address; never a wildcard (`*.`), a range (`10.0.0.0/8`, `0.0.0.0/0`), a port
-smuggled into a name, a spelling other than the proxy's own, nor an address that is this machine
-or no one's (loopback, `0.0.0.0`, link-local with the cloud metadata service, multicast, reserved),
-nor a cloud's metadata service on an address of its own (`hosts.METADATA`: AWS's IPv6 one, ...).
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import ipaddress
 import itertools
 import os
 import pwd
-import re
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from cellblock.gateway.config.model import JailConfig
 from cellblock.gateway.scan.findings import SECRET_PARTS
 from cellblock.gateway.scan.scratch import ScanError, service
 from cellblock.gateway.state import default_config_path, own_dirs, swappable
 from cellblock.gateway.terminal import printable
 from cellblock.policy.constraints import within
 from cellblock.policy.grantrules import held_runner, hidden_part, home_tool_config, program_dirs
-from cellblock.policy.hosts import HostKind, HostRule, is_ip, no_host, normalize_host, parse_rule
 from cellblock.sandbox.sockets import host_sockets
 
-__all__ = [
-    "NotGrantable",
-    "check_host",
-    "check_path",
-    "check_program",
-    "check_written",
-    "grantable_path",
-    "host_entry",
-    "vet",
-]
+__all__ = ["NotGrantable", "as_shown", "check_path", "check_program", "grantable_path"]
 
 # Longest path and name the kernel takes (PATH_MAX, NAME_MAX): anything longer is no path it opened.
 PATH_MAX = 4095
@@ -95,9 +70,7 @@ HOME_SECRETS = (
     *(".config/gcloud", ".azure", ".oci", ".terraform.d", ".cargo/credentials.toml", ".config/hub"),
     *(".bash_history", ".zsh_history", ".python_history", ".psql_history", ".mysql_history"),
 )
-MOST = 16  # entries a proposal adds to one key at most
 LISTED = 10000  # entries of a directory looked at for a copy of a home
-_LDH = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 
 class NotGrantable(ScanError):
@@ -114,21 +87,21 @@ def check_path(path: str, own: Sequence[str | Path] = (), write: bool = False, w
     """
     _check_spelling(path)
     if any(part in path or path.endswith(part.rstrip("/")) for part in SECRET_PARTS):
-        raise NotGrantable(f"{_shown(path)} looks like a secret")
+        raise NotGrantable(f"{as_shown(path)} looks like a secret")
     real = os.path.realpath(path)
     _check_no_service(path, real)
     for form in dict.fromkeys((path, real)):
-        through = "" if form == path else f" (it leads to {_shown(real)})"
+        through = "" if form == path else f" (it leads to {as_shown(real)})"
         if form == "/":
-            raise NotGrantable(f"{_shown(path)} is the whole filesystem{through}")
+            raise NotGrantable(f"{as_shown(path)} is the whole filesystem{through}")
         if any(within(home, form) for home in _homes()):
-            raise NotGrantable(f"{_shown(path)} is your home or holds it{through}")
+            raise NotGrantable(f"{as_shown(path)} is your home or holds it{through}")
         secret = next((s for s in _secrets() if within(s, form) or within(form, s)), None)
         if secret is not None:
-            raise NotGrantable(f"{_shown(path)} is or holds {secret}, a secret or a socket of your session{through}")
+            raise NotGrantable(f"{as_shown(path)} is or holds {secret}, a secret or a socket of your session{through}")
         mine = next((o for o in _own(own) if within(o, form) or within(form, o)), None)
         if mine is not None:
-            raise NotGrantable(f"{_shown(path)} is or holds {mine}, Cellblock's own{through}")
+            raise NotGrantable(f"{as_shown(path)} is or holds {mine}, Cellblock's own{through}")
         if write:
             _check_writable(path, form, through)
     _check_other_names(path, real, own)
@@ -144,16 +117,16 @@ def _check_other_names(path: str, real: str, own: Sequence[str | Path]) -> None:
     above = _identities([at for k in [*_homes(), *kept] for at in (k, *map(str, Path(k).parents))])
     same = above.get(_identity(real) or (-1, -1))
     if same is not None:
-        raise NotGrantable(f"{_shown(path)} is {same}, or a directory holding it, under another name")
+        raise NotGrantable(f"{as_shown(path)} is {same}, or a directory holding it, under another name")
     inside = _identities(kept)
     for at in (real, *map(str, Path(real).parents)):
         found = inside.get(_identity(at) or (-1, -1))
         if found is not None:
-            raise NotGrantable(f"{_shown(path)} is inside {found} under another name ({_shown(at)})")
+            raise NotGrantable(f"{as_shown(path)} is inside {found} under another name ({as_shown(at)})")
     copied = _home_copy(real)
     if copied is not None:
         raise NotGrantable(
-            f"{_shown(path)} holds {_shown(copied)}, a secret a home holds: it is a home under another name "
+            f"{as_shown(path)} holds {as_shown(copied)}, a secret a home holds: it is a home under another name "
             "(a copy, a backup, another user's); grant what the server needs in it by hand"
         )
 
@@ -213,14 +186,14 @@ def _check_no_service(path: str, real: str) -> None:
                 found += [(e.path, service(e.path)) for e in entries if not _plain(e)]
         except OSError as exc:
             raise NotGrantable(
-                f"{_shown(path)} cannot be listed ({exc.strerror}), so whether it holds a socket, a pipe or a "
+                f"{as_shown(path)} cannot be listed ({exc.strerror}), so whether it holds a socket, a pipe or a "
                 "device is not known; grant it by hand if the server needs it"
             ) from exc
     where, kind = next(((p, k) for p, k in found if k is not None), (path, None))
     if kind is not None:
-        held = "" if where == path else f" holds {_shown(where)}, which"
+        held = "" if where == path else f" holds {as_shown(where)}, which"
         raise NotGrantable(
-            f"{_shown(path)}{held} is {kind}: granted, read-only or not, it lets the server reach what is behind "
+            f"{as_shown(path)}{held} is {kind}: granted, read-only or not, it lets the server reach what is behind "
             "it (a service that trusts you); grant it by hand if the server needs it"
         )
 
@@ -238,9 +211,9 @@ def _check_steerable(path: str, writable: Sequence[str]) -> None:
         real = os.path.realpath(prefix)
         place = next((p for p in places if within(real, p)), None)
         if place is not None:
-            how = "" if real == prefix else f" ({_shown(prefix)} leads to {_shown(real)})"
+            how = "" if real == prefix else f" ({as_shown(prefix)} leads to {as_shown(real)})"
             raise NotGrantable(
-                f"{_shown(path)} leads into {place}{how}, where a jail may write: a server there can put a link "
+                f"{as_shown(path)} leads into {place}{how}, where a jail may write: a server there can put a link "
                 "in its place to any file of yours before the next start, and a grant follows links; grant what "
                 "it leads to by hand if the server needs it"
             )
@@ -250,20 +223,20 @@ def _check_writable(path: str, form: str, through: str) -> None:
     hidden = hidden_part(form)
     if hidden is not None:
         raise NotGrantable(
-            f"{_shown(path)} is or is inside {_shown(hidden)}{through}, a hidden entry: where programs keep what "
+            f"{as_shown(path)} is or is inside {as_shown(hidden)}{through}, a hidden entry: where programs keep what "
             "they run on their own (a shell's startup files, autostart, a repository's hooks), so a proposal "
             "never makes one writable; grant it read_write by hand if the server must write there"
         )
     runs = next((p for p in _programs() if within(p, form) or within(form, p)), None)
     if runs is not None:
         raise NotGrantable(
-            f"{_shown(path)} is or holds {runs}{through}, where programs are kept that run outside the jail, "
+            f"{as_shown(path)} is or holds {runs}{through}, where programs are kept that run outside the jail, "
             "so a proposal never makes it writable; grant it read_write by hand if the server must write there"
         )
     held = home_tool_config(form, _homes()) or held_runner(form)
     if held is not None:
         raise NotGrantable(
-            f"{_shown(path)} is not made writable{through}: {_shown(held)}, so a server that may write there "
+            f"{as_shown(path)} is not made writable{through}: {as_shown(held)}, so a server that may write there "
             "runs code outside its jail; if you mean it to, share it for good in your config under "
             "servers.<server>.jail.read_write"
         )
@@ -278,14 +251,14 @@ def check_program(path: str) -> None:
     _check_spelling(path)
     real = os.path.realpath(path)
     if any(part in form for part in SECRET_PARTS for form in (path, real)):
-        raise NotGrantable(f"{_shown(path)} looks like a secret")
+        raise NotGrantable(f"{as_shown(path)} looks like a secret")
     try:
         info = os.stat(real)
     except OSError:
         info = None
     if info is None or not stat.S_ISREG(info.st_mode):
         raise NotGrantable(
-            f"{_shown(path)} is no program on this machine: what the server ran there was a file of its jail's "
+            f"{as_shown(path)} is no program on this machine: what the server ran there was a file of its jail's "
             "own (its /tmp or home) or of a scan's copy, not the host's"
         )
     if info.st_uid not in (os.getuid(), 0):
@@ -295,24 +268,24 @@ def check_program(path: str) -> None:
     else:
         unsafe = swappable(Path(real))
     if unsafe is not None:
-        raise NotGrantable(f"{_shown(path)} could be another user's program: {unsafe}")
+        raise NotGrantable(f"{as_shown(path)} could be another user's program: {unsafe}")
 
 
 def _check_spelling(path: str) -> None:
     if not path.isprintable():
-        raise NotGrantable(f"{_shown(path)} holds a control character")
+        raise NotGrantable(f"{as_shown(path)} holds a control character")
     if not path.startswith("/") or path.startswith("//") or "${" in path:
-        raise NotGrantable(f"{_shown(path)} is not an absolute path as the kernel saw it")
+        raise NotGrantable(f"{as_shown(path)} is not an absolute path as the kernel saw it")
     parts = path.split("/")[1:]
     if ".." in parts:
         raise NotGrantable(
-            f"{_shown(path)} goes through '..', which the kernel resolves through what the jail shows; "
+            f"{as_shown(path)} goes through '..', which the kernel resolves through what the jail shows; "
             "grant the path it means by hand if the server needs it"
         )
     if path != "/" and ("" in parts or "." in parts):
-        raise NotGrantable(f"{_shown(path)} is not written as one path (an empty or '.' part)")
+        raise NotGrantable(f"{as_shown(path)} is not written as one path (an empty or '.' part)")
     if len(path) > PATH_MAX or any(len(part) > NAME_MAX for part in parts):
-        raise NotGrantable(f"{_shown(path)} is longer than any path the kernel opens")
+        raise NotGrantable(f"{as_shown(path)} is longer than any path the kernel opens")
 
 
 def grantable_path(named: str) -> str:
@@ -323,180 +296,11 @@ def grantable_path(named: str) -> str:
         NotGrantable: it goes through `..` or is not absolute.
     """
     if not named.startswith("/"):
-        raise NotGrantable(f"{_shown(named)} is not an absolute path as the kernel saw it")
+        raise NotGrantable(f"{as_shown(named)} is not an absolute path as the kernel saw it")
     parts = [p for p in named.split("/") if p not in ("", ".")]
     path = "/" + "/".join(parts)
     _check_spelling(path)
     return path
-
-
-def host_entry(target: str, lookup: bool) -> str:
-    """The `allow_hosts` entry an event's target asks for, as the proxy spells it: for a lookup
-    the name alone, for a connection `host:port`.
-
-    Raises:
-        NotGrantable: that is not one host (see `check_host`).
-    """
-    if lookup:
-        host, port = target, None
-    else:
-        host, _, number = target.rpartition(":")
-        if not number.isascii() or not number.isdigit():
-            raise NotGrantable(f"{_shown(target)} is not a host and a port")
-        host, port = host.removeprefix("[").removesuffix("]"), int(number)
-    try:
-        name = normalize_host(host)
-    except ValueError as exc:
-        raise NotGrantable(f"{_shown(target)} is not a host name ({exc})") from exc
-    if lookup and is_ip(name):
-        raise NotGrantable(f"{_shown(target)} is an address looked up as a name")
-    spelled = f"[{name}]" if ":" in name else name
-    entry = spelled if port is None else f"{spelled}:{port}"
-    check_host(entry)
-    return entry
-
-
-def check_host(entry: str) -> None:
-    """`entry` may be added to `allow_hosts`: the proxy reads it as one host, spelled its way.
-
-    Raises:
-        NotGrantable: it may not, and why.
-    """
-    try:
-        rule = parse_rule(entry)
-    except ValueError as exc:
-        raise NotGrantable(f"{_shown(entry)} is not a host ({exc})") from exc
-    if rule.kind is HostKind.SUFFIX:
-        raise NotGrantable(f"{_shown(entry)} is a wildcard: the proxy would let through every name under it")
-    if rule.kind is HostKind.NETWORK:
-        raise NotGrantable(f"{_shown(entry)} is an IP range: the proxy would let through every address in it")
-    expected = _spelling(rule)
-    if entry != expected:
-        raise NotGrantable(f"{_shown(entry)} is not spelled as the proxy reads it (got {entry}, expected {expected})")
-    if rule.kind is HostKind.ADDRESS:
-        _check_address(entry, ipaddress.ip_address(rule.host))
-        return
-    labels = rule.host.split(".")
-    if len(labels) < 2 or not all(_LDH.fullmatch(label) for label in labels):
-        raise NotGrantable(f"{_shown(entry)} is not a host name (letters, digits and '-', two labels or more)")
-    if labels[-1] == "localhost":
-        raise NotGrantable(f"{_shown(entry)} names this machine")
-    for label in labels:
-        if label.startswith("xn--"):
-            try:
-                label.encode("ascii").decode("idna")
-            except UnicodeError as exc:
-                raise NotGrantable(f"{_shown(entry)} has a label that is not punycode ({label})") from exc
-
-
-def _check_address(entry: str, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> None:
-    found = no_host(ipaddress.ip_network(address))
-    if found is not None:
-        raise NotGrantable(f"{_shown(entry)} is {found[0]}")
-
-
-def vet(
-    current: dict[str, Any],
-    proposed: dict[str, Any],
-    own: Sequence[str | Path] = (),
-    writable: Sequence[str] = (),
-) -> tuple[dict[str, Any], list[str]]:
-    """`proposed` without the entries it adds to `current` (config keys) that may not be granted
-    (`own`: as `check_path`; `writable`: other jails' `read_write` grants, besides those of
-    `current` and `proposed`), and a note for each; network back to what it was if no host is left
-    to allow."""
-    out = copy.deepcopy(proposed)
-    notes: list[str] = []
-    had = {key: list(current.get(key) or []) for key in ("read_only", "read_write", "allow_hosts")}
-    had["read_only"] += had["read_write"]  # a grant made read-only is no new reach
-    allow = (current.get("exec") or {}).get("allow") or []
-
-    def jails() -> list[str]:  # where jails may write: the read_write entries kept so far among them
-        return [*writable, *had["read_write"], *(out.get("read_write") or [])]
-
-    def reads(path: str) -> None:
-        check_path(path, own, writable=jails())
-
-    def writes(path: str) -> None:
-        check_path(path, own, write=True, writable=[w for w in jails() if w != path])
-
-    lists: list[tuple[str, list[str], list[str], Callable[[str], None]]] = [
-        ("read_write", out.get("read_write") or [], had["read_write"], writes),
-        ("read_only", out.get("read_only") or [], had["read_only"], reads),
-        ("allow_hosts", out.get("allow_hosts") or [], had["allow_hosts"], check_host),
-        ("exec.allow", (out.get("exec") or {}).get("allow") or [], allow, check_program),
-    ]
-    for key, values, before, check in lists:
-        added: list[str] = []
-        for value in list(values):
-            if value in before:
-                continue
-            try:
-                check(value)
-            except NotGrantable as exc:
-                values.remove(value)
-                notes.append(f"not proposed, {key} + {exc}")
-                continue
-            added.append(value)
-        if len(added) > MOST and _widens(key, before):
-            for value in added[MOST:]:
-                values.remove(value)
-            notes.append(f"not proposed, {key} + {len(added) - MOST} more: {_too_many(key, added[MOST:])}")
-    if out.get("network") == "allowlist" and not out.get("allow_hosts"):
-        out["network"] = current.get("network", "none")
-        out.pop("allow_hosts", None)
-        if current.get("allow_hosts"):
-            out["allow_hosts"] = list(current["allow_hosts"])
-    return out, notes
-
-
-def check_written(before: JailConfig, after: JailConfig, config: Path, writable: Sequence[str] = ()) -> None:
-    """Every entry the jail `after` (as the config at `config` loads it back) adds to `before`
-    may be granted (`writable`: every jail's `read_write` grants in that config).
-
-    Raises:
-        NotGrantable: one may not; nothing is to be written.
-    """
-    had = {*before.read_only, *before.read_write}
-    added = {
-        "read_only": [p for p in after.read_only if p not in had],
-        "read_write": [p for p in after.read_write if p not in before.read_write],
-        "allow_hosts": [e for e in after.allow_hosts if e not in before.allow_hosts],
-        "exec.allow": [p for p in after.exec.allow if p not in before.exec.allow],
-    }
-    for key, values in added.items():
-        if len(values) > MOST and _widens(key, before.exec.allow):
-            raise NotGrantable(f"it adds {len(values)} entries to {key}: {_too_many(key, values)}")
-    jails = [*writable, *after.read_write]
-    for path in added["read_only"]:
-        check_path(path, [config], writable=jails)
-    for path in added["read_write"]:
-        check_path(path, [config], write=True, writable=[w for w in jails if w != path])
-    for entry in added["allow_hosts"]:
-        check_host(entry)
-    for program in added["exec.allow"]:
-        check_program(program)
-
-
-def _widens(key: str, allow: Sequence[str]) -> bool:
-    """Whether entries added to `key` widen the jail: an exec.allow where there was none (`allow`)
-    narrows it, however long it is."""
-    return key != "exec.allow" or bool(allow)
-
-
-def _too_many(key: str, values: Sequence[str]) -> str:
-    shown = ", ".join(_shown(v) for v in values[:3])
-    return (
-        f"a proposal adds at most {MOST} entries to {key}, and past that it is no list a person reads ({shown}, …); "
-        "grant the directory or the host they share by hand, if the server needs it"
-    )
-
-
-def _spelling(rule: HostRule) -> str:
-    """How the proxy's own grammar writes `rule`: the normalised host, `:port` when it has one."""
-    if rule.port is None:
-        return rule.host
-    return f"[{rule.host}]:{rule.port}" if ":" in rule.host else f"{rule.host}:{rule.port}"
 
 
 def _homes() -> list[str]:
@@ -526,6 +330,6 @@ def _own(extra: Sequence[str | Path]) -> list[str]:
     return list(dict.fromkeys([*found, *map(os.path.realpath, found)]))
 
 
-def _shown(text: str) -> str:
+def as_shown(text: str) -> str:
     """`text` (a server's choice) as safe to print, and short enough to read."""
     return printable(text if len(text) <= SHOWN else text[:SHOWN] + "…")

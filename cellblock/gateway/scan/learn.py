@@ -20,9 +20,10 @@ import yaml
 from cellblock.gateway.config.edit import ConfigEditError, raw_jail, write_jail
 from cellblock.gateway.config.model import Config, JailConfig, LocalServer
 from cellblock.gateway.scan.findings import noise
-from cellblock.gateway.scan.gate import NotGrantable, check_written, vet
+from cellblock.gateway.scan.gate import NotGrantable
 from cellblock.gateway.scan.run import Run
 from cellblock.gateway.scan.scratch import ScanError, Scratch
+from cellblock.gateway.scan.vet import check_written, vet
 from cellblock.policy.constraints import within
 from cellblock.sandbox.trace import Event, Kind, jail_refused
 
