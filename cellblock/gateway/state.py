@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import stat
 import time
@@ -22,6 +21,7 @@ from typing import Any
 
 from platformdirs import user_cache_path, user_config_path, user_data_path, user_state_path
 
+from cellblock.policy import files
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.files import TEMP_NAME, atomic_write_bytes, make_dirs, write_once
 from cellblock.policy.jsontext import loads
@@ -216,12 +216,15 @@ class StateWriteError(OSError):
 
 
 def atomic_write_json(path: Path, data: Any) -> None:
-    """Replace `path` with `data` as JSON in one step; the file is 0600.
+    """Replace `path` with `data` as JSON in one step, as `policy.files.atomic_write_json` writes
+    it (0600, sorted keys, no NaN); its failure as a `StateWriteError`.
 
     Raises:
         StateWriteError: see `atomic_write_text`.
+        ValueError: `data` holds NaN or an infinity, which JSON cannot carry.
     """
-    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
+    with _state_write(path):
+        files.atomic_write_json(path, data)
 
 
 def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from cellblock.gateway.state import RuntimeDirError, runtime_dir, state_dir
+from cellblock.gateway.state import atomic_write_json as state_write
+from cellblock.policy.files import atomic_write_json as policy_write
 from cellblock.sandbox.unix import SUN_PATH, bind_private, reachable
 
 
@@ -121,3 +123,14 @@ def test_a_state_dir_another_user_could_swap_through_a_parent_is_refused(
     os.chown(shared, 65534, 65534)
     with pytest.raises(RuntimeDirError, match=f"{shared} belongs to uid 65534"):
         state_dir()
+
+
+def test_state_json_is_written_as_the_policy_writes_it_and_never_as_nan(tmp_path: Path) -> None:
+    # one writer of JSON state: the gateway's is the policy's, with its failure as StateWriteError
+    data = {"b": [1, 2.5, "é"], "a": None}
+    state_write(tmp_path / "state.json", data)
+    policy_write(tmp_path / "policy.json", data)
+    assert (tmp_path / "state.json").read_bytes() == (tmp_path / "policy.json").read_bytes()
+    with pytest.raises(ValueError):  # "NaN" is no JSON: a reader would refuse the file
+        state_write(tmp_path / "nan.json", {"x": float("nan")})
+    assert not (tmp_path / "nan.json").exists()
