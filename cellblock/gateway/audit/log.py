@@ -322,8 +322,7 @@ class Audit:
         """How many of the current file's first `size` bytes servers' own events take: read from
         the file once (only when the file is past half, where it matters), then kept count of."""
         if self._budgeted is None:
-            assert self._fd is not None
-            data = os.pread(self._fd, size, 0)
+            data = os.pread(self._open_fd(), size, 0)
             self._budgeted = sum(len(m[0]) + 1 for m in _LINE.finditer(data) if _servers_own(m))
         return self._budgeted
 
@@ -333,8 +332,7 @@ class Audit:
             return self._mac, True
         if size == self._end:
             return self._mac, False  # the last line is this writer's own
-        assert self._fd is not None
-        found = last_mac(os.pread(self._fd, TAIL_BYTES, max(0, size - TAIL_BYTES)))
+        found = last_mac(os.pread(self._open_fd(), TAIL_BYTES, max(0, size - TAIL_BYTES)))
         return (found, False) if found is not None else ("", True)
 
     def _seal(self, body: bytes, prev: str, first: bool) -> bytes:
@@ -346,9 +344,9 @@ class Audit:
 
     def _write_whole(self, line: bytes, size: int) -> None:
         """One write of `line` at the end (`size`); if only part of it lands, the part is cut off again."""
-        assert self._fd is not None
+        fd = self._open_fd()
         try:
-            written = os.write(self._fd, line)
+            written = os.write(fd, line)
         except OSError:
             self._cut_back(size)
             raise
@@ -358,12 +356,18 @@ class Audit:
         self._mac, self._end = self._sealed, size + written
 
     def _cut_back(self, size: int) -> None:
-        assert self._fd is not None
+        fd = self._open_fd()
         try:
-            os.ftruncate(self._fd, size)
+            os.ftruncate(fd, size)
         except OSError as exc:  # the next line then starts after a part: `--verify` and the report name it
             logger.error("audit: could not remove a partly written line from %s: %s", self.path, exc)
         self._end = -1
+
+    def _open_fd(self) -> int:
+        """The file's descriptor: the internals run under the lock, after `_append` refused a closed log."""
+        if self._fd is None:
+            raise RuntimeError(f"audit: a line went to {self.path} after it was closed")
+        return self._fd
 
     def _current_size(self) -> int:
         """The size of the file at `path`; reopens it first if someone rotated or removed it."""

@@ -90,7 +90,8 @@ class LoopbackCatcher:
         Raises:
             CredentialError: the authorization server redirected with an error.
         """
-        assert self._listener is not None, "use LoopbackCatcher as an async context manager"
+        if self._listener is None:  # opened by __aenter__
+            raise RuntimeError("use LoopbackCatcher as an async context manager")
         while True:
             stream = await self._listener.accept()
             async with stream:

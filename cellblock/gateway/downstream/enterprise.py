@@ -44,7 +44,8 @@ async def enterprise_provider(
         CredentialError: the client's secret is not in the keyring.
     """
     auth, store = server.auth, storage.store
-    assert auth.client_id is not None and auth.issuer is not None and auth.idp is not None  # the config says so
+    if auth.client_id is None or auth.issuer is None or auth.idp is None:  # the config's check refuses it
+        raise RuntimeError(f"'{name}' uses grant: identity_assertion without client_id, issuer and idp")
     secret = await store.aget(client_secret_entry(name))
     if not secret:
         raise CredentialError(

@@ -29,7 +29,7 @@ from typing import TextIO
 import anyio.from_thread
 from pydantic import BaseModel, ValidationError
 
-from cellblock.gateway.config.model import DEFAULT_DISK, LocalServer
+from cellblock.gateway.config.model import DEFAULT_DISK, InstallConfig, LocalServer
 from cellblock.gateway.state import atomic_write_json, data_dir, read_json, runtime_dir
 from cellblock.gateway.terminal import printable
 from cellblock.policy.files import make_dirs
@@ -203,20 +203,21 @@ def install(
         JailError: the installer's jail cannot be built here.
     """
     out = out or sys.stderr
-    if server.install is None:
+    spec = server.install
+    if spec is None:
         raise InstallError(f"server '{name}' has no install: to install")
     if not sys.platform.startswith("linux"):
         raise InstallError(
             f"server '{name}': packages are installed in a bubblewrap jail, on Linux only for now; "
             "here, run it with its launcher (command: npx or uvx) instead of install:"
         )
-    package = server.install.package
+    package = spec.package
     if version is not None or newest:
         package = Package(package.ecosystem, package.name, version, package.extras)
     base = data_dir() / "installs" / name
     make_dirs(base)
     with _only_install(base, name):
-        return _install(name, server, package, base, version, limits, out)
+        return _install(name, server, spec, package, base, version, limits, out)
 
 
 @contextlib.contextmanager
@@ -231,9 +232,15 @@ def _only_install(base: Path, name: str) -> Iterator[None]:
 
 
 def _install(
-    name: str, server: LocalServer, package: Package, base: Path, version: str | None, limits: Limits, out: TextIO
+    name: str,
+    server: LocalServer,
+    spec: InstallConfig,
+    package: Package,
+    base: Path,
+    version: str | None,
+    limits: Limits,
+    out: TextIO,
 ) -> Record:
-    assert server.install is not None
     before = read_record(name)
     staging = base / secrets.token_hex(4)
     tree, work = Path(tree_of(str(staging))), staging / "work"
@@ -243,9 +250,9 @@ def _install(
     cap = limits.disk or DEFAULT_DISK  # an install's disk is always bounded
     limits = replace(limits, disk=cap)
     bounds = f"at most {limits.processes} processes, {size(limits.memory)} of memory, {size(cap)} of disk"
-    extra = server.install.hosts
+    extra = spec.hosts
     reaches = "the registry" + (f" and {', '.join(extra)}" if extra else "")
-    scripts = "" if server.install.scripts else ", no install scripts"
+    scripts = "" if spec.scripts else ", no install scripts"
     choice = choose(name, (server.jail.backend if server.jail else None) or "auto")
     print(
         f"cellblock: installing {package.spec()} for '{name}' ({how}, in a jail that reaches {reaches}{scripts}; "
@@ -280,8 +287,8 @@ def _install(
                     home,
                     python,
                     egress,
-                    server.install.scripts,
-                    server.install.env,
+                    spec.scripts,
+                    spec.env,
                     landlock=choice.backend == "landlock",
                 )
                 for step, mounts in steps:
@@ -333,7 +340,7 @@ def _install(
     for old in base.iterdir():
         if old not in keep:
             remove_tree(str(old))
-    pinned = "" if server.install.package.version or version else f" (the config pins no version: pinned at {found})"
+    pinned = "" if spec.package.version or version else f" (the config pins no version: pinned at {found})"
     print(
         f"cellblock: installed {record.package.spec()} for '{name}': {len(files)} files, {record.digest[:19]}…, "
         f"in {time.monotonic() - began:.1f} s{pinned}",

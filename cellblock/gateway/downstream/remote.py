@@ -130,19 +130,17 @@ async def remote_client(
     if (server.auth.type != "none" or server.secrets) and keyring is None:
         raise CredentialError(f"server '{name}' has credentials in the keyring, which is not available")
     secret_headers = {}
-    for header, entry in server.secrets.items():
-        assert keyring is not None
-        value = await keyring.aget(entry)
-        if value is None:
-            raise CredentialError(
-                f"server '{name}' needs the header {header} from keyring entry '{entry}', "
-                f"which is not set: run `cellblock auth set {entry}`"
-            )
-        if on_secret is not None:
-            on_secret(value)
-        secret_headers[header] = value
-    if server.auth.type != "none":
-        assert keyring is not None
+    if keyring is not None:  # None only when there is nothing to read from it (above)
+        for header, entry in server.secrets.items():
+            value = await keyring.aget(entry)
+            if value is None:
+                raise CredentialError(
+                    f"server '{name}' needs the header {header} from keyring entry '{entry}', "
+                    f"which is not set: run `cellblock auth set {entry}`"
+                )
+            if on_secret is not None:
+                on_secret(value)
+            secret_headers[header] = value
         if server.auth.type == "bearer":
             token = await keyring.aget(name)
             if not token:
@@ -150,7 +148,7 @@ async def remote_client(
             if on_secret is not None:
                 on_secret(token)
             auth = BearerAuth(token, server.url)
-        else:
+        elif server.auth.type != "none":
             auth = await _serving_oauth(name, server, keyring, watch, on_secret, on_refused)
     hooks: dict[str, list[Any]] = {"response": [watch.on_response]}
     if secret_headers:
@@ -333,7 +331,7 @@ async def login(
                 ):
                     tools = len((await client.list_tools()).tools)
                 tg.cancel_scope.cancel()
-        except Exception as exc:  # the SDK's flow errors, HTTP failures, ours: one plain message
+        except Exception as exc:  # noqa: BLE001 - any failure (the SDK's flow, HTTP, ours) becomes one plain message
             if refusals:  # the SDK may have wrapped it, or answered in its place
                 raise refusals[0] from None
             leaves = _leaves(exc)

@@ -251,7 +251,7 @@ class Downstream:
                 # restarting cannot conjure a token; the user adds it, and the next call retries
                 self._fail(str(exc), retry_on_use=True)
                 return
-            except Exception as exc:  # the supervisor: any failure means restart, never a crash
+            except Exception as exc:  # noqa: BLE001 - the supervisor: any failure means restart, never a crash
                 exhausted = isinstance(exc, OutOfDescriptors)  # the gateway's state: it passes, never given up on
                 # a jail that reached a limit while starting failed for that reason, whatever broke next
                 breach = self.channel.breach() if self.channel is not None else None
@@ -511,7 +511,8 @@ class Downstream:
         Raises:
             CredentialError: the user declined, or the login failed or timed out.
         """
-        assert isinstance(self.config, RemoteServer)
+        if not isinstance(self.config, RemoteServer):  # only a remote server's OAuth flow sets `needs_login`
+            raise RuntimeError(f"server '{self.name}' is local: it has no login to go through the client")
         async with self._login_lock:
             if self._watch.login is None:
                 return  # another call logged in meanwhile

@@ -59,7 +59,7 @@ class Watched:
         self._tell()
         try:
             await self._send("resources/unsubscribe", uri)
-        except Exception as exc:  # it stops telling, or it goes on and its updates find no subscriber
+        except Exception as exc:  # noqa: BLE001 - best effort: it stops telling, or its updates find no subscriber
             logger.info("server '%s': could not unsubscribe from %s: %s", self.name, uri, exc)
 
     def next_change(self) -> anyio.Event:
@@ -74,7 +74,7 @@ class Watched:
         for uri in sorted(self.uris):
             try:
                 await client.subscribe_resource(uri)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - one refused URI must not fail the new connection
                 logger.warning("server '%s': no longer takes the subscription to %s: %s", self.name, uri, exc)
 
     def _tell(self) -> None:

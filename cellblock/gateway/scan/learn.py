@@ -22,7 +22,7 @@ from cellblock.gateway.config.model import Config, JailConfig, LocalServer
 from cellblock.gateway.scan.findings import noise
 from cellblock.gateway.scan.gate import NotGrantable
 from cellblock.gateway.scan.run import Run
-from cellblock.gateway.scan.scratch import ScanError, Scratch
+from cellblock.gateway.scan.scratch import ScanError, Scratch, jail_of
 from cellblock.gateway.scan.vet import check_written, vet
 from cellblock.policy.constraints import within
 from cellblock.sandbox.trace import Event, Kind, jail_refused
@@ -83,8 +83,7 @@ def inside(path: str, root: str) -> bool:
 
 def propose(server: LocalServer, run: Run, scratch: Scratch) -> Proposal:
     """What the start and the benign calls used of `server`'s jail."""
-    jail = server.jail
-    assert jail is not False
+    jail = jail_of(server)
     events: list[Event] = [*run.start_events, *(e for c in run.calls if not c.probe.hostile for e in c.events)]
     notes: list[str] = []
 
@@ -193,11 +192,10 @@ def tidy(jail: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _with_user_spelling(proposed: dict[str, Any], original: dict[str, Any], server: LocalServer) -> dict[str, Any]:
-    """The proposed jail written over the config's own `jail:` mapping: other keys (tmp, limits,
-    exec.sha256) kept, each path in the user's own spelling where the config had it."""
-    jail = server.jail
-    assert jail is not False
+def _with_user_spelling(proposed: dict[str, Any], original: dict[str, Any], jail: JailConfig) -> dict[str, Any]:
+    """The proposed jail written over the config's own `jail:` mapping (`original`, of which `jail` is
+    the config's reading): other keys (tmp, limits, exec.sha256) kept, each path in the user's own
+    spelling where the config had it."""
     spelled: dict[str, str] = {}
     for key in ("read_only", "read_write"):
         for raw, expanded in zip(original.get(key) or [], getattr(jail, key), strict=False):
@@ -224,10 +222,10 @@ def apply_proposal(source: Path, name: str, proposal: Proposal, server: LocalSer
         ScanError: the config cannot be edited in place, the edited config does not load, or it
             would grant what a proposal never may (`gate.py`).
     """
-    jail = _with_user_spelling(proposal.proposed, raw_jail(source, name), server)
     before = server.jail
     if before is False:
         raise ScanError(f"server '{name}' has no jail in the config, so nothing was written")
+    jail = _with_user_spelling(proposal.proposed, raw_jail(source, name), before)
 
     def gate(edited: Config, written: JailConfig) -> None:
         # as the config reads it back: every spelling expanded, every jail's writable grants

@@ -37,6 +37,7 @@ from cellblock.gateway.scan.findings import noise
 from cellblock.gateway.scan.gate import NotGrantable, check_path, check_program, grantable_path
 from cellblock.gateway.scan.gatehosts import check_host, host_entry
 from cellblock.gateway.scan.learn import Proposal, configured, inside, tidy
+from cellblock.gateway.scan.scratch import jail_of
 from cellblock.gateway.terminal import printable
 from cellblock.sandbox.trace import Event, Kind, jail_refused, parse_trace
 
@@ -91,8 +92,7 @@ def widen(
 ) -> Proposal:
     """The jail of `server` (in the config file `config`, whose jails may write `writable`)
     widened by what it tried and its jail refused; each grant passes the gate (`gate.py`) first."""
-    jail = server.jail
-    assert jail is not False
+    jail = jail_of(server)
     current = configured(jail)
     proposed: dict[str, Any] = copy.deepcopy(current)
     grants = [*jail.read_only, *jail.read_write]
@@ -132,8 +132,7 @@ def widen(
             held = next((g for g in grants if inside(path, g)), None)
             if event.kind is Kind.READ and held is None:
                 grant("read_only", path, event, reads)
-            elif event.kind is Kind.WRITE and event.errno == "EROFS" and held in jail.read_only:
-                assert held is not None
+            elif event.kind is Kind.WRITE and event.errno == "EROFS" and held is not None and held in jail.read_only:
                 if grant("read_write", held, event, writes) and held in proposed["read_only"]:
                     proposed["read_only"].remove(held)
             elif event.kind is Kind.WRITE and held is None and event.errno != "EROFS":

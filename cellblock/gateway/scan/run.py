@@ -27,7 +27,7 @@ from cellblock.gateway.downstream.connection import gateway_client
 from cellblock.gateway.downstream.jailreport import tell_jail
 from cellblock.gateway.downstream.launch import launch_plan, own_paths
 from cellblock.gateway.downstream.local import LocalChannel, local_transport
-from cellblock.gateway.scan.scratch import ScanError, Scratch
+from cellblock.gateway.scan.scratch import ScanError, Scratch, jail_of
 from cellblock.policy.files import make_dirs
 from cellblock.policy.hosts import parse_rule
 from cellblock.policy.probes import Probe, destructive, probes
@@ -137,8 +137,7 @@ async def scan_run(
     """
     strace = find_strace()
     own = own_paths(config, state, config_path, runtime)
-    jail = server.jail
-    assert jail is not False  # Scratch.server refuses it
+    jail = jail_of(server)  # Scratch.server refused jail: false already
     egress = str(runtime / f"scan-{os.getpid()}-{name}.sock") if jail.proxied else None
     private = scratch.root / "private"
     plan = launch_plan(name, server, egress, private, None, config.limits_of(name), own, jail_home=str(scratch.home))

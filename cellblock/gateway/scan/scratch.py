@@ -16,13 +16,13 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cellblock.gateway.config.model import LocalServer
+from cellblock.gateway.config.model import JailConfig, LocalServer
 from cellblock.gateway.downstream.roots import granted_roots
 from cellblock.policy.constraints import within
 from cellblock.policy.errors import CellblockError
 from cellblock.policy.probes import Places
 
-__all__ = ["DECOYS", "MAX_COPIED_FILES", "ScanError", "Scratch", "scratch_world", "service"]
+__all__ = ["DECOYS", "MAX_COPIED_FILES", "ScanError", "Scratch", "jail_of", "scratch_world", "service"]
 
 # Planted in the scratch home: what a server has no business reading.
 DECOYS = (".ssh/id_rsa", ".ssh/id_ed25519", ".aws/credentials", ".netrc", ".config/gh/hosts.yml")
@@ -34,6 +34,17 @@ LINK = "cellblock-scan-link"
 
 class ScanError(CellblockError):
     """A scan cannot be run as asked; the message says why and what to do."""
+
+
+def jail_of(server: LocalServer) -> JailConfig:
+    """`server`'s jail: a scan never runs a server unjailed (nor widens a jail it does not have).
+
+    Raises:
+        ScanError: it has `jail: false` (the scan's commands refuse that before they get here).
+    """
+    if server.jail is False:
+        raise ScanError("a server with jail: false is not scanned: a scan never runs a server unjailed")
+    return server.jail
 
 
 @dataclass
@@ -63,12 +74,11 @@ class Scratch:
     def server(self, server: LocalServer) -> LocalServer:
         """`server` with the copies in place of the user's grants, and every read_write grant that
         has no copy shown read-only: the jail can write in nothing but the scan's own world."""
-        if server.jail is False:
-            raise ScanError("a server with jail: false is not scanned: a scan never runs a server unjailed")
-        writable = [p for p in server.jail.read_write if p not in self.frozen]
-        jail = server.jail.model_copy(
+        given = jail_of(server)
+        writable = [p for p in given.read_write if p not in self.frozen]
+        jail = given.model_copy(
             update={
-                "read_only": [self.to_copy(p) for p in [*server.jail.read_only, *self.frozen]],
+                "read_only": [self.to_copy(p) for p in [*given.read_only, *self.frozen]],
                 "read_write": [self.to_copy(p) for p in writable],
             }
         )

@@ -217,7 +217,7 @@ class Approvals:
                 return self._refused(
                     server, tool, verdict, "approval_timeout", f"no answer within {self.timeout:g}s", kind
                 )
-            except Exception as exc:  # the client failed the request: no answer is a refusal
+            except Exception as exc:  # noqa: BLE001 - whatever failed the client's answer, no answer is a refusal
                 return self._refused(
                     server, tool, verdict, "approval_denied", f"the client could not ask ({exc})", kind
                 )

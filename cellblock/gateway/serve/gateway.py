@@ -482,7 +482,8 @@ class Gateway:
                     parked = self.parked.redeem(params.request_state, params.name, params.arguments)
                 except StateRejected as exc:
                     return error_result(f"retry of '{params.name}' refused: {exc}")
-                assert isinstance(parked, ToolCall)
+                if not isinstance(parked, ToolCall):  # only calls.ToolCall parks itself
+                    raise RuntimeError(f"the parked call for '{params.name}' is a {type(parked).__name__}")
                 parked.resume(reply, params.input_responses)
                 return await reply.outcome(parked)
             # the retry that carries the human's answer to an approval question

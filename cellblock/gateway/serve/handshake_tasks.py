@@ -166,7 +166,8 @@ class ResultStreams:
 
     @contextlib.contextmanager
     def opened(self, task: Task, ctx: Ctx) -> Any:
-        assert ctx.request_id is not None  # a request
+        if ctx.request_id is None:  # tasks/result is a request, never a notification
+            raise RuntimeError(f"tasks/result for task '{task.id}' came without a request id")
         stream = (ctx.session, ctx.request_id)
         self._open.setdefault(task.id, []).append(stream)
         self.wake(task)
@@ -213,7 +214,8 @@ class HandshakeTasks:
         """Answer 2025-11-25's task requests on `server` beside the 2026-07-28 ones (`Tasks.serve`,
         registered first), and take its task-augmented calls (`middleware`)."""
         call = server.get_request_handler("tools/call")
-        assert call is not None, "tools/call is registered first"
+        if call is None:
+            raise RuntimeError("register tools/call (Tasks.serve) before the 2025-11-25 task handlers")
         self._call_tool = call.handler
         for method, params_type, handshake in (
             ("tasks/get", TaskParams, self.get),

@@ -96,6 +96,6 @@ class Listeners:
         notification = _NOTIFICATIONS[method].model_validate({"method": method, "params": params})
         try:
             await session.send_notification(notification)
-        except Exception as exc:  # the session ended (DELETE, idle, gone): forget it
+        except Exception as exc:  # noqa: BLE001 - a gone client never fails a notification: forget its session
             logger.debug("HTTP session %s takes no more notifications: %s", sid[:16], exc)
             self.sessions.pop(sid, None)

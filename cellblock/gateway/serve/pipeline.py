@@ -212,14 +212,12 @@ class Pipeline:
     def _route(self, call: Call) -> Wait | None:
         catalog = self._catalog()
         route = catalog.tool_routes.get(call.name)
-        held = catalog.held.get(call.name) if route is None else None
-        if route is None and held is None:
+        found = route if route is not None else catalog.held.get(call.name)
+        if found is None:
             reason = self._unavailable(call.name) or (
                 f"unknown tool '{call.name}': it is not in Cellblock's catalog; list the tools again"
             )
             raise Refused(Verdict(Decision.DENY, "route", reason))
-        found = route or held
-        assert found is not None
         call.server, call.tool = found
         call.held = route is None
         return None
@@ -340,7 +338,8 @@ class Pipeline:
 
     def _record(self, call: Call) -> Wait | None:
         verdict = call.verdict
-        assert verdict is not None
+        if verdict is None:  # the policy stage before this one always gives one
+            raise RuntimeError(f"the call to '{call.name}' reached the audit record without a verdict")
         self._audit.write(
             "call",
             call.server,

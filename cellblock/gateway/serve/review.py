@@ -186,7 +186,7 @@ class Review:
                 with anyio.fail_after(self.gateway.config.approvals.timeout):
                     ask = call.ctx.session.elicit_form
                     answer = await ask(message, schema, related_request_id=call.ctx.request_id)
-            except Exception:  # no answer (timeout, a client that failed the request): stays held
+            except Exception:  # noqa: BLE001 - no answer (timeout, a client that failed or left): stays held
                 return False
         decision = (answer.content or {}).get("decision")
         if answer.action != "accept" or decision not in ("approve", APPROVE_READ_ONLY):

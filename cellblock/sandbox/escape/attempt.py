@@ -48,7 +48,7 @@ def never_raises(kind: str) -> Callable[[Callable[..., Attempt]], Callable[..., 
         def attempt(*args: Any, **kwargs: Any) -> Attempt:
             try:
                 return fn(*args, **kwargs)
-            except Exception as exc:  # top level of one attempt: report, never crash the probe
+            except Exception as exc:  # noqa: BLE001 - top level of one attempt: report, never crash the probe
                 target = str(args[0]) if args else str(kwargs.get("path", kwargs.get("target", "")))
                 return Attempt(kind, target, False, f"attempt failed unexpectedly: {error_label(exc)}")
 
