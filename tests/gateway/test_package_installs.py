@@ -19,7 +19,7 @@ from cellblock.gateway.downstream.jailspec import jail_spec
 from cellblock.gateway.downstream.packages import LINE, InstallError, Record, _failure, _refused_advice, installed
 from cellblock.gateway.state import atomic_write_json
 from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap
-from cellblock.sandbox.packages import Ecosystem, Package, digest, manifest
+from cellblock.sandbox.installer import Ecosystem, Package, digest, manifest
 from cellblock.sandbox.spawn import Bounded, run_plan
 from cellblock.sandbox.types import Mount, MountMode
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from cellblock.gateway.config.model import JailConfig, LocalServer
+from cellblock.gateway.scan.fromlearned import Learned, widen
 from cellblock.gateway.scan.gate import NotGrantable, check_path, check_program, grantable_path
 from cellblock.gateway.scan.gatehosts import check_host, host_entry
-from cellblock.gateway.scan.learn import Proposal, apply_proposal
-from cellblock.gateway.scan.learned import Learned, widen
+from cellblock.gateway.scan.proposal import Proposal, apply_proposal
 from cellblock.gateway.scan.scratch import ScanError
 from cellblock.gateway.scan.shares import ShareGate
 from cellblock.gateway.scan.vet import MOST, check_written, vet

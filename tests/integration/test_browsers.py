@@ -23,7 +23,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from cellblock.gateway.config.browsers import FONTS
-from cellblock.sandbox.packages import REGISTRY_ENV
+from cellblock.sandbox.installer import REGISTRY_ENV
 from cellblock.sandbox.pins import landlock_abi
 from tests import peers
 from tests.integration.conftest import NO_USERNS, bus_at_the_standard_path, run_as_user

@@ -43,7 +43,7 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
 from cellblock.sandbox.connects import gate_missing
-from cellblock.sandbox.packages import REGISTRY_ENV
+from cellblock.sandbox.installer import REGISTRY_ENV
 from cellblock.sandbox.pins import landlock_abi
 from tests import peers
 from tests.integration.conftest import NO_USERNS, bus_at_the_standard_path, own_address, run_as_user

@@ -22,7 +22,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from cellblock.sandbox.packages import REGISTRY_ENV
+from cellblock.sandbox.installer import REGISTRY_ENV
 from tests import peers
 from tests.integration.conftest import cli, cli_env, probe_server, write_config
 

@@ -21,7 +21,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from cellblock.sandbox.packages import REGISTRY_ENV
+from cellblock.sandbox.installer import REGISTRY_ENV
 from tests import peers
 from tests.integration.conftest import bus_at_the_standard_path, run_as_user
 

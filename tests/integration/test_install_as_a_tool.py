@@ -20,7 +20,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from cellblock.sandbox.packages import REGISTRY_ENV
+from cellblock.sandbox.installer import REGISTRY_ENV
 from tests import peers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peers, pytest.mark.jail, pytest.mark.slow]

@@ -131,13 +131,13 @@ if lift == "output":
     import cellblock.sandbox.spawn
     cellblock.sandbox.spawn.TAIL_BYTES = 1 << 40
 elif lift == "links":
-    import cellblock.sandbox.packages as packages
+    import cellblock.sandbox.installer as packages
     once = packages._sha256
     packages._sha256 = lambda path, info, hashed: once(path, info, {})
 elif lift == "remove":
     import shutil
     import cellblock.gateway.downstream.packages as installs
-    import cellblock.sandbox.packages as packages
+    import cellblock.sandbox.installer as packages
     installs.remove_tree = packages.remove_tree = lambda root: shutil.rmtree(root, ignore_errors=True)
 from cellblock.gateway.cli.main import main
 try:

@@ -26,7 +26,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from cellblock.sandbox.packages import REGISTRY_ENV
+from cellblock.sandbox.installer import REGISTRY_ENV
 from tests.integration.conftest import PROBE, ROOT, probe_server, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.jail]

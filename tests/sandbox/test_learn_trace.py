@@ -15,7 +15,7 @@ import pytest
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.downstream.launch import launch_plan
 from cellblock.gateway.downstream.learning import learn_dir, learned_traces, learning
-from cellblock.gateway.scan.learned import read_learned, widen
+from cellblock.gateway.scan.fromlearned import read_learned, widen
 from cellblock.sandbox.spawn import run_plan
 from cellblock.sandbox.tracecap import CUT, main, redact
 from cellblock.sandbox.types import Limits

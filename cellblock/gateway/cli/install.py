@@ -11,7 +11,7 @@ from cellblock.gateway.config.loading import load_config, parse_config
 from cellblock.gateway.config.model import ConfigError, LocalServer
 from cellblock.gateway.downstream.packages import InstallError, Record, install, read_record
 from cellblock.gateway.state import atomic_write_text
-from cellblock.sandbox.packages import Package
+from cellblock.sandbox.installer import Package
 from cellblock.sandbox.types import JailError
 
 __all__ = ["install_command", "update_command"]

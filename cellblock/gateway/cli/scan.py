@@ -20,8 +20,8 @@ from cellblock.gateway.cli.options import EXIT_FINDING, EXIT_OK, EXIT_USAGE, loa
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.downstream.learning import learned_traces
 from cellblock.gateway.scan.findings import Severity, findings, report_json, report_table
-from cellblock.gateway.scan.learn import Proposal, apply_proposal, propose, writable
-from cellblock.gateway.scan.learned import read_learned, widen
+from cellblock.gateway.scan.fromlearned import read_learned, widen
+from cellblock.gateway.scan.proposal import Proposal, apply_proposal, propose, writable
 from cellblock.gateway.scan.report import badge_svg, confinement_report
 from cellblock.gateway.scan.run import Decoy, scan_run
 from cellblock.gateway.scan.saved import save_report, secrets_pattern

@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from cellblock.policy.hosts import parse_rule
-from cellblock.sandbox.packages import Package, PackageError, parse_package
+from cellblock.sandbox.installer import Package, PackageError, parse_package
 
 __all__ = ["HostRules", "InstallConfig", "host_rules"]
 

@@ -15,7 +15,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from cellblock.gateway.config.draft import Draft
-from cellblock.sandbox.packages import PackageError, parse_package
+from cellblock.sandbox.installer import PackageError, parse_package
 
 __all__ = [
     "INSTALLS",

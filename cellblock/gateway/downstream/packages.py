@@ -37,9 +37,7 @@ from cellblock.policy.hosts import HostRule, parse_rule
 from cellblock.sandbox.backends import backend_plan, choose
 from cellblock.sandbox.disk import DiskWatch, remove_tree
 from cellblock.sandbox.egress import Decision, EgressProxy
-from cellblock.sandbox.launchers import resolve_command
-from cellblock.sandbox.limits import limit_plan, size
-from cellblock.sandbox.packages import (
+from cellblock.sandbox.installer import (
     Ecosystem,
     Package,
     PackageError,
@@ -54,6 +52,8 @@ from cellblock.sandbox.packages import (
     seal,
     tree_of,
 )
+from cellblock.sandbox.launchers import resolve_command
+from cellblock.sandbox.limits import limit_plan, size
 from cellblock.sandbox.spawn import Bounded, run_bounded
 from cellblock.sandbox.types import JailError, Limits
 
@@ -95,7 +95,7 @@ class Record(BaseModel):
     digest: str
     installed_at: float
     files: dict[str, str]
-    # each file's fingerprint when installed (sandbox.packages.manifest), so a start reads only what changed
+    # each file's fingerprint when installed (sandbox.installer.manifest), so a start reads only what changed
     prints: dict[str, str] = {}
 
     @property

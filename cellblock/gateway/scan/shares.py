@@ -15,7 +15,7 @@ from pathlib import Path
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import ConfigError, LocalServer
 from cellblock.gateway.scan.gate import NotGrantable, check_path
-from cellblock.gateway.scan.learn import Proposal, apply_proposal, configured, tidy, writable
+from cellblock.gateway.scan.proposal import Proposal, apply_proposal, configured, tidy, writable
 from cellblock.gateway.scan.scratch import ScanError
 from cellblock.gateway.state import StateWriteError, locked, state_dir
 from cellblock.policy.pathargs import covered

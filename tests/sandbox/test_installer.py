@@ -1,4 +1,4 @@
-"""sandbox/packages.py: package specs, the installer's jail, and the record of an installed tree."""
+"""sandbox/installer.py: package specs, the installer's jail, and the record of an installed tree."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap
-from cellblock.sandbox.packages import (
+from cellblock.sandbox.installer import (
     Ecosystem,
     Package,
     PackageError,

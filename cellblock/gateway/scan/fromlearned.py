@@ -36,7 +36,7 @@ from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.scan.findings import noise
 from cellblock.gateway.scan.gate import NotGrantable, check_path, check_program, grantable_path
 from cellblock.gateway.scan.gatehosts import check_host, host_entry
-from cellblock.gateway.scan.learn import Proposal, configured, inside, tidy
+from cellblock.gateway.scan.proposal import Proposal, configured, inside, tidy
 from cellblock.gateway.scan.scratch import jail_of
 from cellblock.gateway.terminal import printable
 from cellblock.sandbox.trace import Event, Kind, jail_refused, parse_trace
