@@ -169,6 +169,12 @@ class Told:
         if isinstance(message, types.ToolListChangedNotification):
             self.changed.set()
 
+    async def wait(self) -> None:
+        """Until the client is told (at most 20 s), then ready to hear the next change."""
+        with anyio.fail_after(20):
+            await self.changed.wait()
+        self.changed = anyio.Event()
+
 
 @asynccontextmanager
 async def told_of_a_change(client: Client, told: Told, mode: str) -> AsyncIterator[Callable[[], Awaitable[None]]]:
@@ -270,8 +276,7 @@ async def test_over_http_each_session_lists_what_it_found_and_no_other(
             Client(url, mode="auto", client_info=cursor) as modern,
         ):
             assert (await found(finder, "repeat my message back to me"))[0] == "p__echo"
-            with anyio.fail_after(20):
-                await told.changed.wait()
+            await told.wait()
             assert "p__echo" in {t.name for t in (await finder.list_tools()).tools}
             # the other session's list is its own: it found nothing, so nothing was added, nor was it told
             assert "p__echo" not in {t.name for t in (await bystander.list_tools()).tools}

@@ -8,15 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-import anyio
-import mcp.types as types
 import pytest
 from mcp.types import Implementation
 
 from cellblock.gateway.wire.early import RECORD
 from tests.integration.conftest import cli_env, gateway, probe_server, write_config
 from tests.integration.raw import MODERN_META, Raw, raw_gateway
-from tests.integration.test_search import text
+from tests.integration.test_search import Told, text
 
 pytestmark = pytest.mark.anyio
 
@@ -82,22 +80,6 @@ async def test_the_fast_path_and_the_sdk_list_the_same_for_the_same_client(tmp_p
             sdk = await raw.request("tools/list", {**extra, "cursor": "next"})
             assert names(fast) == names(sdk), client
             assert fast["result"] == sdk["result"]
-
-
-class Told:
-    """A handshake-era client's side of `notifications/tools/list_changed`."""
-
-    def __init__(self) -> None:
-        self.changed = anyio.Event()
-
-    async def message(self, message: Any) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            self.changed.set()
-
-    async def wait(self) -> None:
-        with anyio.fail_after(20):
-            await self.changed.wait()
-        self.changed = anyio.Event()
 
 
 async def test_a_found_tool_that_the_lock_then_holds_leaves_the_list_and_the_client_is_told(tmp_path: Path) -> None:
