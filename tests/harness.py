@@ -42,7 +42,7 @@ def build(config: Path, state: Path, *, backoff: Backoff | None = None) -> Gatew
     gateway = Gateway(loaded, state, None, source)
     if backoff is not None:
         for downstream in gateway.downstreams.values():
-            downstream.backoff = backoff
+            downstream.supervisor.backoff = backoff
     return gateway
 
 

@@ -13,9 +13,13 @@ import mcp.types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from cellblock.gateway.ask.elicitation import ParkedCalls
+from cellblock.gateway.ask.elicitation import Asker, ParkedCalls
 from cellblock.gateway.audit.log import Audit
-from cellblock.gateway.downstream.supervisor import Downstream
+from cellblock.gateway.config.model import LocalServer
+from cellblock.gateway.credentials import CredentialError
+from cellblock.gateway.downstream.keys import ServerKeys
+from cellblock.gateway.downstream.questions import Questions
+from cellblock.gateway.downstream.rounds import Caller, failed_result
 from cellblock.gateway.namespacing import UriTable
 from cellblock.gateway.serve.calls import INPUT_KEY, Calls, CallState, ToolCall, log_passes
 from cellblock.gateway.serve.catalog import Catalog
@@ -41,17 +45,58 @@ class Round:
         self.cancelled = reason
 
 
-class Server(Downstream):
-    """A downstream whose rounds are kept for the test to answer."""
+class Changes:
+    def __init__(self) -> None:
+        self.told = 0
+
+    def soon(self) -> None:
+        self.told += 1
+
+
+class MockTarget:
+    """A server as a call sees it (`downstream/target.Target`): its rounds kept for the test to
+    answer, its questions the gateway's own (`downstream/questions.Questions`)."""
+
+    name = "fs"
+    needs_login = False
 
     def __init__(self) -> None:
-        super().__init__("fs", config=None, timeout=5.0)  # type: ignore[arg-type]  # reason: no connection is made
+        config = LocalServer(command="server")
         self.sent: list[tuple[dict[str, Any], Any, Round]] = []
+        self.in_flight: list[Caller] = []
+        self.audit: Audit | None = None  # where the events about this server go
+        self.changes = Changes()
+        self.questions = Questions(
+            self.name, config, "deny", None, self.event, ServerKeys(self.name, config, None, False), self.owner
+        )
+
+    def event(self, event: str, **fields: Any) -> None:
+        if self.audit is not None:
+            self.audit.write(event, self.name, **fields)
+
+    def owner(self) -> Caller | None:
+        return self.in_flight[-1] if self.in_flight else None
+
+    async def ready_client(self) -> object:
+        return self
+
+    async def login_through_client(self, asker: Asker) -> None:
+        raise CredentialError("this server has no login")
+
+    def track(self, caller: Caller) -> None:
+        self.in_flight.append(caller)
+
+    def untrack(self, caller: Caller) -> None:
+        if caller in self.in_flight:
+            self.in_flight.remove(caller)
 
     def send_call(self, params: dict[str, Any], answered: Any, progress: Any, logs: bool = True) -> Round:
         sent = Round()
         self.sent.append((params, answered, sent))
         return sent
+
+    def failed_call(self, tool: str, exc: BaseException) -> types.CallToolResult:
+        return failed_result(self.name, tool, 5.0, exc, None)
 
 
 class Reply:
@@ -137,21 +182,21 @@ def audited(audit: Audit) -> list[str]:
     return [line for line in audit.path.read_text().splitlines() if '"call_end"' in line]
 
 
-def sent(calls: Calls, reply: Reply) -> tuple[Server, ToolCall, Reply]:
+def sent(calls: Calls, reply: Reply) -> tuple[MockTarget, ToolCall, Reply]:
     """A call on a fake server, its first round sent; the server, the call, and `reply`."""
-    ds = Server()
+    ds = MockTarget()
     tc = ToolCall(admitted(), ds, reply, calls, {"name": "read"})
     tc.send()
     return ds, tc, reply
 
 
-async def asks(ds: Server, answers: dict[str, types.ElicitResult], text: str) -> None:
+async def asks(ds: MockTarget, answers: dict[str, types.ElicitResult], text: str) -> None:
     """The server asks `text` during its call (as its session's elicitation callback does); the
     answer into `answers`."""
     answers[text] = await ds.questions.elicit(question(text), ds.owner())
 
 
-async def asked_while_parked(tg: Any, ds: Server, first: Reply, answers: dict[str, types.ElicitResult]) -> None:
+async def asked_while_parked(tg: Any, ds: MockTarget, first: Reply, answers: dict[str, types.ElicitResult]) -> None:
     """The server asks `first?`, and once the call is parked on it (`first` answered with it),
     `second?`."""
     tg.start_soon(asks, ds, answers, "first?")
@@ -165,7 +210,7 @@ def question(text: str) -> types.ElicitRequestFormParams:
 
 async def test_a_call_is_sent_answered_and_its_end_audited(shared: Any) -> None:
     calls, audit = shared
-    ds, reply = Server(), Reply(modern=False)
+    ds, reply = MockTarget(), Reply(modern=False)
     tc = ToolCall(admitted(), ds, reply, calls, {"name": "read", "arguments": {"path": "a"}})
     tc.send()
     [(params, answered, _)] = ds.sent
@@ -328,7 +373,7 @@ async def test_a_call_that_ends_while_parked_answers_the_retry_with_how_it_ended
 
 async def test_a_sampling_request_while_parked_is_approved_by_the_client_and_sent_on_the_retry(shared: Any) -> None:
     calls, _ = shared
-    ds, first = Server(), Reply(modern=True)
+    ds, first = MockTarget(), Reply(modern=True)
     first.can_elicit = True
     tc = ToolCall(admitted(), ds, first, calls, {"name": "read"})
     tc.send()
@@ -402,7 +447,7 @@ def input_round(state: str, *texts: str) -> dict[str, Any]:
     return {"resultType": "input_required", "inputRequests": asked, "requestState": state}
 
 
-async def sent_again(ds: Server, count: int) -> dict[str, Any]:
+async def sent_again(ds: MockTarget, count: int) -> dict[str, Any]:
     with anyio.fail_after(5):
         while len(ds.sent) < count:
             await anyio.lowlevel.checkpoint()

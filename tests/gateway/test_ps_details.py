@@ -21,8 +21,9 @@ from cellblock.gateway.config.model import Config
 from cellblock.gateway.dashboard.view import _servers
 from cellblock.gateway.downstream.local import LocalChannel
 from cellblock.gateway.downstream.packages import Record
+from cellblock.gateway.downstream.server import Downstream
 from cellblock.gateway.downstream.stderr import TAIL_LINES, StderrRelay
-from cellblock.gateway.downstream.supervisor import Downstream, State
+from cellblock.gateway.downstream.supervisor import State
 from cellblock.gateway.serve.locking import Locks, catalog_hash
 from cellblock.gateway.serve.operations import Operations
 from cellblock.gateway.state import atomic_write_json, data_dir, lock_path, pending_path
@@ -84,8 +85,8 @@ async def ps(config: Config, state: Path, secrets: tuple[str, ...] = (SECRET,)) 
     written += [f"401: key={SECRET} rejected\n".encode(), f"{HOSTILE}\n".encode()]
     crashy.channel = LocalChannel("crashy")
     crashy.channel.stderr = relay(written, secrets)
-    crashy.state, crashy.error = State.FAILED, "the server exited (gave up after 3 restarts)"
-    downstreams["calm"].state = State.READY
+    crashy.supervisor.state, crashy.supervisor.error = State.FAILED, "the server exited (gave up after 3 restarts)"
+    downstreams["calm"].supervisor.state = State.READY
     locks = Locks(config, state, SimpleNamespace(write=lambda *a, **k: None))  # type: ignore[arg-type]
     save_pending(pending_path(state, "crashy"), "crashy", CATALOG)  # held at first contact
     locks.held["crashy"] = frozenset(CATALOG)

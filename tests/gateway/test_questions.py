@@ -15,7 +15,7 @@ from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.downstream.questions import MAX_QUESTIONS
 from cellblock.gateway.downstream.rounds import DownstreamError
 from cellblock.gateway.serve.calls import Calls, ToolCall
-from tests.gateway.test_calls import OK, Reply, Server, admitted, question, shared
+from tests.gateway.test_calls import OK, MockTarget, Reply, admitted, question, shared
 
 pytestmark = pytest.mark.anyio
 __all__ = ["shared"]  # the fixture, shared with the call tests
@@ -48,8 +48,8 @@ class Answering:
         return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="hi"), model="m")
 
 
-def on_server(calls: Calls, audit: Audit, client: Answering) -> tuple[Server, ToolCall]:
-    ds = Server()
+def on_server(calls: Calls, audit: Audit, client: Answering) -> tuple[MockTarget, ToolCall]:
+    ds = MockTarget()
     ds.audit, ds.questions.sampling = audit, "allow"
     tc = ToolCall(admitted(), ds, Reply(modern=False, direct=client), calls, {"name": "read"})
     tc.send()

@@ -72,7 +72,9 @@ async def test_a_retrys_answer_to_a_form_that_showed_one_path_never_shares_anoth
     (home / "x").mkdir(parents=True)
     (home / "Documents").mkdir()
     server = parse_config(CONFIG, "c.yaml").servers["notes"]
-    ds = SimpleNamespace(name="notes", config=server, listing=None, audit=None, state=State.STOPPED)
+    ds = SimpleNamespace(
+        name="notes", config=server, listing=None, audit=None, supervisor=SimpleNamespace(state=State.STOPPED)
+    )
     approvals = Approvals(tmp_path / "state", Audit(tmp_path / "audit.jsonl"), 30)
     shares = Shares({"notes": ds}, approvals, Gate(), home=lambda: str(home))  # type: ignore[dict-item, arg-type]  # duck-typed Downstream and Gate
     arguments = {"path": "~/x/a.txt", "copy_to": "~/Documents/a.txt"}

@@ -90,7 +90,7 @@ async def test_review_shows_a_summary_line_the_catalog_and_what_runs_unasked_and
     # all of it is in the log, the servers' lines marked as theirs
     kept = log.read_text()
     assert f"[noisy stderr] {JUNK[2]}" in kept and "[quits stderr] cannot import name frobnicate" in kept
-    assert "INFO cellblock.gateway.downstream.supervisor: server 'alpha' is ready" in kept
+    assert "INFO cellblock.gateway.downstream.server: server 'alpha' is ready" in kept
     assert log.stat().st_mode & 0o777 == 0o600
 
     # the failed meeting is not remembered: the next review meets quits again, and only quits

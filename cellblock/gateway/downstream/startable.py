@@ -17,7 +17,8 @@ import anyio.to_thread
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.credentials import CredentialError
 from cellblock.gateway.downstream.packages import InstallError, installed, recorded
-from cellblock.gateway.downstream.supervisor import Downstream, State
+from cellblock.gateway.downstream.server import Downstream
+from cellblock.gateway.downstream.supervisor import State
 
 __all__ = ["cannot_start", "startable_of", "unstartable", "why_down"]
 
@@ -30,7 +31,7 @@ async def cannot_start(ds: Downstream) -> str | None:
     if not isinstance(ds.config, LocalServer):
         return None  # a remote server's login and reachability are found out by connecting
     try:
-        if ds.state is State.FAILED:
+        if ds.supervisor.state is State.FAILED:
             await anyio.to_thread.run_sync(installed, ds.name, ds.config)
         else:
             recorded(ds.name, ds.config)
@@ -43,10 +44,10 @@ async def cannot_start(ds: Downstream) -> str | None:
 async def why_down(ds: Downstream) -> str | None:
     """Why `ds` does not run and cannot: it failed for good, or cannot start for a cause only the
     user puts right; None when it runs or may start. Changes nothing (`cellblock ps` shows it)."""
-    if ds.state is State.READY:
+    if ds.supervisor.state is State.READY:
         return None
-    if ds.state is State.FAILED and not ds.retryable:
-        return f"server '{ds.name}' is not running: {ds.error}"
+    if ds.supervisor.state is State.FAILED and not ds.supervisor.retryable:
+        return f"server '{ds.name}' is not running: {ds.supervisor.error}"
     cause = await cannot_start(ds)
     return None if cause is None else f"server '{ds.name}' cannot start: {cause.removeprefix(f'server {ds.name!r}: ')}"
 
@@ -56,7 +57,7 @@ async def unstartable(ds: Downstream) -> str | None:
     the user has put right since is started again (the call waits for it, as any call does)."""
     why = await why_down(ds)
     if why is None:
-        ds.retry()
+        ds.supervisor.retry()
     return why
 
 
@@ -66,6 +67,6 @@ def startable_of(downstreams: Mapping[str, Downstream]) -> Callable[[str], Calla
 
     def startable(server: str) -> Callable[[], Awaitable[str | None]] | None:
         ds = downstreams[server]
-        return None if ds.state is State.READY else functools.partial(unstartable, ds)
+        return None if ds.supervisor.state is State.READY else functools.partial(unstartable, ds)
 
     return startable

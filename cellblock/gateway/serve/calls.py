@@ -3,7 +3,7 @@
 A `ToolCall` is made once the pipeline has admitted a call (`serve/pipeline.py`), whichever way
 it came in: the fast path's allow (`serve/fastpath.py`) or the SDK's handler (`serve/gateway.py`),
 which may have asked the user first. From there this one object carries it: each round it sends
-to the server (`Downstream.send_call`: a local server's over its pipes, a remote one's through
+to the server (`Target.send_call`: a local server's over its pipes, a remote one's through
 the SDK's client), the server's questions to the user while it runs, the rounds a 2026-07-28
 server asks for, progress and logs, cancellation, the timeout (the channel's, per round), the
 shaping of the result, the end of its audit record, and the answer.
@@ -36,7 +36,7 @@ from cellblock.gateway.ask.elicitation import PARK_SECONDS, Asker, InputNeeded, 
 from cellblock.gateway.ask.forms import framed
 from cellblock.gateway.credentials import CredentialError
 from cellblock.gateway.downstream.rounds import DownstreamError, Round
-from cellblock.gateway.downstream.supervisor import Downstream
+from cellblock.gateway.downstream.target import Target
 from cellblock.gateway.namespacing import UriTable
 from cellblock.gateway.scrub import Scrubbed, scrub, scrub_result
 from cellblock.gateway.serve.items import held_reason
@@ -92,10 +92,10 @@ def _dumped(model: BaseModel) -> dict[str, Any]:
 @dataclass(eq=False)
 class ToolCall:
     """One admitted tool call; see the module docstring. It is what the server's questions and
-    logs reach while it runs (`Downstream.track`), and an `Asker` for them."""
+    logs reach while it runs (`Target.track`), and an `Asker` for them."""
 
     call: Call
-    ds: Downstream
+    ds: Target  # the server it goes to
     reply: Reply | None
     shared: Calls
     params: dict[str, Any]  # the round sent next: the server's tool name, the arguments, the caller's _meta

@@ -17,7 +17,8 @@ import anyio.to_thread
 
 from cellblock.gateway.config.model import Config, LocalServer
 from cellblock.gateway.downstream.packages import read_record
-from cellblock.gateway.downstream.supervisor import Downstream, State
+from cellblock.gateway.downstream.server import Downstream
+from cellblock.gateway.downstream.supervisor import State
 from cellblock.gateway.serve.locking import Locks, catalog_hash, held_catalog
 from cellblock.gateway.state import lock_path
 from cellblock.policy.errors import CellblockError
@@ -51,7 +52,7 @@ def _files(
 def stderr_of(ds: Downstream) -> list[str]:
     """The last lines (`TAIL_LINES`) a failed or restarting local server wrote to stderr, as its
     relay keeps them: every secret the gateway holds redacted, escaped, each cut."""
-    if ds.state not in (State.FAILED, State.RESTARTING) or ds.channel is None or ds.channel.stderr is None:
+    if ds.supervisor.state not in (State.FAILED, State.RESTARTING) or ds.channel is None or ds.channel.stderr is None:
         return []
     return ds.channel.stderr.last_lines()
 

@@ -36,7 +36,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from cellblock.gateway.ask.elicitation import Asker, elicits, elicits_url, samples
 from cellblock.gateway.ask.forms import framed
-from cellblock.gateway.downstream.supervisor import Downstream, State
+from cellblock.gateway.downstream.server import Downstream
+from cellblock.gateway.downstream.supervisor import State
 from cellblock.gateway.scrub import Scrubbed, scrub
 from cellblock.gateway.serve.calls import Calls, ToolCall, log_passes
 from cellblock.gateway.serve.catalog import LIST_KINDS, Catalog
@@ -219,7 +220,7 @@ class FastPath:
             return False
         ds = self.host.downstreams[route[0]]
         channel = ds.channel
-        if ds.state is not State.READY or ds.client is None or channel is None or not channel.open:
+        if ds.supervisor.state is not State.READY or ds.client is None or channel is None or not channel.open:
             return False  # starting, restarting, remote: the SDK's path waits or explains
         call = Call(name, arguments)
         if not pipeline.allow_now(call, route):

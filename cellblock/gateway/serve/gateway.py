@@ -43,8 +43,9 @@ from cellblock.gateway.downstream.launch import own_paths
 from cellblock.gateway.downstream.listing import Listing
 from cellblock.gateway.downstream.offer import Offer
 from cellblock.gateway.downstream.rounds import error_result
+from cellblock.gateway.downstream.server import Downstream
 from cellblock.gateway.downstream.startable import startable_of
-from cellblock.gateway.downstream.supervisor import START_SECONDS, Downstream, State
+from cellblock.gateway.downstream.supervisor import START_SECONDS, State
 from cellblock.gateway.scrub import Scrubbed, scrub
 from cellblock.gateway.serve.approvals import Approvals, NeedsInput
 from cellblock.gateway.serve.calls import Calls, ToolCall, log_passes
@@ -271,7 +272,7 @@ class Gateway:
                     # the handshake and the first list wait (bounded) for these; a lazy server
                     # nobody has seen yet is started once to learn its catalog
                     unknown.append(ds)
-                    ds.start(tg)
+                    ds.supervisor.start(tg)
             self._rebuild()
             tg.start_soon(self._settle, unknown)
             tg.start_soon(self._start_after_first_list, known)
@@ -300,7 +301,7 @@ class Gateway:
         with anyio.move_on_after(KNOWN_START_SECONDS):
             await self._listed.wait()
         for ds in known:
-            ds.start(self.tasks)
+            ds.supervisor.start(self.tasks)
 
     def _saved_listing(self, server: str) -> Listing | None:
         """The catalog to show for a server before it answers: its lock, else the last one seen."""
@@ -321,11 +322,11 @@ class Gateway:
     async def _settle(self, eager: list[Downstream]) -> None:
         async with anyio.create_task_group() as tg:
             for ds in eager:
-                tg.start_soon(ds.wait_settled, START_SECONDS)
+                tg.start_soon(ds.supervisor.wait_settled, START_SECONDS)
         for ds in eager:
             # a server waiting for a credential or a login keeps its known tools on offer, so a
             # call to one gets the error that says which command to run
-            saved = self._saved_listing(ds.name) if ds.retryable and ds.listing is None else None
+            saved = self._saved_listing(ds.name) if ds.supervisor.retryable and ds.listing is None else None
             if saved is not None:
                 ds.listing = self.shown[ds.name] = saved
         self._rebuild()
@@ -351,7 +352,7 @@ class Gateway:
     def _retry_failed(self) -> None:
         # a server that failed for want of a credential may have it now; it announces its tools
         for ds in self.downstreams.values():
-            ds.retry()
+            ds.supervisor.retry()
 
     def _rebuild(self) -> Catalog:
         offered = {name: ds.listing for name, ds in self.downstreams.items() if ds.listing is not None}
@@ -499,7 +500,7 @@ class Gateway:
         if refusal is not None:
             return refusal
         ds = self.downstreams[call.server]
-        ds.start(self.tasks)  # lazy servers start on first use
+        ds.supervisor.start(self.tasks)  # lazy servers start on first use
         forwarded: dict[str, Any] = {"name": call.tool}
         if params.arguments is not None:
             forwarded["arguments"] = params.arguments
@@ -536,11 +537,12 @@ class Gateway:
         """Why a name that is not in the catalog may belong to a server that is down, if it does."""
         prefix, sep, _ = name.partition(self.config.names.separator)
         ds = self.downstreams.get(prefix) if sep else None
-        if ds is not None and ds.retryable:
-            error, _ = ds.error, ds.retry()  # the user may have put it right: its tools are announced if it starts
+        if ds is not None and ds.supervisor.retryable:
+            error = ds.supervisor.error
+            ds.supervisor.retry()  # the user may have put it right: its tools are announced if it starts
             return f"server '{ds.name}' is not running: {error}"
-        if ds is not None and ds.state in (State.FAILED, State.RESTARTING, State.STARTING):
-            return f"server '{ds.name}' is not available ({ds.state}): {ds.error or 'starting'}"
+        if ds is not None and ds.supervisor.state in (State.FAILED, State.RESTARTING, State.STARTING):
+            return f"server '{ds.name}' is not available ({ds.supervisor.state}): {ds.supervisor.error or 'starting'}"
         return None
 
     def unknown(self, name: str, kind: str) -> str:

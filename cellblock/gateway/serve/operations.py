@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cellblock.gateway.config.model import Config, LocalServer
+from cellblock.gateway.downstream.server import Downstream
 from cellblock.gateway.downstream.startable import why_down
-from cellblock.gateway.downstream.supervisor import Downstream
 from cellblock.gateway.serve.approvals import Approvals
 from cellblock.gateway.serve.control import NOT_FOUND
 from cellblock.gateway.serve.details import details
@@ -106,12 +106,12 @@ class Operations:
             ds = self.gateway.downstreams.get(str(message.get("server", "")))
             if ds is None:
                 return {"ok": False, "error": f"no server '{message.get('server')}'", "code": NOT_FOUND}
-            return {"ok": True, "restarted": ds.reconnect(), "state": ds.state}
+            return {"ok": True, "restarted": ds.supervisor.reconnect(), "state": ds.supervisor.state}
         if op == "ps":
             servers = [
                 {
                     "name": name,
-                    "state": ds.state,
+                    "state": ds.supervisor.state,
                     "jail": _network_of(ds),
                     # what built its jail the last time it started (None: not started, or no jail)
                     "backend": ds.plan.backend
@@ -121,7 +121,7 @@ class Operations:
                     "tools": len(ds.listing.tools) if ds.listing else 0,
                     "calls": ds.calls,
                     "fast_calls": ds.fast_calls,
-                    "last_exit": ds.last_exit,
+                    "last_exit": ds.supervisor.last_exit,
                     # why it does not run and what to do, as a call to it is told (None: it runs or may)
                     "down": await why_down(ds),
                     # its stderr lines, jail, package and lock (`serve/details.py`)

@@ -23,7 +23,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from cellblock.gateway.downstream.listing import Listing, app_digest
 from cellblock.gateway.downstream.rounds import DownstreamError
-from cellblock.gateway.downstream.supervisor import START_SECONDS, Downstream
+from cellblock.gateway.downstream.server import Downstream
+from cellblock.gateway.downstream.supervisor import START_SECONDS
 from cellblock.gateway.namespacing import is_app
 from cellblock.gateway.scrub import scrub
 from cellblock.gateway.serve.approvals import Approvals, NeedsInput
@@ -255,8 +256,8 @@ class Reads:
         """Start `server` if it is not running, and wait (bounded) until the lock has seen what it
         offers now: a get or read is judged by that, not by the catalog approved at its last start."""
         ds = self.gateway.downstreams[server]
-        ds.start(self.gateway.tasks)
-        await ds.wait_settled(START_SECONDS)
+        ds.supervisor.start(self.gateway.tasks)
+        await ds.supervisor.wait_settled(START_SECONDS)
 
     def _offered(self, server: str) -> Listing | None:
         """Everything `server` offers, held items included (for one not started: its approved catalog)."""
@@ -272,7 +273,7 @@ class Reads:
 
     async def _forward(self, server: str, request: Any, result_type: type[R]) -> R:
         ds = self.gateway.downstreams[server]
-        ds.start(self.gateway.tasks)
+        ds.supervisor.start(self.gateway.tasks)
         try:
             result = await ds.request(request, result_type)
         except DownstreamError as exc:  # the server's error text may hand back a secret as well

@@ -18,8 +18,9 @@ from cellblock.gateway.ask.forms import APPROVE_READ_ONLY
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.model import Config
 from cellblock.gateway.downstream.rounds import error_result
+from cellblock.gateway.downstream.server import Downstream
 from cellblock.gateway.downstream.startable import cannot_start
-from cellblock.gateway.downstream.supervisor import Downstream, State
+from cellblock.gateway.downstream.supervisor import State
 from cellblock.gateway.serve.approvals import APPROVAL_KEY, Approvals, NeedsInput, can_elicit, review_form
 from cellblock.gateway.serve.control import NOT_FOUND
 from cellblock.gateway.serve.locking import (
@@ -89,9 +90,9 @@ class Review:
                 first_contact=not lock_path(self.gateway.state, name).exists(),
                 # in the gateway's words only: what a server wrote is not for the model before approval
                 down=ds.error_without_output
-                if ds.state in (State.FAILED, State.RESTARTING)
+                if ds.supervisor.state in (State.FAILED, State.RESTARTING)
                 else await cannot_start(ds)
-                if ds.state is State.STOPPED
+                if ds.supervisor.state is State.STOPPED
                 else None,
             )
             for name, ds in self.gateway.downstreams.items()

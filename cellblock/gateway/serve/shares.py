@@ -41,7 +41,8 @@ from typing import Protocol
 import anyio
 
 from cellblock.gateway.config.model import JailConfig, LocalServer
-from cellblock.gateway.downstream.supervisor import Downstream, State
+from cellblock.gateway.downstream.server import Downstream
+from cellblock.gateway.downstream.supervisor import State
 from cellblock.gateway.serve.approvals import Approvals
 from cellblock.gateway.serve.pipeline import Call, Refused, Wait
 from cellblock.gateway.state import StateWriteError
@@ -246,9 +247,9 @@ class Shares:
         ds.config = config.model_copy(update={"jail": added})
         if ds.audit is not None:
             ds.audit.write("share", ds.name, path=grant.path, mode=key, made=grant.make or None)
-        if ds.state in (State.READY, State.STARTING):
+        if ds.supervisor.state in (State.READY, State.STARTING):
             # a mount cannot be added to a running jail: the call waits for the new process
-            ds.restart(f"{grant.path} was shared with it ({key})", counted=False)
+            ds.supervisor.restart(f"{grant.path} was shared with it ({key})", counted=False)
 
 
 def _make(grant: Grant) -> None:

@@ -25,7 +25,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
 from cellblock.gateway.downstream.rounds import DownstreamError
-from cellblock.gateway.downstream.supervisor import Downstream
+from cellblock.gateway.downstream.server import Downstream
 from cellblock.gateway.downstream.watch import Watched
 from cellblock.gateway.serve.catalog import Catalog
 from cellblock.gateway.serve.listen import Listen
