@@ -41,6 +41,7 @@ from cellblock.gateway.downstream.supervisor import State
 from cellblock.gateway.scrub import Scrubbed, scrub
 from cellblock.gateway.serve.calls import Calls, ToolCall, log_passes
 from cellblock.gateway.serve.catalog import LIST_KINDS, Catalog
+from cellblock.gateway.serve.keeper import CatalogKeeper
 from cellblock.gateway.serve.pipeline import Call, Pipeline
 from cellblock.gateway.serve.search import Client, Search
 from cellblock.gateway.serve.shaping import wire_result
@@ -61,13 +62,12 @@ class Host(Protocol):
     search: Search
     downstreams: dict[str, Downstream]
     log_level: str | None
+    keeper: CatalogKeeper
 
     @property
     def tasks(self) -> anyio.abc.TaskGroup: ...
     @property
     def stamp(self) -> dict[str, Any]: ...
-    def settled_catalog(self) -> Catalog | None: ...
-    async def client_catalog(self) -> Catalog: ...
     def secrets(self) -> re.Pattern[str] | None: ...
 
 
@@ -179,7 +179,7 @@ class FastPath:
         if version is None or params.get("cursor") is not None:
             return False  # the gateway's lists have one page; a cursor is the SDK's to refuse
         client = Client(self.wire.client_name(params), "")  # stdio: the one client
-        catalog = self.host.settled_catalog()
+        catalog = self.host.keeper.settled_catalog()
         if catalog is not None:
             self._answer_list(message["id"], catalog, method, version, client)
         else:  # the first list waits (bounded) for the eager servers
@@ -187,7 +187,7 @@ class FastPath:
         return True
 
     async def _list_when_settled(self, ident: Any, method: str, version: str, client: Client) -> None:
-        self._answer_list(ident, await self.host.client_catalog(), method, version, client)
+        self._answer_list(ident, await self.host.keeper.client_catalog(), method, version, client)
 
     def _answer_list(self, ident: Any, catalog: Catalog, method: str, version: str, client: Client) -> None:
         # the list of tools is the client's own where search is on for it (serve/search.py)

@@ -1,15 +1,14 @@
 """The gateway's face toward the client: one MCP server that routes to many.
 
-`Gateway` owns the downstream servers, the merged catalog, and the SDK's low-level `Server`
-whose handlers route each call, prompt, resource read and completion to the server it came from.
-It serves both protocol eras; where they differ (notifications, questions to the user) the
-handler picks the era's way.
+`Gateway` owns the downstream servers, the merged catalog (kept current by `serve/keeper.py`),
+and the SDK's low-level `Server` whose handlers route each call, prompt, resource read and
+completion to the server it came from. It serves both protocol eras; where they differ
+(notifications, questions to the user) the handler picks the era's way.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import re
 import signal
@@ -26,12 +25,7 @@ from mcp.server.apps import EXTENSION_ID as APPS_EXTENSION
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.session import ServerSession
-from mcp.server.subscriptions import (
-    InMemorySubscriptionBus,
-    PromptsListChanged,
-    ResourcesListChanged,
-    ToolsListChanged,
-)
+from mcp.server.subscriptions import InMemorySubscriptionBus
 
 from cellblock import __version__
 from cellblock.gateway.ask.elicitation import ParkedCalls, StateRejected
@@ -40,21 +34,20 @@ from cellblock.gateway.config.model import Config
 from cellblock.gateway.downstream.egressask import host_keeper
 from cellblock.gateway.downstream.keys import reader_of
 from cellblock.gateway.downstream.launch import own_paths
-from cellblock.gateway.downstream.listing import Listing
 from cellblock.gateway.downstream.offer import Offer
 from cellblock.gateway.downstream.rounds import error_result
 from cellblock.gateway.downstream.server import Downstream
 from cellblock.gateway.downstream.startable import startable_of
-from cellblock.gateway.downstream.supervisor import START_SECONDS, State
+from cellblock.gateway.downstream.supervisor import State
 from cellblock.gateway.scrub import Scrubbed, scrub
 from cellblock.gateway.serve.approvals import Approvals, NeedsInput
 from cellblock.gateway.serve.calls import Calls, ToolCall, log_passes
-from cellblock.gateway.serve.catalog import Catalog, build_catalog
 from cellblock.gateway.serve.control import ControlServer, socket_path
 from cellblock.gateway.serve.fastpath import FastPath
 from cellblock.gateway.serve.handshake_tasks import HandshakeTasks
+from cellblock.gateway.serve.keeper import CatalogKeeper
 from cellblock.gateway.serve.listeners import ChangingServer, Listeners
-from cellblock.gateway.serve.locking import POLL_SECONDS, Locks
+from cellblock.gateway.serve.locking import Locks
 from cellblock.gateway.serve.opening import Recording
 from cellblock.gateway.serve.operations import Operations
 from cellblock.gateway.serve.pipeline import Asking, Call, Pipeline
@@ -62,13 +55,13 @@ from cellblock.gateway.serve.reads import Reads
 from cellblock.gateway.serve.replies import SessionReply
 from cellblock.gateway.serve.review import Review
 from cellblock.gateway.serve.sealed import STATE_PREFIX as APPROVAL_STATE
-from cellblock.gateway.serve.search import Client, Search, client_of
+from cellblock.gateway.serve.search import Search, client_of
 from cellblock.gateway.serve.shares import Gate, Shares
-from cellblock.gateway.serve.status import REVIEW, STATUS, instructions, review_tool, status_tool, tool_name
+from cellblock.gateway.serve.status import REVIEW, STATUS, instructions
 from cellblock.gateway.serve.subscriptions import Subscriptions
 from cellblock.gateway.serve.tasks import Tasks
 from cellblock.gateway.serve.telemetry import telemetry_for
-from cellblock.gateway.state import atomic_write_json, clean_stale_temps, read_json
+from cellblock.gateway.state import clean_stale_temps
 from cellblock.gateway.wire.client import Wire
 from cellblock.gateway.wire.early import Early, Handover
 from cellblock.gateway.wire.stdio import client_stdio
@@ -82,18 +75,6 @@ Ctx = ServerRequestContext[Any, Any]
 # what a tools/call handler answers: a result, or (2026-07-28) a round of questions for the client,
 # or a task (as JSON: the SDK has no model of it)
 CallResult = types.CallToolResult | types.InputRequiredResult | dict[str, Any]
-
-# Eager servers whose catalog is known start after the client's first list, or after this long
-# if it asks for none (see Gateway._start_after_first_list).
-KNOWN_START_SECONDS = 2.0
-
-# what tells the client to list again: the subscription event and the handshake-era notification
-_LIST_CHANGES: dict[str, tuple[Any, str]] = {
-    "tools/list": (ToolsListChanged(), "notifications/tools/list_changed"),
-    "prompts/list": (PromptsListChanged(), "notifications/prompts/list_changed"),
-    "resources/list": (ResourcesListChanged(), "notifications/resources/list_changed"),
-    "resources/templates/list": (ResourcesListChanged(), "notifications/resources/list_changed"),
-}
 
 
 class Gateway:
@@ -112,7 +93,6 @@ class Gateway:
         self.early = early  # the opening answers of the last start, and this start's record of them
         self.runtime = runtime
         self.source = source
-        self.catalog_dir = state / "catalogs"
         stale = clean_stale_temps(state, time.time())  # left by a gateway or command that was killed mid-write
         if stale:
             logger.info("removed %d temp file(s) a killed writer left in %s", stale, state)
@@ -125,7 +105,7 @@ class Gateway:
                 server,
                 timeout=config.timeout_of(name),
                 protocol=server.protocol,
-                on_listing=self.on_listing,
+                on_listing=lambda ds: self.keeper.on_listing(ds),
                 on_log=self._on_idle_log,
                 audit=self.audit,
                 runtime=runtime or Path("/nonexistent"),
@@ -142,22 +122,34 @@ class Gateway:
             for name, server in sorted(config.servers.items())
         }
         self.approvals.keepers["egress"] = host_keeper(source, lambda name: self.downstreams[name].egress)
-        self.catalog = Catalog()
-        names = config.names
-        self.search = Search(config.catalog, names.separator, names.max_length, self.audit, self._announce_to)
         self.locks = Locks(config, state, self.audit)
-        # what each server offers, and what the lock lets the client see of it
-        self.shown: dict[str, Listing] = {}
         self.policies = {name: policy_for(config, name) for name in config.servers}
         # the same rules machinery for prompts (by name) and resources (by the server's URI)
         self.item_policies = {
             kind: {name: policy_for(config, name, kind) for name in config.servers} for kind in ("prompt", "resource")
         }
+        self.bus = InMemorySubscriptionBus()
+        # the clients' connections, for notifications sent outside any request
+        self.listeners = Listeners()
+        self.keeper = CatalogKeeper(
+            config,
+            state / "catalogs",
+            self.downstreams,
+            self.locks,
+            self.policies,
+            self.item_policies,
+            lambda catalog: self.search.offer(catalog),
+            self.bus,
+            self.listeners,
+            lambda: self.tasks,
+        )
+        names = config.names
+        self.search = Search(config.catalog, names.separator, names.max_length, self.audit, self.keeper.announce_to)
         self.state = state
         self.review = Review(self)
         self.shares = Shares(self.downstreams, self.approvals, gate) if gate is not None else None
         self.pipeline = Pipeline(
-            lambda: self.catalog,
+            lambda: self.keeper.catalog,
             self._unavailable,
             self.policies,
             self.audit,
@@ -168,22 +160,16 @@ class Gateway:
             startable=startable_of(self.downstreams),
             share=self.shares.stage if self.shares is not None else None,
         )
-        self.bus = InMemorySubscriptionBus()
         self.parked = ParkedCalls()
         self.calls = Calls(
             self.pipeline,
             self.parked,
             self.secrets,
             lambda: self.tasks,
-            lambda: self.catalog.uris,
+            lambda: self.keeper.catalog.uris,
             lambda server, uri, resource: self.reads.page_passes(server, uri, resource),
         )
-        # the clients' connections, for notifications sent outside any request
-        self.listeners = Listeners()
         self.log_level: str | None = None
-        self._settled = anyio.Event()
-        self._listed = anyio.Event()  # the client has asked for a list
-        self._start_catalog: Catalog | None = None  # the catalog once settled, until it changes
         self._tg: anyio.abc.TaskGroup | None = None
         self.reads = Reads(self)
         self.client_tasks = Tasks(self.audit)
@@ -242,9 +228,9 @@ class Gateway:
             return None
 
         def current() -> bool:
-            return self.catalog is self._start_catalog and not self.search.added
+            return self.keeper.as_started() and not self.search.added
 
-        return Recording(self.early, lambda: self.tasks, current, self._announce)
+        return Recording(self.early, lambda: self.tasks, current, self.keeper.announce)
 
     async def run(self, read: Any, write: Any) -> None:
         """Start the downstream servers and serve one client connection until it closes."""
@@ -258,25 +244,7 @@ class Gateway:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self.pipeline.learn_secrets)  # what no call may carry to another server
-            unknown: list[Downstream] = []
-            known: list[Downstream] = []
-            for ds in self.downstreams.values():
-                # A server whose catalog is known (approved in its lock, or seen last time) is
-                # listed from it until it answers itself; then the lock reviews what it offers.
-                saved = self._saved_listing(ds.name)
-                if saved is not None:
-                    ds.listing = self.shown[ds.name] = saved
-                    if self.config.start_of(ds.name) == "eager":
-                        known.append(ds)
-                else:
-                    # the handshake and the first list wait (bounded) for these; a lazy server
-                    # nobody has seen yet is started once to learn its catalog
-                    unknown.append(ds)
-                    ds.supervisor.start(tg)
-            self._rebuild()
-            tg.start_soon(self._settle, unknown)
-            tg.start_soon(self._start_after_first_list, known)
-            tg.start_soon(self._watch_locks)
+            self.keeper.start(tg)
             if self.runtime is not None:
                 # answers to pending approvals, and `cellblock ps`, arrive on this socket
                 control = ControlServer(
@@ -284,132 +252,14 @@ class Gateway:
                 )
                 await tg.start(control.serve)
             # The handshake carries the servers' instructions, so it waits (bounded) for them.
-            with anyio.move_on_after(START_SECONDS):
-                await self._settled.wait()
-            self.server.instructions = instructions(self.config, self.locks.held, self.shown)
+            await self.keeper.settled()
+            self.server.instructions = instructions(self.config, self.locks.held, self.keeper.shown)
             yield tg
             tg.cancel_scope.cancel()
 
     def _control_refused(self, op: str, pid: int | None, uid: int | None, why: str) -> None:
         """A request on the control socket was refused (a foreign uid, a server, no or a wrong token)."""
         self.audit.write("control_refused", "", op=op, peer_pid=pid, peer_uid=uid, reason=why)
-
-    async def _start_after_first_list(self, known: list[Downstream]) -> None:
-        """Start the eager servers whose catalog is known once the client has its first list:
-        starting many at once would hold up the answer, which does not need them. A call to one
-        before then starts it at once."""
-        with anyio.move_on_after(KNOWN_START_SECONDS):
-            await self._listed.wait()
-        for ds in known:
-            ds.supervisor.start(self.tasks)
-
-    def _saved_listing(self, server: str) -> Listing | None:
-        """The catalog to show for a server before it answers: its lock, else the last one seen."""
-        if self.locks.enabled(server):
-            return self.locks.approved_listing(server)
-        cached = read_json(self.catalog_dir / f"{server}.json")
-        return Listing.load(cached) if isinstance(cached, dict) else None
-
-    async def _watch_locks(self) -> None:
-        """Pick up approvals made with `cellblock approve` while the gateway runs."""
-        while True:
-            await anyio.sleep(POLL_SECONDS)
-            for server in self.locks.changed_on_disk():
-                ds = self.downstreams[server]
-                if ds.listing is not None:
-                    await self.on_listing(ds)
-
-    async def _settle(self, eager: list[Downstream]) -> None:
-        async with anyio.create_task_group() as tg:
-            for ds in eager:
-                tg.start_soon(ds.supervisor.wait_settled, START_SECONDS)
-        for ds in eager:
-            # a server waiting for a credential or a login keeps its known tools on offer, so a
-            # call to one gets the error that says which command to run
-            saved = self._saved_listing(ds.name) if ds.supervisor.retryable and ds.listing is None else None
-            if saved is not None:
-                ds.listing = self.shown[ds.name] = saved
-        self._rebuild()
-        self._start_catalog = self.catalog
-        self._settled.set()
-
-    async def client_catalog(self) -> Catalog:
-        """The catalog to answer a list with, once the eager servers have settled (bounded)."""
-        # the first list waits (bounded) for the eager servers, so the client sees them all
-        with anyio.move_on_after(START_SECONDS):
-            await self._settled.wait()
-        return self._listing_now()
-
-    def settled_catalog(self) -> Catalog | None:
-        """`client_catalog` without waiting: None while the eager servers are still settling."""
-        return self._listing_now() if self._settled.is_set() else None
-
-    def _listing_now(self) -> Catalog:
-        self._listed.set()
-        self._retry_failed()
-        return self.catalog
-
-    def _retry_failed(self) -> None:
-        # a server that failed for want of a credential may have it now; it announces its tools
-        for ds in self.downstreams.values():
-            ds.supervisor.retry()
-
-    def _rebuild(self) -> Catalog:
-        offered = {name: ds.listing for name, ds in self.downstreams.items() if ds.listing is not None}
-        catalog = build_catalog(
-            self.shown,
-            separator=self.config.names.separator,
-            max_length=self.config.names.max_length,
-            offered=offered,
-            hidden=lambda server, tool: self.policies[server].hidden(tool),
-            hidden_item=lambda kind, server, name: self.item_policies[kind][server].hidden(name),
-            bare=self.config.unprefixed(),
-        )
-        held = [name for name, items in self.locks.held.items() if items]
-        if held:  # the model can then tell the user what waits, and what to run, or ask them
-            names = self.config.names
-            own = (status_tool(names.separator, names.max_length), review_tool(names.separator, names.max_length, held))
-            catalog = dataclasses.replace(catalog, tools=(*catalog.tools, *own))
-        old, self.catalog = self.catalog, catalog
-        self.search.offer(catalog)
-        return old
-
-    def own_tool(self, tool: str) -> str:
-        return tool_name(self.config.names.separator, self.config.names.max_length, tool)
-
-    async def on_listing(self, ds: Downstream) -> None:
-        if ds.listing is None:
-            return
-        self.shown[ds.name] = self.locks.review(ds.name, ds.listing)
-        if not self.locks.enabled(ds.name):
-            try:
-                atomic_write_json(self.catalog_dir / f"{ds.name}.json", ds.listing.dump())
-            except OSError as exc:
-                logger.warning("could not save the catalog of '%s' for lazy start: %s", ds.name, exc)
-        old = self._rebuild()
-        if not self._settled.is_set():
-            return
-        new = self.catalog
-        if old.tools != new.tools:
-            await self._announce("tools/list")
-        if old.prompts != new.prompts:
-            await self._announce("prompts/list")
-        if (old.resources, old.templates) != (new.resources, new.templates):
-            await self._announce("resources/list")
-
-    async def _announce_to(self, client: Client) -> None:
-        """Tell one client that its tool list changed: on stdio, on its wire or its listen stream;
-        over HTTP, its handshake-era session (a 2026-07-28 one is never told: it has no key)."""
-        if client.key == "" and self.listeners.wire is not None and self.listeners.wire.modern:
-            await self.bus.publish(ToolsListChanged())
-        elif client.key is not None:
-            self.listeners.notify(self.tasks, "notifications/tools/list_changed", None, only=frozenset({client.key}))
-
-    async def _announce(self, method: str) -> None:
-        """Tell the client that what `method` lists has changed."""
-        event, notification = _LIST_CHANGES[method]
-        await self.bus.publish(event)  # 2026-07-28 clients listening on subscriptions/listen
-        self._notify_handshake_client(notification, None)
 
     # -- the upstream server ---------------------------------------------------------------
 
@@ -444,35 +294,37 @@ class Gateway:
 
     async def _list_tools(self, ctx: Ctx, params: Any) -> types.ListToolsResult:
         self.listeners.met(ctx)
-        catalog = self.search.view(await self.client_catalog(), client_of(ctx))
+        catalog = self.search.view(await self.keeper.client_catalog(), client_of(ctx))
         return types.ListToolsResult(tools=catalog.listed_tools(ctx.protocol_version))
 
     async def _list_prompts(self, ctx: Ctx, params: Any) -> types.ListPromptsResult:
         self.listeners.met(ctx)
-        return types.ListPromptsResult(prompts=list((await self.client_catalog()).prompts))
+        return types.ListPromptsResult(prompts=list((await self.keeper.client_catalog()).prompts))
 
     async def _list_resources(self, ctx: Ctx, params: Any) -> types.ListResourcesResult:
         self.listeners.met(ctx)
-        return types.ListResourcesResult(resources=list((await self.client_catalog()).resources))
+        return types.ListResourcesResult(resources=list((await self.keeper.client_catalog()).resources))
 
     async def _list_templates(self, ctx: Ctx, params: Any) -> types.ListResourceTemplatesResult:
         self.listeners.met(ctx)
-        return types.ListResourceTemplatesResult(resource_templates=list((await self.client_catalog()).templates))
+        return types.ListResourceTemplatesResult(
+            resource_templates=list((await self.keeper.client_catalog()).templates)
+        )
 
     async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> CallResult:
         self.listeners.met(ctx)
         if self.search.owns(params.name):  # a search, or a call of a found tool: then as that tool's call
-            await self.client_catalog()  # as a list does, it waits (bounded) for the servers starting
+            await self.keeper.client_catalog()  # as a list does, it waits (bounded) for the servers starting
             if params.name == self.search.find_name:  # what it finds may join the client's list
                 return await self.search.find(params.arguments, client_of(ctx), ctx.protocol_version)
             inner = self.search.inner(params)
             if isinstance(inner, types.CallToolResult):
                 return inner
             params = inner
-        own = params.name in (self.own_tool(STATUS), self.own_tool(REVIEW))
-        if own and params.name not in {t.name for t in self.catalog.tools}:
+        own = params.name in (self.keeper.own_tool(STATUS), self.keeper.own_tool(REVIEW))
+        if own and params.name not in {t.name for t in self.keeper.catalog.tools}:
             own = False  # offered only while something is held: otherwise the name routes as any other
-        if own and params.name == self.own_tool(STATUS):
+        if own and params.name == self.keeper.own_tool(STATUS):
             return await self.review.status()
         reply = SessionReply(self.send_log, ctx)
         call = Call(params.name, params.arguments, ctx=Asking(ctx.session, ctx.request_id, reply.modern, reply.tell))

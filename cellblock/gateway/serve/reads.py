@@ -28,8 +28,8 @@ from cellblock.gateway.downstream.supervisor import START_SECONDS
 from cellblock.gateway.namespacing import is_app
 from cellblock.gateway.scrub import scrub
 from cellblock.gateway.serve.approvals import Approvals, NeedsInput
-from cellblock.gateway.serve.catalog import Catalog
 from cellblock.gateway.serve.items import Standing, held_reason, resource_standing, template_standing
+from cellblock.gateway.serve.keeper import CatalogKeeper
 from cellblock.gateway.serve.locking import Locks
 from cellblock.gateway.serve.pipeline import Asking, Call, Pipeline
 from cellblock.gateway.serve.replies import SessionReply
@@ -47,13 +47,12 @@ R = TypeVar("R", bound=types.Result)
 class Host(Protocol):
     """What the reads need of the gateway (`serve/gateway.py`)."""
 
-    catalog: Catalog
+    keeper: CatalogKeeper  # the catalog, and what each server's lock shows of it
     downstreams: dict[str, Downstream]
     item_policies: dict[str, dict[str, Policy]]
     pipeline: Pipeline
     approvals: Approvals
     locks: Locks
-    shown: dict[str, Listing]
 
     @property
     def tasks(self) -> anyio.abc.TaskGroup: ...
@@ -72,7 +71,8 @@ class Reads:
         self, ctx: Ctx, params: types.GetPromptRequestParams
     ) -> types.GetPromptResult | types.InputRequiredResult:
         call = Call(f"prompt:{params.name}", dict(params.arguments or {}) or None, kind="prompt")
-        owner = self.gateway.catalog.prompt_routes.get(params.name) or self.gateway.catalog.held.get(params.name)
+        catalog = self.gateway.keeper.catalog
+        owner = catalog.prompt_routes.get(params.name) or catalog.held.get(params.name)
         if owner is not None:
             await self._started(owner[0])
         server, name = self._prompt_route(call, params.name)
@@ -99,7 +99,7 @@ class Reads:
         result = await self._forward(server, request, types.ReadResourceResult)
         if approved_app is not None:
             self._same_app(call, server, uri, approved_app, result.contents)
-        uris = self.gateway.catalog.uris
+        uris = self.gateway.keeper.catalog.uris
         contents = [c.model_copy(update={"uri": uris.expose(server, str(c.uri))}) for c in result.contents]
         # each read is decided again (policy, lock, approvals that can be revoked): none is cached
         # past this decision, nor shared with another user, whatever the server allowed
@@ -213,11 +213,11 @@ class Reads:
         Raises:
             MCPError: the prompt is held by the lock (audited), or not in the catalog.
         """
-        route = self.gateway.catalog.prompt_routes.get(exposed)
+        route = self.gateway.keeper.catalog.prompt_routes.get(exposed)
         if route is not None:
             call.server, call.tool = route[0], f"prompt:{route[1]}"
             return route
-        held = self.gateway.catalog.held.get(exposed)
+        held = self.gateway.keeper.catalog.held.get(exposed)
         offered = self._offered(held[0]) if held is not None else None
         if held is not None and offered is not None and any(p.name == held[1] for p in offered.prompts):
             call.server, call.tool = held[0], f"prompt:{held[1]}"
@@ -262,7 +262,7 @@ class Reads:
     def _offered(self, server: str) -> Listing | None:
         """Everything `server` offers, held items included (for one not started: its approved catalog)."""
         ds = self.gateway.downstreams[server]
-        return ds.listing if ds.listing is not None else self.gateway.shown.get(server)
+        return ds.listing if ds.listing is not None else self.gateway.keeper.shown.get(server)
 
     def _approved(self, server: str) -> frozenset[str] | None:
         """The items the lock approved for `server`; None when its lock is off. A server whose
@@ -298,7 +298,7 @@ class Reads:
         """
         call = Call(f"resource:{uri}", None, tool=f"resource:{uri}", kind="resource")
         try:
-            server, original = self.gateway.catalog.route_resource(uri)
+            server, original = self.gateway.keeper.catalog.route_resource(uri)
         except ValueError as exc:
             self._unrouted(call, str(exc))
         if server not in self.gateway.downstreams:

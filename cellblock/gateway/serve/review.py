@@ -23,6 +23,7 @@ from cellblock.gateway.downstream.startable import cannot_start
 from cellblock.gateway.downstream.supervisor import State
 from cellblock.gateway.serve.approvals import APPROVAL_KEY, Approvals, NeedsInput, can_elicit, review_form
 from cellblock.gateway.serve.control import NOT_FOUND
+from cellblock.gateway.serve.keeper import CatalogKeeper
 from cellblock.gateway.serve.locking import (
     Locks,
     approve_pending,
@@ -52,9 +53,7 @@ class Host(Protocol):
     approvals: Approvals
     locks: Locks
     downstreams: dict[str, Downstream]
-
-    def own_tool(self, tool: str) -> str: ...
-    async def on_listing(self, ds: Downstream) -> None: ...
+    keeper: CatalogKeeper
 
 
 class Review:
@@ -97,7 +96,9 @@ class Review:
             )
             for name, ds in self.gateway.downstreams.items()
         ]
-        return _text_result(status_text(servers, self.gateway.approvals.listing(), self.gateway.own_tool(REVIEW)))
+        return _text_result(
+            status_text(servers, self.gateway.approvals.listing(), self.gateway.keeper.own_tool(REVIEW))
+        )
 
     def held(self) -> list[dict[str, Any]]:
         """The control socket's `held`: each held catalog of this gateway's servers as `cellblock
@@ -147,7 +148,7 @@ class Review:
                 "error": f"the catalog held for '{server}' changed since it was shown (its sha256 is now "
                 f"{catalog_hash(current)}): nothing approved; review it again",
             }
-        await self.gateway.on_listing(self.gateway.downstreams[server])
+        await self.gateway.keeper.on_listing(self.gateway.downstreams[server])
         return {"ok": True, "items": count}
 
     async def review_lock(self, call: Call) -> bool:
@@ -195,7 +196,7 @@ class Review:
             return False
         unasked = frozenset(offer) if decision == APPROVE_READ_ONLY else frozenset()
         approve_pending(state, self.gateway.audit, server, via="elicitation", shown=shown, unasked=unasked)
-        await self.gateway.on_listing(self.gateway.downstreams[call.server])
+        await self.gateway.keeper.on_listing(self.gateway.downstreams[call.server])
         return True
 
 

@@ -27,7 +27,6 @@ from mcp.shared.exceptions import MCPError
 from cellblock.gateway.downstream.rounds import DownstreamError
 from cellblock.gateway.downstream.server import Downstream
 from cellblock.gateway.downstream.watch import Watched
-from cellblock.gateway.serve.catalog import Catalog
 from cellblock.gateway.serve.listen import Listen
 from cellblock.gateway.serve.listeners import Listeners
 from cellblock.gateway.serve.reads import Reads
@@ -43,7 +42,6 @@ Ctx = ServerRequestContext[Any, Any]
 class Host(Protocol):
     """What subscriptions need of the gateway (`serve/gateway.py`)."""
 
-    catalog: Catalog
     downstreams: dict[str, Downstream]
     listeners: Listeners
     bus: InMemorySubscriptionBus
