@@ -28,20 +28,20 @@ from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus
 
 from cellblock import __version__
-from cellblock.gateway.ask.elicitation import ParkedCalls, StateRejected
+from cellblock.gateway.ask.elicitation import ParkedCalls
 from cellblock.gateway.config.compile import policy_for
 from cellblock.gateway.config.model import Config
 from cellblock.gateway.downstream.egressask import host_keeper
 from cellblock.gateway.downstream.keys import reader_of
 from cellblock.gateway.downstream.launch import own_paths
 from cellblock.gateway.downstream.offer import Offer
-from cellblock.gateway.downstream.rounds import error_result
 from cellblock.gateway.downstream.server import Downstream
 from cellblock.gateway.downstream.startable import startable_of
 from cellblock.gateway.downstream.supervisor import State
 from cellblock.gateway.scrub import Scrubbed, scrub
-from cellblock.gateway.serve.approvals import Approvals, NeedsInput
-from cellblock.gateway.serve.calls import Calls, ToolCall, log_passes
+from cellblock.gateway.serve.approvals import Approvals
+from cellblock.gateway.serve.callhandler import CallHandler
+from cellblock.gateway.serve.calls import Calls, log_passes
 from cellblock.gateway.serve.control import ControlServer, socket_path
 from cellblock.gateway.serve.fastpath import FastPath
 from cellblock.gateway.serve.handshake_tasks import HandshakeTasks
@@ -50,14 +50,12 @@ from cellblock.gateway.serve.listeners import ChangingServer, Listeners
 from cellblock.gateway.serve.locking import Locks
 from cellblock.gateway.serve.opening import Recording
 from cellblock.gateway.serve.operations import Operations
-from cellblock.gateway.serve.pipeline import Asking, Call, Pipeline
+from cellblock.gateway.serve.pipeline import Call, Pipeline
 from cellblock.gateway.serve.reads import Reads
-from cellblock.gateway.serve.replies import SessionReply
 from cellblock.gateway.serve.review import Review
-from cellblock.gateway.serve.sealed import STATE_PREFIX as APPROVAL_STATE
 from cellblock.gateway.serve.search import Search, client_of
 from cellblock.gateway.serve.shares import Gate, Shares
-from cellblock.gateway.serve.status import REVIEW, STATUS, instructions
+from cellblock.gateway.serve.status import instructions
 from cellblock.gateway.serve.subscriptions import Subscriptions
 from cellblock.gateway.serve.tasks import Tasks
 from cellblock.gateway.serve.telemetry import telemetry_for
@@ -72,9 +70,6 @@ __all__ = ["Gateway"]
 logger = logging.getLogger(__name__)
 
 Ctx = ServerRequestContext[Any, Any]
-# what a tools/call handler answers: a result, or (2026-07-28) a round of questions for the client,
-# or a task (as JSON: the SDK has no model of it)
-CallResult = types.CallToolResult | types.InputRequiredResult | dict[str, Any]
 
 
 class Gateway:
@@ -175,6 +170,20 @@ class Gateway:
         self.client_tasks = Tasks(self.audit)
         self.handshake_tasks = HandshakeTasks(self.client_tasks, lambda: self.tasks)
         self.subscriptions = Subscriptions(self)
+        self.call_handler = CallHandler(
+            self.keeper,
+            self.search,
+            self.review,
+            self.handshake_tasks,
+            self.calls,
+            self.downstreams,
+            self.listeners.met,
+            self.send_log,
+            self.parked.redeem,
+            self.approvals.sealed.carried,
+            self.pipeline.admit,
+            lambda: self.tasks,
+        )
         self.server = self._build_server()
 
     @property
@@ -279,7 +288,7 @@ class Gateway:
             on_subscriptions_listen=self.subscriptions.listen,
         )
         # registered directly: a task is a result the SDK has no model of (typed as a dict)
-        server.add_request_handler("tools/call", types.CallToolRequestParams, self._call_tool)
+        server.add_request_handler("tools/call", types.CallToolRequestParams, self.call_handler.handle)
         # registered directly: the constructor argument warns that logging is deprecated in 2026
         server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)
         self.client_tasks.serve(server)  # a call may be answered with a task
@@ -310,64 +319,6 @@ class Gateway:
         return types.ListResourceTemplatesResult(
             resource_templates=list((await self.keeper.client_catalog()).templates)
         )
-
-    async def _call_tool(self, ctx: Ctx, params: types.CallToolRequestParams) -> CallResult:
-        self.listeners.met(ctx)
-        if self.search.owns(params.name):  # a search, or a call of a found tool: then as that tool's call
-            await self.keeper.client_catalog()  # as a list does, it waits (bounded) for the servers starting
-            if params.name == self.search.find_name:  # what it finds may join the client's list
-                return await self.search.find(params.arguments, client_of(ctx), ctx.protocol_version)
-            inner = self.search.inner(params)
-            if isinstance(inner, types.CallToolResult):
-                return inner
-            params = inner
-        own = params.name in (self.keeper.own_tool(STATUS), self.keeper.own_tool(REVIEW))
-        if own and params.name not in {t.name for t in self.keeper.catalog.tools}:
-            own = False  # offered only while something is held: otherwise the name routes as any other
-        if own and params.name == self.keeper.own_tool(STATUS):
-            return await self.review.status()
-        reply = SessionReply(self.send_log, ctx)
-        call = Call(params.name, params.arguments, ctx=Asking(ctx.session, ctx.request_id, reply.modern, reply.tell))
-        if params.request_state and reply.modern:
-            if not params.request_state.startswith(APPROVAL_STATE):
-                # the retry of a parked call: it was admitted (and audited) when it first came
-                try:
-                    parked = self.parked.redeem(params.request_state, params.name, params.arguments)
-                except StateRejected as exc:
-                    return error_result(f"retry of '{params.name}' refused: {exc}")
-                if not isinstance(parked, ToolCall):  # only calls.ToolCall parks itself
-                    raise RuntimeError(f"the parked call for '{params.name}' is a {type(parked).__name__}")
-                parked.resume(reply, params.input_responses)
-                return await reply.outcome(parked)
-            # the retry that carries the human's answer to an approval question
-            why = self.approvals.sealed.carried(call, params.request_state, params.input_responses)
-            if why is not None:
-                return error_result(f"retry of '{params.name}' refused: {why}")
-        if own:
-            return await self.review.review(call)
-        try:  # every server's credentials are read first (the `secrets` stage), so the record redacts them
-            refusal = await self.pipeline.admit(call)
-        except NeedsInput as needed:
-            return needed.result
-        if refusal is not None:
-            return refusal
-        ds = self.downstreams[call.server]
-        ds.supervisor.start(self.tasks)  # lazy servers start on first use
-        forwarded: dict[str, Any] = {"name": call.tool}
-        if params.arguments is not None:
-            forwarded["arguments"] = params.arguments
-        if params.meta:
-            forwarded["_meta"] = dict(params.meta)
-        opened = self.handshake_tasks.open(ctx, call.server, call.tool, reply)
-        if opened is not None:  # admitted: from here it runs on while the client polls
-            task, task_reply = opened
-            task.call = ToolCall(call, ds, task_reply, self.calls, forwarded)
-            self.tasks.start_soon(task.call.start)
-            return self.handshake_tasks.created(task)
-        tc = ToolCall(call, ds, reply, self.calls, forwarded)
-        # started beside this handler: a login on the way may put a question to the client first
-        self.tasks.start_soon(tc.start)
-        return await reply.outcome(tc)
 
     async def _set_level(self, ctx: Ctx, params: types.SetLevelRequestParams) -> types.EmptyResult:
         self.log_level = params.level

@@ -11,7 +11,7 @@ every client when the list is over the token budget (`Search.searching`).
 Nothing here decides what may run. Only the catalog's tools are searched, and the catalog holds
 no tool that the policy denies or the lock holds back. A call through `call_tool` enters the
 gateway as a call of that tool, and passes the same route, lock, policy, approval and audit as a
-listed tool (serve/gateway.py). Each search is audited (`tool_search`).
+listed tool (serve/callhandler.py). Each search is audited (`tool_search`).
 """
 
 from __future__ import annotations
