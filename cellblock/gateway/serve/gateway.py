@@ -128,15 +128,15 @@ class Gateway:
         self.listeners = Listeners()
         self.keeper = CatalogKeeper(
             config,
-            state / "catalogs",
-            self.downstreams,
-            self.locks,
-            self.policies,
-            self.item_policies,
-            lambda catalog: self.search.offer(catalog),
-            self.bus,
-            self.listeners,
-            lambda: self.tasks,
+            catalog_dir=state / "catalogs",
+            downstreams=self.downstreams,
+            locks=self.locks,
+            policies=self.policies,
+            item_policies=self.item_policies,
+            offer=lambda catalog: self.search.offer(catalog),
+            bus=self.bus,
+            listeners=self.listeners,
+            tasks=lambda: self.tasks,
         )
         names = config.names
         self.search = Search(config.catalog, names.separator, names.max_length, self.audit, self.keeper.announce_to)
@@ -171,18 +171,18 @@ class Gateway:
         self.handshake_tasks = HandshakeTasks(self.client_tasks, lambda: self.tasks)
         self.subscriptions = Subscriptions(self)
         self.call_handler = CallHandler(
-            self.keeper,
-            self.search,
-            self.review,
-            self.handshake_tasks,
-            self.calls,
-            self.downstreams,
-            self.listeners.met,
-            self.send_log,
-            self.parked.redeem,
-            self.approvals.sealed.carried,
-            self.pipeline.admit,
-            lambda: self.tasks,
+            keeper=self.keeper,
+            search=self.search,
+            own=self.review,
+            task_calls=self.handshake_tasks,
+            calls=self.calls,
+            downstreams=self.downstreams,
+            met=self.listeners.met,
+            send_log=self.send_log,
+            redeem=self.parked.redeem,
+            carried=self.approvals.sealed.carried,
+            admit=self.pipeline.admit,
+            tasks=lambda: self.tasks,
         )
         self.server = self._build_server()
 
