@@ -1,7 +1,7 @@
 """One tool call, from its admission to the last byte of its answer.
 
 A `ToolCall` is made once the pipeline has admitted a call (`serve/pipeline.py`), whichever way
-it came in: the fast path's allow (`serve/fastpath.py`) or the SDK's handler (`serve/gateway.py`),
+it came in: the fast path's allow (`serve/fastpath.py`) or the SDK's handler (`serve/callhandler.py`),
 which may have asked the user first. From there this one object carries it: each round it sends
 to the server (`Target.send_call`: a local server's over its pipes, a remote one's through
 the SDK's client), the server's questions to the user while it runs, the rounds a 2026-07-28
