@@ -178,3 +178,14 @@ def test_the_architecture_page_names_what_exists() -> None:
         n for n in named if not any(t == n or t.endswith("/" + n) for t in tree) and not (PACKAGE.parent / n).exists()
     }
     assert not missing, f"docs/architecture.md names files that do not exist: {sorted(missing)}"
+
+
+def test_the_gateway_tests_mirror_its_folders() -> None:
+    """A folder's tests are in the folder of the same name under tests/gateway (those of the shared
+    modules at the top), so a reader finds a behaviour's tests where they find its code."""
+    tests = PACKAGE.parent / "tests" / "gateway"
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
+    assert folders <= set(MAY_IMPORT), f"tests/gateway folders with no source folder: {folders - set(MAY_IMPORT)}"
+    shared = {p.stem for p in GATEWAY.glob("*.py")}
+    loose = {p.stem.removeprefix("test_") for p in tests.glob("test_*.py")}
+    assert loose <= shared, f"tests at the top of tests/gateway that belong in a folder: {loose - shared}"

@@ -183,7 +183,7 @@ async def test_a_client_that_plays_with_the_gateways_private_ids_gets_its_answer
 async def test_a_fast_call_whose_server_asks_twice_has_each_answer_from_the_user(
     tmp_path: Path, era: str, tool: str
 ) -> None:
-    """The asker's two questions in one call (tests/gateway/test_gateway.py has the SDK's path):
+    """The asker's two questions in one call (tests/gateway/serve/test_gateway.py has the SDK's path):
     asked on the wire within the call (handshake era), or as the answers to the call and its
     retries (2026-07-28; the retries are the SDK's path, the first round the fast path's)."""
     servers = asker_servers()

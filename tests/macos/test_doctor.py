@@ -1,5 +1,5 @@
 """`cellblock doctor`'s self-test profile under the real sandbox-exec (its reporting is tested
-everywhere by tests/gateway/test_doctor_macos.py, with the runner substituted)."""
+everywhere by tests/gateway/cli/test_doctor_macos.py, with the runner substituted)."""
 
 from __future__ import annotations
 

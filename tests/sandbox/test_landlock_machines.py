@@ -21,7 +21,7 @@ from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.spawn import run_plan, spawn_args
 from cellblock.sandbox.trace import Kind, jail_refused, parse_trace, traced
 from cellblock.sandbox.types import JailSpec, LaunchPlan, Network
-from tests.gateway.test_demo import NO_USERNS as NO_USER_NAMESPACES
+from tests.gateway.cli.test_demo import NO_USERNS as NO_USER_NAMESPACES
 from tests.sandbox.conftest import SANDBOX, USER, ensure_user
 from tests.sandbox.test_landlock import (
     INTERPRETER,

@@ -3,7 +3,7 @@
 The fast path (`gateway/serve/fastpath.py`) and the serialized lists (`Catalog.wire`) skip the SDK's
 server, so they shape their results here the way its `ServerRunner` does: sieved to the
 version's schema, and in 2026-07-28 marked complete and stamped with the gateway's `serverInfo`.
-`tests/gateway/test_shaping.py` holds the two side by side, so an SDK upgrade that changes the
+`tests/gateway/serve/test_shaping.py` holds the two side by side, so an SDK upgrade that changes the
 shape fails a test instead of drifting.
 """
 

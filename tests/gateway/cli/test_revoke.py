@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway.test_control import FakeGateway, anyio_backend, cellblock, runtime, short_dir
+from tests.gateway.serve.test_control import FakeGateway, anyio_backend, cellblock, runtime, short_dir
 
 __all__ = ["anyio_backend", "runtime", "short_dir"]
 

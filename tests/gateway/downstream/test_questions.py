@@ -15,7 +15,7 @@ from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.downstream.questions import MAX_QUESTIONS
 from cellblock.gateway.downstream.rounds import DownstreamError
 from cellblock.gateway.serve.calls import Calls, ToolCall
-from tests.gateway.test_calls import OK, MockTarget, Reply, admitted, question, shared
+from tests.gateway.serve.test_calls import OK, MockTarget, Reply, admitted, question, shared
 
 pytestmark = pytest.mark.anyio
 __all__ = ["shared"]  # the fixture, shared with the call tests

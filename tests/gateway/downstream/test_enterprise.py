@@ -20,7 +20,7 @@ from cellblock.gateway.config.model import ConfigError, RemoteServer
 from cellblock.gateway.credentials import CredentialError, Keyring, client_secret_entry, id_token_entry
 from cellblock.gateway.downstream.enterprise import enterprise_provider
 from cellblock.gateway.downstream.oauth import KeyringTokenStorage
-from tests.gateway.test_oauth import anyio_backend, server
+from tests.gateway.downstream.test_oauth import anyio_backend, server
 
 __all__ = ["anyio_backend", "server"]  # fixtures, used by name
 

@@ -13,7 +13,7 @@ import yaml
 from cellblock.gateway.config import browsers
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.starter import starter
-from tests.gateway.test_starter import Entry
+from tests.gateway.config.test_starter import Entry
 
 PLAYWRIGHT = "@playwright/mcp@0.0.86"
 PUPPETEER = "@modelcontextprotocol/server-puppeteer@2025.5.12"

@@ -20,7 +20,7 @@ import pytest
 
 from cellblock.gateway.serve import peer
 from cellblock.gateway.serve.control import ControlServer, request, socket_path, token_path
-from tests.gateway.test_control import FakeGateway, anyio_backend, cellblock, runtime, short_dir
+from tests.gateway.serve.test_control import FakeGateway, anyio_backend, cellblock, runtime, short_dir
 
 __all__ = ["anyio_backend", "runtime", "short_dir"]
 

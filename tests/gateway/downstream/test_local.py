@@ -25,8 +25,8 @@ from tests.integration.conftest import eventually
 
 pytestmark = pytest.mark.anyio
 
-PROBE = Path(__file__).resolve().parents[1] / "servers" / "probe.py"
-COLLIDER = Path(__file__).resolve().parents[1] / "servers" / "collider.py"
+PROBE = Path(__file__).resolve().parents[2] / "servers" / "probe.py"
+COLLIDER = Path(__file__).resolve().parents[2] / "servers" / "collider.py"
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import ConfigError
 from cellblock.gateway.credentials import CredentialError, Keyring, client_key_entry
 from cellblock.gateway.downstream.clientkey import key_algorithms, signing_algorithm
-from tests.gateway.test_oauth import METADATA, anyio_backend, machine, server
+from tests.gateway.downstream.test_oauth import METADATA, anyio_backend, machine, server
 
 __all__ = ["anyio_backend", "server"]  # fixtures, used by name
 

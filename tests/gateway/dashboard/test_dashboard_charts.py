@@ -21,9 +21,17 @@ from cellblock.gateway.dashboard.app import create_app
 from cellblock.gateway.dashboard.charts import MAX_BUCKETS, SERIES
 from cellblock.gateway.dashboard.timeline import AuditLog
 from tests.gateway.conftest import Clock
-from tests.gateway.test_dashboard import ORIGIN, PORT, SECRET, FakeGateways, assert_strict_headers, send, session
+from tests.gateway.dashboard.test_dashboard import (
+    ORIGIN,
+    PORT,
+    SECRET,
+    FakeGateways,
+    assert_strict_headers,
+    send,
+    session,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 STATIC = ROOT / "cellblock" / "gateway" / "dashboard" / "static"
 T0 = 1_700_000_040  # a whole minute (and 10, 5 and 1 second)
 

@@ -416,7 +416,7 @@ def test_check_exits_2_with_the_error_on_stderr(tmp_path: Path) -> None:
 def test_shipped_configs_are_valid(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from cellblock.gateway.config.compile import lint_config
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     monkeypatch.setenv("CELLBLOCK_PYTHON", sys.executable)
     monkeypatch.setenv("CELLBLOCK_DEMO", str(root / "cellblock" / "demo"))
     monkeypatch.setenv("CELLBLOCK_SCRATCH", "/tmp/scratch")

@@ -20,7 +20,15 @@ from cellblock.gateway.dashboard.app import create_app
 from cellblock.gateway.dashboard.scans import MAX_FILE, MAX_REPORTS, ScanReports
 from cellblock.gateway.scan.saved import save_report, saved_path, secrets_pattern
 from cellblock.gateway.scrub import REDACTED, scrub
-from tests.gateway.test_dashboard import ORIGIN, PORT, SECRET, FakeGateways, assert_strict_headers, send, session
+from tests.gateway.dashboard.test_dashboard import (
+    ORIGIN,
+    PORT,
+    SECRET,
+    FakeGateways,
+    assert_strict_headers,
+    send,
+    session,
+)
 
 HOSTILE = "<script>window.__pwned=1</script><img src=x onerror=alert(1)>\x1b[31m\u202egnp.exe"
 ESCAPED = "<script>window.__pwned=1</script><img src=x onerror=alert(1)>\\u001b[31m\\u202egnp.exe"

@@ -18,7 +18,15 @@ from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.cli.audit import verify_log
 from cellblock.gateway.dashboard.app import create_app
 from cellblock.gateway.dashboard.timeline import MAX_DETAILS, MAX_EVENTS, AuditLog
-from tests.gateway.test_dashboard import ORIGIN, PORT, SECRET, FakeGateways, assert_strict_headers, send, session
+from tests.gateway.dashboard.test_dashboard import (
+    ORIGIN,
+    PORT,
+    SECRET,
+    FakeGateways,
+    assert_strict_headers,
+    send,
+    session,
+)
 
 HOSTILE = "<script>window.__pwned=1</script><img src=x onerror=alert(1)>\x1b[31m\u202egnp.exe"
 

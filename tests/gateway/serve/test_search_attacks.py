@@ -11,7 +11,7 @@ import pytest
 from mcp.types import Implementation
 
 from cellblock.gateway.serve.search import MAX_ADDED, MAX_CLIENTS, Client
-from tests.gateway.test_search_views import CALL, FIND, catalog, listed, search
+from tests.gateway.serve.test_search_views import CALL, FIND, catalog, listed, search
 from tests.harness import build, connected
 from tests.integration.conftest import probe_server, write_config
 

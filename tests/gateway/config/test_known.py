@@ -13,7 +13,7 @@ from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import ConfigError, LocalServer
 from cellblock.gateway.config.starter import starter
 from cellblock.policy.hosts import parse_rule
-from tests.gateway.test_starter import Entry
+from tests.gateway.config.test_starter import Entry
 
 
 def test_the_table_is_read_from_the_package_and_every_host_in_it_is_a_valid_rule() -> None:

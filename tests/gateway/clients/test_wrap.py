@@ -1,8 +1,8 @@
 """`cellblock wrap` / `unwrap`: each client format wrapped to the golden files, secrets moved to a
 real (private) keyring and back, and every refusal leaving files and keyring as they were.
 
-The golden inputs are tests/gateway/golden/clients/<stem>.in.*; the outputs are
-tests/gateway/golden/wrap/<stem>.client.* (the wrapped client file) and <stem>.cellblock.yaml
+The golden inputs are tests/gateway/clients/golden/clients/<stem>.in.*; the outputs are
+tests/gateway/clients/golden/wrap/<stem>.client.* (the wrapped client file) and <stem>.cellblock.yaml
 (the generated gateway config). Regenerate them with CELLBLOCK_UPDATE_GOLDEN=1, then read every
 diff: a golden is only as right as the review it got. The update refuses to write a golden that
 holds a secret value.

@@ -19,7 +19,7 @@ from tests.integration.conftest import asker_servers, probe_server, write_config
 
 pytestmark = pytest.mark.anyio
 
-RAW = Path(__file__).resolve().parents[1] / "servers" / "raw.py"
+RAW = Path(__file__).resolve().parents[2] / "servers" / "raw.py"
 POLICY = {"default": "deny", "rules": {"echo": "allow", "slow": "ask"}}
 # a crashing server is given up on in a moment, not after 15 s of waits
 QUICK = Backoff(first=0.01, most=0.01)

@@ -18,7 +18,7 @@ from cellblock.gateway.config.base import ConfigError
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.telemetry import TelemetryConfig
 from cellblock.gateway.serve import telemetry
-from tests.gateway.test_gateway import POLICY, Human
+from tests.gateway.serve.test_gateway import POLICY, Human
 from tests.harness import build, connected
 from tests.integration.conftest import probe_server, write_config
 from tests.servers.threaded import serving
