@@ -16,8 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap
-from cellblock.sandbox.landlock import landlock_plan, landlock_refusal
-from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.landlock import landlock_abi, landlock_plan, landlock_refusal
 from cellblock.sandbox.types import Backend, JailError, JailSpec, LaunchPlan, Mount
 
 __all__ = ["Choice", "backend_plan", "choose"]

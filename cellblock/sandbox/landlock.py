@@ -41,7 +41,7 @@ from cellblock.policy.constraints import within
 from cellblock.policy.files import make_dirs
 from cellblock.sandbox.bwrap import ETC_FILES
 from cellblock.sandbox.connects import gate_missing
-from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.pin import landlock_version
 from cellblock.sandbox.seccomp import (
     EXEC_ALLOW_RULES,
     LANDLOCK_NO_NETWORK_RULES,
@@ -81,6 +81,14 @@ _FIX = (
     "use the bwrap backend (jail.backend: bwrap; it needs unprivileged user namespaces, and "
     "'cellblock doctor' says what keeps them from bwrap here)"
 )
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version, or 0 where Landlock is missing (which exec.allow and a
+    Landlock jail need)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    return landlock_version()
 
 
 def landlock_refusal(spec: JailSpec, abi: int, launchers: Sequence[Mount] = ()) -> str | None:

@@ -93,7 +93,7 @@ class JailSpec:
     home_source: str | None = None
     exec_allow: tuple[str, ...] = ()
     exec_sha256: Mapping[str, str] = field(default_factory=dict)
-    # in-jail path -> the verified copy of its bytes that is mounted there (see sandbox/pins.py)
+    # in-jail path -> the verified copy of its bytes that is mounted there (see sandbox/digests.py)
     pinned: Mapping[str, str] = field(default_factory=dict)
     # host-side Unix socket of the egress proxy, for network: allowlist
     egress_socket: str | None = None

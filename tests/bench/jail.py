@@ -20,8 +20,7 @@ from typing import Any
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.downstream.launch import launch_plan
 from cellblock.sandbox.bwrap import check_bwrap
-from cellblock.sandbox.landlock import NETWORK_ABI, landlock_plan
-from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.landlock import NETWORK_ABI, landlock_abi, landlock_plan
 from cellblock.sandbox.seccomp import jail_filter
 from cellblock.sandbox.spawn import spawn_args
 from cellblock.sandbox.types import JailSpec, LaunchPlan

@@ -81,7 +81,9 @@ def no_landlock(tmp_path: Path) -> Path:
     the Cellblock it starts: a machine where neither backend can build a jail, with NO_USERNS."""
     folder = tmp_path / "no-landlock"
     folder.mkdir(parents=True)
-    (folder / "sitecustomize.py").write_text("import cellblock.sandbox.pins as pins\npins.landlock_abi = lambda: 0\n")
+    (folder / "sitecustomize.py").write_text(
+        "import cellblock.sandbox.landlock as landlock\nlandlock.landlock_abi = lambda: 0\n"
+    )
     return folder
 
 

@@ -24,7 +24,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from cellblock.gateway.config.browsers import FONTS
 from cellblock.sandbox.installer import REGISTRY_ENV
-from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.landlock import landlock_abi
 from tests import peers
 from tests.integration.conftest import NO_USERNS, bus_at_the_standard_path, run_as_user
 from tests.integration.test_from_wrap_to_calls import _text, allow_once, anyio_backend  # noqa: F401 (a fixture)

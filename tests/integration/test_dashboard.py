@@ -29,7 +29,7 @@ from cellblock.gateway.dashboard.servers import server_details
 from cellblock.gateway.scan.saved import save_report
 from cellblock.gateway.serve.running import network_text
 from cellblock.policy.text import visible
-from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.landlock import landlock_abi
 from tests.gateway.dashboard.test_dashboard_scans import report
 from tests.integration.conftest import NO_USERNS, ROOT, cli, cli_env, gateway, probe_server, write_config
 

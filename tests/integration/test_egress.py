@@ -28,7 +28,7 @@ from cellblock.gateway.downstream.launch import launch_plan
 from cellblock.policy.hosts import parse_rule
 from cellblock.sandbox.connects import gate_missing
 from cellblock.sandbox.egress import Decision, EgressProxy
-from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.landlock import landlock_abi
 from cellblock.sandbox.spawn import spawn_args
 from tests import peers
 from tests.integration.conftest import NO_USERNS, gateway, write_config

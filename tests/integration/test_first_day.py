@@ -44,7 +44,7 @@ from mcp.shared.exceptions import MCPError
 
 from cellblock.sandbox.connects import gate_missing
 from cellblock.sandbox.installer import REGISTRY_ENV
-from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.landlock import landlock_abi
 from tests import peers
 from tests.integration.conftest import NO_USERNS, bus_at_the_standard_path, own_address, run_as_user
 from tests.integration.test_install_hosts import BROWSER, FETCH

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from cellblock.sandbox.connects import gate_missing
-from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.landlock import landlock_abi
 from tests.integration.test_install_limits import SYSTEM_PATH, as_user_in
 from tests.integration.test_limits_user import SYSTEM_PYTHON, user_area
 from tests.registry import npm_package, npm_registry

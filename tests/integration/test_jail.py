@@ -11,7 +11,7 @@ import anyio
 import mcp.types as types
 import pytest
 
-from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.landlock import landlock_abi
 from tests.integration.conftest import NO_USERNS, gateway, probe_server, write_config
 from tests.kernel_keys import keyrings_usable, planted_key
 

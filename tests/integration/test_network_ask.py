@@ -31,7 +31,7 @@ import yaml
 from mcp import Client
 
 from cellblock.sandbox.connects import gate_missing
-from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.landlock import landlock_abi
 from tests import peers
 from tests.integration.conftest import cli, cli_env, eventually, gateway, write_config
 from tests.integration.test_egress import BODY, Handler

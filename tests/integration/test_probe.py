@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.landlock import landlock_abi
 from tests.integration.conftest import NO_USERNS
 from tests.kernel_keys import keyrings_usable, planted_key
 

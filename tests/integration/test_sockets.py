@@ -35,7 +35,7 @@ from cellblock.gateway.downstream import jailreport, jailspec
 from cellblock.gateway.downstream.jailspec import jail_spec
 from cellblock.gateway.downstream.launch import launch_plan
 from cellblock.sandbox.bwrap import bwrap_plan, check_bwrap
-from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.landlock import landlock_abi
 from cellblock.sandbox.sockets import ABSTRACT_SCOPE_ABI
 from cellblock.sandbox.spawn import run_plan, spawn_args
 from tests.integration.conftest import cli, gateway, write_config

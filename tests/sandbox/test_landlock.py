@@ -22,9 +22,8 @@ from typing import Any
 import pytest
 
 from cellblock.sandbox.closure import exec_closure
-from cellblock.sandbox.landlock import landlock_plan
+from cellblock.sandbox.landlock import landlock_abi, landlock_plan
 from cellblock.sandbox.limits import limit_plan
-from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.spawn import run_plan, spawn_args
 from cellblock.sandbox.types import JailSpec, LaunchPlan, Limits, Mount, MountMode, Network
 

@@ -31,8 +31,7 @@ import pytest
 
 from cellblock.sandbox import connects, relay
 from cellblock.sandbox.connects import ConnectGate, gate_missing
-from cellblock.sandbox.landlock import landlock_plan
-from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.landlock import landlock_abi, landlock_plan
 from cellblock.sandbox.spawn import spawn_args
 from cellblock.sandbox.trace import Kind, parse_trace, traced
 from cellblock.sandbox.types import JailSpec, LaunchPlan, Mount, MountMode, Network

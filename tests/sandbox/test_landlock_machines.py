@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from cellblock.sandbox.landlock import landlock_plan
-from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.landlock import landlock_abi, landlock_plan
 from cellblock.sandbox.spawn import run_plan, spawn_args
 from cellblock.sandbox.trace import Kind, jail_refused, parse_trace, traced
 from cellblock.sandbox.types import JailSpec, LaunchPlan, Network

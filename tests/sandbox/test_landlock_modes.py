@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 
 from cellblock.sandbox.connects import gate_missing
-from cellblock.sandbox.landlock import landlock_plan
-from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.landlock import landlock_abi, landlock_plan
 from cellblock.sandbox.types import JailSpec, Mount, MountMode, Network
 from tests.sandbox.test_landlock import run, script, unjailed
 from tests.sandbox.test_landlock_gate import Proxy

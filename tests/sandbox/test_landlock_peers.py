@@ -14,9 +14,8 @@ import pytest
 
 from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.downstream.jailspec import jail_spec
-from cellblock.sandbox.landlock import landlock_plan
+from cellblock.sandbox.landlock import landlock_abi, landlock_plan
 from cellblock.sandbox.launchers import launcher_mounts
-from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.spawn import spawn_args
 from cellblock.sandbox.types import JailSpec, LaunchPlan, Network
 from tests import peers

@@ -28,7 +28,7 @@ import pytest
 
 import cellblock.sandbox.landlock as landlock
 from cellblock.sandbox.connects import gate_missing
-from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.landlock import landlock_abi
 from cellblock.sandbox.types import Network
 from tests.sandbox.test_landlock import jail, run, script, unjailed
 

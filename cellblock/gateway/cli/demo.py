@@ -31,8 +31,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from cellblock.policy.files import make_dirs
 from cellblock.sandbox.backends import choose
-from cellblock.sandbox.landlock import landlock_refusal
-from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.landlock import landlock_abi, landlock_refusal
 from cellblock.sandbox.types import JailSpec
 
 __all__ = ["run_demo"]

@@ -21,9 +21,8 @@ from cellblock.sandbox.backends import choose
 from cellblock.sandbox.bwrap import check_bwrap, namespace_hint
 from cellblock.sandbox.connects import gate_missing
 from cellblock.sandbox.jailnet import check_netns
-from cellblock.sandbox.landlock import check_landlock, landlock_gaps, landlock_refusal
+from cellblock.sandbox.landlock import check_landlock, landlock_abi, landlock_gaps, landlock_refusal
 from cellblock.sandbox.limits import enforcement
-from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.types import JailError, JailSpec, LaunchPlan, Mechanism
 
 __all__ = ["Runner", "doctor", "doctor_command", "run_plan"]

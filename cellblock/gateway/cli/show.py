@@ -22,8 +22,8 @@ from cellblock.gateway.state import RuntimeDirError, read_json, runtime_dir, sta
 from cellblock.sandbox.backends import backend_plan, choose
 from cellblock.sandbox.bwrap import bwrap_plan
 from cellblock.sandbox.closure import GUARANTEE
+from cellblock.sandbox.landlock import landlock_abi
 from cellblock.sandbox.limits import limit_plan, size
-from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.seccomp import SUMMARY
 from cellblock.sandbox.spawn import discard
 from cellblock.sandbox.types import JailError, LaunchPlan

@@ -8,8 +8,8 @@ import logging
 from typing import Any
 
 from cellblock.gateway.config.model import ServerConfig
+from cellblock.sandbox.landlock import landlock_abi
 from cellblock.sandbox.limits import Confinement, describe
-from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.sockets import ABSTRACT_SCOPE_ABI, abstract_gap
 from cellblock.sandbox.types import LaunchPlan, LimitPlan, MountMode, Network
 

@@ -18,9 +18,9 @@ from cellblock.policy.constraints import within
 from cellblock.sandbox.bwrap import PIN_FILTER
 from cellblock.sandbox.closure import exec_closure
 from cellblock.sandbox.egress import relayed
+from cellblock.sandbox.landlock import landlock_abi
 from cellblock.sandbox.launchers import launcher_gaps, launcher_mounts, resolve_command
 from cellblock.sandbox.moved import sockets_within
-from cellblock.sandbox.pins import landlock_abi
 from cellblock.sandbox.sockets import ABSTRACT_SCOPE_ABI, abstract_gap, abstract_scoped, bound_sockets
 from cellblock.sandbox.types import Closure, JailError, JailSpec, Mount, MountMode, Network
 

@@ -24,10 +24,11 @@ from cellblock.gateway.downstream.packages import installed
 from cellblock.gateway.state import RuntimeDirError, data_dir
 from cellblock.policy.files import make_dirs
 from cellblock.sandbox.backends import backend_plan, choose
+from cellblock.sandbox.digests import verify_pins
 from cellblock.sandbox.jailnet import in_netns, relay_names
+from cellblock.sandbox.landlock import landlock_abi
 from cellblock.sandbox.limits import limit_plan
 from cellblock.sandbox.marks import mark_plan
-from cellblock.sandbox.pins import landlock_abi, verify_pins
 from cellblock.sandbox.seatbelt import seatbelt_executables, seatbelt_plan
 from cellblock.sandbox.types import JailError, LaunchPlan, Limits, Mount, MountMode, Network
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cellblock.sandbox.pins import landlock_abi
+from cellblock.sandbox.landlock import landlock_abi
 from tests.integration.conftest import NO_USERNS, no_landlock
 
 HOME = os.path.expanduser("~")
@@ -157,7 +157,9 @@ def test_doctor_fails_where_its_trial_landlock_jail_cannot_lock_itself_down(tmp_
     asking the kernel itself), it does not start, and doctor says so in the launcher's words."""
     folder = tmp_path / "abi-99"
     folder.mkdir()
-    (folder / "sitecustomize.py").write_text("import cellblock.sandbox.pins as pins\npins.landlock_abi = lambda: 99\n")
+    (folder / "sitecustomize.py").write_text(
+        "import cellblock.sandbox.landlock as landlock\nlandlock.landlock_abi = lambda: 99\n"
+    )
     done = cellblock("doctor", env={"PATH": str(tmp_path), "PYTHONPATH": str(folder)})
     assert done.returncode == 1, done.stdout
     assert "FAIL  jail backend: none: bubblewrap cannot build jails here, nor Landlock" in done.stdout, done.stdout

@@ -14,7 +14,7 @@ from types import ModuleType
 import pytest
 
 from cellblock.sandbox.bwrap import bwrap_plan
-from cellblock.sandbox.pins import verify_pins
+from cellblock.sandbox.digests import verify_pins
 from cellblock.sandbox.spawn import run_plan
 from cellblock.sandbox.types import JailError, JailSpec
 

@@ -1,4 +1,5 @@
-"""Executable pins: check a file's sha256 before a server starts, and keep the bytes that matched.
+"""Executable digests (`jail.exec.sha256`): check a file's sha256 before a server starts, and
+keep the bytes that matched.
 
 The digest is computed over bytes read once into memory; those same bytes are written to a
 private, content-addressed copy, and that copy is what the jail mounts at the pinned path. A file
@@ -9,15 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from cellblock.policy.files import atomic_write_bytes, make_dirs
-from cellblock.sandbox.pin import landlock_version
 from cellblock.sandbox.types import JailError
 
-__all__ = ["landlock_abi", "verify_pins"]
+__all__ = ["verify_pins"]
 
 # Pinned files are programs; refuse absurd sizes rather than read them into memory.
 MAX_PINNED_BYTES = 512 * 1024 * 1024
@@ -50,11 +49,3 @@ def verify_pins(server: str, pins: Mapping[str, str], store: Path) -> dict[str, 
             atomic_write_bytes(copy, data, 0o500)  # never a half copy, even after a crash
         verified[path] = str(copy)
     return verified
-
-
-def landlock_abi() -> int:
-    """The kernel's Landlock ABI version, or 0 where Landlock is missing (which exec.allow and a
-    Landlock jail need)."""
-    if not sys.platform.startswith("linux"):
-        return 0
-    return landlock_version()
