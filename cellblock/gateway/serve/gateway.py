@@ -62,7 +62,7 @@ from cellblock.gateway.serve.telemetry import telemetry_for
 from cellblock.gateway.state import clean_stale_temps
 from cellblock.gateway.wire.client import Wire
 from cellblock.gateway.wire.early import Early, Handover
-from cellblock.gateway.wire.stdio import client_stdio
+from cellblock.gateway.wire.stdio import ReaderFactory, Writer, client_stdio
 from cellblock.policy.types import Decision, Verdict
 
 __all__ = ["Gateway"]
@@ -211,24 +211,31 @@ class Gateway:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_stop_on_signal, tg.cancel_scope)
                 limit = int(self.config.defaults.max_message_size)
-                recording = self._recording()
                 with client_stdio(handover.data, limit) as (make_reader, writer):
-                    wire = self.listeners.wire = Wire(
-                        make_reader,
-                        writer,
-                        served=handover.served,
-                        record=recording.record if recording is not None else None,
-                        differed=recording.differed if recording is not None else None,
-                        introduced=self.offer.expecting(),  # one client: what its servers are offered
-                    )
-                    fast = FastPath(self, wire)
-                    async with wire.streams(fast.take) as (read, write):
-                        await self.run(read, write)
+                    await self.serve_wire(make_reader, writer, handover.served)
                 tg.cancel_scope.cancel()
         finally:
             if self.early is not None:
                 self.early.save()
             self.audit.close()  # writes the counts of events a budget left out (audit_budget)
+
+    async def serve_wire(
+        self, make_reader: ReaderFactory, writer: Writer, served: dict[Any, tuple[str, str]] | None = None
+    ) -> None:
+        """Serve one client on a wire of JSON lines (stdio's, or a test's socket): the fast path
+        first, the SDK's server for the rest. `served`: the requests answered early (`wire/early.py`)."""
+        recording = self._recording()
+        wire = self.listeners.wire = Wire(
+            make_reader,
+            writer,
+            served=served,
+            record=recording.record if recording is not None else None,
+            differed=recording.differed if recording is not None else None,
+            introduced=self.offer.expecting(),  # one client: what its servers are offered
+        )
+        fast = FastPath(self, wire)
+        async with wire.streams(fast.take) as (read, write):
+            await self.run(read, write)
 
     def _recording(self) -> Recording | None:
         """This start's record of its opening answers, kept while they are the start's own (a list

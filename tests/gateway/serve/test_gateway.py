@@ -1,4 +1,4 @@
-"""The gateway in memory (tests/harness.py): lists, calls the policy allows, denies or asks about,
+"""The gateway in memory (tests/harness.py), on its wire: lists, calls the policy allows, denies or asks about,
 a server that dies during a call, and one that keeps crashing beside one that works. The servers
 are the jailed test servers."""
 
@@ -82,6 +82,21 @@ async def test_an_allowed_call_is_forwarded_and_audited_before_it_runs(tmp_path:
     assert (call["server"], call["tool"], call["decision"]) == ("p", "echo", "allow")
     [end] = events(state, "call_end")
     assert end["tool"] == "echo" and end["is_error"] is False
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+@pytest.mark.parametrize("fast", [True, False])
+async def test_the_harness_serves_on_the_gateways_wire_where_the_fast_path_answers(
+    tmp_path: Path, mode: str, fast: bool
+) -> None:
+    """The harness's client meets the fast path, as a client of `cellblock serve` does; the
+    control: served on the SDK's streams alone, the same call never reaches it."""
+    gateway = build(write_config(tmp_path, {"p": probe_server("--name", "p", tools=POLICY)}), tmp_path / "state")
+    async with connected(gateway, mode=mode, fast=fast) as client:
+        await client.list_tools()
+        result = await client.call_tool("p__echo", {"message": "through"})
+    assert result.structured_content == {"message": "through"}
+    assert gateway.downstreams["p"].fast_calls == (1 if fast else 0)
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
