@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import anyio
-import anyio.abc
 import mcp.types as types
 from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -58,17 +56,10 @@ class Host(Protocol):
     """What the fast path needs of the gateway it serves for (`serve/gateway.py`)."""
 
     pipeline: Pipeline
-    calls: Calls
+    calls: Calls  # what every call shares: its task group and the secrets no answer may carry
     search: Search
     downstreams: dict[str, Downstream]
-    log_level: str | None
     keeper: CatalogKeeper
-
-    @property
-    def tasks(self) -> anyio.abc.TaskGroup: ...
-    @property
-    def stamp(self) -> dict[str, Any]: ...
-    def secrets(self) -> re.Pattern[str] | None: ...
 
 
 @dataclass
@@ -125,10 +116,12 @@ class WireReply:
         self.path.send({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
 
     def log(self, params: types.LoggingMessageNotificationParams) -> None:
-        if not self.carries_logs or not log_passes(params.level, self.path.host.log_level):
+        if not self.carries_logs or not log_passes(params.level, self.path.log_level()):
             return
         try:
-            body, _ = scrub(params.model_dump(by_alias=True, mode="json", exclude_none=True), self.path.host.secrets())
+            body, _ = scrub(
+                params.model_dump(by_alias=True, mode="json", exclude_none=True), self.path.host.calls.secrets()
+            )
         except Scrubbed:
             return  # a log too deep to check for secrets is not passed on
         self.path.send({"jsonrpc": "2.0", "method": "notifications/message", "params": body})
@@ -147,13 +140,14 @@ class WireReply:
 class FastPath:
     """Takes the messages it can answer off the wire; see the module docstring for which."""
 
-    def __init__(self, host: Host, wire: Wire) -> None:
+    def __init__(self, host: Host, wire: Wire, stamp: dict[str, Any], log_level: Callable[[], str | None]) -> None:
         self.host = host
         self.wire = wire
         self.in_flight: dict[Any, ToolCall] = {}  # by the client's request id, until answered
         # the gateway's serverInfo, fixed for its life; the SDK copies it per answer, this only
         # ever serializes it
-        self.stamp = host.stamp
+        self.stamp = stamp
+        self.log_level = log_level  # the level the client set (`logging/setLevel`)
 
     def take(self, message: dict[str, Any]) -> bool:
         """True when this message is answered here; False hands it to the SDK's server."""
@@ -183,7 +177,7 @@ class FastPath:
         if catalog is not None:
             self._answer_list(message["id"], catalog, method, version, client)
         else:  # the first list waits (bounded) for the eager servers
-            self.host.tasks.start_soon(self._list_when_settled, message["id"], method, version, client)
+            self.host.calls.tasks().start_soon(self._list_when_settled, message["id"], method, version, client)
         return True
 
     async def _list_when_settled(self, ident: Any, method: str, version: str, client: Client) -> None:

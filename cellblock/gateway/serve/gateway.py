@@ -141,7 +141,7 @@ class Gateway:
         names = config.names
         self.search = Search(config.catalog, names.separator, names.max_length, self.audit, self.keeper.announce_to)
         self.state = state
-        self.review = Review(self)
+        self.review = Review(config, state, self.audit, self.approvals, self.locks, self.downstreams, self.keeper)
         self.shares = Shares(self.downstreams, self.approvals, gate) if gate is not None else None
         self.pipeline = Pipeline(
             lambda: self.keeper.catalog,
@@ -166,10 +166,23 @@ class Gateway:
         )
         self.log_level: str | None = None
         self._tg: anyio.abc.TaskGroup | None = None
-        self.reads = Reads(self)
+        self.reads = Reads(
+            self.keeper,
+            self.downstreams,
+            self.item_policies,
+            self.pipeline,
+            self.approvals,
+            self.locks,
+            tasks=lambda: self.tasks,
+            secrets=self.secrets,
+            unknown=self.unknown,
+            send_log=self.send_log,
+        )
         self.client_tasks = Tasks(self.audit)
         self.handshake_tasks = HandshakeTasks(self.client_tasks, lambda: self.tasks)
-        self.subscriptions = Subscriptions(self)
+        self.subscriptions = Subscriptions(
+            self.downstreams, self.reads, self.listeners, self.bus, self.client_tasks, lambda: self.tasks
+        )
         self.call_handler = CallHandler(
             keeper=self.keeper,
             search=self.search,
@@ -233,7 +246,7 @@ class Gateway:
             differed=recording.differed if recording is not None else None,
             introduced=self.offer.expecting(),  # one client: what its servers are offered
         )
-        fast = FastPath(self, wire)
+        fast = FastPath(self, wire, self.stamp, lambda: self.log_level)
         async with wire.streams(fast.take) as (read, write):
             await self.run(read, write)
 
@@ -263,8 +276,18 @@ class Gateway:
             self.keeper.start(tg)
             if self.runtime is not None:
                 # answers to pending approvals, and `cellblock ps`, arrive on this socket
+                operations = Operations(
+                    self.config,
+                    self.state,
+                    self.locks,
+                    self.approvals,
+                    self.downstreams,
+                    self.shares,
+                    self.source,
+                    self.review,
+                )
                 control = ControlServer(
-                    socket_path(self.runtime), Operations(self).answer, self._server_pids, self._control_refused
+                    socket_path(self.runtime), operations.answer, self._server_pids, self._control_refused
                 )
                 await tg.start(control.serve)
             # The handshake carries the servers' instructions, so it waits (bounded) for them.

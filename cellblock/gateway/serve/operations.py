@@ -4,8 +4,9 @@ pending approvals and their answers, a revoke, a reconnect after a credential ch
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from cellblock.gateway.config.model import Config, LocalServer
 from cellblock.gateway.downstream.server import Downstream
@@ -25,20 +26,18 @@ __all__ = ["Operations"]
 KINDS = ("tool", "prompt", "resource")
 
 
-class Host(Protocol):
+@dataclass
+class Operations:
+    """The control socket's requests, answered from the gateway's parts."""
+
     config: Config
     state: Path
     locks: Locks
     approvals: Approvals
     downstreams: dict[str, Downstream]
-    shares: Shares | None
-    source: Path | None
+    shares: Shares | None  # the paths shared with servers (None: nobody is asked)
+    source: Path | None  # the config file this gateway serves
     review: Review
-
-
-class Operations:
-    def __init__(self, gateway: Host) -> None:
-        self.gateway = gateway
 
     async def answer(self, message: dict[str, Any]) -> dict[str, Any]:
         """One request from the control socket (the CLI of the same user)."""
@@ -47,7 +46,7 @@ class Operations:
             full = message.get("full")  # one approval's id: its arguments in full
             if full is not None and not isinstance(full, str):
                 return {"ok": False, "error": "'full' must be a pending approval's id"}
-            return {"ok": True, "pending": self.gateway.approvals.listing(full)}
+            return {"ok": True, "pending": self.approvals.listing(full)}
         if op in ("approve", "deny"):
             ident = str(message.get("id", ""))
             scope = str(message.get("scope", "once")) if op == "approve" else None
@@ -57,7 +56,7 @@ class Operations:
             if via not in ANSWERED_FROM:
                 return {"ok": False, "error": f"'via' is one of {', '.join(ANSWERED_FROM)}"}
             try:
-                found = await self.gateway.approvals.answer(ident, scope, via)
+                found = await self.approvals.answer(ident, scope, via)
             except StateWriteError as exc:  # the approval stays pending: approve it for now, or free space
                 return {"ok": False, "error": f"the 'always' approval was not saved: {exc}; it is still pending"}
             except OnceOnly as exc:
@@ -66,9 +65,9 @@ class Operations:
                 return {"ok": False, "error": f"no pending approval '{ident}'", "code": NOT_FOUND}
             return {"ok": True}
         if op == "held":  # the held catalogs, each with the hash an approval is bound to
-            return {"ok": True, "held": self.gateway.review.held()}
+            return {"ok": True, "held": self.review.held()}
         if op == "approve_catalog":
-            return await self.gateway.review.approve_catalog(message.get("server"), message.get("hash"))
+            return await self.review.approve_catalog(message.get("server"), message.get("hash"))
         if op == "revoke":
             # `cellblock revoke` changed approvals.json; what this gateway holds of the same goes too
             server, tool, kind = message.get("server"), message.get("tool"), message.get("kind", "tool")
@@ -77,11 +76,11 @@ class Operations:
                     "ok": False,
                     "error": "revoke takes a 'server', a 'tool' (or null) and a 'kind' of " + str(KINDS),
                 }
-            gone = self.gateway.approvals.forget(server, tool, kind)
+            gone = self.approvals.forget(server, tool, kind)
             return {"ok": True, "revoked": [{"kind": k, "tool": t, "scope": scope} for k, t, scope in gone]}
         if op == "allow_host":
             # `cellblock allow-host` wrote it into this gateway's config: its proxy allows it now
-            ds = self.gateway.downstreams.get(str(message.get("server", "")))
+            ds = self.downstreams.get(str(message.get("server", "")))
             entry = message.get("entry")
             if ds is None or not self._ours(message) or not isinstance(entry, str) or ds.egress.jail is None:
                 return {"ok": True, "applied": False}  # another config, or a server without a proxy
@@ -93,7 +92,7 @@ class Operations:
         if op == "share":
             # `cellblock share` wrote a grant into this gateway's config: the server restarts with it
             server, path, write = message.get("server"), message.get("path"), message.get("write")
-            shares = self.gateway.shares
+            shares = self.shares
             if shares is None or not self._ours(message) or not isinstance(server, str) or not isinstance(path, str):
                 return {"ok": True, "applied": False}  # another config, or a gateway without the stage
             try:
@@ -103,7 +102,7 @@ class Operations:
             return {"ok": True, "applied": applied}
         if op == "reconnect":
             # `cellblock auth set|login|logout` changed a credential this server uses
-            ds = self.gateway.downstreams.get(str(message.get("server", "")))
+            ds = self.downstreams.get(str(message.get("server", "")))
             if ds is None:
                 return {"ok": False, "error": f"no server '{message.get('server')}'", "code": NOT_FOUND}
             return {"ok": True, "restarted": ds.supervisor.reconnect(), "state": ds.supervisor.state}
@@ -125,15 +124,15 @@ class Operations:
                     # why it does not run and what to do, as a call to it is told (None: it runs or may)
                     "down": await why_down(ds),
                     # its stderr lines, jail, package and lock (`serve/details.py`)
-                    **await details(self.gateway.config, self.gateway.state, self.gateway.locks, name, ds),
+                    **await details(self.config, self.state, self.locks, name, ds),
                 }
-                for name, ds in self.gateway.downstreams.items()
+                for name, ds in self.downstreams.items()
             ]
-            pending = len(self.gateway.approvals.listing())
+            pending = len(self.approvals.listing())
             return {
                 "ok": True,
                 "pid": os.getpid(),
-                "config": str(self.gateway.source),
+                "config": str(self.source),
                 "servers": servers,
                 "pending": pending,
             }
@@ -141,7 +140,7 @@ class Operations:
 
     def _ours(self, message: dict[str, Any]) -> bool:
         """The config a command changed (its "config") is the one this gateway serves."""
-        source = self.gateway.source
+        source = self.source
         return source is not None and str(source.resolve()) == message.get("config")
 
 

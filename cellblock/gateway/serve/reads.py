@@ -10,8 +10,9 @@ spelling the server may read its URI as (`policy/uris.py`).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Any, NoReturn, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn, TypeVar
 
 import anyio.abc
 import mcp.types as types
@@ -44,34 +45,30 @@ Ctx = ServerRequestContext[Any, Any]
 R = TypeVar("R", bound=types.Result)
 
 
-class Host(Protocol):
-    """What the reads need of the gateway (`serve/gateway.py`)."""
-
-    keeper: CatalogKeeper  # the catalog, and what each server's lock shows of it
-    downstreams: dict[str, Downstream]
-    item_policies: dict[str, dict[str, Policy]]
-    pipeline: Pipeline
-    approvals: Approvals
-    locks: Locks
-
-    @property
-    def tasks(self) -> anyio.abc.TaskGroup: ...
-    def secrets(self) -> re.Pattern[str] | None: ...
-    def unknown(self, name: str, kind: str) -> str: ...
-    async def send_log(self, session: ServerSession, params: types.LoggingMessageNotificationParams) -> None: ...
+# a notification's way to a client's session (`Gateway.send_log`)
+SendLog = Callable[[ServerSession, types.LoggingMessageNotificationParams], Awaitable[None]]
 
 
+@dataclass
 class Reads:
     """The SDK handlers for prompts/get, resources/read and completion/complete."""
 
-    def __init__(self, gateway: Host) -> None:
-        self.gateway = gateway
+    keeper: CatalogKeeper  # the catalog, and what each server's lock shows of it
+    downstreams: dict[str, Downstream]
+    item_policies: dict[str, dict[str, Policy]]  # the `prompts:` and `resources:` rules, by kind and server
+    pipeline: Pipeline
+    approvals: Approvals
+    locks: Locks
+    tasks: Callable[[], anyio.abc.TaskGroup]  # where a server is started
+    secrets: Callable[[], re.Pattern[str] | None]  # the values no answer may carry
+    unknown: Callable[[str, str], str]  # why a name is not in the catalog (a server down?)
+    send_log: SendLog
 
     async def get_prompt(
         self, ctx: Ctx, params: types.GetPromptRequestParams
     ) -> types.GetPromptResult | types.InputRequiredResult:
         call = Call(f"prompt:{params.name}", dict(params.arguments or {}) or None, kind="prompt")
-        catalog = self.gateway.keeper.catalog
+        catalog = self.keeper.catalog
         owner = catalog.prompt_routes.get(params.name) or catalog.held.get(params.name)
         if owner is not None:
             await self._started(owner[0])
@@ -90,16 +87,14 @@ class Reads:
         # taken now, with the lock's judgment: the catalog may be read again before the answer
         # comes back (a slow read of a server that has it re-read), and hold or drop the app
         approved_app = self._approved_app(server, uri)
-        waiting = await self._admit_item(
-            ctx, call, params, self.gateway.item_policies["resource"][server].strictest(forms)
-        )
+        waiting = await self._admit_item(ctx, call, params, self.item_policies["resource"][server].strictest(forms))
         if waiting is not None:
             return waiting
         request = types.ReadResourceRequest(params=types.ReadResourceRequestParams(uri=uri))
         result = await self._forward(server, request, types.ReadResourceResult)
         if approved_app is not None:
             self._same_app(call, server, uri, approved_app, result.contents)
-        uris = self.gateway.keeper.catalog.uris
+        uris = self.keeper.catalog.uris
         contents = [c.model_copy(update={"uri": uris.expose(server, str(c.uri))}) for c in result.contents]
         # each read is decided again (policy, lock, approvals that can be revoked): none is cached
         # past this decision, nor shared with another user, whatever the server allowed
@@ -114,7 +109,7 @@ class Reads:
         """
         call, forms = await self._resource(uri)
         server = call.server
-        policy = self.gateway.item_policies["resource"][server]
+        policy = self.item_policies["resource"][server]
         verdict = policy.decide(policy.strictest(forms), None)
         if verdict.decision is Decision.DENY:
             self._refuse_item(call, verdict.rule, f"subscription: {verdict.reason}")
@@ -155,7 +150,7 @@ class Reads:
         """
         if app_digest(contents) == approved:
             return
-        self.gateway.downstreams[server].changes.soon()
+        self.downstreams[server].changes.soon()
         self._refuse_item(call, "lock", held_reason("app", uri, server))
 
     def holds(self, server: str, uri: str) -> bool:
@@ -177,7 +172,7 @@ class Reads:
         standing = resource_standing(self._offered(server), self._approved(server), uri)
         if standing is Standing.HELD or self.holds(server, uri):
             self._refuse_item(call, "lock", held_reason("resource", uri, server))
-        if standing is Standing.UNLISTED and self.gateway.item_policies["resource"][server].rule_for(uri)[1] is None:
+        if standing is Standing.UNLISTED and self.item_policies["resource"][server].rule_for(uri)[1] is None:
             # never reviewed, so no default lets it through: only a rule that names it
             self._refuse_item(
                 call,
@@ -201,7 +196,7 @@ class Reads:
             if template_standing(self._offered(server), self._approved(server), name) is not Standing.LISTED:
                 self._refuse_item(call, "lock", held_reason("resource template", name, server))
             ref = ref.model_copy(update={"uri": name})
-        policy = self.gateway.item_policies[call.kind][server]
+        policy = self.item_policies[call.kind][server]
         if policy.hidden(name):
             self._refuse_item(call, policy.rule_for(name)[0], f"completion: {policy.decide(name, None).reason}")
         request = types.CompleteRequest(params=params.model_copy(update={"ref": ref, "meta": None}))
@@ -213,17 +208,17 @@ class Reads:
         Raises:
             MCPError: the prompt is held by the lock (audited), or not in the catalog.
         """
-        route = self.gateway.keeper.catalog.prompt_routes.get(exposed)
+        route = self.keeper.catalog.prompt_routes.get(exposed)
         if route is not None:
             call.server, call.tool = route[0], f"prompt:{route[1]}"
             return route
-        held = self.gateway.keeper.catalog.held.get(exposed)
+        held = self.keeper.catalog.held.get(exposed)
         offered = self._offered(held[0]) if held is not None else None
         if held is not None and offered is not None and any(p.name == held[1] for p in offered.prompts):
             call.server, call.tool = held[0], f"prompt:{held[1]}"
             self._refuse_item(call, "lock", held_reason("prompt", held[1], held[0]))
         call.tool = f"prompt:{exposed}"
-        self._unrouted(call, self.gateway.unknown(exposed, "prompt"))
+        self._unrouted(call, self.unknown(exposed, "prompt"))
 
     async def _admit_item(self, ctx: Ctx, call: Call, params: Any, name: str) -> types.InputRequiredResult | None:
         """The policy (and, for `ask`, the human) on a routed prompt get or resource read that the
@@ -233,15 +228,13 @@ class Reads:
             MCPError: refused (audited), or a retry whose approval state does not fit.
         """
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
-        call.ctx = Asking(ctx.session, ctx.request_id, modern, SessionReply(self.gateway.send_log, ctx).tell)
+        call.ctx = Asking(ctx.session, ctx.request_id, modern, SessionReply(self.send_log, ctx).tell)
         if params.request_state and modern:  # the retry that carries the human's answer
-            why = self.gateway.approvals.sealed.carried(call, params.request_state, params.input_responses)
+            why = self.approvals.sealed.carried(call, params.request_state, params.input_responses)
             if why is not None:
                 raise MCPError(types.INVALID_PARAMS, f"retry of {call.name} refused: {why}")
         try:
-            refusal = await self.gateway.pipeline.admit_item(
-                call, self.gateway.item_policies[call.kind][call.server], name
-            )
+            refusal = await self.pipeline.admit_item(call, self.item_policies[call.kind][call.server], name)
         except NeedsInput as needed:
             return needed.result
         if refusal is not None:
@@ -250,40 +243,38 @@ class Reads:
 
     def _refuse_item(self, call: Call, rule: str, reason: str) -> NoReturn:
         """Audit the refusal of a prompt, resource or completion, and answer the client with it."""
-        raise MCPError(types.INVALID_PARAMS, self.gateway.pipeline.refusal(call, Verdict(Decision.DENY, rule, reason)))
+        raise MCPError(types.INVALID_PARAMS, self.pipeline.refusal(call, Verdict(Decision.DENY, rule, reason)))
 
     async def _started(self, server: str) -> None:
         """Start `server` if it is not running, and wait (bounded) until the lock has seen what it
         offers now: a get or read is judged by that, not by the catalog approved at its last start."""
-        ds = self.gateway.downstreams[server]
-        ds.supervisor.start(self.gateway.tasks)
+        ds = self.downstreams[server]
+        ds.supervisor.start(self.tasks())
         await ds.supervisor.wait_settled(START_SECONDS)
 
     def _offered(self, server: str) -> Listing | None:
         """Everything `server` offers, held items included (for one not started: its approved catalog)."""
-        ds = self.gateway.downstreams[server]
-        return ds.listing if ds.listing is not None else self.gateway.keeper.shown.get(server)
+        ds = self.downstreams[server]
+        return ds.listing if ds.listing is not None else self.keeper.shown.get(server)
 
     def _approved(self, server: str) -> frozenset[str] | None:
         """The items the lock approved for `server`; None when its lock is off. A server whose
         lock is on but not yet read has nothing approved."""
-        if server in self.gateway.locks.approved:
-            return self.gateway.locks.approved[server]
-        return frozenset() if self.gateway.locks.enabled(server) else None
+        if server in self.locks.approved:
+            return self.locks.approved[server]
+        return frozenset() if self.locks.enabled(server) else None
 
     async def _forward(self, server: str, request: Any, result_type: type[R]) -> R:
-        ds = self.gateway.downstreams[server]
-        ds.supervisor.start(self.gateway.tasks)
+        ds = self.downstreams[server]
+        ds.supervisor.start(self.tasks())
         try:
             result = await ds.request(request, result_type)
         except DownstreamError as exc:  # the server's error text may hand back a secret as well
-            raise MCPError(types.INTERNAL_ERROR, scrub(str(exc), self.gateway.secrets())[0]) from exc
+            raise MCPError(types.INTERNAL_ERROR, scrub(str(exc), self.secrets())[0]) from exc
         if result.meta and SERVER_INFO_META_KEY in result.meta:  # the gateway's stamp, not the server's
             result = result.model_copy(update={"meta": unstamped(result.meta)})
         try:  # a prompt, resource or completion passes on no secret the gateway holds either
-            clean, count = scrub(
-                result.model_dump(by_alias=True, mode="json", exclude_none=True), self.gateway.secrets()
-            )
+            clean, count = scrub(result.model_dump(by_alias=True, mode="json", exclude_none=True), self.secrets())
             return result_type.model_validate(clean) if count else result
         except ValueError as exc:  # too deep to check, or a number that held a secret in a typed field
             raise MCPError(
@@ -298,14 +289,14 @@ class Reads:
         """
         call = Call(f"resource:{uri}", None, tool=f"resource:{uri}", kind="resource")
         try:
-            server, original = self.gateway.keeper.catalog.route_resource(uri)
+            server, original = self.keeper.catalog.route_resource(uri)
         except ValueError as exc:
             self._unrouted(call, str(exc))
-        if server not in self.gateway.downstreams:
+        if server not in self.downstreams:
             self._unrouted(call, f"no server named '{server}' for resource {uri}")
         return server, original
 
     def _unrouted(self, call: Call, reason: str) -> NoReturn:
         """Audit a get, read or completion that routes to no server, and answer the client with why."""
-        self.gateway.pipeline.refusal(call, Verdict(Decision.DENY, "route", reason))
+        self.pipeline.refusal(call, Verdict(Decision.DENY, "route", reason))
         raise MCPError(types.INVALID_PARAMS, reason)

@@ -8,8 +8,9 @@ same form is offered when a call meets a held tool (`Pipeline`'s reviewer).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 import mcp.types as types
@@ -44,8 +45,9 @@ __all__ = ["Review"]
 CallResult = types.CallToolResult | types.InputRequiredResult
 
 
-class Host(Protocol):
-    """What the review needs of the gateway (`serve/gateway.py`)."""
+@dataclass
+class Review:
+    """The review tool, the status tool, and the control socket's `held` and `approve`."""
 
     config: Config
     state: Path
@@ -53,17 +55,12 @@ class Host(Protocol):
     approvals: Approvals
     locks: Locks
     downstreams: dict[str, Downstream]
-    keeper: CatalogKeeper
-
-
-class Review:
-    def __init__(self, gateway: Host) -> None:
-        self.gateway = gateway
+    keeper: CatalogKeeper  # lists what an approval lets through
 
     async def review(self, call: Call) -> CallResult:
         """The review tool: the held catalog of the server named put before the user in the
         client's form. Only the user's answer approves (see `_review_lock`)."""
-        held = sorted(name for name, items in self.gateway.locks.held.items() if items)
+        held = sorted(name for name, items in self.locks.held.items() if items)
         server = (call.arguments or {}).get("server")
         if set(call.arguments or {}) - {"server"} or server not in held:
             return error_result(f"name one server whose catalog is held: {', '.join(held) or 'none is'}")
@@ -85,8 +82,8 @@ class Review:
         servers = [
             ServerStatus(
                 name,
-                held=len(self.gateway.locks.held.get(name, ())),
-                first_contact=not lock_path(self.gateway.state, name).exists(),
+                held=len(self.locks.held.get(name, ())),
+                first_contact=not lock_path(self.state, name).exists(),
                 # in the gateway's words only: what a server wrote is not for the model before approval
                 down=ds.error_without_output
                 if ds.supervisor.state in (State.FAILED, State.RESTARTING)
@@ -94,17 +91,15 @@ class Review:
                 if ds.supervisor.state is State.STOPPED
                 else None,
             )
-            for name, ds in self.gateway.downstreams.items()
+            for name, ds in self.downstreams.items()
         ]
-        return _text_result(
-            status_text(servers, self.gateway.approvals.listing(), self.gateway.keeper.own_tool(REVIEW))
-        )
+        return _text_result(status_text(servers, self.approvals.listing(), self.keeper.own_tool(REVIEW)))
 
     def held(self) -> list[dict[str, Any]]:
         """The control socket's `held`: each held catalog of this gateway's servers as `cellblock
         diff` shows it, with its `catalog_hash` (what an approval is bound to) and its tools, each
         marked if the policy runs it without asking once approved."""
-        state, config = self.gateway.state, self.gateway.config
+        state, config = self.state, self.config
         found: list[dict[str, Any]] = []
         for server in config.servers:
             if not pending_path(state, server).exists():
@@ -130,13 +125,13 @@ class Review:
         still the one whose `catalog_hash` is `shown_hash` (a catalog that changed after it was
         shown is not approved by it), as `cellblock approve SERVER --hash` does; the tools are
         listed before the reply."""
-        if not isinstance(server, str) or server not in self.gateway.config.servers:
+        if not isinstance(server, str) or server not in self.config.servers:
             return {"ok": False, "error": f"no server {server!r} in this gateway", "code": NOT_FOUND}
         if not isinstance(shown_hash, str) or not shown_hash:
             return {"ok": False, "error": "approve_catalog takes the 'hash' of the catalog shown"}
-        state = self.gateway.state
+        state = self.state
         try:
-            count = approve_pending(state, self.gateway.audit, server, via="dashboard", shown_hash=shown_hash)
+            count = approve_pending(state, self.audit, server, via="dashboard", shown_hash=shown_hash)
             current = held_catalog(state, server) if count is None else None
         except CellblockError as exc:
             return {"ok": False, "error": str(exc)}
@@ -148,19 +143,19 @@ class Review:
                 "error": f"the catalog held for '{server}' changed since it was shown (its sha256 is now "
                 f"{catalog_hash(current)}): nothing approved; review it again",
             }
-        await self.gateway.keeper.on_listing(self.gateway.downstreams[server])
+        await self.keeper.on_listing(self.downstreams[server])
         return {"ok": True, "items": count}
 
     async def review_lock(self, call: Call) -> bool:
         """Offer the held catalog of the call's server for approval through the client's form."""
         # the retry's answer belongs to this question only if its form asked it
         answer, call.human = call.human if call.answered == "review" else None, None
-        state, server = self.gateway.state, call.server
+        state, server = self.state, call.server
         pending = load_pending(pending_path(state, server))
         if pending is None:
             return False
         shown = dict(pending.items)
-        offer, kept = read_only_offer(self.gateway.config, state, server, shown)
+        offer, kept = read_only_offer(self.config, state, server, shown)
         if answer is None:
             if call.ctx is None or not can_elicit(call.ctx.session):
                 return False
@@ -180,23 +175,23 @@ class Review:
                 raise NeedsInput(
                     types.InputRequiredResult(
                         input_requests={APPROVAL_KEY: request},
-                        request_state=self.gateway.approvals.sealed.seal(call.name, call.arguments, "review"),
+                        request_state=self.approvals.sealed.seal(call.name, call.arguments, "review"),
                     )
                 )
             try:
                 # the human has approvals.timeout to decide; silence keeps the catalog held
-                with anyio.fail_after(self.gateway.config.approvals.timeout):
+                with anyio.fail_after(self.config.approvals.timeout):
                     ask = call.ctx.session.elicit_form
                     answer = await ask(message, schema, related_request_id=call.ctx.request_id)
             except Exception:  # noqa: BLE001 - no answer (timeout, a client that failed or left): stays held
                 return False
         decision = (answer.content or {}).get("decision")
         if answer.action != "accept" or decision not in ("approve", APPROVE_READ_ONLY):
-            self.gateway.audit.write("lock_kept", call.server, via="elicitation")
+            self.audit.write("lock_kept", call.server, via="elicitation")
             return False
         unasked = frozenset(offer) if decision == APPROVE_READ_ONLY else frozenset()
-        approve_pending(state, self.gateway.audit, server, via="elicitation", shown=shown, unasked=unasked)
-        await self.gateway.keeper.on_listing(self.gateway.downstreams[call.server])
+        approve_pending(state, self.audit, server, via="elicitation", shown=shown, unasked=unasked)
+        await self.keeper.on_listing(self.downstreams[call.server])
         return True
 
 

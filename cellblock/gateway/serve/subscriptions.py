@@ -15,7 +15,8 @@ from __future__ import annotations
 import functools
 import logging
 from collections import Counter
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -39,40 +40,35 @@ logger = logging.getLogger(__name__)
 Ctx = ServerRequestContext[Any, Any]
 
 
-class Host(Protocol):
-    """What subscriptions need of the gateway (`serve/gateway.py`)."""
-
-    downstreams: dict[str, Downstream]
-    listeners: Listeners
-    bus: InMemorySubscriptionBus
-    reads: Reads
-    client_tasks: Tasks
-
-    @property
-    def tasks(self) -> anyio.abc.TaskGroup: ...
-
-
 class Subscriptions:
     """The SDK handlers for resources/subscribe, resources/unsubscribe and subscriptions/listen."""
 
-    def __init__(self, gateway: Host) -> None:
-        self.gateway = gateway
-        self._listen = Listen(gateway.bus, gateway.client_tasks)
+    def __init__(
+        self,
+        downstreams: dict[str, Downstream],
+        reads: Reads,  # a subscription is routed and judged as a read is
+        listeners: Listeners,
+        bus: InMemorySubscriptionBus,  # what the 2026-07-28 listen streams hear
+        client_tasks: Tasks,
+        tasks: Callable[[], anyio.abc.TaskGroup],
+    ) -> None:
+        self.downstreams, self.reads, self.listeners, self.bus, self.tasks = downstreams, reads, listeners, bus, tasks
+        self._listen = Listen(bus, client_tasks)
         # (server, URI) -> the exposed URIs clients subscribed to it under, each with its subscribers
         self._names: dict[tuple[str, str], Counter[str]] = {}
         # exposed URI -> what it was routed to, and the handshake-era listeners on it (`Listeners.key`)
         self._handshake: dict[str, tuple[tuple[str, str], set[str]]] = {}
-        for ds in gateway.downstreams.values():
+        for ds in downstreams.values():
             ds.watched.updated = functools.partial(self.updated, ds)
 
     async def subscribe(self, ctx: Ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
         exposed, key = str(params.uri), Listeners.key(ctx)
         known = self._handshake.get(exposed)
         if known is None or key not in known[1]:
-            target = known[0] if known is not None else await self.gateway.reads.watched(exposed)
+            target = known[0] if known is not None else await self.reads.watched(exposed)
             await self._hold(target, exposed)
             self._handshake.setdefault(exposed, (target, set()))[1].add(key)
-            self.gateway.listeners.met(ctx)
+            self.listeners.met(ctx)
         return types.EmptyResult()
 
     async def unsubscribe(self, ctx: Ctx, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
@@ -93,7 +89,7 @@ class Subscriptions:
         try:
             for exposed in dict.fromkeys(wanted):
                 try:
-                    target = await self.gateway.reads.watched(exposed)
+                    target = await self.reads.watched(exposed)
                     await self._hold(target, exposed)
                 except MCPError as exc:
                     logger.info("subscriptions/listen: %s is not watched: %s", exposed, exc.message)
@@ -114,16 +110,16 @@ class Subscriptions:
         names = self._names.get((ds.name, uri))
         if not names:
             return  # nobody asked (or nobody any more)
-        if self.gateway.reads.holds(ds.name, uri):
+        if self.reads.holds(ds.name, uri):
             logger.info("server '%s': an update of %s, which the lock holds, is not passed on", ds.name, uri)
             return
-        tasks = self.gateway.tasks
+        tasks = self.tasks()
         for exposed in names:
-            tasks.start_soon(self.gateway.bus.publish, ResourceUpdated(exposed))
+            tasks.start_soon(self.bus.publish, ResourceUpdated(exposed))
             known = self._handshake.get(exposed)
             if known is not None:
                 only = frozenset(known[1])
-                self.gateway.listeners.notify(tasks, "notifications/resources/updated", {"uri": exposed}, only=only)
+                self.listeners.notify(tasks, "notifications/resources/updated", {"uri": exposed}, only=only)
 
     async def _hold(self, target: tuple[str, str], exposed: str) -> None:
         """One more subscriber of `target` under `exposed`: the server is subscribed at the first.
@@ -132,7 +128,7 @@ class Subscriptions:
             MCPError: the server offers no subscriptions, or refused this one.
         """
         server, uri = target
-        ds = self.gateway.downstreams[server]
+        ds = self.downstreams[server]
         try:
             client = await ds.ready_client()
         except DownstreamError as exc:
@@ -152,4 +148,4 @@ class Subscriptions:
             del names[exposed]
         if not names:
             del self._names[target]
-            await self.gateway.downstreams[target[0]].watched.remove(target[1])
+            await self.downstreams[target[0]].watched.remove(target[1])

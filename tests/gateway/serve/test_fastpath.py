@@ -22,7 +22,7 @@ class InFlight:
 # JSON that no request id can be; True and 1.0 are equal to 1 as dictionary keys
 @pytest.mark.parametrize("ident", [["cb-1"], {"id": 1}, None, True, 1.0])
 def test_a_cancel_naming_a_request_no_id_can_be_cancels_no_call(ident: Any) -> None:
-    path = FastPath(SimpleNamespace(stamp={}), wire=None)  # type: ignore[arg-type]  # reason: a cancel needs neither
+    path = FastPath(SimpleNamespace(), None, {}, lambda: None)  # type: ignore[arg-type]  # reason: a cancel needs neither
     call = InFlight()
     path.in_flight[1] = call  # type: ignore[assignment]  # reason: only its cancel is reached
     cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": ident}}

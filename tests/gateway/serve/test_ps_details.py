@@ -91,17 +91,17 @@ async def ps(config: Config, state: Path, secrets: tuple[str, ...] = (SECRET,)) 
     save_pending(pending_path(state, "crashy"), "crashy", CATALOG)  # held at first contact
     locks.held["crashy"] = frozenset(CATALOG)
     save_lock(lock_path(state, "calm"), approve("calm", CATALOG, 0.0))
-    host = SimpleNamespace(
+    operations = Operations(
         config=config,
         state=state,
         locks=locks,
         downstreams=downstreams,
-        approvals=SimpleNamespace(listing=lambda full=None: []),
+        approvals=SimpleNamespace(listing=lambda full=None: []),  # type: ignore[arg-type]
         shares=None,
         source=Path("/home/u/cellblock.yaml"),
-        review=None,
+        review=None,  # type: ignore[arg-type]
     )
-    reply = await Operations(host).answer({"op": "ps"})  # type: ignore[arg-type]
+    reply = await operations.answer({"op": "ps"})
     assert reply["ok"] is True
     return reply
 
