@@ -20,7 +20,7 @@ from cellblock.gateway.downstream.packages import InstallError, installed, recor
 from cellblock.gateway.downstream.server import Downstream
 from cellblock.gateway.downstream.supervisor import State
 
-__all__ = ["cannot_start", "startable_of", "unstartable", "why_down"]
+__all__ = ["cannot_start", "startable_of", "unavailable_of", "unstartable", "why_down"]
 
 
 async def cannot_start(ds: Downstream) -> str | None:
@@ -70,3 +70,21 @@ def startable_of(downstreams: Mapping[str, Downstream]) -> Callable[[str], Calla
         return None if ds.supervisor.state is State.READY else functools.partial(unstartable, ds)
 
     return startable
+
+
+def unavailable_of(downstreams: Mapping[str, Downstream], separator: str) -> Callable[[str], str | None]:
+    """For a name that is not in the catalog: why it may belong to a server that is down (a
+    server that failed for a cause the user may have put right is started again), else None."""
+
+    def unavailable(name: str) -> str | None:
+        prefix, sep, _ = name.partition(separator)
+        ds = downstreams.get(prefix) if sep else None
+        if ds is not None and ds.supervisor.retryable:
+            error = ds.supervisor.error
+            ds.supervisor.retry()  # the user may have put it right: its tools are announced if it starts
+            return f"server '{ds.name}' is not running: {error}"
+        if ds is not None and ds.supervisor.state in (State.FAILED, State.RESTARTING, State.STARTING):
+            return f"server '{ds.name}' is not available ({ds.supervisor.state}): {ds.supervisor.error or 'starting'}"
+        return None
+
+    return unavailable

@@ -17,7 +17,6 @@ from typing import Any, Protocol
 import anyio.abc
 import mcp.types as types
 from mcp.server.context import ServerRequestContext
-from mcp.server.session import ServerSession
 
 from cellblock.gateway.ask.elicitation import Parked, StateRejected
 from cellblock.gateway.downstream.rounds import Able, error_result
@@ -26,7 +25,7 @@ from cellblock.gateway.serve.approvals import NeedsInput
 from cellblock.gateway.serve.calls import Calls, ToolCall
 from cellblock.gateway.serve.catalog import Catalog
 from cellblock.gateway.serve.pipeline import Asking, Call
-from cellblock.gateway.serve.replies import SessionReply
+from cellblock.gateway.serve.replies import SendLog, SessionReply
 from cellblock.gateway.serve.sealed import STATE_PREFIX as APPROVAL_STATE
 from cellblock.gateway.serve.search import Client, client_of
 from cellblock.gateway.serve.status import REVIEW, STATUS
@@ -84,7 +83,7 @@ class CallHandler:
     calls: Calls
     downstreams: dict[str, Downstream]
     met: Callable[[Ctx], None]  # notes the HTTP session a request came on (`Listeners.met`)
-    send_log: Callable[[ServerSession, types.LoggingMessageNotificationParams], Awaitable[None]]
+    send_log: SendLog  # a server's log during the call, to its request
     redeem: Callable[[str, str, dict[str, Any] | None], Parked]  # a parked call's retry
     carried: Callable[[Call, str, dict[str, Any] | None], str | None]  # an approval's retry
     admit: Callable[[Call], Awaitable[types.CallToolResult | None]]

@@ -46,20 +46,14 @@ from cellblock.gateway.serve.shaping import exposed_result
 if TYPE_CHECKING:
     from cellblock.gateway.serve.replies import Reply
 
-__all__ = ["INPUT_KEY", "LOG_LEVELS", "CallState", "Calls", "ToolCall", "log_passes"]
+__all__ = ["INPUT_KEY", "CallState", "Calls", "ToolCall"]
 
 # The key of the one question a parked 2026-07-28 call puts to the client at a time. A retry
 # carries the answer to the question its request state names; a task's tasks/update names only
 # the key, so there each question has one of its own (`cellblock-2` for the second, and so on).
 INPUT_KEY = "cellblock"
-LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 # Downstream 2026-07-28 servers may ask for input in rounds; bound them like the SDK does.
 MAX_INPUT_ROUNDS = 8
-
-
-def log_passes(level: str, threshold: str | None) -> bool:
-    """A log at `level` reaches a client that set `threshold` with logging/setLevel (None: all)."""
-    return threshold is None or LOG_LEVELS.index(level) >= LOG_LEVELS.index(threshold)
 
 
 class CallState(Enum):

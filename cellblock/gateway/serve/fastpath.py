@@ -37,9 +37,10 @@ from cellblock.gateway.ask.forms import framed
 from cellblock.gateway.downstream.server import Downstream
 from cellblock.gateway.downstream.supervisor import State
 from cellblock.gateway.scrub import Scrubbed, scrub
-from cellblock.gateway.serve.calls import Calls, ToolCall, log_passes
+from cellblock.gateway.serve.calls import Calls, ToolCall
 from cellblock.gateway.serve.catalog import LIST_KINDS, Catalog
 from cellblock.gateway.serve.keeper import CatalogKeeper
+from cellblock.gateway.serve.logs import log_passes
 from cellblock.gateway.serve.pipeline import Call, Pipeline
 from cellblock.gateway.serve.search import Client, Search
 from cellblock.gateway.serve.shaping import wire_result

@@ -24,7 +24,6 @@ import mcp.types as types
 from mcp.server.apps import EXTENSION_ID as APPS_EXTENSION
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
-from mcp.server.session import ServerSession
 from mcp.server.subscriptions import InMemorySubscriptionBus
 
 from cellblock import __version__
@@ -36,18 +35,17 @@ from cellblock.gateway.downstream.keys import reader_of
 from cellblock.gateway.downstream.launch import own_paths
 from cellblock.gateway.downstream.offer import Offer
 from cellblock.gateway.downstream.server import Downstream
-from cellblock.gateway.downstream.startable import startable_of
-from cellblock.gateway.downstream.supervisor import State
-from cellblock.gateway.scrub import Scrubbed, scrub
+from cellblock.gateway.downstream.startable import startable_of, unavailable_of
 from cellblock.gateway.serve.approvals import Approvals
 from cellblock.gateway.serve.callhandler import CallHandler
-from cellblock.gateway.serve.calls import Calls, log_passes
+from cellblock.gateway.serve.calls import Calls
 from cellblock.gateway.serve.control import ControlServer, socket_path
 from cellblock.gateway.serve.fastpath import FastPath
 from cellblock.gateway.serve.handshake_tasks import HandshakeTasks
 from cellblock.gateway.serve.keeper import CatalogKeeper
 from cellblock.gateway.serve.listeners import ChangingServer, Listeners
 from cellblock.gateway.serve.locking import Locks
+from cellblock.gateway.serve.logs import ClientLogs
 from cellblock.gateway.serve.opening import Recording
 from cellblock.gateway.serve.operations import Operations
 from cellblock.gateway.serve.pipeline import Call, Pipeline
@@ -101,7 +99,7 @@ class Gateway:
                 timeout=config.timeout_of(name),
                 protocol=server.protocol,
                 on_listing=lambda ds: self.keeper.on_listing(ds),
-                on_log=self._on_idle_log,
+                on_log=lambda ds, params: self.logs.idle(ds, params),
                 audit=self.audit,
                 runtime=runtime or Path("/nonexistent"),
                 sampling=config.sampling_of(name),
@@ -116,6 +114,7 @@ class Gateway:
             )
             for name, server in sorted(config.servers.items())
         }
+        self.unavailable = unavailable_of(self.downstreams, config.names.separator)
         self.approvals.keepers["egress"] = host_keeper(source, lambda name: self.downstreams[name].egress)
         self.locks = Locks(config, state, self.audit)
         self.policies = {name: policy_for(config, name) for name in config.servers}
@@ -145,7 +144,7 @@ class Gateway:
         self.shares = Shares(self.downstreams, self.approvals, gate) if gate is not None else None
         self.pipeline = Pipeline(
             lambda: self.keeper.catalog,
-            self._unavailable,
+            self.unavailable,
             self.policies,
             self.audit,
             approver=self._approve,
@@ -164,7 +163,7 @@ class Gateway:
             lambda: self.keeper.catalog.uris,
             lambda server, uri, resource: self.reads.page_passes(server, uri, resource),
         )
-        self.log_level: str | None = None
+        self.logs = ClientLogs(self.secrets, self._notify_handshake_client)
         self._tg: anyio.abc.TaskGroup | None = None
         self.reads = Reads(
             self.keeper,
@@ -176,7 +175,7 @@ class Gateway:
             tasks=lambda: self.tasks,
             secrets=self.secrets,
             unknown=self.unknown,
-            send_log=self.send_log,
+            send_log=self.logs.send,
         )
         self.client_tasks = Tasks(self.audit)
         self.handshake_tasks = HandshakeTasks(self.client_tasks, lambda: self.tasks)
@@ -191,7 +190,7 @@ class Gateway:
             calls=self.calls,
             downstreams=self.downstreams,
             met=self.listeners.met,
-            send_log=self.send_log,
+            send_log=self.logs.send,
             redeem=self.parked.redeem,
             carried=self.approvals.sealed.carried,
             admit=self.pipeline.admit,
@@ -246,7 +245,7 @@ class Gateway:
             differed=recording.differed if recording is not None else None,
             introduced=self.offer.expecting(),  # one client: what its servers are offered
         )
-        fast = FastPath(self, wire, self.stamp, lambda: self.log_level)
+        fast = FastPath(self, wire, self.stamp, lambda: self.logs.level)
         async with wire.streams(fast.take) as (read, write):
             await self.run(read, write)
 
@@ -320,7 +319,7 @@ class Gateway:
         # registered directly: a task is a result the SDK has no model of (typed as a dict)
         server.add_request_handler("tools/call", types.CallToolRequestParams, self.call_handler.handle)
         # registered directly: the constructor argument warns that logging is deprecated in 2026
-        server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self._set_level)
+        server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, self.logs.set_level)
         self.client_tasks.serve(server)  # a call may be answered with a task
         server.middleware = []  # no tracing span per message on the hot path
         self.handshake_tasks.serve(server)  # ...and in 2025-11-25 too (its middleware answers those calls)
@@ -350,10 +349,6 @@ class Gateway:
             resource_templates=list((await self.keeper.client_catalog()).templates)
         )
 
-    async def _set_level(self, ctx: Ctx, params: types.SetLevelRequestParams) -> types.EmptyResult:
-        self.log_level = params.level
-        return types.EmptyResult()
-
     def secrets(self) -> re.Pattern[str] | None:
         """What finds the secret values the gateway holds, in what a server sends toward the client."""
         return self.audit.secret_pattern()
@@ -366,39 +361,11 @@ class Gateway:
         verdict = call.verdict or Verdict(Decision.ASK, "default", "")
         return await self.approvals.decide(call.server, call.tool, call.name, verdict, call)
 
-    def _unavailable(self, name: str) -> str | None:
-        """Why a name that is not in the catalog may belong to a server that is down, if it does."""
-        prefix, sep, _ = name.partition(self.config.names.separator)
-        ds = self.downstreams.get(prefix) if sep else None
-        if ds is not None and ds.supervisor.retryable:
-            error = ds.supervisor.error
-            ds.supervisor.retry()  # the user may have put it right: its tools are announced if it starts
-            return f"server '{ds.name}' is not running: {error}"
-        if ds is not None and ds.supervisor.state in (State.FAILED, State.RESTARTING, State.STARTING):
-            return f"server '{ds.name}' is not available ({ds.supervisor.state}): {ds.supervisor.error or 'starting'}"
-        return None
-
     def unknown(self, name: str, kind: str) -> str:
         return (
-            self._unavailable(name)
+            self.unavailable(name)
             or f"unknown {kind} '{name}': it is not in Cellblock's catalog; list the {kind}s again"
         )
-
-    # -- logs ------------------------------------------------------------------------------
-
-    async def send_log(self, session: ServerSession, params: types.LoggingMessageNotificationParams) -> None:
-        if not log_passes(params.level, self.log_level):
-            return
-        with contextlib.suppress(Exception):  # logs are best effort; a gone client must not fail a call
-            (data, logger_name), _ = scrub([params.data, params.logger], self.secrets())
-            await session.send_log_message(params.level, data, logger=logger_name)
-
-    def _on_idle_log(self, ds: Downstream, params: types.LoggingMessageNotificationParams) -> None:
-        if not log_passes(params.level, self.log_level):
-            return
-        with contextlib.suppress(Scrubbed):  # a log too deep to check for secrets is not passed on
-            body, _ = scrub(params.model_dump(by_alias=True, mode="json", exclude_none=True), self.secrets())
-            self._notify_handshake_client("notifications/message", body)
 
 
 async def _stop_on_signal(scope: anyio.CancelScope) -> None:

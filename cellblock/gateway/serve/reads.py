@@ -10,14 +10,13 @@ spelling the server may read its URI as (`policy/uris.py`).
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
 import anyio.abc
 import mcp.types as types
 from mcp.server.context import ServerRequestContext
-from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -33,7 +32,7 @@ from cellblock.gateway.serve.items import Standing, held_reason, resource_standi
 from cellblock.gateway.serve.keeper import CatalogKeeper
 from cellblock.gateway.serve.locking import Locks
 from cellblock.gateway.serve.pipeline import Asking, Call, Pipeline
-from cellblock.gateway.serve.replies import SessionReply
+from cellblock.gateway.serve.replies import SendLog, SessionReply
 from cellblock.gateway.serve.shaping import unstamped
 from cellblock.policy.rules import Policy
 from cellblock.policy.types import Decision, Verdict
@@ -43,10 +42,6 @@ __all__ = ["Reads"]
 
 Ctx = ServerRequestContext[Any, Any]
 R = TypeVar("R", bound=types.Result)
-
-
-# a notification's way to a client's session (`Gateway.send_log`)
-SendLog = Callable[[ServerSession, types.LoggingMessageNotificationParams], Awaitable[None]]
 
 
 @dataclass

@@ -21,7 +21,7 @@ from cellblock.gateway.downstream.keys import ServerKeys
 from cellblock.gateway.downstream.questions import Questions
 from cellblock.gateway.downstream.rounds import Caller, failed_result
 from cellblock.gateway.namespacing import UriTable
-from cellblock.gateway.serve.calls import INPUT_KEY, Calls, CallState, ToolCall, log_passes
+from cellblock.gateway.serve.calls import INPUT_KEY, Calls, CallState, ToolCall
 from cellblock.gateway.serve.catalog import Catalog
 from cellblock.gateway.serve.pipeline import Call, Pipeline
 from cellblock.policy.types import Decision, Verdict
@@ -533,8 +533,3 @@ async def test_a_clients_error_for_a_modern_servers_question_ends_the_call_namin
     [(kind, result)] = reply.events
     assert kind == "answer" and result.is_error and len(ds.sent) == 1
     assert result.content[0].text == "the client did not answer the question of server 'fs': Method not found"
-
-
-def test_a_log_level_lets_through_what_is_at_or_above_it() -> None:
-    assert log_passes("warning", None) and log_passes("error", "warning") and log_passes("warning", "warning")
-    assert not log_passes("info", "warning")
