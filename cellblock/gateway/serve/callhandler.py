@@ -24,7 +24,7 @@ from cellblock.gateway.downstream.server import Downstream
 from cellblock.gateway.serve.approvals import NeedsInput
 from cellblock.gateway.serve.calls import Calls, ToolCall
 from cellblock.gateway.serve.catalog import Catalog
-from cellblock.gateway.serve.pipeline import Asking, Call
+from cellblock.gateway.serve.pipeline import Asking, Call, NotAdmitted
 from cellblock.gateway.serve.replies import SendLog, SessionReply
 from cellblock.gateway.serve.sealed import STATE_PREFIX as APPROVAL_STATE
 from cellblock.gateway.serve.search import Client, client_of
@@ -86,7 +86,7 @@ class CallHandler:
     send_log: SendLog  # a server's log during the call, to its request
     redeem: Callable[[str, str, dict[str, Any] | None], Parked]  # a parked call's retry
     carried: Callable[[Call, str, dict[str, Any] | None], str | None]  # an approval's retry
-    admit: Callable[[Call], Awaitable[types.CallToolResult | None]]
+    admit: Callable[[Call], Awaitable[None]]  # `Pipeline.admit`: raises when the call may not go on
     tasks: Callable[[], anyio.abc.TaskGroup]
 
     async def handle(self, ctx: Ctx, params: types.CallToolRequestParams) -> CallResult:
@@ -124,11 +124,11 @@ class CallHandler:
         if own:
             return await self.own.review(call)
         try:  # every server's credentials are read first (the `secrets` stage), so the record redacts them
-            refusal = await self.admit(call)
+            await self.admit(call)
         except NeedsInput as needed:
             return needed.result
-        if refusal is not None:
-            return refusal
+        except NotAdmitted as refused:
+            return refused.result
         ds = self.downstreams[call.server]
         ds.supervisor.start(self.tasks())  # lazy servers start on first use
         forwarded: dict[str, Any] = {"name": call.tool}

@@ -40,7 +40,7 @@ from cellblock.gateway.downstream.target import Target
 from cellblock.gateway.namespacing import UriTable
 from cellblock.gateway.scrub import Scrubbed, scrub, scrub_result
 from cellblock.gateway.serve.items import held_reason
-from cellblock.gateway.serve.pipeline import Call, Pipeline
+from cellblock.gateway.serve.pipeline import Call, NotAdmitted, Pipeline
 from cellblock.gateway.serve.shaping import exposed_result
 
 if TYPE_CHECKING:
@@ -264,9 +264,10 @@ class ToolCall:
         if self.state is CallState.CANCELLED:
             return None
         # a server that was not up at admission may offer something else now that it is
-        refusal = self.shared.pipeline.recheck(self.call)
-        if refusal is not None:
-            return self._end(_dumped(refusal))
+        try:
+            self.shared.pipeline.recheck(self.call)
+        except NotAdmitted as refused:
+            return self._end(_dumped(refused.result))
         self.send()
         return None
 

@@ -7,10 +7,11 @@ return a wait for someone (the human's review of a held catalog, an `ask`); none
 an earlier one decided. Every allow is written to the audit log before anything is forwarded:
 if that write fails, the call is refused (`Unrecorded`).
 
-`admit` runs every stage and waits where one asks to. `allow_now` is the fast path's decision
-(gateway/serve/fastpath.py): the same stages, taken only when they allow the call without
-waiting for anyone; whatever else they would say, it says nothing and leaves the call to
-`admit`. `admit_item` runs the stages from policy on for a prompt get or a resource read that
+`admit` runs every stage and waits where one asks to; a call that may not go on is raised as
+`NotAdmitted` (a `Refused`, audited, or `Unrecorded`), which the caller answers. `allow_now` is
+the fast path's decision (gateway/serve/fastpath.py): the same stages, taken only when they
+allow the call without waiting for anyone; whatever else they would say, it says nothing and
+leaves the call to `admit`. `admit_item` runs the stages from policy on for a prompt get or a resource read that
 the gateway has routed and checked against the lock itself: the same rules machinery, the same
 approvals, the same `call` audit record (its `tool` is "prompt:NAME" or "resource:URI").
 
@@ -48,7 +49,18 @@ from cellblock.gateway.serve.catalog import Catalog
 from cellblock.policy.rules import Policy
 from cellblock.policy.types import Decision, Verdict
 
-__all__ = ["Approver", "Asking", "Call", "Pipeline", "Refused", "Reviewer", "Stage", "Startable", "Unrecorded"]
+__all__ = [
+    "Approver",
+    "Asking",
+    "Call",
+    "NotAdmitted",
+    "Pipeline",
+    "Refused",
+    "Reviewer",
+    "Stage",
+    "Startable",
+    "Unrecorded",
+]
 
 
 @dataclass
@@ -88,8 +100,22 @@ Reviewer = Callable[[Call], Awaitable[bool]]
 Startable = Callable[[str], Callable[[], Awaitable[str | None]] | None]
 
 
-class Refused(Exception):
-    """A stage refuses the call; the refusal is audited with this verdict (and `fields`)."""
+class NotAdmitted(Exception):
+    """The pipeline did not let the call on; `text` says why, as the client reads it."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    @property
+    def result(self) -> types.CallToolResult:
+        """The refusal as a tool call's error result, which the model reads."""
+        return error_result(self.text)
+
+
+class Refused(NotAdmitted):
+    """A stage refuses the call, with this verdict (and `fields` for its record). Out of the
+    pipeline it is audited, and `text` is the refusal as the client reads it."""
 
     def __init__(self, verdict: Verdict, **fields: Any) -> None:
         super().__init__(verdict.reason)
@@ -97,7 +123,7 @@ class Refused(Exception):
         self.fields = fields
 
 
-class Unrecorded(Exception):
+class Unrecorded(NotAdmitted):
     """The allow could not be written to the audit log: no call runs unrecorded."""
 
 
@@ -161,25 +187,26 @@ class Pipeline:
         )
         self.item_stages: tuple[Stage, ...] = (self._secrets, self._policy, self._approval, self._record)
 
-    async def admit(self, call: Call) -> types.CallToolResult | None:
-        """None when the call may be forwarded (its allow already audited), else the refusal to return.
+    async def admit(self, call: Call) -> None:
+        """Return when the call may be forwarded (its allow already audited).
 
         Raises:
+            NotAdmitted: refused (audited), or its allow could not be recorded.
             NeedsInput: a 2026-07-28 client must be asked through an InputRequiredResult.
         """
-        refused = await self._run(call, self.stages)
-        return None if refused is None else error_result(refused)
+        await self._run(call, self.stages)
 
-    async def admit_item(self, call: Call, policy: Policy, name: str) -> str | None:
+    async def admit_item(self, call: Call, policy: Policy, name: str) -> None:
         """Policy, approval and audit for a routed call that the lock lets through: a prompt
-        (`name`, with `call.arguments`) or a resource (`name` is the server's URI). None when it
-        may be forwarded (its allow audited), else the refusal's text (audited).
+        (`name`, with `call.arguments`) or a resource (`name` is the server's URI). Returns when it
+        may be forwarded (its allow audited).
 
         Raises:
+            NotAdmitted: refused (audited), or its allow could not be recorded.
             NeedsInput: a 2026-07-28 client must be asked through an InputRequiredResult.
         """
         call.policy, call.item = policy, name
-        return await self._run(call, self.item_stages)
+        await self._run(call, self.item_stages)
 
     def allow_now(self, call: Call, route: tuple[str, str]) -> bool:
         """The fast path's decision on a call whose name routes to `route`: True when the stages
@@ -191,21 +218,19 @@ class Pipeline:
             for stage in self.stages:
                 if stage(call) is not None:
                     raise _Waits
-        except (Refused, Unrecorded, _Waits):
+        except (NotAdmitted, _Waits):
             return False
         return call.server == route[0] and call.tool == route[1]
 
-    async def _run(self, call: Call, stages: tuple[Stage, ...]) -> str | None:
+    async def _run(self, call: Call, stages: tuple[Stage, ...]) -> None:
         try:
             for stage in stages:
                 wait = stage(call)
                 if wait is not None:
                     await wait()
         except Refused as refused:
-            return self.refusal(call, refused.verdict, **refused.fields)
-        except Unrecorded as unrecorded:
-            return str(unrecorded)
-        return None
+            refused.text = self.refusal(call, refused.verdict, **refused.fields)
+            raise
 
     # -- the stages -----------------------------------------------------------------------------
 
@@ -362,17 +387,23 @@ class Pipeline:
         """(server, tool) for an exposed tool name that is in the catalog and not held."""
         return self._catalog().tool_routes.get(name)
 
-    def recheck(self, call: Call) -> types.CallToolResult | None:
-        """After waiting for its server to start, an admitted call still routes where it did:
-        None, or the refusal (audited). A server listed from its lock before it answered may
-        turn out to offer something else; the lock then holds it, and this call must not pass."""
+    def recheck(self, call: Call) -> None:
+        """After waiting for its server to start, an admitted call still routes where it did. A
+        server listed from its lock before it answered may turn out to offer something else; the
+        lock then holds it, and this call must not pass.
+
+        Raises:
+            Refused: it no longer routes there (audited).
+        """
         if self.route(call.name) == (call.server, call.tool):
-            return None
+            return
         reason = (
             f"tool '{call.name}' of server '{call.server}' changed when the server started, since it was approved; "
             f"see 'cellblock diff {call.server}', accept with 'cellblock approve {call.server}'"
         )
-        return error_result(self.refusal(call, Verdict(Decision.DENY, "lock", reason)))
+        refused = Refused(Verdict(Decision.DENY, "lock", reason))
+        refused.text = self.refusal(call, refused.verdict)
+        raise refused
 
     def finished(self, call: Call, is_error: bool, duration_ms: float) -> None:
         self._audit.write(

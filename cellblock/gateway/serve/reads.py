@@ -31,7 +31,7 @@ from cellblock.gateway.serve.approvals import Approvals, NeedsInput
 from cellblock.gateway.serve.items import Standing, held_reason, resource_standing, template_standing
 from cellblock.gateway.serve.keeper import CatalogKeeper
 from cellblock.gateway.serve.locking import Locks
-from cellblock.gateway.serve.pipeline import Asking, Call, Pipeline
+from cellblock.gateway.serve.pipeline import Asking, Call, NotAdmitted, Pipeline
 from cellblock.gateway.serve.replies import SendLog, SessionReply
 from cellblock.gateway.serve.shaping import unstamped
 from cellblock.policy.rules import Policy
@@ -229,11 +229,11 @@ class Reads:
             if why is not None:
                 raise MCPError(types.INVALID_PARAMS, f"retry of {call.name} refused: {why}")
         try:
-            refusal = await self.pipeline.admit_item(call, self.item_policies[call.kind][call.server], name)
+            await self.pipeline.admit_item(call, self.item_policies[call.kind][call.server], name)
         except NeedsInput as needed:
             return needed.result
-        if refusal is not None:
-            raise MCPError(types.INVALID_PARAMS, refusal)
+        except NotAdmitted as refused:
+            raise MCPError(types.INVALID_PARAMS, refused.text) from None
         return None
 
     def _refuse_item(self, call: Call, rule: str, reason: str) -> NoReturn:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.downstream.listing import Listing
 from cellblock.gateway.serve.catalog import Catalog, build_catalog
-from cellblock.gateway.serve.pipeline import Call, Pipeline
+from cellblock.gateway.serve.pipeline import Call, NotAdmitted, Pipeline
 from cellblock.policy.rules import Policy, parse_rule_entry
 from cellblock.policy.types import Decision, Verdict
 
@@ -29,6 +30,15 @@ RULES = {"read": "allow", "delete": "deny", "write": "ask"}
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+async def decided(admit: Callable[[Call], Awaitable[None]], call: Call) -> types.CallToolResult | None:
+    """What `admit` decided: None when the call goes on, else the refusal the client reads."""
+    try:
+        await admit(call)
+    except NotAdmitted as refused:
+        return refused.result
+    return None
 
 
 def text(result: types.CallToolResult | None) -> str:
@@ -80,7 +90,7 @@ def decisions(path: Path) -> list[tuple[str, str, str]]:
 async def test_an_allowed_call_passes_with_its_route_and_its_allow_audited(tmp_path: Path) -> None:
     log = tmp_path / "audit.jsonl"
     call = Call("fs__read", {"path": "a"})
-    assert await pipeline(Audit(log), catalog("read")).admit(call) is None
+    assert await decided(pipeline(Audit(log), catalog("read")).admit, call) is None
     assert (call.server, call.tool) == ("fs", "read")
     assert decisions(log) == [("read", "allow", "read")]
     assert records(log)[0]["arguments"] == {"path": "a"}
@@ -88,7 +98,7 @@ async def test_an_allowed_call_passes_with_its_route_and_its_allow_audited(tmp_p
 
 async def test_a_denied_call_is_refused_by_the_policy_and_the_refusal_audited(tmp_path: Path) -> None:
     log = tmp_path / "audit.jsonl"
-    refused = await pipeline(Audit(log), catalog("delete")).admit(Call("fs__delete", None))
+    refused = await decided(pipeline(Audit(log), catalog("delete")).admit, Call("fs__delete", None))
     assert text(refused).startswith("denied by policy: delete: ")
     assert decisions(log) == [("delete", "deny", "delete")]
 
@@ -96,7 +106,7 @@ async def test_a_denied_call_is_refused_by_the_policy_and_the_refusal_audited(tm
 @pytest.mark.parametrize(("answer", "passes"), [(Decision.ALLOW, True), (Decision.DENY, False)])
 async def test_an_asked_call_passes_only_on_the_humans_allow(tmp_path: Path, answer: Decision, passes: bool) -> None:
     log, human = tmp_path / "audit.jsonl", Human(answer)
-    refused = await pipeline(Audit(log), catalog("write"), human).admit(Call("fs__write", None))
+    refused = await decided(pipeline(Audit(log), catalog("write"), human).admit, Call("fs__write", None))
     assert human.asked == ["write"] and (refused is None) is passes
     assert decisions(log) == [("write", "allow" if passes else "deny", "approval:once" if passes else "write")]
 
@@ -104,17 +114,17 @@ async def test_an_asked_call_passes_only_on_the_humans_allow(tmp_path: Path, ans
 async def test_an_allowed_or_denied_call_never_asks_the_human(tmp_path: Path) -> None:
     human = Human(Decision.ALLOW)
     admit = pipeline(Audit(tmp_path / "audit.jsonl"), catalog("read", "delete"), human).admit
-    assert await admit(Call("fs__read", None)) is None
-    assert await admit(Call("fs__delete", None)) is not None  # the approval cannot widen a deny
+    assert await decided(admit, Call("fs__read", None)) is None
+    assert await decided(admit, Call("fs__delete", None)) is not None  # the approval cannot widen a deny
     assert human.asked == []
 
 
 async def test_a_name_no_server_has_is_refused_as_unknown_or_with_why_its_server_is_missing(tmp_path: Path) -> None:
     log = tmp_path / "audit.jsonl"
-    unknown = await pipeline(Audit(log), catalog("read")).admit(Call("fs__nothing", None))
+    unknown = await decided(pipeline(Audit(log), catalog("read")).admit, Call("fs__nothing", None))
     assert text(unknown).startswith("refused: route: unknown tool 'fs__nothing'")
     why = pipeline(Audit(log), catalog(), unavailable=lambda name: "server 'fs' failed to start").admit
-    assert text(await why(Call("fs__read", None))) == "refused: route: server 'fs' failed to start"
+    assert text(await decided(why, Call("fs__read", None))) == "refused: route: server 'fs' failed to start"
     assert decisions(log) == [("fs__nothing", "deny", "route"), ("fs__read", "deny", "route")]
 
 
@@ -122,7 +132,7 @@ async def test_a_tool_the_lock_holds_is_refused_naming_the_review_unless_the_hum
     tmp_path: Path,
 ) -> None:
     log = tmp_path / "audit.jsonl"
-    refused = await pipeline(Audit(log), catalog("read", held=("write",))).admit(Call("fs__write", None))
+    refused = await decided(pipeline(Audit(log), catalog("read", held=("write",))).admit, Call("fs__write", None))
     assert "new or changed since the server was approved" in text(refused) and "cellblock approve fs" in text(refused)
     assert decisions(log) == [("write", "deny", "lock")]
 
@@ -140,13 +150,13 @@ async def test_a_tool_the_lock_holds_is_refused_naming_the_review_unless_the_hum
         approver=Human(Decision.DENY),
         reviewer=accept,
     )
-    assert await accepting.admit(Call("fs__read2", None)) is None
+    assert await decided(accepting.admit, Call("fs__read2", None)) is None
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 async def test_a_call_whose_allow_cannot_be_audited_is_refused(tmp_path: Path) -> None:
     audit = Audit(Path("/dev/full"), key=tmp_path / "audit.key")
-    refused = await pipeline(audit, catalog("read")).admit(Call("fs__read", None))
+    refused = await decided(pipeline(audit, catalog("read")).admit, Call("fs__read", None))
     assert "cannot be written, and no call runs unrecorded" in text(refused)
 
 
@@ -161,9 +171,12 @@ async def test_a_call_whose_tool_changed_when_its_server_started_is_refused_by_t
         Human(Decision.DENY),
     )
     call = Call("fs__read", None)
-    assert await checked.admit(call) is None and checked.recheck(call) is None
+    assert await decided(checked.admit, call) is None
+    checked.recheck(call)  # it still routes where it did
     shown["now"] = catalog(held=("read",))  # the server came up offering a changed 'read'
-    assert "changed when the server started" in text(checked.recheck(call))
+    with pytest.raises(NotAdmitted) as refused:
+        checked.recheck(call)
+    assert "changed when the server started" in text(refused.value.result)
     assert decisions(log) == [("read", "allow", "default"), ("read", "deny", "lock")]
 
 
@@ -206,7 +219,7 @@ async def test_a_call_carrying_another_servers_secret_is_refused_by_name_and_nev
     path = pipeline(audit, catalog("read"))
     encoded = {"blob": base64.b64encode(f"x:{TOKEN}".encode()).decode()}
     assert not path.allow_now(Call("fs__read", encoded), ("fs", "read"))
-    refused = await path.admit(Call("fs__read", encoded))
+    refused = await decided(path.admit, Call("fs__read", encoded))
     assert text(refused).startswith(
         "refused: secret: its arguments carry the secret GITHUB_TOKEN (keyring entry 'gh-token') of server 'gh'"
     )
@@ -252,7 +265,7 @@ async def test_a_decision_waits_for_the_one_reading_of_every_servers_credentials
     results: list[types.CallToolResult | None] = []
 
     async def admit(arguments: dict[str, Any]) -> None:
-        results.append(await path.admit(Call("fs__read", arguments)))
+        results.append(await decided(path.admit, Call("fs__read", arguments)))
 
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
@@ -280,7 +293,7 @@ async def test_a_keyring_that_never_answers_refuses_the_call_at_its_deadline(
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(path.learn_secrets)
-            refused = await path.admit(Call("fs__read", {"path": "a"}))
+            refused = await decided(path.admit, Call("fs__read", {"path": "a"}))
             tg.cancel_scope.cancel()
     assert "did not give Cellblock the secrets it holds within 0.05 s (is it locked?)" in text(refused)
     assert decisions(log) == [("read", "deny", "secret")]
@@ -294,6 +307,6 @@ async def test_a_keyring_that_fails_refuses_every_call_and_lets_none_through(tmp
     path = learning(Audit(log), broken)
     await path.learn_secrets()
     assert not path.allow_now(Call("fs__read", {"path": "a"}), ("fs", "read"))
-    refused = await path.admit(Call("fs__read", {"path": "a"}))
+    refused = await decided(path.admit, Call("fs__read", {"path": "a"}))
     assert "could not read the secrets it holds from the keyring (RuntimeError)" in text(refused)
     assert decisions(log) == [("read", "deny", "secret")]
