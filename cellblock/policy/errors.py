@@ -13,6 +13,7 @@
     │   ├── LoginNeeded    (gateway.downstream.oauth)       an OAuth server needs `cellblock auth login`
     │   └── DiscoveryRefused (gateway.downstream.discovery) an OAuth URL the gateway will not fetch or open
     ├── RuntimeDirError    (gateway.state)                  no private directory for state or sockets
+    ├── AuditUnwritten     (gateway.audit.log)              an event could not be written to the audit log
     ├── ClientConfigError  (gateway.clients.kinds)          a client's MCP config cannot be read (also a ValueError)
     ├── PlaceholderError   (gateway.clients.placeholders)   a secret reference cannot be resolved; nothing written
     ├── WrapError          (gateway.clients.entry)          wrap/unwrap cannot go ahead; nothing was changed

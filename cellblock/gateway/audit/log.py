@@ -4,9 +4,10 @@ Every value is redacted (secret-looking keys, registered secret values) and shor
 long lists, deep nesting) before it is written, so an event line stays small and never carries a
 secret. Each line ends with a MAC chained to the line before (`audit_chain`), and what a server
 triggers by itself is held to a budget (`audit_budget`) and to half of each file, so a flood can
-neither fill the log nor rotate decisions out. A write that fails is logged and flagged on
-`Audit.failed`, never raised into the caller: the caller decides what a lost record means (for a
-tool call: deny). `docs/audit.md` is the schema.
+neither fill the log nor rotate decisions out. A write that fails is logged, flagged on
+`Audit.failed`, and raised (`AuditUnwritten`): nothing is done unrecorded unless its caller says
+so by writing with `note`, which a lost record does not stop (a server's exit, a question asked).
+`docs/audit.md` is the schema.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from cellblock.gateway.audit.chain import FIELDS as CHAIN_FIELDS
 from cellblock.gateway.audit.chain import KEY_NAME, TAIL_BYTES, Chain, last_mac, load_key
 from cellblock.gateway.audit.secretnames import is_secret_name
 from cellblock.gateway.scrub import REDACTED, HeldSecrets, number_holds
+from cellblock.policy.errors import CellblockError
 from cellblock.policy.files import make_dirs
 
 try:  # POSIX: two gateway processes sharing one state dir take turns on a lock file
@@ -45,6 +47,7 @@ __all__ = [
     "MAX_STRING",
     "REDACTED",
     "Audit",
+    "AuditUnwritten",
     "Observer",
     "rotated_paths",
 ]
@@ -142,6 +145,10 @@ def rotated_paths(path: Path) -> list[Path]:
     return [*found, path] if path.exists() else found
 
 
+class AuditUnwritten(CellblockError):
+    """An event could not be written to the audit log."""
+
+
 class Observer(Protocol):
     """What else learns of each event the audit writes (`Audit.observe`): telemetry."""
 
@@ -216,11 +223,20 @@ class Audit:
         """What finds any of `secrets()` (compiled once per new secret, read without the lock)."""
         return self.held.pattern
 
+    def note(self, event: str, server: str, **fields: Any) -> None:
+        """`write`, for an event whose loss stops nothing: a failure is logged and flagged only."""
+        with contextlib.suppress(AuditUnwritten):
+            self.write(event, server, **fields)
+
     def write(self, event: str, server: str, **fields: Any) -> None:
-        """Append one event; on failure log it and set `failed` (the event's fields are never logged).
+        """Append one event; on failure log it, set `failed` (the event's fields are never logged)
+        and raise.
 
         An event a server triggers by itself may be counted instead (see `audit_budget`): that is
         not a failure.
+
+        Raises:
+            AuditUnwritten: the event could not be written.
         """
         now = time.time()
         record: dict[str, Any] = {"ts": round(now, 3), "event": event, "server": server}
@@ -249,7 +265,7 @@ class Audit:
                 else:
                     logger.debug("audit: still failing (%d failures): %s", self.failures, exc)
                 self.failed = True
-                return
+                raise AuditUnwritten(f"the audit log {self.path} cannot be written ({type(exc).__name__})") from exc
             if self.failed:
                 logger.warning("audit: writing to %s works again after %d failure(s)", self.path, self.failures)
             self.failed = False

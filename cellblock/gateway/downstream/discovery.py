@@ -74,7 +74,7 @@ class DiscoveryRefused(CredentialError):
 
     def record(self, audit: Audit) -> None:
         """Write the `oauth_refused` event: the server, the origin and why (never a path, query or token)."""
-        audit.write("oauth_refused", self.server, origin=self.origin, reason=self.reason)
+        audit.note("oauth_refused", self.server, origin=self.origin, reason=self.reason)
 
 
 class DiscoveryGuard:

@@ -185,7 +185,7 @@ class Downstream:
 
     def _event(self, event: str, **fields: Any) -> None:
         if self.audit is not None:
-            self.audit.write(event, self.name, **fields)
+            self.audit.note(event, self.name, **fields)
 
     @property
     def is_remote(self) -> bool:

@@ -124,7 +124,7 @@ class Approvals:
         """
         gone = self.remembered.remove(server, None if tool is None else _key(tool, kind))
         for k, name in gone:
-            self.audit.write("approval_revoked", server, tool=name, scope="always", **kind_field(k))
+            self.audit.note("approval_revoked", server, tool=name, scope="always", **kind_field(k))
         return gone
 
     def forget(self, server: str, tool: str | None, kind: str = "tool") -> list[tuple[str, str, str]]:
@@ -144,7 +144,7 @@ class Approvals:
         for entry in [entry for entry in once if matches(*entry[:3])]:
             del once[entry]
         for k, name, scope in gone:
-            self.audit.write("approval_revoked", server, tool=name, scope=scope, **kind_field(k))
+            self.audit.note("approval_revoked", server, tool=name, scope=scope, **kind_field(k))
         return gone
 
     # -- asking ----------------------------------------------------------------------------
@@ -179,7 +179,7 @@ class Approvals:
                 request = types.ElicitRequest(
                     params=types.ElicitRequestFormParams(message=message, requested_schema=schema)
                 )
-                self.audit.write("approval_asked", server, tool=tool, via="elicitation", **kind_field(kind))
+                self.audit.note("approval_asked", server, tool=tool, via="elicitation", **kind_field(kind))
                 raise NeedsInput(
                     types.InputRequiredResult(
                         input_requests={APPROVAL_KEY: request},
@@ -208,7 +208,7 @@ class Approvals:
     ) -> Verdict:
         for full in (False, True):  # a cut form offers only "show all" or deny; then every argument, uncut
             message, schema = self._form(server, tool, verdict.rule, arguments, full, kind)
-            self.audit.write("approval_asked", server, tool=tool, via="elicitation", **kind_field(kind))
+            self.audit.note("approval_asked", server, tool=tool, via="elicitation", **kind_field(kind))
             try:
                 # the human has approvals.timeout to answer; silence is a refusal
                 with anyio.fail_after(self.timeout):
@@ -249,7 +249,7 @@ class Approvals:
                 return self._refused(
                     server, tool, verdict, "approval_denied", f"'always' could not be saved: {exc}", kind
                 )
-        self.audit.write("approval_granted", server, tool=tool, scope=scope, via=via, **kind_field(kind))
+        self.audit.note("approval_granted", server, tool=tool, scope=scope, via=via, **kind_field(kind))
         return Verdict(Decision.ALLOW, f"approval:{scope}", f"approved by the user ({verdict.rule})")
 
     def _refused(self, server: str, tool: str, verdict: Verdict, event: str, why: str, kind: str = "tool") -> Verdict:
@@ -294,7 +294,7 @@ class Approvals:
             schema = choice_schema(("allow_once", "deny"), ("Allow once", "Deny"))
             # `kind: sampling`: the server's own request, held to its audit budget; and no answer
             # to it is remembered for a tool that happens to be named "sampling"
-            self.audit.write("approval_asked", server, tool="sampling", via="elicitation", kind="sampling")
+            self.audit.note("approval_asked", server, tool="sampling", via="elicitation", kind="sampling")
             with anyio.move_on_after(self.timeout):
                 answer = await entry.asker.ask(types.ElicitRequestFormParams(message=message, requested_schema=schema))
                 decided = await self._granted(server, "sampling", verdict, answer, "elicitation", "sampling")
@@ -315,7 +315,7 @@ class Approvals:
             message, _ = approval_form(server, target, "network: ask", summary, full=True, kind="egress")
             labels = ("Allow until the server stops", "Always allow (added to allow_hosts)", "Deny")
             schema = choice_schema(("allow_once", "allow_always", "deny"), labels)
-            self.audit.write("approval_asked", server, tool=target, via="elicitation", kind="egress")
+            self.audit.note("approval_asked", server, tool=target, via="elicitation", kind="egress")
             decided: Verdict | None = None
             with anyio.move_on_after(self.timeout):
                 try:

@@ -297,7 +297,7 @@ class Gateway:
 
     def _control_refused(self, op: str, pid: int | None, uid: int | None, why: str) -> None:
         """A request on the control socket was refused (a foreign uid, a server, no or a wrong token)."""
-        self.audit.write("control_refused", "", op=op, peer_pid=pid, peer_uid=uid, reason=why)
+        self.audit.note("control_refused", "", op=op, peer_pid=pid, peer_uid=uid, reason=why)
 
     # -- the upstream server ---------------------------------------------------------------
 

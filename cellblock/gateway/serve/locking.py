@@ -114,7 +114,7 @@ def approve_pending(
     save_lock(lock_path(state, server), lock)
     pending_path(state, server).unlink(missing_ok=True)
     extra = {"unasked": sorted(grants)} if grants else {}
-    audit.write("lock_approved", server, items=sorted(result.held), removed=sorted(result.removed), via=via, **extra)
+    audit.note("lock_approved", server, items=sorted(result.held), removed=sorted(result.removed), via=via, **extra)
     return len(current)
 
 
@@ -252,14 +252,14 @@ class Locks:
         if lock is None and self.config.lock_of(server).first == "trust":
             lock = approve(server, current, time.time())
             save_lock(path, lock)
-            self.audit.write("lock_trusted", server, items=len(current))
+            self.audit.note("lock_trusted", server, items=len(current))
         result = check(lock, current)
         held = frozenset(result.held)
         if held:
             save_pending(pending_path(self.state, server), server, current)
         if held and held != self.held.get(server):  # told once, not again at each re-read while held
             event = "lock_held" if lock is None else "lock_changed"
-            self.audit.write(event, server, items=sorted(held))
+            self.audit.note(event, server, items=sorted(held))
             logger.warning(
                 "server '%s': %d item(s) %s; see 'cellblock diff %s', accept with 'cellblock approve %s'",
                 server,

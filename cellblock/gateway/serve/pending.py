@@ -115,7 +115,7 @@ class Queue:
         # a share names its path and what approving it does: never taken for the call's own approval
         item.asks = share_asks(server, tool, exposed) if kind == "share" else None
         self.pending[ident] = item
-        self.audit.write("approval_asked", server, tool=tool, via="cli", id=ident, **kind_field(kind))
+        self.audit.note("approval_asked", server, tool=tool, via="cli", id=ident, **kind_field(kind))
         logger.warning(
             "approval %s: server '%s' wants to %s '%s'; run 'cellblock approve %s' or 'cellblock deny %s'",
             ident,
@@ -158,7 +158,7 @@ class Queue:
                 Decision.ALLOW, f"approval:{item.scope}", f"approved from {ANSWERED_FROM[item.via]} ({verdict.rule})"
             )
         item.waiting = False
-        self.audit.write("approval_timeout", server, tool=tool, id=ident, **kind_field(kind))
+        self.audit.note("approval_timeout", server, tool=tool, id=ident, **kind_field(kind))
         if item.asks is not None:
             why = f"{item.asks}, and no answer came; {share_answers(ident)}, then ask again with the same arguments"
             return Verdict(Decision.DENY, verdict.rule, why)
@@ -211,7 +211,7 @@ class Queue:
         item.scope, item.via = scope, via
         item.answer.set()
         event = "approval_granted" if scope is not None else "approval_denied"
-        self.audit.write(event, item.server, tool=item.tool, scope=scope, via=via, id=item.id, **kind_field(item.kind))
+        self.audit.note(event, item.server, tool=item.tool, scope=scope, via=via, id=item.id, **kind_field(item.kind))
 
     def gave_up(self, server: str, target: str) -> None:
         """A connection of `server` to `target` stopped waiting: its question leaves the table,
@@ -266,7 +266,7 @@ def refused(
     audit: Audit, server: str, tool: str, verdict: Verdict, event: str, why: str, kind: str = "tool"
 ) -> Verdict:
     """The refusal of what was asked and not granted, audited as `event`."""
-    audit.write(event, server, tool=tool, reason=why, **kind_field(kind))
+    audit.note(event, server, tool=tool, reason=why, **kind_field(kind))
     return Verdict(
         Decision.DENY,
         verdict.rule,

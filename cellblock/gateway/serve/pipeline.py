@@ -42,7 +42,7 @@ from typing import Any
 import anyio
 import mcp.types as types
 
-from cellblock.gateway.audit.log import Audit
+from cellblock.gateway.audit.log import Audit, AuditUnwritten
 from cellblock.gateway.downstream.rounds import error_result
 from cellblock.gateway.scrub import Held, Scrubbed
 from cellblock.gateway.serve.catalog import Catalog
@@ -365,20 +365,21 @@ class Pipeline:
         verdict = call.verdict
         if verdict is None:  # the policy stage before this one always gives one
             raise RuntimeError(f"the call to '{call.name}' reached the audit record without a verdict")
-        self._audit.write(
-            "call",
-            call.server,
-            tool=call.tool,
-            decision="allow",
-            rule=verdict.rule,
-            reason=verdict.reason,
-            arguments=call.arguments,
-            **_kind(call),
-        )
-        if self._audit.failed:
+        try:
+            self._audit.write(
+                "call",
+                call.server,
+                tool=call.tool,
+                decision="allow",
+                rule=verdict.rule,
+                reason=verdict.reason,
+                arguments=call.arguments,
+                **_kind(call),
+            )
+        except AuditUnwritten:
             raise Unrecorded(
                 f"refused: the audit log {self._audit.path} cannot be written, and no call runs unrecorded"
-            )
+            ) from None
         return None
 
     # -- around the stages ----------------------------------------------------------------------
@@ -406,7 +407,7 @@ class Pipeline:
         raise refused
 
     def finished(self, call: Call, is_error: bool, duration_ms: float) -> None:
-        self._audit.write(
+        self._audit.note(
             "call_end",
             call.server,
             tool=call.tool,
@@ -418,7 +419,7 @@ class Pipeline:
     def refusal(self, call: Call, verdict: Verdict, **fields: Any) -> str:
         """Audit the refusal of `call` (with `fields`) and give its text."""
         call.verdict = verdict
-        self._audit.write(
+        self._audit.note(
             "call",
             call.server,
             tool=call.tool or call.name,

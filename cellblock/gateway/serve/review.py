@@ -187,7 +187,7 @@ class Review:
                 return False
         decision = (answer.content or {}).get("decision")
         if answer.action != "accept" or decision not in ("approve", APPROVE_READ_ONLY):
-            self.audit.write("lock_kept", call.server, via="elicitation")
+            self.audit.note("lock_kept", call.server, via="elicitation")
             return False
         unasked = frozenset(offer) if decision == APPROVE_READ_ONLY else frozenset()
         approve_pending(state, self.audit, server, via="elicitation", shown=shown, unasked=unasked)

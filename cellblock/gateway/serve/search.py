@@ -179,7 +179,7 @@ class Search:
         found = [
             {**tools[m.name].model_dump(by_alias=True, mode="json", exclude_none=True), "why": m.why} for m in matches
         ]
-        self.audit.write("tool_search", NAMESPACE, query=query, scope=server, found=[m.name for m in matches])
+        self.audit.note("tool_search", NAMESPACE, query=query, scope=server, found=[m.name for m in matches])
         added = self._add(client, [m.name for m in matches])
         how = f"call one with {self.call_name} {{'name': NAME, 'arguments': {{...}}}}"
         if added:
@@ -219,7 +219,7 @@ class Search:
     def _refused(self, name: str, arguments: dict[str, Any], why: str) -> types.CallToolResult:
         """A call through `call_tool` refused before it is any tool's call: audited as a call that
         routes nowhere, as a direct call of an unknown name is."""
-        self.audit.write("call", NAMESPACE, tool=name, decision="deny", rule="route", reason=why, arguments=arguments)
+        self.audit.note("call", NAMESPACE, tool=name, decision="deny", rule="route", reason=why, arguments=arguments)
         return _error(f"refused: route: {why}")
 
     def _find_tool(self) -> types.Tool:

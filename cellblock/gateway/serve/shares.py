@@ -246,7 +246,7 @@ class Shares:
         added = jail.model_copy(update={key: [*getattr(jail, key), grant.path]})
         ds.config = config.model_copy(update={"jail": added})
         if ds.audit is not None:
-            ds.audit.write("share", ds.name, path=grant.path, mode=key, made=grant.make or None)
+            ds.audit.note("share", ds.name, path=grant.path, mode=key, made=grant.make or None)
         if ds.supervisor.state in (State.READY, State.STARTING):
             # a mount cannot be added to a running jail: the call waits for the new process
             ds.supervisor.restart(f"{grant.path} was shared with it ({key})", counted=False)

@@ -203,7 +203,7 @@ class Tasks:
             del self._tasks[min(ended, key=lambda t: t.born).id]
         task = Task(f"{server}+{secrets.token_urlsafe(18)}", server, tool, owner=owner)
         self._tasks[task.id] = task
-        self.audit.write("task", server, tool=tool, task=task.id, status=task.status)
+        self.audit.note("task", server, tool=tool, task=task.id, status=task.status)
         return task
 
     def created(self, task: Task) -> dict[str, Any]:
@@ -292,7 +292,7 @@ class Tasks:
             if task.call is not None:
                 task.call.cancel("the client cancelled the task")
             task.move("cancelled", "cancelled by the client")
-            self.audit.write("task", task.server, tool=task.tool, task=task.id, status=task.status)
+            self.audit.note("task", task.server, tool=task.tool, task=task.id, status=task.status)
 
 
 def _declared(ctx: Ctx) -> None:

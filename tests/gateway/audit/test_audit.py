@@ -18,6 +18,7 @@ from cellblock.gateway.audit.log import (
     MAX_STRING,
     REDACTED,
     Audit,
+    AuditUnwritten,
     rotated_paths,
 )
 from cellblock.gateway.audit.secretnames import is_secret_name
@@ -356,10 +357,13 @@ def test_200_concurrent_writers_produce_200_whole_lines(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
-def test_a_write_to_a_full_disk_sets_failed_and_logs(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+def test_a_write_to_a_full_disk_raises_sets_failed_and_logs(caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     audit = Audit(Path("/dev/full"), key=tmp_path / "audit.key")
-    audit.write("call", "s", tool="t", arguments={"password": "never-logged"})
+    with pytest.raises(AuditUnwritten, match="cannot be written"):
+        audit.write("call", "s", tool="t", arguments={"password": "never-logged"})
     assert audit.failed and audit.failures == 1
+    audit.note("server_exit", "s")  # an event whose loss stops nothing: flagged, not raised
+    assert audit.failed and audit.failures == 2
     assert "could not write a 'call' event for 's'" in caplog.text
     assert "never-logged" not in caplog.text
 
@@ -372,8 +376,8 @@ def test_a_write_to_an_unwritable_place_sets_failed_then_recovers(tmp_path: Path
     # the directory is replaced by a plain file: no open can succeed there, not even as root
     shutil.rmtree(state)
     state.write_text("not a directory")
-    result = audit.write("call", "s", tool="t")
-    assert result is None
+    with pytest.raises(AuditUnwritten):
+        audit.write("call", "s", tool="t")
     assert audit.failed and audit.failures == 1
     state.unlink()
     state.mkdir()
@@ -382,10 +386,11 @@ def test_a_write_to_an_unwritable_place_sets_failed_then_recovers(tmp_path: Path
     assert [e["event"] for e in events(state / "audit.jsonl")] == ["call"]
 
 
-def test_a_write_after_close_sets_failed(tmp_path: Path) -> None:
+def test_a_write_after_close_raises_and_sets_failed(tmp_path: Path) -> None:
     audit = Audit(tmp_path / "audit.jsonl")
     audit.close()
-    audit.write("call", "s")
+    with pytest.raises(AuditUnwritten):
+        audit.write("call", "s")
     assert audit.failed
 
 

@@ -87,7 +87,7 @@ async def ps(config: Config, state: Path, secrets: tuple[str, ...] = (SECRET,)) 
     crashy.channel.stderr = relay(written, secrets)
     crashy.supervisor.state, crashy.supervisor.error = State.FAILED, "the server exited (gave up after 3 restarts)"
     downstreams["calm"].supervisor.state = State.READY
-    locks = Locks(config, state, SimpleNamespace(write=lambda *a, **k: None))  # type: ignore[arg-type]
+    locks = Locks(config, state, SimpleNamespace(note=lambda *a, **k: None))  # type: ignore[arg-type]
     save_pending(pending_path(state, "crashy"), "crashy", CATALOG)  # held at first contact
     locks.held["crashy"] = frozenset(CATALOG)
     save_lock(lock_path(state, "calm"), approve("calm", CATALOG, 0.0))
