@@ -1,4 +1,8 @@
-"""`ask` answered by a human, through the client's elicitation, in both protocol eras."""
+"""`ask` answered by a human, through the client's elicitation, in both protocol eras.
+
+The gateway runs in memory (tests/harness.py); the tests where `cellblock approve`, `deny`, `ps`,
+`pending` or `revoke` reach the running gateway through its control socket (which the harness's
+gateway has not) run `cellblock serve`."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import anyio
 import mcp.types as types
 import pytest
 
+from tests.harness import build, connected
 from tests.integration.conftest import gateway, probe_server, write_config
 
 pytestmark = pytest.mark.anyio
@@ -51,7 +56,7 @@ def events(state: Path) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_allow_once_forwards_the_call_and_asks_again_next_time(tmp_path: Path, mode: str) -> None:
     human = Human("allow_once")
-    async with gateway(config(tmp_path), tmp_path / "state", mode=mode, elicitation_callback=human) as client:
+    async with connected(build(config(tmp_path), tmp_path / "state"), mode=mode, elicitation_callback=human) as client:
         assert text(await client.call_tool("p__echo", {"message": "first"})) == "first"
         assert text(await client.call_tool("p__echo", {"message": "second"})) == "second"
     assert len(human.asked) == 2
@@ -64,7 +69,7 @@ async def test_allow_once_forwards_the_call_and_asks_again_next_time(tmp_path: P
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_allow_for_the_session_is_not_asked_again(tmp_path: Path, mode: str) -> None:
     human = Human("allow_session")
-    async with gateway(config(tmp_path), tmp_path / "state", mode=mode, elicitation_callback=human) as client:
+    async with connected(build(config(tmp_path), tmp_path / "state"), mode=mode, elicitation_callback=human) as client:
         for message in ("a", "b", "c"):
             assert text(await client.call_tool("p__echo", {"message": message})) == message
     assert len(human.asked) == 1
@@ -75,7 +80,7 @@ async def test_allow_for_the_session_is_not_asked_again(tmp_path: Path, mode: st
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_deny_decline_and_cancel_refuse_the_call(tmp_path: Path, mode: str, decision: str, action: str) -> None:
     human = Human(decision, action)
-    async with gateway(config(tmp_path), tmp_path / "state", mode=mode, elicitation_callback=human) as client:
+    async with connected(build(config(tmp_path), tmp_path / "state"), mode=mode, elicitation_callback=human) as client:
         refused = await client.call_tool("p__echo", {"message": "no"})
     assert refused.is_error and "did not get it" in text(refused)
     assert not [e for e in events(tmp_path / "state") if e["event"] == "call_end"]  # never forwarded
@@ -83,7 +88,8 @@ async def test_deny_decline_and_cancel_refuse_the_call(tmp_path: Path, mode: str
 
 async def test_no_answer_in_time_refuses(tmp_path: Path) -> None:
     human = Human("allow_once", delay=3)
-    async with gateway(config(tmp_path, timeout=1), tmp_path / "state", mode="legacy", elicitation_callback=human) as c:
+    served = build(config(tmp_path, timeout=1), tmp_path / "state")
+    async with connected(served, mode="legacy", elicitation_callback=human) as c:
         refused = await c.call_tool("p__echo", {"message": "late"})
     assert refused.is_error and "no answer within 1s" in text(refused)
     assert any(e["event"] == "approval_timeout" for e in events(tmp_path / "state"))
@@ -93,11 +99,11 @@ async def test_no_answer_in_time_refuses(tmp_path: Path) -> None:
 async def test_always_survives_a_restart_and_revoke_takes_it_back(tmp_path: Path, mode: str) -> None:
     state = tmp_path / "state"
     human = Human("allow_always")
-    async with gateway(config(tmp_path), state, mode=mode, elicitation_callback=human) as client:
+    async with connected(build(config(tmp_path), state), mode=mode, elicitation_callback=human) as client:
         assert text(await client.call_tool("p__echo", {"message": "x"})) == "x"
     stored = json.loads((state / "approvals.json").read_text())
     assert stored["always"] == {"p": ["echo"]} and oct((state / "approvals.json").stat().st_mode & 0o777) == "0o600"
-    async with gateway(config(tmp_path), state, mode=mode, elicitation_callback=human) as client:
+    async with connected(build(config(tmp_path), state), mode=mode, elicitation_callback=human) as client:
         assert text(await client.call_tool("p__echo", {"message": "y"})) == "y"
         assert len(human.asked) == 1  # remembered across the restart
         target = str(config(tmp_path))
@@ -128,14 +134,18 @@ async def test_revoke_takes_a_session_approval_back_from_the_running_gateway_at_
 
 async def test_a_deny_rule_is_never_asked_and_never_remembered_into_allow(tmp_path: Path) -> None:
     human = Human("allow_always")
-    async with gateway(config(tmp_path), tmp_path / "state", mode="legacy", elicitation_callback=human) as client:
+    async with connected(
+        build(config(tmp_path), tmp_path / "state"), mode="legacy", elicitation_callback=human
+    ) as client:
         refused = await client.call_tool("p__crash", {})
     assert refused.is_error and text(refused).startswith("denied by policy:") and human.asked == []
 
 
 async def test_a_2026_approval_state_cannot_be_forged_replayed_or_moved_to_other_arguments(tmp_path: Path) -> None:
     human = Human("allow_once")
-    async with gateway(config(tmp_path), tmp_path / "state", mode="auto", elicitation_callback=human) as client:
+    async with connected(
+        build(config(tmp_path), tmp_path / "state"), mode="auto", elicitation_callback=human
+    ) as client:
         session = client.session
         first = await session.call_tool("p__echo", {"message": "a"}, allow_input_required=True)
         assert isinstance(first, types.InputRequiredResult)
@@ -217,13 +227,16 @@ async def test_a_client_that_cannot_elicit_is_answered_from_the_cli(tmp_path: Pa
 
 
 async def test_an_expired_2026_approval_state_is_refused(tmp_path: Path) -> None:
-    async with gateway(config(tmp_path, timeout=1), tmp_path / "state", mode="auto", elicitation_callback=Human()) as c:
+    async with connected(
+        build(config(tmp_path, timeout=1), tmp_path / "state"), mode="auto", elicitation_callback=Human()
+    ) as c:
         first = await c.session.call_tool("p__echo", {"message": "a"}, allow_input_required=True)
         assert isinstance(first, types.InputRequiredResult) and first.request_state
         yes = {
             key: types.ElicitResult(action="accept", content={"decision": "allow_once"}) for key in first.input_requests
         }
-        await anyio.sleep(1.5)  # the state's lifetime is approvals.timeout; let it pass
+        # the state's lifetime is approvals.timeout (1 s); let it pass: a deadline, no event to wait on
+        await anyio.sleep(1.5)
         late = await c.session.call_tool(
             "p__echo",
             {"message": "a"},
@@ -239,7 +252,9 @@ async def test_a_held_catalog_can_be_approved_through_the_form(tmp_path: Path, a
     human = Human(answer)
     server = probe_server("--name", "p", tools={"default": "allow"}, lock={"enabled": True, "first": "review"})
     state = tmp_path / "state"
-    async with gateway(write_config(tmp_path, {"p": server}), state, mode=mode, elicitation_callback=human) as client:
+    async with connected(
+        build(write_config(tmp_path, {"p": server}), state), mode=mode, elicitation_callback=human
+    ) as client:
         result = await client.call_tool("p__echo", {"message": "after review"})
         listed = {t.name for t in (await client.list_tools()).tools}
     assert len(human.asked) == 1 and "server 'p' is new" in human.asked[0] and "tool:echo" in human.asked[0]
@@ -257,7 +272,9 @@ async def test_at_first_contact_the_review_tool_asks_the_user_in_the_clients_for
     human = Human(answer)
     server = probe_server("--name", "p", tools={"default": "allow"}, lock={"enabled": True, "first": "review"})
     state = tmp_path / "state"
-    async with gateway(write_config(tmp_path, {"p": server}), state, mode=mode, elicitation_callback=human) as client:
+    async with connected(
+        build(write_config(tmp_path, {"p": server}), state), mode=mode, elicitation_callback=human
+    ) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         assert set(tools) == {"cellblock__status", "cellblock__review"}  # the model knows no held tool's name
         assert tools["cellblock__review"].input_schema["properties"] == {"server": {"type": "string", "enum": ["p"]}}
@@ -279,7 +296,7 @@ async def test_at_first_contact_the_review_tool_asks_the_user_in_the_clients_for
 async def test_the_review_tool_in_a_client_without_forms_says_what_the_user_runs(tmp_path: Path) -> None:
     server = probe_server("--name", "p", lock={"enabled": True, "first": "review"})
     state = tmp_path / "state"
-    async with gateway(write_config(tmp_path, {"p": server}), state) as client:
+    async with connected(build(write_config(tmp_path, {"p": server}), state)) as client:
         result = await client.call_tool("cellblock__review", {"server": "p"})
     assert result.is_error and "`cellblock review`" in text(result)
     assert not (state / "locks" / "p.json").exists()
