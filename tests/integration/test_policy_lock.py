@@ -1,7 +1,13 @@
-"""Policy and the rug-pull lock through `cellblock serve`, with the audit log checked after each.
+"""Policy and the rug-pull lock, with the audit log checked after each.
 
 The probe server changes its own tool description on request (`rug_pull`) and on restart (it
 reads `$PROBE_ECHO_DESCRIPTION` from a file at start), so the lock meets both kinds of rug-pull.
+
+The gateway runs in memory (tests/harness.py); `cellblock approve SERVER` and `diff` change and
+read the state dir, which the running gateway rereads by itself. The tests where the gateway is
+started again on the same state and lists what it approved before run `cellblock serve`: a restart
+of the process answers the client's opening requests from its last start (`wire/early.py`). So does
+the test where the dashboard reaches the gateway through its control socket.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
+from tests.harness import build, connected
 from tests.integration.conftest import cli as run_cli
 from tests.integration.conftest import cli_env, eventually, gateway, probe_server, write_config
 from tests.integration.test_subscriptions import NOTES, notes
@@ -48,14 +55,16 @@ async def names(client: Any) -> set[str]:
     return {t.name for t in (await client.list_tools()).tools}
 
 
-async def wait_for(client: Any, predicate: Any) -> None:
-    """Until the listed names satisfy `predicate` (the gateway polls lock files; no event reaches us)."""
+async def wait_for(client: Any, predicate: Any) -> set[str]:
+    """Until the listed names satisfy `predicate`, which they then are (the gateway polls lock
+    files; no event reaches us)."""
     seen: set[str] = set()
     with anyio.fail_after(10):
         while not predicate(seen):
             seen = await names(client)
             if not predicate(seen):
                 await anyio.sleep(0.1)
+    return seen
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
@@ -63,7 +72,7 @@ async def test_first_contact_is_held_until_approved_and_a_rug_pull_is_held_again
     state = tmp_path / "state"
     server = probe_server("--name", "p", lock={"enabled": True, "first": "review"})
     config = write_config(tmp_path, {"p": server})
-    async with gateway(config, state, mode=mode) as client:
+    async with connected(build(config, state), mode=mode) as client:
         assert not any(n.startswith("p__") for n in await names(client))
         held = await client.call_tool("p__echo", {"message": "hi"})
         assert held.is_error and "cellblock approve p" in text(held)
@@ -96,7 +105,7 @@ async def test_a_description_changed_across_a_restart_is_held(tmp_path: Path) ->
     description = tmp_path / "description.txt"
     env = {"PROBE_ECHO_DESCRIPTION": str(description)}
     server = probe_server("--name", "p", env=env, writable=tmp_path, lock={"enabled": True, "first": "trust"})
-    async with gateway(write_config(tmp_path, {"p": server}), state) as client:
+    async with connected(build(write_config(tmp_path, {"p": server}), state)) as client:
         assert "p__echo" in await names(client)
         description.write_text(HIDDEN)
         await client.call_tool("p__crash", {})
@@ -126,7 +135,7 @@ async def policed(tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("policed")
     server = probe_server("--name", "p", tools=POLICY)
     config = write_config(tmp, {"p": server}, approvals={"timeout": 1})
-    async with gateway(config, tmp / "state") as client:
+    async with connected(build(config, tmp / "state")) as client:
         yield client, tmp / "state"
 
 
@@ -191,7 +200,7 @@ async def test_a_lazy_server_is_listed_from_its_lock_before_it_starts(tmp_path: 
 async def test_a_tool_added_after_approval_is_held(tmp_path: Path) -> None:
     state = tmp_path / "state"
     server = probe_server("--name", "p", lock={"enabled": True, "first": "trust"})
-    async with gateway(write_config(tmp_path, {"p": server}), state, mode="legacy") as client:
+    async with connected(build(write_config(tmp_path, {"p": server}), state), mode="legacy") as client:
         await client.call_tool("p__add_tool", {"name": "sneaky"})
         # the gateway has re-read the catalog once the lock has judged the new tool
         await eventually(lambda: any(e["event"] == "lock_changed" for e in events(state)))
@@ -208,7 +217,7 @@ async def test_a_change_announced_while_the_catalog_is_first_read_is_held(tmp_pa
     state, held = tmp_path / "state", "cellblock://n/note://1"
     server = {**notes(era), "args": [str(NOTES), "--retitle-at-start"]}
     config = write_config(tmp_path, {"n": server}, defaults={"lock": {"first": "trust"}})
-    async with gateway(config, state, mode="legacy") as client:
+    async with connected(build(config, state), mode="legacy") as client:
         await eventually(lambda: any(e["event"] == "lock_changed" for e in events(state)))
         assert held not in {str(r.uri) for r in (await client.list_resources()).resources}
     assert [e["items"] for e in events(state) if e["event"] == "lock_changed"] == [["resource:note://1"]]
@@ -218,7 +227,7 @@ async def test_a_call_is_refused_when_its_decision_cannot_be_audited(tmp_path: P
     # /dev/full opens fine and refuses every write (ENOSPC), even for root
     server = probe_server("--name", "p", tools={"default": "allow"})
     config = write_config(tmp_path, {"p": server}, audit={"path": "/dev/full"})
-    async with gateway(config, tmp_path / "state") as client:
+    async with connected(build(config, tmp_path / "state")) as client:
         refused = await client.call_tool("p__echo", {"message": "echo-marker-7"})
     assert refused.is_error and "audit log /dev/full cannot be written" in text(refused)
     assert "echo-marker-7" not in text(refused)  # the server never answered it
@@ -266,7 +275,7 @@ async def test_a_meta_rug_pull_is_held_if_hashed_and_never_shown_if_not(tmp_path
     config = write_config(tmp_path, {"raw": server})
 
     async def listed(mode: str) -> dict[str, types.Tool]:
-        async with gateway(config, state, mode=mode) as client:
+        async with connected(build(config, state), mode=mode) as client:
             await client.call_tool("raw__say", {})  # the server is up: its own catalog was reviewed
             await wait_for(client, lambda seen: "raw__say" in seen)
             return {t.name: t for t in (await client.list_tools()).tools}
@@ -329,7 +338,7 @@ async def test_review_meets_the_servers_then_walks_each_held_catalog_and_approve
     both = run_cli(env, "approve", "beta", "--all", "--config", str(config))
     assert both.returncode == 2 and "not both" in both.stderr
 
-    async with gateway(config, tmp_path / "state", env=env) as client:
+    async with connected(build(config, tmp_path / "state")) as client:
         names = {t.name for t in (await client.list_tools()).tools}
     assert {"alpha__echo", "beta__echo"} <= names
 
@@ -341,7 +350,7 @@ async def test_while_catalogs_are_held_the_client_is_told_why_and_what_to_run_an
     config = write_config(tmp_path, {"alpha": probe_server("--name", "alpha", lock=review_first)})
     env = cli_env(tmp_path)
     pending = tmp_path / "state" / "locks" / "alpha.pending.json"
-    async with gateway(config, tmp_path / "state", env=env) as client:
+    async with connected(build(config, tmp_path / "state")) as client:
         status, review = (await client.list_tools()).tools  # before, the list was empty and nothing said why
         assert review.name == "cellblock__review"
         assert status.name == "cellblock__status" and status.annotations and status.annotations.read_only_hint
@@ -356,13 +365,9 @@ async def test_while_catalogs_are_held_the_client_is_told_why_and_what_to_run_an
         approved = await anyio.to_thread.run_sync(run_cli, env, "approve", "--all", "--config", str(config))
         assert approved.returncode == 0, approved.stderr
 
-        async def listed() -> set[str]:
-            return {t.name for t in (await client.list_tools()).tools}
-
-        with anyio.fail_after(10):
-            while "cellblock__status" in (names := await listed()):  # noqa: ASYNC110 - it rereads locks each second
-                await anyio.sleep(0.2)
-        assert "alpha__echo" in names
+        # the gateway rereads the locks each second
+        listed = await wait_for(client, lambda seen: seen and "cellblock__status" not in seen)
+        assert "alpha__echo" in listed
 
 
 def test_no_server_may_take_the_gateways_own_name(tmp_path: Path) -> None:
