@@ -1,14 +1,17 @@
-"""The lock and the policy on prompts and resources, through `cellblock serve` and the probe server.
+"""The lock and the policy on prompts and resources, through the gateway and the probe server.
 
 A held prompt, resource or template cannot be got, read or completed until `cellblock approve`;
 `prompts:` and `resources:` rules decide as tool rules do, with the server's tools default when
 they give none; `ask` goes through the same approvals (form and CLI) as a tool call.
+
+The gateway runs in memory (tests/harness.py): `cellblock approve SERVER` changes the lock in the
+state dir, which the running gateway rereads. The test where `cellblock pending`, `approve ID` and
+`deny` reach the gateway through its control socket runs `cellblock serve`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from mcp_types import SERVER_INFO_META_KEY
 
+from tests.harness import build, connected
 from tests.integration.conftest import eventually, gateway, probe_server, write_config
 from tests.integration.test_approvals import Human, cli, pending_ids
 
@@ -38,13 +42,6 @@ def decisions(state: Path) -> list[tuple[str, str, str]]:
     return [(e["tool"], e["decision"], e["rule"]) for e in events(state) if e["event"] == "call"]
 
 
-async def until(check: Callable[[], Awaitable[bool]]) -> None:
-    """Until `check()` holds, bounded."""
-    with anyio.fail_after(10):
-        while not await check():  # noqa: ASYNC110 - the approval is made by the CLI, another process; the gateway polls its lock file
-            await anyio.sleep(0.1)
-
-
 async def refused(attempt: Any) -> str:
     with pytest.raises(MCPError) as caught:
         await attempt
@@ -55,10 +52,9 @@ async def test_a_first_contact_catalog_holds_its_prompts_resources_and_templates
     tmp_path: Path,
 ) -> None:
     state = tmp_path / "state"
-    (tmp_path / "run").mkdir(mode=0o700)
     server = probe_server("--name", "p", lock={"enabled": True, "first": "review"}, tools={"default": "allow"})
     config = write_config(tmp_path, {"p": server})
-    async with gateway(config, state, env={"XDG_RUNTIME_DIR": str(tmp_path / "run")}) as client:
+    async with connected(build(config, state)) as client:
         assert not (await client.list_prompts()).prompts and not (await client.list_resources()).resources
         for attempt in (
             client.get_prompt("p__greet", {"name": "Ada"}),
@@ -76,7 +72,7 @@ async def test_a_first_contact_catalog_holds_its_prompts_resources_and_templates
         async def listed() -> bool:
             return "p__greet" in {p.name for p in (await client.list_prompts()).prompts}
 
-        await until(listed)
+        await eventually(listed)  # the gateway rereads the lock file the CLI wrote
         assert "Ada" in str((await client.get_prompt("p__greet", {"name": "Ada"})).messages[0].content)
         assert "readme" in str((await client.read_resource(README)).contents[0])
         assert "item 7" in str((await client.read_resource(ITEM)).contents[0])
@@ -88,11 +84,10 @@ async def test_a_first_contact_catalog_holds_its_prompts_resources_and_templates
 
 async def test_a_resource_added_after_approval_cannot_be_read_until_approved(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    (tmp_path / "run").mkdir(mode=0o700)
     server = probe_server("--name", "p", lock={"enabled": True, "first": "trust"}, tools={"default": "allow"})
     config = write_config(tmp_path, {"p": server})
     new = "cellblock://p/probe://new/note"
-    async with gateway(config, state, env={"XDG_RUNTIME_DIR": str(tmp_path / "run")}) as client:
+    async with connected(build(config, state)) as client:
         added = await client.call_tool("p__add_resource", {"uri": "probe://new/note", "text": "new content"})
         assert not added.is_error
         # the gateway reviews the changed catalog when the server announces it
@@ -113,7 +108,7 @@ async def test_a_resource_added_after_approval_cannot_be_read_until_approved(tmp
         async def listed() -> bool:
             return new in {str(r.uri) for r in (await client.list_resources()).resources}
 
-        await until(listed)
+        await eventually(listed)  # the gateway rereads the lock file the CLI wrote
         read = await client.read_resource(new)
         assert [getattr(c, "text", None) for c in read.contents] == ["new content"]
     assert ("resource:probe://new/note", "deny", "lock") in decisions(state)
@@ -134,7 +129,7 @@ async def test_under_a_deny_tools_default_prompts_and_resources_are_unlisted_and
 ) -> None:
     state = tmp_path / "state"
     config = write_config(tmp_path, {"p": probe_server("--name", "p", tools=DENY_TOOLS)})
-    async with gateway(config, state, mode=mode) as client:
+    async with connected(build(config, state), mode=mode) as client:
         assert not (await client.list_prompts()).prompts
         assert not (await client.list_resources()).resources
         assert not (await client.list_resource_templates()).resource_templates
@@ -158,7 +153,7 @@ async def test_allow_rules_let_a_prompt_and_a_resource_through_a_deny_default(tm
         prompts={"rules": {"greet": {"decision": "allow", "args": {"name": {"one_of": ["Ada"]}}}}},
         resources={"rules": {"probe://static/*": "allow"}},
     )
-    async with gateway(write_config(tmp_path, {"p": server}), state) as client:
+    async with connected(build(write_config(tmp_path, {"p": server}), state)) as client:
         assert [p.name for p in (await client.list_prompts()).prompts] == ["p__greet"]
         assert [str(r.uri) for r in (await client.list_resources()).resources] == [README]
         assert not (await client.list_resource_templates()).resource_templates  # probe://item/{id} stays denied
@@ -175,13 +170,13 @@ async def test_allow_rules_let_a_prompt_and_a_resource_through_a_deny_default(tm
 async def test_a_uri_no_listed_item_covers_is_refused_unless_a_rule_names_it(tmp_path: Path) -> None:
     state = tmp_path / "state"
     open_server = probe_server("--name", "p")  # tools (so prompts and resources) default allow
-    async with gateway(write_config(tmp_path, {"p": open_server}), state) as client:
+    async with connected(build(write_config(tmp_path, {"p": open_server}), state)) as client:
         why = await refused(client.read_resource("cellblock://p/probe://elsewhere/secret"))
         assert "not in its catalog" in why and "servers.p.resources.rules" in why
     assert ("resource:probe://elsewhere/secret", "deny", "route") in decisions(state)
     # control: a rule that names the URI lets the read reach the server (which has no such resource)
     named = probe_server("--name", "p", resources={"rules": {"probe://elsewhere/*": "allow"}})
-    async with gateway(write_config(tmp_path, {"p": named}), state) as client:
+    async with connected(build(write_config(tmp_path, {"p": named}), state)) as client:
         why = await refused(client.read_resource("cellblock://p/probe://elsewhere/secret"))
         assert "not in its catalog" not in why and "Unknown resource" in why, why
     assert ("resource:probe://elsewhere/secret", "allow", "probe://elsewhere/*") in decisions(state)
@@ -199,7 +194,9 @@ async def test_ask_puts_a_get_and_a_read_to_the_human_in_the_clients_form(tmp_pa
     human = Human("allow_once")
     server = probe_server("--name", "p", **ASK_ITEMS)
     state = tmp_path / "state"
-    async with gateway(write_config(tmp_path, {"p": server}), state, mode=mode, elicitation_callback=human) as client:
+    async with connected(
+        build(write_config(tmp_path, {"p": server}), state), mode=mode, elicitation_callback=human
+    ) as client:
         assert "Ada" in str((await client.get_prompt("p__greet", {"name": "Ada"})).messages[0].content)
         assert "readme" in str((await client.read_resource(README)).contents[0])
         human.decision = "deny"
@@ -255,9 +252,8 @@ async def test_a_get_a_read_and_a_completion_carry_the_gateways_server_info_not_
 ) -> None:
     """A 2026-07-28 server stamps its own `serverInfo` on every result: the gateway drops it, as for a
     tool call, so a 2026-07-28 client sees the gateway's stamp and a handshake-era one none."""
-    (tmp_path / "run").mkdir(mode=0o700)
     config = write_config(tmp_path, {"p": probe_server("--name", "p")})
-    async with gateway(config, tmp_path / "state", mode=mode, env={"XDG_RUNTIME_DIR": str(tmp_path / "run")}) as c:
+    async with connected(build(config, tmp_path / "state"), mode=mode) as c:
         results = [
             await c.get_prompt("p__greet", {"name": "Ada"}),
             await c.read_resource(README),
