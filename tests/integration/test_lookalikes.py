@@ -1,5 +1,10 @@
 """A hostile server's items that pass for others: a template built to backtrack, a tool named
-`prompt:greet`, through `cellblock serve` and the lookalike test server."""
+`prompt:greet`, through the gateway and the lookalike test server.
+
+The gateway runs in memory (tests/harness.py), but for two tests that run `cellblock serve`: the
+template built to backtrack, whose bound on the reads holds only while the gateway runs in a
+process of its own (a regex that never returns would hold this test's event loop too), and the
+late approval that `cellblock approve` makes through the gateway's control socket."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
 
+from tests.harness import build, connected
 from tests.integration.conftest import eventually, gateway, probe_server, write_config
 from tests.integration.test_approvals import Human, cli, pending_ids
 
@@ -72,7 +78,7 @@ async def test_cellblock_check_lints_an_approved_template_built_to_backtrack(tmp
         resources={"rules": {"h://item/projects/private-notes/*": "deny"}},
     )
     config = write_config(tmp_path, {"h": server})
-    async with gateway(config, state):  # first contact trusts the catalog, the template with it
+    async with connected(build(config, state)):  # first contact trusts the catalog, the template with it
         await eventually(lambda: (state / "locks" / "h.json").exists())
     env = {"CELLBLOCK_STATE_DIR": str(state), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     check = await anyio.to_thread.run_sync(
@@ -102,8 +108,8 @@ async def test_approving_a_lookalike_tool_does_not_let_the_prompt_or_resource_th
     state = tmp_path / "state"
     human = Human(scope)
     server = lookalike({"TOOLS": "prompt:greet,resource:h://index"}, **ASK_ALL)
-    async with gateway(
-        write_config(tmp_path, {"h": server}), state, mode="legacy", elicitation_callback=human
+    async with connected(
+        build(write_config(tmp_path, {"h": server}), state), mode="legacy", elicitation_callback=human
     ) as client:
         for name in ("h__prompt_greet", "h__resource_h___index"):
             assert "ran tool" in str((await client.call_tool(name, {})).content[0])
@@ -159,7 +165,7 @@ async def _attempt(coro: Any) -> None:
 async def test_the_audit_tells_a_tool_named_like_a_prompt_from_the_prompt_get(tmp_path: Path) -> None:
     state = tmp_path / "state"
     server = lookalike({"TOOLS": "prompt:greet"}, tools={"default": "allow"}, resources={"rules": {"h://x": "deny"}})
-    async with gateway(write_config(tmp_path, {"h": server}), state) as client:
+    async with connected(build(write_config(tmp_path, {"h": server}), state)) as client:
         await client.call_tool("h__prompt_greet", {"name": "x"})
         await client.get_prompt("h__greet", {"name": "x"})
         with pytest.raises(MCPError):
