@@ -1,4 +1,5 @@
-"""A resource URI is judged under every spelling the server may read it as: through `cellblock serve`.
+"""A resource URI is judged under every spelling the server may read it as, through the gateway
+(in memory, tests/harness.py).
 
 The spelled server (tests/servers/spelled.py) is honest: it decodes escapes and resolves dot
 segments, as the SDK's template matcher and Node's `new URL()` do. Asked directly, it hands over
@@ -18,7 +19,8 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from tests.integration.conftest import gateway, write_config
+from tests.harness import build, connected
+from tests.integration.conftest import write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -62,7 +64,7 @@ async def test_control_the_server_itself_reads_each_respelling_as_the_secret_ite
 async def test_a_denied_resource_is_denied_under_every_spelling(tmp_path: Path) -> None:
     server = spelled(resources={"default": "deny", "rules": RULES})
     state = tmp_path / "state"
-    async with gateway(write_config(tmp_path, {"s": server}), state) as client:
+    async with connected(build(write_config(tmp_path, {"s": server}), state)) as client:
         assert await text_of(client, "cellblock://s/note://public") == "a public note"
         assert await text_of(client, "cellblock://s/file:///srv/public/readme") == "public readme"
         # a legitimate escape is read: both of its spellings are allowed
@@ -82,10 +84,10 @@ async def test_a_held_resource_is_held_under_a_spelling_an_approved_template_cov
     approved template `note://{title}` as written, and is the same item to the server."""
     state = tmp_path / "state"
     server = spelled(resources={"default": "allow"}, lock={"enabled": True, "first": "trust"})
-    async with gateway(write_config(tmp_path, {"s": server}), state) as client:
+    async with connected(build(write_config(tmp_path, {"s": server}), state)) as client:
         assert await text_of(client, "cellblock://s/note://public") == "a public note"
     server["env"] = {"SPELLED_CHANGED": "1"}
-    async with gateway(write_config(tmp_path, {"s": server}), state) as client:
+    async with connected(build(write_config(tmp_path, {"s": server}), state)) as client:
         assert await text_of(client, "cellblock://s/note://public") == "a public note"  # approved template
         for uri in ("note://secret", "note://%73ecret", "NOTE://secret"):
             seen = await text_of(client, f"cellblock://s/{uri}")
@@ -100,10 +102,10 @@ async def test_a_server_started_by_a_get_or_read_is_judged_by_what_it_offers_onc
     starts it waits for the lock to see what it offers now, and a changed item is held."""
     state = tmp_path / "state"
     server = spelled(tools={"default": "allow"}, lock={"enabled": True, "first": "trust"}, start="lazy")
-    async with gateway(write_config(tmp_path, {"s": server}), state) as client:
+    async with connected(build(write_config(tmp_path, {"s": server}), state)) as client:
         assert (await client.get_prompt("s__greet")).messages  # starts it: the catalog is trusted
     server["env"] = {"SPELLED_CHANGED": "1"}
-    async with gateway(write_config(tmp_path, {"s": server}), state) as client:
+    async with connected(build(write_config(tmp_path, {"s": server}), state)) as client:
         if first == "get":
             with pytest.raises(MCPError, match="refused: lock: prompt 'greet'"):
                 await client.get_prompt("s__greet")
@@ -113,7 +115,7 @@ async def test_a_server_started_by_a_get_or_read_is_judged_by_what_it_offers_onc
 
 async def test_a_get_or_read_that_routes_nowhere_is_refused_and_audited(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    async with gateway(write_config(tmp_path, {"s": spelled(tools={"default": "allow"})}), state) as client:
+    async with connected(build(write_config(tmp_path, {"s": spelled(tools={"default": "allow"})}), state)) as client:
         with pytest.raises(MCPError, match="unknown prompt 's__nope'"):
             await client.get_prompt("s__nope")
         for uri in ("note://index", "cellblock://nosuch/note://index"):
