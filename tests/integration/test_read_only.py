@@ -1,8 +1,10 @@
 """Tools a server marks read-only run without asking once the user says so at review, through
-`cellblock review` and `cellblock serve`; a later flip of the marks is held and asked again.
+`cellblock review` and the gateway; a later flip of the marks is held and asked again.
 
 The server (tests/servers/annotated.py) writes into a shared folder from its writing tools, so what
 ran unasked is judged by the files on the host; the human (the client's form) denies every call.
+The gateway runs in memory (tests/harness.py), but where `cellblock wrap` wrote the command the
+client starts: that test runs the command.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from tests import peers
-from tests.integration.conftest import cli, cli_env, eventually, gateway, write_config
+from tests.harness import build, connected
+from tests.integration.conftest import cli, cli_env, eventually, write_config
 from tests.integration.test_approvals import Human
 
 pytestmark = pytest.mark.anyio
@@ -53,7 +56,7 @@ def review(config: Path, state: Path, answers: str) -> tuple[str, str]:
 
 
 async def calls(config: Path, state: Path, human: Human, *tools: str) -> tuple[set[str], dict[str, Any]]:
-    async with gateway(config, state, elicitation_callback=human) as client:
+    async with connected(build(config, state), elicitation_callback=human) as client:
         results = {tool: await client.call_tool(f"a__{tool}", {}) for tool in tools}
         return {t.name for t in (await client.list_tools()).tools}, results
 
@@ -147,7 +150,7 @@ async def test_the_clients_form_offers_the_read_only_tools_and_approving_them_le
 ) -> None:
     config, state, out, _ = setup(tmp_path)
     human = Chooser("deny")
-    async with gateway(config, state, mode=mode, elicitation_callback=human) as client:
+    async with connected(build(config, state), mode=mode, elicitation_callback=human) as client:
         await client.list_tools()  # the gateway meets the server; its catalog is held
         reviewed = await client.call_tool("cellblock__review", {"server": "a"})
         look = await client.call_tool("a__look", {})
@@ -177,7 +180,7 @@ async def test_server_everythings_read_only_tools_run_unasked_after_review_and_i
     assert {"echo", "get-sum", "get-env"} <= set(offered) and "gzip-file-as-resource" not in offered
     assert f"'everything' runs without asking: {', '.join(offered)}" in said
     human = Human("deny")
-    async with gateway(config, state, elicitation_callback=human) as client:
+    async with connected(build(config, state), elicitation_callback=human) as client:
         echo = await client.call_tool("everything__echo", {"message": "hi"})
         assert not human.asked
         arguments = {"name": "x.gz", "data": "data:text/plain,hi", "outputType": "resource"}
@@ -191,7 +194,7 @@ async def test_a_revoked_grant_asks_again_in_the_running_gateway(tmp_path: Path)
     review(config, state, "y\ny\n")
     human = Human("deny")
     env = {"CELLBLOCK_STATE_DIR": str(state)}
-    async with gateway(config, state, elicitation_callback=human) as client:
+    async with connected(build(config, state), elicitation_callback=human) as client:
         assert text(await client.call_tool("a__look", {})) == "looked" and not human.asked
         revoked = cli(env, "revoke", "a:look", "--config", str(config))
         assert revoked.returncode == 0 and "tool look of 'a' (runs without asking)" in revoked.stderr
