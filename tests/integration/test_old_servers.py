@@ -8,6 +8,9 @@ Real old servers (pinned by `./dev peers`): a low-level server on the TypeScript
 logs a pydantic dump for any request it cannot validate. Each control talks to the same server
 with the SDK's own client, directly: the failure and the dump are real, so the gateway's handling
 is what keeps them out.
+
+The tests that judge by what `cellblock serve` writes to its log run it; the gateway after
+`cellblock review` runs in memory (tests/harness.py).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
 from tests import peers
+from tests.harness import build, connected
 from tests.integration.conftest import cli, cli_env, eventually, gateway, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peers]
@@ -152,6 +156,6 @@ async def test_review_meets_both_old_servers_without_a_dump_or_a_refusal_and_the
     assert "server 'ts' did not list its resource templates" in said
     assert DUMP not in said + walked.stderr and "Failed to validate request" not in said + walked.stderr, said
     assert not [line for line in walked.stderr.splitlines() if any(word in line for word in TROUBLE)]
-    async with gateway(config, tmp_path / "state", env=env) as client:
+    async with connected(build(config, tmp_path / "state")) as client:
         assert text(await client.call_tool("py__add", {"a": 1, "b": 1})) == "2"
         assert text(await client.call_tool("ts__echo", {"text": "hi"})) == "echo: hi"
