@@ -1,7 +1,8 @@
 """Resource subscriptions through the gateway, in all four era combinations: a handshake-era client
 (`resources/subscribe`) or a 2026-07-28 one (`subscriptions/listen`), to a handshake-era server or a
 2026-07-28 one (tests/servers/notes.py). An update reaches only the subscribers of its resource,
-under the URI they subscribed to; a resource the policy denies cannot be subscribed to."""
+under the URI they subscribed to; a resource the policy denies cannot be subscribed to. The gateway
+runs in memory (tests/harness.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 
-from tests.integration.conftest import ROOT, gateway, write_config
+from tests.harness import build, connected
+from tests.integration.conftest import ROOT, write_config
 from tests.integration.test_approvals import text
 
 pytestmark = pytest.mark.anyio
@@ -49,7 +51,7 @@ async def session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
             updates.append(str(item.params.uri))
             arrived.set()
 
-    async with gateway(config, tmp / "state", mode=request.param, message_handler=message) as client:
+    async with connected(build(config, tmp / "state"), mode=request.param, message_handler=message) as client:
 
         async def next_update() -> str:
             nonlocal arrived
@@ -135,7 +137,7 @@ async def test_an_update_of_a_resource_the_lock_now_holds_is_not_passed_on(tmp_p
             arrived.set()
 
     held, other = f"cellblock://{server}/note://1", f"cellblock://{server}/note://3"
-    async with gateway(config, tmp_path / "state", mode="legacy", message_handler=message) as client:
+    async with connected(build(config, tmp_path / "state"), mode="legacy", message_handler=message) as client:
         for uri in (held, other):
             await client.subscribe_resource(uri)
         await client.call_tool(f"{server}__retitle", {"uri": "note://1"})
