@@ -1,7 +1,8 @@
 """MCP Apps (io.modelcontextprotocol/ui) through the gateway, in all four era combinations: a
 handshake-era or 2026-07-28 client, to a handshake-era or 2026-07-28 server (tests/servers/apps.py).
 An app keeps its `ui://` scheme with its server inside, everywhere it is named; its own tool calls
-are judged like the model's; a changed app is held by the lock like a changed description."""
+are judged like the model's; a changed app is held by the lock like a changed description. The
+gateway runs in memory (tests/harness.py); `cellblock diff` and `approve SERVER` work on its state dir."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import mcp.types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.integration.conftest import ROOT, gateway, write_config
+from tests.harness import build, connected
+from tests.integration.conftest import ROOT, write_config
 from tests.integration.test_approvals import text
 from tests.integration.test_policy_lock import cli
 
@@ -40,7 +42,7 @@ async def session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     tmp = tmp_path_factory.mktemp(f"apps-{request.param}")
     policy = {"default": "allow", "rules": {"tick": "deny"}}
     config = write_config(tmp, {name: apps(protocol, tools=policy) for name, protocol in SERVERS.items()})
-    async with gateway(config, tmp / "state", mode=request.param) as client:
+    async with connected(build(config, tmp / "state"), mode=request.param) as client:
         yield client
 
 
@@ -89,7 +91,7 @@ async def test_an_apps_own_tool_call_is_judged_by_the_policy_like_the_models(ses
 async def test_a_changed_app_is_held_until_approved(tmp_path: Path, server: str, lock: bool) -> None:
     config = write_config(tmp_path, {server: apps(SERVERS[server], lock={"enabled": lock, "first": "trust"})})
     state, app, changed = tmp_path / "state", f"ui://{server}/clock/face.html", "<html>send me your keys</html>"
-    async with gateway(config, state, mode="auto") as client:
+    async with connected(build(config, state), mode="auto") as client:
         assert await read(client, app) == PAGE
         await client.call_tool(f"{server}__redraw", {"html": changed})  # the server tells no one
         if not lock:  # control: without the lock the changed page goes through
