@@ -1,7 +1,8 @@
 """Remote servers over Streamable HTTP through the gateway: catalog, policy, lock, audit, failures.
 
-The remote server is tests/servers/remote.py, a real SDK server on loopback; the gateway is the
-real `cellblock serve`, driven by the SDK's client over stdio. Credentials are in test_credentials.py.
+The remote server is tests/servers/remote.py, a real SDK server on loopback; the gateway runs in
+memory (tests/harness.py), driven by the SDK's client over its wire. Credentials are in
+test_credentials.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.integration.conftest import PROBE, free_port, gateway, write_config
+from tests.harness import build, connected
+from tests.integration.conftest import PROBE, free_port, write_config
 from tests.servers.remote_run import run_remote, spawn_remote, stop_remote
 
 pytestmark = pytest.mark.anyio
@@ -51,7 +53,7 @@ async def test_remote_server_joins_catalog_policy_lock_and_audit(
     }
     config = write_config(tmp_path, servers)
     state = tmp_path / "state"
-    async with gateway(config, state, mode=mode) as client:
+    async with connected(build(config, state), mode=mode) as client:
         names = {tool.name for tool in (await client.list_tools()).tools}
         assert {"web__echo", "local__echo"} <= names
         assert "web__whoami" not in names  # denied tools are not offered
@@ -81,7 +83,7 @@ def test_show_says_a_remote_server_has_no_jail(tmp_path: Path) -> None:
 async def test_unreachable_remote_server_is_named_with_its_url(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}/mcp"
     config = write_config(tmp_path, {"gone": {"url": url}})
-    async with gateway(config, tmp_path / "state") as client:
+    async with connected(build(config, tmp_path / "state")) as client:
         assert (await client.list_tools()).tools == []
         result = await client.call_tool("gone__echo", {"text": "x"})
     assert result.is_error
@@ -94,7 +96,7 @@ async def test_gateway_reconnects_after_the_remote_server_restarts(tmp_path: Pat
     proc, url = spawn_remote("none", port=port)
     config = write_config(tmp_path, {"web": {"url": url, "protocol": protocol}})
     try:
-        async with gateway(config, tmp_path / "state") as client:
+        async with connected(build(config, tmp_path / "state")) as client:
             assert _text(await client.call_tool("web__echo", {"text": "before"})) == "before"
             stop_remote(proc)
             down = await client.call_tool("web__echo", {"text": "while down"})
@@ -122,7 +124,7 @@ async def test_a_remote_answer_over_max_message_size_fails_its_call_naming_the_s
     tmp_path: Path, remote_url: str, protocol: str
 ) -> None:
     servers = {"web": {"url": remote_url, "protocol": protocol, "max_message_size": "64KiB"}}
-    async with gateway(write_config(tmp_path, servers), tmp_path / "state") as client:
+    async with connected(build(write_config(tmp_path, servers), tmp_path / "state")) as client:
         big = await client.call_tool("web__echo", {"text": "x" * 200_000})  # echoed back: too large
         assert big.is_error and "server 'web'" in _text(big), _text(big)
         assert "x" * 1000 not in _text(big)
