@@ -5,7 +5,8 @@ the user (elicitation), one that asks the client's model (sampling), one that as
 stdio the gateway offers a server elicitation and sampling only when its client declared them, so
 a client that cannot answer a question lists no tool that asks it; roots always, as the gateway
 answers them itself. The control is the same server behind the same gateway for a client that
-declares both: it lists the tools, and they work.
+declares both: it lists the tools, and they work. The gateway runs in memory (tests/harness.py),
+on its wire as on stdio.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import mcp.types as types
 import pytest
 
 from tests import peers
-from tests.integration.conftest import gateway, write_config
+from tests.harness import build, connected
+from tests.integration.conftest import write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peers]
 
@@ -80,7 +82,7 @@ async def test_a_server_lists_only_the_tools_whose_questions_the_client_answers(
 ) -> None:
     config, _ = setup
     state = tmp_path / "state"
-    async with gateway(config, state, mode=mode, **callbacks) as c:
+    async with connected(build(config, state), mode=mode, **callbacks) as c:
         names = {t.name for t in (await c.list_tools()).tools}
         assert "everything__echo" in names
         assert (ASKS_USER in names) == ("elicitation" in offered)
