@@ -1,6 +1,7 @@
 """A downstream server asking the client's model (sampling): refused, asked about, or passed on.
 
-Against server-everything's trigger-sampling-request, in both client eras.
+Against server-everything's trigger-sampling-request, in both client eras, through the gateway in
+memory (tests/harness.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import mcp.types as types
 import pytest
 
 from tests import peers
-from tests.integration.conftest import ROOT, gateway, write_config
+from tests.harness import build, connected
+from tests.integration.conftest import ROOT, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.peers]
 
@@ -49,9 +51,8 @@ async def session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     base = {"command": argv[0], "args": argv[1:], "jail": {"read_only": [str(peers.NODE_MODULES)]}}
     servers = {"closed": base, "asked": base | {"sampling": "ask"}, "open": base | {"sampling": "allow"}}
     client_side = Client()
-    async with gateway(
-        write_config(tmp, servers),
-        tmp / "state",
+    async with connected(
+        build(write_config(tmp, servers), tmp / "state"),
         mode=request.param,
         sampling_callback=client_side.sample,
         elicitation_callback=client_side.elicit,
@@ -117,7 +118,7 @@ async def test_a_client_without_a_model_is_never_sent_a_sampling_request(tmp_pat
         "sm": sampler | {"args": [str(SAMPLER), "--era", "modern"]},
     }
     config = write_config(tmp_path, {name: server | {"sampling": "allow"} for name, server in servers.items()})
-    async with gateway(config, tmp_path / "state", mode=mode) as client:  # no sampling declared
+    async with connected(build(config, tmp_path / "state"), mode=mode) as client:  # no sampling declared
         assert "open__trigger-sampling-request" not in {t.name for t in (await client.list_tools()).tools}
         assert text(await client.call_tool("sa__twice", {"message": "hi"})) == "sampled: none, none"
         refused = text(await client.call_tool("sm__twice", {"message": "hi"}))
