@@ -1,6 +1,7 @@
 """`under:` is checked before the server opens the path: a server that swaps in a symlink after the
 check gets past the check, and only the jail's mounts hold. With the layout the starter config and
-docs/policy.md give (the rule's folder read-write, the rest read-only), nothing gets through."""
+docs/policy.md give (the rule's folder read-write, the rest read-only), nothing gets through. The
+gateway runs in memory (tests/harness.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 import mcp.types as types
 import pytest
 
-from tests.integration.conftest import gateway, write_config
+from tests.harness import build, connected
+from tests.integration.conftest import write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.jail]
 
@@ -61,7 +63,7 @@ async def test_a_link_swapped_in_after_the_check_writes_nothing_where_the_jail_s
         "narrow": server({"read_only": [str(projects)], "read_write": [str(projects / "scratch")]}),
         "wide": server({"read_write": [str(projects)]}),  # what `check` warns of
     }
-    async with gateway(write_config(tmp_path, servers), tmp_path / "state") as client:
+    async with connected(build(write_config(tmp_path, servers), tmp_path / "state")) as client:
 
         async def swap(server: str, name: str) -> str:
             arguments = {"path": str(projects / "scratch" / name), "target": str(victim)}
