@@ -1,9 +1,10 @@
-"""Tasks (the `io.modelcontextprotocol/tasks` extension) through `cellblock serve`: a 2026-07-28
+"""Tasks (the `io.modelcontextprotocol/tasks` extension) through the gateway: a 2026-07-28
 client that declares the extension is answered with a task, to a 2026-07-28 server (`new`) and to
 a handshake-era one (`old`). The call is admitted before the task exists, so a denied call never
 becomes a task and never reaches its server; the task's id names its server; a question the
 server asks midway is the task's input request, answered with tasks/update; tasks/cancel reaches
-the server; a server that dies during the call ends its task with the error that says so."""
+the server; a server that dies during the call ends its task with the error that says so. The
+gateway runs in memory (tests/harness.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ConfigDict, Field
 
 from cellblock.gateway.serve.tasks import EXTENSION
-from tests.integration.conftest import eventually, gateway, probe_server, write_config
+from tests.harness import build, connected
+from tests.integration.conftest import eventually, probe_server, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -107,7 +109,7 @@ async def session(tmp_path_factory: pytest.TempPathFactory) -> Any:
     }
     config = write_config(tmp, servers)
     tasks = TasksClient()
-    async with gateway(config, tmp / "state", extensions=[tasks], elicitation_callback=shows_forms) as client:
+    async with connected(build(config, tmp / "state"), extensions=[tasks], elicitation_callback=shows_forms) as client:
         yield client, tmp, tasks
 
 
@@ -215,7 +217,7 @@ async def test_a_question_midway_is_the_tasks_input_request_answered_by_update(s
 
 async def test_a_task_whose_server_dies_ends_with_the_error_that_says_so(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"p": probe_server("--name", "p")})
-    async with gateway(config, tmp_path / "state", extensions=[TasksClient()]) as client:
+    async with connected(build(config, tmp_path / "state"), extensions=[TasksClient()]) as client:
         created = await call(client, "p__crash", {})
         done = await until(client, created["taskId"], "completed", "failed")
         assert done["result"]["isError"] is True
@@ -231,7 +233,7 @@ async def test_an_unknown_task_is_refused(session: Any) -> None:
 
 async def test_a_client_without_the_extension_gets_results_and_no_tasks(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"p": probe_server("--name", "p")})
-    async with gateway(config, tmp_path / "state") as client:
+    async with connected(build(config, tmp_path / "state")) as client:
         plain = await call(client, "p__echo", {"message": "hi"})
         assert plain["content"] == [{"type": "text", "text": "hi"}] and "taskId" not in plain
         with pytest.raises(MCPError) as undeclared:
@@ -262,7 +264,7 @@ async def test_a_listen_stream_naming_the_task_is_told_each_change_of_it(session
 
 async def test_a_listen_stream_naming_tasks_needs_the_extension(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"p": probe_server("--name", "p")})
-    async with gateway(config, tmp_path / "state") as client:
+    async with connected(build(config, tmp_path / "state")) as client:
         filter_ = types.SubscriptionFilter.model_validate({"taskIds": ["p+x"]})
         listen = types.SubscriptionsListenRequest(params=types.SubscriptionsListenRequestParams(notifications=filter_))
         with pytest.raises(MCPError) as refused:
