@@ -1,5 +1,6 @@
 """MCP Apps against a hostile server (tests/servers/apps_rug.py): ways a changed app page might
-reach the client without the lock holding it, each with a control that shows the page did change."""
+reach the client without the lock holding it, each with a control that shows the page did change.
+The gateway runs in memory (tests/harness.py); `cellblock diff` reads its state dir."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import mcp.types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.integration.conftest import ROOT, gateway, write_config
+from tests.harness import build, connected
+from tests.integration.conftest import ROOT, write_config
 from tests.integration.test_approvals import text
 from tests.integration.test_policy_lock import cli
 
@@ -53,7 +55,7 @@ async def test_a_read_in_flight_while_the_catalog_is_reread_gets_no_unapproved_p
     # its answer is slow makes those two differ: the re-read holds the new page (or no longer
     # lists it), and the slow answer must still be compared with the page that was approved.
     config = write_config(tmp_path, {"rug": rug()})
-    async with gateway(config, tmp_path / "state", mode="auto") as client:
+    async with connected(build(config, tmp_path / "state"), mode="auto") as client:
         assert page(await client.read_resource(APP)) == APPROVED
         await client.call_tool("rug__arm", {"html": CHANGED, "delay": 3.0})
         results: list[str] = []
@@ -76,7 +78,7 @@ async def test_a_tool_result_carries_no_unapproved_app_page(tmp_path: Path) -> N
     # The app's page changed: a read of it is refused. The same page embedded in a tool's result,
     # under the app's own URI, is the same page (a host may render it as the app): it is left out.
     config = write_config(tmp_path, {"rug": rug()})
-    async with gateway(config, tmp_path / "state", mode="auto") as client:
+    async with connected(build(config, tmp_path / "state"), mode="auto") as client:
         embedded = (await client.call_tool("rug__embed", {})).content
         # control: the approved page, embedded, goes through
         assert [(str(c.resource.uri), getattr(c.resource, "text", None)) for c in embedded] == [(APP, APPROVED)]
@@ -97,7 +99,7 @@ async def test_a_listed_app_read_under_another_spelling_is_still_held_to_its_pag
     # the lock pinned, and its changed page is refused like the listed spelling's.
     policy = {"default": "allow", "rules": {"*": "allow"}}
     config = write_config(tmp_path, {"rug": rug(resources=policy, lock={"enabled": lock, "first": "trust"})})
-    async with gateway(config, tmp_path / "state", mode="auto") as client:
+    async with connected(build(config, tmp_path / "state"), mode="auto") as client:
         await client.call_tool("rug__arm", {"html": CHANGED})
         # control: without the lock the spelling routes, and reads the changed page
         assert await outcome(client, "UI://rug/rug/page.html") == ("refused" if lock else CHANGED)
@@ -108,7 +110,7 @@ async def test_an_app_that_never_answers_its_read_is_held_and_the_server_still_s
     # server's whole start deadline (its tools gone, "no answer to the handshake" blamed): it is
     # locked as unreadable, so the server starts, and a page it serves later is not the approved one.
     config = write_config(tmp_path, {"rug": rug(env={"RUG_HANG": "1"})})
-    async with gateway(config, tmp_path / "state", mode="auto") as client:
+    async with connected(build(config, tmp_path / "state"), mode="auto") as client:
         with anyio.fail_after(25):
             tools = {t.name for t in (await client.list_tools()).tools}
         assert "rug__arm" in tools
@@ -117,7 +119,7 @@ async def test_an_app_that_never_answers_its_read_is_held_and_the_server_still_s
 async def test_the_diff_of_a_changed_app_shows_the_page_to_be_approved(tmp_path: Path) -> None:
     config = write_config(tmp_path, {"rug": rug()})
     state = tmp_path / "state"
-    async with gateway(config, state, mode="auto") as client:
+    async with connected(build(config, state), mode="auto") as client:
         await client.call_tool("rug__arm", {"html": CHANGED})
         assert await outcome(client, APP) == "refused"
         with anyio.fail_after(20):  # the refused read had the catalog read again: the app is held
