@@ -1,5 +1,6 @@
 """A server cannot take another server's exposed name through the separator (issue: `a` + `b-c`
-against `a-b` + `c` with separator `-`)."""
+against `a-b` + `c` with separator `-`). `cellblock check` and `serve` refuse it as they start; the
+control's gateway runs in memory (tests/harness.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import mcp.types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.integration.conftest import PROBE, cli, gateway, write_config
+from tests.harness import build, connected
+from tests.integration.conftest import PROBE, cli, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -52,7 +54,7 @@ async def test_a_separator_that_would_let_a_server_take_anothers_name_is_refused
 
     # control: with a separator no server name can hold, each name reaches its own server
     write_config(tmp_path, servers(script), names={"separator": "-_"})
-    async with gateway(hijack, tmp_path / "state") as client:
+    async with connected(build(hijack, tmp_path / "state")) as client:
         listed = sorted(t.name for t in (await client.list_tools()).tools if not t.name.startswith("cellblock"))
         assert listed == ["a-_b-c", "a-b-_c"]
         for name, who in (("a-_b-c", "a answered b-c"), ("a-b-_c", "a-b answered c")):
@@ -67,7 +69,7 @@ async def test_a_server_without_a_prefix_is_offered_and_routed_under_its_own_nam
         return {**entry, "jail": {"read_only": [str(PROBE.parent)]}, "prefix": prefix}
 
     config = write_config(tmp_path, {"p": probe(prefix=False), "q": probe("--name", "q")})
-    async with gateway(config, tmp_path / "state", mode=mode) as client:
+    async with connected(build(config, tmp_path / "state"), mode=mode) as client:
         tools = {t.name for t in (await client.list_tools()).tools}
         assert {"echo", "link", "files_read", "q__echo", "q__files_read"} <= tools
         # `files.read` wanted `files_read` too, which p's own `files_read` keeps: it takes p's prefix
