@@ -1,6 +1,7 @@
-"""A jailed server cannot flush the audit log: catalog churn and refused CONNECTs through the real
-`cellblock serve`, with a small log, leave the marker call before them in place, counted in
-`suppressed` events; the control replays the same flood as events that are always written."""
+"""A jailed server cannot flush the audit log: catalog churn and refused CONNECTs through the
+gateway (in memory, tests/harness.py), with a small log, leave the marker call before them in
+place, counted in `suppressed` events; the control replays the same flood as events that are
+always written."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import mcp.types as types
 import pytest
 
 from cellblock.gateway.audit.log import Audit, rotated_paths
-from tests.integration.conftest import PROBE, cli, gateway, write_config
+from tests.harness import build, connected
+from tests.integration.conftest import PROBE, cli, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.jail, pytest.mark.slow]
 
@@ -83,7 +85,7 @@ def replayed_raw(tmp_path: Path, line: dict[str, Any], times: int) -> list[dict[
 async def test_catalog_churn_cannot_rotate_a_marker_call_out(tmp_path: Path) -> None:
     state = tmp_path / "state"
     config = write_config(tmp_path, {"flood": flood_server()}, audit=SMALL)
-    async with gateway(config, state) as client:
+    async with connected(build(config, state)) as client:
         assert not (await client.call_tool("flood__echo", MARKER)).is_error
         # under load the gateway re-reads the catalog less often: churn on until the flood is one
         # the control's log could not hold (a few rounds at most)
@@ -106,7 +108,7 @@ async def test_refused_connects_from_a_background_thread_cannot_rotate_a_marker_
     state = tmp_path / "state"
     jail = {"network": "allowlist", "allow_hosts": ["127.0.0.1:9"]}
     config = write_config(tmp_path, {"flood": flood_server(**jail)}, audit=SMALL)
-    async with gateway(config, state) as client:
+    async with connected(build(config, state)) as client:
         assert not (await client.call_tool("flood__echo", MARKER)).is_error
         knocked = await client.call_tool("flood__knock", {"seconds": 6})
         made = int(text(knocked).split()[1])
