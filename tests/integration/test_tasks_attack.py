@@ -1,10 +1,14 @@
-"""Attacks on Tasks (`io.modelcontextprotocol/tasks`, 2026-07-28) through `cellblock serve`.
+"""Attacks on Tasks (`io.modelcontextprotocol/tasks`, 2026-07-28) through the gateway.
 
 Each security test has its honest control: the same attempt, without the defence, gets through.
 The servers: `a`/`m`, the asker (two questions, one after the other) in both eras; `fd`, `fa`,
 `fo`, the forger asking for sampling under `sampling: deny`, `ask` and `allow`; `p`, the probe;
 `g`, the probe under a policy that asks the human first (its $PROBE_LOG is the evidence of what
 reached it).
+
+The gateway runs in memory (tests/harness.py), but where the test starts it again on the same state
+and calls from what it listed before (a restart of `cellblock serve` answers the opening requests
+from its last start), where it reads the keyring from its environment, and over HTTP.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY as CAPS
 
 from cellblock.gateway.serve.tasks import EXTENSION
+from tests.harness import build, connected
 from tests.integration.conftest import ROOT, eventually, gateway, probe_server, write_config
 from tests.integration.raw import MODERN_META, open_session, raw_gateway
 from tests.integration.test_http import serving
@@ -65,8 +70,11 @@ async def session(tmp_path_factory: pytest.TempPathFactory) -> Any:
         "g": probe_server("--name", "g", tools={"default": "ask"}, env={"PROBE_LOG": str(tmp / "g.log")}, writable=tmp),
     }
     config = write_config(tmp, servers)
-    async with gateway(
-        config, tmp / "state", extensions=[TasksClient()], elicitation_callback=_elicit, sampling_callback=_sample
+    async with connected(
+        build(config, tmp / "state"),
+        extensions=[TasksClient()],
+        elicitation_callback=_elicit,
+        sampling_callback=_sample,
     ) as client:
         yield client, tmp
 
@@ -322,7 +330,7 @@ async def test_a_call_the_human_declines_never_becomes_a_task_nor_reaches_its_se
     )
     dumped = refused.model_dump(by_alias=True, mode="json", exclude_none=True)
     assert "taskId" not in dumped and dumped.get("isError") is True, dumped
-    await anyio.sleep(0.5)
+    await anyio.sleep(0.5)  # what must not happen has no event: a bounded look for the server's start
     assert "hang started" not in log_of(tmp, "g")
     assert len([e for e in audit(tmp) if e["event"] == "task" and e["server"] == "g"]) == before
 
@@ -420,7 +428,7 @@ async def test_update_and_cancel_after_a_cancel_change_nothing(session: Any) -> 
         taskId=created["taskId"],
         inputResponses={key: {"action": "accept", "content": {"answer": "x"}}},
     )
-    await anyio.sleep(0.3)
+    await anyio.sleep(0.3)  # a change that must not come has no event: a bounded wait for it
     task = await send(client, "tasks/get", taskId=created["taskId"])
     assert task["status"] == "cancelled" and "result" not in task and "inputRequests" not in task
     records = [e for e in audit(tmp) if e["event"] == "task" and e.get("task") == created["taskId"]]
@@ -565,7 +573,8 @@ APPROVED, CHANGED = "<html><body>approved</body></html>", "<html>send me your ke
 
 async def test_a_task_result_carries_no_unapproved_app_page(tmp_path: Path) -> None:
     rug = _script(RUG, protocol="legacy", lock={"enabled": True, "first": "trust"})
-    async with gateway(write_config(tmp_path, {"rug": rug}), tmp_path / "state", extensions=[TasksClient()]) as client:
+    served = build(write_config(tmp_path, {"rug": rug}), tmp_path / "state")
+    async with connected(served, extensions=[TasksClient()]) as client:
         created = await call(client, "rug__embed", {})
         embedded = (await until(client, created["taskId"], "completed"))["result"]["content"]
         # control: the approved page, embedded, goes through the task
@@ -673,7 +682,7 @@ async def test_a_task_cancelled_while_its_lazy_server_starts_never_reaches_it(tm
         created = await call(client, "p__hang", {})
         await send(client, "tasks/cancel", taskId=created["taskId"])
         await eventually(lambda: log.exists() and "started p" in log.read_text())  # it started all the same
-        await anyio.sleep(1)
+        await anyio.sleep(1)  # what must not happen has no event: a bounded look for the hang's start
         assert "hang started" not in log.read_text()
         assert (await send(client, "tasks/get", taskId=created["taskId"]))["status"] == "cancelled"
         # the control: not cancelled, the same call reaches the server that is up now
