@@ -1,7 +1,8 @@
 """`learn: true` end to end: `cellblock serve` traces a jailed server while it serves, then
 `cellblock scan NAME --from-learned` proposes the grant the jail refused it, and `--apply` writes
 a config `cellblock check` accepts. A server without `learn: true` leaves no trace, and no secret
-(from `secrets:` or `env:`) is in any learn file."""
+(from `secrets:` or `env:`) is in any learn file. The gateway whose proxy refused a host runs in
+memory (tests/harness.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import keyring
 import pytest
 import yaml
 
+from tests.harness import build, connected
 from tests.integration.conftest import cli, eventually, gateway, write_config
 
 pytestmark = [
@@ -106,7 +108,7 @@ async def test_behind_an_allowlist_the_hosts_the_egress_proxy_refused_are_propos
     server.pop("secrets")
     config = write_config(tmp_path, {"learner": server})
     state = tmp_path / "state"
-    async with gateway(config, state) as client:
+    async with connected(build(config, state)) as client:
         fetched = await client.call_tool("learner__fetch", {"url": "http://denied.invalid:8080/"})
         assert fetched.is_error  # the proxy refused it
     shown = cli({"CELLBLOCK_STATE_DIR": str(state)}, "scan", "learner", "--from-learned", "--config", str(config))
