@@ -7,7 +7,8 @@ is held until `cellblock approve ID` / `deny ID` answers the pending approval. T
 on a random port of the address the name resolves to; a listed name on the same port
 (`listed.invalid`) puts that port among those the relay carries (ask carries 80, 443 and the
 listed ports), and the IP entry lets the proxy connect to that loopback address after a yes, as
-the special-address check wants.
+the special-address check wants. The test where the client's form answers runs the gateway in
+memory (tests/harness.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from mcp import Client
 from cellblock.sandbox.connects import gate_missing
 from cellblock.sandbox.landlock import landlock_abi
 from tests import peers
+from tests.harness import build, connected
 from tests.integration.conftest import cli, cli_env, eventually, gateway, write_config
 from tests.integration.test_egress import BODY, Handler
 from tests.integration.test_egress_names import REACHER, named_site, node_20, text
@@ -205,8 +207,8 @@ async def test_a_connection_during_a_call_is_asked_through_the_clients_form(
         return types.ElicitResult(action="accept", content={"decision": "allow_once"})
 
     write_config(tmp_path, {"r": reacher("ask", [f"listed.invalid:{port}", f"127.0.0.1:{port}"])})
-    async with gateway(
-        tmp_path / "cellblock.yaml", tmp_path / "state", mode=mode, elicitation_callback=human
+    async with connected(
+        build(tmp_path / "cellblock.yaml", tmp_path / "state"), mode=mode, elicitation_callback=human
     ) as client:
         result = await client.call_tool("r__fetch", {"url": f"http://{name}:{port}/form"})
     assert text(result) == f"200 {BODY.decode()}", text(result)
