@@ -1,4 +1,7 @@
-"""The jail seen through the gateway: what happens when it cannot be built, and what gets out of it."""
+"""The jail seen through the gateway: what happens when it cannot be built, and what gets out of it.
+
+The gateway runs as `cellblock serve` where the test sets what its process sees (PATH, PYTHONPATH,
+HOME, a machine without user namespaces) or reads its log; in memory (tests/harness.py) otherwise."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import mcp.types as types
 import pytest
 
 from cellblock.sandbox.landlock import landlock_abi
+from tests.harness import build, connected
 from tests.integration.conftest import NO_USERNS, gateway, probe_server, write_config
 from tests.kernel_keys import keyrings_usable, planted_key
 
@@ -281,7 +285,7 @@ async def test_an_npx_server_runs_offline_from_its_own_cache(tmp_path: Path) -> 
         "env": {"npm_config_cache": str(cache)},
         "jail": {"read_write": [str(cache)]},
     }
-    async with gateway(write_config(tmp_path, {"every": server}), tmp_path / "state") as client:
+    async with connected(build(write_config(tmp_path, {"every": server}), tmp_path / "state")) as client:
         assert text(await client.call_tool("every__echo", {"message": "offline"})) == "Echo: offline"
 
 
@@ -317,7 +321,7 @@ async def pinned(tmp_path_factory: pytest.TempPathFactory) -> Any:
         # unpinned it would be refused: another server with the grant could replace it
         "granted": base | {"jail": grants | {"exec": {"allow": [tool], "sha256": {tool: sha256_of(tool)}}}},
     }
-    async with gateway(write_config(tmp, servers), tmp / "state") as client:
+    async with connected(build(write_config(tmp, servers), tmp / "state")) as client:
         yield client, true, echo, tmp / "rw"
 
 
