@@ -8,7 +8,8 @@ about as much work again as the call itself. This module takes those messages of
 
 - `tools/call`, when the connection is one the SDK already accepted (`Wire.served_version`), the
   name routes to a running local server, the policy allows it without asking (`Pipeline.allow_now`,
-  which audits the decision first), and it is not the retry of an earlier round. The call is then
+  which audits the decision first), and it is not the retry of an earlier round: the guards of
+  `CALL_GUARDS`, in order, the first that declines handing the call on. The call is then
   a `ToolCall` (`serve/calls.py`) like any other, answered on the wire (`WireReply`): its result
   shaped as the SDK would shape it (`wire_result`) and written back under the client's id. A
   server's question midway goes to the client from here too: a handshake-era client is asked on
@@ -25,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import mcp.types as types
@@ -193,39 +194,21 @@ class FastPath:
     # -- calls --------------------------------------------------------------------------------
 
     def _take_call(self, message: dict[str, Any]) -> bool:
-        params = message.get("params")
-        if not isinstance(params, dict):
+        """A call the guards let through (`CALL_GUARDS`, in order) is taken and sent; any guard
+        that declines hands it to the SDK's server, which decides, waits or explains."""
+        taken = Taken(message)
+        for guard in CALL_GUARDS:
+            if not guard(self, taken):
+                return False
+        call, ds = taken.call, taken.ds
+        if call is None or ds is None:  # the guards set both on the way
             return False
-        name, arguments, meta = params.get("name"), params.get("arguments"), params.get("_meta", {})
-        if not isinstance(name, str) or not isinstance(meta, dict):
-            return False  # malformed: the SDK's validation names the problem
-        if arguments is not None and not isinstance(arguments, dict):
-            return False
-        if "requestState" in params or "inputResponses" in params or LOG_LEVEL_META_KEY in meta:
-            return False  # a retry of an earlier round, or a per-request log opt-in
-        if asks_for_tasks(params) or "task" in params:
-            return False  # it may become a task (serve/tasks.py, serve/handshake_tasks.py)
-        token = meta.get("progressToken")
-        if token is not None and (isinstance(token, bool) or not isinstance(token, str | int)):
-            return False
-        version = self.wire.served_version(params)
-        pipeline = self.host.pipeline
-        route = pipeline.route(name)
-        if version is None or route is None:
-            return False
-        ds = self.host.downstreams[route[0]]
-        channel = ds.channel
-        if ds.supervisor.state is not State.READY or ds.client is None or channel is None or not channel.open:
-            return False  # starting, restarting, remote: the SDK's path waits or explains
-        call = Call(name, arguments)
-        if not pipeline.allow_now(call, route):
-            return False  # ask, deny, or an audit log that cannot be written: the SDK's path decides
         forwarded: dict[str, Any] = {"name": call.tool}
-        if "arguments" in params:
-            forwarded["arguments"] = arguments
-        if meta:
-            forwarded["_meta"] = meta
-        reply = WireReply(self, message["id"], version, token, params)
+        if "arguments" in taken.params:
+            forwarded["arguments"] = taken.arguments
+        if taken.meta:
+            forwarded["_meta"] = taken.meta
+        reply = WireReply(self, message["id"], taken.version, taken.token, taken.params)
         tc = ToolCall(call, ds, reply, self.host.calls, forwarded)
         self.in_flight[reply.ident] = tc
         ds.fast_calls += 1
@@ -241,3 +224,91 @@ class FastPath:
             return False
         tc.cancel("cancelled by the client")
         return True
+
+
+@dataclass
+class Taken:
+    """A tools/call on its way through the fast path's guards: what each found, for the next."""
+
+    message: dict[str, Any]
+    params: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
+    arguments: Any = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    token: Any = None  # the client's progress token
+    version: str = ""
+    route: tuple[str, str] = ("", "")  # the server and its tool
+    ds: Downstream | None = None
+    call: Call | None = None
+
+
+def well_formed(path: FastPath, taken: Taken) -> bool:
+    """Its params hold a name, object arguments and a `_meta` object; else the SDK's validation
+    names the problem."""
+    params = taken.message.get("params")
+    if not isinstance(params, dict):
+        return False
+    name, arguments, meta = params.get("name"), params.get("arguments"), params.get("_meta", {})
+    if not isinstance(name, str) or not isinstance(meta, dict):
+        return False
+    taken.params, taken.name, taken.arguments, taken.meta = params, name, arguments, meta
+    return arguments is None or isinstance(arguments, dict)
+
+
+def first_round(path: FastPath, taken: Taken) -> bool:
+    """Not the retry of an earlier round, nor a per-request log opt-in."""
+    params = taken.params
+    return not ("requestState" in params or "inputResponses" in params or LOG_LEVEL_META_KEY in taken.meta)
+
+
+def no_task(path: FastPath, taken: Taken) -> bool:
+    """It cannot become a task (`serve/tasks.py`, `serve/handshake_tasks.py`)."""
+    return not (asks_for_tasks(taken.params) or "task" in taken.params)
+
+
+def plain_token(path: FastPath, taken: Taken) -> bool:
+    """A progress token, if any, is a string or an integer."""
+    token = taken.token = taken.meta.get("progressToken")
+    return token is None or (not isinstance(token, bool) and isinstance(token, str | int))
+
+
+def routed(path: FastPath, taken: Taken) -> bool:
+    """The connection is one the SDK accepted, and the name routes to a tool not held."""
+    version = path.wire.served_version(taken.params)
+    route = path.host.pipeline.route(taken.name)
+    if version is None or route is None:
+        return False
+    taken.version, taken.route, taken.ds = version, route, path.host.downstreams[route[0]]
+    return True
+
+
+def running(path: FastPath, taken: Taken) -> bool:
+    """Its server is a local one, up, with its pipes open; starting, restarting or remote, the
+    SDK's path waits or explains."""
+    ds = taken.ds
+    if ds is None:
+        return False
+    channel = ds.channel
+    return ds.supervisor.state is State.READY and ds.client is not None and channel is not None and channel.open
+
+
+def allowed(path: FastPath, taken: Taken) -> bool:
+    """The pipeline's stages allow it without asking anyone, and the allow is audited
+    (`Pipeline.allow_now`); an ask, a deny, or an audit log that cannot be written is the SDK's."""
+    call = Call(taken.name, taken.arguments)
+    if not path.host.pipeline.allow_now(call, taken.route):
+        return False
+    taken.call = call
+    return True
+
+
+# The fast path's guards on a tools/call, in order: each lets it on (True) or declines it (False).
+CALL_GUARDS: tuple[Callable[[FastPath, Taken], bool], ...] = (
+    well_formed,
+    first_round,
+    no_task,
+    plain_token,
+    routed,
+    running,
+    allowed,
+)
