@@ -57,6 +57,9 @@ FILES, FLOOD = 128, 200
 STALLS, PIPELINED, SEGMENT = 40, 1000, 536
 # How long an authenticated request may take while the flood lasts (the control's starves past it).
 ANSWER_SECONDS = 5.0
+# ...and while stalled connections hold the gateway: answered in under a second here, and in one
+# loaded run not within 5 s; the control's request is not answered in 30 s and more.
+STALLED_ANSWER_SECONDS = 15.0
 
 
 @asynccontextmanager
@@ -342,7 +345,7 @@ async def test_connections_that_never_read_their_answers_starve_no_client_and_ar
     tmp_path: Path, keyring_env: Any
 ) -> None:
     async with stalled_gateway(tmp_path, keyring_env) as (port, token, log):
-        assert answered_within(port, token, ANSWER_SECONDS)
+        assert answered_within(port, token, STALLED_ANSWER_SECONDS)
         # and below the cap, none holds its connection past the deadline either
         await eventually(lambda: "whose client did not take its answer" in read(log), 30)
     assert len(read(log).encode()) < 16_000, read(log)[-2000:]
@@ -352,5 +355,5 @@ async def test_control_without_untaken_answers_counted_connections_that_never_re
     tmp_path: Path, keyring_env: Any
 ) -> None:
     async with stalled_gateway(tmp_path, keyring_env, without=WITHOUT_UNTAKEN) as (port, token, log):
-        assert not answered_within(port, token, ANSWER_SECONDS)  # the cap is held by connections answered
+        assert not answered_within(port, token, STALLED_ANSWER_SECONDS)  # the cap is held by connections answered
     assert "whose client did not take its answer" not in read(log)
