@@ -265,7 +265,10 @@ class Audit:
                 else:
                     logger.debug("audit: still failing (%d failures): %s", self.failures, exc)
                 self.failed = True
-                raise AuditUnwritten(f"the audit log {self.path} cannot be written ({type(exc).__name__})") from exc
+                raise AuditUnwritten(
+                    f"the audit log {self.path} cannot be written ({type(exc).__name__}; the gateway's log "
+                    "says why): free space on its disk, or make its directory writable again"
+                ) from exc
             if self.failed:
                 logger.warning("audit: writing to %s works again after %d failure(s)", self.path, self.failures)
             self.failed = False
