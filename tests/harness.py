@@ -41,15 +41,22 @@ __all__ = ["build", "connected"]
 STOP_SECONDS = 15.0
 
 
-def build(config: Path, state: Path, *, backoff: Backoff | None = None) -> Gateway:
-    """The gateway `cellblock serve --config CONFIG` would run, with its state in `state` and no
-    control socket (nothing for `cellblock approve` or `cellblock ps` to reach).
+def build(config: Path, state: Path, *, backoff: Backoff | None = None, runtime: Path | None = None) -> Gateway:
+    """The gateway `cellblock serve --config CONFIG` would run, with its state in `state`.
 
     `backoff`: how its servers are restarted when they crash (the default's five waits add up to 15.5 s).
+    `runtime`: the `XDG_RUNTIME_DIR` of the CLI that reaches it (`cellblock approve`, `pending`,
+    `ps`; `tests/integration/conftest.cli_env` makes one): its control socket is served in
+    `runtime/cellblock`, as `cellblock serve` serves it. One gateway per directory: the socket is
+    named by the pid, and every gateway in memory shares this process's. Without it: no control socket.
     """
     state.mkdir(mode=0o700, parents=True, exist_ok=True)
     loaded, source = load_config(config)
-    gateway = Gateway(loaded, state, None, source)
+    control = None if runtime is None else runtime / "cellblock"
+    if runtime is not None and control is not None:
+        for private in (runtime, control):  # the CLI uses a runtime dir only while it is private
+            private.mkdir(mode=0o700, exist_ok=True)
+    gateway = Gateway(loaded, state, control, source)
     if backoff is not None:
         for downstream in gateway.downstreams.values():
             downstream.supervisor.backoff = backoff

@@ -1,8 +1,8 @@
 """`ask` answered by a human, through the client's elicitation, in both protocol eras.
 
-The gateway runs in memory (tests/harness.py); the tests where `cellblock approve`, `deny`, `ps`,
-`pending` or `revoke` reach the running gateway through its control socket (which the harness's
-gateway has not) run `cellblock serve`."""
+The gateway runs in memory (tests/harness.py); where `cellblock approve`, `deny`, `ps`, `pending`
+or `revoke` reach it, it serves its control socket in the test's runtime dir, as `cellblock serve`
+does."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import mcp.types as types
 import pytest
 
 from tests.harness import build, connected
-from tests.integration.conftest import gateway, probe_server, write_config
+from tests.integration.conftest import probe_server, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -116,10 +116,9 @@ async def test_always_survives_a_restart_and_revoke_takes_it_back(tmp_path: Path
 
 
 async def test_revoke_takes_a_session_approval_back_from_the_running_gateway_at_once(tmp_path: Path) -> None:
-    (tmp_path / "run").mkdir(mode=0o700)
     state, human = tmp_path / "state", Human("allow_session")
-    env = {"XDG_RUNTIME_DIR": str(tmp_path / "run")}
-    async with gateway(config(tmp_path), state, mode="legacy", elicitation_callback=human, env=env) as client:
+    served = build(config(tmp_path), state, runtime=tmp_path / "run")
+    async with connected(served, mode="legacy", elicitation_callback=human) as client:
         assert text(await client.call_tool("p__echo", {"message": "a"})) == "a"
         # the control: while the session approval stands, the next call runs unasked
         assert text(await client.call_tool("p__echo", {"message": "b"})) == "b" and len(human.asked) == 1
@@ -188,14 +187,13 @@ async def pending_ids(tmp_path: Path, count: int) -> list[str]:
 
 
 async def test_a_client_that_cannot_elicit_is_answered_from_the_cli(tmp_path: Path) -> None:
-    (tmp_path / "run").mkdir(mode=0o700)
     servers = {
         "a": probe_server("--name", "a", tools=ASK_ECHO),
         "b": probe_server("--name", "b", tools=ASK_ECHO),
     }
     config = write_config(tmp_path, servers, approvals={"timeout": 30})
     results: dict[str, types.CallToolResult] = {}
-    async with gateway(config, tmp_path / "state", env={"XDG_RUNTIME_DIR": str(tmp_path / "run")}) as client:
+    async with connected(build(config, tmp_path / "state", runtime=tmp_path / "run")) as client:
 
         async def call(server: str) -> None:
             results[server] = await client.call_tool(f"{server}__echo", {"message": f"from {server}"})
@@ -304,17 +302,15 @@ async def test_the_review_tool_in_a_client_without_forms_says_what_the_user_runs
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_a_call_waiting_on_the_cli_tells_the_client_how_to_answer_and_shows_it_on_the_desktop(
-    tmp_path: Path, mode: str
+    tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a client that cannot elicit: before, the call waited in silence until someone looked
-    run = tmp_path / "run"
-    run.mkdir(mode=0o700)
     shown = tmp_path / "notified"
     desktop = tmp_path / "bin"
     desktop.mkdir()
     (desktop / "notify-send").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> "{shown}"\n')  # the desktop's part
     (desktop / "notify-send").chmod(0o755)
-    env = {"XDG_RUNTIME_DIR": str(run), "PATH": f"{desktop}:{os.environ['PATH']}"}
+    monkeypatch.setenv("PATH", f"{desktop}:{os.environ['PATH']}")  # the gateway's, in this process
     heard: list[str] = []
 
     def hear(message: str) -> None:
@@ -329,9 +325,8 @@ async def test_a_call_waiting_on_the_cli_tells_the_client_how_to_answer_and_show
         hear(message or "")
 
     # a 2026-07-28 client hears logs only on requests that opt in: it says which level it wants
-    async with gateway(
-        config(tmp_path, timeout=30), tmp_path / "state", env=env, mode=mode, logging_callback=log, log_level="info"
-    ) as client:
+    served = build(config(tmp_path, timeout=30), tmp_path / "state", runtime=tmp_path / "run")
+    async with connected(served, mode=mode, logging_callback=log, log_level="info") as client:
         result: list[types.CallToolResult] = []
 
         async def call(**extra: Any) -> None:

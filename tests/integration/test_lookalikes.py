@@ -1,10 +1,9 @@
 """A hostile server's items that pass for others: a template built to backtrack, a tool named
 `prompt:greet`, through the gateway and the lookalike test server.
 
-The gateway runs in memory (tests/harness.py), but for two tests that run `cellblock serve`: the
-template built to backtrack, whose bound on the reads holds only while the gateway runs in a
-process of its own (a regex that never returns would hold this test's event loop too), and the
-late approval that `cellblock approve` makes through the gateway's control socket."""
+The gateway runs in memory (tests/harness.py), but for the template built to backtrack, run by
+`cellblock serve`: its bound on the reads holds only while the gateway runs in a process of its own
+(a regex that never returns would hold this test's event loop too)."""
 
 from __future__ import annotations
 
@@ -136,11 +135,10 @@ async def test_approving_a_lookalike_tool_does_not_let_the_prompt_or_resource_th
 
 
 async def test_a_late_cli_approval_of_a_prompt_does_not_let_the_lookalike_tool_run(tmp_path: Path) -> None:
-    (tmp_path / "run").mkdir(mode=0o700)
     state = tmp_path / "state"
     server = lookalike({"TOOLS": "prompt:greet"}, tools={"default": "ask"}, prompts={"rules": {"greet": "ask"}})
     config = write_config(tmp_path, {"h": server}, approvals={"timeout": 1})
-    async with gateway(config, state, env={"XDG_RUNTIME_DIR": str(tmp_path / "run")}) as client:
+    async with connected(build(config, state, runtime=tmp_path / "run")) as client:
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: _attempt(client.get_prompt("h__greet", {"name": "x"})))
             [ident] = await pending_ids(tmp_path, 1)

@@ -7,8 +7,9 @@ is held until `cellblock approve ID` / `deny ID` answers the pending approval. T
 on a random port of the address the name resolves to; a listed name on the same port
 (`listed.invalid`) puts that port among those the relay carries (ask carries 80, 443 and the
 listed ports), and the IP entry lets the proxy connect to that loopback address after a yes, as
-the special-address check wants. The test where the client's form answers runs the gateway in
-memory (tests/harness.py).
+the special-address check wants. The gateway runs in memory (tests/harness.py), serving its
+control socket where the test's `cellblock approve` and `deny` reach it, but for the wrapped fetch
+server, whose gateway gets the home and PATH a client passes.
 """
 
 from __future__ import annotations
@@ -85,7 +86,10 @@ async def serving(
     config = tmp_path / "cellblock.yaml"
     if not config.exists():
         write_config(tmp_path, {"r": reacher(network, allow, backend)}, approvals={"timeout": 60})
-    async with gateway(config, tmp_path / "state", env=cli_env(tmp_path)) as client:
+    env = cli_env(tmp_path)  # the runtime dir where `cellblock approve` and `deny` reach it
+    async with connected(
+        build(config, Path(env["CELLBLOCK_STATE_DIR"]), runtime=Path(env["XDG_RUNTIME_DIR"]))
+    ) as client:
         yield client, config
 
 

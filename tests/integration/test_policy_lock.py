@@ -6,8 +6,8 @@ reads `$PROBE_ECHO_DESCRIPTION` from a file at start), so the lock meets both ki
 The gateway runs in memory (tests/harness.py); `cellblock approve SERVER` and `diff` change and
 read the state dir, which the running gateway rereads by itself. The tests where the gateway is
 started again on the same state and lists what it approved before run `cellblock serve`: a restart
-of the process answers the client's opening requests from its last start (`wire/early.py`). So does
-the test where the dashboard reaches the gateway through its control socket.
+of the process answers the client's opening requests from its last start (`wire/early.py`). Where
+the dashboard reaches the gateway, the gateway serves its control socket in the test's runtime dir.
 """
 
 from __future__ import annotations
@@ -414,17 +414,17 @@ async def test_an_approval_bound_to_the_hash_shown_is_refused_once_the_catalog_c
     def approved() -> int:
         return sum(e["event"] == "lock_approved" for e in events(state))
 
-    async with gateway(config, state, mode="legacy", env={"XDG_RUNTIME_DIR": env["XDG_RUNTIME_DIR"]}) as client:
+    async with connected(build(config, state, runtime=Path(env["XDG_RUNTIME_DIR"])), mode="legacy") as client:
         await client.call_tool("p__add_tool", {"name": "sneaky"})
         first = await shown()
-        diff = run_cli(env, "diff", "p", "--config", str(config))
+        diff = await anyio.to_thread.run_sync(run_cli, env, "diff", "p", "--config", str(config))
         assert diff.returncode == 1 and f"catalog sha256 {first}:" in diff.stdout  # the CLI shows the same hash
         await client.call_tool("p__add_tool", {"name": "sneakier"})  # the server changes it after it was shown
         second = await shown(other_than=first)
 
         refused = await approve(first)
         assert not refused.done and any("changed since it was shown" in why for why in refused.refusals)
-        by_cli = run_cli(env, "approve", "p", "--hash", first, "--config", str(config))
+        by_cli = await anyio.to_thread.run_sync(run_cli, env, "approve", "p", "--hash", first, "--config", str(config))
         assert by_cli.returncode == 1 and "nothing approved" in by_cli.stderr, by_cli.stderr
         # nothing got through: no lock of the new tools, still held, not listed, not approved
         lock = json.loads((state / "locks" / "p.json").read_text())
@@ -436,7 +436,7 @@ async def test_an_approval_bound_to_the_hash_shown_is_refused_once_the_catalog_c
         assert {"p__sneaky", "p__sneakier"} <= await names(client)
         await client.call_tool("p__add_tool", {"name": "third"})
         third = await shown(other_than=second)
-        by_cli = run_cli(env, "approve", "p", "--hash", third, "--config", str(config))
+        by_cli = await anyio.to_thread.run_sync(run_cli, env, "approve", "p", "--hash", third, "--config", str(config))
         assert by_cli.returncode == 0, by_cli.stderr
         await wait_for(client, lambda seen: "p__third" in seen)
     assert [e.get("via") for e in events(state) if e["event"] == "lock_approved"] == ["dashboard", "cli"]
