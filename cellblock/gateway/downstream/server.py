@@ -58,7 +58,6 @@ from cellblock.gateway.downstream.ratelimit import Budget
 from cellblock.gateway.downstream.rounds import (
     Answered,
     Caller,
-    DownstreamError,
     LocalRound,
     Progress,
     RemoteRequests,
@@ -162,8 +161,7 @@ class Downstream:
         """
         await self.supervisor.ready()
         if self.client is None:
-            why = self.supervisor.error or "did not start in time"
-            raise DownstreamError(f"server '{self.name}' is not running: {why}")
+            raise self.supervisor.not_running()
         return self.client
 
     # -- what the supervisor needs (`Supervised`) -----------------------------------------------

@@ -104,9 +104,13 @@ class Supervisor:
         """
         self.retry()
         if self.state == State.FAILED:
-            raise DownstreamError(f"server '{self.name}' is not running: {self.error}")
+            raise self.not_running()
         with anyio.move_on_after(START_SECONDS):
             await self._ready.wait()
+
+    def not_running(self) -> DownstreamError:
+        """The error of a call to a server that is failed, or did not come up in time."""
+        return DownstreamError(f"server '{self.name}' is not running: {self.error or 'did not start in time'}")
 
     @property
     def retryable(self) -> bool:

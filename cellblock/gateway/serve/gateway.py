@@ -99,7 +99,7 @@ class Gateway:
                 timeout=config.timeout_of(name),
                 protocol=server.protocol,
                 on_listing=lambda ds: self.keeper.on_listing(ds),
-                on_log=lambda ds, params: self.logs.idle(ds, params),
+                on_log=lambda _, params: self.logs.idle(params),
                 audit=self.audit,
                 runtime=runtime or Path("/nonexistent"),
                 sampling=config.sampling_of(name),

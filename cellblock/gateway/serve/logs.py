@@ -18,7 +18,6 @@ import mcp.types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.session import ServerSession
 
-from cellblock.gateway.downstream.server import Downstream
 from cellblock.gateway.scrub import Scrubbed, scrub
 
 __all__ = ["LOG_LEVELS", "ClientLogs", "log_passes"]
@@ -52,7 +51,7 @@ class ClientLogs:
             (data, logger_name), _ = scrub([params.data, params.logger], self.secrets())
             await session.send_log_message(params.level, data, logger=logger_name)
 
-    def idle(self, ds: Downstream, params: types.LoggingMessageNotificationParams) -> None:
+    def idle(self, params: types.LoggingMessageNotificationParams) -> None:
         if not log_passes(params.level, self.level):
             return
         with contextlib.suppress(Scrubbed):  # a log too deep to check for secrets is not passed on
