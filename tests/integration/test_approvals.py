@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import anyio
 import mcp.types as types
 import pytest
 
+from cellblock.gateway.ask import elicitation
 from tests.harness import build, connected
 from tests.integration.conftest import probe_server, write_config
 
@@ -224,24 +226,36 @@ async def test_a_client_that_cannot_elicit_is_answered_from_the_cli(tmp_path: Pa
     assert unknown.returncode == 1 and "no pending approval" in unknown.stderr
 
 
-async def test_an_expired_2026_approval_state_is_refused(tmp_path: Path) -> None:
+async def test_an_expired_2026_approval_state_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [time.time()]  # the clock sealed states expire by stands still until the test moves it
+    monkeypatch.setattr(elicitation, "now", lambda: clock[0])
     async with connected(
         build(config(tmp_path, timeout=1), tmp_path / "state"), mode="auto", elicitation_callback=Human()
     ) as c:
-        first = await c.session.call_tool("p__echo", {"message": "a"}, allow_input_required=True)
-        assert isinstance(first, types.InputRequiredResult) and first.request_state
-        yes = {
-            key: types.ElicitResult(action="accept", content={"decision": "allow_once"}) for key in first.input_requests
-        }
-        # the state's lifetime is approvals.timeout (1 s); let it pass: a deadline, no event to wait on
-        await anyio.sleep(1.5)
-        late = await c.session.call_tool(
-            "p__echo",
-            {"message": "a"},
-            input_responses=yes,
-            request_state=first.request_state,
-            allow_input_required=True,
-        )
+        forms: dict[str, types.InputRequiredResult] = {}
+        for message in ("held", "late"):  # two forms, sealed at the same moment
+            form = await c.session.call_tool("p__echo", {"message": message}, allow_input_required=True)
+            assert isinstance(form, types.InputRequiredResult) and form.request_state
+            forms[message] = form
+
+        async def retry(message: str) -> Any:
+            yes = {
+                key: types.ElicitResult(action="accept", content={"decision": "allow_once"})
+                for key in forms[message].input_requests
+            }
+            return await c.session.call_tool(
+                "p__echo",
+                {"message": message},
+                input_responses=yes,
+                request_state=forms[message].request_state,
+                allow_input_required=True,
+            )
+
+        # a state's lifetime is approvals.timeout (1 s)
+        clock[0] += 0.9
+        assert text(await retry("held")) == "held"  # the control: just within its lifetime the state holds
+        clock[0] += 0.2
+        late = await retry("late")
         assert late.is_error and "expired" in text(late)
 
 

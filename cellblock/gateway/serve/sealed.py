@@ -10,11 +10,11 @@ sends can forge an answer.
 from __future__ import annotations
 
 import secrets
-import time
 from typing import Any
 
 import mcp.types as types
 
+from cellblock.gateway.ask import elicitation
 from cellblock.gateway.ask.elicitation import Sealer, StateRejected
 
 __all__ = ["APPROVAL_KEY", "STATE_PREFIX", "SealedAnswers", "human_answer"]
@@ -60,7 +60,7 @@ class SealedAnswers:
         nonce = str(claim.get("nonce"))
         if nonce in self._used:
             return "the approval state was already used"
-        self._used = {n: e for n, e in self._used.items() if e > time.time()}
+        self._used = {n: e for n, e in self._used.items() if e > elicitation.now()}
         self._used[nonce] = float(claim["exp"])
         return claim
 
