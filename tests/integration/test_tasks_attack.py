@@ -297,10 +297,20 @@ async def test_a_repeated_update_cannot_approve_a_second_sampling_request(sessio
 # -- approval before the task ------------------------------------------------------------------------
 
 
-async def _approval_round(client: Any, name: str) -> types.InputRequiredResult:
-    first = await client.session.call_tool(name, {}, allow_input_required=True, allow_claimed=True)
+async def _approval_round(client: Any, name: str, arguments: dict[str, Any] | None = None) -> types.InputRequiredResult:
+    first = await client.session.call_tool(name, arguments or {}, allow_input_required=True, allow_claimed=True)
     assert isinstance(first, types.InputRequiredResult), first
     return first
+
+
+async def _after_all_sent_to_g(client: Any) -> None:
+    """Return once `g` has answered an echo allowed once: the server takes the requests of its one
+    connection in order, so whatever the gateway sent it before has reached it by then."""
+    first = await _approval_round(client, "g__echo", {"message": "barrier"})
+    [key] = first.input_requests or {}
+    created = await _allowed_once(client, first, key, "g__echo", {"message": "barrier"})
+    task = created.model_dump(by_alias=True, mode="json", exclude_none=True)
+    assert text_of(await until(client, task["taskId"], "completed")) == "barrier"
 
 
 @pytest.mark.parametrize(
@@ -315,11 +325,14 @@ async def _approval_round(client: Any, name: str) -> types.InputRequiredResult:
 )
 async def test_a_call_the_human_declines_never_becomes_a_task_nor_reaches_its_server(session: Any, answer: Any) -> None:
     client, tmp = session
-    before = len([e for e in audit(tmp) if e["event"] == "task" and e["server"] == "g"])
+
+    def hang_tasks() -> int:
+        return len([e for e in audit(tmp) if e["event"] == "task" and (e["server"], e["tool"]) == ("g", "hang")])
+
+    before, started = hang_tasks(), log_of(tmp, "g").count("hang started")
     first = await _approval_round(client, "g__hang")
     [key] = first.input_requests or {}
-    # no task while the human is asked
-    assert len([e for e in audit(tmp) if e["event"] == "task" and e["server"] == "g"]) == before
+    assert hang_tasks() == before  # no task while the human is asked
     refused = await client.session.call_tool(
         "g__hang",
         {},
@@ -330,16 +343,22 @@ async def test_a_call_the_human_declines_never_becomes_a_task_nor_reaches_its_se
     )
     dumped = refused.model_dump(by_alias=True, mode="json", exclude_none=True)
     assert "taskId" not in dumped and dumped.get("isError") is True, dumped
-    await anyio.sleep(0.5)  # what must not happen has no event: a bounded look for the server's start
-    assert "hang started" not in log_of(tmp, "g")
-    assert len([e for e in audit(tmp) if e["event"] == "task" and e["server"] == "g"]) == before
+    await _after_all_sent_to_g(client)  # a call that had reached `g` would have started by now
+    assert log_of(tmp, "g").count("hang started") == started
+    assert hang_tasks() == before
 
 
-async def _allowed_once(client: Any, first: types.InputRequiredResult, key: str) -> Any:
-    """The retry of `g__hang` that carries the human's "allow once" to the approval `first` asked."""
+async def _allowed_once(
+    client: Any,
+    first: types.InputRequiredResult,
+    key: str,
+    name: str = "g__hang",
+    arguments: dict[str, Any] | None = None,
+) -> Any:
+    """The retry of `name` (`g__hang`) that carries the human's "allow once" to the approval `first` asked."""
     return await client.session.call_tool(
-        "g__hang",
-        {},
+        name,
+        arguments or {},
         input_responses={key: types.ElicitResult(action="accept", content={"decision": "allow_once"})},
         request_state=first.request_state,
         allow_input_required=True,
@@ -428,7 +447,10 @@ async def test_update_and_cancel_after_a_cancel_change_nothing(session: Any) -> 
         taskId=created["taskId"],
         inputResponses={key: {"action": "accept", "content": {"answer": "x"}}},
     )
-    await anyio.sleep(0.3)  # a change that must not come has no event: a bounded wait for it
+    # `p` takes the requests of its one connection in order: once a later echo is answered, an answer
+    # the update had let through would have reached it and ended the call
+    echoed = await call(client, "p__echo", {"message": "after"})
+    assert text_of(await until(client, echoed["taskId"], "completed")) == "after"
     task = await send(client, "tasks/get", taskId=created["taskId"])
     assert task["status"] == "cancelled" and "result" not in task and "inputRequests" not in task
     records = [e for e in audit(tmp) if e["event"] == "task" and e.get("task") == created["taskId"]]
@@ -682,7 +704,10 @@ async def test_a_task_cancelled_while_its_lazy_server_starts_never_reaches_it(tm
         created = await call(client, "p__hang", {})
         await send(client, "tasks/cancel", taskId=created["taskId"])
         await eventually(lambda: log.exists() and "started p" in log.read_text())  # it started all the same
-        await anyio.sleep(1)  # what must not happen has no event: a bounded look for the hang's start
+        # `p` takes the requests of its one connection in order: once a later echo is answered, a hang
+        # sent before it would have started
+        echoed = await call(client, "p__echo", {"message": "after"})
+        assert text_of(await until(client, echoed["taskId"], "completed")) == "after"
         assert "hang started" not in log.read_text()
         assert (await send(client, "tasks/get", taskId=created["taskId"]))["status"] == "cancelled"
         # the control: not cancelled, the same call reaches the server that is up now
