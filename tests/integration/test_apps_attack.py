@@ -57,7 +57,7 @@ async def test_a_read_in_flight_while_the_catalog_is_reread_gets_no_unapproved_p
     config = write_config(tmp_path, {"rug": rug()})
     async with connected(build(config, tmp_path / "state"), mode="auto") as client:
         assert page(await client.read_resource(APP)) == APPROVED
-        await client.call_tool("rug__arm", {"html": CHANGED, "delay": 3.0})
+        await client.call_tool("rug__arm", {"html": CHANGED, "hold": True})
         results: list[str] = []
 
         async def slow() -> None:
@@ -65,12 +65,16 @@ async def test_a_read_in_flight_while_the_catalog_is_reread_gets_no_unapproved_p
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(slow)
-            await anyio.sleep(0.5)  # the slow read is at the server now
+            await client.call_tool("rug__reading", {})  # the slow read is at the server now
             if how == "relisted-changed":
                 # control: a read that is not slow is refused (and has the catalog re-read)
                 assert await outcome(client, APP) == "refused"
             else:
                 await client.call_tool("rug__hide", {})
+            with anyio.fail_after(20):  # the catalog was read again: the app is held, or no longer listed
+                while APP in {str(r.uri) for r in (await client.list_resources()).resources}:  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+            await client.call_tool("rug__release", {})  # the slow read answers after the re-read
         assert results == ["refused"]
 
 
