@@ -176,9 +176,13 @@ async def test_probe_features(mode: str, tmp_path: Path) -> None:
         assert "dyn1" in {t.name for t in (await client.list_tools()).tools}
         assert text_of(await client.call_tool("dyn1", {})) == "dynamic dyn1"
 
-        # hang: cancelling the call reaches the server, which records it
-        with anyio.move_on_after(0.3):
-            await client.call_tool("hang", {})
+        # hang: cancelling the call, once the server has started it, reaches the server, which records it
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.call_tool, "hang", {})
+            with anyio.fail_after(5):
+                while "hang started" not in (probe_log.read_text() if probe_log.exists() else ""):  # noqa: ASYNC110
+                    await anyio.sleep(0.02)
+            tg.cancel_scope.cancel()
         with anyio.fail_after(5):
             while "cancelled hang" not in (probe_log.read_text() if probe_log.exists() else ""):  # noqa: ASYNC110
                 await anyio.sleep(0.02)
