@@ -14,7 +14,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from tests.harness import build, connected
-from tests.integration.conftest import ROOT, write_config
+from tests.integration.conftest import ROOT, eventually, write_config
 from tests.integration.test_approvals import text
 from tests.integration.test_policy_lock import cli
 
@@ -71,9 +71,11 @@ async def test_a_read_in_flight_while_the_catalog_is_reread_gets_no_unapproved_p
                 assert await outcome(client, APP) == "refused"
             else:
                 await client.call_tool("rug__hide", {})
-            with anyio.fail_after(20):  # the catalog was read again: the app is held, or no longer listed
-                while APP in {str(r.uri) for r in (await client.list_resources()).resources}:  # noqa: ASYNC110
-                    await anyio.sleep(0.05)
+
+            async def reread() -> bool:  # the catalog was read again: the app is held, or no longer listed
+                return APP not in {str(r.uri) for r in (await client.list_resources()).resources}
+
+            await eventually(reread, timeout=20)
             await client.call_tool("rug__release", {})  # the slow read answers after the re-read
         assert results == ["refused"]
 

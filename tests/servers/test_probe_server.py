@@ -16,6 +16,8 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
 
+from tests.integration.conftest import eventually
+
 HERE = Path(__file__).parent
 PROBE = str(HERE / "probe.py")
 REPO = HERE.parent.parent
@@ -179,13 +181,9 @@ async def test_probe_features(mode: str, tmp_path: Path) -> None:
         # hang: cancelling the call, once the server has started it, reaches the server, which records it
         async with anyio.create_task_group() as tg:
             tg.start_soon(client.call_tool, "hang", {})
-            with anyio.fail_after(5):
-                while "hang started" not in (probe_log.read_text() if probe_log.exists() else ""):  # noqa: ASYNC110
-                    await anyio.sleep(0.02)
+            await eventually(lambda: "hang started" in (probe_log.read_text() if probe_log.exists() else ""), 5)
             tg.cancel_scope.cancel()
-        with anyio.fail_after(5):
-            while "cancelled hang" not in (probe_log.read_text() if probe_log.exists() else ""):  # noqa: ASYNC110
-                await anyio.sleep(0.02)
+        await eventually(lambda: "cancelled hang" in (probe_log.read_text() if probe_log.exists() else ""), 5)
         assert text_of(await client.call_tool("echo", {"message": "after hang"})) == "after hang"
 
 
