@@ -52,8 +52,9 @@ def build(config: Path, state: Path, *, backoff: Backoff | None = None, runtime:
     """
     state.mkdir(mode=0o700, parents=True, exist_ok=True)
     loaded, source = load_config(config)
-    control = None if runtime is None else runtime / "cellblock"
-    if runtime is not None and control is not None:
+    control = None
+    if runtime is not None:
+        control = runtime / "cellblock"
         for private in (runtime, control):  # the CLI uses a runtime dir only while it is private
             private.mkdir(mode=0o700, exist_ok=True)
     gateway = Gateway(loaded, state, control, source)
