@@ -4,9 +4,10 @@ Timed in this process with `timeit`, on the gateway's real objects: the probe's 
 once from a real probe) as the catalog of 16 and of 50 servers, a `Pipeline` with the benchmark's
 policy and a real audit log, a `Locks` with each server's lock on disk.
 
-- On every fast call: the admission (`Pipeline.allow_now`: route, the policy's decision, the
-  decision's audit record), the end's audit record (`Pipeline.finished`), and shaping the answer
-  (`exposed_result` and `wire_result`, per protocol version).
+- On every fast call: the admission (each of `Pipeline.stages` by `Pipeline.decide_now`: route,
+  the policy's decision, the decision's audit record), the end's audit record
+  (`Pipeline.finished`), and shaping the answer (`exposed_result` and `wire_result`, per
+  protocol version).
 - Off the call, when a server starts, says `list_changed` or is approved: the lock review of one
   server (`Locks.review`: every item hashed and compared with the lock file), the catalog rebuild
   (`build_catalog`), and the list serialized once per rebuild and protocol version (`Catalog.wire`).
@@ -103,11 +104,11 @@ def hot_path_tables(tools: tuple[types.Tool, ...], echo: dict[str, Any], quick: 
             raise AssertionError("the benchmark's echo call is allowed outright")
 
         pipeline = Pipeline(lambda: catalog, lambda name: None, policies, audit, never)
-        route = catalog.tool_routes["probe__echo"]
         call = Call("probe__echo", {"message": "hi"})
-        if not pipeline.allow_now(call, route):
+        admitted = lambda: all(pipeline.decide_now(call, stage) for stage in pipeline.stages)  # noqa: E731
+        if not admitted():
             raise RuntimeError("the benchmark's policy does not allow echo outright")
-        admit = _micros(lambda: pipeline.allow_now(call, route), number)
+        admit = _micros(admitted, number)
         end = _micros(lambda: pipeline.finished(call, False, 1.5), number)
         with serving(_Collector) as collector:  # what the exporter sends, accepted and dropped
             observed = Audit(state / "observed.jsonl")

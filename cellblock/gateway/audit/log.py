@@ -160,7 +160,8 @@ class Observer(Protocol):
 
 
 class Audit:
-    """Appends events to a JSONL file; a failed write is logged and sets `failed`, never raised.
+    """Appends events to a JSONL file; a failed write is logged, sets `failed`, and is raised
+    (`AuditUnwritten`) unless it was written with `note`.
 
     `failed` describes the most recent `write()`; `failures` counts every failed write. The file
     is opened with O_APPEND and each event is one `os.write` of the whole line, under an `flock`

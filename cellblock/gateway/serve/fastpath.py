@@ -6,10 +6,12 @@ memory streams and tasks on both sides of the gateway, and serialize it again on
 about as much work again as the call itself. This module takes those messages off the wire
 (`gateway/wire/client.py`) as parsed JSON and answers them directly:
 
-- `tools/call`, when the connection is one the SDK already accepted (`Wire.served_version`), the
-  name routes to a running local server, the policy allows it without asking (`Pipeline.allow_now`,
-  which audits the decision first), and it is not the retry of an earlier round: the guards of
-  `CALL_GUARDS`, in order, the first that declines handing the call on. The call is then
+- `tools/call`, when every step of a call's one list lets it on without waiting
+  (`serve/callhandler.py: CallHandler.path`, each step's fast face, in order): the connection is
+  one the SDK already accepted (`Wire.served_version`), it is not the retry of an earlier round,
+  the name routes to a running local server, and the pipeline's stages allow it without asking
+  (`Pipeline.decide_now`; the last writes the allow's audit record). The first step that
+  declines hands the call to the SDK's server, which walks the same list. The call is then
   a `ToolCall` (`serve/calls.py`) like any other, answered on the wire (`WireReply`): its result
   shaped as the SDK would shape it (`wire_result`) and written back under the client's id. A
   server's question midway goes to the client from here too: a handshake-era client is asked on
@@ -26,26 +28,22 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import mcp.types as types
-from mcp_types import LOG_LEVEL_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from cellblock.gateway.ask.elicitation import Asker, elicits, elicits_url, samples
 from cellblock.gateway.ask.forms import framed
-from cellblock.gateway.downstream.server import Downstream
-from cellblock.gateway.downstream.supervisor import State
 from cellblock.gateway.scrub import Scrubbed, scrub
+from cellblock.gateway.serve.callhandler import CallHandler, Taken
 from cellblock.gateway.serve.calls import Calls, ToolCall
 from cellblock.gateway.serve.catalog import LIST_KINDS, Catalog
 from cellblock.gateway.serve.keeper import CatalogKeeper
 from cellblock.gateway.serve.logs import log_passes
-from cellblock.gateway.serve.pipeline import Call, Pipeline
 from cellblock.gateway.serve.search import Client, Search
 from cellblock.gateway.serve.shaping import wire_result
-from cellblock.gateway.serve.tasks import asks_for_tasks
 from cellblock.gateway.wire.client import Wire
 from cellblock.gateway.wire.lines import valid_id
 
@@ -57,10 +55,9 @@ logger = logging.getLogger(__name__)
 class Host(Protocol):
     """What the fast path needs of the gateway it serves for (`serve/gateway.py`)."""
 
-    pipeline: Pipeline
+    call_handler: CallHandler  # a tools/call's steps (`CallHandler.fast`: their fast faces)
     calls: Calls  # what every call shares: its task group and the secrets no answer may carry
     search: Search
-    downstreams: dict[str, Downstream]
     keeper: CatalogKeeper
 
 
@@ -194,18 +191,18 @@ class FastPath:
     # -- calls --------------------------------------------------------------------------------
 
     def _take_call(self, message: dict[str, Any]) -> bool:
-        """A call the guards let through (`CALL_GUARDS`, in order) is taken and sent; any guard
-        that declines hands it to the SDK's server, which decides, waits or explains."""
-        taken = Taken(message)
-        for guard in CALL_GUARDS:
-            if not guard(self, taken):
+        """A call every step lets on (`CallHandler.path`'s fast faces, in order) is taken and sent;
+        any step that declines hands it to the SDK's server, which decides, waits or explains."""
+        taken = Taken(message, self.wire)
+        for now in self.host.call_handler.fast:
+            if not now(taken):
                 return False
         call, ds = taken.call, taken.ds
-        if call is None or ds is None:  # the guards set both on the way
+        if call is None or ds is None:  # the steps set both on the way
             return False
         forwarded: dict[str, Any] = {"name": call.tool}
         if "arguments" in taken.params:
-            forwarded["arguments"] = taken.arguments
+            forwarded["arguments"] = call.arguments
         if taken.meta:
             forwarded["_meta"] = taken.meta
         reply = WireReply(self, message["id"], taken.version, taken.token, taken.params)
@@ -224,91 +221,3 @@ class FastPath:
             return False
         tc.cancel("cancelled by the client")
         return True
-
-
-@dataclass
-class Taken:
-    """A tools/call on its way through the fast path's guards: what each found, for the next."""
-
-    message: dict[str, Any]
-    params: dict[str, Any] = field(default_factory=dict)
-    name: str = ""
-    arguments: Any = None
-    meta: dict[str, Any] = field(default_factory=dict)
-    token: Any = None  # the client's progress token
-    version: str = ""
-    route: tuple[str, str] = ("", "")  # the server and its tool
-    ds: Downstream | None = None
-    call: Call | None = None
-
-
-def well_formed(path: FastPath, taken: Taken) -> bool:
-    """Its params hold a name, object arguments and a `_meta` object; else the SDK's validation
-    names the problem."""
-    params = taken.message.get("params")
-    if not isinstance(params, dict):
-        return False
-    name, arguments, meta = params.get("name"), params.get("arguments"), params.get("_meta", {})
-    if not isinstance(name, str) or not isinstance(meta, dict):
-        return False
-    taken.params, taken.name, taken.arguments, taken.meta = params, name, arguments, meta
-    return arguments is None or isinstance(arguments, dict)
-
-
-def first_round(path: FastPath, taken: Taken) -> bool:
-    """Not the retry of an earlier round, nor a per-request log opt-in."""
-    params = taken.params
-    return not ("requestState" in params or "inputResponses" in params or LOG_LEVEL_META_KEY in taken.meta)
-
-
-def no_task(path: FastPath, taken: Taken) -> bool:
-    """It cannot become a task (`serve/tasks.py`, `serve/handshake_tasks.py`)."""
-    return not (asks_for_tasks(taken.params) or "task" in taken.params)
-
-
-def plain_token(path: FastPath, taken: Taken) -> bool:
-    """A progress token, if any, is a string or an integer."""
-    token = taken.token = taken.meta.get("progressToken")
-    return token is None or (not isinstance(token, bool) and isinstance(token, str | int))
-
-
-def routed(path: FastPath, taken: Taken) -> bool:
-    """The connection is one the SDK accepted, and the name routes to a tool not held."""
-    version = path.wire.served_version(taken.params)
-    route = path.host.pipeline.route(taken.name)
-    if version is None or route is None:
-        return False
-    taken.version, taken.route, taken.ds = version, route, path.host.downstreams[route[0]]
-    return True
-
-
-def running(path: FastPath, taken: Taken) -> bool:
-    """Its server is a local one, up, with its pipes open; starting, restarting or remote, the
-    SDK's path waits or explains."""
-    ds = taken.ds
-    if ds is None:
-        return False
-    channel = ds.channel
-    return ds.supervisor.state is State.READY and ds.client is not None and channel is not None and channel.open
-
-
-def allowed(path: FastPath, taken: Taken) -> bool:
-    """The pipeline's stages allow it without asking anyone, and the allow is audited
-    (`Pipeline.allow_now`); an ask, a deny, or an audit log that cannot be written is the SDK's."""
-    call = Call(taken.name, taken.arguments)
-    if not path.host.pipeline.allow_now(call, taken.route):
-        return False
-    taken.call = call
-    return True
-
-
-# The fast path's guards on a tools/call, in order: each lets it on (True) or declines it (False).
-CALL_GUARDS: tuple[Callable[[FastPath, Taken], bool], ...] = (
-    well_formed,
-    first_round,
-    no_task,
-    plain_token,
-    routed,
-    running,
-    allowed,
-)

@@ -193,7 +193,7 @@ class Gateway:
             send_log=self.logs.send,
             redeem=self.parked.redeem,
             carried=self.approvals.sealed.carried,
-            admit=self.pipeline.admit,
+            pipeline=self.pipeline,
             tasks=lambda: self.tasks,
         )
         self.server = self._build_server()

@@ -1,5 +1,6 @@
-"""The call path, in one place: route -> start -> secrets -> lock -> policy -> share -> approval -> record,
-then (the call's own, `serve/calls.py`) forward and the audit of its end.
+"""The decisions on a call: route -> start -> secrets -> lock -> policy -> share -> approval -> record.
+They are the middle of a tools/call's one list of steps (`serve/callhandler.py: CallHandler.path`),
+and then (the call's own, `serve/calls.py`) it is forwarded and the audit of its end written.
 
 The stages are data (`Pipeline.stages`), run in order by every decision. Each can only pass a
 call on, refuse it by raising `Refused` (audited, and a tool error the model can read), or
@@ -7,12 +8,13 @@ return a wait for someone (the human's review of a held catalog, an `ask`); none
 an earlier one decided. Every allow is written to the audit log before anything is forwarded:
 if that write fails, the call is refused (`Unrecorded`).
 
-`admit` runs every stage and waits where one asks to; a call that may not go on is raised as
-`NotAdmitted` (a `Refused`, audited, or `Unrecorded`), which the caller answers. `allow_now` is
-the fast path's decision (gateway/serve/fastpath.py): the same stages, taken only when they
-allow the call without waiting for anyone; whatever else they would say, it says nothing and
-leaves the call to `admit`. `admit_item` runs the stages from policy on for a prompt get or a resource read that
-the gateway has routed and checked against the lock itself: the same rules machinery, the same
+`decide` runs one stage and waits where it asks to; a call that may not go on is raised as
+`NotAdmitted` (a `Refused`, audited, or `Unrecorded`), which the caller answers. `decide_now` is
+the fast path's (gateway/serve/fastpath.py): the same stage, taken only when it lets the call on
+without waiting for anyone; whatever else it would say, it says nothing and leaves the call to
+the SDK's path, which decides again. `admit` runs every stage (`decide`); `admit_item` runs the
+stages from secrets on, but the lock and the share, for a prompt get or a resource read that the
+gateway has routed and checked against the lock itself: the same rules machinery, the same
 approvals, the same `call` audit record (its `tool` is "prompt:NAME" or "resource:URI").
 
 `start` refuses a call to a server that cannot start (its package not installed, its secret not
@@ -127,10 +129,6 @@ class Unrecorded(NotAdmitted):
     """The allow could not be written to the audit log: no call runs unrecorded."""
 
 
-class _Waits(Exception):
-    """A stage would wait for someone (the human); the fast decision leaves the call to `admit`."""
-
-
 logger = logging.getLogger(__name__)
 
 # Seconds a call waits for the secrets the gateway holds to be read from the keyring (begun once,
@@ -148,7 +146,7 @@ class Pipeline:
     """Runs the stages for a call against the current catalog, lock holds and policies.
 
     One sequence, `stages` (route -> start -> secrets -> lock -> policy -> share -> approval -> record), for every
-    decision: `admit` waits where a stage asks to, `allow_now` (the fast path's) stops there and
+    decision: `decide` waits where a stage asks to, `decide_now` (the fast path's) stops there and
     says nothing; `admit_item` runs the same stages from secrets on, but the lock. Forwarding and
     the audit of the call's end are the call's own (`serve/calls.ToolCall`). `learn` reads every
     server's credentials (None: the config names none), once, in `learn_secrets`.
@@ -208,29 +206,34 @@ class Pipeline:
         call.policy, call.item = policy, name
         await self._run(call, self.item_stages)
 
-    def allow_now(self, call: Call, route: tuple[str, str]) -> bool:
-        """The fast path's decision on a call whose name routes to `route`: True when the stages
-        allow it without waiting for anyone, and the allow is audited. False decides and writes
-        nothing (but a failed audit write): the call then goes through `admit`, which asks,
-        refuses or records the failure.
+    async def decide(self, call: Call, stage: Stage) -> None:
+        """One stage for the call, waiting where it asks to: what the SDK's path runs.
+
+        Raises:
+            NotAdmitted: refused (audited), or its allow could not be recorded.
+            NeedsInput: a 2026-07-28 client must be asked through an InputRequiredResult.
         """
         try:
-            for stage in self.stages:
-                if stage(call) is not None:
-                    raise _Waits
-        except (NotAdmitted, _Waits):
-            return False
-        return call.server == route[0] and call.tool == route[1]
-
-    async def _run(self, call: Call, stages: tuple[Stage, ...]) -> None:
-        try:
-            for stage in stages:
-                wait = stage(call)
-                if wait is not None:
-                    await wait()
+            wait = stage(call)
+            if wait is not None:
+                await wait()
         except Refused as refused:
             refused.text = self.refusal(call, refused.verdict, **refused.fields)
             raise
+
+    def decide_now(self, call: Call, stage: Stage) -> bool:
+        """One stage for the fast path: True when it lets the call on without waiting for anyone.
+        False decides and writes nothing (but a failed audit write): the call then goes the SDK's
+        way, where the stages decide again, and ask, refuse or record the failure.
+        """
+        try:
+            return stage(call) is None
+        except NotAdmitted:
+            return False
+
+    async def _run(self, call: Call, stages: tuple[Stage, ...]) -> None:
+        for stage in stages:
+            await self.decide(call, stage)
 
     # -- the stages -----------------------------------------------------------------------------
 

@@ -84,6 +84,20 @@ async def test_an_allowed_call_is_forwarded_and_audited_before_it_runs(tmp_path:
     assert end["tool"] == "echo" and end["is_error"] is False
 
 
+def test_a_call_walks_one_list_of_named_steps_and_the_fast_path_walks_the_same_list(tmp_path: Path) -> None:
+    handler = build(write_config(tmp_path, {"r": raw_server()}), tmp_path / "state").call_handler
+    assert [step.name for step in handler.path] == [
+        *("served", "search", "own", "reply", "retry", "review", "local"),
+        *("route", "start", "secrets", "lock", "policy", "share", "approval", "record"),
+        "run",
+    ]
+    assert handler.fast == tuple(step.now for step in handler.path if step.now is not None)
+    # every stage decides on both paths; the fast path can neither answer the gateway's own
+    # tools nor wait for a server to start, and the SDK validated the request itself
+    assert [step.name for step in handler.path if step.now is None] == ["review", "run"]
+    assert [step.name for step in handler.path if step.run is None] == ["served", "local"]
+
+
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 @pytest.mark.parametrize("fast", [True, False])
 async def test_the_harness_serves_on_the_gateways_wire_where_the_fast_path_answers(

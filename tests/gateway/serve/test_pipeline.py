@@ -194,15 +194,18 @@ def test_the_stages_run_in_the_order_the_design_names() -> None:
     ]
 
 
+def now(path: Pipeline, call: Call) -> bool:
+    """The fast path's decision: every stage lets the call on without waiting (`decide_now`)."""
+    return all(path.decide_now(call, stage) for stage in path.stages)
+
+
 @pytest.mark.parametrize(("tool", "held"), [("read", ()), ("write", ()), ("delete", ()), ("read", ("read",))])
 async def test_the_fast_decision_takes_only_a_call_allowed_without_waiting_and_writes_nothing_else(
     tmp_path: Path, tool: str, held: tuple[str, ...]
 ) -> None:
     log, human = tmp_path / "audit.jsonl", Human(Decision.ALLOW)
     shown = catalog(*({"read", "write", "delete"} - set(held)), held=held)
-    fast = pipeline(Audit(log), shown, human, reviewer=lambda call: None).allow_now(
-        Call(f"fs__{tool}", None), ("fs", tool)
-    )
+    fast = now(pipeline(Audit(log), shown, human, reviewer=lambda call: None), Call(f"fs__{tool}", None))
     assert fast is (tool == "read" and not held) and human.asked == []
     assert decisions(log) == ([("read", "allow", "read")] if fast else [])
 
@@ -218,7 +221,7 @@ async def test_a_call_carrying_another_servers_secret_is_refused_by_name_and_nev
     audit.add_secret(TOKEN, "gh", "secret GITHUB_TOKEN (keyring entry 'gh-token')")
     path = pipeline(audit, catalog("read"))
     encoded = {"blob": base64.b64encode(f"x:{TOKEN}".encode()).decode()}
-    assert not path.allow_now(Call("fs__read", encoded), ("fs", "read"))
+    assert not now(path, Call("fs__read", encoded))
     refused = await decided(path.admit, Call("fs__read", encoded))
     assert text(refused).startswith(
         "refused: secret: its arguments carry the secret GITHUB_TOKEN (keyring entry 'gh-token') of server 'gh'"
@@ -234,7 +237,7 @@ async def test_a_servers_own_secret_passes_and_a_call_without_one_reads_nothing(
     audit = Audit(log)
     audit.add_secret(TOKEN, "fs", "secret TOKEN (keyring entry 'fs-token')")
     path = pipeline(audit, catalog("read"))
-    assert path.allow_now(Call("fs__read", {"path": TOKEN}), ("fs", "read"))
+    assert now(path, Call("fs__read", {"path": TOKEN}))
     assert records(log)[0]["arguments"] == {"path": "[redacted]"}
 
 
@@ -261,7 +264,7 @@ async def test_a_decision_waits_for_the_one_reading_of_every_servers_credentials
         audit.add_secret(TOKEN, "gh", "secret GITHUB_TOKEN (keyring entry 'gh-token')")
 
     path = learning(audit, learn)
-    assert not path.allow_now(Call("fs__read", {"path": "a"}), ("fs", "read"))  # not known yet: the SDK's path
+    assert not now(path, Call("fs__read", {"path": "a"}))  # not known yet: the SDK's path
     results: list[types.CallToolResult | None] = []
 
     async def admit(arguments: dict[str, Any]) -> None:
@@ -279,7 +282,7 @@ async def test_a_decision_waits_for_the_one_reading_of_every_servers_credentials
     assert learnt == [1] and all(r is not None and r.is_error for r in results)
     await path.learn_secrets()
     assert learnt == [1]  # once
-    assert path.allow_now(Call("fs__read", {"path": "a"}), ("fs", "read"))  # known now: the fast path decides
+    assert now(path, Call("fs__read", {"path": "a"}))  # known now: the fast path decides
 
 
 async def test_a_keyring_that_never_answers_refuses_the_call_at_its_deadline(
@@ -306,7 +309,7 @@ async def test_a_keyring_that_fails_refuses_every_call_and_lets_none_through(tmp
     log = tmp_path / "audit.jsonl"
     path = learning(Audit(log), broken)
     await path.learn_secrets()
-    assert not path.allow_now(Call("fs__read", {"path": "a"}), ("fs", "read"))
+    assert not now(path, Call("fs__read", {"path": "a"}))
     refused = await decided(path.admit, Call("fs__read", {"path": "a"}))
     assert "could not read the secrets it holds from the keyring (RuntimeError)" in text(refused)
     assert decisions(log) == [("read", "deny", "secret")]
