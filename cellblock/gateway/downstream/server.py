@@ -245,24 +245,10 @@ class Downstream:
         # One deadline covers spawn, handshake and first lists; lifted once the server is ready.
         with anyio.CancelScope(deadline=anyio.current_time() + START_SECONDS) as scope:
             async with client:
-                listing = await fetch_listing(client, self.keys.pattern(), self.name)
+                # not a local of this frame, which lives as long as the connection: a re-read
+                # replaces the listing, and the first would be kept alive beside it
+                self._ready(client, await fetch_listing(client, self.keys.pattern(), self.name), offered)
                 scope.deadline = math.inf
-                if self.channel is not None:
-                    self.channel.answered = True
-                self.client, self.listing = client, listing
-                self.supervisor.up()
-                jail = jail_fields(self.config, self.plan, self.channel.confinement if self.channel else None)
-                self._event(
-                    "server_ready", protocol=client.protocol_version, tools=len(listing.tools), offered=offered, **jail
-                )
-                tools = len(listing.tools)
-                logger.info(
-                    "server '%s' is ready (%s, %d tools, %s)",
-                    self.name,
-                    client.protocol_version,
-                    tools,
-                    jail_line(jail),
-                )
                 try:
                     try:
                         if self.on_listing is not None:
@@ -285,6 +271,18 @@ class Downstream:
                     self.supervisor.ran()
         if scope.cancelled_caught:
             raise TimeoutError
+
+    def _ready(self, client: Client, listing: Listing, offered: list[str]) -> None:
+        """The server answered its handshake and first lists: up, told and audited."""
+        if self.channel is not None:
+            self.channel.answered = True
+        self.client, self.listing = client, listing
+        self.supervisor.up()
+        jail = jail_fields(self.config, self.plan, self.channel.confinement if self.channel else None)
+        tools = len(listing.tools)
+        self._event("server_ready", protocol=client.protocol_version, tools=tools, offered=offered, **jail)
+        version = client.protocol_version
+        logger.info("server '%s' is ready (%s, %d tools, %s)", self.name, version, tools, jail_line(jail))
 
     async def _transport(self, egress_socket: str | None) -> Any:
         """The connection for one run.

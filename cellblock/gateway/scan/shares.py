@@ -14,11 +14,11 @@ from pathlib import Path
 
 from cellblock.gateway.config.loading import parse_config
 from cellblock.gateway.config.model import ConfigError, LocalServer
-from cellblock.gateway.scan.gate import NotGrantable, check_path
-from cellblock.gateway.scan.proposal import Proposal, apply_proposal, configured, tidy, writable
-from cellblock.gateway.scan.scratch import ScanError
 from cellblock.gateway.state import StateWriteError, locked, state_dir
 from cellblock.policy.pathargs import covered
+
+# The scan's gate and config writer are imported when a call first names a path to share, not
+# when the gateway starts: most gateways never share one, and every module stays in memory.
 
 __all__ = ["ShareGate"]
 
@@ -30,6 +30,8 @@ class ShareGate:
         self._source = source
 
     def check(self, path: str, write: bool, writable: list[str]) -> str | None:
+        from cellblock.gateway.scan.gate import NotGrantable, check_path
+
         try:
             check_path(path, [self._source] if self._source else [], write=write, writable=writable)
         except NotGrantable as exc:
@@ -43,6 +45,9 @@ class ShareGate:
             StateWriteError: it was not written (no config, no such jailed server, the gate
                 refuses it, or the file could not be changed), and why.
         """
+        from cellblock.gateway.scan.proposal import Proposal, apply_proposal, configured, tidy, writable
+        from cellblock.gateway.scan.scratch import ScanError
+
         if self._source is None:
             raise StateWriteError("the gateway was started without a config file to write the grant into")
         source = self._source.resolve()  # a linked config (dotfiles) is written where it leads, stays a link

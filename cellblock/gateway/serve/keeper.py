@@ -84,7 +84,9 @@ class CatalogKeeper:
         self.shown: dict[str, Listing] = {}
         self._settled = anyio.Event()
         self._listed = anyio.Event()  # the client has asked for a list
-        self._start_catalog: Catalog | None = None  # the catalog once settled, until it changes
+        # the catalog is the one this start settled on: no rebuild since (a flag, so the old
+        # catalog is not kept alive after it changed)
+        self._as_started = False
 
     def start(self, tg: anyio.abc.TaskGroup) -> None:
         """List each server from its known catalog, start the others, and keep the catalog current
@@ -116,7 +118,7 @@ class CatalogKeeper:
 
     def as_started(self) -> bool:
         """The catalog is still the one this start settled on."""
-        return self.catalog is self._start_catalog
+        return self._as_started
 
     async def _start_after_first_list(self, known: list[Downstream]) -> None:
         """Start the eager servers whose catalog is known once the client has its first list:
@@ -154,7 +156,7 @@ class CatalogKeeper:
             if saved is not None:
                 ds.listing = self.shown[ds.name] = saved
         self._rebuild()
-        self._start_catalog = self.catalog
+        self._as_started = True
         self._settled.set()
 
     async def client_catalog(self) -> Catalog:
@@ -194,6 +196,7 @@ class CatalogKeeper:
             own = (status_tool(names.separator, names.max_length), review_tool(names.separator, names.max_length, held))
             catalog = dataclasses.replace(catalog, tools=(*catalog.tools, *own))
         old, self.catalog = self.catalog, catalog
+        self._as_started = False
         self.offer(catalog)
         return old
 

@@ -4,8 +4,10 @@ are the jailed test servers."""
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +113,21 @@ async def test_the_harness_serves_on_the_gateways_wire_where_the_fast_path_answe
         result = await client.call_tool("p__echo", {"message": "through"})
     assert result.structured_content == {"message": "through"}
     assert gateway.downstreams["p"].fast_calls == (1 if fast else 0)
+
+
+async def test_a_servers_catalog_read_again_leaves_no_earlier_listing_or_catalog_alive(tmp_path: Path) -> None:
+    """What a server offered before its re-read, and the catalog built from it, are freed: the
+    connection's coroutine (which lives as long as the connection) holds neither."""
+    gateway = build(write_config(tmp_path, {"r": raw_server()}), tmp_path / "state")
+    async with connected(gateway, mode="legacy") as client:
+        await client.list_tools()
+        ds = gateway.downstreams["r"]
+        first, start = weakref.ref(ds.listing), weakref.ref(gateway.keeper.catalog)
+        assert gateway.keeper.as_started()
+        await ds.refresh()  # what a list_changed from the server does
+        gc.collect()
+        assert ds.listing is not None and first() is None and start() is None
+        assert not gateway.keeper.as_started()  # a rebuild since the start
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
