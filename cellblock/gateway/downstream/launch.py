@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+import anyio
+import anyio.to_thread
+from anyio.lowlevel import RunVar
 from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, StdioServerParameters
 
 from cellblock.gateway.config.model import Config, JailConfig, LocalServer
@@ -153,6 +156,29 @@ def server_plan(
             "fix that directory, or set jail.home: throwaway"
         ) from exc
     return launch_plan(name, server, egress_socket, private, secrets, limits, own, kept=kept)
+
+
+# Jails planned at once, off the event loop: one per core. Planning reads and hashes files, so more
+# threads than cores gain nothing, and sixteen servers starting together would otherwise each take
+# a worker thread of their own, every one kept (its stack, its part of the C heap) for as long as
+# the thread pool keeps idle threads.
+PLANNED_AT_ONCE = os.cpu_count() or 2
+_planning: RunVar[anyio.CapacityLimiter] = RunVar("cellblock_planning")
+
+
+async def plan_off_loop(build: Callable[[], LaunchPlan]) -> LaunchPlan:
+    """`build` (a `server_plan`) in a worker thread, at most `PLANNED_AT_ONCE` at a time in the
+    event loop.
+
+    Raises:
+        JailError: see `server_plan`.
+    """
+    try:
+        limiter = _planning.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(PLANNED_AT_ONCE)
+        _planning.set(limiter)
+    return await anyio.to_thread.run_sync(build, limiter=limiter)
 
 
 def _macos_plan(

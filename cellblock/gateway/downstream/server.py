@@ -47,7 +47,7 @@ from cellblock.gateway.downstream.egressask import EgressApproval, ServerEgress
 from cellblock.gateway.downstream.httpwatch import HttpWatch
 from cellblock.gateway.downstream.jailreport import jail_fields, jail_line, tell_jail
 from cellblock.gateway.downstream.keys import ServerKeys
-from cellblock.gateway.downstream.launch import server_plan, stdio_parameters
+from cellblock.gateway.downstream.launch import plan_off_loop, server_plan, stdio_parameters
 from cellblock.gateway.downstream.learning import learning
 from cellblock.gateway.downstream.listing import Listing, fetch_listing
 from cellblock.gateway.downstream.local import LocalChannel, local_transport
@@ -295,8 +295,10 @@ class Downstream:
             values = await self.keys.environment()
             private = self.runtime / "servers" / self.name
             # off the event loop: building a jail looks at the disk (an installed tree is checked file by file)
-            build = functools.partial(server_plan, self.name, self.config, egress_socket, private, values, self.limits)
-            plan = learning(await anyio.to_thread.run_sync(build, self.own), self.name, self.config, self.learn_in)
+            build = functools.partial(
+                server_plan, self.name, self.config, egress_socket, private, values, self.limits, self.own
+            )
+            plan = learning(await plan_off_loop(build), self.name, self.config, self.learn_in)
             self._tell_jail(plan)
             if sys.platform == "win32":  # no process groups: the SDK's transport, and no fast path
                 return stdio_client(stdio_parameters(plan), errlog=sys.stderr)

@@ -442,3 +442,42 @@ def test_on_macos_a_socket_a_grant_holds_is_denied_in_the_profile(
     name = next(k for k, v in defines.items() if v == agent)
     assert f'(literal (param "{name}"))' in plan.argv[2]
     assert SCOPE not in plan.argv  # macOS has no abstract sockets: its network rules refuse every Unix socket
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("limit", [2, 16])
+async def test_servers_starting_together_plan_their_jails_on_at_most_one_thread_per_core(
+    monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    """Sixteen plans at once take `PLANNED_AT_ONCE` worker threads (2 here), the others wait for
+    one, rather than a thread each that then stays, idle, with its memory; the control, with a
+    limit of 16, takes one per server."""
+    import anyio
+    import anyio.from_thread
+
+    from cellblock.gateway.downstream import launch
+
+    at_once, most, release, full = [0], [0], threading.Event(), anyio.Event()
+    lock = threading.Lock()
+
+    def plan() -> Any:
+        with lock:
+            at_once[0] += 1
+            most[0] = max(most[0], at_once[0])
+            if at_once[0] == limit:
+                anyio.from_thread.run_sync(full.set)
+        release.wait(10)  # held until the test has looked
+        with lock:
+            at_once[0] -= 1
+        return None
+
+    monkeypatch.setattr(launch, "PLANNED_AT_ONCE", limit)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for _ in range(16):
+                tg.start_soon(launch.plan_off_loop, plan)
+            await full.wait()
+            await anyio.wait_all_tasks_blocked()  # every other plan is waiting for a thread by now
+            waiting = launch._planning.get().statistics().tasks_waiting
+            release.set()
+    assert (most[0], waiting) == (limit, 16 - limit)
