@@ -1,4 +1,4 @@
-"""A tools/call's one list of steps, `CallHandler.path`, walked by both ways a call can take.
+"""A tools/call's one list of steps, `CallHandler.path`, walked by every way a call can take.
 
 In order: served (the request is one the connection's era already accepted, well formed), search
 (a call of tool search's own tools, `serve/search.py`, is answered or turned into the call of the
@@ -6,16 +6,22 @@ tool it names), own (the gateway's status tool, `serve/review.py`), reply (how t
 back), retry (a 2026-07-28 retry resumes its parked call, or carries the human's answer to an
 approval question), review (the review tool), local (the fast path's: the name routes to a local
 server that is up), the pipeline's stages (`serve/pipeline.py`: route, start, secrets, lock,
-policy, share, approval, record), and run (the admitted call becomes a `ToolCall`,
-`serve/calls.py`, its server started if it is lazy, answered here or as a task the client polls;
-when its server is up, `ToolCall.start` rechecks the route before it sends).
+policy, share, approval, record), run (the admitted call becomes a `ToolCall`, `serve/calls.py`,
+its server started if it is lazy, answered here or as a task the client polls), then, in the
+call's own task, ready (its server up, logged in through the client where it must), recheck (a
+server that was not up at admission may offer something else now: the call still routes where
+it did) and send (the first round).
 
-Each step has two faces. `run`, the SDK's handler (`CallHandler.handle`), answers the call (a
-result) or lets it on (None), and waits where a stage asks to. `now`, the fast path's
+Each step has a face for each way. `run`, the SDK's handler (`CallHandler.handle`), answers the
+call (a result) or lets it on (None), and waits where a stage asks to. `now`, the fast path's
 (`serve/fastpath.py`), is synchronous over the raw JSON: True lets the call on, False hands it to
-the SDK's path, which starts again from the first step. A step without one of the faces has
-nothing to do on that path: the SDK validated the request itself, and only the SDK's path answers
-the gateway's own tools or waits for a server to start.
+the SDK's path, which starts again from the first step. `then` is the SDK's once the call is a
+`ToolCall`, walked by `ToolCall.start` (`Calls.then`) beside the handler (a task call is
+answered before its server is up), and again after a login for more scope: False, the call has
+ended. A step without one of the faces has nothing to do on that way: the SDK validated the
+request itself, only the SDK's path answers the gateway's own tools or waits for a server to
+start, and the fast path takes only a call whose server is up (`local`), just routed, and sends
+it at once.
 """
 
 from __future__ import annotations
@@ -144,6 +150,8 @@ class Step:
     name: str
     run: Callable[[Entry], Awaitable[CallResult | None]] | None  # the SDK's: an answer, or None to go on
     now: Callable[[Taken], bool] | None  # the fast path's: True goes on, False hands the call to the SDK
+    # the SDK's, once the call is a `ToolCall`, in a task of its own: False, it has ended
+    then: Callable[[ToolCall], Awaitable[bool]] | None = None
 
 
 @dataclass
@@ -177,9 +185,13 @@ class CallHandler:
             Step("local", None, self.local_now),
             *map(self.staged, self.pipeline.stages),
             Step("run", self.run, None),
+            Step("ready", None, None, self.ready),
+            Step("recheck", None, None, self.recheck),
+            Step("send", None, None, self.send),
         )
         self._sdk = tuple(step.run for step in self.path if step.run is not None)
         self.fast = tuple(step.now for step in self.path if step.now is not None)
+        self.then = tuple(step.then for step in self.path if step.then is not None)
 
     async def handle(self, ctx: Ctx, params: types.CallToolRequestParams) -> CallResult:
         self.met(ctx)
@@ -325,8 +337,9 @@ class CallHandler:
     # -- run ------------------------------------------------------------------------------------
 
     async def run(self, entry: Entry) -> CallResult:
-        """The admitted call becomes a `ToolCall`, its server started if it is lazy: answered
-        here, or as a task the client polls."""
+        """The admitted call becomes a `ToolCall`, its server started if it is lazy, and goes on
+        in a task of its own (`ToolCall.start`, the `then` steps): answered here, or as a task the
+        client polls."""
         call, params, reply = entry.admitting, entry.params, entry.replying
         ds = self.downstreams[call.server]
         ds.supervisor.start(self.tasks())  # lazy servers start on first use
@@ -345,3 +358,18 @@ class CallHandler:
         # started beside this handler: a login on the way may put a question to the client first
         self.tasks().start_soon(tc.start)
         return await reply.outcome(tc)
+
+    # -- ready, recheck, send ---------------------------------------------------------------------
+
+    async def ready(self, tc: ToolCall) -> bool:
+        """The server up (started, logged in through the client where it must): `ToolCall.ready`."""
+        return await tc.ready()
+
+    async def recheck(self, tc: ToolCall) -> bool:
+        """It still routes where it did now that its server is up: `ToolCall.recheck`."""
+        return tc.recheck()
+
+    async def send(self, tc: ToolCall) -> bool:
+        """The first round sent; the call's rounds, questions and end are its own (`serve/calls.py`)."""
+        tc.send()
+        return True

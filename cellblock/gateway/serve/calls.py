@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, cast
@@ -77,6 +77,9 @@ class Calls:
     # whether a page a tool result embeds under (server, its ui:// URI) may go to the client: no
     # default, which would pass every page
     page_passes: Callable[[str, str, dict[str, Any]], bool]
+    # the steps of a call once it is a `ToolCall` (`CallHandler.path`'s `then` faces, in order):
+    # False from one, the call has ended
+    then: tuple[Callable[[ToolCall], Awaitable[bool]], ...] = ()
 
 
 def _dumped(model: BaseModel) -> dict[str, Any]:
@@ -241,12 +244,22 @@ class ToolCall:
     # -- the rounds -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Send the first round once the server is up: it may be starting, or need a login that
-        the client can carry. A call refused meanwhile is answered with its refusal."""
-        with self._starting:
-            await self._start()
+        """The steps after admission (`Calls.then`: ready, recheck, send), until one ends the call.
+        A call refused meanwhile is answered with its refusal."""
+        for then in self.shared.then:
+            if not await then(self):
+                return
 
-    async def _start(self) -> None:
+    async def ready(self) -> bool:
+        """Wait for the server to be up: it may be starting, or need a login that the client can
+        carry. False: the call has ended (answered with why the server is not up) or was
+        cancelled meanwhile."""
+        with self._starting:
+            if not await self._ready():
+                return False
+        return self.state is not CallState.CANCELLED
+
+    async def _ready(self) -> bool:
         ds = self.ds
         try:
             for attempt in (1, 2):
@@ -254,22 +267,24 @@ class ToolCall:
                     await ds.login_through_client(self)
                 try:
                     await ds.ready_client()
-                    break
+                    return True
                 except DownstreamError:
                     if attempt == 1 and ds.needs_login and self.can_elicit_url:
                         continue  # it failed just now for want of a login: log in through the client
                     raise
         except (DownstreamError, CredentialError) as exc:
-            return self._end(self._failed(exc))
-        if self.state is CallState.CANCELLED:
-            return None
-        # a server that was not up at admission may offer something else now that it is
+            self._end(self._failed(exc))
+        return False
+
+    def recheck(self) -> bool:
+        """A server that was not up at admission may offer something else now that it is: the
+        call still routes where it did (`Pipeline.recheck`), or it ends with the refusal."""
         try:
             self.shared.pipeline.recheck(self.call)
         except NotAdmitted as refused:
-            return self._end(_dumped(refused.result))
-        self.send()
-        return None
+            self._end(_dumped(refused.result))
+            return False
+        return True
 
     def send(self) -> None:
         """Send the current round to the server, without waiting for it."""

@@ -196,6 +196,7 @@ class Gateway:
             pipeline=self.pipeline,
             tasks=lambda: self.tasks,
         )
+        self.calls.then = self.call_handler.then  # what an admitted call does once it is a ToolCall
         self.server = self._build_server()
 
     @property

@@ -87,17 +87,21 @@ async def test_an_allowed_call_is_forwarded_and_audited_before_it_runs(tmp_path:
 
 
 def test_a_call_walks_one_list_of_named_steps_and_the_fast_path_walks_the_same_list(tmp_path: Path) -> None:
-    handler = build(write_config(tmp_path, {"r": raw_server()}), tmp_path / "state").call_handler
+    gateway = build(write_config(tmp_path, {"r": raw_server()}), tmp_path / "state")
+    handler = gateway.call_handler
     assert [step.name for step in handler.path] == [
         *("served", "search", "own", "reply", "retry", "review", "local"),
         *("route", "start", "secrets", "lock", "policy", "share", "approval", "record"),
-        "run",
+        *("run", "ready", "recheck", "send"),
     ]
     assert handler.fast == tuple(step.now for step in handler.path if step.now is not None)
     # every stage decides on both paths; the fast path can neither answer the gateway's own
     # tools nor wait for a server to start, and the SDK validated the request itself
-    assert [step.name for step in handler.path if step.now is None] == ["review", "run"]
-    assert [step.name for step in handler.path if step.run is None] == ["served", "local"]
+    assert [step.name for step in handler.path if step.now is None] == ["review", "run", "ready", "recheck", "send"]
+    assert [step.name for step in handler.path if step.run is None] == ["served", "local", "ready", "recheck", "send"]
+    # once a ToolCall, an admitted call walks the rest of the same list (`ToolCall.start`)
+    assert [step.name for step in handler.path if step.then is not None] == ["ready", "recheck", "send"]
+    assert gateway.calls.then == handler.then == tuple(step.then for step in handler.path if step.then is not None)
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
