@@ -1,7 +1,7 @@
 """The gateway in memory: a real `Gateway` served to the SDK's real `Client`, in this process.
 
 The client speaks to the gateway over a pair of connected sockets, through the gateway's own wire
-(`Gateway.serve_wire`: the line reader and writer `cellblock serve` uses on its pipes, the fast
+(`serve/stdio.py: serve_wire`: the line reader and writer `cellblock serve` uses on its pipes, the fast
 path first, the SDK's server for the rest), so a test meets what a client of `cellblock serve`
 meets. `fast=False` serves the SDK's streams alone (`Gateway.run`), as an HTTP session is. The
 downstream servers are what the config names (the test servers under tests/servers, jailed as
@@ -33,6 +33,7 @@ from mcp.shared.message import SessionMessage
 from cellblock.gateway.config.loading import load_config
 from cellblock.gateway.downstream.backoff import Backoff
 from cellblock.gateway.serve.gateway import Gateway
+from cellblock.gateway.serve.stdio import serve_wire
 from cellblock.gateway.wire.stdio import DEFAULT_LINE_LIMIT, LineReader, OnLine, OnOversize, PipeWriter, Reader
 
 __all__ = ["build", "connected"]
@@ -112,7 +113,7 @@ async def _streams(gateway: Gateway, fast: bool, stopped: anyio.Event, tg: Any) 
     for end in (ours, theirs):
         end.setblocking(False)
     try:
-        tg.start_soon(run, gateway.serve_wire(_reader(theirs.fileno()), PipeWriter(theirs.fileno())))
+        tg.start_soon(run, serve_wire(gateway, _reader(theirs.fileno()), PipeWriter(theirs.fileno())))
         client = _LineClient(ours)
         yield client.transport, client.close
     finally:

@@ -29,6 +29,7 @@ def serve(config_path: str | None, verbose: bool, http: str | None = None) -> in
     from cellblock.gateway.config.model import ConfigError
     from cellblock.gateway.credentials import CredentialError
     from cellblock.gateway.serve.gateway import Gateway
+    from cellblock.gateway.serve.stdio import serve_stdio
 
     # stdout is the protocol channel: every log line goes to stderr, which clients keep as a log
     logging.basicConfig(
@@ -59,7 +60,7 @@ def serve(config_path: str | None, verbose: bool, http: str | None = None) -> in
     # a path a call names that a jail does not share is asked about, judged by the gate of grants
     gateway = Gateway(config, state_dir(), runtime_dir(), source, early, gate=ShareGate(source))
     if http is None:
-        anyio.run(gateway.serve_stdio)
+        anyio.run(serve_stdio, gateway)
         return EXIT_OK
     from cellblock.gateway.serve.http import http_token, parse_bind, serve_http
 

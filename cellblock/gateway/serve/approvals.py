@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp.types as types
@@ -57,6 +57,9 @@ from cellblock.gateway.serve.sealed import APPROVAL_KEY, SealedAnswers
 from cellblock.gateway.state import StateWriteError
 from cellblock.policy.text import visible
 from cellblock.policy.types import Decision, Verdict
+
+if TYPE_CHECKING:
+    from cellblock.gateway.serve.pipeline import Call
 
 __all__ = [
     "APPROVAL_KEY",
@@ -148,6 +151,11 @@ class Approvals:
         return gone
 
     # -- asking ----------------------------------------------------------------------------
+
+    async def approve(self, call: Call) -> Verdict:
+        """The pipeline's approval stage: the call's verdict (ask, where it has none) decided."""
+        verdict = call.verdict or Verdict(Decision.ASK, "default", "")
+        return await self.decide(call.server, call.tool, call.name, verdict, call)
 
     async def decide(self, server: str, tool: str, exposed: str, verdict: Verdict, call: Any) -> Verdict:
         """Turn an `ask` verdict into allow or deny, asking a human if nothing remembered answers.

@@ -185,7 +185,7 @@ class CallHandler:
             Step("local", None, self.local_now),
             *map(self.staged, self.pipeline.stages),
             Step("run", self.run, None),
-            Step("ready", None, None, self.ready),
+            Step("ready", None, None, ToolCall.ready),
             Step("recheck", None, None, self.recheck),
             Step("send", None, None, self.send),
         )
@@ -326,7 +326,9 @@ class CallHandler:
 
     def local_now(self, taken: Taken) -> bool:
         """The name routes to a tool not held, of a local server that is up with its pipes open;
-        starting, restarting or remote, the SDK's path waits or explains."""
+        starting, restarting or remote, the SDK's path waits or explains. (Before `route`, which
+        looks the name up again: a name that routes nowhere must not reach its refusal here,
+        whose text retries a server that failed, `startable.unavailable_of`.)"""
         route = self.pipeline.route(taken.call.name) if taken.call is not None else None
         if route is None:
             return False
@@ -359,11 +361,7 @@ class CallHandler:
         self.tasks().start_soon(tc.start)
         return await reply.outcome(tc)
 
-    # -- ready, recheck, send ---------------------------------------------------------------------
-
-    async def ready(self, tc: ToolCall) -> bool:
-        """The server up (started, logged in through the client where it must): `ToolCall.ready`."""
-        return await tc.ready()
+    # -- recheck, send (ready: `ToolCall.ready`) ---------------------------------------------------
 
     async def recheck(self, tc: ToolCall) -> bool:
         """It still routes where it did now that its server is up: `ToolCall.recheck`."""

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cellblock.gateway.audit.log import Audit
 from cellblock.gateway.config.model import Config, LocalServer
 from cellblock.gateway.downstream.server import Downstream
 from cellblock.gateway.downstream.startable import why_down
 from cellblock.gateway.serve.approvals import Approvals
-from cellblock.gateway.serve.control import NOT_FOUND
+from cellblock.gateway.serve.control import NOT_FOUND, ControlServer, socket_path
 from cellblock.gateway.serve.details import details
 from cellblock.gateway.serve.locking import Locks
 from cellblock.gateway.serve.pending import ANSWERED_FROM, OnceOnly
@@ -38,6 +39,18 @@ class Operations:
     shares: Shares | None  # the paths shared with servers (None: nobody is asked)
     source: Path | None  # the config file this gateway serves
     review: Review
+
+    def control(self, runtime: Path, audit: Audit) -> ControlServer:
+        """The control socket this gateway answers on, in `runtime`: the processes of its own
+        servers are refused, and each refusal (a foreign uid, a server, no or a wrong token) is audited."""
+
+        def servers() -> set[int]:
+            return {ds.channel.pid for ds in self.downstreams.values() if ds.channel is not None and ds.channel.pid}
+
+        def refused(op: str, pid: int | None, uid: int | None, why: str) -> None:
+            audit.note("control_refused", "", op=op, peer_pid=pid, peer_uid=uid, reason=why)
+
+        return ControlServer(socket_path(runtime), self.answer, servers, refused)
 
     async def answer(self, message: dict[str, Any]) -> dict[str, Any]:
         """One request from the control socket (the CLI of the same user)."""

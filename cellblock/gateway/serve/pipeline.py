@@ -242,13 +242,17 @@ class Pipeline:
         route = catalog.tool_routes.get(call.name)
         found = route if route is not None else catalog.held.get(call.name)
         if found is None:
-            reason = self._unavailable(call.name) or (
-                f"unknown tool '{call.name}': it is not in Cellblock's catalog; list the tools again"
-            )
-            raise Refused(Verdict(Decision.DENY, "route", reason))
+            raise Refused(Verdict(Decision.DENY, "route", self.unknown(call.name, "tool")))
         call.server, call.tool = found
         call.held = route is None
         return None
+
+    def unknown(self, name: str, kind: str) -> str:
+        """Why `name` (a tool, prompt, ...) is not in the catalog: its server is down, or it is unknown."""
+        return (
+            self._unavailable(name)
+            or f"unknown {kind} '{name}': it is not in Cellblock's catalog; list the {kind}s again"
+        )
 
     def _start(self, call: Call) -> Wait | None:
         why_not = self._startable(call.server) if self._startable is not None else None

@@ -56,7 +56,6 @@ class Reads:
     locks: Locks
     tasks: Callable[[], anyio.abc.TaskGroup]  # where a server is started
     secrets: Callable[[], re.Pattern[str] | None]  # the values no answer may carry
-    unknown: Callable[[str, str], str]  # why a name is not in the catalog (a server down?)
     send_log: SendLog
 
     async def get_prompt(
@@ -213,7 +212,7 @@ class Reads:
             call.server, call.tool = held[0], f"prompt:{held[1]}"
             self._refuse_item(call, "lock", held_reason("prompt", held[1], held[0]))
         call.tool = f"prompt:{exposed}"
-        self._unrouted(call, self.unknown(exposed, "prompt"))
+        self._unrouted(call, self.pipeline.unknown(exposed, "prompt"))
 
     async def _admit_item(self, ctx: Ctx, call: Call, params: Any, name: str) -> types.InputRequiredResult | None:
         """The policy (and, for `ask`, the human) on a routed prompt get or resource read that the
