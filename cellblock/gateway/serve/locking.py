@@ -16,7 +16,7 @@ import logging
 import os
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -159,10 +159,12 @@ def _unasked_of(state: Path, server: str, lock: Lock) -> frozenset[str]:
 
 
 def filter_listing(listing: Listing, approved: frozenset[str] | None) -> Listing:
-    """The part of `listing` whose items are approved (`None`: no lock, everything)."""
+    """The part of `listing` whose items are approved (`None`: no lock, everything); which of its
+    lists failed stays said."""
     if approved is None:
         return listing
-    return Listing(
+    return replace(
+        listing,
         tools=tuple(t for t in listing.tools if f"tool:{t.name}" in approved),
         prompts=tuple(p for p in listing.prompts if f"prompt:{p.name}" in approved),
         resources=tuple(

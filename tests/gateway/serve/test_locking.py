@@ -4,6 +4,7 @@ after; a hold is told once, not again at each re-read of the same held catalog."
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import mcp.types as types
@@ -90,7 +91,8 @@ def test_a_kind_that_failed_to_list_stays_approved_and_an_approval_meanwhile_kee
     assert approve_pending(tmp_path, audit, "db", "cli") == 2
     # the database is down (resources failed) and a new tool is held: approving it keeps the row approved
     down = Listing(tools=listing("read", "write").tools, failed=(("resources", "error -32603: down"),))
-    assert locks.review("db", down) == listing("read")
+    # shown: the approved tool, and which list failed (as a server without a lock shows it)
+    assert locks.review("db", down) == replace(listing("read"), failed=down.failed)
     assert approve_pending(tmp_path, audit, "db", "cli") == 3
     lock = load_lock(lock_path(tmp_path, "db"))
     assert lock is not None and set(lock.items) == {"tool:read", "tool:write", "resource:row://1"}
