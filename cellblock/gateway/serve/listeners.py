@@ -56,7 +56,7 @@ class Listeners:
     """The handshake-era clients of one gateway that take notifications outside any request."""
 
     def __init__(self) -> None:
-        self.wire: Wire | None = None  # the stdio client's (serve_stdio sets it)
+        self.wire: Wire | None = None  # the stdio client's (`serve/stdio.py: serve_wire` sets it)
         self.sessions: dict[str, ServerSession] = {}
 
     @staticmethod
