@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -46,6 +46,7 @@ __all__ = [
     "error_result",
     "failed_result",
     "forwardable",
+    "owner_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -84,7 +85,25 @@ class Caller(Able, Protocol):
 
     @property
     def asker(self) -> Asker | None: ...
+    @property
+    def waiting(self) -> bool:
+        """Its client waits on the call's own request (it is not a task, nor parked)."""
+        ...
+
     def log(self, params: types.LoggingMessageNotificationParams) -> None: ...
+
+
+def owner_of(in_flight: Sequence[Caller]) -> Caller | None:
+    """Of the calls in flight on a server, oldest first, the one a question or log from it belongs
+    to. Nothing in the protocol links them (over stdio the server's request names no call), so it
+    is the newest call whose client waits on its request, else the newest (a task); with none in
+    flight nobody can answer. Not a task first: the client is asked a call's question at once, a
+    task's only when it asks for the task's result, so a call's question put to a task would wait
+    unanswered, and the call with it; a task's question put to a call is answered at once."""
+    for caller in reversed(in_flight):
+        if caller.waiting:
+            return caller
+    return in_flight[-1] if in_flight else None
 
 
 class Round(Protocol):

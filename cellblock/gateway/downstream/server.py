@@ -66,6 +66,7 @@ from cellblock.gateway.downstream.rounds import (
     failed_result,
     forward_request,
     forwardable,
+    owner_of,
 )
 from cellblock.gateway.downstream.supervisor import Supervisor
 from cellblock.gateway.downstream.watch import Watched
@@ -326,10 +327,8 @@ class Downstream:
     # -- what the server sends us ----------------------------------------------------------
 
     def owner(self) -> Caller | None:
-        """The call a question or log from the server belongs to. Nothing in the protocol links
-        them (over stdio the server's request names no call), so it is the newest call in flight
-        on this server; with none in flight nobody can answer."""
-        return self._in_flight[-1] if self._in_flight else None
+        """The call a question or log from the server belongs to (`rounds.owner_of`)."""
+        return owner_of(self._in_flight)
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
         """A remote server's log (a local server's come through its channel, in order with its answers)."""

@@ -120,6 +120,11 @@ class ToolCall:
         return self if self.reply is not None or self.state is CallState.PARKED else None
 
     @property
+    def waiting(self) -> bool:
+        # every request but a task's is answered by the request (or its retry)
+        return self.reply is not None and self.reply.retried
+
+    @property
     def can_elicit(self) -> bool:
         client = self._client
         return client is not None and client.can_elicit

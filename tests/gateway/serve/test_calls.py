@@ -19,11 +19,12 @@ from cellblock.gateway.config.model import LocalServer
 from cellblock.gateway.credentials import CredentialError
 from cellblock.gateway.downstream.keys import ServerKeys
 from cellblock.gateway.downstream.questions import Questions
-from cellblock.gateway.downstream.rounds import Caller, failed_result
+from cellblock.gateway.downstream.rounds import Caller, failed_result, owner_of
 from cellblock.gateway.namespacing import UriTable
 from cellblock.gateway.serve.calls import INPUT_KEY, Calls, CallState, ToolCall
 from cellblock.gateway.serve.catalog import Catalog
 from cellblock.gateway.serve.pipeline import Call, Pipeline
+from cellblock.gateway.serve.tasks import Task, TaskReply
 from cellblock.policy.types import Decision, Verdict
 
 pytestmark = pytest.mark.anyio
@@ -75,7 +76,7 @@ class MockTarget:
             self.audit.write(event, self.name, **fields)
 
     def owner(self) -> Caller | None:
-        return self.in_flight[-1] if self.in_flight else None
+        return owner_of(self.in_flight)
 
     async def ready_client(self) -> object:
         return self
@@ -221,6 +222,28 @@ async def test_a_call_is_sent_answered_and_its_end_audited(shared: Any) -> None:
     assert reply.events[0] == ("progress", 0.5, "half")
     assert reply.events[1][0] == "answer" and reply.events[1][1].content[0].text == "done"
     assert len(audited(audit)) == 1
+
+
+async def test_a_servers_question_goes_to_the_call_its_client_waits_on_not_to_a_newer_task(shared: Any) -> None:
+    """Over the handshake a server's question names no call (`rounds.owner_of`). With a call in
+    flight and a task started after it on the same server, the question goes to the call, whose
+    client is asked at once; put to the newer task, it would wait for a tasks/result that a client
+    waiting on the call need not send, and the call with it."""
+    calls, _ = shared
+    ds, user = MockTarget(), User()
+    call = ToolCall(admitted(), ds, Reply(modern=False, direct=user), calls, {"name": "read"})
+    task = ToolCall(admitted(), ds, TaskReply(Task("t", "fs", "read"), Reply(modern=False)), calls, {"name": "read"})
+    call.send()
+    task.send()
+    answers: dict[str, types.ElicitResult] = {}
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(asks, ds, answers, "which?")
+        await user.asked(1)
+        user.answer(0, "Ada")
+    assert answers["which?"].content == {"name": "Ada"} and task.question is None
+    # the task's own questions are still its own once the call has ended
+    ds.sent[0][1](OK, None)
+    assert ds.owner() is task
 
 
 async def test_a_round_that_times_out_is_answered_with_an_error_naming_the_server(shared: Any) -> None:
