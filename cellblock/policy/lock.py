@@ -14,6 +14,13 @@ response to the next. The gateway strips the same keys (`without_protocol_meta`)
 before the client sees it, so nothing the lock does not cover reaches the client. A `_meta` left
 empty by that is dropped, so `{}` and no `_meta` hash the same.
 
+One field of a tool is approved without being locked: `execution`, which says whether the tool
+runs as a task (2025-11-25's `taskSupport`, one of three words, never text) and which only the
+handshake era lists, so that a server spoken to in either era has one approved catalog (the
+gateway speaks to a server in its client's era). The gateway never shows it to a client. A lock
+approves each tool without it (`approve`); a lock written with it still matches the tool as it
+was listed then (`check`).
+
 Files (DESIGN.md "State on disk"), written atomically and 0600 by `policy.files`:
 
     lock     {"version": 1, "server": S, "approved_at": T, "items": {key: sha256},
@@ -267,8 +274,13 @@ def approve(server: str, current: Mapping[str, Mapping[str, Any]], now: float) -
     if not server:
         raise ValueError("a lock needs a server name")
     _check_keys(current)
-    snapshot = {key: _plain(item) for key, item in current.items()}
+    snapshot = {key: _plain(_approvable(item)) for key, item in current.items()}
     return Lock(server, {key: digest(item) for key, item in snapshot.items()}, snapshot, float(now))
+
+
+def _approvable(item: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`item` as a lock approves it: a tool without its `execution` (see the module docstring)."""
+    return {k: v for k, v in item.items() if k != "execution"} if "execution" in item else item
 
 
 def check(lock: Lock | None, current: Mapping[str, Mapping[str, Any]]) -> LockCheck:
@@ -285,7 +297,7 @@ def check(lock: Lock | None, current: Mapping[str, Mapping[str, Any]]) -> LockCh
     for key, item in current.items():
         if key not in digests:
             added[key] = dict(item)
-        elif digest(item) == digests[key]:
+        elif digest(item) == digests[key] or ("execution" in item and digest(_approvable(item)) == digests[key]):
             approved.add(key)
         else:
             changed[key] = (snapshot[key], dict(item))

@@ -278,6 +278,40 @@ def test_a_protocol_meta_stamp_change_is_not_held(before: dict[str, Any] | None,
     assert result.clean
 
 
+TASKS = {"taskSupport": "optional"}  # 2025-11-25's execution, which only the handshake era lists
+
+
+@pytest.mark.parametrize(("approved", "listed"), [(None, TASKS), (TASKS, None), (TASKS, TASKS)])
+def test_a_tool_is_the_same_approved_item_in_either_era(approved: Item | None, listed: Item | None) -> None:
+    def listing(execution: Item | None) -> Catalog:
+        return catalog([READ if execution is None else {**READ, "execution": execution}, LIST])
+
+    lock = locked(listing(approved))
+
+    assert check(lock, item_keys(listing(listed))).clean
+    assert "execution" not in lock.snapshot["tool:read_file"]  # approved without it
+
+
+def test_a_lock_written_with_execution_still_approves_the_tool_as_listed_then_and_holds_a_change() -> None:
+    listed = {**READ, "execution": TASKS}
+    # a lock written before tools were approved without their `execution`
+    lock = Lock("fs", {"tool:read_file": digest(listed)}, {"tool:read_file": listed}, 1000.0)
+
+    def tools(tool: Item) -> dict[str, Item]:
+        return item_keys({"tools": [tool]})
+
+    assert check(lock, tools(listed)).clean
+    assert check(lock, tools({**listed, "description": "Read a file. " + HIDDEN})).held == {"tool:read_file"}
+    assert check(lock, tools({**listed, "execution": {"taskSupport": "required"}})).held == {"tool:read_file"}
+
+
+def test_a_change_beside_execution_is_held() -> None:
+    lock = locked(catalog([{**READ, "execution": TASKS}, LIST]))
+    changed = {**READ, "execution": TASKS, "description": "Read a file. " + HIDDEN}
+
+    assert check(lock, item_keys(catalog([changed, LIST]))).held == {"tool:read_file"}
+
+
 def test_a_removed_tool_is_gone_not_held_but_the_catalog_is_not_clean() -> None:
     result = check(locked(), item_keys(catalog([READ])))
 
