@@ -36,7 +36,7 @@ from cellblock.gateway.serve.gateway import Gateway
 from cellblock.gateway.serve.stdio import serve_wire
 from cellblock.gateway.wire.stdio import DEFAULT_LINE_LIMIT, LineReader, OnLine, OnOversize, PipeWriter, Reader
 
-__all__ = ["build", "connected"]
+__all__ = ["build", "connected", "unfollowed"]
 
 # Once the client has gone, the gateway stops its servers (each gets a moment to exit by itself).
 STOP_SECONDS = 15.0
@@ -62,6 +62,14 @@ def build(config: Path, state: Path, *, backoff: Backoff | None = None, runtime:
     if backoff is not None:
         for downstream in gateway.downstreams.values():
             downstream.supervisor.backoff = backoff
+    return gateway
+
+
+def unfollowed(gateway: Gateway) -> Gateway:
+    """`gateway` with every server spoken to in its config's era whatever its client speaks, as a
+    server that starts before its client has spoken is, and every server of `--http`
+    (downstream/offer.py): for the tests of a client and a server of different eras."""
+    gateway.offer.spoken = lambda server: server.protocol  # type: ignore[method-assign]
     return gateway
 
 

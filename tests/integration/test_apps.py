@@ -1,5 +1,7 @@
 """MCP Apps (io.modelcontextprotocol/ui) through the gateway, in all four era combinations: a
-handshake-era or 2026-07-28 client, to a handshake-era or 2026-07-28 server (tests/servers/apps.py).
+handshake-era or 2026-07-28 client, to a handshake-era or 2026-07-28 server (tests/servers/apps.py;
+each spoken to in its config's era whatever the client speaks, as under `--http`:
+`harness.unfollowed`).
 An app keeps its `ui://` scheme with its server inside, everywhere it is named; its own tool calls
 are judged like the model's; a changed app is held by the lock like a changed description. The
 gateway runs in memory (tests/harness.py); `cellblock diff` and `approve SERVER` work on its state dir."""
@@ -15,7 +17,7 @@ import mcp.types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.harness import build, connected
+from tests.harness import build, connected, unfollowed
 from tests.integration.conftest import ROOT, write_config
 from tests.integration.test_approvals import text
 from tests.integration.test_policy_lock import cli
@@ -42,7 +44,7 @@ async def session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     tmp = tmp_path_factory.mktemp(f"apps-{request.param}")
     policy = {"default": "allow", "rules": {"tick": "deny"}}
     config = write_config(tmp, {name: apps(protocol, tools=policy) for name, protocol in SERVERS.items()})
-    async with connected(build(config, tmp / "state"), mode=request.param) as client:
+    async with connected(unfollowed(build(config, tmp / "state")), mode=request.param) as client:
         yield client
 
 

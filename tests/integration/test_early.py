@@ -107,6 +107,10 @@ async def test_the_opening_is_answered_as_the_gateway_answered_it(
         assert raw.answers == {}  # each request was answered once: the gateway's own answers stayed in
         assert raw.notifications == []  # nothing was out of date
     assert "out of date" not in (tmp_path / "gateway.log").read_text()
+    # the server started for the call is spoken to in its client's era, which the early answers told
+    audit = [json.loads(line) for line in (state / "audit.jsonl").read_text().splitlines()]
+    started = [e["protocol"] for e in audit if e["event"] == "server_ready"]
+    assert started[-1] == ("2025-11-25" if era == "legacy" else "2026-07-28")
 
 
 @pytest.mark.parametrize("era", ["legacy", "auto"])

@@ -3,8 +3,8 @@
 The forger server (tests/servers/forger.py) offers a tool whose name plays an approval form with
 fake arguments and 40 line breaks, asks the user questions in Cellblock's look, and asks the
 client to open URLs. It runs twice behind one gateway per client era: `f` spoken to over the
-handshake, `fm` over 2026-07-28. The client's elicitation callback records what the human would
-see.
+handshake, `fm` over 2026-07-28 whatever the client speaks, as under `--http`
+(`harness.unfollowed`). The client's elicitation callback records what the human would see.
 
 The gateway runs in memory (tests/harness.py); the test of `cellblock pending`, which reaches the
 gateway through its control socket, runs `cellblock serve`.
@@ -21,7 +21,7 @@ import anyio
 import mcp.types as types
 import pytest
 
-from tests.harness import build, connected
+from tests.harness import build, connected, unfollowed
 from tests.integration.conftest import cli, eventually, gateway, write_config
 from tests.servers.forger import FORGED, PLAIN, TITLE
 
@@ -94,7 +94,8 @@ async def session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     tmp = tmp_path_factory.mktemp(f"forms-{request.param}")
     config = write_config(tmp, {"f": forger("legacy"), "fm": forger("modern")})
     human = Human()
-    async with connected(build(config, tmp / "state"), mode=request.param, elicitation_callback=human) as client:
+    gateway = unfollowed(build(config, tmp / "state"))
+    async with connected(gateway, mode=request.param, elicitation_callback=human) as client:
         yield client, human, tmp / "state"
 
 

@@ -1,8 +1,10 @@
 """`cellblock serve` end to end: a real gateway process, real probe servers, the SDK client.
 
 One gateway per client era (handshake `legacy`, 2026-07-28 `auto`); behind it the probe server
-twice, once spoken to in each era (`new` negotiates 2026-07-28, `old` is forced to the
-handshake), so every test parametrized over both servers covers all four era combinations.
+twice: `new` is spoken to in its client's era (downstream/offer.py), `old` is forced to the
+handshake, so a 2026-07-28 client meets a server of each era. A handshake-era client with a
+2026-07-28 server is what `--http` serves (tests/integration/test_http.py) and what the in-memory
+tests of each feature cover (`harness.unfollowed`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Nothing a server sends can stop the gateway: text no encoder can write, in every place it can go.
 
 Behind one gateway per client era (handshake `legacy`, 2026-07-28 `auto`): the raw hostile server
-twice, spoken to in each era (`raw` over the handshake, `rawm` over 2026-07-28), with a lone
+twice (`raw` over the handshake, `rawm` over 2026-07-28 with a 2026-07-28 client, and in its
+client's era, the handshake, with a handshake-era one: downstream/offer.py), with a lone
 surrogate (`"\\ud800"`, valid JSON) in its instructions, a tool's name and description, its
 prompt, its resource, its results, logs, progress and questions; and the probe server, which must
 keep answering. Before the fix the first of these stopped `cellblock serve`, taking every server

@@ -1,6 +1,7 @@
 """Resource subscriptions through the gateway, in all four era combinations: a handshake-era client
 (`resources/subscribe`) or a 2026-07-28 one (`subscriptions/listen`), to a handshake-era server or a
-2026-07-28 one (tests/servers/notes.py). An update reaches only the subscribers of its resource,
+2026-07-28 one (tests/servers/notes.py; each spoken to in its config's era whatever the client
+speaks, as under `--http`: `harness.unfollowed`). An update reaches only the subscribers of its resource,
 under the URI they subscribed to; a resource the policy denies cannot be subscribed to. The gateway
 runs in memory (tests/harness.py)."""
 
@@ -18,7 +19,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 
-from tests.harness import build, connected
+from tests.harness import build, connected, unfollowed
 from tests.integration.conftest import ROOT, write_config
 from tests.integration.test_approvals import text
 
@@ -51,7 +52,8 @@ async def session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
             updates.append(str(item.params.uri))
             arrived.set()
 
-    async with connected(build(config, tmp / "state"), mode=request.param, message_handler=message) as client:
+    gateway = unfollowed(build(config, tmp / "state"))
+    async with connected(gateway, mode=request.param, message_handler=message) as client:
 
         async def next_update() -> str:
             nonlocal arrived

@@ -1,6 +1,7 @@
 """Tasks for handshake-era clients (2025-11-25's experimental tasks) through `cellblock serve`,
 as bare JSON-RPC (the SDK's client takes no task for a tools/call): over stdio and over HTTP, to a
-handshake-era server (`old`) and a 2026-07-28 one (`new`). The call is admitted before the task
+handshake-era server (`old`) and one that speaks both eras (`new`: over stdio spoken to in its
+client's era, the handshake, downstream/offer.py; over HTTP in 2026-07-28). The call is admitted before the task
 exists, so a call the human denies never becomes a task and never reaches its server (its own log
 says so, and the same call allowed does reach it); tasks/get, tasks/result, tasks/list and
 tasks/cancel; a question midway reaches the client on its tasks/result, tied to the task."""
@@ -22,7 +23,7 @@ from tests.integration.test_tasks import log_of, poll_until
 
 pytestmark = pytest.mark.anyio
 
-SERVERS = {"old": "legacy", "new": "auto"}  # the server's era: handshake, 2026-07-28
+SERVERS = {"old": "legacy", "new": "auto"}  # the handshake only; both eras, as its client speaks
 DENY = {"action": "accept", "content": {"decision": "deny"}}
 
 

@@ -4,7 +4,9 @@ Resources `note://1`, `note://2` and `note://3`. Tools:
 
 - ``touch(uri)``: the note at `uri` changed: a handshake-era subscriber is sent
   `notifications/resources/updated`, and the event goes on the `subscriptions/listen` bus;
-- ``watched()``: the URIs subscribed to now, both eras together, sorted and comma-separated;
+- ``watched()``: the URIs subscribed to now, both eras together, sorted and comma-separated; it
+  may run as a task (`execution.taskSupport: optional`), which the SDK lists in the handshake era
+  only;
 - ``retitle(uri)``: the note at `uri` is listed under another title from now on, and the resource
   list is announced as changed (a change the gateway's lock holds).
 
@@ -86,7 +88,11 @@ async def list_tools(ctx: Ctx, params: Any) -> types.ListToolsResult:
     return types.ListToolsResult(
         tools=[
             types.Tool(name="touch", input_schema=SCHEMA),
-            types.Tool(name="watched", input_schema={"type": "object", "properties": {}}),
+            types.Tool(
+                name="watched",
+                input_schema={"type": "object", "properties": {}},
+                execution=types.ToolExecution(task_support="optional"),
+            ),
             types.Tool(name="retitle", input_schema=SCHEMA),
         ]
     )

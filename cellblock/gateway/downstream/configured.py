@@ -39,7 +39,6 @@ def downstreams_of(
             name,
             server,
             timeout=config.timeout_of(name),
-            protocol=server.protocol,
             on_listing=on_listing,
             on_log=lambda _, params: on_log(params),
             audit=audit,

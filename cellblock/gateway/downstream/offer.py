@@ -1,4 +1,5 @@
-"""What the gateway offers the servers behind it: the questions its client can answer.
+"""What the gateway offers the servers behind it: the questions its client can answer, in the
+client's era.
 
 A server learns from its client's capabilities whether it may ask the user (elicitation) or the
 client's model (sampling), and some change what they list by it (server-everything adds a tool for
@@ -11,6 +12,12 @@ started before then waits for it (bounded: a client that says nothing is offered
 when no client is expected). `cellblock serve --http` serves several clients at once and
 `review` none: their servers are offered everything the gateway can pass on, and each question
 still goes only to a client that can answer it (`Caller.can_elicit`, `can_sample`).
+
+The same first request says the client's era. A local server with `protocol: auto` is spoken to
+in it (`spoken`): to a client that opened with the `initialize` handshake, the handshake, as the
+client would speak to the server itself; the SDK's server spends less on each request in that era
+(docs/performance.md). Every other server, and every server of `--http` or `review`, is probed in
+2026-07-28 as before.
 """
 
 from __future__ import annotations
@@ -21,8 +28,9 @@ import anyio
 import mcp.types as types
 
 from cellblock.gateway.ask.elicitation import elicits, samples
+from cellblock.gateway.config.model import LocalServer, RemoteServer
 
-__all__ = ["WAIT_SECONDS", "Offer"]
+__all__ = ["WAIT_SECONDS", "Offer", "follows_client"]
 
 # How long a server's start waits for the client to introduce itself (a client sends its first
 # request as soon as it has started the gateway, long before a jailed server is up).
@@ -34,20 +42,23 @@ class Offer:
 
     def __init__(self) -> None:
         self._client: types.ClientCapabilities | None = None  # None: offer everything
+        self._handshake = False  # the client opened with the handshake
         self._known = anyio.Event()
         self._known.set()
 
-    def expecting(self) -> Callable[[types.ClientCapabilities | None], None]:
+    def expecting(self) -> Callable[[types.ClientCapabilities | None, bool], None]:
         """One client will introduce itself, by the function returned: servers wait for it before
         they are offered anything."""
         if self._client is None:
             self._known = anyio.Event()
         return self.introduce
 
-    def introduce(self, capabilities: types.ClientCapabilities | None) -> None:
-        """The client's first request said what it can do (None: it said nothing usable)."""
+    def introduce(self, capabilities: types.ClientCapabilities | None, handshake: bool) -> None:
+        """The client's first request said what it can do (None: it said nothing usable), and
+        whether it was the handshake's `initialize`."""
         if not self._known.is_set():
             self._client = capabilities or types.ClientCapabilities()
+            self._handshake = handshake
             self._known.set()
 
     async def client(self) -> types.ClientCapabilities | None:
@@ -55,6 +66,11 @@ class Offer:
         with anyio.move_on_after(WAIT_SECONDS):
             await self._known.wait()
         return self._client
+
+    def spoken(self, server: LocalServer | RemoteServer) -> str:
+        """The protocol `server` is spoken to in, once `client` has returned: the handshake
+        (`legacy`) where it follows a client that opened with one, else its config's."""
+        return "legacy" if self._handshake and follows_client(server) else server.protocol
 
     @staticmethod
     def names(client: types.ClientCapabilities | None, sampling: str) -> list[str]:
@@ -66,3 +82,9 @@ class Offer:
         if sampling != "deny" and (client is None or samples(client)):
             offered.append("sampling")
         return offered
+
+
+def follows_client(server: LocalServer | RemoteServer) -> bool:
+    """`server` is spoken to in its client's era (see the module): a local one with `protocol:
+    auto`. A remote one is not: its transport is its own, not the client's pipe."""
+    return isinstance(server, LocalServer) and server.protocol == "auto"

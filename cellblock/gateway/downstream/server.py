@@ -97,7 +97,6 @@ class Downstream:
     name: str
     config: LocalServer | RemoteServer
     timeout: float
-    protocol: str = "auto"
     on_listing: Callable[[Downstream], Awaitable[None]] | None = None
     # where a log outside any call goes (one during a call goes to the call)
     on_log: Callable[[Downstream, types.LoggingMessageNotificationParams], None] | None = None
@@ -237,8 +236,8 @@ class Downstream:
         closed = self.supervisor.opened()
         offered = Offer.names(await self.offer.client(), self.sampling)
         client = gateway_client(
-            watched(await self._transport(egress_socket), closed, remote=isinstance(self.config, RemoteServer)),
-            self.protocol,
+            watched(await self._transport(egress_socket), closed, remote=self.is_remote),
+            self.offer.spoken(self.config),  # a local server in its client's era
             logging_callback=self._on_log,
             message_handler=self._on_message,
             **self.questions.callbacks(offered),

@@ -75,10 +75,11 @@ class Wire:
         served: dict[Any, tuple[str, str]] | None = None,
         record: Recorder | None = None,
         differed: Differed | None = None,
-        introduced: Callable[[types.ClientCapabilities | None], None] | None = None,
+        introduced: Callable[[types.ClientCapabilities | None, bool], None] | None = None,
     ) -> None:
         self._make_reader = make_reader
-        self._introduced = introduced  # told what the client can do, at its first request
+        # told what the client can do, and whether it opened with a handshake, at its first request
+        self._introduced = introduced
         self._writer = writer
         self._served = dict(served or {})
         self._record = record
@@ -277,7 +278,8 @@ class Wire:
                     self._capabilities = types.ClientCapabilities.model_validate(caps or {}, by_name=False)
                 self._client_name = client_name(params.get("clientInfo") if isinstance(params, dict) else None)
             if self._introduced is not None:
-                self._introduced(self.client_capabilities(params if isinstance(params, dict) else {}))
+                handshake = not self.modern and message["method"] == "initialize"
+                self._introduced(self.client_capabilities(params if isinstance(params, dict) else {}), handshake)
         if self.modern and envelope and envelope not in self._accepted and len(self._asking) < _MAX_ENVELOPES:
             self._asking[message["id"]] = envelope
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import mcp.types as types
 import pytest
 
+from cellblock.gateway.config.model import LocalServer, RemoteServer
 from cellblock.gateway.downstream import offer as offer_module
 from cellblock.gateway.downstream.offer import Offer
 
@@ -22,8 +23,8 @@ async def test_with_no_client_expected_a_server_is_offered_everything_at_once() 
 async def test_the_client_that_introduces_itself_decides() -> None:
     offer = Offer()
     introduce = offer.expecting()
-    introduce(FORMS)
-    introduce(MODEL)  # a later request does not change what was offered
+    introduce(FORMS, False)
+    introduce(MODEL, False)  # a later request does not change what was offered
     assert Offer.names(await offer.client(), "allow") == ["roots", "elicitation"]
 
 
@@ -42,7 +43,7 @@ def test_what_is_offered(caps: types.ClientCapabilities | None, sampling: str, o
 
 async def test_a_client_that_said_nothing_usable_is_offered_only_roots() -> None:
     offer = Offer()
-    offer.expecting()(None)
+    offer.expecting()(None, False)
     assert Offer.names(await offer.client(), "allow") == ["roots"]
 
 
@@ -53,3 +54,27 @@ async def test_a_client_that_says_nothing_in_time_leaves_its_servers_offered_eve
     offer = Offer()
     offer.expecting()
     assert Offer.names(await offer.client(), "allow") == EVERYTHING
+
+
+AUTO = LocalServer(command="srv")
+LEGACY = LocalServer(command="srv", protocol="legacy")
+REMOTE = RemoteServer(url="https://mcp.example.com/mcp")
+
+
+async def test_a_local_server_is_spoken_to_in_the_era_its_client_opened_with() -> None:
+    handshake, modern = Offer(), Offer()
+    handshake.expecting()(FORMS, True)
+    modern.expecting()(FORMS, False)
+    await handshake.client()
+    await modern.client()
+    assert [handshake.spoken(s) for s in (AUTO, LEGACY, REMOTE)] == ["legacy", "legacy", "auto"]
+    assert [modern.spoken(s) for s in (AUTO, LEGACY, REMOTE)] == ["auto", "legacy", "auto"]
+
+
+async def test_without_a_client_expected_or_after_the_first_request_the_era_stays_the_configs() -> None:
+    assert Offer().spoken(AUTO) == "auto"  # `--http` and `review`: clients of both eras share a server
+    offer = Offer()
+    introduce = offer.expecting()
+    introduce(FORMS, False)
+    introduce(FORMS, True)  # a later request does not change it
+    assert offer.spoken(AUTO) == "auto"
