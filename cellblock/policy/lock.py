@@ -65,6 +65,7 @@ __all__ = [
     "LockCheck",
     "LockError",
     "Pending",
+    "approvable",
     "approve",
     "canonical",
     "check",
@@ -274,13 +275,16 @@ def approve(server: str, current: Mapping[str, Mapping[str, Any]], now: float) -
     if not server:
         raise ValueError("a lock needs a server name")
     _check_keys(current)
-    snapshot = {key: _plain(_approvable(item)) for key, item in current.items()}
+    snapshot = {key: _plain(approvable(key, item)) for key, item in current.items()}
     return Lock(server, {key: digest(item) for key, item in snapshot.items()}, snapshot, float(now))
 
 
-def _approvable(item: Mapping[str, Any]) -> Mapping[str, Any]:
-    """`item` as a lock approves it: a tool without its `execution` (see the module docstring)."""
-    return {k: v for k, v in item.items() if k != "execution"} if "execution" in item else item
+def approvable(key: str, item: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The item of `key` as a lock approves it: a tool without its `execution` (see the module
+    docstring); any other item as it is."""
+    if key.startswith("tool:") and "execution" in item:
+        return {k: v for k, v in item.items() if k != "execution"}
+    return item
 
 
 def check(lock: Lock | None, current: Mapping[str, Mapping[str, Any]]) -> LockCheck:
@@ -295,12 +299,13 @@ def check(lock: Lock | None, current: Mapping[str, Mapping[str, Any]]) -> LockCh
     changed: dict[str, tuple[Item, Item]] = {}
     added: dict[str, Item] = {}
     for key, item in current.items():
+        shown = approvable(key, item)  # what approving it would lock, and what a diff shows
         if key not in digests:
-            added[key] = dict(item)
-        elif digest(item) == digests[key] or ("execution" in item and digest(_approvable(item)) == digests[key]):
+            added[key] = dict(shown)
+        elif digest(item) == digests[key] or (shown is not item and digest(shown) == digests[key]):
             approved.add(key)
         else:
-            changed[key] = (snapshot[key], dict(item))
+            changed[key] = (snapshot[key], dict(shown))
     return LockCheck(frozenset(approved), changed, added, frozenset(digests.keys() - current.keys()))
 
 

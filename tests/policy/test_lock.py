@@ -305,6 +305,22 @@ def test_a_lock_written_with_execution_still_approves_the_tool_as_listed_then_an
     assert check(lock, tools({**listed, "execution": {"taskSupport": "required"}})).held == {"tool:read_file"}
 
 
+def test_execution_is_left_out_of_a_tool_only() -> None:
+    # a field of that name on another item is the server's own text: locked like any other
+    before = {**PROMPT, "execution": {"note": "harmless"}}
+    lock = locked(catalog(prompts=[before]))
+    after = {**PROMPT, "execution": {"note": HIDDEN}}
+    assert check(lock, item_keys(catalog(prompts=[after]))).held == {"prompt:review"}
+    assert lock.snapshot["prompt:review"]["execution"] == {"note": "harmless"}
+
+
+def test_a_held_tools_diff_shows_what_the_lock_approves() -> None:
+    lock = locked()
+    changed = {**READ, "execution": TASKS, "description": "Read a file. " + HIDDEN}
+    result = check(lock, with_read(lambda t: t.update(changed)))
+    assert "execution" not in result.changed["tool:read_file"][1]
+
+
 def test_a_change_beside_execution_is_held() -> None:
     lock = locked(catalog([{**READ, "execution": TASKS}, LIST]))
     changed = {**READ, "execution": TASKS, "description": "Read a file. " + HIDDEN}

@@ -28,6 +28,7 @@ from cellblock.gateway.state import lock_path, pending_path, unasked_path
 from cellblock.policy.lock import (
     Lock,
     LockError,
+    approvable,
     approve,
     check,
     digest,
@@ -80,7 +81,7 @@ def catalog_hash(catalog: Mapping[str, Mapping[str, Any]]) -> str:
     Raises:
         CatalogError: an item is not plain JSON.
     """
-    digests = {key: digest(item) for key, item in catalog.items()}
+    digests = {key: digest(approvable(key, item)) for key, item in catalog.items()}
     return hashlib.sha256(json.dumps(digests, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 

@@ -63,6 +63,16 @@ def test_a_catalog_hash_changes_with_any_item_and_not_with_the_order_of_keys() -
     )
 
 
+def test_a_catalog_hash_is_of_what_approving_it_would_lock() -> None:
+    """A tool's `execution`, which the lock leaves out, leaves the hash as it is: a catalog held
+    again after a client of the other era read it is approved by the hash shown before."""
+    tasks = {"tool:read": {**SHOWN["tool:read"], "execution": {"taskSupport": "optional"}}}
+    assert catalog_hash(tasks) == catalog_hash(SHOWN)
+    # control: the same field on an item that is not a tool is locked, so it moves the hash
+    prompt = {"prompt:p": {"name": "p"}}
+    assert catalog_hash({"prompt:p": {"name": "p", "execution": {"taskSupport": "optional"}}}) != catalog_hash(prompt)
+
+
 def listing(*names: str) -> Listing:
     return Listing(tools=tuple(types.Tool(name=n, input_schema={"type": "object"}) for n in names))
 
