@@ -6,7 +6,8 @@ the client would speak to the server itself. Where clients of both eras may shar
 SDK's streams alone, as an HTTP session is served), it is probed in 2026-07-28 as before; a server
 with `protocol: legacy` is spoken to in the handshake whatever the client. The lock approves one
 catalog in both eras, though the server lists a tool's `execution` in the handshake era only (the
-control: it does). The gateway runs in memory (tests/harness.py).
+control: it does). A server that refuses the handshake (one of 2026-07-28 only) is met as its
+config says. The gateway runs in memory (tests/harness.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tests.integration.conftest import ROOT, write_config
 pytestmark = pytest.mark.anyio
 
 NOTES = ROOT / "tests" / "servers" / "notes.py"
+RAW = ROOT / "tests" / "servers" / "raw.py"
 HANDSHAKE, MODERN = "2025-11-25", "2026-07-28"
 NOTES_SERVER = {"command": sys.executable, "args": [str(NOTES)], "jail": {"read_only": [str(NOTES.parent)]}}
 
@@ -88,3 +90,26 @@ async def test_a_catalog_approved_in_one_era_is_approved_in_the_other(tmp_path: 
     era = {"legacy": HANDSHAKE, "auto": MODERN}
     assert spoken(state) == [("n", era[first]), ("n", era[then])]
     assert not [e for e in events(state) if e["event"] in ("lock_changed", "lock_held")]
+
+
+@pytest.mark.parametrize("protocol", ["auto", "legacy"])
+async def test_a_server_of_2026_07_28_only_is_met_as_its_config_says_for_a_handshake_client(
+    tmp_path: Path, protocol: str
+) -> None:
+    state = tmp_path / "state"
+    only = {
+        "command": sys.executable,
+        "args": [str(RAW), "--era", "modern", "--no-handshake"],
+        "jail": {"read_only": [str(RAW.parent)]},
+        "protocol": protocol,
+    }
+    config = write_config(tmp_path, {"s": only})
+    async with connected(build(config, state), mode="legacy") as client:
+        result = await client.call_tool("s__ok", {})
+    if protocol == "legacy":  # the control: the handshake is refused, and the server never starts
+        assert result.is_error and "no method initialize" in text(result), text(result)
+        assert spoken(state) == []
+    else:
+        assert not result.is_error and text(result) == "ok"
+        assert spoken(state) == [("s", MODERN)]
+        assert not [e for e in events(state) if e["event"] == "server_failed"]

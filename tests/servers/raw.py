@@ -7,6 +7,8 @@ lone surrogate goes out as a valid `"\\ud800"` escape that no UTF-8 encoder can 
 - ``--era legacy`` answers ``initialize`` only (``server/discover`` is an unknown method);
   ``--era modern`` answers ``server/discover`` too, and asks for input with an `input_required`
   round instead of an ``elicitation/create`` request.
+- ``--no-handshake`` (with ``--era modern``) refuses ``initialize`` ("no method"): a server that
+  speaks 2026-07-28 only.
 - ``--surrogates`` puts a lone surrogate in its instructions, a tool's name and description,
   its prompt's text and its resource's text.
 - ``--meta-file PATH``: the ``ok`` tool's ``_meta`` is the JSON object in that file, read at start.
@@ -64,6 +66,7 @@ class Raw:
         self.asked: dict[str, Any] = {}  # our question's id -> the call waiting for its answer
         self.serial = 0
         self.listed = 0
+        self.handshake = True  # answers `initialize` (--no-handshake: it does not)
 
     def tools(self) -> list[dict[str, Any]]:
         names = ["say", "log", "progress", "ask", "flood", "huge", "listed", "nan", "garbage", "invalid", "ok"]
@@ -99,7 +102,7 @@ class Raw:
     def answer(self, method: str, ident: Any, params: dict[str, Any]) -> dict[str, Any] | None:
         info = {"name": "raw", "version": "1"}
         instructions = f"raw server {self.mark}"
-        if method == "initialize":
+        if method == "initialize" and self.handshake:
             asked = params.get("protocolVersion")
             version = asked if asked in VERSIONS else VERSIONS[-1]
             return {
@@ -227,12 +230,14 @@ def main(kind: type[Raw] = Raw) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--era", choices=["legacy", "modern"], default="legacy")
     parser.add_argument("--surrogates", action="store_true")
+    parser.add_argument("--no-handshake", action="store_true")
     parser.add_argument("--meta-file")
     parser.add_argument("--exit-when")
     args = parser.parse_args()
     if args.exit_when and not os.path.exists(args.exit_when):
         threading.Thread(target=exit_when, args=(args.exit_when,), daemon=True).start()
     raw = kind(args.era, args.surrogates, json.loads(Path(args.meta_file).read_text()) if args.meta_file else None)
+    raw.handshake = not args.no_handshake
     for line in sys.stdin:
         try:
             message = json.loads(line)

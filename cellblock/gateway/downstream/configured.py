@@ -1,5 +1,5 @@
 """The downstream servers a config names, each a `Downstream` with what its entry and the defaults
-set (timeout, era, sampling, message size, jail limits), sorted by name."""
+set (timeout, sampling, message size, jail limits), sorted by name."""
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ __all__ = [
     "START_SECONDS",
     "connection_closed",
     "egress_told",
+    "error_answered",
     "failure_text",
     "gateway_client",
     "watched",
@@ -89,6 +90,13 @@ def connection_closed(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return any(connection_closed(e) for e in exc.exceptions)
     return isinstance(exc, MCPError) and exc.error.code == CONNECTION_CLOSED
+
+
+def error_answered(exc: BaseException) -> bool:
+    """The server answered a request with an error (not a closed connection, not a timeout)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(error_answered(e) for e in exc.exceptions)
+    return isinstance(exc, MCPError) and exc.error.code != CONNECTION_CLOSED
 
 
 def failure_text(exc: BaseException) -> str:

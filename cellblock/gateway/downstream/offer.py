@@ -16,8 +16,9 @@ still goes only to a client that can answer it (`Caller.can_elicit`, `can_sample
 The same first request says the client's era. A local server with `protocol: auto` is spoken to
 in it (`spoken`): to a client that opened with the `initialize` handshake, the handshake, as the
 client would speak to the server itself; the SDK's server spends less on each request in that era
-(docs/performance.md). Every other server, and every server of `--http` or `review`, is probed in
-2026-07-28 as before.
+(docs/performance.md). Each start follows what is known when it starts (a start that gave up
+waiting is met as configured, a restart after the client spoke follows it). Every other server,
+and every server of `--http` or `review`, is met as its config says.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import mcp.types as types
 from cellblock.gateway.ask.elicitation import elicits, samples
 from cellblock.gateway.config.model import LocalServer, RemoteServer
 
-__all__ = ["WAIT_SECONDS", "Offer", "follows_client"]
+__all__ = ["WAIT_SECONDS", "Offer"]
 
 # How long a server's start waits for the client to introduce itself (a client sends its first
 # request as soon as it has started the gateway, long before a jailed server is up).
@@ -70,7 +71,7 @@ class Offer:
     def spoken(self, server: LocalServer | RemoteServer) -> str:
         """The protocol `server` is spoken to in, once `client` has returned: the handshake
         (`legacy`) where it follows a client that opened with one, else its config's."""
-        return "legacy" if self._handshake and follows_client(server) else server.protocol
+        return "legacy" if self._handshake and _follows_client(server) else server.protocol
 
     @staticmethod
     def names(client: types.ClientCapabilities | None, sampling: str) -> list[str]:
@@ -84,7 +85,7 @@ class Offer:
         return offered
 
 
-def follows_client(server: LocalServer | RemoteServer) -> bool:
+def _follows_client(server: LocalServer | RemoteServer) -> bool:
     """`server` is spoken to in its client's era (see the module): a local one with `protocol:
     auto`. A remote one is not: its transport is its own, not the client's pipe."""
     return isinstance(server, LocalServer) and server.protocol == "auto"

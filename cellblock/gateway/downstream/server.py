@@ -39,6 +39,7 @@ from cellblock.gateway.downstream.changes import Refresher, listen
 from cellblock.gateway.downstream.connection import (
     START_SECONDS,
     connection_closed,
+    error_answered,
     failure_text,
     gateway_client,
     watched,
@@ -133,6 +134,7 @@ class Downstream:
     _jail_told = False  # the log said once what the jail keeps from the server and how its limits are enforced
     plan: LaunchPlan | None = None  # the local server's last launch plan: its jail, for `ps` and the audit
     _garbage = 0  # messages that were not valid MCP, in this run
+    _refused_handshake = False  # it refused the handshake of its client's era: met as configured since
     _garbage_log: Budget = field(default_factory=lambda: Budget(rate=1.0, burst=20.0))
     supervisor: Supervisor = field(init=False)  # its start, restarts, and where it is
     questions: Questions = field(init=False)
@@ -233,11 +235,31 @@ class Downstream:
                 tg.cancel_scope.cancel()
 
     async def _connect(self, egress_socket: str | None) -> None:
-        closed = self.supervisor.opened()
+        """One run's connection, in the era of the server's client as it is known when the run
+        starts (`Offer.spoken`); a server that refuses that era's handshake with an error (one
+        that speaks 2026-07-28 only) is connected again at once as its config says, and met so
+        from then on."""
         offered = Offer.names(await self.offer.client(), self.sampling)
+        protocol = self.config.protocol if self._refused_handshake else self.offer.spoken(self.config)
+        try:
+            await self._session(egress_socket, offered, protocol)
+        except Exception as exc:
+            if protocol == self.config.protocol or self.client is not None or not error_answered(exc):
+                raise
+            self._refused_handshake = True
+            logger.info(
+                "server '%s' refused the handshake of its client's era (%s); it is met as its config says",
+                self.name,
+                failure_text(exc),
+            )
+            await self._session(egress_socket, offered, self.config.protocol)
+
+    async def _session(self, egress_socket: str | None, offered: list[str], protocol: str) -> None:
+        closed = self.supervisor.opened()
+        self.client = None
         client = gateway_client(
             watched(await self._transport(egress_socket), closed, remote=self.is_remote),
-            self.offer.spoken(self.config),  # a local server in its client's era
+            protocol,
             logging_callback=self._on_log,
             message_handler=self._on_message,
             **self.questions.callbacks(offered),

@@ -17,7 +17,8 @@ bound. A relayed line starts with `[NAME stderr] `, never as the gateway's own l
 burst) are counted and said, not passed on. Per chunk only the lines that could be among the last
 or within the budget are looked at, so a flood costs the gateway little more than the read.
 
-The gateway's first request to a server is the 2026-07-28 discovery probe (`server/discover`). A
+The gateway's first request to a server with `protocol: auto` is most often the 2026-07-28
+discovery probe (`server/discover`; not when it follows a handshake-era client, downstream/offer.py). A
 server on the Python SDK 1.x does not know it and logs a pydantic validation dump of ~100 lines
 before it answers with an error: the gateway's doing, not the server's news. So what the server
 writes between the probe and its answer is held (`hold`); once answered (`probe_answered`), what

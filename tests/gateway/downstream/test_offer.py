@@ -78,3 +78,14 @@ async def test_without_a_client_expected_or_after_the_first_request_the_era_stay
     introduce(FORMS, False)
     introduce(FORMS, True)  # a later request does not change it
     assert offer.spoken(AUTO) == "auto"
+
+
+async def test_a_start_that_gave_up_waiting_is_met_as_configured_and_a_later_one_follows_the_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(offer_module, "WAIT_SECONDS", 0.01)
+    offer = Offer()
+    introduce = offer.expecting()
+    assert Offer.names(await offer.client(), "allow") == EVERYTHING and offer.spoken(AUTO) == "auto"
+    introduce(FORMS, True)  # the client speaks at last: a restart follows it
+    assert Offer.names(await offer.client(), "allow") == ["roots", "elicitation"] and offer.spoken(AUTO) == "legacy"

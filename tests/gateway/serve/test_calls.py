@@ -23,8 +23,9 @@ from cellblock.gateway.downstream.rounds import Caller, failed_result, owner_of
 from cellblock.gateway.namespacing import UriTable
 from cellblock.gateway.serve.calls import INPUT_KEY, Calls, CallState, ToolCall
 from cellblock.gateway.serve.catalog import Catalog
+from cellblock.gateway.serve.handshake_tasks import HandshakeTaskReply
 from cellblock.gateway.serve.pipeline import Call, Pipeline
-from cellblock.gateway.serve.tasks import Task, TaskReply
+from cellblock.gateway.serve.tasks import Task
 from cellblock.policy.types import Decision, Verdict
 
 pytestmark = pytest.mark.anyio
@@ -232,7 +233,10 @@ async def test_a_servers_question_goes_to_the_call_its_client_waits_on_not_to_a_
     calls, _ = shared
     ds, user = MockTarget(), User()
     call = ToolCall(admitted(), ds, Reply(modern=False, direct=user), calls, {"name": "read"})
-    task = ToolCall(admitted(), ds, TaskReply(Task("t", "fs", "read"), Reply(modern=False)), calls, {"name": "read"})
+    # a handshake-era client's task: its questions wait for the client's tasks/result (`direct`)
+    waits = User()
+    reply = HandshakeTaskReply(Task("t", "fs", "read"), Reply(modern=False), waits)
+    task = ToolCall(admitted(), ds, reply, calls, {"name": "read"})
     call.send()
     task.send()
     answers: dict[str, types.ElicitResult] = {}
@@ -240,7 +244,7 @@ async def test_a_servers_question_goes_to_the_call_its_client_waits_on_not_to_a_
         tg.start_soon(asks, ds, answers, "which?")
         await user.asked(1)
         user.answer(0, "Ada")
-    assert answers["which?"].content == {"name": "Ada"} and task.question is None
+    assert answers["which?"].content == {"name": "Ada"} and waits.questions == []
     # the task's own questions are still its own once the call has ended
     ds.sent[0][1](OK, None)
     assert ds.owner() is task
