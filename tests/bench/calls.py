@@ -93,10 +93,10 @@ async def _open_relay(scratch: Scratch, mode: str, names: list[str], stack: Asyn
     return lanes
 
 
-def _open_gateway(jailed: bool, protocol: str = "auto") -> Opener:
+def _open_gateway(jailed: bool) -> Opener:
     async def open_(scratch: Scratch, mode: str, names: list[str], stack: AsyncExitStack) -> list[Lane]:
-        label = f"calls-{'jailed' if jailed else 'unjailed'}-{protocol}-{mode}-{len(names)}"
-        params = gateway(scratch, label, {n: probe_argv(n) for n in names}, jailed=jailed, protocol=protocol)
+        label = f"calls-{'jailed' if jailed else 'unjailed'}-{mode}-{len(names)}"
+        params = gateway(scratch, label, {n: probe_argv(n) for n in names}, jailed=jailed)
         client = await stack.enter_async_context(connect(params, mode, scratch.log(label)))
         return [(client, f"{name}__echo") for name in names]
 
@@ -130,12 +130,6 @@ ROUTES = (
     Route("floor: a bare relay (each line parsed once, nothing checked)", _open_relay),
     Route("cellblock serve, unjailed", _open_gateway(jailed=False), targeted=True),
     Route("cellblock serve, jailed", _open_gateway(jailed=True)),
-    Route(
-        "cellblock serve, unjailed, handshake to the server",
-        _open_gateway(jailed=False, protocol="legacy"),
-        eras=("legacy",),
-        why_not="the same as the unjailed row: with a 2026-07-28 client both legs speak 2026-07-28 already",
-    ),
     Route("FastMCP proxy", _open_fastmcp),
     Route(
         "mcp-proxy (HTTP→stdio)",

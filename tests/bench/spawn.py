@@ -76,16 +76,14 @@ def gateway(
     jailed: bool = False,
     start: str = "eager",
     state: str | None = None,
-    protocol: str = "auto",
 ) -> StdioServerParameters:
     """`cellblock serve` for `servers` (name -> argv), its config and state dir under `scratch`.
 
-    `state` names a state directory to share with an earlier gateway (its locks: lazy start);
-    `protocol` is the servers' `protocol:` (auto, the default, or legacy: the handshake era).
+    `state` names a state directory to share with an earlier gateway (its locks: lazy start).
     """
     jail: dict[str, Any] | bool = {"read_only": [str(SERVERS_DIR)]} if jailed else False
     entries = {
-        name: {"command": argv[0], "args": argv[1:], "jail": jail, "lock": {"first": "trust"}, "protocol": protocol}
+        name: {"command": argv[0], "args": argv[1:], "jail": jail, "lock": {"first": "trust"}}
         for name, argv in servers.items()
     }
     config = {"version": 1, "defaults": {"tools": TOOLS, "start": start}, "servers": entries}
