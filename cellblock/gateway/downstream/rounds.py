@@ -96,10 +96,11 @@ class Caller(Able, Protocol):
 def owner_of(in_flight: Sequence[Caller]) -> Caller | None:
     """Of the calls in flight on a server, oldest first, the one a question or log from it belongs
     to. Nothing in the protocol links them (over stdio the server's request names no call), so it
-    is the newest call whose client waits on its request, else the newest (a task); with none in
-    flight nobody can answer. Not a task first: the client is asked a call's question at once, a
-    task's only when it asks for the task's result, so a call's question put to a task would wait
-    unanswered, and the call with it; a task's question put to a call is answered at once."""
+    is the newest call whose client waits on its request, else the newest (a task, or a call
+    parked on a question); with none in flight nobody can answer. Not a task first: the client is
+    asked a call's question at once, a task's only when it asks for the task's result, so a call's
+    question put to a task would wait unanswered, and the call with it; a task's question put to a
+    call is answered at once."""
     for caller in reversed(in_flight):
         if caller.waiting:
             return caller
