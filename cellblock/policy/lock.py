@@ -305,7 +305,7 @@ def check(lock: Lock | None, current: Mapping[str, Mapping[str, Any]]) -> LockCh
         elif digest(item) == digests[key] or (shown is not item and digest(shown) == digests[key]):
             approved.add(key)
         else:
-            changed[key] = (snapshot[key], dict(shown))
+            changed[key] = (dict(approvable(key, snapshot[key])), dict(shown))
     return LockCheck(frozenset(approved), changed, added, frozenset(digests.keys() - current.keys()))
 
 

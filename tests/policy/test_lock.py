@@ -301,7 +301,11 @@ def test_a_lock_written_with_execution_still_approves_the_tool_as_listed_then_an
         return item_keys({"tools": [tool]})
 
     assert check(lock, tools(listed)).clean
-    assert check(lock, tools({**listed, "description": "Read a file. " + HIDDEN})).held == {"tool:read_file"}
+    held = check(lock, tools({**listed, "description": "Read a file. " + HIDDEN}))
+    assert held.held == {"tool:read_file"}
+    # the diff shows what approving would lock, on both sides: the description, not `execution`
+    approved, current = held.changed["tool:read_file"]
+    assert "execution" not in approved and "execution" not in current
     assert check(lock, tools({**listed, "execution": {"taskSupport": "required"}})).held == {"tool:read_file"}
 
 

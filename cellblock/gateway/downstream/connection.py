@@ -13,7 +13,7 @@ from mcp import Client
 from mcp.client.extension import advertise
 from mcp.server.apps import APP_MIME_TYPE, EXTENSION_ID
 from mcp.shared.exceptions import MCPError
-from mcp.types import CONNECTION_CLOSED, Implementation
+from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, Implementation
 
 from cellblock import __version__
 from cellblock.gateway.errors import first_line
@@ -93,10 +93,11 @@ def connection_closed(exc: BaseException) -> bool:
 
 
 def error_answered(exc: BaseException) -> bool:
-    """The server answered a request with an error (not a closed connection, not a timeout)."""
+    """The server answered a request with an error, and nothing else went wrong (not a closed
+    connection, not a timeout)."""
     if isinstance(exc, BaseExceptionGroup):
-        return any(error_answered(e) for e in exc.exceptions)
-    return isinstance(exc, MCPError) and exc.error.code != CONNECTION_CLOSED
+        return all(error_answered(e) for e in exc.exceptions)
+    return isinstance(exc, MCPError) and exc.error.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT)
 
 
 def failure_text(exc: BaseException) -> str:

@@ -17,8 +17,9 @@ The same first request says the client's era. A local server with `protocol: aut
 in it (`spoken`): to a client that opened with the `initialize` handshake, the handshake, as the
 client would speak to the server itself; the SDK's server spends less on each request in that era
 (docs/performance.md). Each start follows what is known when it starts (a start that gave up
-waiting is met as configured, a restart after the client spoke follows it). Every other server,
-and every server of `--http` or `review`, is met as its config says.
+waiting is met as configured, a restart after the client spoke follows it), and a server that
+answered that handshake with an error is met as configured from then on (`Downstream._connect`).
+Every other server, and every server of `--http` or `review`, is met as its config says.
 """
 
 from __future__ import annotations

@@ -236,27 +236,31 @@ class Downstream:
 
     async def _connect(self, egress_socket: str | None) -> None:
         """One run's connection, in the era of the server's client as it is known when the run
-        starts (`Offer.spoken`); a server that refuses that era's handshake with an error (one
+        starts (`Offer.spoken`); a server that answers that era's handshake with an error (one
         that speaks 2026-07-28 only) is connected again at once as its config says, and met so
-        from then on."""
+        for as long as the gateway runs."""
         offered = Offer.names(await self.offer.client(), self.sampling)
         protocol = self.config.protocol if self._refused_handshake else self.offer.spoken(self.config)
         try:
             await self._session(egress_socket, offered, protocol)
         except Exception as exc:
-            if protocol == self.config.protocol or self.client is not None or not error_answered(exc):
+            # only an error answer before the server was ready, in a run the gateway did not end itself
+            answered = self.channel is None or self.channel.answered
+            if protocol == self.config.protocol or answered or self.supervisor.restart_reason is not None:
                 raise
-            self._refused_handshake = True
+            if not error_answered(exc):
+                raise
+            self._refused_handshake, self._garbage = True, 0
             logger.info(
-                "server '%s' refused the handshake of its client's era (%s); it is met as its config says",
+                "server '%s' answered the handshake of its client's era with an error (%s); it is met as "
+                "its config says",
                 self.name,
-                failure_text(exc),
+                self._explain(exc),  # the server's words, with the gateway's secrets redacted
             )
             await self._session(egress_socket, offered, self.config.protocol)
 
     async def _session(self, egress_socket: str | None, offered: list[str], protocol: str) -> None:
         closed = self.supervisor.opened()
-        self.client = None
         client = gateway_client(
             watched(await self._transport(egress_socket), closed, remote=self.is_remote),
             protocol,

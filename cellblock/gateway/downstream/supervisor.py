@@ -48,7 +48,8 @@ class Supervised(Protocol):
     def is_remote(self) -> bool: ...
 
     async def run(self) -> None:
-        """One connection, from its start until it ends (`Supervisor.up` once it is ready)."""
+        """One run, from its start until it ends (`Supervisor.up` once it is ready): one connection,
+        or two when the server refuses the era it was first spoken to in."""
 
     def ended(self, exc: BaseException | None) -> str:
         """Why the run ended: it exited (`exc` None), or `exc`; with what the server last wrote."""
